@@ -1,0 +1,5 @@
+import sys
+
+from bertvision.cli import main
+
+sys.exit(main())

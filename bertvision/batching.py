@@ -1,0 +1,83 @@
+"""Length-aware batching: examples are grouped with others of similar length and padded per
+batch, never to the task's max length."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+
+class TokenizedSplit:
+    """A tokenized split held as ragged arrays."""
+
+    def __init__(self, df: pd.DataFrame):
+        self.idx = df["idx"].to_numpy()
+        self.input_ids = list(df["input_ids"])
+        self.token_type_ids = list(df["token_type_ids"])
+        self.lengths = df["length"].to_numpy().astype(np.int64)
+        self.labels = df["label"].to_numpy()
+
+    @classmethod
+    def read(cls, path: Path) -> "TokenizedSplit":
+        return cls(pd.read_parquet(path))
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def select(self, rows: np.ndarray) -> "TokenizedSplit":
+        out = object.__new__(TokenizedSplit)
+        out.idx = self.idx[rows]
+        out.input_ids = [self.input_ids[i] for i in rows]
+        out.token_type_ids = [self.token_type_ids[i] for i in rows]
+        out.lengths = self.lengths[rows]
+        out.labels = self.labels[rows]
+        return out
+
+
+def sorted_batches(lengths: np.ndarray, batch_size: int) -> list[np.ndarray]:
+    """Deterministic batches of rows sorted by length (inference)."""
+    order = np.argsort(lengths, kind="stable")
+    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+
+
+def bucketed_batches(lengths: np.ndarray, batch_size: int, rng: np.random.Generator, bucket_batches: int = 50):
+    """Shuffled training batches: shuffle, cut into buckets of ``bucket_batches`` batches, sort
+    each bucket by length, cut into batches, then shuffle the order of the batches."""
+    perm = rng.permutation(len(lengths))
+    bucket = batch_size * bucket_batches
+    batches = []
+    for start in range(0, len(perm), bucket):
+        chunk = perm[start : start + bucket]
+        chunk = chunk[np.argsort(lengths[chunk], kind="stable")]
+        batches.extend(chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size))
+    rng.shuffle(batches)
+    return batches
+
+
+def collate(split: TokenizedSplit, rows: np.ndarray, pad_id: int, regression: bool) -> dict[str, torch.Tensor]:
+    width = int(split.lengths[rows].max())
+    n = len(rows)
+    input_ids = np.full((n, width), pad_id, dtype=np.int64)
+    token_type_ids = np.zeros((n, width), dtype=np.int64)
+    attention_mask = np.zeros((n, width), dtype=np.int64)
+    for j, i in enumerate(rows):
+        length = split.lengths[i]
+        input_ids[j, :length] = split.input_ids[i]
+        token_type_ids[j, :length] = split.token_type_ids[i]
+        attention_mask[j, :length] = 1
+    labels = split.labels[rows]
+    return {
+        "input_ids": torch.from_numpy(input_ids),
+        "token_type_ids": torch.from_numpy(token_type_ids),
+        "attention_mask": torch.from_numpy(attention_mask),
+        "labels": torch.as_tensor(labels, dtype=torch.float32 if regression else torch.long),
+    }
+
+
+def padding_ratio(lengths: np.ndarray, batches: list[np.ndarray]) -> float:
+    """Padded tokens / real tokens over a list of batches (1.0 = no padding)."""
+    padded = sum(int(lengths[b].max()) * len(b) for b in batches)
+    return padded / int(lengths.sum())

@@ -1,0 +1,135 @@
+"""Configuration: JSON-schema validation with defaults filled from the schema (the one place
+defaults live), and the effective per-task settings (global settings overridden per task)."""
+
+from __future__ import annotations
+
+import copy
+from importlib import resources
+from pathlib import Path
+
+import jsonschema
+import yaml
+
+from bertvision.tasks import TaskSpec, get_task
+
+SCHEMA_PATH = Path(str(resources.files("bertvision") / "schemas" / "config.schema.yaml"))
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def load_schema() -> dict:
+    return yaml.safe_load(SCHEMA_PATH.read_text())
+
+
+def _with_defaults(validator_class):
+    validate_properties = validator_class.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema):
+        if isinstance(instance, dict):
+            for name, sub in properties.items():
+                if "default" in sub and name not in instance:
+                    instance[name] = copy.deepcopy(sub["default"])
+        yield from validate_properties(validator, properties, instance, schema)
+
+    return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
+
+
+def validate_config(config: dict, source: str = "config") -> dict:
+    """Validate in place (filling defaults) and return ``config``. Errors name the key path."""
+    schema = load_schema()
+    validator = _with_defaults(jsonschema.Draft202012Validator)(schema)
+    errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
+    if errors:
+        lines = []
+        for err in errors:
+            where = ".".join(str(p) for p in err.absolute_path) or "(top level)"
+            lines.append(f"  {where}: {err.message}")
+        raise ConfigError(f"{source}: invalid configuration\n" + "\n".join(lines))
+    return config
+
+
+def load_config(path: Path) -> dict:
+    with open(path) as fh:
+        config = yaml.safe_load(fh) or {}
+    return validate_config(config, source=str(path))
+
+
+def _schema_default(*keys: str) -> dict:
+    node = load_schema()
+    for key in keys:
+        node = node["properties"][key]
+    return copy.deepcopy(node["default"])
+
+
+class Settings:
+    """Effective settings of a validated config."""
+
+    def __init__(self, config: dict):
+        self.config = config
+        self._finetune_defaults = _schema_default("finetune", "settings")
+        self._head_defaults = _schema_default("heads", "training")
+
+    # --- names ---------------------------------------------------------------------------
+    @property
+    def models(self) -> list[str]:
+        return list(self.config["backbones"])
+
+    @property
+    def tasks(self) -> list[str]:
+        return list(self.config["tasks"])
+
+    @property
+    def heads(self) -> list[str]:
+        return list(self.config["heads"]["models"])
+
+    @property
+    def fractions(self) -> list[str]:
+        from bertvision.finetune import fraction_name
+
+        return [fraction_name(f) for f in sorted(self.config["finetune"]["epoch_fractions"])]
+
+    def task(self, name: str) -> TaskSpec:
+        return get_task(name)
+
+    def task_overrides(self, name: str) -> dict:
+        return self.config["tasks"].get(name) or {}
+
+    # --- per-stage settings ----------------------------------------------------------------
+    def pretrained(self, model: str) -> str:
+        return self.config["backbones"][model]["pretrained"]
+
+    def max_length(self, task: str) -> int:
+        return int(self.task_overrides(task).get("max_length") or get_task(task).max_length)
+
+    def download(self, task: str) -> dict:
+        data = self.config["data"]
+        over = self.task_overrides(task)
+        return {
+            "source": data["source"],
+            "glue_dir": data["glue_dir"],
+            "hub_repo": data["hub_repo"],
+            "seed": data["seed"],
+            "selection_fraction": data["selection_fraction"],
+            "train_size": over.get("train_size"),
+            "eval_size": over.get("eval_size"),
+        }
+
+    def finetune(self, task: str) -> dict:
+        ft = self.config["finetune"]
+        merged = {**self._finetune_defaults, **ft["settings"], **self.task_overrides(task).get("finetune", {})}
+        return {**merged, "epoch_fractions": sorted(ft["epoch_fractions"]), "device": ft["device"],
+                "precision": ft["precision"]}
+
+    def extract(self) -> dict:
+        ex = self.config["extract"]
+        return {k: ex[k] for k in ("batch_size", "block_rows", "device", "precision")}
+
+    def head_training(self, task: str) -> dict:
+        heads = self.config["heads"]
+        merged = {**self._head_defaults, **heads["training"], **self.task_overrides(task).get("head_training", {})}
+        return {**merged, "device": heads["device"], "verify": heads["verify"]}
+
+    def head_spec(self, head: str) -> dict:
+        return dict(self.config["heads"]["models"][head])

@@ -1,0 +1,52 @@
+"""Device placement and mixed precision. Every path runs on CPU when there is no GPU."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+import torch
+
+
+def pick_device(preference: str = "auto") -> torch.device:
+    if preference == "cpu":
+        return torch.device("cpu")
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if preference == "cuda":
+        raise RuntimeError(
+            "device 'cuda' was requested but no CUDA device is visible "
+            f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})"
+        )
+    return torch.device("cpu")
+
+
+def autocast_dtype(device: torch.device, precision: str) -> torch.dtype | None:
+    """The autocast dtype for ``precision`` ('auto', 'fp32', 'bf16', 'fp16'); None = no autocast.
+    'auto' is bf16 on GPUs that support it, fp16 on older GPUs, and fp32 on CPU."""
+    if precision == "fp32":
+        return None
+    if precision == "bf16":
+        return torch.bfloat16
+    if precision == "fp16":
+        return torch.float16
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return None
+
+
+def autocast(device: torch.device, precision: str):
+    dtype = autocast_dtype(device, precision)
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def set_threads(threads: int | None) -> None:
+    if threads:
+        torch.set_num_threads(int(threads))
+
+
+def to_device(batch: dict, device: torch.device) -> dict:
+    non_blocking = device.type == "cuda"
+    return {k: v.to(device, non_blocking=non_blocking) for k, v in batch.items()}

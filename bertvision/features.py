@@ -1,0 +1,286 @@
+"""Hidden-state features on disk: sharded HDF5 (float16, fletcher32 checksums per chunk) plus a
+manifest that readers verify before trusting a byte.
+
+Shard ``i`` of a checkpoint is a directory ``shard-{i}-of-{n}/`` with one file per split; each
+file holds rows ``[row_start, row_end)`` of its split:
+- ``cls``: (n, layers, hidden) float16, the [CLS] state of every layer (embedding output first);
+- ``labels``: (n,) int64 or float32; ``idx``: (n,) int64, the example ids;
+- attributes describing where it came from.
+The checkpoint's manifest lists, per split, every shard file with its row range, byte size and sha256.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+from bertvision.io import atomic_write_json, read_json, sha256_file
+
+FORMAT = "bertvision-features/1"
+ROWS_PER_CHUNK = 256
+
+
+class FeatureError(RuntimeError):
+    pass
+
+
+def shard_rows(n_rows: int, n_shards: int, shard: int) -> tuple[int, int]:
+    """Contiguous row range of shard ``shard`` (0-based) out of ``n_shards``."""
+    if not 0 <= shard < n_shards:
+        raise ValueError(f"shard {shard} outside 0..{n_shards - 1}")
+    return shard * n_rows // n_shards, (shard + 1) * n_rows // n_shards
+
+
+class ShardWriter:
+    """Write one shard to a temporary file; ``commit()`` renames it into place.
+
+    Rows arrive in contiguous blocks (``write_block``). Used as a context manager, an
+    exception (or a kill) leaves only the temporary file, which no reader ever opens.
+    """
+
+    def __init__(self, path: Path, n_rows: int, layers: int, hidden: int, label_dtype, attrs: dict):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
+        self.file = h5py.File(self.tmp, "w")
+        # fletcher32 needs chunked storage, and HDF5 refuses chunks on an empty dataset.
+        chunked = {"chunks": (min(n_rows, ROWS_PER_CHUNK), layers, hidden), "fletcher32": True} if n_rows else {}
+        self.cls = self.file.create_dataset("cls", shape=(n_rows, layers, hidden), dtype="float16", **chunked)
+        self.labels = self.file.create_dataset("labels", shape=(n_rows,), dtype=label_dtype)
+        self.idx = self.file.create_dataset("idx", shape=(n_rows,), dtype="int64")
+        for key, value in attrs.items():
+            self.file.attrs[key] = value
+        self.file.attrs["format"] = FORMAT
+        self.n_rows = n_rows
+        self.rows_written = 0
+
+    def write_block(self, start: int, cls: np.ndarray, labels: np.ndarray, idx: np.ndarray) -> None:
+        end = start + len(cls)
+        self.cls[start:end] = cls.astype(np.float16, copy=False)
+        self.labels[start:end] = labels
+        self.idx[start:end] = idx
+        self.rows_written += len(cls)
+
+    def commit(self) -> None:
+        if self.rows_written != self.n_rows:
+            raise FeatureError(f"{self.path}: {self.rows_written} of {self.n_rows} rows written")
+        self.file.close()
+        os.replace(self.tmp, self.path)
+
+    def abort(self) -> None:
+        if self.file.id.valid:
+            self.file.close()
+        if self.tmp.exists():
+            self.tmp.unlink()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.commit()
+        else:
+            self.abort()
+        return False
+
+
+def shard_summary(path: Path, root: Path) -> dict:
+    with h5py.File(path, "r") as f:
+        attrs = {k: (v.item() if hasattr(v, "item") else v) for k, v in f.attrs.items()}
+        shape = f["cls"].shape
+    return {
+        "file": str(Path(path).relative_to(root)),
+        "rows": [int(attrs["row_start"]), int(attrs["row_end"])],
+        "bytes": Path(path).stat().st_size,
+        "sha256": sha256_file(path),
+        "shape": list(shape),
+        "attrs": attrs,
+    }
+
+
+def write_manifest(shard_dirs: list[Path], manifest_path: Path, splits: list[str]) -> dict:
+    """Check that, for every split, the shards tile it exactly; then record them."""
+    root = Path(manifest_path).parent
+    per_split, source, layers, hidden = {}, None, None, None
+    for split in splits:
+        shards = sorted((shard_summary(Path(d) / f"{split}.h5", root) for d in shard_dirs),
+                        key=lambda s: s["rows"][0])
+        expected = 0
+        for s in shards:
+            if s["rows"][0] != expected:
+                raise FeatureError(f"{manifest_path}: {s['file']} starts at row {s['rows'][0]}, expected {expected}")
+            expected = s["rows"][1]
+            if layers is None:
+                layers, hidden, source = s["shape"][1], s["shape"][2], s["attrs"]
+            if s["shape"][1:] != [layers, hidden]:
+                raise FeatureError(f"{manifest_path}: {s['file']} has shape {s['shape']}, expected (n, {layers}, {hidden})")
+        n_total = int(shards[0]["attrs"]["split_rows"])
+        if expected != n_total:
+            raise FeatureError(f"{manifest_path}: {split} shards cover {expected} rows, the split has {n_total}")
+        per_split[split] = {
+            "n_examples": n_total,
+            "shards": [{k: s[k] for k in ("file", "rows", "bytes", "sha256")} for s in shards],
+        }
+    manifest = {
+        "format": FORMAT,
+        "feature": "cls",
+        "dtype": "float16",
+        "layers": layers,
+        "hidden": hidden,
+        "source": {k: source[k] for k in ("model", "task", "checkpoint", "ft_seed")},
+        "encoder_parameters": int(source["encoder_parameters"]),
+        "label_kind": source["label_kind"],
+        "splits": per_split,
+    }
+    atomic_write_json(manifest, manifest_path)
+    return manifest
+
+
+@dataclass
+class FeatureSet:
+    """A verified, read-only view of one split's features."""
+
+    manifest_path: Path
+    manifest: dict
+    split: str
+
+    @classmethod
+    def open(cls, manifest_path: Path, split: str, verify: str = "sha256") -> "FeatureSet":
+        """``verify``: 'sha256' (full checksum), 'size' (cheap), or 'none'."""
+        manifest_path = Path(manifest_path)
+        if not manifest_path.exists():
+            raise FeatureError(f"{manifest_path}: no manifest; the extraction did not finish")
+        manifest = read_json(manifest_path)
+        if manifest.get("format") != FORMAT:
+            raise FeatureError(f"{manifest_path}: format {manifest.get('format')!r}, expected {FORMAT!r}")
+        if split not in manifest["splits"]:
+            raise FeatureError(f"{manifest_path}: no split {split!r}; has {sorted(manifest['splits'])}")
+        for shard in manifest["splits"][split]["shards"]:
+            path = manifest_path.parent / shard["file"]
+            if not path.exists():
+                raise FeatureError(f"{path}: listed in {manifest_path} but missing")
+            if verify in ("size", "sha256") and path.stat().st_size != shard["bytes"]:
+                raise FeatureError(
+                    f"{path}: {path.stat().st_size} bytes, the manifest says {shard['bytes']} (truncated or replaced)"
+                )
+            if verify == "sha256" and sha256_file(path) != shard["sha256"]:
+                raise FeatureError(f"{path}: sha256 differs from {manifest_path} (the file was modified)")
+        return cls(manifest_path, manifest, split)
+
+    @property
+    def entry(self) -> dict:
+        return self.manifest["splits"][self.split]
+
+    @property
+    def n_examples(self) -> int:
+        return self.entry["n_examples"]
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.manifest["layers"], self.manifest["hidden"]
+
+    def shard_paths(self) -> list[Path]:
+        return [self.manifest_path.parent / s["file"] for s in self.entry["shards"]]
+
+    def read_all(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(cls float16 (N, L, H), labels, idx) in row order. Every chunk's fletcher32 is checked."""
+        parts = [read_shard(p) for p in self.shard_paths()]
+        return tuple(np.concatenate([p[i] for p in parts]) for i in range(3))
+
+    def bytes_on_disk(self) -> int:
+        return sum(s["bytes"] for s in self.entry["shards"])
+
+
+def read_shard(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    try:
+        with h5py.File(path, "r") as f:
+            return f["cls"][...], f["labels"][...], f["idx"][...]
+    except OSError as err:  # fletcher32 mismatch or a damaged file
+        raise FeatureError(f"{path}: unreadable HDF5 shard ({err})") from err
+
+
+class BatchStream:
+    """Shuffled mini-batches streamed from a FeatureSet by a background thread.
+
+    Memory stays bounded: shards are visited in random order, each read in blocks of
+    ``block_rows`` contiguous rows (large sequential reads), rows shuffled within a buffer of
+    ``buffer_rows``. ``wait_seconds`` accumulates the time the consumer spent blocked.
+    """
+
+    def __init__(self, features: FeatureSet, batch_size: int, seed: int, buffer_rows: int = 65536,
+                 block_rows: int = 4096, prefetch: int = 8, pin_memory: bool = False):
+        self.features = features
+        self.batch_size = batch_size
+        self.rng = np.random.default_rng(seed)
+        self.buffer_rows = buffer_rows
+        self.block_rows = block_rows
+        self.prefetch = prefetch
+        self.pin_memory = pin_memory
+        self.wait_seconds = 0.0
+
+    def _blocks(self):
+        for shard in self.rng.permutation(len(self.features.shard_paths())):
+            path = self.features.shard_paths()[shard]
+            try:
+                with h5py.File(path, "r") as f:
+                    n = f["cls"].shape[0]
+                    starts = self.rng.permutation(np.arange(0, n, self.block_rows))
+                    for start in starts:
+                        end = min(n, start + self.block_rows)
+                        yield f["cls"][start:end], f["labels"][start:end]
+            except OSError as err:
+                raise FeatureError(f"{path}: unreadable HDF5 shard ({err})") from err
+
+    def _produce(self, out: queue.Queue):
+        import torch
+
+        try:
+            xs, ys, held = [], [], 0
+            def flush(final: bool):
+                nonlocal xs, ys, held
+                x, y = np.concatenate(xs), np.concatenate(ys)
+                order = self.rng.permutation(len(x))
+                x, y = x[order], y[order]
+                keep = 0 if final else len(x) // 2  # keep half to mix with the next blocks
+                cut = len(x) - keep
+                for i in range(0, cut, self.batch_size):
+                    bx = torch.from_numpy(x[i : min(i + self.batch_size, cut)].astype(np.float32))
+                    by = torch.from_numpy(y[i : min(i + self.batch_size, cut)])
+                    if self.pin_memory:
+                        bx, by = bx.pin_memory(), by.pin_memory()
+                    out.put((bx, by))
+                xs, ys, held = ([x[cut:]], [y[cut:]], len(x) - cut) if keep else ([], [], 0)
+
+            for x, y in self._blocks():
+                xs.append(x)
+                ys.append(y)
+                held += len(x)
+                if held >= self.buffer_rows:
+                    flush(final=False)
+            if held:
+                flush(final=True)
+            out.put(None)
+        except BaseException as err:  # surface reader errors in the consumer
+            out.put(err)
+
+    def __iter__(self):
+        out: queue.Queue = queue.Queue(maxsize=self.prefetch)
+        thread = threading.Thread(target=self._produce, args=(out,), daemon=True)
+        thread.start()
+        while True:
+            t0 = time.perf_counter()
+            item = out.get()
+            self.wait_seconds += time.perf_counter() - t0
+            if item is None:
+                break
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+        thread.join()

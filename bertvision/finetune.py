@@ -1,0 +1,187 @@
+"""The ``finetune`` stage: train the backbone with a sequence-classification head and save a
+checkpoint, with BERT's own evaluation predictions and metrics, at each configured epoch
+fraction. Fraction 0 is the pretrained encoder untouched (plus a freshly initialised head)."""
+
+from __future__ import annotations
+
+import logging
+import math
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm import tqdm
+
+from bertvision.backbone import encoder_parameter_count, resolve_pretrained
+from bertvision.batching import TokenizedSplit, bucketed_batches, collate, padding_ratio
+from bertvision.device import autocast, autocast_dtype, pick_device, set_threads, to_device
+from bertvision.inference import evaluate_outputs, predict
+from bertvision.io import atomic_path, atomic_write_json, atomic_write_parquet
+from bertvision.tasks import TaskSpec
+
+log = logging.getLogger(__name__)
+
+
+def fraction_name(fraction: float) -> str:
+    """Canonical text of an epoch fraction in paths: 0, 0.3, 1, 2.5."""
+    return f"{float(fraction):g}"
+
+
+def load_classifier(task: TaskSpec, backbone: str, seed: int):
+    from transformers import AutoModelForSequenceClassification
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    torch.manual_seed(seed)  # the classification head's initialisation
+    kwargs = {"num_labels": task.num_labels}
+    if task.kind == "regression":
+        kwargs["problem_type"] = "regression"
+    else:
+        kwargs["id2label"] = dict(enumerate(task.label_names))
+        kwargs["label2id"] = {name: i for i, name in enumerate(task.label_names)}
+    return AutoModelForSequenceClassification.from_pretrained(resolve_pretrained(backbone), **kwargs)
+
+
+def build_optimizer(model, lr: float, weight_decay: float, device: torch.device):
+    decay, no_decay = [], []
+    for name, param in model.named_parameters():
+        (no_decay if name.endswith("bias") or "LayerNorm" in name else decay).append(param)
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=lr, foreach=True, fused=False)
+
+
+def linear_schedule(optimizer, warmup_steps: int, total_steps: int):
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / max(1, warmup_steps)
+        return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def checkpoint_steps(fractions, steps_per_epoch: int) -> dict[int, list[float]]:
+    """Optimizer step after which each fraction's checkpoint is taken."""
+    steps: dict[int, list[float]] = {}
+    for frac in fractions:
+        steps.setdefault(int(round(frac * steps_per_epoch)), []).append(frac)
+    return steps
+
+
+def save_checkpoint(model, out_dir: Path) -> None:
+    """``model.safetensors`` + ``config.json``, each renamed into place."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out_dir.parent, prefix=f".{out_dir.name}.tmp") as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        for name in ("config.json", "model.safetensors"):
+            with atomic_path(out_dir / name) as target:
+                shutil.move(Path(tmp) / name, target)
+
+
+def finetune(
+    task: TaskSpec,
+    backbone: str,
+    tokens_dir: Path,
+    out_dir: Path,
+    settings: dict,
+    seed: int,
+    threads: int | None = None,
+) -> None:
+    """Fine-tune and write ``{out_dir}/ckpt-{fraction}/`` for every configured fraction."""
+    set_threads(threads)
+    device = pick_device(settings["device"])
+    precision = settings["precision"]
+    fractions = sorted(float(f) for f in settings["epoch_fractions"])
+    batch_size = int(settings["batch_size"])
+
+    train = TokenizedSplit.read(Path(tokens_dir) / "train.parquet")
+    evals = {s: TokenizedSplit.read(Path(tokens_dir) / f"{s}.parquet") for s in task.eval_splits}
+    model = load_classifier(task, backbone, seed).to(device)
+    pad_id = model.config.pad_token_id or 0
+    encoder_params = encoder_parameter_count(model)
+
+    steps_per_epoch = math.ceil(len(train) / batch_size)
+    schedule_epochs = settings.get("schedule_epochs") or max(fractions[-1], 1e-9)
+    total_steps = max(1, math.ceil(schedule_epochs * steps_per_epoch))
+    warmup = int(round(float(settings["warmup_ratio"]) * total_steps))
+    optimizer = build_optimizer(model, float(settings["learning_rate"]), float(settings["weight_decay"]), device)
+    scheduler = linear_schedule(optimizer, warmup, total_steps)
+    scaler = torch.amp.GradScaler(enabled=autocast_dtype(device, precision) == torch.float16)
+    to_save = checkpoint_steps(fractions, steps_per_epoch)
+    last_step = max(to_save)
+    log.info(
+        "%s on %s: %d train examples, %d steps/epoch, %d scheduled steps (warmup %d), checkpoints at steps %s, device %s",
+        task.name, backbone, len(train), steps_per_epoch, total_steps, warmup, dict(sorted(to_save.items())), device,
+    )
+
+    rng = np.random.default_rng(seed)
+    step, seen, real_tokens, padded_tokens = 0, 0, 0, 0
+    losses: list[float] = []
+    started = time.perf_counter()
+
+    def snapshot():
+        train_seconds = time.perf_counter() - started
+        for frac in to_save.get(step, []):
+            ckpt = Path(out_dir) / f"ckpt-{fraction_name(frac)}"
+            save_checkpoint(model, ckpt)
+            metrics, tables = {}, []
+            for name, split in evals.items():
+                outputs = predict(model, split, int(settings["eval_batch_size"]), device, precision, pad_id,
+                                  desc=f"evaluate {name}")
+                metrics[name], table = evaluate_outputs(outputs, split, task.kind, task.metrics)
+                tables.append(pd.DataFrame(table).assign(split=name))
+            atomic_write_parquet(pd.concat(tables, ignore_index=True), ckpt / "eval_predictions.parquet")
+            atomic_write_json(
+                {
+                    "task": task.name,
+                    "backbone": backbone,
+                    "epoch_fraction": frac,
+                    "step": step,
+                    "examples_seen": seen,
+                    "seed": seed,
+                    "metrics": metrics,
+                    "train_loss_recent": float(np.mean(losses[-50:])) if losses else None,
+                    "train_seconds": train_seconds,
+                    "train_padding_ratio": padded_tokens / real_tokens if real_tokens else None,
+                    "encoder_parameters": encoder_params,
+                    "device": str(device),
+                },
+                ckpt / "eval_metrics.json",
+            )
+            log.info("checkpoint %s at step %d: %s", fraction_name(frac), step, metrics)
+
+    snapshot()  # fraction 0
+    progress = tqdm(total=last_step, desc="finetune", mininterval=10, unit="step")
+    while step < last_step:
+        model.train()
+        for rows in bucketed_batches(train.lengths, batch_size, rng):
+            batch = to_device(collate(train, rows, pad_id, task.kind == "regression"), device)
+            with autocast(device, precision):
+                loss = model(**batch).loss
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), float(settings["max_grad_norm"]))
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad(set_to_none=True)
+            scheduler.step()
+            step += 1
+            seen += len(rows)
+            real_tokens += int(train.lengths[rows].sum())
+            padded_tokens += int(train.lengths[rows].max()) * len(rows)
+            losses.append(float(loss.detach()))
+            progress.update(1)
+            if step in to_save:
+                snapshot()
+            if step >= last_step:
+                break
+    progress.close()
+    elapsed = time.perf_counter() - started
+    log.info("trained %d steps, %d examples in %.1fs (%.1f ex/s incl. evaluation), padding ratio %.3f",
+             step, seen, elapsed, seen / max(elapsed, 1e-9), padded_tokens / max(real_tokens, 1))
+
+
+__all__ = ["finetune", "fraction_name", "load_classifier", "padding_ratio"]

@@ -1,0 +1,130 @@
+"""The ``tables`` stage: result tables built from the metrics files and Snakemake's benchmark
+files; nothing is typed in by hand."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from bertvision.io import atomic_path, read_json
+from bertvision.tasks import get_task
+
+BERT = "BERT"
+
+
+def long_records(bert_metrics: list[Path], head_metrics: list[Path]) -> pd.DataFrame:
+    """One row per (run, eval split, metric)."""
+    rows = []
+    for path in bert_metrics:
+        m = read_json(path)
+        for split, values in m["metrics"].items():
+            for metric, value in values.items():
+                rows.append({"task": m["task"], "split": split, "epoch_fraction": m["epoch_fraction"],
+                             "model": BERT, "seed": m["seed"], "metric": metric, "value": value,
+                             "parameter_percent": 100.0})
+    for path in head_metrics:
+        m = read_json(path)
+        fraction = float(m["source"]["checkpoint"])
+        for split, values in m["metrics"].items():
+            for metric, value in values.items():
+                rows.append({"task": m["task"], "split": split, "epoch_fraction": fraction,
+                             "model": m["head"], "seed": f"{m['source'].get('ft_seed', '')}/{m['seed']}",
+                             "metric": metric, "value": value, "parameter_percent": m["parameter_percent"]})
+    return pd.DataFrame(rows)
+
+
+def summarize(records: pd.DataFrame, head_order: list[str]) -> pd.DataFrame:
+    """Mean, sample std and count over seeds."""
+    keys = ["task", "split", "epoch_fraction", "model", "metric"]
+    grouped = records.groupby(keys, sort=False)
+    out = grouped["value"].agg(mean="mean", std=lambda v: v.std(ddof=1) if len(v) > 1 else np.nan, n="count")
+    out["parameter_percent"] = grouped["parameter_percent"].first()
+    out = out.reset_index()
+    order = {name: i for i, name in enumerate([BERT, *head_order])}
+    out["_model_order"] = out["model"].map(order)
+    out["_metric_order"] = [get_task(t).metrics.index(m) for t, m in zip(out["task"], out["metric"])]
+    return out.sort_values(["task", "split", "epoch_fraction", "_model_order", "_metric_order"]).drop(
+        columns=["_model_order", "_metric_order"]
+    ).reset_index(drop=True)
+
+
+def _fmt(mean: float, std: float) -> str:
+    return f"{mean:.3f}" if np.isnan(std) else f"{mean:.3f} ± {std:.3f}"
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def results_markdown(summary: pd.DataFrame, title: str) -> str:
+    parts = [f"# {title}", "",
+             "Dev scores as mean ± sample std over seeds (n = number of runs). `BERT` is the backbone "
+             "with its own classification head at that checkpoint (at 0 epochs the head is untrained); "
+             "the other rows are heads trained on that checkpoint's frozen hidden states. "
+             "% params = trainable parameters as a share of the encoder's.", ""]
+    for (task, split), block in summary.groupby(["task", "split"], sort=False):
+        metrics = list(get_task(task).metrics)
+        parts.append(f"## {task} ({split})")
+        parts.append("")
+        rows = []
+        for (frac, model), g in block.groupby(["epoch_fraction", "model"], sort=False):
+            by_metric = g.set_index("metric")
+            rows.append([f"{frac:g}", model, f"{g['parameter_percent'].iloc[0]:.3f}",
+                         *[_fmt(by_metric.loc[m, "mean"], by_metric.loc[m, "std"]) for m in metrics],
+                         str(int(g["n"].iloc[0]))])
+        parts.append(markdown_table(["epochs", "model", "% params", *metrics, "n"], rows))
+        parts.append("")
+    return "\n".join(parts)
+
+
+def timing_table(benchmarks: list[Path], root: Path = Path("benchmarks")) -> pd.DataFrame:
+    """Wall seconds per (stage, task) from ``benchmarks/{stage}/{task}[/...].tsv`` files."""
+    rows = []
+    for path in benchmarks:
+        rel = Path(path).relative_to(root)
+        stage, task = rel.parts[0], Path(rel.parts[1]).stem
+        bench = pd.read_csv(path, sep="\t")
+        rows.append({"stage": stage, "task": task, "seconds": float(bench["s"].iloc[0]),
+                     "max_rss_mb": float(pd.to_numeric(bench["max_rss"], errors="coerce").iloc[0])})
+    df = pd.DataFrame(rows, columns=["stage", "task", "seconds", "max_rss_mb"])
+    return (df.groupby(["task", "stage"], sort=True)
+              .agg(jobs=("seconds", "size"), seconds=("seconds", "sum"), max_rss_mb=("max_rss_mb", "max"))
+              .reset_index())
+
+
+STAGE_ORDER = ["download", "tokenize", "finetune", "extract", "feature_manifest", "train_head"]
+
+
+def timing_markdown(timing: pd.DataFrame) -> str:
+    stages = [s for s in STAGE_ORDER if s in set(timing["stage"])] + sorted(set(timing["stage"]) - set(STAGE_ORDER))
+    pivot = timing.pivot_table(index="task", columns="stage", values="seconds", aggfunc="sum").reindex(columns=stages)
+    rows = [[task, *[("" if np.isnan(v) else f"{v:.1f}") for v in r], f"{np.nansum(r):.1f}"]
+            for task, r in zip(pivot.index, pivot.to_numpy())]
+    total = pivot.sum(axis=0)
+    rows.append(["**all**", *[f"{v:.1f}" for v in total], f"{total.sum():.1f}"])
+    return "\n".join(["# Wall time per stage (seconds, summed over jobs)", "",
+                      "From Snakemake `benchmark:` files; jobs ran in parallel, so the sum exceeds the elapsed time.",
+                      "", markdown_table(["task", *stages, "total"], rows), ""])
+
+
+def write_text(text: str, path: Path) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
+
+
+def write_csv(df: pd.DataFrame, path: Path) -> None:
+    with atomic_path(path) as tmp:
+        df.to_csv(tmp, index=False, float_format="%.6g")
+
+
+def build_tables(bert_metrics, head_metrics, benchmarks, head_order, outputs: dict) -> None:
+    summary = summarize(long_records(bert_metrics, head_metrics), head_order)
+    write_csv(summary, outputs["csv"])
+    write_text(results_markdown(summary, "GLUE results"), outputs["md"])
+    timing = timing_table(benchmarks)
+    write_csv(timing, outputs["timing_csv"])
+    write_text(timing_markdown(timing), outputs["timing_md"])

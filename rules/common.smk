@@ -1,0 +1,104 @@
+"""Helpers shared by the rules: config validation, settings as JSON params, target lists."""
+
+import json
+import sys
+
+from bertvision.config import Settings, validate_config
+from bertvision.tasks import get_task, splits_of
+
+validate_config(config, source="workflow config")
+S = Settings(config)
+PYTHON = sys.executable
+BV = f"{PYTHON} -m bertvision"
+
+
+wildcard_constraints:
+    model=r"[A-Za-z0-9_.-]+",
+    task=r"[a-z0-9]+",
+    frac=r"[0-9.]+",
+    ftseed=r"\d+",
+    shard=r"\d+",
+    head=r"[A-Za-z0-9_.-]+",
+
+
+def as_json(obj):
+    return json.dumps(obj, sort_keys=True)
+
+
+N_SHARDS = int(config["extract"]["shards"])
+FT_SEEDS = list(config["finetune"]["seeds"])
+HEAD_SEEDS = list(config["heads"]["seeds"])
+THREADS = int(config["resources"]["threads"])
+GPU = int(config["resources"]["gpu_rules"])
+
+CKPT = "models/{model}/{task}/ft{ftseed}/ckpt-{frac}"
+FEATURES = "features/{model}/{task}/ft{ftseed}/ckpt-{frac}"
+HEAD_DIR = "heads/{model}/{task}/ft{ftseed}/ckpt-{frac}/{head}"
+
+
+def glue_inputs(wildcards):
+    """The source files of a local download, so that replacing one reruns the download."""
+    if config["data"]["source"] != "local":
+        return []
+    from bertvision.data.glue_files import locate
+
+    task = get_task(wildcards.task)
+    return [str(locate(config["data"]["glue_dir"], task, split)) for split in task.glue.files]
+
+
+def shard_dirs(wildcards):
+    return [FEATURES.format(**wildcards) + f"/shard-{i}-of-{N_SHARDS}" for i in range(N_SHARDS)]
+
+
+def head_seed_dirs(wildcards):
+    return [HEAD_DIR.format(**wildcards) + f"/seed{s}" for s in HEAD_SEEDS]
+
+
+def extract_attrs(wildcards):
+    task = get_task(wildcards.task)
+    return as_json(
+        {
+            "model": wildcards.model,
+            "task": wildcards.task,
+            "checkpoint": wildcards.frac,
+            "ft_seed": int(wildcards.ftseed),
+            "label_kind": task.kind,
+        }
+    )
+
+
+def all_bert_metrics():
+    return [
+        CKPT.format(model=m, task=t, ftseed=s, frac=f) + "/eval_metrics.json"
+        for m in S.models
+        for t in S.tasks
+        for s in FT_SEEDS
+        for f in S.fractions
+    ]
+
+
+def all_head_metrics():
+    return [
+        HEAD_DIR.format(model=m, task=t, ftseed=s, frac=f, head=h) + f"/seed{hs}/metrics.json"
+        for m in S.models
+        for t in S.tasks
+        for s in FT_SEEDS
+        for f in S.fractions
+        for h in S.heads
+        for hs in HEAD_SEEDS
+    ]
+
+
+def all_benchmarks():
+    """Benchmark files of every job the tables depend on (each job writes one)."""
+    files = [f"benchmarks/download/{t}.tsv" for t in S.tasks]
+    for m in S.models:
+        for t in S.tasks:
+            files.append(f"benchmarks/tokenize/{t}/{m}.tsv")
+            for s in FT_SEEDS:
+                files.append(f"benchmarks/finetune/{t}/{m}-ft{s}.tsv")
+                for f in S.fractions:
+                    files += [f"benchmarks/extract/{t}/{m}-ft{s}-ckpt{f}-{i}.tsv" for i in range(N_SHARDS)]
+                    files.append(f"benchmarks/feature_manifest/{t}/{m}-ft{s}-ckpt{f}.tsv")
+                    files += [f"benchmarks/train_head/{t}/{m}-ft{s}-ckpt{f}-{h}.tsv" for h in S.heads]
+    return files

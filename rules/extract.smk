@@ -1,0 +1,44 @@
+rule extract:
+    """Shard {shard} of every split of a task: the [CLS] hidden state of every layer of a
+    frozen checkpoint, one HDF5 file per split."""
+    input:
+        checkpoint=CKPT + "/model.safetensors",
+        tokens=rules.tokenize.output,
+    output:
+        directory(FEATURES + "/shard-{shard}-of-" + str(N_SHARDS)),
+    params:
+        settings=as_json(S.extract()),
+        attrs=extract_attrs,
+        splits=lambda wc: splits_of(get_task(wc.task)),
+    log:
+        "logs/extract/{task}/{model}-ft{ftseed}-ckpt{frac}-{shard}.log",
+    benchmark:
+        "benchmarks/extract/{task}/{model}-ft{ftseed}-ckpt{frac}-{shard}.tsv"
+    threads: 1
+    resources:
+        gpu=GPU,
+        mem_mb=lambda wc, attempt: 6000 * attempt,
+        runtime=lambda wc, attempt: 60 * attempt,
+    shell:
+        "{BV} extract --checkpoint $(dirname {input.checkpoint}) --tokens-dir {input.tokens} "
+        "--splits {params.splits} --out-dir {output} --shard {wildcards.shard} --shards {N_SHARDS} "
+        "--settings {params.settings:q} --attrs {params.attrs:q} --threads {threads} > {log} 2>&1"
+
+
+rule feature_manifest:
+    """Check that each split's shards tile it exactly; record their sizes and checksums."""
+    input:
+        shard_dirs,
+    output:
+        FEATURES + "/manifest.json",
+    params:
+        splits=lambda wc: splits_of(get_task(wc.task)),
+    log:
+        "logs/feature_manifest/{task}/{model}-ft{ftseed}-ckpt{frac}.log",
+    benchmark:
+        "benchmarks/feature_manifest/{task}/{model}-ft{ftseed}-ckpt{frac}.tsv"
+    resources:
+        mem_mb=1000,
+        runtime=lambda wc, attempt: 30 * attempt,
+    shell:
+        "{BV} manifest --out {output} --splits {params.splits} --shard-dirs {input} > {log} 2>&1"

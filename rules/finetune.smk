@@ -1,0 +1,25 @@
+rule finetune:
+    """Partial fine-tuning: a checkpoint (safetensors) plus BERT's own evaluation predictions
+    and metrics at every configured epoch fraction; fraction 0 = the pretrained encoder."""
+    input:
+        rules.tokenize.output,
+    output:
+        expand(CKPT + "/{file}", frac=S.fractions, file=["model.safetensors", "config.json",
+               "eval_metrics.json", "eval_predictions.parquet"], allow_missing=True),
+    params:
+        backbone=lambda wc: S.pretrained(wc.model),
+        settings=lambda wc: as_json(S.finetune(wc.task)),
+        out_dir="models/{model}/{task}/ft{ftseed}",
+    log:
+        "logs/finetune/{task}/{model}-ft{ftseed}.log",
+    benchmark:
+        "benchmarks/finetune/{task}/{model}-ft{ftseed}.tsv"
+    threads: THREADS
+    resources:
+        gpu=GPU,
+        mem_mb=lambda wc, attempt: 8000 * attempt,
+        runtime=lambda wc, attempt: 120 * attempt,
+    shell:
+        "{BV} finetune --task {wildcards.task} --backbone {params.backbone:q} --tokens-dir {input} "
+        "--out-dir {params.out_dir} --seed {wildcards.ftseed} --settings {params.settings:q} "
+        "--threads {threads} > {log} 2>&1"

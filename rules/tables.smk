@@ -1,0 +1,20 @@
+rule tables:
+    """Result tables (Markdown + CSV) from the metrics files, and wall time per stage from the
+    benchmark files."""
+    input:
+        bert=all_bert_metrics(),
+        heads=all_head_metrics(),
+        benchmarks=all_benchmarks(),
+    output:
+        md="results/tables/glue.md",
+        csv="results/tables/glue.csv",
+        timing_md="results/tables/timing.md",
+        timing_csv="results/tables/timing.csv",
+    params:
+        heads=S.heads,
+    log:
+        "logs/tables.log",
+    shell:
+        "{BV} tables --bert-metrics {input.bert} --head-metrics {input.heads} "
+        "--benchmarks {input.benchmarks} --heads {params.heads} --md {output.md} --csv {output.csv} "
+        "--timing-md {output.timing_md} --timing-csv {output.timing_csv} > {log} 2>&1"
