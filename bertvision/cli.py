@@ -52,14 +52,11 @@ def cmd_manifest(a):
     write_manifest(a.shard_dirs, a.out, a.splits)
 
 
-def cmd_train_head(a):
+def cmd_train_heads(a):
     from bertvision.tasks import get_task
-    from bertvision.train_head import train_head
+    from bertvision.train_head import train_heads
 
-    if len(a.seeds) != len(a.out_dirs):
-        raise SystemExit("--seeds and --out-dirs must have the same length")
-    train_head(get_task(a.task), a.head, a.spec, a.settings, a.manifest, a.seeds,
-               dict(zip(a.seeds, a.out_dirs)), a.threads)
+    train_heads(get_task(a.task), a.heads, a.settings, a.manifest, a.seeds, a.out_dir, a.threads)
 
 
 def cmd_tables(a):
@@ -122,16 +119,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--shard-dirs", type=Path, nargs="+", required=True)
     s.set_defaults(func=cmd_manifest)
 
-    s = sub.add_parser("train-head", help="train one head on one checkpoint's features, per seed")
+    s = sub.add_parser("train-heads", help="train every head on one checkpoint's features, per seed")
     s.add_argument("--task", required=True)
-    s.add_argument("--head", required=True)
-    s.add_argument("--spec", type=_json, required=True)
+    s.add_argument("--heads", type=_json, required=True, help='{"name": {"type": ...}, ...}')
     s.add_argument("--settings", type=_json, required=True)
     s.add_argument("--manifest", type=Path, required=True)
     s.add_argument("--seeds", type=int, nargs="+", required=True)
-    s.add_argument("--out-dirs", type=Path, nargs="+", required=True)
+    s.add_argument("--out-dir", type=Path, required=True)
     s.add_argument("--threads", type=int)
-    s.set_defaults(func=cmd_train_head)
+    s.set_defaults(func=cmd_train_heads)
 
     s = sub.add_parser("tables", help="result and timing tables from metrics and benchmark files")
     s.add_argument("--bert-metrics", type=Path, nargs="*", default=[])

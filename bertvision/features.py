@@ -92,6 +92,8 @@ class ShardWriter:
 
 
 def shard_summary(path: Path, root: Path) -> dict:
+    if not Path(path).exists():
+        raise FeatureError(f"{path}: missing; its extraction job did not finish")
     with h5py.File(path, "r") as f:
         attrs = {k: (v.item() if hasattr(v, "item") else v) for k, v in f.attrs.items()}
         shape = f["cls"].shape

@@ -96,7 +96,7 @@ def timing_table(benchmarks: list[Path], root: Path = Path("benchmarks")) -> pd.
               .reset_index())
 
 
-STAGE_ORDER = ["download", "tokenize", "finetune", "extract", "feature_manifest", "train_head"]
+STAGE_ORDER = ["download", "tokenize", "finetune", "extract", "feature_manifest", "train_heads"]
 
 
 def timing_markdown(timing: pd.DataFrame) -> str:

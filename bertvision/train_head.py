@@ -1,12 +1,14 @@
-"""The ``train_head`` stage: train one head architecture on one checkpoint's features for each
-configured seed. The number of epochs is chosen on the selection split (early stopping, best
-epoch restored); the evaluation splits are only ever scored, never used for a choice."""
+"""The ``train_heads`` stage: train every configured head architecture on one checkpoint's
+features, for each seed. The number of epochs is chosen on the selection split (early
+stopping, best epoch restored); the evaluation splits are only ever scored, never used for a
+choice. One job per checkpoint: the features are read and verified once for all heads."""
 
 from __future__ import annotations
 
 import copy
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +32,53 @@ def loss_fn(kind: str):
     return lambda out, y: torch.nn.functional.cross_entropy(out, y.long())
 
 
+class PermutedBatches:
+    """One epoch of contiguous mini-batches over already-shuffled tensors."""
+
+    def __init__(self, x, y, batch_size: int, wait_seconds: float):
+        self.x, self.y, self.batch_size, self.wait_seconds = x, y, batch_size, wait_seconds
+
+    def __iter__(self):
+        for i in range(0, len(self.x), self.batch_size):
+            yield self.x[i : i + self.batch_size], self.y[i : i + self.batch_size]
+
+
+class TrainingData:
+    """Training batches for every epoch.
+
+    When the features fit in ``in_memory_max_mb`` (as float32) they are held on the training
+    device, and a background thread prepares the next epoch's shuffled copy while the current
+    epoch trains; otherwise they are streamed from the shards (``BatchStream``).
+    """
+
+    def __init__(self, features: FeatureSet, batch_size: int, device: torch.device, in_memory_max_mb: float):
+        self.features, self.batch_size, self.device = features, batch_size, device
+        layers, hidden = features.shape
+        fp32_mb = features.n_examples * layers * hidden * 4 / 2**20
+        self.in_memory = fp32_mb <= in_memory_max_mb
+        if self.in_memory:
+            x, y, _ = features.read_all()
+            self.x = torch.from_numpy(x.astype(np.float32)).to(device)
+            self.y = torch.from_numpy(y).to(device)
+            self._pool = ThreadPoolExecutor(max_workers=1)
+            self._next: dict = {}
+
+    def _shuffled(self, seed: int):
+        order = torch.randperm(len(self.x), generator=torch.Generator().manual_seed(seed)).to(self.device)
+        return self.x[order], self.y[order]
+
+    def epoch(self, seed: int):
+        """Batches for the epoch with shuffling ``seed``; the next call is expected with ``seed + 1``."""
+        if not self.in_memory:
+            return BatchStream(self.features, self.batch_size, seed=seed, pin_memory=self.device.type == "cuda")
+        t0 = time.perf_counter()
+        pending = self._next.pop(seed, None) or self._pool.submit(self._shuffled, seed)
+        x, y = pending.result()
+        wait = time.perf_counter() - t0
+        self._next = {seed + 1: self._pool.submit(self._shuffled, seed + 1)}
+        return PermutedBatches(x, y, self.batch_size, wait)
+
+
 def predict_arrays(head, x: np.ndarray, device, batch_size: int = 1024) -> np.ndarray:
     head.eval()
     outs = []
@@ -37,7 +86,7 @@ def predict_arrays(head, x: np.ndarray, device, batch_size: int = 1024) -> np.nd
         for i in range(0, len(x), batch_size):
             xb = torch.from_numpy(x[i : i + batch_size].astype(np.float32)).to(device)
             outs.append(head(xb).float().cpu().numpy())
-    return np.concatenate(outs) if outs else np.zeros((0, 1), dtype=np.float32)
+    return np.concatenate(outs)
 
 
 def score(head, data, task: TaskSpec, device) -> tuple[dict, np.ndarray]:
@@ -46,14 +95,13 @@ def score(head, data, task: TaskSpec, device) -> tuple[dict, np.ndarray]:
     return compute_metrics(task.metrics, predictions_from_outputs(outputs, task.kind), y), outputs
 
 
-def train_one_seed(task: TaskSpec, spec: dict, settings: dict, train: FeatureSet, selection, seed: int, device):
+def train_one(task: TaskSpec, spec: dict, settings: dict, data: TrainingData, selection, seed: int, device):
+    """Train one head with one seed; return it with the best epoch (by selection score) restored."""
     torch.manual_seed(seed)
-    layers, hidden = train.shape
+    layers, hidden = data.features.shape
     head = build_head(spec, layers, hidden, task.num_labels).to(device)
-    batch_size = int(settings["batch_size"])
     max_epochs = int(settings["max_epochs"])
-    steps_per_epoch = -(-train.n_examples // batch_size)
-    total = max_epochs * steps_per_epoch
+    total = max_epochs * -(-data.features.n_examples // data.batch_size)
     warmup = int(round(float(settings["warmup_ratio"]) * total))
     opt = torch.optim.AdamW(head.parameters(), lr=float(settings["learning_rate"]),
                             weight_decay=float(settings["weight_decay"]))
@@ -61,15 +109,14 @@ def train_one_seed(task: TaskSpec, spec: dict, settings: dict, train: FeatureSet
         opt, lambda s: (s + 1) / max(1, warmup) if s < warmup else max(0.0, (total - s) / max(1, total - warmup))
     )
     criterion = loss_fn(task.kind)
-    primary = task.primary_metric
     best = {"score": -np.inf, "epoch": 0, "state": copy.deepcopy(head.state_dict()), "metrics": None}
     history, wait, loop_seconds, stale = [], 0.0, 0.0, 0
     for epoch in range(1, max_epochs + 1):
-        stream = BatchStream(train, batch_size, seed=seed * 1000 + epoch, pin_memory=device.type == "cuda")
+        batches = data.epoch(seed * 1000 + epoch)
         head.train()
         t0 = time.perf_counter()
         losses = []
-        for xb, yb in stream:
+        for xb, yb in batches:
             xb, yb = xb.to(device, non_blocking=True), yb.to(device, non_blocking=True)
             loss = criterion(head(xb), yb)
             opt.zero_grad(set_to_none=True)
@@ -78,12 +125,12 @@ def train_one_seed(task: TaskSpec, spec: dict, settings: dict, train: FeatureSet
             sched.step()
             losses.append(loss.detach())
         loop_seconds += time.perf_counter() - t0
-        wait += stream.wait_seconds
+        wait += batches.wait_seconds
         sel_metrics, _ = score(head, selection, task, device)
         history.append({"epoch": epoch, "train_loss": float(torch.stack(losses).mean()), "selection": sel_metrics})
-        if sel_metrics[primary] > best["score"]:
-            best = {"score": sel_metrics[primary], "epoch": epoch, "state": copy.deepcopy(head.state_dict()),
-                    "metrics": sel_metrics}
+        if sel_metrics[task.primary_metric] > best["score"]:
+            best = {"score": sel_metrics[task.primary_metric], "epoch": epoch,
+                    "state": copy.deepcopy(head.state_dict()), "metrics": sel_metrics}
             stale = 0
         else:
             stale += 1
@@ -95,61 +142,58 @@ def train_one_seed(task: TaskSpec, spec: dict, settings: dict, train: FeatureSet
     return head, best, history, timing
 
 
-def train_head(
+def save_head(head, head_name: str, spec: dict, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    with atomic_path(out / "head.safetensors") as tmp:
+        save_file({k: v.contiguous().cpu() for k, v in head.state_dict().items()}, str(tmp),
+                  metadata={"head": head_name, "type": spec["type"]})
+
+
+def train_heads(
     task: TaskSpec,
-    head_name: str,
-    spec: dict,
+    heads: dict[str, dict],
     settings: dict,
     manifest: Path,
     seeds: list[int],
-    out_dirs: dict[int, Path],
+    out_root: Path,
     threads: int | None = None,
 ) -> None:
-    """``manifest``: the checkpoint's feature manifest (train, selection and the eval splits)."""
+    """Write ``{out_root}/{head}/seed{seed}/`` (weights, eval predictions, metrics) for every
+    head and seed. ``manifest``: the checkpoint's feature manifest."""
     set_threads(threads)
     device = pick_device(settings["device"])
     feats = {split: FeatureSet.open(manifest, split, verify=settings["verify"]) for split in splits_of(task)}
-    train = feats["train"]
+    data = TrainingData(feats["train"], int(settings["batch_size"]), device, float(settings["in_memory_max_mb"]))
     held = {split: fs.read_all() for split, fs in feats.items() if split != "train"}
-    source = train.manifest["source"]
-    for seed in seeds:
-        t0 = time.perf_counter()
-        head, best, history, timing = train_one_seed(task, spec, settings, train, held["selection"], seed, device)
-        metrics, tables = {}, []
-        for split in task.eval_splits:
-            metrics[split], outputs = score(head, held[split], task, device)
-            _, labels, idx = held[split]
-            tables.append(pd.DataFrame({
-                "split": split, "idx": idx, "label": labels,
-                "prediction": predictions_from_outputs(outputs, task.kind), "outputs": list(outputs),
-            }))
-        params = count_parameters(head)
-        out = Path(out_dirs[seed])
-        out.mkdir(parents=True, exist_ok=True)
-        with atomic_path(out / "head.safetensors") as tmp:
-            save_file({k: v.contiguous().cpu() for k, v in head.state_dict().items()}, str(tmp),
-                      metadata={"head": head_name, "type": spec["type"]})
-        atomic_write_parquet(pd.concat(tables, ignore_index=True), out / "eval_predictions.parquet")
-        record = {
-            "task": task.name,
-            "head": head_name,
-            "head_spec": spec,
-            "seed": seed,
-            "source": source,
-            "parameters": params,
-            "encoder_parameters": train.manifest["encoder_parameters"],
-            "parameter_percent": 100.0 * params / train.manifest["encoder_parameters"],
-            "best_epoch": best["epoch"],
-            "selection_metrics": best["metrics"],
-            "metrics": metrics,
-            "history": history,
-            "seconds": time.perf_counter() - t0,
-            **timing,
-            "device": str(device),
-        }
-        if isinstance(head, ScalarMixHead):
-            record["layer_weights"] = head.layer_weights().detach().cpu().tolist()
-            record["gamma"] = float(head.gamma.detach())
-        atomic_write_json(record, out / "metrics.json")
-        log.info("%s %s seed %d: best epoch %d, selection %s, eval %s, data wait %.1f%%",
-                 task.name, head_name, seed, best["epoch"], best["metrics"], metrics, 100 * timing["data_wait_share"])
+    source = feats["train"].manifest["source"]
+    encoder_params = feats["train"].manifest["encoder_parameters"]
+    for head_name, spec in heads.items():
+        for seed in seeds:
+            t0 = time.perf_counter()
+            head, best, history, timing = train_one(task, spec, settings, data, held["selection"], seed, device)
+            metrics, tables = {}, []
+            for split in task.eval_splits:
+                metrics[split], outputs = score(head, held[split], task, device)
+                _, labels, idx = held[split]
+                tables.append(pd.DataFrame({
+                    "split": split, "idx": idx, "label": labels,
+                    "prediction": predictions_from_outputs(outputs, task.kind), "outputs": list(outputs),
+                }))
+            out = Path(out_root) / head_name / f"seed{seed}"
+            save_head(head, head_name, spec, out)
+            atomic_write_parquet(pd.concat(tables, ignore_index=True), out / "eval_predictions.parquet")
+            params = count_parameters(head)
+            record = {
+                "task": task.name, "head": head_name, "head_spec": spec, "seed": seed, "source": source,
+                "parameters": params, "encoder_parameters": encoder_params,
+                "parameter_percent": 100.0 * params / encoder_params,
+                "best_epoch": best["epoch"], "selection_metrics": best["metrics"], "metrics": metrics,
+                "history": history, "seconds": time.perf_counter() - t0, **timing,
+                "data_in_memory": data.in_memory, "device": str(device),
+            }
+            if isinstance(head, ScalarMixHead):
+                record["layer_weights"] = head.layer_weights().detach().cpu().tolist()
+                record["gamma"] = float(head.gamma.detach())
+            atomic_write_json(record, out / "metrics.json")
+            log.info("%s %s seed %d: best epoch %d, selection %s, eval %s, data wait %.2f%%", task.name, head_name,
+                     seed, best["epoch"], best["metrics"], metrics, 100 * timing["data_wait_share"])

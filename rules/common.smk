@@ -18,7 +18,6 @@ wildcard_constraints:
     frac=r"[0-9.]+",
     ftseed=r"\d+",
     shard=r"\d+",
-    head=r"[A-Za-z0-9_.-]+",
 
 
 def as_json(obj):
@@ -33,7 +32,7 @@ GPU = int(config["resources"]["gpu_rules"])
 
 CKPT = "models/{model}/{task}/ft{ftseed}/ckpt-{frac}"
 FEATURES = "features/{model}/{task}/ft{ftseed}/ckpt-{frac}"
-HEAD_DIR = "heads/{model}/{task}/ft{ftseed}/ckpt-{frac}/{head}"
+HEADS = "heads/{model}/{task}/ft{ftseed}/ckpt-{frac}"
 
 
 def glue_inputs(wildcards):
@@ -48,10 +47,6 @@ def glue_inputs(wildcards):
 
 def shard_dirs(wildcards):
     return [FEATURES.format(**wildcards) + f"/shard-{i}-of-{N_SHARDS}" for i in range(N_SHARDS)]
-
-
-def head_seed_dirs(wildcards):
-    return [HEAD_DIR.format(**wildcards) + f"/seed{s}" for s in HEAD_SEEDS]
 
 
 def extract_attrs(wildcards):
@@ -79,7 +74,7 @@ def all_bert_metrics():
 
 def all_head_metrics():
     return [
-        HEAD_DIR.format(model=m, task=t, ftseed=s, frac=f, head=h) + f"/seed{hs}/metrics.json"
+        HEADS.format(model=m, task=t, ftseed=s, frac=f) + f"/{h}/seed{hs}/metrics.json"
         for m in S.models
         for t in S.tasks
         for s in FT_SEEDS
@@ -100,5 +95,5 @@ def all_benchmarks():
                 for f in S.fractions:
                     files += [f"benchmarks/extract/{t}/{m}-ft{s}-ckpt{f}-{i}.tsv" for i in range(N_SHARDS)]
                     files.append(f"benchmarks/feature_manifest/{t}/{m}-ft{s}-ckpt{f}.tsv")
-                    files += [f"benchmarks/train_head/{t}/{m}-ft{s}-ckpt{f}-{h}.tsv" for h in S.heads]
+                    files.append(f"benchmarks/train_heads/{t}/{m}-ft{s}-ckpt{f}.tsv")
     return files

@@ -1,0 +1,79 @@
+"""The download stage: seeded subsampling, a selection split disjoint from train, and the
+hub code path exercised against a local dataset repository."""
+
+import pandas as pd
+import pytest
+
+from bertvision.data.download import carve_selection, download_task, subsample
+from bertvision.data.glue_files import locate, parse_split
+from bertvision.tasks import get_task
+from tests.conftest import SHIPPED_GLUE
+
+
+def settings(**kw):
+    base = {"source": "local", "glue_dir": str(SHIPPED_GLUE), "hub_repo": None, "seed": 13,
+            "selection_fraction": 0.1, "train_size": None, "eval_size": None}
+    return {**base, **kw}
+
+
+def test_local_download_writes_all_splits(tmp_path):
+    counts = download_task(get_task("mrpc"), settings(train_size=500), tmp_path)
+    assert counts == {"train": 450, "selection": 50, "dev": 408}
+    train = pd.read_parquet(tmp_path / "train.parquet")
+    sel = pd.read_parquet(tmp_path / "selection.parquet")
+    assert not set(train["idx"]) & set(sel["idx"])
+    assert list(train.columns) == ["idx", "sentence1", "sentence2", "label"]
+
+
+def test_download_is_deterministic_and_seeded(tmp_path):
+    task = get_task("sst2")
+    download_task(task, settings(train_size=300), tmp_path / "a")
+    download_task(task, settings(train_size=300), tmp_path / "b")
+    download_task(task, settings(train_size=300, seed=14), tmp_path / "c")
+    a, b, c = (pd.read_parquet(tmp_path / d / "train.parquet") for d in "abc")
+    assert a.equals(b)
+    assert not a["idx"].equals(c["idx"])
+
+
+def test_full_download_keeps_every_row(tmp_path):
+    task = get_task("rte")
+    counts = download_task(task, settings(), tmp_path)
+    assert counts["train"] + counts["selection"] == 2490 and counts["dev"] == 277
+
+
+def test_subsample_and_selection_edge_cases():
+    df = pd.DataFrame({"idx": range(10)})
+    assert len(subsample(df, None, 0)) == 10 and len(subsample(df, 100, 0)) == 10
+    train, sel = carve_selection(df, 0.01, 0)
+    assert len(sel) == 1 and len(train) == 9
+    with pytest.raises(ValueError, match="leaves no training rows"):
+        carve_selection(df.iloc[:1], 0.5, 0)
+
+
+@pytest.fixture
+def local_hub_repo(tmp_path):
+    """A dataset repository laid out like nyu-mll/glue (parquet per config and split)."""
+    datasets = pytest.importorskip("datasets")  # noqa: F841
+    task = get_task("mrpc")
+    repo = tmp_path / "glue-repo"
+    for split, hub_split in task.hub_splits.items():
+        df = parse_split(locate(SHIPPED_GLUE, task, split), task, split).iloc[:40]
+        df = df.assign(label=df["label"].astype("int64"))
+        (repo / "mrpc").mkdir(parents=True, exist_ok=True)
+        df[["sentence1", "sentence2", "label", "idx"]].to_parquet(repo / "mrpc" / f"{hub_split}-00000-of-00001.parquet")
+    (repo / "README.md").write_text(
+        "---\nconfigs:\n- config_name: mrpc\n  data_files:\n"
+        "  - split: train\n    path: mrpc/train-*\n  - split: validation\n    path: mrpc/validation-*\n---\n"
+    )
+    return repo
+
+
+def test_hub_path_with_a_local_repository(tmp_path, local_hub_repo, monkeypatch):
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    counts = download_task(get_task("mrpc"), settings(source="hub", hub_repo=str(local_hub_repo)), tmp_path / "out")
+    assert counts == {"train": 36, "selection": 4, "dev": 40}
+    local = parse_split(locate(SHIPPED_GLUE, get_task("mrpc"), "dev"), get_task("mrpc"), "dev").iloc[:40]
+    hub = pd.read_parquet(tmp_path / "out" / "dev.parquet")
+    assert hub["sentence1"].tolist() == local["sentence1"].tolist()
+    assert hub["label"].tolist() == local["label"].tolist()

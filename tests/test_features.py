@@ -1,0 +1,165 @@
+"""The feature store: round trip, verification, and atomic extraction."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from bertvision.features import BatchStream, FeatureError, FeatureSet, ShardWriter, shard_rows, write_manifest
+from tests.conftest import REPO
+
+ATTRS = {"model": "m", "task": "mrpc", "checkpoint": "0.3", "ft_seed": 1, "label_kind": "classification",
+         "encoder_parameters": 1000}
+
+
+def write_split(root: Path, split: str, data: np.ndarray, labels: np.ndarray, n_shards: int):
+    for shard in range(n_shards):
+        start, end = shard_rows(len(data), n_shards, shard)
+        attrs = {**ATTRS, "split": split, "row_start": start, "row_end": end, "split_rows": len(data)}
+        with ShardWriter(root / f"shard-{shard}-of-{n_shards}" / f"{split}.h5", end - start,
+                         data.shape[1], data.shape[2], "int64", attrs) as w:
+            w.write_block(0, data[start:end], labels[start:end], np.arange(start, end) + 100)
+
+
+@pytest.fixture
+def feature_dir(tmp_path):
+    rng = np.random.default_rng(0)
+    data = {s: rng.normal(size=(n, 3, 8)).astype(np.float16) for s, n in (("train", 50), ("dev", 7))}
+    labels = {s: rng.integers(0, 2, len(d)) for s, d in data.items()}
+    for split in data:
+        write_split(tmp_path, split, data[split], labels[split], n_shards=3)
+    shards = sorted(tmp_path.glob("shard-*"))
+    write_manifest(shards, tmp_path / "manifest.json", ["train", "dev"])
+    return tmp_path, data, labels
+
+
+def test_round_trip(feature_dir):
+    root, data, labels = feature_dir
+    for split in data:
+        fs = FeatureSet.open(root / "manifest.json", split)
+        x, y, idx = fs.read_all()
+        assert x.dtype == np.float16 and np.array_equal(x, data[split])
+        assert np.array_equal(y, labels[split])
+        assert np.array_equal(idx, np.arange(len(x)) + 100)
+        assert fs.shape == (3, 8)
+
+
+def test_stream_visits_every_row_once(feature_dir):
+    root, data, labels = feature_dir
+    fs = FeatureSet.open(root / "manifest.json", "train")
+    stream = BatchStream(fs, batch_size=4, seed=1, buffer_rows=10, block_rows=6)
+    xs = np.concatenate([x.numpy() for x, _ in stream])
+    assert len(xs) == 50
+    key = lambda a: sorted(map(bytes, a.astype(np.float32).reshape(len(a), -1)))  # noqa: E731
+    assert key(xs) == key(data["train"].astype(np.float32))
+    order_a = np.concatenate([y.numpy() for _, y in BatchStream(fs, 4, seed=1)])
+    order_b = np.concatenate([y.numpy() for _, y in BatchStream(fs, 4, seed=2)])
+    assert sorted(order_a) == sorted(order_b)
+
+
+def test_truncated_shard_is_rejected(feature_dir):
+    root, _, _ = feature_dir
+    path = root / "shard-1-of-3" / "train.h5"
+    path.write_bytes(path.read_bytes()[:-100])
+    with pytest.raises(FeatureError, match=r"shard-1-of-3/train.h5: \d+ bytes, the manifest says \d+"):
+        FeatureSet.open(root / "manifest.json", "train")
+
+
+def test_tampered_shard_is_rejected(feature_dir):
+    root, _, _ = feature_dir
+    path = root / "shard-2-of-3" / "train.h5"
+    raw = bytearray(path.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    with pytest.raises(FeatureError, match=r"sha256 differs"):
+        FeatureSet.open(root / "manifest.json", "train")
+
+
+def test_fletcher32_catches_corrupted_chunk_without_manifest_check(feature_dir):
+    root, _, _ = feature_dir
+    path = root / "shard-0-of-3" / "train.h5"
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        offset = f["cls"].id.get_chunk_info(0).byte_offset
+    raw = bytearray(path.read_bytes())
+    raw[offset + 3] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    fs = FeatureSet.open(root / "manifest.json", "train", verify="none")
+    with pytest.raises(FeatureError, match="unreadable HDF5 shard"):
+        fs.read_all()
+
+
+def test_manifest_refuses_a_gap(tmp_path):
+    data = np.zeros((10, 2, 4), np.float16)
+    write_split(tmp_path, "train", data, np.zeros(10, int), n_shards=2)
+    with pytest.raises(FeatureError, match="starts at row 5, expected 0"):
+        write_manifest([tmp_path / "shard-1-of-2"], tmp_path / "manifest.json", ["train"])
+
+
+def test_missing_manifest_is_a_clear_error(tmp_path):
+    with pytest.raises(FeatureError, match="no manifest; the extraction did not finish"):
+        FeatureSet.open(tmp_path / "manifest.json", "train")
+
+
+def test_failed_writer_leaves_no_file(tmp_path):
+    target = tmp_path / "x.h5"
+    with pytest.raises(RuntimeError):
+        with ShardWriter(target, 4, 2, 3, "int64", {**ATTRS, "split": "train"}) as w:
+            w.write_block(0, np.zeros((2, 2, 3)), np.zeros(2), np.zeros(2))
+            raise RuntimeError("boom")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_shard_rows_tile_exactly():
+    for n in (0, 1, 7, 100):
+        for k in (1, 3, 8):
+            ranges = [shard_rows(n, k, i) for i in range(k)]
+            assert ranges[0][0] == 0 and ranges[-1][1] == n
+            assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+
+
+def test_killed_extraction_leaves_nothing_a_rerun_accepts(tmp_path, tiny_bert):
+    """SIGKILL an extraction midway: the shard directory must not exist, only a temporary one."""
+    from tests.tiny_bert import DEFAULT_BACKBONE  # noqa: F401  (the tiny model shares its vocab)
+
+    n = 4000
+    rng = np.random.default_rng(0)
+    tokens = pd.DataFrame({
+        "idx": np.arange(n),
+        "input_ids": [np.r_[101, rng.integers(1000, 5000, 60), 102].astype(np.int32) for _ in range(n)],
+        "token_type_ids": [np.zeros(62, np.int8) for _ in range(n)],
+        "length": np.full(n, 62, np.int32),
+        "label": rng.integers(0, 2, n),
+    })
+    tokens_dir = tmp_path / "tokens"
+    tokens_dir.mkdir()
+    tokens.to_parquet(tokens_dir / "train.parquet")
+    out_dir = tmp_path / "features" / "shard-0-of-1"
+    cmd = [sys.executable, "-m", "bertvision", "extract", "--checkpoint", str(tiny_bert),
+           "--tokens-dir", str(tokens_dir), "--splits", "train", "--out-dir", str(out_dir),
+           "--shard", "0", "--shards", "1", "--threads", "1",
+           "--settings", json.dumps({"batch_size": 1, "block_rows": 64, "device": "cpu", "precision": "fp32"}),
+           "--attrs", json.dumps({k: v for k, v in ATTRS.items() if k != "encoder_parameters"})]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    tmp_h5 = None
+    while time.time() < deadline and tmp_h5 is None:
+        found = list((tmp_path / "features").glob(".shard-0-of-1.tmp-*/.train.h5.tmp-*"))
+        tmp_h5 = found[0] if found and found[0].stat().st_size > 0 else None
+        time.sleep(0.05)
+    assert tmp_h5 is not None, "extraction never started writing"
+    assert proc.poll() is None, "extraction finished before it could be killed; give it more rows"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not out_dir.exists()
+    with pytest.raises(FeatureError):
+        write_manifest([out_dir], tmp_path / "features" / "manifest.json", ["train"])
+    assert not (tmp_path / "features" / "manifest.json").exists()

@@ -1,0 +1,76 @@
+"""Head parameter counts, shapes and gradients."""
+
+import pytest
+import torch
+
+from bertvision.heads import AdapterPoolerHead, LayerMeanHead, ScalarMixHead, build_head, count_parameters
+
+L, H, C = 7, 384, 2
+
+
+def test_scalar_mix_parameter_count_and_gradients():
+    head = ScalarMixHead(L, H, C)
+    assert count_parameters(head) == L + 1 + H * C + C
+    assert isinstance(head.layer_logits, torch.nn.Parameter) and isinstance(head.gamma, torch.nn.Parameter)
+    x = torch.randn(4, L, H)
+    # Make layers distinguishable so the mixing weights matter.
+    x[:, 0] *= 5
+    head(x).sum().backward()
+    assert head.layer_logits.grad is not None and head.layer_logits.grad.abs().sum() > 0
+    assert head.gamma.grad is not None and head.gamma.grad.abs() > 0
+
+
+def test_scalar_mix_softmax_is_over_weights_not_data():
+    head = ScalarMixHead(L, H, C)
+    with torch.no_grad():
+        head.layer_logits.copy_(torch.tensor([10.0] + [-10.0] * (L - 1)))
+    x = torch.randn(3, L, H)
+    mixed = head.gamma * torch.einsum("l,blh->bh", head.layer_weights(), x)
+    assert torch.allclose(mixed, x[:, 0], atol=1e-6)
+    assert torch.allclose(head.layer_weights().sum(), torch.tensor(1.0))
+
+
+def test_layer_mean_parameter_count():
+    assert count_parameters(LayerMeanHead(L, H, C)) == H * C + C
+
+
+@pytest.mark.parametrize("width", [8, 64])
+@pytest.mark.parametrize("skip", [False, True])
+def test_adapter_parameter_counts(width, skip):
+    shared = AdapterPoolerHead(L, H, C, width=width, shared=True, skip=skip)
+    independent = AdapterPoolerHead(L, H, C, width=width, shared=False, skip=skip)
+    classifier = (L * width + (H if skip else 0)) * C + C
+    assert count_parameters(shared) == H * width + width + classifier
+    assert count_parameters(independent) == L * (H * width + width) + classifier
+
+
+def test_adapter_matches_original_paper_size():
+    # BERT-large, adapter 386 shared: 395,650 adapter parameters (reference §2.3).
+    head = AdapterPoolerHead(25, 1024, 2, width=386, shared=True)
+    assert count_parameters(head.adapter) == 395_650
+
+
+def test_independent_adapter_uses_one_projection_per_layer():
+    head = AdapterPoolerHead(3, 8, 2, width=4, shared=False)
+    x = torch.randn(5, 3, 8)
+    z = torch.einsum("blh,lha->bla", x, head.weight) + head.bias
+    for layer in range(3):
+        expected = x[:, layer] @ head.weight[layer] + head.bias[layer]
+        assert torch.allclose(z[:, layer], expected, atol=1e-6)
+
+
+def test_skip_concatenates_last_layer():
+    head = AdapterPoolerHead(3, 8, 1, width=4, skip=True)
+    x = torch.randn(2, 3, 8)
+    with torch.no_grad():
+        head.classifier.weight.zero_()
+        head.classifier.weight[0, -8:] = 1.0
+        head.classifier.bias.zero_()
+    assert torch.allclose(head(x)[:, 0], x[:, -1].sum(dim=1), atol=1e-5)
+
+
+def test_build_head_registry():
+    assert isinstance(build_head({"type": "lp"}, L, H, C), ScalarMixHead)
+    assert build_head({"type": "adapter", "width": 16}, L, H, 1)(torch.randn(2, L, H)).shape == (2, 1)
+    with pytest.raises(KeyError, match="unknown head type"):
+        build_head({"type": "cnn"}, L, H, C)

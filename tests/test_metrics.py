@@ -1,0 +1,42 @@
+"""Our metrics agree with scikit-learn and SciPy."""
+
+import numpy as np
+import pytest
+from scipy import stats
+from sklearn import metrics as skm
+
+from bertvision.metrics import accuracy, f1, mcc, pearson, spearman
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_classification_metrics_match_sklearn(seed):
+    rng = np.random.default_rng(seed)
+    gold = rng.integers(0, 2, 300)
+    pred = np.where(rng.random(300) < 0.7, gold, 1 - gold)
+    assert accuracy(pred, gold) == pytest.approx(skm.accuracy_score(gold, pred))
+    assert f1(pred, gold) == pytest.approx(skm.f1_score(gold, pred))
+    assert mcc(pred, gold) == pytest.approx(skm.matthews_corrcoef(gold, pred))
+
+
+def test_f1_is_not_accuracy():
+    gold = np.array([1, 1, 0, 0, 0, 0])
+    pred = np.array([1, 0, 0, 0, 0, 0])
+    assert f1(pred, gold) == pytest.approx(2 / 3)
+    assert accuracy(pred, gold) == pytest.approx(5 / 6)
+
+
+def test_multiclass_mcc_and_constant_predictor():
+    rng = np.random.default_rng(0)
+    gold = rng.integers(0, 3, 200)
+    pred = np.where(rng.random(200) < 0.5, gold, rng.integers(0, 3, 200))
+    assert mcc(pred, gold) == pytest.approx(skm.matthews_corrcoef(gold, pred))
+    assert mcc(np.zeros(10, int), np.r_[np.zeros(5, int), np.ones(5, int)]) == 0.0
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_correlations_match_scipy(seed):
+    rng = np.random.default_rng(seed)
+    gold = np.round(rng.uniform(0, 5, 200), 1)  # ties, as in STS-B
+    pred = gold + rng.normal(0, 1, 200)
+    assert pearson(pred, gold) == pytest.approx(stats.pearsonr(pred, gold)[0])
+    assert spearman(pred, gold) == pytest.approx(stats.spearmanr(pred, gold)[0])

