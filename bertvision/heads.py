@@ -64,6 +64,21 @@ class AdapterPoolerHead(nn.Module):
         return self.classifier(self.dropout(features))
 
 
+class Standardized(nn.Module):
+    """Standardize each (layer, dimension) of the input with fixed train-split statistics
+    (buffers, not trained), then apply ``head``. Raw BERT states have a few outlier dimensions
+    that otherwise dominate a linear head."""
+
+    def __init__(self, head: nn.Module, mean: torch.Tensor, std: torch.Tensor):
+        super().__init__()
+        self.head = head
+        self.register_buffer("mean", mean)
+        self.register_buffer("inv_std", 1.0 / std.clamp_min(1e-6))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head((x - self.mean) * self.inv_std)
+
+
 HEADS: dict[str, type[nn.Module]] = {
     "lp": ScalarMixHead,
     "mean": LayerMeanHead,

@@ -28,7 +28,9 @@ class TaskSpec:
     kind: str  # "classification" | "regression"
     text_fields: tuple[str, ...]  # canonical field names, one or two
     max_length: int
-    metrics: tuple[str, ...]  # the first one is the selection (primary) metric
+    # The first metric is the one every choice is made on (on the selection split). For MRPC and
+    # QQP that is accuracy: F1 of the positive class rewards the constant "all positive" predictor.
+    metrics: tuple[str, ...]
     eval_splits: tuple[str, ...]
     hub_id: str
     hub_config: str
@@ -103,7 +105,7 @@ TASKS: dict[str, TaskSpec] = {
             kind="classification",
             text_fields=("sentence1", "sentence2"),
             max_length=128,
-            metrics=("f1", "accuracy"),
+            metrics=("accuracy", "f1"),
             label_names=("not_equivalent", "equivalent"),
             raw_labels=("0", "1"),
             glue=GlueFileLayout(
@@ -131,7 +133,7 @@ TASKS: dict[str, TaskSpec] = {
             kind="classification",
             text_fields=("question1", "question2"),
             max_length=128,
-            metrics=("f1", "accuracy"),
+            metrics=("accuracy", "f1"),
             label_names=("not_duplicate", "duplicate"),
             raw_labels=("0", "1"),
             glue=GlueFileLayout(

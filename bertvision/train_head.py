@@ -17,8 +17,8 @@ import torch
 from safetensors.torch import save_file
 
 from bertvision.device import pick_device, set_threads
-from bertvision.features import BatchStream, FeatureSet
-from bertvision.heads import ScalarMixHead, build_head, count_parameters
+from bertvision.features import BatchStream, FeatureSet, read_shard
+from bertvision.heads import ScalarMixHead, Standardized, build_head, count_parameters
 from bertvision.io import atomic_path, atomic_write_json, atomic_write_parquet
 from bertvision.metrics import compute_metrics, predictions_from_outputs
 from bertvision.tasks import TaskSpec, splits_of
@@ -63,6 +63,22 @@ class TrainingData:
             self._pool = ThreadPoolExecutor(max_workers=1)
             self._next: dict = {}
 
+    def moments(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-(layer, dimension) mean and std of the training features."""
+        if self.in_memory:
+            return self.x.mean(dim=0), self.x.std(dim=0)
+        total = total_sq = None
+        for path in self.features.shard_paths():
+            x, _, _ = read_shard(path)
+            x = x.astype(np.float64)
+            total = x.sum(0) if total is None else total + x.sum(0)
+            total_sq = (x * x).sum(0) if total_sq is None else total_sq + (x * x).sum(0)
+        n = self.features.n_examples
+        mean = total / n
+        std = np.sqrt(np.maximum(total_sq / n - mean * mean, 0.0) * n / max(n - 1, 1))
+        return (torch.from_numpy(mean.astype(np.float32)).to(self.device),
+                torch.from_numpy(std.astype(np.float32)).to(self.device))
+
     def _shuffled(self, seed: int):
         order = torch.randperm(len(self.x), generator=torch.Generator().manual_seed(seed)).to(self.device)
         return self.x[order], self.y[order]
@@ -95,11 +111,16 @@ def score(head, data, task: TaskSpec, device) -> tuple[dict, np.ndarray]:
     return compute_metrics(task.metrics, predictions_from_outputs(outputs, task.kind), y), outputs
 
 
-def train_one(task: TaskSpec, spec: dict, settings: dict, data: TrainingData, selection, seed: int, device):
-    """Train one head with one seed; return it with the best epoch (by selection score) restored."""
+def train_one(task: TaskSpec, spec: dict, settings: dict, data: TrainingData, selection, seed: int, device,
+              moments=None):
+    """Train one head with one seed; return it with the best epoch (by selection score) restored.
+    ``moments``: (mean, std) of the training features to standardize the input with, or None."""
     torch.manual_seed(seed)
     layers, hidden = data.features.shape
-    head = build_head(spec, layers, hidden, task.num_labels).to(device)
+    head = build_head(spec, layers, hidden, task.num_labels)
+    if moments is not None:
+        head = Standardized(head, *moments)
+    head = head.to(device)
     max_epochs = int(settings["max_epochs"])
     total = max_epochs * -(-data.features.n_examples // data.batch_size)
     warmup = int(round(float(settings["warmup_ratio"]) * total))
@@ -165,12 +186,14 @@ def train_heads(
     feats = {split: FeatureSet.open(manifest, split, verify=settings["verify"]) for split in splits_of(task)}
     data = TrainingData(feats["train"], int(settings["batch_size"]), device, float(settings["in_memory_max_mb"]))
     held = {split: fs.read_all() for split, fs in feats.items() if split != "train"}
+    moments = data.moments() if settings["standardize"] else None
     source = feats["train"].manifest["source"]
     encoder_params = feats["train"].manifest["encoder_parameters"]
     for head_name, spec in heads.items():
         for seed in seeds:
             t0 = time.perf_counter()
-            head, best, history, timing = train_one(task, spec, settings, data, held["selection"], seed, device)
+            head, best, history, timing = train_one(task, spec, settings, data, held["selection"], seed, device,
+                                                     moments)
             metrics, tables = {}, []
             for split in task.eval_splits:
                 metrics[split], outputs = score(head, held[split], task, device)
@@ -191,9 +214,10 @@ def train_heads(
                 "history": history, "seconds": time.perf_counter() - t0, **timing,
                 "data_in_memory": data.in_memory, "device": str(device),
             }
-            if isinstance(head, ScalarMixHead):
-                record["layer_weights"] = head.layer_weights().detach().cpu().tolist()
-                record["gamma"] = float(head.gamma.detach())
+            core = head.head if isinstance(head, Standardized) else head
+            if isinstance(core, ScalarMixHead):
+                record["layer_weights"] = core.layer_weights().detach().cpu().tolist()
+                record["gamma"] = float(core.gamma.detach())
             atomic_write_json(record, out / "metrics.json")
             log.info("%s %s seed %d: best epoch %d, selection %s, eval %s, data wait %.2f%%", task.name, head_name,
                      seed, best["epoch"], best["metrics"], metrics, 100 * timing["data_wait_share"])

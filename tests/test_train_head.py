@@ -1,0 +1,64 @@
+"""Head training on synthetic features whose label lives in one layer: every head must learn
+it, from memory and from the streaming reader alike."""
+
+import json
+
+import numpy as np
+import pytest
+
+from bertvision.features import ShardWriter, shard_rows, write_manifest
+from bertvision.tasks import get_task
+from bertvision.train_head import train_heads
+
+SETTINGS = {"learning_rate": 5e-3, "batch_size": 16, "max_epochs": 15, "patience": 4, "weight_decay": 0.0,
+            "warmup_ratio": 0.0, "device": "cpu", "verify": "sha256", "in_memory_max_mb": 4096, "standardize": True}
+HEADS = {"lp": {"type": "lp"}, "ap": {"type": "mean"}, "adapter": {"type": "adapter", "width": 8, "skip": True},
+         "indep": {"type": "adapter", "width": 4, "shared": False}}
+
+
+def planted_features(root, n_shards=2):
+    rng = np.random.default_rng(0)
+    layers, hidden = 4, 16
+    sizes = {"train": 400, "selection": 100, "dev": 200}
+    for split, n in sizes.items():
+        labels = rng.integers(0, 2, n)
+        x = rng.normal(size=(n, layers, hidden)) * 3.0
+        x[:, 2, 0] = (2 * labels - 1) * 2.0 + rng.normal(size=n) * 0.5  # the signal: layer 2, dim 0
+        x[:, 2, 1] += 50.0  # an outlier dimension with a large offset, as BERT states have
+        for shard in range(n_shards):
+            a, b = shard_rows(n, n_shards, shard)
+            attrs = {"model": "m", "task": "sst2", "checkpoint": "1", "ft_seed": 1, "split": split,
+                     "label_kind": "classification", "encoder_parameters": 10_000, "row_start": a, "row_end": b,
+                     "split_rows": n}
+            with ShardWriter(root / f"shard-{shard}-of-{n_shards}" / f"{split}.h5", b - a, layers, hidden,
+                             "int64", attrs) as w:
+                w.write_block(0, x[a:b].astype(np.float16), labels[a:b], np.arange(a, b))
+    write_manifest(sorted(root.glob("shard-*")), root / "manifest.json", list(sizes))
+    return root / "manifest.json"
+
+
+@pytest.mark.parametrize("in_memory_max_mb", [4096, 0], ids=["in-memory", "streamed"])
+def test_every_head_learns_the_planted_signal(tmp_path, in_memory_max_mb):
+    manifest = planted_features(tmp_path / "features")
+    settings = {**SETTINGS, "in_memory_max_mb": in_memory_max_mb}
+    train_heads(get_task("sst2"), HEADS, settings, manifest, [1, 2], tmp_path / "heads", threads=1)
+    for name in HEADS:
+        for seed in (1, 2):
+            record = json.loads((tmp_path / "heads" / name / f"seed{seed}" / "metrics.json").read_text())
+            assert record["data_in_memory"] is (in_memory_max_mb > 0)
+            # AP averages the informative layer with three noise layers, so it can only beat chance.
+            floor = 0.6 if name == "ap" else 0.9
+            assert record["metrics"]["dev"]["accuracy"] > floor, (name, record["metrics"])
+            assert 1 <= record["best_epoch"] <= SETTINGS["max_epochs"]
+            assert (tmp_path / "heads" / name / f"seed{seed}" / "eval_predictions.parquet").exists()
+    lp = json.loads((tmp_path / "heads" / "lp" / "seed1" / "metrics.json").read_text())
+    weights = lp["layer_weights"]
+    assert abs(sum(weights) - 1) < 1e-5 and int(np.argmax(weights)) == 2  # the mix found the informative layer
+
+
+def test_seeds_are_reproducible(tmp_path):
+    manifest = planted_features(tmp_path / "features", n_shards=1)
+    for run in ("a", "b"):
+        train_heads(get_task("sst2"), {"lp": HEADS["lp"]}, SETTINGS, manifest, [3], tmp_path / run, threads=1)
+    a, b = (json.loads((tmp_path / r / "lp" / "seed3" / "metrics.json").read_text()) for r in "ab")
+    assert a["metrics"] == b["metrics"] and a["layer_weights"] == b["layer_weights"]

@@ -1,0 +1,158 @@
+"""End to end through Snakemake on a tiny random BERT (real vocab) and a few dozen examples per
+task: the tables, a second run with nothing to do, and a head change that reruns only head
+training and the tables."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from tests.conftest import REPO, SHIPPED_GLUE
+
+pytestmark = pytest.mark.slow
+SNAKEFILE = REPO / "workflow" / "Snakefile"
+
+
+def snakemake(workdir: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
+    cmd = ["timeout", "-s", "KILL", str(timeout), sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE),
+           "-d", str(workdir), "--configfile", str(workdir / "config.yaml"), "--cores", "2", *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        logs = "\n".join(f"--- {p}\n{p.read_text()[-2000:]}" for p in sorted((workdir / "logs").rglob("*.log"))[-3:])
+        raise AssertionError(f"snakemake failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}\n{logs}")
+    return proc
+
+
+def job_counts(dry_run_output: str) -> dict[str, int]:
+    """Rule -> job count from a dry run's 'Job stats' table."""
+    block = dry_run_output.split("Job stats:")[1]
+    counts = {}
+    for line in block.splitlines()[3:]:
+        match = re.match(r"^(\w+)\s+(\d+)$", line.strip())
+        if not match:
+            break
+        counts[match.group(1)] = int(match.group(2))
+    counts.pop("total", None)
+    return counts
+
+
+def tiny_config(tiny_bert: Path) -> dict:
+    return {
+        "backbones": {"tiny": {"pretrained": str(tiny_bert)}},
+        "data": {"glue_dir": str(SHIPPED_GLUE), "selection_fraction": 0.2},
+        "tasks": {"mrpc": {"train_size": 50, "eval_size": 30}, "stsb": {"train_size": 50, "eval_size": 30}},
+        "finetune": {"epoch_fractions": [0, 1.0], "settings": {"batch_size": 8}},
+        "extract": {"shards": 2, "batch_size": 16},
+        "heads": {
+            "seeds": [1, 2],
+            "training": {"max_epochs": 3, "patience": 2, "batch_size": 16},
+            "models": {"lp": {"type": "lp"}, "adapter8": {"type": "adapter", "width": 8, "skip": True}},
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def workflow_run(tiny_bert, tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("wf")
+    config = tiny_config(tiny_bert)
+    (workdir / "config.yaml").write_text(yaml.safe_dump(config))
+    snakemake(workdir)
+    return workdir, config
+
+
+def test_tables_have_every_row(workflow_run):
+    workdir, config = workflow_run
+    table = pd.read_csv(workdir / "results" / "tables" / "glue.csv")
+    expected_models = {"BERT", "lp", "adapter8"}
+    for task, metrics in (("mrpc", {"f1", "accuracy"}), ("stsb", {"pearson", "spearman"})):
+        rows = table[table["task"] == task]
+        assert set(rows["split"]) == {"dev"}
+        assert set(rows["epoch_fraction"]) == {0.0, 1.0}
+        assert set(rows["metric"]) == metrics
+        for frac in (0.0, 1.0):
+            block = rows[rows["epoch_fraction"] == frac]
+            assert set(block["model"]) == expected_models
+            assert (block[block["model"] != "BERT"]["n"] == 2).all()  # 1 fine-tuning seed x 2 head seeds
+    md = (workdir / "results" / "tables" / "glue.md").read_text()
+    assert "## mrpc (dev)" in md and "## stsb (dev)" in md
+    timing = pd.read_csv(workdir / "results" / "tables" / "timing.csv")
+    assert {"download", "tokenize", "finetune", "extract", "train_heads"} <= set(timing["stage"])
+
+
+def test_table_numbers_equal_the_metrics_files(workflow_run):
+    workdir, _ = workflow_run
+    table = pd.read_csv(workdir / "results" / "tables" / "glue.csv").set_index(
+        ["task", "epoch_fraction", "model", "metric"])
+    for frac in ("0", "1"):
+        values = [json.loads((workdir / f"heads/tiny/mrpc/ft1/ckpt-{frac}/lp/seed{s}/metrics.json").read_text())
+                  for s in (1, 2)]
+        f1s = [v["metrics"]["dev"]["f1"] for v in values]
+        row = table.loc[("mrpc", float(frac), "lp", "f1")]
+        assert row["mean"] == pytest.approx(sum(f1s) / 2, abs=1e-5)
+        bert = json.loads((workdir / f"models/tiny/mrpc/ft1/ckpt-{frac}/eval_metrics.json").read_text())
+        assert table.loc[("mrpc", float(frac), "BERT", "accuracy")]["mean"] == pytest.approx(
+            bert["metrics"]["dev"]["accuracy"], abs=1e-5)
+
+
+def test_checkpoint_zero_is_the_pretrained_encoder(workflow_run, tiny_bert):
+    from safetensors.torch import load_file
+
+    workdir, _ = workflow_run
+    pretrained = load_file(tiny_bert / "model.safetensors")
+    ckpt0 = load_file(workdir / "models/tiny/mrpc/ft1/ckpt-0/model.safetensors")
+    ckpt1 = load_file(workdir / "models/tiny/mrpc/ft1/ckpt-1/model.safetensors")
+    name = "encoder.layer.0.attention.self.query.weight"
+    assert (ckpt0[f"bert.{name}"] == pretrained[name]).all()
+    assert not (ckpt1[f"bert.{name}"] == pretrained[name]).all()
+
+
+def test_features_match_a_direct_forward_pass(workflow_run):
+    import torch
+    from transformers import AutoModel
+
+    from bertvision.batching import TokenizedSplit, collate
+    from bertvision.features import FeatureSet
+
+    workdir, _ = workflow_run
+    fs = FeatureSet.open(workdir / "features/tiny/mrpc/ft1/ckpt-1/manifest.json", "dev")
+    x, _, idx = fs.read_all()
+    tokens = TokenizedSplit.read(workdir / "data/tokens/tiny/mrpc/dev.parquet")
+    assert (idx == tokens.idx).all()
+    model = AutoModel.from_pretrained(workdir / "models/tiny/mrpc/ft1/ckpt-1").eval()
+    rows = [0, 5]
+    batch = collate(tokens, rows, 0, False)
+    batch.pop("labels")
+    with torch.no_grad():
+        states = model(**batch, output_hidden_states=True).hidden_states
+    expected = torch.stack([h[:, 0] for h in states], dim=1).numpy()
+    assert x.shape[1:] == expected.shape[1:]
+    assert abs(x[rows].astype("float32") - expected).max() < 1e-2
+
+
+def test_rerun_has_nothing_to_do_and_a_head_change_reruns_only_heads(workflow_run):
+    workdir, config = workflow_run
+    assert "Nothing to be done" in snakemake(workdir, "-n").stdout
+
+    untouched = [*sorted((workdir / "models").rglob("model.safetensors")),
+                 *sorted((workdir / "features").rglob("*.h5"))]
+    before = {p: p.stat().st_mtime_ns for p in untouched}
+    head_file = workdir / "heads/tiny/mrpc/ft1/ckpt-1/adapter8/seed1/metrics.json"
+    head_before = json.loads(head_file.read_text())
+
+    config["heads"]["models"]["adapter8"]["width"] = 4
+    (workdir / "config.yaml").write_text(yaml.safe_dump(config))
+    counts = job_counts(snakemake(workdir, "-n").stdout)
+    assert counts == {"all": 1, "tables": 1, "train_heads": 4}  # 2 tasks x 2 checkpoints
+
+    snakemake(workdir)
+    assert {p: p.stat().st_mtime_ns for p in untouched} == before
+    head_after = json.loads(head_file.read_text())
+    assert head_after["head_spec"]["width"] == 4
+    assert head_after["parameters"] < head_before["parameters"]
