@@ -156,3 +156,18 @@ def test_rerun_has_nothing_to_do_and_a_head_change_reruns_only_heads(workflow_ru
     head_after = json.loads(head_file.read_text())
     assert head_after["head_spec"]["width"] == 4
     assert head_after["parameters"] < head_before["parameters"]
+
+
+@pytest.mark.parametrize("config", sorted((REPO / "configs").glob("*.yaml")), ids=lambda p: p.name)
+def test_paper_configs_plan_the_full_dag(tmp_path, config):
+    """Paper-scale configs cannot run here (hub, GPUs) but must validate and plan every job."""
+    (tmp_path / "config.yaml").write_text(config.read_text())
+    out = snakemake(tmp_path, "-n", timeout=300).stdout
+    counts = job_counts(out)
+    spec = yaml.safe_load(config.read_text())
+    n_tasks, n_seeds = len(spec["tasks"]), len(spec["finetune"]["seeds"])
+    n_ckpts = len(spec["finetune"]["epoch_fractions"])
+    assert counts["download"] == n_tasks
+    assert counts["finetune"] == n_tasks * n_seeds
+    assert counts["extract"] == n_tasks * n_seeds * n_ckpts * spec["extract"]["shards"]
+    assert counts["train_heads"] == n_tasks * n_seeds * n_ckpts
