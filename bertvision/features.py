@@ -24,7 +24,15 @@ import numpy as np
 from bertvision.io import atomic_write_json, read_json, sha256_file
 
 FORMAT = "bertvision-features/1"
-ROWS_PER_CHUNK = 256
+CHUNK_BYTES = 1 << 20
+
+
+def chunk_rows(n_rows: int, row_bytes: int) -> int:
+    """Rows per HDF5 chunk: about CHUNK_BYTES each, balanced so the chunks tile ``n_rows``
+    (HDF5 stores the last chunk whole, so a ragged tail would be padding on disk)."""
+    target = max(1, CHUNK_BYTES // row_bytes)
+    n_chunks = -(-n_rows // target)
+    return -(-n_rows // n_chunks)
 
 
 class FeatureError(RuntimeError):
@@ -51,7 +59,8 @@ class ShardWriter:
         self.tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
         self.file = h5py.File(self.tmp, "w")
         # fletcher32 needs chunked storage, and HDF5 refuses chunks on an empty dataset.
-        chunked = {"chunks": (min(n_rows, ROWS_PER_CHUNK), layers, hidden), "fletcher32": True} if n_rows else {}
+        rows = chunk_rows(n_rows, layers * hidden * 2)
+        chunked = {"chunks": (rows, layers, hidden), "fletcher32": True} if n_rows else {}
         self.cls = self.file.create_dataset("cls", shape=(n_rows, layers, hidden), dtype="float16", **chunked)
         self.labels = self.file.create_dataset("labels", shape=(n_rows,), dtype=label_dtype)
         self.idx = self.file.create_dataset("idx", shape=(n_rows,), dtype="int64")

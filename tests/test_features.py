@@ -118,6 +118,26 @@ def test_failed_writer_leaves_no_file(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_chunks_tile_the_rows():
+    from bertvision.features import chunk_rows
+
+    for n in (1, 100, 900, 1408, 100_000):
+        for row_bytes in (5376, 19968, 51200):
+            rows = chunk_rows(n, row_bytes)
+            n_chunks = -(-n // rows)
+            assert n_chunks * rows - n < n_chunks  # waste below one row per chunk
+            assert rows * row_bytes <= 2 * (1 << 20) or rows == 1
+
+
+def test_bytes_on_disk_near_minimum(tmp_path):
+    rng = np.random.default_rng(0)
+    data = rng.normal(size=(900, 7, 384)).astype(np.float16)
+    write_split(tmp_path, "train", data, np.zeros(900, int), n_shards=1)
+    write_manifest([tmp_path / "shard-0-of-1"], tmp_path / "manifest.json", ["train"])
+    on_disk = FeatureSet.open(tmp_path / "manifest.json", "train").bytes_on_disk()
+    assert on_disk / data.nbytes < 1.01
+
+
 def test_shard_rows_tile_exactly():
     for n in (0, 1, 7, 100):
         for k in (1, 3, 8):
