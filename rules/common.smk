@@ -1,15 +1,19 @@
 """Helpers shared by the rules: config validation, settings as JSON params, target lists."""
 
 import json
+import os
 import sys
+from pathlib import Path
 
 from bertvision.config import Settings, validate_config
 from bertvision.tasks import get_task, splits_of
 
 validate_config(config, source="workflow config")
 S = Settings(config)
-PYTHON = sys.executable
-BV = f"{PYTHON} -m bertvision"
+# Rules call the `bertvision` command of the environment running Snakemake, even when that
+# environment is not activated (e.g. `.venv/bin/snakemake`).
+os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+ENV = "../envs/bertvision.yaml"
 
 
 wildcard_constraints:
@@ -30,9 +34,11 @@ HEAD_SEEDS = list(config["heads"]["seeds"])
 THREADS = int(config["resources"]["threads"])
 GPU = int(config["resources"]["gpu_rules"])
 
-CKPT = "models/{model}/{task}/ft{ftseed}/ckpt-{frac}"
-FEATURES = "features/{model}/{task}/ft{ftseed}/ckpt-{frac}"
-HEADS = "heads/{model}/{task}/ft{ftseed}/ckpt-{frac}"
+CKPT_FILE = "models/{model}/{task}/ft{ftseed}/ckpt-{frac}/{file}"
+SHARD_DIR = "features/{model}/{task}/ft{ftseed}/ckpt-{frac}/shard-{shard}-of-{n_shards}"
+MANIFEST = "features/{model}/{task}/ft{ftseed}/ckpt-{frac}/manifest.json"
+HEADS_DIR = "heads/{model}/{task}/ft{ftseed}/ckpt-{frac}"
+HEAD_FILE = "heads/{model}/{task}/ft{ftseed}/ckpt-{frac}/{head}/seed{seed}/{file}"
 
 
 def glue_inputs(wildcards):
@@ -46,7 +52,7 @@ def glue_inputs(wildcards):
 
 
 def shard_dirs(wildcards):
-    return [FEATURES.format(**wildcards) + f"/shard-{i}-of-{N_SHARDS}" for i in range(N_SHARDS)]
+    return [SHARD_DIR.format(**wildcards, shard=i, n_shards=N_SHARDS) for i in range(N_SHARDS)]
 
 
 def extract_attrs(wildcards):
@@ -64,7 +70,7 @@ def extract_attrs(wildcards):
 
 def all_bert_metrics():
     return [
-        CKPT.format(model=m, task=t, ftseed=s, frac=f) + "/eval_metrics.json"
+        CKPT_FILE.format(model=m, task=t, ftseed=s, frac=f, file="eval_metrics.json")
         for m in S.models
         for t in S.tasks
         for s in FT_SEEDS
@@ -74,7 +80,7 @@ def all_bert_metrics():
 
 def all_head_metrics():
     return [
-        HEADS.format(model=m, task=t, ftseed=s, frac=f) + f"/{h}/seed{hs}/metrics.json"
+        HEAD_FILE.format(model=m, task=t, ftseed=s, frac=f, head=h, seed=hs, file="metrics.json")
         for m in S.models
         for t in S.tasks
         for s in FT_SEEDS

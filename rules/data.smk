@@ -7,6 +7,8 @@ rule download:
         directory("data/raw/{task}"),
     params:
         settings=lambda wc: as_json(S.download(wc.task)),
+    conda:
+        ENV
     log:
         "logs/download/{task}.log",
     benchmark:
@@ -15,7 +17,7 @@ rule download:
         mem_mb=lambda wc, attempt: 4000 * attempt,
         runtime=lambda wc, attempt: 30 * attempt,
     shell:
-        "{BV} download --task {wildcards.task} --settings {params.settings:q} --out-dir {output} > {log} 2>&1"
+        "bertvision download --task {wildcards.task} --settings {params.settings:q} --out-dir {output} > {log} 2>&1"
 
 
 rule tokenize:
@@ -27,6 +29,8 @@ rule tokenize:
     params:
         backbone=lambda wc: S.pretrained(wc.model),
         max_length=lambda wc: S.max_length(wc.task),
+    conda:
+        ENV
     log:
         "logs/tokenize/{task}/{model}.log",
     benchmark:
@@ -35,5 +39,5 @@ rule tokenize:
         mem_mb=lambda wc, attempt: 4000 * attempt,
         runtime=lambda wc, attempt: 30 * attempt,
     shell:
-        "{BV} tokenize --task {wildcards.task} --backbone {params.backbone:q} "
+        "bertvision tokenize --task {wildcards.task} --backbone {params.backbone:q} "
         "--max-length {params.max_length} --raw-dir {input} --out-dir {output} > {log} 2>&1"

@@ -2,14 +2,17 @@ rule extract:
     """Shard {shard} of every split of a task: the [CLS] hidden state of every layer of a
     frozen checkpoint, one HDF5 file per split."""
     input:
-        checkpoint=CKPT + "/model.safetensors",
+        checkpoint=expand(CKPT_FILE, file="model.safetensors", allow_missing=True)[0],
         tokens=rules.tokenize.output,
     output:
-        directory(FEATURES + "/shard-{shard}-of-" + str(N_SHARDS)),
+        directory(expand(SHARD_DIR, n_shards=N_SHARDS, allow_missing=True)[0]),
     params:
         settings=as_json(S.extract()),
         attrs=extract_attrs,
         splits=lambda wc: splits_of(get_task(wc.task)),
+        n_shards=N_SHARDS,
+    conda:
+        ENV
     log:
         "logs/extract/{task}/{model}-ft{ftseed}-ckpt{frac}-{shard}.log",
     benchmark:
@@ -20,8 +23,8 @@ rule extract:
         mem_mb=lambda wc, attempt: 6000 * attempt,
         runtime=lambda wc, attempt: 60 * attempt,
     shell:
-        "{BV} extract --checkpoint $(dirname {input.checkpoint}) --tokens-dir {input.tokens} "
-        "--splits {params.splits} --out-dir {output} --shard {wildcards.shard} --shards {N_SHARDS} "
+        "bertvision extract --checkpoint $(dirname {input.checkpoint}) --tokens-dir {input.tokens} "
+        "--splits {params.splits} --out-dir {output} --shard {wildcards.shard} --shards {params.n_shards} "
         "--settings {params.settings:q} --attrs {params.attrs:q} --threads {threads} > {log} 2>&1"
 
 
@@ -30,9 +33,11 @@ rule feature_manifest:
     input:
         shard_dirs,
     output:
-        FEATURES + "/manifest.json",
+        MANIFEST,
     params:
         splits=lambda wc: splits_of(get_task(wc.task)),
+    conda:
+        ENV
     log:
         "logs/feature_manifest/{task}/{model}-ft{ftseed}-ckpt{frac}.log",
     benchmark:
@@ -41,4 +46,4 @@ rule feature_manifest:
         mem_mb=1000,
         runtime=lambda wc, attempt: 30 * attempt,
     shell:
-        "{BV} manifest --out {output} --splits {params.splits} --shard-dirs {input} > {log} 2>&1"
+        "bertvision manifest --out {output} --splits {params.splits} --shard-dirs {input} > {log} 2>&1"

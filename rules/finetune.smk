@@ -4,12 +4,18 @@ rule finetune:
     input:
         rules.tokenize.output,
     output:
-        expand(CKPT + "/{file}", frac=S.fractions, file=["model.safetensors", "config.json",
-               "eval_metrics.json", "eval_predictions.parquet"], allow_missing=True),
+        expand(
+            CKPT_FILE,
+            frac=S.fractions,
+            file=["model.safetensors", "config.json", "eval_metrics.json", "eval_predictions.parquet"],
+            allow_missing=True,
+        ),
     params:
         backbone=lambda wc: S.pretrained(wc.model),
         settings=lambda wc: as_json(S.finetune(wc.task)),
         out_dir="models/{model}/{task}/ft{ftseed}",
+    conda:
+        ENV
     log:
         "logs/finetune/{task}/{model}-ft{ftseed}.log",
     benchmark:
@@ -20,6 +26,6 @@ rule finetune:
         mem_mb=lambda wc, attempt: 8000 * attempt,
         runtime=lambda wc, attempt: 120 * attempt,
     shell:
-        "{BV} finetune --task {wildcards.task} --backbone {params.backbone:q} --tokens-dir {input} "
+        "bertvision finetune --task {wildcards.task} --backbone {params.backbone:q} --tokens-dir {input} "
         "--out-dir {params.out_dir} --seed {wildcards.ftseed} --settings {params.settings:q} "
         "--threads {threads} > {log} 2>&1"

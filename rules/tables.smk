@@ -12,9 +12,11 @@ rule tables:
         timing_csv="results/tables/timing.csv",
     params:
         heads=S.heads,
+    conda:
+        ENV
     log:
         "logs/tables.log",
     shell:
-        "{BV} tables --bert-metrics {input.bert} --head-metrics {input.heads} "
+        "bertvision tables --bert-metrics {input.bert} --head-metrics {input.heads} "
         "--benchmarks {input.benchmarks} --heads {params.heads} --md {output.md} --csv {output.csv} "
         "--timing-md {output.timing_md} --timing-csv {output.timing_csv} > {log} 2>&1"
