@@ -1,0 +1,45 @@
+"""The GPU code paths (autocast, device choice) also run on CPU, with close results."""
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from bertvision.device import autocast_dtype, pick_device
+from bertvision.extract import extract_shard
+from bertvision.features import read_shard
+
+ATTRS = {"model": "tiny", "task": "sst2", "checkpoint": "0", "ft_seed": 1, "label_kind": "classification"}
+
+
+def test_auto_device_is_cpu_without_cuda():
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    assert pick_device("auto").type == "cpu"
+    assert autocast_dtype(torch.device("cpu"), "auto") is None
+    with pytest.raises(RuntimeError, match="no CUDA device is visible"):
+        pick_device("cuda")
+
+
+def test_bf16_autocast_extraction_matches_fp32(tmp_path, tiny_bert):
+    rng = np.random.default_rng(0)
+    n = 40
+    lengths = rng.integers(5, 30, n)
+    tokens = pd.DataFrame({
+        "idx": np.arange(n),
+        "input_ids": [np.r_[101, rng.integers(1000, 5000, k - 2), 102].astype(np.int32) for k in lengths],
+        "token_type_ids": [np.zeros(k, np.int8) for k in lengths],
+        "length": lengths.astype(np.int32),
+        "label": rng.integers(0, 2, n),
+    })
+    (tmp_path / "tokens").mkdir()
+    tokens.to_parquet(tmp_path / "tokens" / "train.parquet")
+    states = {}
+    for precision in ("fp32", "bf16"):
+        out = tmp_path / precision / "shard-0-of-1"
+        extract_shard(tiny_bert, tmp_path / "tokens", out, 0, 1, ["train"],
+                      {"batch_size": 8, "block_rows": 16, "device": "cpu", "precision": precision}, ATTRS, threads=1)
+        states[precision] = read_shard(out / "train.h5")[0].astype(np.float32)
+    assert states["fp32"].shape == (n, 3, 32)
+    assert np.abs(states["fp32"] - states["bf16"]).max() < 0.1
+    assert not np.array_equal(states["fp32"], states["bf16"])  # autocast really ran in bf16
