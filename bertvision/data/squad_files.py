@@ -1,0 +1,75 @@
+"""SQuAD 2.0 JSON (the official file layout) into the canonical span-task frame.
+
+One row per question: ``idx``, ``id``, ``title``, ``context``, ``question``,
+``answer_texts`` and ``answer_starts`` (lists, possibly empty), ``is_impossible``.
+Every question is kept; an answer that does not occur at its ``answer_start`` in the
+context is an error naming the file and the question id.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from bertvision.data.glue_files import DataFormatError
+
+COLUMNS = ["idx", "id", "title", "context", "question", "answer_texts", "answer_starts", "is_impossible"]
+
+
+def read_json(path: Path) -> dict:
+    opener = gzip.open if Path(path).suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def parse_squad(path: Path) -> pd.DataFrame:
+    doc = read_json(path)
+    if "data" not in doc:
+        raise DataFormatError(f"{path}: no top-level 'data' list (not a SQuAD file)")
+    rows = []
+    for article in doc["data"]:
+        for paragraph in article["paragraphs"]:
+            context = paragraph["context"]
+            for qa in paragraph["qas"]:
+                texts = [a["text"] for a in qa.get("answers", [])]
+                starts = [int(a["answer_start"]) for a in qa.get("answers", [])]
+                impossible = bool(qa.get("is_impossible", not texts))
+                if impossible and texts:
+                    raise DataFormatError(f"{path}: question {qa['id']}: is_impossible but has answers")
+                if not impossible and not texts:
+                    raise DataFormatError(f"{path}: question {qa['id']}: answerable but has no answers")
+                for text, start in zip(texts, starts):
+                    if context[start : start + len(text)] != text:
+                        raise DataFormatError(
+                            f"{path}: question {qa['id']}: answer {text!r} is not at character {start} of its context"
+                        )
+                rows.append({"id": qa["id"], "title": article["title"], "context": context,
+                             "question": qa["question"], "answer_texts": texts, "answer_starts": starts,
+                             "is_impossible": impossible})
+    df = pd.DataFrame(rows)
+    if df["id"].duplicated().any():
+        raise DataFormatError(f"{path}: duplicated question id {df['id'][df['id'].duplicated()].iloc[0]!r}")
+    df.insert(0, "idx", np.arange(len(df), dtype=np.int64))
+    return df[COLUMNS]
+
+
+def split_by_article(df: pd.DataFrame, fractions: dict[str, float], seed: int) -> dict[str, pd.DataFrame]:
+    """Assign whole articles to parts (e.g. train 0.6, selection 0.1, dev 0.3) so that no
+    context appears in two parts. Articles are shuffled with ``seed``; each part gets
+    ``round(fraction * n_articles)`` of them (at least one), the last part the rest."""
+    titles = df["title"].drop_duplicates().to_numpy()
+    order = np.random.default_rng(seed).permutation(len(titles))
+    names = list(fractions)
+    counts = [max(1, int(round(fractions[n] * len(titles)))) for n in names[:-1]]
+    if sum(counts) >= len(titles):
+        raise ValueError(f"article split {fractions} leaves no article for {names[-1]!r} ({len(titles)} articles)")
+    parts, start = {}, 0
+    for name, count in zip(names, [*counts, len(titles) - sum(counts)]):
+        chosen = set(titles[order[start : start + count]])
+        parts[name] = df[df["title"].isin(chosen)].reset_index(drop=True)
+        start += count
+    return parts

@@ -1,0 +1,116 @@
+"""SQuAD 2.0 building blocks on the real dev file (shipped gzip copy): parsing, the official
+metric, window construction and n-best decoding."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from bertvision.backbone import load_tokenizer
+from bertvision.data.squad_files import parse_squad, split_by_article
+from bertvision.squad_decode import Candidate, apply_threshold, decode_question, tune_threshold
+from bertvision.squad_metric import normalize_answer, squad_v2_metrics
+from bertvision.squad_windows import build_windows
+from tests.conftest import REPO
+from tests.tiny_bert import DEFAULT_BACKBONE
+
+DEV = REPO / "resources" / "squad2" / "dev-v2.0.json.gz"
+
+
+@pytest.fixture(scope="module")
+def dev():
+    return parse_squad(DEV)
+
+
+def test_dev_counts(dev):
+    assert len(dev) == 11873
+    assert int((~dev["is_impossible"]).sum()) == 5928 and int(dev["is_impossible"].sum()) == 5945
+    assert dev["title"].nunique() == 35 and dev["id"].is_unique
+
+
+def test_official_metric_on_the_full_dev_file(dev):
+    golds = dev["answer_texts"].tolist()
+    empty = squad_v2_metrics(golds, [""] * len(dev))
+    assert round(empty["exact"], 2) == 50.07 and round(empty["f1"], 2) == 50.07
+    assert empty["NoAns_exact"] == 100.0 and empty["HasAns_exact"] == 0.0
+    gold = squad_v2_metrics(golds, [t[0] if len(t) else "" for t in golds])
+    assert gold["exact"] == 100.0 and gold["f1"] == 100.0
+
+
+def test_normalisation_and_partial_credit():
+    assert normalize_answer("The  Normans!") == "normans"
+    assert normalize_answer("an apple, a pear") == "apple pear"
+    m = squad_v2_metrics([["Denver Broncos"], []], ["the Broncos", "something"])
+    assert m["HasAns_exact"] == 0.0 and m["HasAns_f1"] == pytest.approx(100 * 2 / 3)
+    assert m["NoAns_f1"] == 0.0
+
+
+def test_article_split_is_disjoint_and_complete(dev):
+    parts = split_by_article(dev, {"train": 0.6, "selection": 0.1, "dev": 0.3}, seed=13)
+    titles = [set(p["title"]) for p in parts.values()]
+    assert not (titles[0] & titles[1] or titles[0] & titles[2] or titles[1] & titles[2])
+    assert sum(len(p) for p in parts.values()) == len(dev)
+    assert [p["title"].nunique() for p in parts.values()] == [21, 4, 10]
+
+
+@pytest.mark.parametrize("max_length, stride", [(384, 128), (96, 32)])
+def test_every_answer_is_recoverable_from_a_window(dev, max_length, stride):
+    tok = load_tokenizer(DEFAULT_BACKBONE)
+    sample = dev if max_length == 384 else dev.sample(1500, random_state=0).reset_index(drop=True)
+    windows = build_windows(sample, tok, max_length, stride)
+    assert windows["length"].max() <= max_length
+    exact_hits = 0
+    answerable = sample.index[~sample["is_impossible"]]
+    found = windows[windows["start"] > 0].groupby("example").first()
+    for row in answerable:
+        assert row in found.index, f"question {sample['id'][row]}: no window holds its answer"
+        w = found.loc[row]
+        offsets = w["offsets"].reshape(-1, 2)
+        text = sample["context"][row][offsets[w["start"], 0] : offsets[w["end"], 1]]
+        answer = sample["answer_texts"][row][0]
+        assert answer in text  # the token span covers the answer
+        exact_hits += text == answer
+    assert exact_hits / len(answerable) > 0.98
+    # Unanswerable questions point at [CLS] in every window.
+    impossible = set(sample.index[sample["is_impossible"]])
+    assert (windows[windows["example"].isin(impossible)][["start", "end"]] == 0).all().all()
+
+
+def window(start, end, offsets):
+    return np.asarray(start, float), np.asarray(end, float), np.asarray(offsets)
+
+
+CONTEXT = "abcdefghij"
+# tokens: [CLS] q [SEP] then context chars 0..9 one per token, [SEP]
+OFFSETS = [(-1, -1)] * 3 + [(i, i + 1) for i in range(10)] + [(-1, -1)]
+
+
+def test_decoding_respects_context_mask_order_and_length():
+    s = np.zeros(14); e = np.zeros(14)
+    s[1] = e[1] = 100  # highest logits on a question token: outside the context
+    s[5], e[4] = 10, 10  # end before start: invalid
+    s[6], e[8] = 5, 5
+    # Valid pairs: (5, 8) scores 15 ("cdef"); (5, 5), (6, 8), (3 or 4, 4) score 10. Null = 0.
+    c = decode_question([window(s, e, OFFSETS)], CONTEXT, n_best=20, max_answer_length=30)
+    assert c.text == "cdef" and c.score_diff == pytest.approx(15.0)
+    c = decode_question([window(s, e, OFFSETS)], CONTEXT, n_best=20, max_answer_length=2)
+    assert 1 <= len(c.text) <= 2 and c.score_diff == pytest.approx(10.0)  # ties: "ab", "b", "c"
+
+
+def test_null_score_is_the_minimum_over_windows_and_threshold_applies():
+    s1, e1 = np.zeros(14), np.zeros(14)
+    s1[0] = e1[0] = 4  # window 1 strongly null
+    s1[5] = e1[5] = 3
+    s2, e2 = np.zeros(14), np.zeros(14)
+    s2[0] = e2[0] = -1  # window 2 weakly null: the minimum, -2
+    c = decode_question([window(s1, e1, OFFSETS), window(s2, e2, OFFSETS)], CONTEXT)
+    assert c.text == "c" and c.score_diff == pytest.approx(6 - (-2))
+    assert apply_threshold([c], 7.9) == ["c"] and apply_threshold([c], 8.1) == [""]
+
+
+def test_threshold_tuning_maximises_f1():
+    golds = [["a"], ["b"], [], []]
+    cands = [Candidate("a", 5.0), Candidate("b", 1.0), Candidate("x", 3.0), Candidate("y", -2.0)]
+    t = tune_threshold(cands, golds)
+    preds = apply_threshold(cands, t)
+    best = max(squad_v2_metrics(golds, apply_threshold(cands, th))["f1"] for th in (-3, -1, 0, 2, 4, 6))
+    assert squad_v2_metrics(golds, preds)["f1"] == best == 75.0
