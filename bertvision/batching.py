@@ -11,14 +11,22 @@ import torch
 
 
 class TokenizedSplit:
-    """A tokenized split held as ragged arrays."""
+    """A tokenized split held as ragged arrays: one row per example, or per context window for
+    span tasks (then ``idx`` is the window's question row, ``labels`` its (start, end)
+    token positions and ``offsets`` its (T, 2) character offsets, -1 outside the context)."""
 
     def __init__(self, df: pd.DataFrame):
-        self.idx = df["idx"].to_numpy()
         self.input_ids = list(df["input_ids"])
         self.token_type_ids = list(df["token_type_ids"])
         self.lengths = df["length"].to_numpy().astype(np.int64)
-        self.labels = df["label"].to_numpy()
+        if "start" in df.columns:
+            self.idx = df["example"].to_numpy()
+            self.labels = np.stack([df["start"].to_numpy(), df["end"].to_numpy()], axis=1).astype(np.int64)
+            self.offsets = [np.asarray(o).reshape(-1, 2) for o in df["offsets"]]
+        else:
+            self.idx = df["idx"].to_numpy()
+            self.labels = df["label"].to_numpy()
+            self.offsets = None
 
     @classmethod
     def read(cls, path: Path) -> "TokenizedSplit":
@@ -34,6 +42,7 @@ class TokenizedSplit:
         out.token_type_ids = [self.token_type_ids[i] for i in rows]
         out.lengths = self.lengths[rows]
         out.labels = self.labels[rows]
+        out.offsets = None if self.offsets is None else [self.offsets[i] for i in rows]
         return out
 
 
@@ -57,7 +66,16 @@ def bucketed_batches(lengths: np.ndarray, batch_size: int, rng: np.random.Genera
     return batches
 
 
-def collate(split: TokenizedSplit, rows: np.ndarray, pad_id: int, regression: bool) -> dict[str, torch.Tensor]:
+# How each task kind's labels enter a Hugging Face model's forward().
+LABEL_TENSORS = {
+    "classification": lambda y: {"labels": torch.as_tensor(y, dtype=torch.long)},
+    "regression": lambda y: {"labels": torch.as_tensor(y, dtype=torch.float32)},
+    "span": lambda y: {"start_positions": torch.as_tensor(y[:, 0]), "end_positions": torch.as_tensor(y[:, 1])},
+}
+
+
+def collate(split: TokenizedSplit, rows: np.ndarray, pad_id: int, kind: str | None = None) -> dict[str, torch.Tensor]:
+    """A padded batch; with ``kind``, plus that kind's label tensors."""
     width = int(split.lengths[rows].max())
     n = len(rows)
     input_ids = np.full((n, width), pad_id, dtype=np.int64)
@@ -68,13 +86,14 @@ def collate(split: TokenizedSplit, rows: np.ndarray, pad_id: int, regression: bo
         input_ids[j, :length] = split.input_ids[i]
         token_type_ids[j, :length] = split.token_type_ids[i]
         attention_mask[j, :length] = 1
-    labels = split.labels[rows]
-    return {
+    batch = {
         "input_ids": torch.from_numpy(input_ids),
         "token_type_ids": torch.from_numpy(token_type_ids),
         "attention_mask": torch.from_numpy(attention_mask),
-        "labels": torch.as_tensor(labels, dtype=torch.float32 if regression else torch.long),
     }
+    if kind is not None:
+        batch.update(LABEL_TENSORS[kind](split.labels[rows]))
+    return batch
 
 
 def padding_ratio(lengths: np.ndarray, batches: list[np.ndarray]) -> float:

@@ -29,14 +29,14 @@ def cmd_tokenize(a):
     from bertvision.tokenization import tokenize_task
 
     task = get_task(a.task)
-    tokenize_task(task, a.backbone, a.max_length, a.raw_dir, a.out_dir, splits_of(task))
+    tokenize_task(task, a.backbone, a.max_length, a.raw_dir, a.out_dir, splits_of(task), a.doc_stride)
 
 
 def cmd_finetune(a):
     from bertvision.finetune import finetune
     from bertvision.tasks import get_task
 
-    finetune(get_task(a.task), a.backbone, a.tokens_dir, a.out_dir, a.settings, a.seed, a.threads)
+    finetune(get_task(a.task), a.backbone, a.tokens_dir, a.out_dir, a.settings, a.seed, a.threads, a.raw_dir)
 
 
 def cmd_extract(a):
@@ -87,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--task", required=True)
     s.add_argument("--backbone", required=True)
     s.add_argument("--max-length", type=int, required=True)
+    s.add_argument("--doc-stride", type=int, default=0, help="span tasks: overlap of context windows")
     s.add_argument("--raw-dir", type=Path, required=True)
     s.add_argument("--out-dir", type=Path, required=True)
     s.set_defaults(func=cmd_tokenize)
@@ -95,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--task", required=True)
     s.add_argument("--backbone", required=True)
     s.add_argument("--tokens-dir", type=Path, required=True)
+    s.add_argument("--raw-dir", type=Path, required=True, help="the task's canonical splits (span decoding)")
     s.add_argument("--out-dir", type=Path, required=True)
     s.add_argument("--seed", type=int, required=True)
     s.add_argument("--settings", type=_json, required=True)

@@ -103,16 +103,32 @@ class Settings:
     def max_length(self, task: str) -> int:
         return int(self.task_overrides(task).get("max_length") or get_task(task).max_length)
 
+    def doc_stride(self, task: str) -> int:
+        spec = get_task(task)
+        default = spec.span.doc_stride if spec.span else 0
+        return int(self.task_overrides(task).get("doc_stride") or default)
+
+    def task_heads(self, task: str) -> dict[str, dict]:
+        """The head architectures trained for ``task``: the task's ``heads`` list, or all."""
+        names = self.task_overrides(task).get("heads") or self.heads
+        unknown = [n for n in names if n not in self.config["heads"]["models"]]
+        if unknown:
+            raise KeyError(f"tasks.{task}.heads: {unknown} not in heads.models ({self.heads})")
+        return {n: dict(self.config["heads"]["models"][n]) for n in names}
+
     def download(self, task: str) -> dict:
         data = self.config["data"]
         over = self.task_overrides(task)
         return {
             "source": data["source"],
             "glue_dir": data["glue_dir"],
+            "squad_dir": data["squad_dir"],
+            "article_split": over.get("article_split"),
             "hub_repo": data["hub_repo"],
             "seed": data["seed"],
             "selection_fraction": data["selection_fraction"],
             "train_size": over.get("train_size"),
+            "selection_size": over.get("selection_size"),
             "eval_size": over.get("eval_size"),
         }
 
@@ -124,7 +140,7 @@ class Settings:
 
     def extract(self) -> dict:
         ex = self.config["extract"]
-        return {k: ex[k] for k in ("batch_size", "block_rows", "device", "precision")}
+        return {k: ex[k] for k in ("batch_size", "block_rows", "block_tokens", "device", "precision")}
 
     def head_training(self, task: str) -> dict:
         heads = self.config["heads"]

@@ -23,7 +23,7 @@ from tqdm import tqdm
 from bertvision.backbone import encoder_parameter_count
 from bertvision.batching import TokenizedSplit, collate, sorted_batches
 from bertvision.device import autocast, pick_device, set_threads, to_device
-from bertvision.features import ShardWriter, shard_rows
+from bertvision.features import ShardWriter, TokenShardWriter, shard_rows
 
 log = logging.getLogger(__name__)
 
@@ -50,45 +50,73 @@ def plain_forward(model, batch: dict, device, precision: str) -> torch.Tensor:
         return model(**batch).last_hidden_state[:, 0]
 
 
-def iter_blocks(split: TokenizedSplit, start: int, end: int, block_rows: int, batch_size: int):
-    """Yield (block_start, block_end, batches) with batches as row indices into ``split``."""
-    for b0 in range(start, end, block_rows):
+def iter_blocks(split: TokenizedSplit, start: int, end: int, block_rows: int, batch_size: int,
+                block_tokens: int | None = None):
+    """Yield (block_start, block_end, batches) with batches as row indices into ``split``.
+    A block holds at most ``block_rows`` rows and (if given) about ``block_tokens`` tokens."""
+    b0 = start
+    while b0 < end:
         b1 = min(end, b0 + block_rows)
+        if block_tokens:
+            cum = np.cumsum(split.lengths[b0:b1])
+            b1 = b0 + max(1, int(np.searchsorted(cum, block_tokens, side="right")))
         local = sorted_batches(split.lengths[b0:b1], batch_size)
         yield b0, b1, [rows + b0 for rows in local]
+        b0 = b1
 
 
-def extract_split(model, split: TokenizedSplit, out_path: Path, shard: int, n_shards: int, settings: dict,
-                  attrs: dict, device) -> dict:
-    """Rows of shard ``shard`` of one split -> ``out_path``."""
+class BackgroundWriter:
+    """Runs ``write(*item)`` for queued items in a thread, so compute never waits for the disk."""
+
+    def __init__(self, write):
+        self.pending: queue.Queue = queue.Queue(maxsize=4)
+        self.errors: list[BaseException] = []
+        self.write = write
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def _loop(self):
+        try:
+            while (item := self.pending.get()) is not None:
+                self.write(*item)
+        except BaseException as err:
+            self.errors.append(err)
+            while self.pending.get() is not None:  # drain so the producer never blocks
+                pass
+
+    def put(self, item) -> None:
+        if self.errors:
+            raise self.errors[0]
+        self.pending.put(item)
+
+    def close(self) -> None:
+        self.pending.put(None)
+        self.thread.join()
+        if self.errors:
+            raise self.errors[0]
+
+
+def _shard_attrs(model, split, attrs, shard, n_shards, start, end, settings, device) -> dict:
+    return {**attrs, "shard": shard, "n_shards": n_shards, "row_start": start, "row_end": end,
+            "split_rows": len(split), "layers": model.config.num_hidden_layers + 1,
+            "hidden": model.config.hidden_size, "encoder_parameters": encoder_parameter_count(model),
+            "precision": settings["precision"], "device": str(device)}
+
+
+def extract_split_cls(model, split: TokenizedSplit, out_path: Path, shard: int, n_shards: int, settings: dict,
+                      attrs: dict, device) -> dict:
+    """Rows of shard ``shard`` of one split -> ``out_path``: [CLS] states of every layer."""
     precision = settings["precision"]
     start, end = shard_rows(len(split), n_shards, shard)
     pad_id = model.config.pad_token_id or 0
     layers, hidden = model.config.num_hidden_layers + 1, model.config.hidden_size
-    regression = attrs["label_kind"] == "regression"
+    label_dtype = "float32" if attrs["label_kind"] == "regression" else "int64"
     batch_size, block_rows = int(settings["batch_size"]), int(settings["block_rows"])
-    shard_attrs = {**attrs, "shard": shard, "n_shards": n_shards, "row_start": start, "row_end": end,
-                   "split_rows": len(split), "layers": layers, "hidden": hidden,
-                   "encoder_parameters": encoder_parameter_count(model), "precision": precision,
-                   "device": str(device)}
-    pending: queue.Queue = queue.Queue(maxsize=4)
-    errors: list[BaseException] = []
     t0 = time.perf_counter()
     padded = real = 0
-    with ShardWriter(out_path, end - start, layers, hidden, "float32" if regression else "int64",
-                     shard_attrs) as writer:
-
-        def write_loop():
-            try:
-                while (item := pending.get()) is not None:
-                    writer.write_block(*item)
-            except BaseException as err:
-                errors.append(err)
-                while pending.get() is not None:  # drain so the producer never blocks
-                    pass
-
-        thread = threading.Thread(target=write_loop, daemon=True)
-        thread.start()
+    shard_attrs = _shard_attrs(model, split, attrs, shard, n_shards, start, end, settings, device)
+    with ShardWriter(out_path, end - start, layers, hidden, label_dtype, shard_attrs) as writer:
+        background = BackgroundWriter(writer.write_block)
         n_batches = sum(-(-min(block_rows, end - b) // batch_size) for b in range(start, end, block_rows))
         progress = tqdm(total=n_batches, desc=f"extract {attrs['split']} shard {shard}", mininterval=10,
                         unit="batch")
@@ -97,26 +125,86 @@ def extract_split(model, split: TokenizedSplit, out_path: Path, shard: int, n_sh
                 for b0, b1, batches in iter_blocks(split, start, end, block_rows, batch_size):
                     block = np.empty((b1 - b0, layers, hidden), dtype=np.float16)
                     for rows in batches:
-                        batch = collate(split, rows, pad_id, regression)
-                        batch.pop("labels")
-                        states = cls_states(model, to_device(batch, device), device, precision)
+                        states = cls_states(model, to_device(collate(split, rows, pad_id), device), device, precision)
                         block[rows - b0] = states.to("cpu", torch.float16).numpy()
                         padded += int(split.lengths[rows].max()) * len(rows)
                         real += int(split.lengths[rows].sum())
                         progress.update(1)
-                    if errors:
-                        raise errors[0]
-                    pending.put((b0 - start, block, split.labels[b0:b1], split.idx[b0:b1]))
+                    background.put((b0 - start, block, split.labels[b0:b1], split.idx[b0:b1]))
         finally:
-            pending.put(None)
-            thread.join()
+            background.close()
             progress.close()
-        if errors:
-            raise errors[0]
-    stats = {"rows": end - start, "seconds": time.perf_counter() - t0, "padded_tokens": padded,
-             "real_tokens": real}
+    stats = {"rows": end - start, "seconds": time.perf_counter() - t0, "padded_tokens": padded, "real_tokens": real}
     log.info("wrote %s: %s", out_path, stats)
     return stats
+
+
+def token_states(model, batch: dict, device, precision: str) -> torch.Tensor:
+    """(B, T, layers, hidden) states of every token of every hidden layer."""
+    with autocast(device, precision):
+        out = model(**batch, output_hidden_states=True)
+    return torch.stack(out.hidden_states, dim=2)
+
+
+def extract_split_tokens(model, split: TokenizedSplit, out_path: Path, shard: int, n_shards: int, settings: dict,
+                         attrs: dict, device) -> dict:
+    """Windows of shard ``shard`` of one split -> ``out_path``: the states of every real token
+    of every layer (span tasks), ragged, with the windows' character offsets."""
+    precision = settings["precision"]
+    start, end = shard_rows(len(split), n_shards, shard)
+    pad_id = model.config.pad_token_id or 0
+    layers, hidden = model.config.num_hidden_layers + 1, model.config.hidden_size
+    batch_size, block_rows = int(settings["batch_size"]), int(settings["block_rows"])
+    block_tokens = int(settings["block_tokens"])
+    lengths = split.lengths[start:end]
+    t0 = time.perf_counter()
+    padded = real = 0
+    shard_attrs = _shard_attrs(model, split, attrs, shard, n_shards, start, end, settings, device)
+    with TokenShardWriter(out_path, lengths, layers, hidden, shard_attrs) as writer:
+        background = BackgroundWriter(writer.write_windows)
+        progress = tqdm(total=end - start, desc=f"extract {attrs['split']} shard {shard}", mininterval=10,
+                        unit="window")
+        try:
+            with torch.inference_mode():
+                for b0, b1, batches in iter_blocks(split, start, end, block_rows, batch_size, block_tokens):
+                    local = np.concatenate([[0], np.cumsum(split.lengths[b0:b1])])
+                    block = np.empty((int(local[-1]), layers, hidden), dtype=np.float16)
+                    for rows in batches:
+                        states = token_states(model, to_device(collate(split, rows, pad_id), device), device,
+                                              precision).to("cpu", torch.float16).numpy()
+                        for j, i in enumerate(rows):
+                            block[local[i - b0] : local[i - b0 + 1]] = states[j, : split.lengths[i]]
+                        padded += int(split.lengths[rows].max()) * len(rows)
+                        real += int(split.lengths[rows].sum())
+                        progress.update(len(rows))
+                    char_offsets = np.concatenate([split.offsets[i] for i in range(b0, b1)])
+                    background.put((b0 - start, block, char_offsets, split.labels[b0:b1], split.idx[b0:b1]))
+        finally:
+            background.close()
+            progress.close()
+    stats = {"rows": end - start, "tokens": int(lengths.sum()), "seconds": time.perf_counter() - t0,
+             "padded_tokens": padded, "real_tokens": real}
+    log.info("wrote %s: %s", out_path, stats)
+    return stats
+
+
+# Task kind -> what is stored per example.
+EXTRACTORS = {"classification": extract_split_cls, "regression": extract_split_cls, "span": extract_split_tokens}
+
+
+def planned_bytes(split: TokenizedSplit, shard: int, n_shards: int, layers: int, hidden: int, kind: str) -> int:
+    start, end = shard_rows(len(split), n_shards, shard)
+    units = int(split.lengths[start:end].sum()) if kind == "span" else end - start
+    return units * layers * hidden * 2
+
+
+def check_disk_space(out_dir: Path, needed: int, headroom: float = 1.05) -> None:
+    free = shutil.disk_usage(out_dir).free
+    log.info("planned feature bytes for this shard: %s (%.1f MiB); free on disk: %.1f MiB",
+             f"{needed:,}", needed / 2**20, free / 2**20)
+    if free < needed * headroom:
+        raise OSError(f"{out_dir}: this shard needs about {needed / 2**30:.2f} GiB of features but only "
+                      f"{free / 2**30:.2f} GiB is free; free space or use more shards on other disks")
 
 
 def extract_shard(
@@ -136,17 +224,20 @@ def extract_shard(
     set_threads(threads)
     device = pick_device(settings["device"])
     model = load_encoder(checkpoint_dir, device)
+    layers, hidden = model.config.num_hidden_layers + 1, model.config.hidden_size
+    kind = attrs["label_kind"]
     out_dir = Path(out_dir)
     tmp_dir = out_dir.with_name(f".{out_dir.name}.tmp-{os.getpid()}")
     if tmp_dir.exists():
         shutil.rmtree(tmp_dir)
     tmp_dir.mkdir(parents=True)
+    tokens = {split: TokenizedSplit.read(Path(tokens_dir) / f"{split}.parquet") for split in splits}
     stats = {}
     try:
+        check_disk_space(tmp_dir, sum(planned_bytes(t, shard, n_shards, layers, hidden, kind) for t in tokens.values()))
         for split in splits:
-            tokens = TokenizedSplit.read(Path(tokens_dir) / f"{split}.parquet")
-            stats[split] = extract_split(model, tokens, tmp_dir / f"{split}.h5", shard, n_shards, settings,
-                                         {**attrs, "split": split}, device)
+            stats[split] = EXTRACTORS[kind](model, tokens[split], tmp_dir / f"{split}.h5", shard, n_shards, settings,
+                                            {**attrs, "split": split}, device)
         if out_dir.exists():  # an empty directory left by the scheduler
             out_dir.rmdir()
         os.replace(tmp_dir, out_dir)

@@ -100,12 +100,54 @@ class ShardWriter:
         return False
 
 
+class TokenShardWriter(ShardWriter):
+    """A shard of token-level states for span tasks: only real tokens, no padding.
+
+    - ``states``: (total_tokens, layers, hidden) float16, the windows' tokens back to back;
+    - ``window_offsets``: (n + 1,) start of each window in ``states``;
+    - ``char_offsets``: (total_tokens, 2) character offsets, -1 outside the context;
+    - ``labels``: (n, 2) gold (start, end) token positions; ``idx``: (n,) question rows.
+    Rows are windows; blocks of windows arrive in order.
+    """
+
+    def __init__(self, path: Path, window_lengths: np.ndarray, layers: int, hidden: int, attrs: dict):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
+        self.file = h5py.File(self.tmp, "w")
+        n_tokens = int(window_lengths.sum())
+        rows = chunk_rows(n_tokens, layers * hidden * 2)
+        chunked = {"chunks": (rows, layers, hidden), "fletcher32": True} if n_tokens else {}
+        self.cls = self.file.create_dataset("states", shape=(n_tokens, layers, hidden), dtype="float16", **chunked)
+        self.char_offsets = self.file.create_dataset("char_offsets", shape=(n_tokens, 2), dtype="int32")
+        offsets = np.concatenate([[0], np.cumsum(window_lengths)]).astype(np.int64)
+        self.file.create_dataset("window_offsets", data=offsets)
+        self.window_offsets = offsets
+        self.labels = self.file.create_dataset("labels", shape=(len(window_lengths), 2), dtype="int64")
+        self.idx = self.file.create_dataset("idx", shape=(len(window_lengths),), dtype="int64")
+        for key, value in attrs.items():
+            self.file.attrs[key] = value
+        self.file.attrs["format"] = FORMAT
+        self.n_rows = len(window_lengths)
+        self.rows_written = 0
+
+    def write_windows(self, start: int, states: np.ndarray, char_offsets: np.ndarray, labels, idx) -> None:
+        """Windows ``start .. start + len(labels)``; ``states``/``char_offsets`` hold their tokens."""
+        end = start + len(labels)
+        t0, t1 = self.window_offsets[start], self.window_offsets[end]
+        self.cls[t0:t1] = states.astype(np.float16, copy=False)
+        self.char_offsets[t0:t1] = char_offsets
+        self.labels[start:end] = labels
+        self.idx[start:end] = idx
+        self.rows_written += len(labels)
+
+
 def shard_summary(path: Path, root: Path) -> dict:
     if not Path(path).exists():
         raise FeatureError(f"{path}: missing; its extraction job did not finish")
     with h5py.File(path, "r") as f:
         attrs = {k: (v.item() if hasattr(v, "item") else v) for k, v in f.attrs.items()}
-        shape = f["cls"].shape
+        shape = f["states" if "states" in f else "cls"].shape
     return {
         "file": str(Path(path).relative_to(root)),
         "rows": [int(attrs["row_start"]), int(attrs["row_end"])],
@@ -141,7 +183,7 @@ def write_manifest(shard_dirs: list[Path], manifest_path: Path, splits: list[str
         }
     manifest = {
         "format": FORMAT,
-        "feature": "cls",
+        "feature": "tokens" if source["label_kind"] == "span" else "cls",
         "dtype": "float16",
         "layers": layers,
         "hidden": hidden,
@@ -205,6 +247,10 @@ class FeatureSet:
         parts = [read_shard(p) for p in self.shard_paths()]
         return tuple(np.concatenate([p[i] for p in parts]) for i in range(3))
 
+    def read_windows(self) -> WindowStates:
+        """Token-level features (span tasks) of the whole split, windows in row order."""
+        return concat_windows([read_token_shard(p) for p in self.shard_paths()])
+
     def bytes_on_disk(self) -> int:
         return sum(s["bytes"] for s in self.entry["shards"])
 
@@ -215,6 +261,42 @@ def read_shard(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             return f["cls"][...], f["labels"][...], f["idx"][...]
     except OSError as err:  # fletcher32 mismatch or a damaged file
         raise FeatureError(f"{path}: unreadable HDF5 shard ({err})") from err
+
+
+@dataclass
+class WindowStates:
+    """Token-level features of a split: every window's real tokens, back to back."""
+
+    states: np.ndarray  # (total_tokens, layers, hidden) float16
+    window_offsets: np.ndarray  # (n_windows + 1,)
+    char_offsets: np.ndarray  # (total_tokens, 2)
+    labels: np.ndarray  # (n_windows, 2)
+    idx: np.ndarray  # (n_windows,) question rows
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def window(self, i: int) -> slice:
+        return slice(int(self.window_offsets[i]), int(self.window_offsets[i + 1]))
+
+
+def read_token_shard(path: Path) -> WindowStates:
+    try:
+        with h5py.File(path, "r") as f:
+            return WindowStates(f["states"][...], f["window_offsets"][...], f["char_offsets"][...],
+                                f["labels"][...], f["idx"][...])
+    except OSError as err:
+        raise FeatureError(f"{path}: unreadable HDF5 shard ({err})") from err
+
+
+def concat_windows(parts: list[WindowStates]) -> WindowStates:
+    offsets, base = [np.zeros(1, np.int64)], 0
+    for p in parts:
+        offsets.append(p.window_offsets[1:] + base)
+        base += int(p.window_offsets[-1])
+    return WindowStates(np.concatenate([p.states for p in parts]), np.concatenate(offsets),
+                        np.concatenate([p.char_offsets for p in parts]), np.concatenate([p.labels for p in parts]),
+                        np.concatenate([p.idx for p in parts]))
 
 
 class BatchStream:

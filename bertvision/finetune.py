@@ -19,7 +19,7 @@ from tqdm import tqdm
 from bertvision.backbone import encoder_parameter_count, resolve_pretrained
 from bertvision.batching import TokenizedSplit, bucketed_batches, collate, padding_ratio
 from bertvision.device import autocast, autocast_dtype, pick_device, set_threads, to_device
-from bertvision.inference import evaluate_outputs, predict
+from bertvision.inference import evaluate_outputs, predict, predict_span
 from bertvision.io import atomic_path, atomic_write_json, atomic_write_parquet
 from bertvision.tasks import TaskSpec
 
@@ -31,19 +31,56 @@ def fraction_name(fraction: float) -> str:
     return f"{float(fraction):g}"
 
 
+def _model_kwargs(task: TaskSpec) -> dict:
+    if task.kind == "regression":
+        return {"num_labels": 1, "problem_type": "regression"}
+    return {"num_labels": task.num_labels, "id2label": dict(enumerate(task.label_names)),
+            "label2id": {name: i for i, name in enumerate(task.label_names)}}
+
+
+# Task kind -> (Hugging Face auto class name, its from_pretrained keyword arguments).
+MODEL_CLASSES = {
+    "classification": ("AutoModelForSequenceClassification", _model_kwargs),
+    "regression": ("AutoModelForSequenceClassification", _model_kwargs),
+    "span": ("AutoModelForQuestionAnswering", lambda task: {}),
+}
+
+
 def load_classifier(task: TaskSpec, backbone: str, seed: int):
-    from transformers import AutoModelForSequenceClassification
+    """The backbone with the task kind's head (freshly initialised with ``seed``)."""
+    import transformers
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
-    torch.manual_seed(seed)  # the classification head's initialisation
-    kwargs = {"num_labels": task.num_labels}
-    if task.kind == "regression":
-        kwargs["problem_type"] = "regression"
-    else:
-        kwargs["id2label"] = dict(enumerate(task.label_names))
-        kwargs["label2id"] = {name: i for i, name in enumerate(task.label_names)}
-    return AutoModelForSequenceClassification.from_pretrained(resolve_pretrained(backbone), **kwargs)
+    torch.manual_seed(seed)
+    class_name, kwargs = MODEL_CLASSES[task.kind]
+    return getattr(transformers, class_name).from_pretrained(resolve_pretrained(backbone), **kwargs(task))
+
+
+def evaluate_labels(task, model, evals, questions, batch_size, device, precision, pad_id):
+    metrics, tables = {}, []
+    for name, split in evals.items():
+        outputs = predict(model, split, batch_size, device, precision, pad_id, desc=f"evaluate {name}")
+        metrics[name], table = evaluate_outputs(outputs, split, task.kind, task.metrics)
+        tables.append(pd.DataFrame(table).assign(split=name))
+    return metrics, pd.concat(tables, ignore_index=True)
+
+
+def evaluate_spans(task, model, evals, questions, batch_size, device, precision, pad_id):
+    from bertvision.span_eval import evaluate_span
+
+    logits = {name: predict_span(model, split, batch_size, device, precision, pad_id, desc=f"evaluate {name}")
+              for name, split in evals.items()}
+    return evaluate_span(task, logits, evals, questions)
+
+
+# Task kind -> how a checkpoint is evaluated, and on which splits (span tasks tune their null
+# threshold on the selection split).
+EVALUATORS = {
+    "classification": (evaluate_labels, lambda task: task.eval_splits),
+    "regression": (evaluate_labels, lambda task: task.eval_splits),
+    "span": (evaluate_spans, lambda task: ("selection", *task.eval_splits)),
+}
 
 
 def build_optimizer(model, lr: float, weight_decay: float, device: torch.device):
@@ -89,6 +126,7 @@ def finetune(
     settings: dict,
     seed: int,
     threads: int | None = None,
+    raw_dir: Path | None = None,
 ) -> None:
     """Fine-tune and write ``{out_dir}/ckpt-{fraction}/`` for every configured fraction."""
     set_threads(threads)
@@ -98,7 +136,9 @@ def finetune(
     batch_size = int(settings["batch_size"])
 
     train = TokenizedSplit.read(Path(tokens_dir) / "train.parquet")
-    evals = {s: TokenizedSplit.read(Path(tokens_dir) / f"{s}.parquet") for s in task.eval_splits}
+    evaluate, eval_splits = EVALUATORS[task.kind]
+    evals = {s: TokenizedSplit.read(Path(tokens_dir) / f"{s}.parquet") for s in eval_splits(task)}
+    questions = {s: pd.read_parquet(Path(raw_dir) / f"{s}.parquet") for s in evals} if raw_dir else {}
     model = load_classifier(task, backbone, seed).to(device)
     pad_id = model.config.pad_token_id or 0
     encoder_params = encoder_parameter_count(model)
@@ -127,13 +167,9 @@ def finetune(
         for frac in to_save.get(step, []):
             ckpt = Path(out_dir) / f"ckpt-{fraction_name(frac)}"
             save_checkpoint(model, ckpt)
-            metrics, tables = {}, []
-            for name, split in evals.items():
-                outputs = predict(model, split, int(settings["eval_batch_size"]), device, precision, pad_id,
-                                  desc=f"evaluate {name}")
-                metrics[name], table = evaluate_outputs(outputs, split, task.kind, task.metrics)
-                tables.append(pd.DataFrame(table).assign(split=name))
-            atomic_write_parquet(pd.concat(tables, ignore_index=True), ckpt / "eval_predictions.parquet")
+            metrics, predictions = evaluate(task, model, evals, questions, int(settings["eval_batch_size"]), device,
+                                            precision, pad_id)
+            atomic_write_parquet(predictions, ckpt / "eval_predictions.parquet")
             atomic_write_json(
                 {
                     "task": task.name,
@@ -158,7 +194,7 @@ def finetune(
     while step < last_step:
         model.train()
         for rows in bucketed_batches(train.lengths, batch_size, rng):
-            batch = to_device(collate(train, rows, pad_id, task.kind == "regression"), device)
+            batch = to_device(collate(train, rows, pad_id, task.kind), device)
             with autocast(device, precision):
                 loss = model(**batch).loss
             scaler.scale(loss).backward()

@@ -29,9 +29,7 @@ def forward_batches(
     batches = sorted_batches(split.lengths, batch_size)
     with torch.inference_mode():
         for rows in tqdm(batches, desc=desc, mininterval=10, unit="batch"):
-            batch = collate(split, rows, pad_id, regression=False)
-            batch.pop("labels")
-            batch = to_device(batch, device)
+            batch = to_device(collate(split, rows, pad_id), device)
             with autocast(device, precision):
                 out = model(**batch, output_hidden_states=hidden_states)
             yield rows, out
@@ -43,6 +41,16 @@ def predict(model, split: TokenizedSplit, batch_size, device, precision, pad_id,
     for rows, out in forward_batches(model, split, batch_size, device, precision, pad_id, desc=desc):
         outputs[rows] = out.logits.float().cpu().numpy()
     return outputs
+
+
+def predict_span(model, split: TokenizedSplit, batch_size, device, precision, pad_id, desc="evaluate") -> list:
+    """Per window, its (T, 2) start/end logits over its real tokens."""
+    out_logits: list = [None] * len(split)
+    for rows, out in forward_batches(model, split, batch_size, device, precision, pad_id, desc=desc):
+        both = torch.stack([out.start_logits, out.end_logits], dim=-1).float().cpu().numpy()
+        for j, i in enumerate(rows):
+            out_logits[i] = both[j, : split.lengths[i]]
+    return out_logits
 
 
 def evaluate_outputs(outputs: np.ndarray, split: TokenizedSplit, kind: str, metric_names) -> tuple[dict, dict]:

@@ -14,12 +14,19 @@ from bertvision.tasks import get_task
 BERT = "BERT"
 
 
+def _reported(metrics_record: dict):
+    """(split, metrics) of the evaluation splits only (span tasks also score selection)."""
+    task = get_task(metrics_record["task"])
+    return [(split, {k: v for k, v in values.items() if k in task.metrics})
+            for split, values in metrics_record["metrics"].items() if split in task.eval_splits]
+
+
 def long_records(bert_metrics: list[Path], head_metrics: list[Path]) -> pd.DataFrame:
     """One row per (run, eval split, metric)."""
     rows = []
     for path in bert_metrics:
         m = read_json(path)
-        for split, values in m["metrics"].items():
+        for split, values in _reported(m):
             for metric, value in values.items():
                 rows.append({"task": m["task"], "split": split, "epoch_fraction": m["epoch_fraction"],
                              "model": BERT, "seed": m["seed"], "metric": metric, "value": value,
@@ -27,7 +34,7 @@ def long_records(bert_metrics: list[Path], head_metrics: list[Path]) -> pd.DataF
     for path in head_metrics:
         m = read_json(path)
         fraction = float(m["source"]["checkpoint"])
-        for split, values in m["metrics"].items():
+        for split, values in _reported(m):
             for metric, value in values.items():
                 rows.append({"task": m["task"], "split": split, "epoch_fraction": fraction,
                              "model": m["head"], "seed": f"{m['source'].get('ft_seed', '')}/{m['seed']}",

@@ -23,9 +23,25 @@ class GlueFileLayout:
 
 
 @dataclass(frozen=True)
+class SquadFileLayout:
+    """SQuAD-format JSON files (plain or .gz) in ``data.squad_dir``."""
+
+    files: dict[str, str]  # our split name -> file name
+
+
+@dataclass(frozen=True)
+class SpanSettings:
+    """Question answering: windows over the context and answer decoding."""
+
+    doc_stride: int = 128
+    max_answer_length: int = 30
+    n_best: int = 20
+
+
+@dataclass(frozen=True)
 class TaskSpec:
     name: str
-    kind: str  # "classification" | "regression"
+    kind: str  # "classification" | "regression" | "span"
     text_fields: tuple[str, ...]  # canonical field names, one or two
     max_length: int
     # The first metric is the one every choice is made on (on the selection split). For MRPC and
@@ -35,7 +51,9 @@ class TaskSpec:
     hub_id: str
     hub_config: str
     hub_splits: dict[str, str]  # our split name -> hub split name
-    glue: GlueFileLayout
+    glue: GlueFileLayout | None = None
+    squad: SquadFileLayout | None = None
+    span: SpanSettings | None = None
     # Class names in label-id order; for local files, the raw label strings in the same order.
     label_names: tuple[str, ...] = ()
     raw_labels: tuple[str, ...] = ()
@@ -43,7 +61,8 @@ class TaskSpec:
 
     @property
     def num_labels(self) -> int:
-        return 1 if self.kind == "regression" else len(self.label_names)
+        """Outputs per example (classification, regression) or per token (span: start, end)."""
+        return {"regression": 1, "span": 2}.get(self.kind, len(self.label_names))
 
     @property
     def primary_metric(self) -> str:
@@ -212,6 +231,19 @@ TASKS: dict[str, TaskSpec] = {
                 text_columns=("sentence1", "sentence2"),
                 label_column="label",
             ),
+        ),
+        TaskSpec(
+            name="squad2",
+            kind="span",
+            text_fields=("question", "context"),
+            max_length=384,
+            metrics=("f1", "exact", "HasAns_f1", "HasAns_exact", "NoAns_f1", "NoAns_exact"),
+            eval_splits=("dev",),
+            hub_id="rajpurkar/squad_v2",
+            hub_config="squad_v2",
+            hub_splits={"train": "train", "dev": "validation"},
+            squad=SquadFileLayout(files={"train": "train-v2.0.json", "dev": "dev-v2.0.json"}),
+            span=SpanSettings(doc_stride=128, max_answer_length=30, n_best=20),
         ),
     ]
 }

@@ -38,12 +38,22 @@ def tokenize_frame(df: pd.DataFrame, task: TaskSpec, tokenizer, max_length: int)
     )
 
 
-def tokenize_task(task: TaskSpec, backbone: str, max_length: int, raw_dir: Path, out_dir: Path, splits) -> dict:
+def tokenize_windows(df: pd.DataFrame, task: TaskSpec, tokenizer, max_length: int, doc_stride: int) -> pd.DataFrame:
+    from bertvision.squad_windows import build_windows
+
+    return build_windows(df, tokenizer, max_length, doc_stride)
+
+
+def tokenize_task(task: TaskSpec, backbone: str, max_length: int, raw_dir: Path, out_dir: Path, splits,
+                  doc_stride: int = 0) -> dict:
     tokenizer = load_tokenizer(backbone)
     stats = {}
     for split in splits:
         df = pd.read_parquet(Path(raw_dir) / f"{split}.parquet")
-        tokens = tokenize_frame(df, task, tokenizer, max_length)
+        if task.kind == "span":
+            tokens = tokenize_windows(df, task, tokenizer, max_length, doc_stride)
+        else:
+            tokens = tokenize_frame(df, task, tokenizer, max_length)
         truncated = int((tokens["length"] >= max_length).sum())
         stats[split] = {
             "rows": len(tokens),

@@ -29,6 +29,7 @@ rule tokenize:
     params:
         backbone=lambda wc: S.pretrained(wc.model),
         max_length=lambda wc: S.max_length(wc.task),
+        doc_stride=lambda wc: S.doc_stride(wc.task),
     conda:
         ENV
     log:
@@ -40,4 +41,4 @@ rule tokenize:
         runtime=lambda wc, attempt: 30 * attempt,
     shell:
         "bertvision tokenize --task {wildcards.task} --backbone {params.backbone:q} "
-        "--max-length {params.max_length} --raw-dir {input} --out-dir {output} > {log} 2>&1"
+        "--max-length {params.max_length} --doc-stride {params.doc_stride} --raw-dir {input} --out-dir {output} > {log} 2>&1"

@@ -2,7 +2,8 @@ rule finetune:
     """Partial fine-tuning: a checkpoint (safetensors) plus BERT's own evaluation predictions
     and metrics at every configured epoch fraction; fraction 0 = the pretrained encoder."""
     input:
-        rules.tokenize.output,
+        tokens=rules.tokenize.output,
+        raw=rules.download.output,
     output:
         expand(
             CKPT_FILE,
@@ -26,6 +27,6 @@ rule finetune:
         mem_mb=lambda wc, attempt: 8000 * attempt,
         runtime=lambda wc, attempt: 120 * attempt,
     shell:
-        "bertvision finetune --task {wildcards.task} --backbone {params.backbone:q} --tokens-dir {input} "
-        "--out-dir {params.out_dir} --seed {wildcards.ftseed} --settings {params.settings:q} "
+        "bertvision finetune --task {wildcards.task} --backbone {params.backbone:q} --tokens-dir {input.tokens} "
+        "--raw-dir {input.raw} --out-dir {params.out_dir} --seed {wildcards.ftseed} --settings {params.settings:q} "
         "--threads {threads} > {log} 2>&1"

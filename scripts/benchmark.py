@@ -42,8 +42,7 @@ def plain_forward_seconds(checkpoint, split: TokenizedSplit, settings: dict, dev
     with torch.inference_mode():
         for _, _, batches in iter_blocks(split, 0, len(split), int(settings["block_rows"]), int(settings["batch_size"])):
             for rows in batches:
-                batch = collate(split, rows, pad_id, False)
-                batch.pop("labels")
+                batch = collate(split, rows, pad_id)
                 plain_forward(model, to_device(batch, device), device, settings["precision"]).cpu()
     return time.perf_counter() - t0
 

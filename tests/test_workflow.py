@@ -127,8 +127,7 @@ def test_features_match_a_direct_forward_pass(workflow_run):
     assert (idx == tokens.idx).all()
     model = AutoModel.from_pretrained(workdir / "models/tiny/mrpc/ft1/ckpt-1").eval()
     rows = [0, 5]
-    batch = collate(tokens, rows, 0, False)
-    batch.pop("labels")
+    batch = collate(tokens, rows, 0)
     with torch.no_grad():
         states = model(**batch, output_hidden_states=True).hidden_states
     expected = torch.stack([h[:, 0] for h in states], dim=1).numpy()

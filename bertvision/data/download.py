@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from bertvision.data import squad_files
 from bertvision.data.glue_files import locate, parse_split
 from bertvision.data.hub import load_hub_split
 from bertvision.io import atomic_write_parquet
@@ -50,22 +51,70 @@ def carve_selection(df: pd.DataFrame, fraction: float, seed: int) -> tuple[pd.Da
     return df[~is_sel].reset_index(drop=True), df[is_sel].reset_index(drop=True)
 
 
-def download_task(task: TaskSpec, settings: dict, out_dir: Path) -> dict[str, int]:
-    """Write ``{out_dir}/{split}.parquet`` for every split; return the row counts.
+def write_splits(task: TaskSpec, frames: dict[str, pd.DataFrame], out_dir: Path) -> dict[str, int]:
+    counts = {}
+    for split in splits_of(task):
+        atomic_write_parquet(frames[split], Path(out_dir) / f"{split}.parquet")
+        counts[split] = len(frames[split])
+    return counts
 
-    ``settings``: source, glue_dir, hub_repo, seed, selection_fraction, train_size, eval_size.
-    """
+
+def load_squad_split(task: TaskSpec, split: str, settings: dict) -> pd.DataFrame:
+    if settings["source"] == "local":
+        path = squad_files.locate(Path(settings["squad_dir"]), task.squad.files, split)
+        log.info("reading %s", path)
+        return squad_files.parse_squad(path)
+    import datasets
+
+    ds = datasets.load_dataset(settings.get("hub_repo") or task.hub_id, split=task.hub_splits[split])
+    return squad_files.from_hub_records(ds.to_pandas())
+
+
+def download_squad(task: TaskSpec, settings: dict, out_dir: Path) -> dict[str, int]:
+    """Question answering: parts are split by article, so no context is shared between the
+    train, selection and evaluation questions. With ``article_split`` every part comes from
+    one source file (offline we only have the dev file)."""
+    seed = int(settings["seed"])
+    article_split = settings.get("article_split")
+    if article_split:
+        source = load_squad_split(task, article_split["from"], settings)
+        parts = squad_files.split_by_article(source, {k: article_split[k] for k in ("train", "selection", "dev")}, seed)
+    else:
+        fraction = float(settings["selection_fraction"])
+        parts = squad_files.split_by_article(load_squad_split(task, "train", settings),
+                                             {"train": 1 - fraction, "selection": fraction}, seed)
+        parts["dev"] = load_squad_split(task, "dev", settings)
+    frames = {
+        "train": subsample(parts["train"], settings.get("train_size"), seed),
+        "selection": subsample(parts["selection"], settings.get("selection_size"), seed),
+        "dev": subsample(parts["dev"], settings.get("eval_size"), seed),
+    }
+    counts = write_splits(task, frames, out_dir)
+    log.info("%s: questions written %s (articles: %s)", task.name, counts,
+             {k: int(v["title"].nunique()) for k, v in frames.items()})
+    return counts
+
+
+def download_glue(task: TaskSpec, settings: dict, out_dir: Path) -> dict[str, int]:
     seed = int(settings["seed"])
     train_full = load_source_split(task, "train", settings)
     train_pool = subsample(train_full, settings.get("train_size"), seed)
     train, selection = carve_selection(train_pool, float(settings["selection_fraction"]), seed)
-    frames = {"train": train, "selection": selection}
+    frames = {"train": train, "selection": subsample(selection, settings.get("selection_size"), seed)}
     for split in task.eval_splits:
         frames[split] = subsample(load_source_split(task, split, settings), settings.get("eval_size"), seed)
-    counts = {}
-    out_dir = Path(out_dir)
-    for split in splits_of(task):
-        atomic_write_parquet(frames[split], out_dir / f"{split}.parquet")
-        counts[split] = len(frames[split])
+    counts = write_splits(task, frames, out_dir)
     log.info("%s: source train rows %d; written %s", task.name, len(train_full), counts)
     return counts
+
+
+DOWNLOADERS = {"classification": download_glue, "regression": download_glue, "span": download_squad}
+
+
+def download_task(task: TaskSpec, settings: dict, out_dir: Path) -> dict[str, int]:
+    """Write ``{out_dir}/{split}.parquet`` for every split; return the row counts.
+
+    ``settings``: source, glue_dir, squad_dir, hub_repo, seed, selection_fraction,
+    train_size, selection_size, eval_size and (span tasks) article_split.
+    """
+    return DOWNLOADERS[task.kind](task, settings, out_dir)

@@ -20,6 +20,26 @@ from bertvision.data.glue_files import DataFormatError
 COLUMNS = ["idx", "id", "title", "context", "question", "answer_texts", "answer_starts", "is_impossible"]
 
 
+def locate(squad_dir: Path, files: dict[str, str], split: str) -> Path:
+    base = Path(squad_dir) / files[split]
+    for candidate in (base, base.with_name(base.name + ".gz")):
+        if candidate.exists():
+            return candidate
+    raise FileNotFoundError(f"SQuAD {split}: neither {base} nor {base}.gz exists (data.squad_dir = {squad_dir})")
+
+
+def from_hub_records(df: pd.DataFrame) -> pd.DataFrame:
+    """The hub's squad_v2 rows (answers as {text: [...], answer_start: [...]}) in our columns."""
+    out = pd.DataFrame({
+        "id": df["id"], "title": df["title"], "context": df["context"], "question": df["question"],
+        "answer_texts": [list(a["text"]) for a in df["answers"]],
+        "answer_starts": [[int(x) for x in a["answer_start"]] for a in df["answers"]],
+    })
+    out["is_impossible"] = [len(t) == 0 for t in out["answer_texts"]]
+    out.insert(0, "idx", np.arange(len(out), dtype=np.int64))
+    return out[COLUMNS]
+
+
 def read_json(path: Path) -> dict:
     opener = gzip.open if Path(path).suffix == ".gz" else open
     with opener(path, "rt", encoding="utf-8") as fh:
