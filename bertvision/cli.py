@@ -56,14 +56,16 @@ def cmd_train_heads(a):
     from bertvision.tasks import get_task
     from bertvision.train_head import train_heads
 
-    train_heads(get_task(a.task), a.heads, a.settings, a.manifest, a.seeds, a.out_dir, a.threads)
+    train_heads(get_task(a.task), a.heads, a.settings, a.manifest, a.seeds, a.out_dir, a.threads, a.raw_dir)
 
 
 def cmd_tables(a):
     from bertvision.tables import build_tables
 
-    build_tables(a.bert_metrics, a.head_metrics, a.benchmarks, a.heads,
-                 {"md": a.md, "csv": a.csv, "timing_md": a.timing_md, "timing_csv": a.timing_csv})
+    head_metrics = sorted(p for d in a.head_dirs for p in Path(d).glob("*/seed*/metrics.json"))
+    build_tables(a.bert_metrics, head_metrics, a.benchmarks, a.heads,
+                 {"md": a.md, "csv": a.csv, "squad_md": a.squad_md, "squad_csv": a.squad_csv,
+                  "timing_md": a.timing_md, "timing_csv": a.timing_csv})
 
 
 def cmd_validate_config(a):
@@ -126,6 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--heads", type=_json, required=True, help='{"name": {"type": ...}, ...}')
     s.add_argument("--settings", type=_json, required=True)
     s.add_argument("--manifest", type=Path, required=True)
+    s.add_argument("--raw-dir", type=Path, required=True, help="the task's canonical splits (span decoding)")
     s.add_argument("--seeds", type=int, nargs="+", required=True)
     s.add_argument("--out-dir", type=Path, required=True)
     s.add_argument("--threads", type=int)
@@ -133,11 +136,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("tables", help="result and timing tables from metrics and benchmark files")
     s.add_argument("--bert-metrics", type=Path, nargs="*", default=[])
-    s.add_argument("--head-metrics", type=Path, nargs="*", default=[])
+    s.add_argument("--head-dirs", type=Path, nargs="*", default=[], help="train_heads output directories")
     s.add_argument("--benchmarks", type=Path, nargs="*", default=[])
     s.add_argument("--heads", nargs="*", default=[])
     s.add_argument("--md", type=Path, required=True)
     s.add_argument("--csv", type=Path, required=True)
+    s.add_argument("--squad-md", type=Path, required=True)
+    s.add_argument("--squad-csv", type=Path, required=True)
     s.add_argument("--timing-md", type=Path, required=True)
     s.add_argument("--timing-csv", type=Path, required=True)
     s.set_defaults(func=cmd_tables)

@@ -147,5 +147,3 @@ class Settings:
         merged = {**self._head_defaults, **heads["training"], **self.task_overrides(task).get("head_training", {})}
         return {**merged, "device": heads["device"], "verify": heads["verify"]}
 
-    def head_specs(self) -> dict[str, dict]:
-        return {name: dict(spec) for name, spec in self.config["heads"]["models"].items()}

@@ -279,6 +279,15 @@ class WindowStates:
     def window(self, i: int) -> slice:
         return slice(int(self.window_offsets[i]), int(self.window_offsets[i + 1]))
 
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.window_offsets)
+
+    @property
+    def offsets(self) -> list[np.ndarray]:
+        """Per window, its tokens' (T, 2) character offsets (as TokenizedSplit.offsets)."""
+        return [self.char_offsets[self.window(i)] for i in range(len(self))]
+
 
 def read_token_shard(path: Path) -> WindowStates:
     try:

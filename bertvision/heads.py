@@ -1,5 +1,7 @@
-"""The BERTVision head zoo. Every head takes per-example hidden states X of shape
-(batch, layers, hidden), layer 0 being the embedding output, and returns (batch, outputs).
+"""The BERTVision head zoo. Every head takes hidden states X of shape (..., layers, hidden),
+layer 0 being the embedding output, and returns (..., outputs): per example for [CLS]
+features (batch, layers, hidden), or per token for span tasks (batch, tokens, layers, hidden)
+with two outputs per token (start and end logits).
 
 - ``ScalarMixHead`` (LP, learned pooling): gamma * sum_l softmax(w)_l X[l], then a linear head.
 - ``LayerMeanHead`` (AP, average pooling): mean over layers, then a linear head.
@@ -25,7 +27,7 @@ class ScalarMixHead(nn.Module):
         return torch.softmax(self.layer_logits, dim=0)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        mixed = self.gamma * torch.einsum("l,blh->bh", self.layer_weights(), x)
+        mixed = self.gamma * torch.einsum("l,...lh->...h", self.layer_weights(), x)
         return self.classifier(self.dropout(mixed))
 
 
@@ -36,7 +38,7 @@ class LayerMeanHead(nn.Module):
         self.classifier = nn.Linear(hidden, outputs)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.classifier(self.dropout(x.mean(dim=1)))
+        return self.classifier(self.dropout(x.mean(dim=-2)))
 
 
 class AdapterPoolerHead(nn.Module):
@@ -57,10 +59,10 @@ class AdapterPoolerHead(nn.Module):
         if self.shared:
             z = self.adapter(x)
         else:
-            z = torch.einsum("blh,lha->bla", x, self.weight) + self.bias
-        features = nn.functional.gelu(z).flatten(1)
+            z = torch.einsum("...lh,lha->...la", x, self.weight) + self.bias
+        features = nn.functional.gelu(z).flatten(-2)
         if self.skip:
-            features = torch.cat([features, x[:, -1]], dim=1)
+            features = torch.cat([features, x[..., -1, :]], dim=-1)
         return self.classifier(self.dropout(features))
 
 

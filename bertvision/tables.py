@@ -58,7 +58,8 @@ def summarize(records: pd.DataFrame, head_order: list[str]) -> pd.DataFrame:
 
 
 def _fmt(mean: float, std: float) -> str:
-    return f"{mean:.3f}" if np.isnan(std) else f"{mean:.3f} ± {std:.3f}"
+    digits = 2 if abs(mean) > 1.5 else 3  # SQuAD scores are on a 0-100 scale
+    return f"{mean:.{digits}f}" if np.isnan(std) else f"{mean:.{digits}f} ± {std:.{digits}f}"
 
 
 def markdown_table(header: list[str], rows: list[list[str]]) -> str:
@@ -128,10 +129,21 @@ def write_csv(df: pd.DataFrame, path: Path) -> None:
         df.to_csv(tmp, index=False, float_format="%.6g")
 
 
+TABLES = {  # output key -> (title, which task kinds)
+    "": ("GLUE results", {"classification", "regression"}),
+    "squad_": ("SQuAD 2.0 results", {"span"}),
+}
+
+
 def build_tables(bert_metrics, head_metrics, benchmarks, head_order, outputs: dict) -> None:
-    summary = summarize(long_records(bert_metrics, head_metrics), head_order)
-    write_csv(summary, outputs["csv"])
-    write_text(results_markdown(summary, "GLUE results"), outputs["md"])
+    records = long_records(bert_metrics, head_metrics)
+    for prefix, (title, kinds) in TABLES.items():
+        part = records[[get_task(t).kind in kinds for t in records["task"]]] if len(records) else records
+        summary = summarize(part, head_order) if len(part) else pd.DataFrame(
+            columns=["task", "split", "epoch_fraction", "model", "metric", "mean", "std", "n", "parameter_percent"])
+        write_csv(summary, outputs[f"{prefix}csv"])
+        write_text(results_markdown(summary, title) if len(summary) else f"# {title}\n\nNo such task configured.\n",
+                   outputs[f"{prefix}md"])
     timing = timing_table(benchmarks)
     write_csv(timing, outputs["timing_csv"])
     write_text(timing_markdown(timing), outputs["timing_md"])

@@ -1,12 +1,18 @@
 """The ``train_heads`` stage: train every configured head architecture on one checkpoint's
 features, for each seed. The number of epochs is chosen on the selection split (early
 stopping, best epoch restored); the evaluation splits are only ever scored, never used for a
-choice. One job per checkpoint: the features are read and verified once for all heads."""
+choice. One job per checkpoint: the features are read and verified once for all heads.
+
+What differs between task kinds lives in a "problem": per-example [CLS] features
+(classification, regression) or per-token features of context windows (span).
+"""
 
 from __future__ import annotations
 
 import copy
 import logging
+import queue
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -17,19 +23,13 @@ import torch
 from safetensors.torch import save_file
 
 from bertvision.device import pick_device, set_threads
-from bertvision.features import BatchStream, FeatureSet, read_shard
+from bertvision.features import BatchStream, FeatureSet, WindowStates, read_shard
 from bertvision.heads import ScalarMixHead, Standardized, build_head, count_parameters
 from bertvision.io import atomic_path, atomic_write_json, atomic_write_parquet
 from bertvision.metrics import compute_metrics, predictions_from_outputs
 from bertvision.tasks import TaskSpec, splits_of
 
 log = logging.getLogger(__name__)
-
-
-def loss_fn(kind: str):
-    if kind == "regression":
-        return lambda out, y: torch.nn.functional.mse_loss(out[:, 0], y.float())
-    return lambda out, y: torch.nn.functional.cross_entropy(out, y.long())
 
 
 class PermutedBatches:
@@ -44,7 +44,7 @@ class PermutedBatches:
 
 
 class TrainingData:
-    """Training batches for every epoch.
+    """Per-example training batches for every epoch.
 
     When the features fit in ``in_memory_max_mb`` (as float32) they are held on the training
     device, and a background thread prepares the next epoch's shuffled copy while the current
@@ -67,17 +67,8 @@ class TrainingData:
         """Per-(layer, dimension) mean and std of the training features."""
         if self.in_memory:
             return self.x.mean(dim=0), self.x.std(dim=0)
-        total = total_sq = None
-        for path in self.features.shard_paths():
-            x, _, _ = read_shard(path)
-            x = x.astype(np.float64)
-            total = x.sum(0) if total is None else total + x.sum(0)
-            total_sq = (x * x).sum(0) if total_sq is None else total_sq + (x * x).sum(0)
-        n = self.features.n_examples
-        mean = total / n
-        std = np.sqrt(np.maximum(total_sq / n - mean * mean, 0.0) * n / max(n - 1, 1))
-        return (torch.from_numpy(mean.astype(np.float32)).to(self.device),
-                torch.from_numpy(std.astype(np.float32)).to(self.device))
+        return _moments((read_shard(p)[0] for p in self.features.shard_paths()), self.features.n_examples,
+                        self.device)
 
     def _shuffled(self, seed: int):
         order = torch.randperm(len(self.x), generator=torch.Generator().manual_seed(seed)).to(self.device)
@@ -95,6 +86,19 @@ class TrainingData:
         return PermutedBatches(x, y, self.batch_size, wait)
 
 
+def _moments(chunks, n: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean and sample std over the first axis of float16 chunks, accumulated in float64."""
+    total = total_sq = 0.0
+    for chunk in chunks:
+        for i in range(0, len(chunk), 65536):
+            x = chunk[i : i + 65536].astype(np.float64)
+            total = total + x.sum(0)
+            total_sq = total_sq + (x * x).sum(0)
+    mean = total / n
+    std = np.sqrt(np.maximum(total_sq / n - mean * mean, 0.0) * n / max(n - 1, 1))
+    return (torch.from_numpy(mean.astype(np.float32)).to(device), torch.from_numpy(std.astype(np.float32)).to(device))
+
+
 def predict_arrays(head, x: np.ndarray, device, batch_size: int = 1024) -> np.ndarray:
     head.eval()
     outs = []
@@ -105,41 +109,177 @@ def predict_arrays(head, x: np.ndarray, device, batch_size: int = 1024) -> np.nd
     return np.concatenate(outs)
 
 
-def score(head, data, task: TaskSpec, device) -> tuple[dict, np.ndarray]:
-    x, y, _ = data
-    outputs = predict_arrays(head, x, device)
-    return compute_metrics(task.metrics, predictions_from_outputs(outputs, task.kind), y), outputs
+class ExampleProblem:
+    """Classification / regression on per-example [CLS] features."""
+
+    def __init__(self, task: TaskSpec, feats: dict[str, FeatureSet], settings: dict, device, raw_dir=None):
+        self.task, self.device = task, device
+        self.shape = feats["train"].shape
+        self.n_train = feats["train"].n_examples
+        self.data = TrainingData(feats["train"], int(settings["batch_size"]), device, float(settings["in_memory_max_mb"]))
+        self.held = {split: fs.read_all() for split, fs in feats.items() if split != "train"}
+        self.data_in_memory = self.data.in_memory
+
+    def moments(self):
+        return self.data.moments()
+
+    def epoch(self, seed: int):
+        return self.data.epoch(seed)
+
+    def loss(self, head, batch) -> torch.Tensor:
+        x, y = (t.to(self.device, non_blocking=True) for t in batch)
+        out = head(x)
+        if self.task.kind == "regression":
+            return torch.nn.functional.mse_loss(out[:, 0], y.float())
+        return torch.nn.functional.cross_entropy(out, y.long())
+
+    def _score(self, head, split: str) -> tuple[dict, np.ndarray]:
+        x, y, _ = self.held[split]
+        outputs = predict_arrays(head, x, self.device)
+        return compute_metrics(self.task.metrics, predictions_from_outputs(outputs, self.task.kind), y), outputs
+
+    def selection_metrics(self, head) -> dict:
+        return self._score(head, "selection")[0]
+
+    def evaluate(self, head) -> tuple[dict, pd.DataFrame]:
+        metrics, tables = {}, []
+        for split in self.task.eval_splits:
+            metrics[split], outputs = self._score(head, split)
+            _, labels, idx = self.held[split]
+            tables.append(pd.DataFrame({
+                "split": split, "idx": idx, "label": labels,
+                "prediction": predictions_from_outputs(outputs, self.task.kind), "outputs": list(outputs),
+            }))
+        return metrics, pd.concat(tables, ignore_index=True)
 
 
-def train_one(task: TaskSpec, spec: dict, settings: dict, data: TrainingData, selection, seed: int, device,
-              moments=None):
+class SpanBatches:
+    """One epoch of padded window batches (x (B, T, L, H), mask (B, T), labels (B, 2)),
+    assembled by a background thread; ``wait_seconds`` is the time the trainer waited."""
+
+    def __init__(self, windows: WindowStates, batch_size: int, seed: int, prefetch: int = 4):
+        self.windows, self.batch_size, self.prefetch = windows, batch_size, prefetch
+        self.order = np.random.default_rng(seed).permutation(len(windows))
+        self.wait_seconds = 0.0
+
+    def _produce(self, out: queue.Queue):
+        try:
+            for i in range(0, len(self.order), self.batch_size):
+                out.put(pad_windows(self.windows, self.order[i : i + self.batch_size]))
+            out.put(None)
+        except BaseException as err:
+            out.put(err)
+
+    def __iter__(self):
+        out: queue.Queue = queue.Queue(maxsize=self.prefetch)
+        threading.Thread(target=self._produce, args=(out,), daemon=True).start()
+        while True:
+            t0 = time.perf_counter()
+            item = out.get()
+            self.wait_seconds += time.perf_counter() - t0
+            if item is None:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+
+def pad_windows(windows: WindowStates, rows: np.ndarray):
+    lengths = windows.lengths[rows]
+    width = int(lengths.max())
+    layers, hidden = windows.states.shape[1:]
+    x = np.zeros((len(rows), width, layers, hidden), dtype=np.float32)
+    mask = np.zeros((len(rows), width), dtype=bool)
+    for j, i in enumerate(rows):
+        x[j, : lengths[j]] = windows.states[windows.window(i)]
+        mask[j, : lengths[j]] = True
+    return torch.from_numpy(x), torch.from_numpy(mask), torch.from_numpy(windows.labels[rows])
+
+
+class SpanProblem:
+    """Question answering on per-token features of context windows: start/end logits per
+    token, padding masked out, answers decoded per question and scored with SQuAD 2.0 EM/F1."""
+
+    def __init__(self, task: TaskSpec, feats: dict[str, FeatureSet], settings: dict, device, raw_dir=None):
+        self.task, self.device = task, device
+        self.batch_size = int(settings["batch_size"])
+        self.shape = feats["train"].shape
+        self.windows = {split: fs.read_windows() for split, fs in feats.items()}
+        self.n_train = len(self.windows["train"])
+        self.questions = {split: pd.read_parquet(Path(raw_dir) / f"{split}.parquet") for split in feats}
+        self.data_in_memory = True
+
+    def moments(self):
+        train = self.windows["train"]
+        return _moments([train.states], len(train.states), self.device)
+
+    def epoch(self, seed: int):
+        return SpanBatches(self.windows["train"], self.batch_size, seed)
+
+    def loss(self, head, batch) -> torch.Tensor:
+        x, mask, y = (t.to(self.device, non_blocking=True) for t in batch)
+        logits = head(x).masked_fill(~mask[..., None], -1e4)
+        return (torch.nn.functional.cross_entropy(logits[..., 0], y[:, 0])
+                + torch.nn.functional.cross_entropy(logits[..., 1], y[:, 1])) / 2
+
+    def window_logits(self, head, split: str) -> list[np.ndarray]:
+        windows = self.windows[split]
+        out: list = [None] * len(windows)
+        order = np.argsort(windows.lengths, kind="stable")
+        head.eval()
+        with torch.inference_mode():
+            for i in range(0, len(order), 64):
+                rows = order[i : i + 64]
+                x, _, _ = pad_windows(windows, rows)
+                logits = head(x.to(self.device)).float().cpu().numpy()
+                for j, r in enumerate(rows):
+                    out[r] = logits[j, : windows.lengths[r]]
+        return out
+
+    def selection_metrics(self, head) -> dict:
+        from bertvision.span_eval import best_selection_f1
+
+        return best_selection_f1(self.task, self.window_logits(head, "selection"), self.windows["selection"],
+                                 self.questions["selection"])
+
+    def evaluate(self, head) -> tuple[dict, pd.DataFrame]:
+        from bertvision.span_eval import evaluate_span
+
+        splits = ("selection", *self.task.eval_splits)
+        logits = {s: self.window_logits(head, s) for s in splits}
+        return evaluate_span(self.task, logits, {s: self.windows[s] for s in splits},
+                             {s: self.questions[s] for s in splits})
+
+
+PROBLEMS = {"classification": ExampleProblem, "regression": ExampleProblem, "span": SpanProblem}
+
+
+def train_one(task: TaskSpec, spec: dict, settings: dict, problem, seed: int, device, moments=None):
     """Train one head with one seed; return it with the best epoch (by selection score) restored.
     ``moments``: (mean, std) of the training features to standardize the input with, or None."""
     torch.manual_seed(seed)
-    layers, hidden = data.features.shape
+    layers, hidden = problem.shape
     head = build_head(spec, layers, hidden, task.num_labels)
     if moments is not None:
         head = Standardized(head, *moments)
     head = head.to(device)
     max_epochs = int(settings["max_epochs"])
-    total = max_epochs * -(-data.features.n_examples // data.batch_size)
+    total = max_epochs * -(-problem.n_train // int(settings["batch_size"]))
     warmup = int(round(float(settings["warmup_ratio"]) * total))
     opt = torch.optim.AdamW(head.parameters(), lr=float(settings["learning_rate"]),
                             weight_decay=float(settings["weight_decay"]))
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: (s + 1) / max(1, warmup) if s < warmup else max(0.0, (total - s) / max(1, total - warmup))
     )
-    criterion = loss_fn(task.kind)
     best = {"score": -np.inf, "epoch": 0, "state": copy.deepcopy(head.state_dict()), "metrics": None}
     history, wait, loop_seconds, stale = [], 0.0, 0.0, 0
     for epoch in range(1, max_epochs + 1):
-        batches = data.epoch(seed * 1000 + epoch)
+        batches = problem.epoch(seed * 1000 + epoch)
         head.train()
         t0 = time.perf_counter()
         losses = []
-        for xb, yb in batches:
-            xb, yb = xb.to(device, non_blocking=True), yb.to(device, non_blocking=True)
-            loss = criterion(head(xb), yb)
+        for batch in batches:
+            loss = problem.loss(head, batch)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
@@ -147,7 +287,7 @@ def train_one(task: TaskSpec, spec: dict, settings: dict, data: TrainingData, se
             losses.append(loss.detach())
         loop_seconds += time.perf_counter() - t0
         wait += batches.wait_seconds
-        sel_metrics, _ = score(head, selection, task, device)
+        sel_metrics = problem.selection_metrics(head)
         history.append({"epoch": epoch, "train_loss": float(torch.stack(losses).mean()), "selection": sel_metrics})
         if sel_metrics[task.primary_metric] > best["score"]:
             best = {"score": sel_metrics[task.primary_metric], "epoch": epoch,
@@ -178,33 +318,26 @@ def train_heads(
     seeds: list[int],
     out_root: Path,
     threads: int | None = None,
+    raw_dir: Path | None = None,
 ) -> None:
     """Write ``{out_root}/{head}/seed{seed}/`` (weights, eval predictions, metrics) for every
-    head and seed. ``manifest``: the checkpoint's feature manifest."""
+    head and seed. ``manifest``: the checkpoint's feature manifest; ``raw_dir``: the task's
+    canonical splits (span tasks decode answers from their contexts)."""
     set_threads(threads)
     device = pick_device(settings["device"])
     feats = {split: FeatureSet.open(manifest, split, verify=settings["verify"]) for split in splits_of(task)}
-    data = TrainingData(feats["train"], int(settings["batch_size"]), device, float(settings["in_memory_max_mb"]))
-    held = {split: fs.read_all() for split, fs in feats.items() if split != "train"}
-    moments = data.moments() if settings["standardize"] else None
+    problem = PROBLEMS[task.kind](task, feats, settings, device, raw_dir)
+    moments = problem.moments() if settings["standardize"] else None
     source = feats["train"].manifest["source"]
     encoder_params = feats["train"].manifest["encoder_parameters"]
     for head_name, spec in heads.items():
         for seed in seeds:
             t0 = time.perf_counter()
-            head, best, history, timing = train_one(task, spec, settings, data, held["selection"], seed, device,
-                                                     moments)
-            metrics, tables = {}, []
-            for split in task.eval_splits:
-                metrics[split], outputs = score(head, held[split], task, device)
-                _, labels, idx = held[split]
-                tables.append(pd.DataFrame({
-                    "split": split, "idx": idx, "label": labels,
-                    "prediction": predictions_from_outputs(outputs, task.kind), "outputs": list(outputs),
-                }))
+            head, best, history, timing = train_one(task, spec, settings, problem, seed, device, moments)
+            metrics, predictions = problem.evaluate(head)
             out = Path(out_root) / head_name / f"seed{seed}"
             save_head(head, head_name, spec, out)
-            atomic_write_parquet(pd.concat(tables, ignore_index=True), out / "eval_predictions.parquet")
+            atomic_write_parquet(predictions, out / "eval_predictions.parquet")
             params = count_parameters(head)
             record = {
                 "task": task.name, "head": head_name, "head_spec": spec, "seed": seed, "source": source,
@@ -212,12 +345,14 @@ def train_heads(
                 "parameter_percent": 100.0 * params / encoder_params,
                 "best_epoch": best["epoch"], "selection_metrics": best["metrics"], "metrics": metrics,
                 "history": history, "seconds": time.perf_counter() - t0, **timing,
-                "data_in_memory": data.in_memory, "device": str(device),
+                "data_in_memory": problem.data_in_memory, "device": str(device),
             }
             core = head.head if isinstance(head, Standardized) else head
             if isinstance(core, ScalarMixHead):
                 record["layer_weights"] = core.layer_weights().detach().cpu().tolist()
                 record["gamma"] = float(core.gamma.detach())
             atomic_write_json(record, out / "metrics.json")
-            log.info("%s %s seed %d: best epoch %d, selection %s, eval %s, data wait %.2f%%", task.name, head_name,
-                     seed, best["epoch"], best["metrics"], metrics, 100 * timing["data_wait_share"])
+            log.info("%s %s seed %d: best epoch %d, eval %s, data wait %.2f%%", task.name, head_name, seed,
+                     best["epoch"], {s: {k: round(v, 4) for k, v in m.items() if k in task.metrics}
+                                     for s, m in metrics.items() if s in task.eval_splits},
+                     100 * timing["data_wait_share"])

@@ -38,17 +38,13 @@ CKPT_FILE = "models/{model}/{task}/ft{ftseed}/ckpt-{frac}/{file}"
 SHARD_DIR = "features/{model}/{task}/ft{ftseed}/ckpt-{frac}/shard-{shard}-of-{n_shards}"
 MANIFEST = "features/{model}/{task}/ft{ftseed}/ckpt-{frac}/manifest.json"
 HEADS_DIR = "heads/{model}/{task}/ft{ftseed}/ckpt-{frac}"
-HEAD_FILE = "heads/{model}/{task}/ft{ftseed}/ckpt-{frac}/{head}/seed{seed}/{file}"
 
 
-def glue_inputs(wildcards):
-    """The source files of a local download, so that replacing one reruns the download."""
-    if config["data"]["source"] != "local":
-        return []
-    from bertvision.data.glue_files import locate
+def source_files(wildcards):
+    """The local files a download reads, so that replacing one reruns the download."""
+    from bertvision.data.download import local_source_files
 
-    task = get_task(wildcards.task)
-    return [str(locate(config["data"]["glue_dir"], task, split)) for split in task.glue.files]
+    return [str(p) for p in local_source_files(get_task(wildcards.task), S.download(wildcards.task))]
 
 
 def shard_dirs(wildcards):
@@ -78,15 +74,13 @@ def all_bert_metrics():
     ]
 
 
-def all_head_metrics():
+def all_head_dirs():
     return [
-        HEAD_FILE.format(model=m, task=t, ftseed=s, frac=f, head=h, seed=hs, file="metrics.json")
+        HEADS_DIR.format(model=m, task=t, ftseed=s, frac=f)
         for m in S.models
         for t in S.tasks
         for s in FT_SEEDS
         for f in S.fractions
-        for h in S.heads
-        for hs in HEAD_SEEDS
     ]
 
 

@@ -2,7 +2,7 @@ rule download:
     """Task source (local glue_data folder or the hub) -> canonical parquet splits
     (train, selection carved from train, the task's evaluation splits)."""
     input:
-        glue_inputs,
+        source_files,
     output:
         directory("data/raw/{task}"),
     params:

@@ -1,21 +1,16 @@
 rule train_heads:
-    """Every configured head on one checkpoint's features, for every seed (epochs chosen on
-    the selection split; the evaluation splits are only scored)."""
+    """Every head configured for the task on one checkpoint's features, for every seed, into
+    {head}/seed{seed}/ (epochs chosen on the selection split; the evaluation splits are only
+    scored)."""
     input:
-        rules.feature_manifest.output,
+        manifest=rules.feature_manifest.output,
+        raw=rules.download.output,
     output:
-        expand(
-            HEAD_FILE,
-            head=S.heads,
-            seed=HEAD_SEEDS,
-            file=["head.safetensors", "metrics.json", "eval_predictions.parquet"],
-            allow_missing=True,
-        ),
+        directory(HEADS_DIR),
     params:
-        heads=as_json(S.head_specs()),
+        heads=lambda wc: as_json(S.task_heads(wc.task)),
         settings=lambda wc: as_json(S.head_training(wc.task)),
         seeds=HEAD_SEEDS,
-        out_dir=HEADS_DIR,
     conda:
         ENV
     log:
@@ -28,4 +23,5 @@ rule train_heads:
         runtime=lambda wc, attempt: 60 * attempt,
     shell:
         "bertvision train-heads --task {wildcards.task} --heads {params.heads:q} --settings {params.settings:q} "
-        "--manifest {input} --seeds {params.seeds} --out-dir {params.out_dir} --threads {threads} > {log} 2>&1"
+        "--manifest {input.manifest} --raw-dir {input.raw} --seeds {params.seeds} --out-dir {output} "
+        "--threads {threads} > {log} 2>&1"

@@ -3,11 +3,13 @@ rule tables:
     benchmark files."""
     input:
         bert=all_bert_metrics(),
-        heads=all_head_metrics(),
+        heads=all_head_dirs(),
         benchmarks=all_benchmarks(),
     output:
         md="results/tables/glue.md",
         csv="results/tables/glue.csv",
+        squad_md="results/tables/squad.md",
+        squad_csv="results/tables/squad.csv",
         timing_md="results/tables/timing.md",
         timing_csv="results/tables/timing.csv",
     params:
@@ -17,6 +19,7 @@ rule tables:
     log:
         "logs/tables.log",
     shell:
-        "bertvision tables --bert-metrics {input.bert} --head-metrics {input.heads} "
+        "bertvision tables --bert-metrics {input.bert} --head-dirs {input.heads} "
         "--benchmarks {input.benchmarks} --heads {params.heads} --md {output.md} --csv {output.csv} "
+        "--squad-md {output.squad_md} --squad-csv {output.squad_csv} "
         "--timing-md {output.timing_md} --timing-csv {output.timing_csv} > {log} 2>&1"

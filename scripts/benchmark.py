@@ -112,7 +112,7 @@ def main() -> None:
         minimum = rows * layers * hidden * 2
 
         # 2. head training: every default head, every default seed.
-        train_heads(task, s.head_specs(), s.head_training(args.task), feat / "manifest.json",
+        train_heads(task, s.task_heads(args.task), s.head_training(args.task), feat / "manifest.json",
                     list(config["heads"]["seeds"]), tmp / "heads", threads=args.threads)
         records = [json.loads(p.read_text()) for p in (tmp / "heads").rglob("metrics.json")]
         wait = sum(r["data_wait_seconds"] for r in records)

@@ -74,3 +74,14 @@ def test_build_head_registry():
     assert build_head({"type": "adapter", "width": 16}, L, H, 1)(torch.randn(2, L, H)).shape == (2, 1)
     with pytest.raises(KeyError, match="unknown head type"):
         build_head({"type": "cnn"}, L, H, C)
+
+
+@pytest.mark.parametrize("spec", [{"type": "lp"}, {"type": "mean"}, {"type": "adapter", "width": 8, "skip": True},
+                                  {"type": "adapter", "width": 8, "shared": False}])
+def test_heads_apply_per_token(spec):
+    """The same head on (batch, tokens, layers, hidden) equals it applied to each token alone."""
+    head = build_head(spec, 3, 16, 2).eval()
+    x = torch.randn(2, 5, 3, 16)
+    per_token = torch.stack([torch.stack([head(x[b, t][None])[0] for t in range(5)]) for b in range(2)])
+    assert head(x).shape == (2, 5, 2)
+    assert torch.allclose(head(x), per_token, atol=1e-5)

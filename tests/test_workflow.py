@@ -46,8 +46,15 @@ def job_counts(dry_run_output: str) -> dict[str, int]:
 def tiny_config(tiny_bert: Path) -> dict:
     return {
         "backbones": {"tiny": {"pretrained": str(tiny_bert)}},
-        "data": {"glue_dir": str(SHIPPED_GLUE), "selection_fraction": 0.2},
-        "tasks": {"mrpc": {"train_size": 50, "eval_size": 30}, "stsb": {"train_size": 50, "eval_size": 30}},
+        "data": {"glue_dir": str(SHIPPED_GLUE), "squad_dir": str(REPO / "resources" / "squad2"),
+                 "selection_fraction": 0.2},
+        "tasks": {
+            "mrpc": {"train_size": 50, "eval_size": 30},
+            "stsb": {"train_size": 50, "eval_size": 30},
+            "squad2": {"article_split": {"from": "dev", "train": 0.6, "selection": 0.1, "dev": 0.3},
+                       "train_size": 30, "selection_size": 20, "eval_size": 30, "max_length": 128,
+                       "doc_stride": 64, "heads": ["lp"]},
+        },
         "finetune": {"epoch_fractions": [0, 1.0], "settings": {"batch_size": 8}},
         "extract": {"shards": 2, "batch_size": 16},
         "heads": {
@@ -81,7 +88,11 @@ def test_tables_have_every_row(workflow_run):
             assert set(block["model"]) == expected_models
             assert (block[block["model"] != "BERT"]["n"] == 2).all()  # 1 fine-tuning seed x 2 head seeds
     md = (workdir / "results" / "tables" / "glue.md").read_text()
-    assert "## mrpc (dev)" in md and "## stsb (dev)" in md
+    assert "## mrpc (dev)" in md and "## stsb (dev)" in md and "squad2" not in md
+    squad = pd.read_csv(workdir / "results" / "tables" / "squad.csv")
+    assert set(squad["model"]) == {"BERT", "lp"} and set(squad["epoch_fraction"]) == {0.0, 1.0}
+    assert {"f1", "exact", "HasAns_f1", "NoAns_exact"} <= set(squad["metric"])
+    assert "## squad2 (dev)" in (workdir / "results" / "tables" / "squad.md").read_text()
     timing = pd.read_csv(workdir / "results" / "tables" / "timing.csv")
     assert {"download", "tokenize", "finetune", "extract", "train_heads"} <= set(timing["stage"])
 
@@ -148,7 +159,8 @@ def test_rerun_has_nothing_to_do_and_a_head_change_reruns_only_heads(workflow_ru
     config["heads"]["models"]["adapter8"]["width"] = 4
     (workdir / "config.yaml").write_text(yaml.safe_dump(config))
     counts = job_counts(snakemake(workdir, "-n").stdout)
-    assert counts == {"all": 1, "tables": 1, "train_heads": 4}  # 2 tasks x 2 checkpoints
+    # mrpc and stsb x 2 checkpoints; squad2 trains only lp, so the adapter change leaves it alone.
+    assert counts == {"all": 1, "tables": 1, "train_heads": 4}
 
     snakemake(workdir)
     assert {p: p.stat().st_mtime_ns for p in untouched} == before

@@ -108,6 +108,18 @@ def download_glue(task: TaskSpec, settings: dict, out_dir: Path) -> dict[str, in
     return counts
 
 
+def local_source_files(task: TaskSpec, settings: dict) -> list[Path]:
+    """The local files a download reads (empty for the hub), so the workflow reruns the
+    download when one of them changes."""
+    if settings["source"] != "local":
+        return []
+    if task.kind == "span":
+        article_split = settings.get("article_split")
+        splits = [article_split["from"]] if article_split else list(task.squad.files)
+        return [squad_files.locate(Path(settings["squad_dir"]), task.squad.files, s) for s in splits]
+    return [locate(Path(settings["glue_dir"]), task, s) for s in task.glue.files]
+
+
 DOWNLOADERS = {"classification": download_glue, "regression": download_glue, "span": download_squad}
 
 
