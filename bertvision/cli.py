@@ -56,7 +56,8 @@ def cmd_train_heads(a):
     from bertvision.tasks import get_task
     from bertvision.train_head import train_heads
 
-    train_heads(get_task(a.task), a.heads, a.settings, a.manifest, a.seeds, a.out_dir, a.threads, a.raw_dir)
+    train_heads(get_task(a.task), a.heads, a.settings, a.manifest, a.seeds, a.out_dir, a.threads, a.raw_dir,
+                a.bert_logits)
 
 
 def cmd_tables(a):
@@ -129,6 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--settings", type=_json, required=True)
     s.add_argument("--manifest", type=Path, required=True)
     s.add_argument("--raw-dir", type=Path, required=True, help="the task's canonical splits (span decoding)")
+    s.add_argument("--bert-logits", type=Path, help="BERT's eval_logits.npz at this checkpoint (ensembles)")
     s.add_argument("--seeds", type=int, nargs="+", required=True)
     s.add_argument("--out-dir", type=Path, required=True)
     s.add_argument("--threads", type=int)

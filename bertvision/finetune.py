@@ -19,6 +19,7 @@ from tqdm import tqdm
 from bertvision.backbone import encoder_parameter_count, resolve_pretrained
 from bertvision.batching import TokenizedSplit, bucketed_batches, collate, padding_ratio
 from bertvision.device import autocast, autocast_dtype, pick_device, set_threads, to_device
+from bertvision.ensemble import save_logits
 from bertvision.inference import evaluate_outputs, predict, predict_span
 from bertvision.io import atomic_path, atomic_write_json, atomic_write_parquet
 from bertvision.tasks import TaskSpec
@@ -58,12 +59,12 @@ def load_classifier(task: TaskSpec, backbone: str, seed: int):
 
 
 def evaluate_labels(task, model, evals, questions, batch_size, device, precision, pad_id):
-    metrics, tables = {}, []
+    metrics, tables, logits = {}, [], {}
     for name, split in evals.items():
-        outputs = predict(model, split, batch_size, device, precision, pad_id, desc=f"evaluate {name}")
-        metrics[name], table = evaluate_outputs(outputs, split, task.kind, task.metrics)
+        logits[name] = predict(model, split, batch_size, device, precision, pad_id, desc=f"evaluate {name}")
+        metrics[name], table = evaluate_outputs(logits[name], split, task.kind, task.metrics)
         tables.append(pd.DataFrame(table).assign(split=name))
-    return metrics, pd.concat(tables, ignore_index=True)
+    return metrics, pd.concat(tables, ignore_index=True), logits
 
 
 def evaluate_spans(task, model, evals, questions, batch_size, device, precision, pad_id):
@@ -71,7 +72,7 @@ def evaluate_spans(task, model, evals, questions, batch_size, device, precision,
 
     logits = {name: predict_span(model, split, batch_size, device, precision, pad_id, desc=f"evaluate {name}")
               for name, split in evals.items()}
-    return evaluate_span(task, logits, evals, questions)
+    return (*evaluate_span(task, logits, evals, questions), logits)
 
 
 # Task kind -> how a checkpoint is evaluated, and on which splits (span tasks tune their null
@@ -167,9 +168,10 @@ def finetune(
         for frac in to_save.get(step, []):
             ckpt = Path(out_dir) / f"ckpt-{fraction_name(frac)}"
             save_checkpoint(model, ckpt)
-            metrics, predictions = evaluate(task, model, evals, questions, int(settings["eval_batch_size"]), device,
-                                            precision, pad_id)
+            metrics, predictions, logits = evaluate(task, model, evals, questions, int(settings["eval_batch_size"]),
+                                                    device, precision, pad_id)
             atomic_write_parquet(predictions, ckpt / "eval_predictions.parquet")
+            save_logits(ckpt / "eval_logits.npz", logits)
             atomic_write_json(
                 {
                     "task": task.name,

@@ -21,6 +21,10 @@ def _reported(metrics_record: dict):
             for split, values in metrics_record["metrics"].items() if split in task.eval_splits]
 
 
+def ensemble_name(head: str, how: str) -> str:
+    return f"{head} + BERT ({how})"
+
+
 def long_records(bert_metrics: list[Path], head_metrics: list[Path]) -> pd.DataFrame:
     """One row per (run, eval split, metric)."""
     rows = []
@@ -39,6 +43,13 @@ def long_records(bert_metrics: list[Path], head_metrics: list[Path]) -> pd.DataF
                 rows.append({"task": m["task"], "split": split, "epoch_fraction": fraction,
                              "model": m["head"], "seed": f"{m['source'].get('ft_seed', '')}/{m['seed']}",
                              "metric": metric, "value": value, "parameter_percent": m["parameter_percent"]})
+        for how, ens in m.get("ensembles", {}).items():
+            for split, values in _reported({"task": m["task"], "metrics": ens}):
+                for metric, value in values.items():
+                    rows.append({"task": m["task"], "split": split, "epoch_fraction": fraction,
+                                 "model": ensemble_name(m["head"], how),
+                                 "seed": f"{m['source'].get('ft_seed', '')}/{m['seed']}", "metric": metric,
+                                 "value": value, "parameter_percent": 100.0 + m["parameter_percent"]})
     return pd.DataFrame(rows)
 
 
@@ -49,7 +60,8 @@ def summarize(records: pd.DataFrame, head_order: list[str]) -> pd.DataFrame:
     out = grouped["value"].agg(mean="mean", std=lambda v: v.std(ddof=1) if len(v) > 1 else np.nan, n="count")
     out["parameter_percent"] = grouped["parameter_percent"].first()
     out = out.reset_index()
-    order = {name: i for i, name in enumerate([BERT, *head_order])}
+    names = [BERT, *head_order, *(ensemble_name(h, how) for how in ("max", "mean") for h in head_order)]
+    order = {name: i for i, name in enumerate(names)}
     out["_model_order"] = out["model"].map(order)
     out["_metric_order"] = [get_task(t).metrics.index(m) for t, m in zip(out["task"], out["metric"])]
     return out.sort_values(["task", "split", "epoch_fraction", "_model_order", "_metric_order"]).drop(
@@ -72,7 +84,8 @@ def results_markdown(summary: pd.DataFrame, title: str) -> str:
     parts = [f"# {title}", "",
              "Dev scores as mean ± sample std over seeds (n = number of runs). `BERT` is the backbone "
              "with its own classification head at that checkpoint (at 0 epochs the head is untrained); "
-             "the other rows are heads trained on that checkpoint's frozen hidden states. "
+             "the other rows are heads trained on that checkpoint's frozen hidden states, and "
+             "`head + BERT` ensembles of the two (max or mean of their softmax distributions). "
              "% params = trainable parameters as a share of the encoder's.", ""]
     for (task, split), block in summary.groupby(["task", "split"], sort=False):
         metrics = list(get_task(task).metrics)

@@ -23,6 +23,7 @@ import torch
 from safetensors.torch import save_file
 
 from bertvision.device import pick_device, set_threads
+from bertvision.ensemble import ENSEMBLES, ensemble_examples, ensemble_windows, load_logits
 from bertvision.features import BatchStream, FeatureSet, WindowStates, read_shard
 from bertvision.heads import ScalarMixHead, Standardized, build_head, count_parameters
 from bertvision.io import atomic_path, atomic_write_json, atomic_write_parquet
@@ -141,8 +142,9 @@ class ExampleProblem:
     def selection_metrics(self, head) -> dict:
         return self._score(head, "selection")[0]
 
-    def evaluate(self, head) -> tuple[dict, pd.DataFrame]:
-        metrics, tables = {}, []
+    def evaluate(self, head, bert_logits=None) -> tuple[dict, pd.DataFrame, dict]:
+        metrics, tables, ensembles = {}, [], {}
+        hows = ("mean",) if self.task.kind == "regression" else ENSEMBLES
         for split in self.task.eval_splits:
             metrics[split], outputs = self._score(head, split)
             _, labels, idx = self.held[split]
@@ -150,7 +152,13 @@ class ExampleProblem:
                 "split": split, "idx": idx, "label": labels,
                 "prediction": predictions_from_outputs(outputs, self.task.kind), "outputs": list(outputs),
             }))
-        return metrics, pd.concat(tables, ignore_index=True)
+            if bert_logits is not None:
+                bert = np.concatenate(bert_logits[split])
+                for how in hows:
+                    combined = ensemble_examples(outputs, bert, how, self.task.kind)
+                    ensembles.setdefault(how, {})[split] = compute_metrics(
+                        self.task.metrics, predictions_from_outputs(combined, self.task.kind), labels)
+        return metrics, pd.concat(tables, ignore_index=True), ensembles
 
 
 class SpanBatches:
@@ -242,13 +250,21 @@ class SpanProblem:
         return best_selection_f1(self.task, self.window_logits(head, "selection"), self.windows["selection"],
                                  self.questions["selection"])
 
-    def evaluate(self, head) -> tuple[dict, pd.DataFrame]:
+    def evaluate(self, head, bert_logits=None) -> tuple[dict, pd.DataFrame, dict]:
+        """Metrics, predictions and (given BERT's window logits) the ensembles' metrics; every
+        model, ensembles included, gets its null threshold tuned on the selection split."""
         from bertvision.span_eval import evaluate_span
 
         splits = ("selection", *self.task.eval_splits)
         logits = {s: self.window_logits(head, s) for s in splits}
-        return evaluate_span(self.task, logits, {s: self.windows[s] for s in splits},
-                             {s: self.questions[s] for s in splits})
+        windows, questions = {s: self.windows[s] for s in splits}, {s: self.questions[s] for s in splits}
+        metrics, predictions = evaluate_span(self.task, logits, windows, questions)
+        ensembles = {}
+        if bert_logits is not None:
+            for how in ENSEMBLES:
+                combined = {s: ensemble_windows(logits[s], bert_logits[s], how) for s in splits}
+                ensembles[how] = evaluate_span(self.task, combined, windows, questions)[0]
+        return metrics, predictions, ensembles
 
 
 PROBLEMS = {"classification": ExampleProblem, "regression": ExampleProblem, "span": SpanProblem}
@@ -319,22 +335,25 @@ def train_heads(
     out_root: Path,
     threads: int | None = None,
     raw_dir: Path | None = None,
+    bert_logits: Path | None = None,
 ) -> None:
     """Write ``{out_root}/{head}/seed{seed}/`` (weights, eval predictions, metrics) for every
     head and seed. ``manifest``: the checkpoint's feature manifest; ``raw_dir``: the task's
-    canonical splits (span tasks decode answers from their contexts)."""
+    canonical splits (span tasks decode answers from their contexts); ``bert_logits``: BERT's
+    ``eval_logits.npz`` at the same checkpoint, for the head + BERT ensembles."""
     set_threads(threads)
     device = pick_device(settings["device"])
     feats = {split: FeatureSet.open(manifest, split, verify=settings["verify"]) for split in splits_of(task)}
     problem = PROBLEMS[task.kind](task, feats, settings, device, raw_dir)
     moments = problem.moments() if settings["standardize"] else None
+    bert = load_logits(bert_logits) if bert_logits else None
     source = feats["train"].manifest["source"]
     encoder_params = feats["train"].manifest["encoder_parameters"]
     for head_name, spec in heads.items():
         for seed in seeds:
             t0 = time.perf_counter()
             head, best, history, timing = train_one(task, spec, settings, problem, seed, device, moments)
-            metrics, predictions = problem.evaluate(head)
+            metrics, predictions, ensembles = problem.evaluate(head, bert)
             out = Path(out_root) / head_name / f"seed{seed}"
             save_head(head, head_name, spec, out)
             atomic_write_parquet(predictions, out / "eval_predictions.parquet")
@@ -344,6 +363,7 @@ def train_heads(
                 "parameters": params, "encoder_parameters": encoder_params,
                 "parameter_percent": 100.0 * params / encoder_params,
                 "best_epoch": best["epoch"], "selection_metrics": best["metrics"], "metrics": metrics,
+                "ensembles": ensembles,
                 "history": history, "seconds": time.perf_counter() - t0, **timing,
                 "data_in_memory": problem.data_in_memory, "device": str(device),
             }

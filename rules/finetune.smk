@@ -8,7 +8,13 @@ rule finetune:
         expand(
             CKPT_FILE,
             frac=S.fractions,
-            file=["model.safetensors", "config.json", "eval_metrics.json", "eval_predictions.parquet"],
+            file=[
+                "model.safetensors",
+                "config.json",
+                "eval_metrics.json",
+                "eval_predictions.parquet",
+                "eval_logits.npz",
+            ],
             allow_missing=True,
         ),
     params:

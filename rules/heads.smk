@@ -5,6 +5,7 @@ rule train_heads:
     input:
         manifest=rules.feature_manifest.output,
         raw=rules.download.output,
+        bert_logits=expand(CKPT_FILE, file="eval_logits.npz", allow_missing=True)[0],
     output:
         directory(HEADS_DIR),
     params:
@@ -23,5 +24,5 @@ rule train_heads:
         runtime=lambda wc, attempt: 60 * attempt,
     shell:
         "bertvision train-heads --task {wildcards.task} --heads {params.heads:q} --settings {params.settings:q} "
-        "--manifest {input.manifest} --raw-dir {input.raw} --seeds {params.seeds} --out-dir {output} "
+        "--manifest {input.manifest} --raw-dir {input.raw} --bert-logits {input.bert_logits} --seeds {params.seeds} --out-dir {output} "
         "--threads {threads} > {log} 2>&1"

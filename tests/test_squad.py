@@ -114,3 +114,38 @@ def test_threshold_tuning_maximises_f1():
     preds = apply_threshold(cands, t)
     best = max(squad_v2_metrics(golds, apply_threshold(cands, th))["f1"] for th in (-3, -1, 0, 2, 4, 6))
     assert squad_v2_metrics(golds, preds)["f1"] == best == 75.0
+
+
+def test_hub_path_with_a_local_repository(tmp_path, dev, monkeypatch):
+    """rajpurkar/squad_v2's layout (answers as {text, answer_start}) from a local dataset repo."""
+    pytest.importorskip("datasets")
+    from bertvision.data.download import download_task
+    from bertvision.tasks import get_task
+
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    repo = tmp_path / "squad-repo" / "squad_v2"
+    repo.mkdir(parents=True)
+    titles = dev["title"].unique()
+    for hub_split, chosen in (("train", titles[:3]), ("validation", titles[3:4])):
+        part = dev[dev["title"].isin(chosen)]
+        pd.DataFrame({
+            "id": part["id"], "title": part["title"], "context": part["context"], "question": part["question"],
+            "answers": [{"text": list(t), "answer_start": list(s)} for t, s in zip(part["answer_texts"], part["answer_starts"])],
+        }).to_parquet(repo / f"{hub_split}-00000-of-00001.parquet")
+    settings = {"source": "hub", "hub_repo": str(repo.parent), "glue_dir": "", "squad_dir": "", "seed": 1,
+                "selection_fraction": 0.34, "train_size": None, "selection_size": None, "eval_size": None,
+                "article_split": None}
+    counts = download_task(get_task("squad2"), settings, tmp_path / "out")
+    assert counts["dev"] == int(dev["title"].isin(titles[3:4]).sum())
+    assert counts["train"] + counts["selection"] == int(dev["title"].isin(titles[:3]).sum())
+    got = pd.read_parquet(tmp_path / "out" / "dev.parquet")
+    assert list(got["answer_texts"].iloc[0]) == list(dev[dev["title"] == titles[3]]["answer_texts"].iloc[0])
+
+
+def test_extraction_refuses_when_the_disk_is_too_small(tmp_path):
+    from bertvision.extract import check_disk_space
+
+    check_disk_space(tmp_path, 1000)
+    with pytest.raises(OSError, match=r"needs about .* GiB of features but only .* GiB is free"):
+        check_disk_space(tmp_path, 10**18)

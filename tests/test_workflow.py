@@ -77,7 +77,8 @@ def workflow_run(tiny_bert, tmp_path_factory):
 def test_tables_have_every_row(workflow_run):
     workdir, config = workflow_run
     table = pd.read_csv(workdir / "results" / "tables" / "glue.csv")
-    expected_models = {"BERT", "lp", "adapter8"}
+    heads = ("lp", "adapter8")
+    expected_models = {"BERT", *heads, *(f"{h} + BERT (mean)" for h in heads)}
     for task, metrics in (("mrpc", {"f1", "accuracy"}), ("stsb", {"pearson", "spearman"})):
         rows = table[table["task"] == task]
         assert set(rows["split"]) == {"dev"}
@@ -85,12 +86,15 @@ def test_tables_have_every_row(workflow_run):
         assert set(rows["metric"]) == metrics
         for frac in (0.0, 1.0):
             block = rows[rows["epoch_fraction"] == frac]
-            assert set(block["model"]) == expected_models
+            # STS-B (regression) ensembles average the two predictions: only "mean".
+            maxed = set() if task == "stsb" else {f"{h} + BERT (max)" for h in heads}
+            assert set(block["model"]) == expected_models | maxed
             assert (block[block["model"] != "BERT"]["n"] == 2).all()  # 1 fine-tuning seed x 2 head seeds
     md = (workdir / "results" / "tables" / "glue.md").read_text()
     assert "## mrpc (dev)" in md and "## stsb (dev)" in md and "squad2" not in md
     squad = pd.read_csv(workdir / "results" / "tables" / "squad.csv")
-    assert set(squad["model"]) == {"BERT", "lp"} and set(squad["epoch_fraction"]) == {0.0, 1.0}
+    assert set(squad["model"]) == {"BERT", "lp", "lp + BERT (max)", "lp + BERT (mean)"}
+    assert set(squad["epoch_fraction"]) == {0.0, 1.0}
     assert {"f1", "exact", "HasAns_f1", "NoAns_exact"} <= set(squad["metric"])
     assert "## squad2 (dev)" in (workdir / "results" / "tables" / "squad.md").read_text()
     timing = pd.read_csv(workdir / "results" / "tables" / "timing.csv")

@@ -1,0 +1,41 @@
+"""Head + BERT ensembles: stored logits round-trip, and the max / mean combinations."""
+
+import numpy as np
+import pytest
+
+from bertvision.ensemble import combine, ensemble_examples, ensemble_windows, load_logits, save_logits, softmax
+
+
+def test_logits_round_trip(tmp_path):
+    rng = np.random.default_rng(0)
+    windows = [rng.normal(size=(n, 2)) for n in (5, 9, 3)]
+    examples = rng.normal(size=(4, 3))
+    save_logits(tmp_path / "l.npz", {"dev": windows, "selection": examples})
+    back = load_logits(tmp_path / "l.npz")
+    assert all(np.array_equal(a, b) for a, b in zip(windows, back["dev"]))
+    assert np.array_equal(np.concatenate(back["selection"]), examples)
+
+
+def test_mean_of_identical_models_is_the_model_and_max_dominates():
+    rng = np.random.default_rng(1)
+    a, b = rng.normal(size=(6, 3)), rng.normal(size=(6, 3))
+    same = np.exp(combine(a, a, "mean", axis=-1))
+    assert np.allclose(same, softmax(a, -1), atol=1e-9)
+    maxed = np.exp(combine(a, b, "max", axis=-1))
+    assert (maxed >= softmax(a, -1) - 1e-9).all() and (maxed >= softmax(b, -1) - 1e-9).all()
+    mean = np.exp(combine(a, b, "mean", axis=-1))
+    assert np.allclose(mean, (softmax(a, -1) + softmax(b, -1)) / 2)
+
+
+def test_window_ensembles_normalise_over_positions_per_column():
+    rng = np.random.default_rng(2)
+    head, bert = [rng.normal(size=(7, 2))], [rng.normal(size=(7, 2))]
+    out = ensemble_windows(head, bert, "mean")[0]
+    assert np.allclose(np.exp(out).sum(axis=0), 1.0)  # start and end each a distribution over tokens
+    with pytest.raises(ValueError, match="different windows"):
+        ensemble_windows(head, [rng.normal(size=(6, 2))], "max")
+
+
+def test_regression_ensemble_averages_predictions():
+    assert np.allclose(ensemble_examples(np.array([[1.0], [3.0]]), np.array([[3.0], [5.0]]), "mean", "regression"),
+                       [[2.0], [4.0]])
