@@ -111,7 +111,8 @@ def test_missing_file_names_the_expected_path(tmp_path):
         locate(tmp_path, get_task("mrpc"), "train")
 
 
-def test_registry_covers_all_of_glue():
-    assert set(TASKS) == {"cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli"}
+def test_registry_covers_all_of_glue_and_squad():
+    assert set(TASKS) == {"cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli", "squad2"}
+    assert get_task("squad2").kind == "span" and get_task("squad2").num_labels == 2
     assert get_task("mnli").eval_splits == ("dev_matched", "dev_mismatched")
     assert get_task("stsb").num_labels == 1
