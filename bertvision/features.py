@@ -308,7 +308,41 @@ def concat_windows(parts: list[WindowStates]) -> WindowStates:
                         np.concatenate([p.idx for p in parts]))
 
 
-class BatchStream:
+class Prefetched:
+    """Items produced by ``produce()`` (a generator) in a background thread, consumed in
+    order; ``wait_seconds`` accumulates the time the consumer spent blocked on the queue."""
+
+    prefetch = 8
+
+    def produce(self):
+        raise NotImplementedError
+
+    def _run(self, out: queue.Queue):
+        try:
+            for item in self.produce():
+                out.put(item)
+            out.put(None)
+        except BaseException as err:  # surface producer errors in the consumer
+            out.put(err)
+
+    def __iter__(self):
+        self.wait_seconds = getattr(self, "wait_seconds", 0.0)
+        out: queue.Queue = queue.Queue(maxsize=self.prefetch)
+        thread = threading.Thread(target=self._run, args=(out,), daemon=True)
+        thread.start()
+        while True:
+            t0 = time.perf_counter()
+            item = out.get()
+            self.wait_seconds += time.perf_counter() - t0
+            if item is None:
+                break
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+        thread.join()
+
+
+class BatchStream(Prefetched):
     """Shuffled mini-batches streamed from a FeatureSet by a background thread.
 
     Memory stays bounded: shards are visited in random order, each read in blocks of
@@ -340,49 +374,27 @@ class BatchStream:
             except OSError as err:
                 raise FeatureError(f"{path}: unreadable HDF5 shard ({err})") from err
 
-    def _produce(self, out: queue.Queue):
+    def _batches(self, x: np.ndarray, y: np.ndarray):
         import torch
 
-        try:
-            xs, ys, held = [], [], 0
-            def flush(final: bool):
-                nonlocal xs, ys, held
+        for i in range(0, len(x), self.batch_size):
+            bx = torch.from_numpy(x[i : i + self.batch_size].astype(np.float32))
+            by = torch.from_numpy(y[i : i + self.batch_size])
+            yield (bx.pin_memory(), by.pin_memory()) if self.pin_memory else (bx, by)
+
+    def produce(self):
+        xs, ys, held = [], [], 0
+        for x, y in self._blocks():
+            xs.append(x)
+            ys.append(y)
+            held += len(x)
+            if held >= self.buffer_rows:
                 x, y = np.concatenate(xs), np.concatenate(ys)
                 order = self.rng.permutation(len(x))
-                x, y = x[order], y[order]
-                keep = 0 if final else len(x) // 2  # keep half to mix with the next blocks
-                cut = len(x) - keep
-                for i in range(0, cut, self.batch_size):
-                    bx = torch.from_numpy(x[i : min(i + self.batch_size, cut)].astype(np.float32))
-                    by = torch.from_numpy(y[i : min(i + self.batch_size, cut)])
-                    if self.pin_memory:
-                        bx, by = bx.pin_memory(), by.pin_memory()
-                    out.put((bx, by))
-                xs, ys, held = ([x[cut:]], [y[cut:]], len(x) - cut) if keep else ([], [], 0)
-
-            for x, y in self._blocks():
-                xs.append(x)
-                ys.append(y)
-                held += len(x)
-                if held >= self.buffer_rows:
-                    flush(final=False)
-            if held:
-                flush(final=True)
-            out.put(None)
-        except BaseException as err:  # surface reader errors in the consumer
-            out.put(err)
-
-    def __iter__(self):
-        out: queue.Queue = queue.Queue(maxsize=self.prefetch)
-        thread = threading.Thread(target=self._produce, args=(out,), daemon=True)
-        thread.start()
-        while True:
-            t0 = time.perf_counter()
-            item = out.get()
-            self.wait_seconds += time.perf_counter() - t0
-            if item is None:
-                break
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-        thread.join()
+                cut = len(x) - len(x) // 2  # keep half the buffer to mix with the next blocks
+                yield from self._batches(x[order[:cut]], y[order[:cut]])
+                xs, ys, held = [x[order[cut:]]], [y[order[cut:]]], len(x) - cut
+        if held:
+            x, y = np.concatenate(xs), np.concatenate(ys)
+            order = self.rng.permutation(len(x))
+            yield from self._batches(x[order], y[order])

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import queue
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -24,7 +22,7 @@ from safetensors.torch import save_file
 
 from bertvision.device import pick_device, set_threads
 from bertvision.ensemble import ENSEMBLES, ensemble_examples, ensemble_windows, load_logits
-from bertvision.features import BatchStream, FeatureSet, WindowStates, read_shard
+from bertvision.features import BatchStream, FeatureSet, Prefetched, WindowStates, read_shard
 from bertvision.heads import ScalarMixHead, Standardized, build_head, count_parameters
 from bertvision.io import atomic_path, atomic_write_json, atomic_write_parquet
 from bertvision.metrics import compute_metrics, predictions_from_outputs
@@ -161,35 +159,20 @@ class ExampleProblem:
         return metrics, pd.concat(tables, ignore_index=True), ensembles
 
 
-class SpanBatches:
+class SpanBatches(Prefetched):
     """One epoch of padded window batches (x (B, T, L, H), mask (B, T), labels (B, 2)),
     assembled by a background thread; ``wait_seconds`` is the time the trainer waited."""
 
-    def __init__(self, windows: WindowStates, batch_size: int, seed: int, prefetch: int = 4):
-        self.windows, self.batch_size, self.prefetch = windows, batch_size, prefetch
+    prefetch = 4
+
+    def __init__(self, windows: WindowStates, batch_size: int, seed: int):
+        self.windows, self.batch_size = windows, batch_size
         self.order = np.random.default_rng(seed).permutation(len(windows))
         self.wait_seconds = 0.0
 
-    def _produce(self, out: queue.Queue):
-        try:
-            for i in range(0, len(self.order), self.batch_size):
-                out.put(pad_windows(self.windows, self.order[i : i + self.batch_size]))
-            out.put(None)
-        except BaseException as err:
-            out.put(err)
-
-    def __iter__(self):
-        out: queue.Queue = queue.Queue(maxsize=self.prefetch)
-        threading.Thread(target=self._produce, args=(out,), daemon=True).start()
-        while True:
-            t0 = time.perf_counter()
-            item = out.get()
-            self.wait_seconds += time.perf_counter() - t0
-            if item is None:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield item
+    def produce(self):
+        for i in range(0, len(self.order), self.batch_size):
+            yield pad_windows(self.windows, self.order[i : i + self.batch_size])
 
 
 def pad_windows(windows: WindowStates, rows: np.ndarray):
