@@ -17,7 +17,7 @@ import torch
 from tqdm import tqdm
 
 from bertvision.backbone import encoder_parameter_count, resolve_pretrained
-from bertvision.batching import TokenizedSplit, bucketed_batches, collate, padding_ratio
+from bertvision.batching import TokenizedSplit, bucketed_batches, collate
 from bertvision.device import autocast, autocast_dtype, pick_device, set_threads, to_device
 from bertvision.ensemble import save_logits
 from bertvision.inference import evaluate_outputs, predict, predict_span
@@ -221,5 +221,3 @@ def finetune(
     log.info("trained %d steps, %d examples in %.1fs (%.1f ex/s incl. evaluation), padding ratio %.3f",
              step, seen, elapsed, seen / max(elapsed, 1e-9), padded_tokens / max(real_tokens, 1))
 
-
-__all__ = ["finetune", "fraction_name", "load_classifier", "padding_ratio"]

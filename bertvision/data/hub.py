@@ -8,19 +8,6 @@ import pandas as pd
 from bertvision.data.glue_files import DataFormatError, canonical_frame
 from bertvision.tasks import TaskSpec
 
-# Column names used by nyu-mll/glue, in our text-field order.
-_HUB_TEXT_COLUMNS = {
-    "sentence": "sentence",
-    "sentence1": "sentence1",
-    "sentence2": "sentence2",
-    "question1": "question1",
-    "question2": "question2",
-    "premise": "premise",
-    "hypothesis": "hypothesis",
-    "question": "question",
-}
-
-
 def load_hub_split(task: TaskSpec, split: str, repo: str | None = None) -> pd.DataFrame:
     import datasets
 
@@ -29,7 +16,8 @@ def load_hub_split(task: TaskSpec, split: str, repo: str | None = None) -> pd.Da
     ds = datasets.load_dataset(repo, task.hub_config, split=hub_split)
     df = ds.to_pandas()
     where = f"{repo}/{task.hub_config} split {hub_split}"
-    missing = [c for c in (*task.text_fields, "label") if _HUB_TEXT_COLUMNS.get(c, c) not in df.columns]
+    # nyu-mll/glue names its columns as our canonical text fields.
+    missing = [c for c in (*task.text_fields, "label") if c not in df.columns]
     if missing:
         raise DataFormatError(f"{where}: missing column(s) {missing}; has {list(df.columns)}")
     if task.kind == "classification":
