@@ -69,6 +69,13 @@ def cmd_tables(a):
                   "timing_md": a.timing_md, "timing_csv": a.timing_csv})
 
 
+def cmd_plots(a):
+    from bertvision.plots import build_plots
+
+    head_metrics = sorted(p for d in a.head_dirs for p in Path(d).glob("*/seed*/metrics.json"))
+    build_plots(a.tables, head_metrics, a.tasks, a.out_dir)
+
+
 def cmd_validate_config(a):
     from bertvision.config import load_config
 
@@ -148,6 +155,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--timing-md", type=Path, required=True)
     s.add_argument("--timing-csv", type=Path, required=True)
     s.set_defaults(func=cmd_tables)
+
+    s = sub.add_parser("plots", help="PNG plots from the result tables and head metrics")
+    s.add_argument("--tables", type=Path, nargs="+", required=True, help="glue.csv / squad.csv")
+    s.add_argument("--head-dirs", type=Path, nargs="*", default=[])
+    s.add_argument("--tasks", nargs="+", required=True)
+    s.add_argument("--out-dir", type=Path, required=True)
+    s.set_defaults(func=cmd_plots)
 
     s = sub.add_parser("validate-config", help="check a config file against the schema")
     s.add_argument("config", type=Path)

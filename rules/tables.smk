@@ -7,11 +7,13 @@ rule tables:
         benchmarks=all_benchmarks(),
     output:
         md="results/tables/glue.md",
-        csv="results/tables/glue.csv",
+        csv=report("results/tables/glue.csv", category="Tables", caption="../workflow/report/glue_table.rst"),
         squad_md="results/tables/squad.md",
-        squad_csv="results/tables/squad.csv",
+        squad_csv=report("results/tables/squad.csv", category="Tables", caption="../workflow/report/squad_table.rst"),
         timing_md="results/tables/timing.md",
-        timing_csv="results/tables/timing.csv",
+        timing_csv=report(
+            "results/tables/timing.csv", category="Tables", caption="../workflow/report/timing_table.rst"
+        ),
     params:
         heads=S.heads,
     conda:

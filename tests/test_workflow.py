@@ -116,6 +116,22 @@ def test_table_numbers_equal_the_metrics_files(workflow_run):
             bert["metrics"]["dev"]["accuracy"], abs=1e-5)
 
 
+def test_plots_and_html_report(workflow_run, tmp_path):
+    workdir, _ = workflow_run
+    plots = workdir / "results" / "plots"
+    names = {"mrpc-score-vs-epochs.png", "stsb-score-vs-epochs.png", "squad2-score-vs-epochs.png",
+             "score-vs-parameters.png", "layer-weights.png"}
+    assert {p.name for p in plots.glob("*.png")} == names
+    for name in names:
+        assert (plots / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    report = tmp_path / "report.html"
+    snakemake(workdir, "--report", str(report))
+    html = report.read_text(errors="replace")
+    assert report.stat().st_size > 10_000
+    for name in ("layer-weights.png", "score-vs-parameters.png", "glue.csv", "squad.csv"):
+        assert name in html
+
+
 def test_checkpoint_zero_is_the_pretrained_encoder(workflow_run, tiny_bert):
     from safetensors.torch import load_file
 
@@ -164,7 +180,7 @@ def test_rerun_has_nothing_to_do_and_a_head_change_reruns_only_heads(workflow_ru
     (workdir / "config.yaml").write_text(yaml.safe_dump(config))
     counts = job_counts(snakemake(workdir, "-n").stdout)
     # mrpc and stsb x 2 checkpoints; squad2 trains only lp, so the adapter change leaves it alone.
-    assert counts == {"all": 1, "tables": 1, "train_heads": 4}
+    assert counts == {"all": 1, "tables": 1, "plots": 1, "train_heads": 4}
 
     snakemake(workdir)
     assert {p: p.stat().st_mtime_ns for p in untouched} == before

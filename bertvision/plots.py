@@ -1,0 +1,99 @@
+"""Plots from the result tables and head metrics (matplotlib, PNG), readable without the text:
+score vs epoch fraction, score vs trainable parameters, and where in the encoder each task's
+information lives (the learned ScalarMix layer weights)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from bertvision.tables import BERT  # noqa: E402
+from bertvision.tasks import get_task  # noqa: E402
+
+
+def _save(fig, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def primary_rows(summary: pd.DataFrame, task: str) -> pd.DataFrame:
+    """The task's primary metric on its first evaluation split, without ensemble rows."""
+    spec = get_task(task)
+    rows = summary[(summary["task"] == task) & (summary["metric"] == spec.primary_metric)
+                   & (summary["split"] == spec.eval_splits[0])]
+    return rows[~rows["model"].str.contains(r" \+ BERT", regex=True)]
+
+
+def score_vs_epochs(summary: pd.DataFrame, task: str, path: Path) -> None:
+    rows = primary_rows(summary, task)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for model, g in rows.groupby("model", sort=False):
+        g = g.sort_values("epoch_fraction")
+        style = {"color": "black", "linewidth": 2.5, "marker": "s"} if model == BERT else {"marker": "o"}
+        ax.errorbar(g["epoch_fraction"], g["mean"], yerr=g["std"].fillna(0), capsize=3, label=model, **style)
+    spec = get_task(task)
+    ax.set_xlabel("fine-tuning epochs before freezing")
+    ax.set_ylabel(f"{spec.primary_metric} ({spec.eval_splits[0]})")
+    ax.set_title(f"{task}: BERT vs heads on its frozen hidden states")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    _save(fig, path)
+
+
+def score_vs_params(summary: pd.DataFrame, tasks: list[str], path: Path) -> None:
+    fig, axes = plt.subplots(1, len(tasks), figsize=(4.5 * len(tasks), 4), squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        rows = primary_rows(summary, task)
+        last = rows[rows["epoch_fraction"] == rows["epoch_fraction"].max()]
+        for _, r in last.iterrows():
+            ax.errorbar(r["parameter_percent"], r["mean"], yerr=0 if np.isnan(r["std"]) else r["std"],
+                        marker="s" if r["model"] == BERT else "o", capsize=3,
+                        color="black" if r["model"] == BERT else None)
+            ax.annotate(r["model"], (r["parameter_percent"], r["mean"]), fontsize=7, xytext=(3, 3),
+                        textcoords="offset points")
+        ax.set_xscale("log")
+        ax.set_xlabel("trainable parameters (% of the encoder)")
+        ax.set_ylabel(get_task(task).primary_metric)
+        ax.set_title(f"{task} at {last['epoch_fraction'].max():g} epochs")
+        ax.grid(alpha=0.3)
+    _save(fig, path)
+
+
+def layer_weights(head_metrics: list[Path], path: Path, head: str = "lp") -> None:
+    """Mean softmax(w) of the LP head per task, at each task's last checkpoint."""
+    records = [json.loads(Path(p).read_text()) for p in head_metrics]
+    records = [r for r in records if r["head"] == head and "layer_weights" in r]
+    fig, ax = plt.subplots(figsize=(6, 1 + 0.5 * max(1, len({r["task"] for r in records}))))
+    if records:
+        frame = pd.DataFrame([{"task": r["task"], "ckpt": float(r["source"]["checkpoint"]),
+                               "weights": r["layer_weights"]} for r in records])
+        matrix, labels = [], []
+        for task, g in frame.groupby("task"):
+            g = g[g["ckpt"] == g["ckpt"].max()]
+            matrix.append(np.mean(np.stack(g["weights"].to_numpy()), axis=0))
+            labels.append(f"{task} ({g['ckpt'].iloc[0]:g} ep)")
+        image = ax.imshow(np.array(matrix), aspect="auto", cmap="viridis")
+        ax.set_yticks(range(len(labels)), labels)
+        ax.set_xticks(range(len(matrix[0])), ["emb", *[str(i) for i in range(1, len(matrix[0]))]])
+        fig.colorbar(image, ax=ax, label="ScalarMix weight")
+    ax.set_xlabel("layer (emb = embedding output)")
+    ax.set_title("Where each task's information lives: learned layer weights (LP head)")
+    _save(fig, path)
+
+
+def build_plots(summary_csvs: list[Path], head_metrics: list[Path], tasks: list[str], out_dir: Path) -> None:
+    summary = pd.concat([pd.read_csv(p) for p in summary_csvs if Path(p).stat().st_size], ignore_index=True)
+    out_dir = Path(out_dir)
+    for task in tasks:
+        score_vs_epochs(summary, task, out_dir / f"{task}-score-vs-epochs.png")
+    score_vs_params(summary, tasks, out_dir / "score-vs-parameters.png")
+    layer_weights(head_metrics, out_dir / "layer-weights.png")

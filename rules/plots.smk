@@ -1,0 +1,34 @@
+rule plots:
+    """Score vs epochs per task, score vs parameters, and the learned layer weights."""
+    input:
+        tables=["results/tables/glue.csv", "results/tables/squad.csv"],
+        heads=all_head_dirs(),
+    output:
+        epochs=[
+            report(
+                f"results/plots/{task}-score-vs-epochs.png",
+                category="Plots",
+                subcategory="Score vs epochs",
+                caption="../workflow/report/score_vs_epochs.rst",
+            )
+            for task in S.tasks
+        ],
+        params=report(
+            "results/plots/score-vs-parameters.png",
+            category="Plots",
+            caption="../workflow/report/score_vs_parameters.rst",
+        ),
+        layers=report(
+            "results/plots/layer-weights.png",
+            category="Plots",
+            caption="../workflow/report/layer_weights.rst",
+        ),
+    params:
+        tasks=S.tasks,
+    conda:
+        ENV
+    log:
+        "logs/plots.log",
+    shell:
+        "bertvision plots --tables {input.tables} --head-dirs {input.heads} --tasks {params.tasks} "
+        "--out-dir results/plots > {log} 2>&1"
