@@ -66,7 +66,8 @@ def cmd_tables(a):
     head_metrics = sorted(p for d in a.head_dirs for p in Path(d).glob("*/seed*/metrics.json"))
     build_tables(a.bert_metrics, head_metrics, a.benchmarks, a.heads,
                  {"md": a.md, "csv": a.csv, "squad_md": a.squad_md, "squad_csv": a.squad_csv,
-                  "timing_md": a.timing_md, "timing_csv": a.timing_csv})
+                  "timing_md": a.timing_md, "timing_csv": a.timing_csv, "cost_md": a.cost_md,
+                  "cost_csv": a.cost_csv}, a.manifests)
 
 
 def cmd_plots(a):
@@ -152,6 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--csv", type=Path, required=True)
     s.add_argument("--squad-md", type=Path, required=True)
     s.add_argument("--squad-csv", type=Path, required=True)
+    s.add_argument("--cost-md", type=Path, required=True)
+    s.add_argument("--cost-csv", type=Path, required=True)
+    s.add_argument("--manifests", type=Path, nargs="*", default=[], help="feature manifests (cost table)")
     s.add_argument("--timing-md", type=Path, required=True)
     s.add_argument("--timing-csv", type=Path, required=True)
     s.set_defaults(func=cmd_tables)

@@ -162,9 +162,12 @@ def finetune(
     step, seen, real_tokens, padded_tokens = 0, 0, 0, 0
     losses: list[float] = []
     started = time.perf_counter()
+    snapshot_seconds = 0.0  # time spent saving and evaluating, excluded from train_seconds
 
     def snapshot():
-        train_seconds = time.perf_counter() - started
+        nonlocal snapshot_seconds
+        t0 = time.perf_counter()
+        train_seconds = t0 - started - snapshot_seconds
         for frac in to_save.get(step, []):
             ckpt = Path(out_dir) / f"ckpt-{fraction_name(frac)}"
             save_checkpoint(model, ckpt)
@@ -190,6 +193,7 @@ def finetune(
                 ckpt / "eval_metrics.json",
             )
             log.info("checkpoint %s at step %d: %s", fraction_name(frac), step, metrics)
+        snapshot_seconds += time.perf_counter() - t0
 
     snapshot()  # fraction 0
     progress = tqdm(total=last_step, desc="finetune", mininterval=10, unit="step")

@@ -148,7 +148,7 @@ TABLES = {  # output key -> (title, which task kinds)
 }
 
 
-def build_tables(bert_metrics, head_metrics, benchmarks, head_order, outputs: dict) -> None:
+def build_tables(bert_metrics, head_metrics, benchmarks, head_order, outputs: dict, manifests=()) -> None:
     records = long_records(bert_metrics, head_metrics)
     for prefix, (title, kinds) in TABLES.items():
         part = records[[get_task(t).kind in kinds for t in records["task"]]] if len(records) else records
@@ -157,6 +157,11 @@ def build_tables(bert_metrics, head_metrics, benchmarks, head_order, outputs: di
         write_csv(summary, outputs[f"{prefix}csv"])
         write_text(results_markdown(summary, title) if len(summary) else f"# {title}\n\nNo such task configured.\n",
                    outputs[f"{prefix}md"])
+    from bertvision.costs import cost_markdown, cost_table
+
+    costs = cost_table(bert_metrics, head_metrics, manifests, benchmarks)
+    write_csv(costs, outputs["cost_csv"])
+    write_text(cost_markdown(costs), outputs["cost_md"])
     timing = timing_table(benchmarks)
     write_csv(timing, outputs["timing_csv"])
     write_text(timing_markdown(timing), outputs["timing_md"])

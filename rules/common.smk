@@ -84,6 +84,16 @@ def all_head_dirs():
     ]
 
 
+def all_manifests():
+    return [
+        MANIFEST.format(model=m, task=t, ftseed=s, frac=f)
+        for m in S.models
+        for t in S.tasks
+        for s in FT_SEEDS
+        for f in S.fractions
+    ]
+
+
 def all_benchmarks():
     """Benchmark files of every job the tables depend on (each job writes one)."""
     files = [f"benchmarks/download/{t}.tsv" for t in S.tasks]

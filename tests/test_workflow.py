@@ -116,6 +116,19 @@ def test_table_numbers_equal_the_metrics_files(workflow_run):
             bert["metrics"]["dev"]["accuracy"], abs=1e-5)
 
 
+def test_cost_table_adds_up_from_its_sources(workflow_run):
+    workdir, _ = workflow_run
+    costs = pd.read_csv(workdir / "results" / "tables" / "cost.csv")
+    assert set(costs["task"]) == {"mrpc", "stsb", "squad2"}
+    assert (costs["bertvision_s"] - (costs["finetune_s"] + costs["extract_s"] + costs["head_s"])).abs().max() < 1e-3
+    row = costs[(costs["task"] == "mrpc") & (costs["epoch_fraction"] == 1.0) & (costs["model"] == "lp")].iloc[0]
+    bert = json.loads((workdir / "models/tiny/mrpc/ft1/ckpt-1/eval_metrics.json").read_text())
+    assert row["finetune_s"] == pytest.approx(bert["train_seconds"], rel=1e-4)
+    manifest = json.loads((workdir / "features/tiny/mrpc/ft1/ckpt-1/manifest.json").read_text())
+    assert row["feature_bytes"] == sum(sh["bytes"] for e in manifest["splits"].values() for sh in e["shards"])
+    assert (costs[costs["epoch_fraction"] == 0.0]["finetune_s"] == 0).all()
+
+
 def test_plots_and_html_report(workflow_run, tmp_path):
     workdir, _ = workflow_run
     plots = workdir / "results" / "plots"
@@ -128,7 +141,7 @@ def test_plots_and_html_report(workflow_run, tmp_path):
     snakemake(workdir, "--report", str(report))
     html = report.read_text(errors="replace")
     assert report.stat().st_size > 10_000
-    for name in ("layer-weights.png", "score-vs-parameters.png", "glue.csv", "squad.csv"):
+    for name in ("layer-weights.png", "score-vs-parameters.png", "glue.csv", "squad.csv", "cost.csv"):
         assert name in html
 
 
