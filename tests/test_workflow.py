@@ -126,7 +126,7 @@ def test_cost_table_adds_up_from_its_sources(workflow_run):
     assert row["finetune_s"] == pytest.approx(bert["train_seconds"], rel=1e-4)
     manifest = json.loads((workdir / "features/tiny/mrpc/ft1/ckpt-1/manifest.json").read_text())
     assert row["feature_bytes"] == sum(sh["bytes"] for e in manifest["splits"].values() for sh in e["shards"])
-    assert (costs[costs["epoch_fraction"] == 0.0]["finetune_s"] == 0).all()
+    assert (costs[costs["epoch_fraction"] == 0.0]["finetune_s"] < 0.01).all()  # nothing trained yet
 
 
 def test_plots_and_html_report(workflow_run, tmp_path):
