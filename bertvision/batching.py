@@ -35,16 +35,6 @@ class TokenizedSplit:
     def __len__(self) -> int:
         return len(self.lengths)
 
-    def select(self, rows: np.ndarray) -> "TokenizedSplit":
-        out = object.__new__(TokenizedSplit)
-        out.idx = self.idx[rows]
-        out.input_ids = [self.input_ids[i] for i in rows]
-        out.token_type_ids = [self.token_type_ids[i] for i in rows]
-        out.lengths = self.lengths[rows]
-        out.labels = self.labels[rows]
-        out.offsets = None if self.offsets is None else [self.offsets[i] for i in rows]
-        return out
-
 
 def sorted_batches(lengths: np.ndarray, batch_size: int) -> list[np.ndarray]:
     """Deterministic batches of rows sorted by length (inference)."""

@@ -10,7 +10,7 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-from bertvision.tasks import TaskSpec, get_task
+from bertvision.tasks import get_task
 
 SCHEMA_PATH = Path(str(resources.files("bertvision") / "schemas" / "config.schema.yaml"))
 
@@ -89,9 +89,6 @@ class Settings:
         from bertvision.finetune import fraction_name
 
         return [fraction_name(f) for f in sorted(self.config["finetune"]["epoch_fractions"])]
-
-    def task(self, name: str) -> TaskSpec:
-        return get_task(name)
 
     def task_overrides(self, name: str) -> dict:
         return self.config["tasks"].get(name) or {}
