@@ -4,6 +4,7 @@ defaults live), and the effective per-task settings (global settings overridden 
 from __future__ import annotations
 
 import copy
+import functools
 from importlib import resources
 from pathlib import Path
 
@@ -17,6 +18,11 @@ SCHEMA_PATH = Path(str(resources.files("bertvision") / "schemas" / "config.schem
 
 class ConfigError(ValueError):
     pass
+
+
+# Head types trained on every real token of an example (bertvision.heads: ``token_level``);
+# listed here so that reading a config never imports torch.
+TOKEN_HEAD_TYPES = frozenset({"token-pool"})
 
 
 def load_schema() -> dict:
@@ -63,6 +69,11 @@ def _schema_default(*keys: str) -> dict:
     return copy.deepcopy(node["default"])
 
 
+@functools.lru_cache(maxsize=None)
+def _task_default(key: str):
+    return copy.deepcopy(load_schema()["properties"]["tasks"]["additionalProperties"]["properties"][key]["default"])
+
+
 class Settings:
     """Effective settings of a validated config."""
 
@@ -105,13 +116,40 @@ class Settings:
         default = spec.span.doc_stride if spec.span else 0
         return int(self.task_overrides(task).get("doc_stride") or default)
 
+    def token_features(self, task: str) -> bool:
+        """Whether ``task`` (an example task) stores every real token's states, not only [CLS]."""
+        wanted = bool(self.task_overrides(task).get("token_features", _task_default("token_features")))
+        if wanted and get_task(task).kind == "span":
+            raise ConfigError(f"tasks.{task}.token_features: span tasks always store every token; "
+                              "token-level example heads are for classification / regression tasks")
+        return wanted
+
+    def feature_level(self, task: str) -> str:
+        """What extraction stores per row: 'tokens' (every real token) or 'cls'."""
+        return "tokens" if get_task(task).kind == "span" or self.token_features(task) else "cls"
+
     def task_heads(self, task: str) -> dict[str, dict]:
-        """The head architectures trained for ``task``: the task's ``heads`` list, or all."""
-        names = self.task_overrides(task).get("heads") or self.heads
+        """The head architectures trained for ``task``: the task's ``heads`` list, or all (then
+        without token-level heads unless the task has ``token_features``)."""
+        listed = self.task_overrides(task).get("heads")
+        names = listed or self.heads
         unknown = [n for n in names if n not in self.config["heads"]["models"]]
         if unknown:
             raise KeyError(f"tasks.{task}.heads: {unknown} not in heads.models ({self.heads})")
-        return {n: dict(self.config["heads"]["models"][n]) for n in names}
+        models = self.config["heads"]["models"]
+        token = [n for n in names if models[n]["type"] in TOKEN_HEAD_TYPES]
+        if token and not self.token_features(task):
+            if listed:
+                why = ("span tasks train per-token span heads" if get_task(task).kind == "span"
+                       else f"set tasks.{task}.token_features: true to extract them")
+                raise ConfigError(f"tasks.{task}.heads: {token} are token-level heads "
+                                  f"(type {', '.join(sorted({models[n]['type'] for n in token}))}); they need "
+                                  f"every token's features, which {task} does not store ({why})")
+            names = [n for n in names if n not in token]
+            if not names:
+                raise ConfigError(f"tasks.{task}: every head in heads.models is token-level ({token}), but the task "
+                                  f"has no token features; set tasks.{task}.token_features: true or list [CLS] heads")
+        return {n: dict(models[n]) for n in names}
 
     def download(self, task: str) -> dict:
         data = self.config["data"]
@@ -138,6 +176,54 @@ class Settings:
     def extract(self) -> dict:
         ex = self.config["extract"]
         return {k: ex[k] for k in ("batch_size", "block_rows", "block_tokens", "device", "precision")}
+
+    def search_heads(self, task: str) -> list[str]:
+        names = list(self.task_overrides(task).get("search_heads") or [])
+        unknown = [n for n in names if n not in self.task_heads(task)]
+        if unknown:
+            raise ConfigError(f"tasks.{task}.search_heads: {unknown} are not among the task's heads "
+                              f"({list(self.task_heads(task))})")
+        return names
+
+    def search(self) -> dict:
+        """The search settings; trials train with the first head seed."""
+        return {**self.config["search"], "head_seed": int(self.config["heads"]["seeds"][0])}
+
+    def _experiment_tasks(self, name: str) -> list[str]:
+        tasks = list(self.config["experiments"][name]["tasks"])
+        unknown = [t for t in tasks if t not in self.tasks]
+        if unknown:
+            raise ConfigError(f"experiments.{name}.tasks: {unknown} are not configured tasks ({self.tasks})")
+        return tasks
+
+    def data_fraction_tasks(self) -> list[str]:
+        return self._experiment_tasks("data_fraction")
+
+    def transfer_tasks(self) -> list[str]:
+        return [t for t in self._experiment_tasks("transfer") if len(self.fractions) > 1]
+
+    def data_fraction_heads(self, task: str) -> dict[str, dict]:
+        heads = self.task_heads(task)
+        names = self.config["experiments"]["data_fraction"]["heads"] or list(heads)
+        unknown = [n for n in names if n not in heads]
+        if unknown:
+            raise ConfigError(f"experiments.data_fraction.heads: {unknown} are not among {task}'s heads ({list(heads)})")
+        return {n: heads[n] for n in names}
+
+    def data_fraction_checkpoints(self) -> list[str]:
+        from bertvision.finetune import fraction_name
+
+        wanted = self.config["experiments"]["data_fraction"]["checkpoints"]
+        if wanted is None:
+            return self.fractions
+        names = [fraction_name(f) for f in sorted(wanted)]
+        unknown = [n for n in names if n not in self.fractions]
+        if unknown:
+            raise ConfigError(f"experiments.data_fraction.checkpoints: {unknown} not in finetune.epoch_fractions")
+        return names
+
+    def data_fractions(self) -> list[str]:
+        return [f"{f:g}" for f in sorted(self.config["experiments"]["data_fraction"]["fractions"])]
 
     def head_training(self, task: str) -> dict:
         heads = self.config["heads"]

@@ -50,3 +50,31 @@ def set_threads(threads: int | None) -> None:
 def to_device(batch: dict, device: torch.device) -> dict:
     non_blocking = device.type == "cuda"
     return {k: v.to(device, non_blocking=non_blocking) for k, v in batch.items()}
+
+
+# Set to a batch size to make any forward pass over a larger (micro-)batch raise CUDA's
+# out-of-memory error: lets the tests and a CPU cluster exercise the retry path.
+SIMULATE_OOM_ENV = "BERTVISION_SIMULATE_OOM_ABOVE"
+
+
+def check_simulated_oom(batch_rows: int) -> None:
+    limit = os.environ.get(SIMULATE_OOM_ENV)
+    if limit and batch_rows > int(limit):
+        raise torch.OutOfMemoryError(f"simulated CUDA out of memory: a batch of {batch_rows} rows > "
+                                     f"{SIMULATE_OOM_ENV}={limit}")
+
+
+class OutOfMemory(SystemExit):
+    """Raised (exit status 3) when a job runs out of GPU memory: a resubmission (Snakemake's
+    ``--retries``) runs the next attempt with smaller per-device batches."""
+
+    EXIT_STATUS = 3
+
+    def __init__(self, stage: str, err: BaseException, micro_batches: int):
+        import sys
+
+        print(f"bertvision {stage}: CUDA out of memory with each batch split into {micro_batches} "
+              f"micro-batch(es) ({err}). Run Snakemake with --retries N: attempt n splits each batch into "
+              f"2^(n-1) micro-batches (the effective batch and the results stay the same) and asks for more "
+              f"memory and time.", file=sys.stderr)
+        super().__init__(self.EXIT_STATUS)

@@ -1,5 +1,6 @@
 """The ``extract`` stage: run a frozen checkpoint over one shard of a split and store the [CLS]
-hidden state of every layer (embedding output + each encoder layer).
+hidden state of every layer (embedding output + each encoder layer), or, for span tasks and
+tasks with ``token_features`` (attrs ``features: tokens``), every real token's states.
 
 Rows are processed in contiguous blocks; inside a block, batches are length-sorted so padding
 stays small, and the finished block is handed to a writer thread so the forward passes never
@@ -22,7 +23,7 @@ from tqdm import tqdm
 
 from bertvision.backbone import encoder_parameter_count
 from bertvision.batching import TokenizedSplit, collate, sorted_batches
-from bertvision.device import autocast, pick_device, set_threads, to_device
+from bertvision.device import autocast, check_simulated_oom, pick_device, set_threads, to_device
 from bertvision.features import ShardWriter, TokenShardWriter, shard_rows
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,7 @@ def load_encoder(checkpoint_dir: Path, device: torch.device):
 
 def cls_states(model, batch: dict, device, precision: str) -> torch.Tensor:
     """(B, layers, hidden) [CLS] states of every hidden layer."""
+    check_simulated_oom(len(batch["input_ids"]))
     with autocast(device, precision):
         out = model(**batch, output_hidden_states=True)
     return torch.stack([h[:, 0] for h in out.hidden_states], dim=1)
@@ -141,6 +143,7 @@ def extract_split_cls(model, split: TokenizedSplit, out_path: Path, shard: int, 
 
 def token_states(model, batch: dict, device, precision: str) -> torch.Tensor:
     """(B, T, layers, hidden) states of every token of every hidden layer."""
+    check_simulated_oom(len(batch["input_ids"]))
     with autocast(device, precision):
         out = model(**batch, output_hidden_states=True)
     return torch.stack(out.hidden_states, dim=2)
@@ -149,7 +152,8 @@ def token_states(model, batch: dict, device, precision: str) -> torch.Tensor:
 def extract_split_tokens(model, split: TokenizedSplit, out_path: Path, shard: int, n_shards: int, settings: dict,
                          attrs: dict, device) -> dict:
     """Windows of shard ``shard`` of one split -> ``out_path``: the states of every real token
-    of every layer (span tasks), ragged, with the windows' character offsets."""
+    of every layer, ragged; span tasks with the windows' character offsets, example tasks
+    (``token_features``) with each example's label and its [CLS] rows kept apart as well."""
     precision = settings["precision"]
     start, end = shard_rows(len(split), n_shards, shard)
     pad_id = model.config.pad_token_id or 0
@@ -160,7 +164,10 @@ def extract_split_tokens(model, split: TokenizedSplit, out_path: Path, shard: in
     t0 = time.perf_counter()
     padded = real = 0
     shard_attrs = _shard_attrs(model, split, attrs, shard, n_shards, start, end, settings, device)
-    with TokenShardWriter(out_path, lengths, layers, hidden, shard_attrs) as writer:
+    span = attrs["label_kind"] == "span"
+    labels = {} if span else {"label_shape": (), "char_offsets": False, "store_cls": True,
+                              "label_dtype": "float32" if attrs["label_kind"] == "regression" else "int64"}
+    with TokenShardWriter(out_path, lengths, layers, hidden, shard_attrs, **labels) as writer:
         background = BackgroundWriter(writer.write_windows)
         progress = tqdm(total=end - start, desc=f"extract {attrs['split']} shard {shard}", mininterval=10,
                         unit="window")
@@ -177,7 +184,7 @@ def extract_split_tokens(model, split: TokenizedSplit, out_path: Path, shard: in
                         padded += int(split.lengths[rows].max()) * len(rows)
                         real += int(split.lengths[rows].sum())
                         progress.update(len(rows))
-                    char_offsets = np.concatenate([split.offsets[i] for i in range(b0, b1)])
+                    char_offsets = np.concatenate([split.offsets[i] for i in range(b0, b1)]) if span else None
                     background.put((b0 - start, block, char_offsets, split.labels[b0:b1], split.idx[b0:b1]))
         finally:
             background.close()
@@ -192,9 +199,27 @@ def extract_split_tokens(model, split: TokenizedSplit, out_path: Path, shard: in
 EXTRACTORS = {"classification": extract_split_cls, "regression": extract_split_cls, "span": extract_split_tokens}
 
 
-def planned_bytes(split: TokenizedSplit, shard: int, n_shards: int, layers: int, hidden: int, kind: str) -> int:
+def feature_level(attrs: dict) -> str:
+    """'tokens' (every real token: span tasks, or ``attrs["features"] == "tokens"``, set for
+    example tasks with ``token_features``) or 'cls'."""
+    level = attrs.get("features") or ("tokens" if attrs["label_kind"] == "span" else "cls")
+    if level not in ("cls", "tokens") or (attrs["label_kind"] == "span" and level != "tokens"):
+        raise ValueError(f"features {level!r} for a {attrs['label_kind']} task")
+    return level
+
+
+def extractor(attrs: dict):
+    return extract_split_tokens if feature_level(attrs) == "tokens" else EXTRACTORS[attrs["label_kind"]]
+
+
+def planned_bytes(split: TokenizedSplit, shard: int, n_shards: int, layers: int, hidden: int, kind: str,
+                  level: str | None = None) -> int:
     start, end = shard_rows(len(split), n_shards, shard)
-    units = int(split.lengths[start:end].sum()) if kind == "span" else end - start
+    tokens = int(split.lengths[start:end].sum())
+    if (level or ("tokens" if kind == "span" else "cls")) == "cls":
+        units = end - start
+    else:  # example tasks keep their [CLS] rows beside the tokens
+        units = tokens if kind == "span" else tokens + end - start
     return units * layers * hidden * 2
 
 
@@ -217,11 +242,14 @@ def extract_shard(
     settings: dict,
     attrs: dict,
     threads: int | None = None,
+    micro_batches: int = 1,
 ) -> dict:
     """Shard ``shard`` of every split -> ``out_dir/{split}.h5``. The files are written into a
     temporary directory renamed to ``out_dir`` at the end, so a killed job leaves no
-    ``out_dir`` behind."""
+    ``out_dir`` behind. ``micro_batches`` > 1 (a retry after running out of GPU memory)
+    divides the batch size; the features do not depend on it."""
     set_threads(threads)
+    settings = {**settings, "batch_size": max(1, -(-int(settings["batch_size"]) // micro_batches))}
     device = pick_device(settings["device"])
     model = load_encoder(checkpoint_dir, device)
     layers, hidden = model.config.num_hidden_layers + 1, model.config.hidden_size
@@ -234,9 +262,11 @@ def extract_shard(
     tokens = {split: TokenizedSplit.read(Path(tokens_dir) / f"{split}.parquet") for split in splits}
     stats = {}
     try:
-        check_disk_space(tmp_dir, sum(planned_bytes(t, shard, n_shards, layers, hidden, kind) for t in tokens.values()))
+        level = feature_level(attrs)
+        check_disk_space(tmp_dir, sum(planned_bytes(t, shard, n_shards, layers, hidden, kind, level)
+                                      for t in tokens.values()))
         for split in splits:
-            stats[split] = EXTRACTORS[kind](model, tokens[split], tmp_dir / f"{split}.h5", shard, n_shards, settings,
+            stats[split] = extractor(attrs)(model, tokens[split], tmp_dir / f"{split}.h5", shard, n_shards, settings,
                                             {**attrs, "split": split}, device)
         if out_dir.exists():  # an empty directory left by the scheduler
             out_dir.rmdir()

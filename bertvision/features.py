@@ -6,6 +6,9 @@ file holds rows ``[row_start, row_end)`` of its split:
 - ``cls``: (n, layers, hidden) float16, the [CLS] state of every layer (embedding output first);
 - ``labels``: (n,) int64 or float32; ``idx``: (n,) int64, the example ids;
 - attributes describing where it came from.
+Token-level shards (span tasks, and example tasks with ``token_features``) hold every real
+token instead (``TokenShardWriter``); example-task token shards keep the ``cls`` rows too, so
+the [CLS] heads read them exactly like a [CLS] shard.
 The checkpoint's manifest lists, per split, every shard file with its row range, byte size and sha256.
 """
 
@@ -101,16 +104,22 @@ class ShardWriter:
 
 
 class TokenShardWriter(ShardWriter):
-    """A shard of token-level states for span tasks: only real tokens, no padding.
+    """A shard of token-level states: only real tokens, no padding.
 
     - ``states``: (total_tokens, layers, hidden) float16, the windows' tokens back to back;
     - ``window_offsets``: (n + 1,) start of each window in ``states``;
-    - ``char_offsets``: (total_tokens, 2) character offsets, -1 outside the context;
-    - ``labels``: (n, 2) gold (start, end) token positions; ``idx``: (n,) question rows.
-    Rows are windows; blocks of windows arrive in order.
+    - ``char_offsets``: (total_tokens, 2) character offsets, -1 outside the context (span
+      tasks; ``char_offsets=False`` leaves it out);
+    - ``labels``: (n, 2) gold (start, end) token positions for span tasks, or (n,) example
+      labels (``label_shape=()``, ``label_dtype``); ``idx``: (n,) question / example rows;
+    - ``cls`` (``store_cls=True``, example tasks): (n, layers, hidden), each row's first token,
+      so that [CLS] readers (``read_shard``, ``BatchStream``) need not touch ``states``.
+    Rows are windows (or examples); blocks of them arrive in order.
     """
 
-    def __init__(self, path: Path, window_lengths: np.ndarray, layers: int, hidden: int, attrs: dict):
+    def __init__(self, path: Path, window_lengths: np.ndarray, layers: int, hidden: int, attrs: dict,
+                 label_shape: tuple = (2,), label_dtype="int64", char_offsets: bool = True,
+                 store_cls: bool = False):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
@@ -118,12 +127,19 @@ class TokenShardWriter(ShardWriter):
         n_tokens = int(window_lengths.sum())
         rows = chunk_rows(n_tokens, layers * hidden * 2)
         chunked = {"chunks": (rows, layers, hidden), "fletcher32": True} if n_tokens else {}
-        self.cls = self.file.create_dataset("states", shape=(n_tokens, layers, hidden), dtype="float16", **chunked)
-        self.char_offsets = self.file.create_dataset("char_offsets", shape=(n_tokens, 2), dtype="int32")
+        self.states = self.file.create_dataset("states", shape=(n_tokens, layers, hidden), dtype="float16", **chunked)
+        self.char_offsets = (self.file.create_dataset("char_offsets", shape=(n_tokens, 2), dtype="int32")
+                             if char_offsets else None)
+        self.cls = None
+        n = len(window_lengths)
+        if store_cls:
+            rows = chunk_rows(n, layers * hidden * 2)
+            self.cls = self.file.create_dataset("cls", shape=(n, layers, hidden), dtype="float16",
+                                                **({"chunks": (rows, layers, hidden), "fletcher32": True} if n else {}))
         offsets = np.concatenate([[0], np.cumsum(window_lengths)]).astype(np.int64)
         self.file.create_dataset("window_offsets", data=offsets)
         self.window_offsets = offsets
-        self.labels = self.file.create_dataset("labels", shape=(len(window_lengths), 2), dtype="int64")
+        self.labels = self.file.create_dataset("labels", shape=(n, *label_shape), dtype=label_dtype)
         self.idx = self.file.create_dataset("idx", shape=(len(window_lengths),), dtype="int64")
         for key, value in attrs.items():
             self.file.attrs[key] = value
@@ -131,12 +147,17 @@ class TokenShardWriter(ShardWriter):
         self.n_rows = len(window_lengths)
         self.rows_written = 0
 
-    def write_windows(self, start: int, states: np.ndarray, char_offsets: np.ndarray, labels, idx) -> None:
-        """Windows ``start .. start + len(labels)``; ``states``/``char_offsets`` hold their tokens."""
+    def write_windows(self, start: int, states: np.ndarray, char_offsets: np.ndarray | None, labels, idx) -> None:
+        """Windows ``start .. start + len(labels)``; ``states``/``char_offsets`` hold their tokens
+        (``char_offsets`` None when the shard stores none)."""
         end = start + len(labels)
         t0, t1 = self.window_offsets[start], self.window_offsets[end]
-        self.cls[t0:t1] = states.astype(np.float16, copy=False)
-        self.char_offsets[t0:t1] = char_offsets
+        states = states.astype(np.float16, copy=False)
+        self.states[t0:t1] = states
+        if self.char_offsets is not None:
+            self.char_offsets[t0:t1] = char_offsets
+        if self.cls is not None:
+            self.cls[start:end] = states[self.window_offsets[start:end] - t0]
         self.labels[start:end] = labels
         self.idx[start:end] = idx
         self.rows_written += len(labels)
@@ -183,7 +204,7 @@ def write_manifest(shard_dirs: list[Path], manifest_path: Path, splits: list[str
         }
     manifest = {
         "format": FORMAT,
-        "feature": "tokens" if source["label_kind"] == "span" else "cls",
+        "feature": source.get("features") or ("tokens" if source["label_kind"] == "span" else "cls"),
         "dtype": "float16",
         "layers": layers,
         "hidden": hidden,
@@ -239,16 +260,26 @@ class FeatureSet:
     def shape(self) -> tuple[int, int]:
         return self.manifest["layers"], self.manifest["hidden"]
 
+    @property
+    def feature(self) -> str:
+        """'cls' ([CLS] rows only) or 'tokens' (every real token; example tasks keep the [CLS] rows too)."""
+        return self.manifest["feature"]
+
     def shard_paths(self) -> list[Path]:
         return [self.manifest_path.parent / s["file"] for s in self.entry["shards"]]
 
     def read_all(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(cls float16 (N, L, H), labels, idx) in row order. Every chunk's fletcher32 is checked."""
+        """(cls float16 (N, L, H), labels, idx) in row order. Every chunk's fletcher32 is checked.
+        Token-level features of example tasks give their [CLS] rows (first token of each row)."""
         parts = [read_shard(p) for p in self.shard_paths()]
         return tuple(np.concatenate([p[i] for p in parts]) for i in range(3))
 
     def read_windows(self) -> WindowStates:
-        """Token-level features (span tasks) of the whole split, windows in row order."""
+        """Token-level features of the whole split (span windows, or examples of a task with
+        ``token_features``), in row order."""
+        if self.feature != "tokens":
+            raise FeatureError(f"{self.manifest_path}: holds [CLS] features only, not every token "
+                               f"(set tasks.{self.manifest['source']['task']}.token_features: true)")
         return concat_windows([read_token_shard(p) for p in self.shard_paths()])
 
     def bytes_on_disk(self) -> int:
@@ -269,8 +300,8 @@ class WindowStates:
 
     states: np.ndarray  # (total_tokens, layers, hidden) float16
     window_offsets: np.ndarray  # (n_windows + 1,)
-    char_offsets: np.ndarray  # (total_tokens, 2)
-    labels: np.ndarray  # (n_windows, 2)
+    char_offsets: np.ndarray | None  # (total_tokens, 2); None for example tasks
+    labels: np.ndarray  # (n_windows, 2); (n,) for example tasks
     idx: np.ndarray  # (n_windows,) question rows
 
     def __len__(self) -> int:
@@ -292,8 +323,9 @@ class WindowStates:
 def read_token_shard(path: Path) -> WindowStates:
     try:
         with h5py.File(path, "r") as f:
-            return WindowStates(f["states"][...], f["window_offsets"][...], f["char_offsets"][...],
-                                f["labels"][...], f["idx"][...])
+            char_offsets = f["char_offsets"][...] if "char_offsets" in f else None
+            return WindowStates(f["states"][...], f["window_offsets"][...], char_offsets, f["labels"][...],
+                                f["idx"][...])
     except OSError as err:
         raise FeatureError(f"{path}: unreadable HDF5 shard ({err})") from err
 
@@ -303,9 +335,10 @@ def concat_windows(parts: list[WindowStates]) -> WindowStates:
     for p in parts:
         offsets.append(p.window_offsets[1:] + base)
         base += int(p.window_offsets[-1])
-    return WindowStates(np.concatenate([p.states for p in parts]), np.concatenate(offsets),
-                        np.concatenate([p.char_offsets for p in parts]), np.concatenate([p.labels for p in parts]),
-                        np.concatenate([p.idx for p in parts]))
+    char_offsets = None if any(p.char_offsets is None for p in parts) else np.concatenate(
+        [p.char_offsets for p in parts])
+    return WindowStates(np.concatenate([p.states for p in parts]), np.concatenate(offsets), char_offsets,
+                        np.concatenate([p.labels for p in parts]), np.concatenate([p.idx for p in parts]))
 
 
 class Prefetched:

@@ -18,7 +18,8 @@ from tqdm import tqdm
 
 from bertvision.backbone import encoder_parameter_count, resolve_pretrained
 from bertvision.batching import TokenizedSplit, bucketed_batches, collate
-from bertvision.device import autocast, autocast_dtype, pick_device, set_threads, to_device
+from bertvision.distributed import Ranks
+from bertvision.device import autocast, autocast_dtype, check_simulated_oom, pick_device, set_threads, to_device
 from bertvision.ensemble import save_logits
 from bertvision.inference import evaluate_outputs, predict, predict_span
 from bertvision.io import atomic_path, atomic_write_json, atomic_write_parquet
@@ -128,10 +129,14 @@ def finetune(
     seed: int,
     threads: int | None = None,
     raw_dir: Path | None = None,
+    micro_batches: int = 1,
 ) -> None:
-    """Fine-tune and write ``{out_dir}/ckpt-{fraction}/`` for every configured fraction."""
+    """Fine-tune and write ``{out_dir}/ckpt-{fraction}/`` for every configured fraction.
+    ``micro_batches``: split each batch into that many forward/backward passes whose
+    gradients are accumulated (the effective batch, and the result, stay the same); the
+    retry after a CUDA out-of-memory error raises it."""
     set_threads(threads)
-    device = pick_device(settings["device"])
+    ranks, device = Ranks.from_env(pick_device(settings["device"]))
     precision = settings["precision"]
     fractions = sorted(float(f) for f in settings["epoch_fractions"])
     batch_size = int(settings["batch_size"])
@@ -154,8 +159,10 @@ def finetune(
     to_save = checkpoint_steps(fractions, steps_per_epoch)
     last_step = max(to_save)
     log.info(
-        "%s on %s: %d train examples, %d steps/epoch, %d scheduled steps (warmup %d), checkpoints at steps %s, device %s",
+        "%s on %s: %d train examples, %d steps/epoch, %d scheduled steps (warmup %d), checkpoints at steps %s, "
+        "device %s (rank %d of %d), %d micro-batch(es) per batch",
         task.name, backbone, len(train), steps_per_epoch, total_steps, warmup, dict(sorted(to_save.items())), device,
+        ranks.rank, ranks.world, micro_batches,
     )
 
     rng = np.random.default_rng(seed)
@@ -168,7 +175,7 @@ def finetune(
         nonlocal snapshot_seconds
         t0 = time.perf_counter()
         train_seconds = t0 - started - snapshot_seconds
-        for frac in to_save.get(step, []):
+        for frac in to_save.get(step, []) if ranks.main else []:
             ckpt = Path(out_dir) / f"ckpt-{fraction_name(frac)}"
             save_checkpoint(model, ckpt)
             metrics, predictions, logits = evaluate(task, model, evals, questions, int(settings["eval_batch_size"]),
@@ -193,6 +200,7 @@ def finetune(
                 ckpt / "eval_metrics.json",
             )
             log.info("checkpoint %s at step %d: %s", fraction_name(frac), step, metrics)
+        ranks.barrier()  # the other ranks wait while rank 0 saves and evaluates
         snapshot_seconds += time.perf_counter() - t0
 
     snapshot()  # fraction 0
@@ -200,10 +208,17 @@ def finetune(
     while step < last_step:
         model.train()
         for rows in bucketed_batches(train.lengths, batch_size, rng):
-            batch = to_device(collate(train, rows, pad_id, task.kind), device)
-            with autocast(device, precision):
-                loss = model(**batch).loss
-            scaler.scale(loss).backward()
+            loss = 0.0
+            mine = ranks.my_rows(rows)
+            for part in np.array_split(mine, min(micro_batches, len(mine))) if len(mine) else []:
+                check_simulated_oom(len(part))
+                batch = to_device(collate(train, part, pad_id, task.kind), device)
+                with autocast(device, precision):
+                    part_loss = model(**batch).loss * (len(part) / len(rows))  # losses are batch means
+                scaler.scale(part_loss).backward()
+                loss += part_loss.detach()
+                padded_tokens += int(train.lengths[part].max()) * len(part)
+            ranks.sum_gradients(model)
             scaler.unscale_(optimizer)
             torch.nn.utils.clip_grad_norm_(model.parameters(), float(settings["max_grad_norm"]))
             scaler.step(optimizer)
@@ -213,14 +228,14 @@ def finetune(
             step += 1
             seen += len(rows)
             real_tokens += int(train.lengths[rows].sum())
-            padded_tokens += int(train.lengths[rows].max()) * len(rows)
-            losses.append(float(loss.detach()))
+            losses.append(ranks.sum_scalar(float(loss)))
             progress.update(1)
             if step in to_save:
                 snapshot()
             if step >= last_step:
                 break
     progress.close()
+    ranks.close()
     elapsed = time.perf_counter() - started
     log.info("trained %d steps, %d examples in %.1fs (%.1f ex/s incl. evaluation), padding ratio %.3f",
              step, seen, elapsed, seen / max(elapsed, 1e-9), padded_tokens / max(real_tokens, 1))

@@ -7,6 +7,12 @@ with two outputs per token (start and end logits).
 - ``LayerMeanHead`` (AP, average pooling): mean over layers, then a linear head.
 - ``AdapterPoolerHead``: Z[l] = GELU(W X[l] + b) with W shared by all layers or one per layer,
   flattened over layers (optionally concatenated with the last layer's state), then a linear head.
+- ``TokenPoolHead`` (token level, per example): every real token of the example,
+  X (batch, tokens, layers, hidden) with a padding mask (batch, tokens); a learned scalar mix
+  over layers per token, then masked pooling over the real tokens that does not depend on
+  positions (attention pooling with a learned query, and/or the masked mean), then a linear
+  head. Unlike the original's AP_GLUE (position-specific weights over the flattened, padded
+  sequence), padding never changes the output and the size does not grow with the length.
 """
 
 from __future__ import annotations
@@ -66,6 +72,50 @@ class AdapterPoolerHead(nn.Module):
         return self.classifier(self.dropout(features))
 
 
+class TokenPoolHead(nn.Module):
+    """Per-example outputs from every real token: ``forward(x, mask)`` with x (B, T, L, H) and
+    mask (B, T) True on real tokens (None = all real). ``pool``: 'attention-mean' (both,
+    concatenated), 'attention' or 'mean'. Parameters: L + 1 (mix) + H (query, if attention)
+    + (H or 2H) * outputs + outputs."""
+
+    token_level = True  # trained on per-token example features (tasks.<task>.token_features)
+    POOLS = ("attention-mean", "attention", "mean")
+
+    def __init__(self, layers: int, hidden: int, outputs: int, pool: str = "attention-mean", dropout: float = 0.0):
+        super().__init__()
+        if pool not in self.POOLS:
+            raise ValueError(f"token-pool head: pool {pool!r} not in {self.POOLS}")
+        self.pool = pool
+        self.layer_logits = nn.Parameter(torch.zeros(layers))
+        self.gamma = nn.Parameter(torch.ones(()))
+        if pool != "mean":
+            self.query = nn.Parameter(torch.zeros(hidden))  # zero: attention starts as the mean
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(hidden * (2 if pool == "attention-mean" else 1), outputs)
+
+    def layer_weights(self) -> torch.Tensor:
+        return torch.softmax(self.layer_logits, dim=0)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        if x.dim() != 4:
+            raise ValueError(f"token-pool head: expected (batch, tokens, layers, hidden), got {tuple(x.shape)} "
+                             "([CLS] features? the task needs token_features)")
+        if mask is None:
+            mask = torch.ones(x.shape[:-2], dtype=torch.bool, device=x.device)
+        # Padding positions are zeroed first, so whatever they hold (even inf/nan) cannot leak.
+        x = x.masked_fill(~mask[..., None, None], 0.0)
+        tokens = self.gamma * torch.einsum("l,...tlh->...th", self.layer_weights(), x)  # (B, T, H)
+        pooled = []
+        if self.pool != "mean":
+            scores = (tokens @ self.query) * tokens.shape[-1] ** -0.5
+            attn = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+            pooled.append(torch.einsum("...t,...th->...h", attn, tokens))
+        if self.pool != "attention":
+            count = mask.sum(dim=-1, keepdim=True).clamp_min(1).to(tokens.dtype)
+            pooled.append(tokens.sum(dim=-2) / count)
+        return self.classifier(self.dropout(torch.cat(pooled, dim=-1)))
+
+
 class Standardized(nn.Module):
     """Standardize each (layer, dimension) of the input with fixed train-split statistics
     (buffers, not trained), then apply ``head``. Raw BERT states have a few outlier dimensions
@@ -77,15 +127,22 @@ class Standardized(nn.Module):
         self.register_buffer("mean", mean)
         self.register_buffer("inv_std", 1.0 / std.clamp_min(1e-6))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head((x - self.mean) * self.inv_std)
+    def forward(self, x: torch.Tensor, *args) -> torch.Tensor:
+        """``args`` (e.g. a token head's padding mask) pass through to the head."""
+        return self.head((x - self.mean) * self.inv_std, *args)
 
 
 HEADS: dict[str, type[nn.Module]] = {
     "lp": ScalarMixHead,
     "mean": LayerMeanHead,
     "adapter": AdapterPoolerHead,
+    "token-pool": TokenPoolHead,
 }
+
+
+def is_token_head(spec: dict) -> bool:
+    """Whether the head type ``spec["type"]`` needs per-token example features."""
+    return bool(getattr(HEADS.get(spec["type"]), "token_level", False))
 
 
 def build_head(spec: dict, layers: int, hidden: int, outputs: int) -> nn.Module:

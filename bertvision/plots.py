@@ -97,3 +97,28 @@ def build_plots(summary_csvs: list[Path], head_metrics: list[Path], tasks: list[
         score_vs_epochs(summary, task, out_dir / f"{task}-score-vs-epochs.png")
     score_vs_params(summary, tasks, out_dir / "score-vs-parameters.png")
     layer_weights(head_metrics, out_dir / "layer-weights.png")
+
+
+def data_fraction_curves(table_csv: Path, path: Path) -> None:
+    """Score vs share of training data, one panel per (task, checkpoint); BERT (all the data,
+    same checkpoint) as a dashed line."""
+    table = pd.read_csv(table_csv, dtype={"checkpoint": str}) if Path(table_csv).stat().st_size else pd.DataFrame()
+    panels = sorted({(t, c) for t, c in zip(table.get("task", []), table.get("checkpoint", []))})
+    fig, axes = plt.subplots(1, max(1, len(panels)), figsize=(4.5 * max(1, len(panels)), 4), squeeze=False)
+    for ax, (task, ckpt) in zip(axes[0], panels):
+        block = table[(table["task"] == task) & (table["checkpoint"] == ckpt)]
+        for model, g in block.groupby("model", sort=False):
+            if model == BERT:
+                ax.axhline(g["mean"].iloc[0], color="black", linestyle="--", label="BERT (all data)")
+                continue
+            g = g.sort_values("fraction")
+            ax.errorbar(100 * g["fraction"], g["mean"], yerr=g["std"].fillna(0), marker="o", capsize=3, label=model)
+        ax.set_xlabel("training data used by the head (%)")
+        ax.set_ylabel(f"{block['metric'].iloc[0]} (dev)")
+        ax.set_title(f"{task}, features at {ckpt} epochs")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    if not panels:
+        axes[0][0].text(0.5, 0.5, "no data-fraction experiment configured", ha="center", va="center")
+        axes[0][0].set_axis_off()
+    _save(fig, path)

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from bertvision.flags import metric_flag, prediction_flags
 from bertvision.io import atomic_path, read_json
 from bertvision.tasks import get_task
 
@@ -25,32 +26,43 @@ def ensemble_name(head: str, how: str) -> str:
     return f"{head} + BERT ({how})"
 
 
+def _flag(run_flags: dict, split: str, metric: str, value: float) -> str | None:
+    return run_flags.get(split) or metric_flag(metric, value)
+
+
 def long_records(bert_metrics: list[Path], head_metrics: list[Path]) -> pd.DataFrame:
-    """One row per (run, eval split, metric)."""
+    """One row per (run, eval split, metric), with the run's degenerate-run flag if any."""
     rows = []
     for path in bert_metrics:
         m = read_json(path)
+        flags = prediction_flags(Path(path).with_name("eval_predictions.parquet"), get_task(m["task"]))
         for split, values in _reported(m):
             for metric, value in values.items():
                 rows.append({"task": m["task"], "split": split, "epoch_fraction": m["epoch_fraction"],
                              "model": BERT, "seed": m["seed"], "metric": metric, "value": value,
-                             "parameter_percent": 100.0})
+                             "parameter_percent": 100.0, "flag": _flag(flags, split, metric, value)})
     for path in head_metrics:
         m = read_json(path)
         fraction = float(m["source"]["checkpoint"])
+        seed = f"{m['source'].get('ft_seed', '')}/{m['seed']}"
+        flags = prediction_flags(Path(path).with_name("eval_predictions.parquet"), get_task(m["task"]))
         for split, values in _reported(m):
             for metric, value in values.items():
-                rows.append({"task": m["task"], "split": split, "epoch_fraction": fraction,
-                             "model": m["head"], "seed": f"{m['source'].get('ft_seed', '')}/{m['seed']}",
-                             "metric": metric, "value": value, "parameter_percent": m["parameter_percent"]})
+                rows.append({"task": m["task"], "split": split, "epoch_fraction": fraction, "model": m["head"],
+                             "seed": seed, "metric": metric, "value": value,
+                             "parameter_percent": m["parameter_percent"], "flag": _flag(flags, split, metric, value),
+                             "tuned": m.get("search") is not None})
         for how, ens in m.get("ensembles", {}).items():
             for split, values in _reported({"task": m["task"], "metrics": ens}):
                 for metric, value in values.items():
                     rows.append({"task": m["task"], "split": split, "epoch_fraction": fraction,
-                                 "model": ensemble_name(m["head"], how),
-                                 "seed": f"{m['source'].get('ft_seed', '')}/{m['seed']}", "metric": metric,
-                                 "value": value, "parameter_percent": 100.0 + m["parameter_percent"]})
-    return pd.DataFrame(rows)
+                                 "model": ensemble_name(m["head"], how), "seed": seed, "metric": metric,
+                                 "value": value, "parameter_percent": 100.0 + m["parameter_percent"],
+                                 "flag": metric_flag(metric, value), "tuned": m.get("search") is not None})
+    df = pd.DataFrame(rows)
+    if len(df):
+        df["tuned"] = df.get("tuned", pd.Series(False, index=df.index)).fillna(False).astype(bool)
+    return df
 
 
 def summarize(records: pd.DataFrame, head_order: list[str]) -> pd.DataFrame:
@@ -59,6 +71,9 @@ def summarize(records: pd.DataFrame, head_order: list[str]) -> pd.DataFrame:
     grouped = records.groupby(keys, sort=False)
     out = grouped["value"].agg(mean="mean", std=lambda v: v.std(ddof=1) if len(v) > 1 else np.nan, n="count")
     out["parameter_percent"] = grouped["parameter_percent"].first()
+    out["tuned"] = grouped["tuned"].any() if "tuned" in records else False
+    out["flagged"] = grouped["flag"].count()
+    out["flags"] = grouped["flag"].agg(lambda f: "; ".join(sorted(set(f.dropna()))))
     out = out.reset_index()
     names = [BERT, *head_order, *(ensemble_name(h, how) for how in ("max", "mean") for h in head_order)]
     order = {name: i for i, name in enumerate(names)}
@@ -86,7 +101,9 @@ def results_markdown(summary: pd.DataFrame, title: str) -> str:
              "with its own classification head at that checkpoint (at 0 epochs the head is untrained); "
              "the other rows are heads trained on that checkpoint's frozen hidden states, and "
              "`head + BERT` ensembles of the two (max or mean of their softmax distributions). "
-             "% params = trainable parameters as a share of the encoder's.", ""]
+             "% params = trainable parameters as a share of the encoder's. `degenerate runs` counts runs "
+             "that predict one class for every example, give a constant output, abstain on every question, "
+             "or score MCC / correlation ≈ 0; their numbers are in the mean, read them with that in mind.", ""]
     for (task, split), block in summary.groupby(["task", "split"], sort=False):
         metrics = list(get_task(task).metrics)
         parts.append(f"## {task} ({split})")
@@ -94,10 +111,17 @@ def results_markdown(summary: pd.DataFrame, title: str) -> str:
         rows = []
         for (frac, model), g in block.groupby(["epoch_fraction", "model"], sort=False):
             by_metric = g.set_index("metric")
-            rows.append([f"{frac:g}", model, f"{g['parameter_percent'].iloc[0]:.3f}",
+            n = int(g["n"].iloc[0])
+            flagged = int(g["flagged"].max())
+            reasons = "; ".join(sorted({r for f in g["flags"] for r in f.split("; ") if r}))
+            rows.append([f"{frac:g}", model + (" †" if g["tuned"].any() else ""),
+                         f"{g['parameter_percent'].iloc[0]:.3f}",
                          *[_fmt(by_metric.loc[m, "mean"], by_metric.loc[m, "std"]) for m in metrics],
-                         str(int(g["n"].iloc[0]))])
-        parts.append(markdown_table(["epochs", "model", "% params", *metrics, "n"], rows))
+                         str(n), f"⚠ {flagged}/{n}: {reasons}" if flagged else ""])
+        parts.append(markdown_table(["epochs", "model", "% params", *metrics, "n", "degenerate runs"], rows))
+        parts.append("")
+    if summary["tuned"].any():
+        parts.append("† hyperparameters chosen by the optuna search on the selection split (see search.md).")
         parts.append("")
     return "\n".join(parts)
 

@@ -23,7 +23,7 @@ from safetensors.torch import save_file
 from bertvision.device import pick_device, set_threads
 from bertvision.ensemble import ENSEMBLES, ensemble_examples, ensemble_windows, load_logits
 from bertvision.features import BatchStream, FeatureSet, Prefetched, WindowStates, read_shard
-from bertvision.heads import ScalarMixHead, Standardized, build_head, count_parameters
+from bertvision.heads import ScalarMixHead, Standardized, build_head, count_parameters, is_token_head
 from bertvision.io import atomic_path, atomic_write_json, atomic_write_parquet
 from bertvision.metrics import compute_metrics, predictions_from_outputs
 from bertvision.tasks import TaskSpec, splits_of
@@ -50,13 +50,18 @@ class TrainingData:
     epoch trains; otherwise they are streamed from the shards (``BatchStream``).
     """
 
-    def __init__(self, features: FeatureSet, batch_size: int, device: torch.device, in_memory_max_mb: float):
-        self.features, self.batch_size, self.device = features, batch_size, device
+    def __init__(self, features: FeatureSet, device: torch.device, in_memory_max_mb: float, rows=None):
+        self.features, self.device = features, device
         layers, hidden = features.shape
         fp32_mb = features.n_examples * layers * hidden * 4 / 2**20
         self.in_memory = fp32_mb <= in_memory_max_mb
+        if rows is not None and not self.in_memory:
+            raise ValueError(f"training on a subset of {features.manifest_path}'s rows needs the features in "
+                             f"memory ({fp32_mb:.0f} MiB > heads.training.in_memory_max_mb {in_memory_max_mb:g})")
         if self.in_memory:
             x, y, _ = features.read_all()
+            if rows is not None:
+                x, y = x[rows], y[rows]
             self.x = torch.from_numpy(x.astype(np.float32)).to(device)
             self.y = torch.from_numpy(y).to(device)
             self._pool = ThreadPoolExecutor(max_workers=1)
@@ -73,16 +78,19 @@ class TrainingData:
         order = torch.randperm(len(self.x), generator=torch.Generator().manual_seed(seed)).to(self.device)
         return self.x[order], self.y[order]
 
-    def epoch(self, seed: int):
+    def __len__(self) -> int:
+        return len(self.x) if self.in_memory else self.features.n_examples
+
+    def epoch(self, seed: int, batch_size: int):
         """Batches for the epoch with shuffling ``seed``; the next call is expected with ``seed + 1``."""
         if not self.in_memory:
-            return BatchStream(self.features, self.batch_size, seed=seed, pin_memory=self.device.type == "cuda")
+            return BatchStream(self.features, batch_size, seed=seed, pin_memory=self.device.type == "cuda")
         t0 = time.perf_counter()
         pending = self._next.pop(seed, None) or self._pool.submit(self._shuffled, seed)
         x, y = pending.result()
         wait = time.perf_counter() - t0
         self._next = {seed + 1: self._pool.submit(self._shuffled, seed + 1)}
-        return PermutedBatches(x, y, self.batch_size, wait)
+        return PermutedBatches(x, y, batch_size, wait)
 
 
 def _moments(chunks, n: int, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -108,22 +116,34 @@ def predict_arrays(head, x: np.ndarray, device, batch_size: int = 1024) -> np.nd
     return np.concatenate(outs)
 
 
-class ExampleProblem:
-    """Classification / regression on per-example [CLS] features."""
+def nested_subset(n: int, fraction: float, seed: int = 0) -> np.ndarray | None:
+    """Sorted rows of a seeded ``fraction`` of ``range(n)`` (None = all). Smaller fractions are
+    subsets of larger ones, so a data-fraction curve adds data rather than redrawing it."""
+    if fraction >= 1.0:
+        return None
+    order = np.random.default_rng(seed).permutation(n)
+    return np.sort(order[: max(1, int(round(fraction * n)))])
 
-    def __init__(self, task: TaskSpec, feats: dict[str, FeatureSet], settings: dict, device, raw_dir=None):
+
+class ExampleProblem:
+    """Classification / regression on per-example [CLS] features. ``train_fraction`` < 1 trains
+    on a nested random subset of the training rows (data-fraction experiments)."""
+
+    def __init__(self, task: TaskSpec, feats: dict[str, FeatureSet], settings: dict, device, raw_dir=None,
+                 train_fraction: float = 1.0):
         self.task, self.device = task, device
         self.shape = feats["train"].shape
-        self.n_train = feats["train"].n_examples
-        self.data = TrainingData(feats["train"], int(settings["batch_size"]), device, float(settings["in_memory_max_mb"]))
+        rows = nested_subset(feats["train"].n_examples, train_fraction)
+        self.data = TrainingData(feats["train"], device, float(settings["in_memory_max_mb"]), rows)
+        self.n_train = len(self.data)
         self.held = {split: fs.read_all() for split, fs in feats.items() if split != "train"}
         self.data_in_memory = self.data.in_memory
 
     def moments(self):
         return self.data.moments()
 
-    def epoch(self, seed: int):
-        return self.data.epoch(seed)
+    def epoch(self, seed: int, batch_size: int):
+        return self.data.epoch(seed, batch_size)
 
     def loss(self, head, batch) -> torch.Tensor:
         x, y = (t.to(self.device, non_blocking=True) for t in batch)
@@ -175,6 +195,15 @@ class SpanBatches(Prefetched):
             yield pad_windows(self.windows, self.order[i : i + self.batch_size])
 
 
+def select_windows(windows: WindowStates, rows: np.ndarray) -> WindowStates:
+    """The windows ``rows`` (in that order) of ``windows``, as a new WindowStates."""
+    slices = [windows.window(i) for i in rows]
+    offsets = np.concatenate([[0], np.cumsum([s.stop - s.start for s in slices])]).astype(np.int64)
+    take = np.concatenate([np.arange(s.start, s.stop) for s in slices]) if len(rows) else np.zeros(0, np.int64)
+    char_offsets = None if windows.char_offsets is None else windows.char_offsets[take]
+    return WindowStates(windows.states[take], offsets, char_offsets, windows.labels[rows], windows.idx[rows])
+
+
 def pad_windows(windows: WindowStates, rows: np.ndarray):
     lengths = windows.lengths[rows]
     width = int(lengths.max())
@@ -191,11 +220,16 @@ class SpanProblem:
     """Question answering on per-token features of context windows: start/end logits per
     token, padding masked out, answers decoded per question and scored with SQuAD 2.0 EM/F1."""
 
-    def __init__(self, task: TaskSpec, feats: dict[str, FeatureSet], settings: dict, device, raw_dir=None):
+    def __init__(self, task: TaskSpec, feats: dict[str, FeatureSet], settings: dict, device, raw_dir=None,
+                 train_fraction: float = 1.0):
         self.task, self.device = task, device
-        self.batch_size = int(settings["batch_size"])
         self.shape = feats["train"].shape
         self.windows = {split: fs.read_windows() for split, fs in feats.items()}
+        questions = np.unique(self.windows["train"].idx)
+        keep = nested_subset(len(questions), train_fraction)
+        if keep is not None:  # whole questions, with all their windows
+            self.windows["train"] = select_windows(self.windows["train"],
+                                                   np.flatnonzero(np.isin(self.windows["train"].idx, questions[keep])))
         self.n_train = len(self.windows["train"])
         self.questions = {split: pd.read_parquet(Path(raw_dir) / f"{split}.parquet") for split in feats}
         self.data_in_memory = True
@@ -204,8 +238,8 @@ class SpanProblem:
         train = self.windows["train"]
         return _moments([train.states], len(train.states), self.device)
 
-    def epoch(self, seed: int):
-        return SpanBatches(self.windows["train"], self.batch_size, seed)
+    def epoch(self, seed: int, batch_size: int):
+        return SpanBatches(self.windows["train"], batch_size, seed)
 
     def loss(self, head, batch) -> torch.Tensor:
         x, mask, y = (t.to(self.device, non_blocking=True) for t in batch)
@@ -253,9 +287,21 @@ class SpanProblem:
 PROBLEMS = {"classification": ExampleProblem, "regression": ExampleProblem, "span": SpanProblem}
 
 
-def train_one(task: TaskSpec, spec: dict, settings: dict, problem, seed: int, device, moments=None):
+def problem_class(task: TaskSpec, spec: dict):
+    """The problem head ``spec`` trains on: token-level heads of example tasks on every real
+    token (``TokenExampleProblem``), the others by task kind (``PROBLEMS``)."""
+    if is_token_head(spec) and task.kind != "span":
+        from bertvision.token_problem import TokenExampleProblem
+
+        return TokenExampleProblem
+    return PROBLEMS[task.kind]
+
+
+def train_one(task: TaskSpec, spec: dict, settings: dict, problem, seed: int, device, moments=None,
+              on_epoch=None):
     """Train one head with one seed; return it with the best epoch (by selection score) restored.
-    ``moments``: (mean, std) of the training features to standardize the input with, or None."""
+    ``moments``: (mean, std) of the training features to standardize the input with, or None.
+    ``on_epoch(epoch, selection_score)`` is called after each epoch (the search prunes there)."""
     torch.manual_seed(seed)
     layers, hidden = problem.shape
     head = build_head(spec, layers, hidden, task.num_labels)
@@ -263,7 +309,8 @@ def train_one(task: TaskSpec, spec: dict, settings: dict, problem, seed: int, de
         head = Standardized(head, *moments)
     head = head.to(device)
     max_epochs = int(settings["max_epochs"])
-    total = max_epochs * -(-problem.n_train // int(settings["batch_size"]))
+    batch_size = int(settings["batch_size"])
+    total = max_epochs * -(-problem.n_train // batch_size)
     warmup = int(round(float(settings["warmup_ratio"]) * total))
     opt = torch.optim.AdamW(head.parameters(), lr=float(settings["learning_rate"]),
                             weight_decay=float(settings["weight_decay"]))
@@ -273,7 +320,7 @@ def train_one(task: TaskSpec, spec: dict, settings: dict, problem, seed: int, de
     best = {"score": -np.inf, "epoch": 0, "state": copy.deepcopy(head.state_dict()), "metrics": None}
     history, wait, loop_seconds, stale = [], 0.0, 0.0, 0
     for epoch in range(1, max_epochs + 1):
-        batches = problem.epoch(seed * 1000 + epoch)
+        batches = problem.epoch(seed * 1000 + epoch, batch_size)
         head.train()
         t0 = time.perf_counter()
         losses = []
@@ -296,6 +343,8 @@ def train_one(task: TaskSpec, spec: dict, settings: dict, problem, seed: int, de
             stale += 1
             if stale >= int(settings["patience"]):
                 break
+        if on_epoch is not None:
+            on_epoch(epoch, sel_metrics[task.primary_metric])
     head.load_state_dict(best["state"])
     timing = {"train_loop_seconds": loop_seconds, "data_wait_seconds": wait,
               "data_wait_share": wait / loop_seconds if loop_seconds else 0.0}
@@ -319,23 +368,39 @@ def train_heads(
     threads: int | None = None,
     raw_dir: Path | None = None,
     bert_logits: Path | None = None,
+    searched: dict[str, Path] | None = None,
+    train_fraction: float = 1.0,
 ) -> None:
     """Write ``{out_root}/{head}/seed{seed}/`` (weights, eval predictions, metrics) for every
     head and seed. ``manifest``: the checkpoint's feature manifest; ``raw_dir``: the task's
     canonical splits (span tasks decode answers from their contexts); ``bert_logits``: BERT's
-    ``eval_logits.npz`` at the same checkpoint, for the head + BERT ensembles."""
+    ``eval_logits.npz`` at the same checkpoint, for the head + BERT ensembles; ``searched``:
+    head name -> its study's ``best.json``, whose parameters replace the configured ones;
+    ``train_fraction``: train on that nested share of the training rows."""
+    from bertvision.search import tuned
+
+    searched = searched or {}
     set_threads(threads)
     device = pick_device(settings["device"])
     feats = {split: FeatureSet.open(manifest, split, verify=settings["verify"]) for split in splits_of(task)}
-    problem = PROBLEMS[task.kind](task, feats, settings, device, raw_dir)
-    moments = problem.moments() if settings["standardize"] else None
+    problems: dict = {}  # problem class -> (problem, moments): each built at most once, when a head needs it
+
+    def problem_for(spec: dict):
+        cls = problem_class(task, spec)
+        if cls not in problems:
+            problem = cls(task, feats, settings, device, raw_dir, train_fraction)
+            problems[cls] = (problem, problem.moments() if settings["standardize"] else None)
+        return problems[cls]
+
     bert = load_logits(bert_logits) if bert_logits else None
     source = feats["train"].manifest["source"]
     encoder_params = feats["train"].manifest["encoder_parameters"]
-    for head_name, spec in heads.items():
+    for head_name, configured in heads.items():
+        spec, head_settings, search = tuned(configured, settings, searched.get(head_name))
+        problem, moments = problem_for(spec)
         for seed in seeds:
             t0 = time.perf_counter()
-            head, best, history, timing = train_one(task, spec, settings, problem, seed, device, moments)
+            head, best, history, timing = train_one(task, spec, head_settings, problem, seed, device, moments)
             metrics, predictions, ensembles = problem.evaluate(head, bert)
             out = Path(out_root) / head_name / f"seed{seed}"
             save_head(head, head_name, spec, out)
@@ -345,13 +410,18 @@ def train_heads(
                 "task": task.name, "head": head_name, "head_spec": spec, "seed": seed, "source": source,
                 "parameters": params, "encoder_parameters": encoder_params,
                 "parameter_percent": 100.0 * params / encoder_params,
+                "train_fraction": train_fraction, "train_examples": problem.n_train,
+                "training_settings": {k: head_settings[k] for k in ("learning_rate", "batch_size", "max_epochs",
+                                                                   "weight_decay")},
+                "search": None if search is None else {k: search[k] for k in (
+                    "study", "best_params", "best_value", "trials")},
                 "best_epoch": best["epoch"], "selection_metrics": best["metrics"], "metrics": metrics,
                 "ensembles": ensembles,
                 "history": history, "seconds": time.perf_counter() - t0, **timing,
                 "data_in_memory": problem.data_in_memory, "device": str(device),
             }
             core = head.head if isinstance(head, Standardized) else head
-            if isinstance(core, ScalarMixHead):
+            if isinstance(core, ScalarMixHead) or is_token_head(spec):
                 record["layer_weights"] = core.layer_weights().detach().cpu().tolist()
                 record["gamma"] = float(core.gamma.detach())
             atomic_write_json(record, out / "metrics.json")

@@ -22,6 +22,9 @@ wildcard_constraints:
     frac=r"[0-9.]+",
     ftseed=r"\d+",
     shard=r"\d+",
+    head=r"[A-Za-z0-9_.-]+",
+    worker=r"\d+",
+    pct=r"[0-9.]+",
 
 
 def as_json(obj):
@@ -38,6 +41,10 @@ CKPT_FILE = "models/{model}/{task}/ft{ftseed}/ckpt-{frac}/{file}"
 SHARD_DIR = "features/{model}/{task}/ft{ftseed}/ckpt-{frac}/shard-{shard}-of-{n_shards}"
 MANIFEST = "features/{model}/{task}/ft{ftseed}/ckpt-{frac}/manifest.json"
 HEADS_DIR = "heads/{model}/{task}/ft{ftseed}/ckpt-{frac}"
+SEARCH_DIR = "search/{model}/{task}/ft{ftseed}/ckpt-{frac}/{head}"
+SUBSET_HEADS_DIR = "heads-data/{model}/{task}/ft{ftseed}/ckpt-{frac}/data-{pct}"
+TRANSFER_FILE = "transfer/{model}/{task}/ft{ftseed}.json"
+SEARCH_WORKERS = int(config["search"]["workers"])
 
 
 def source_files(wildcards):
@@ -60,6 +67,8 @@ def extract_attrs(wildcards):
             "checkpoint": wildcards.frac,
             "ft_seed": int(wildcards.ftseed),
             "label_kind": task.kind,
+            # Only when every token is stored for an example task, so [CLS] extractions keep their params.
+            **({"features": "tokens"} if S.token_features(wildcards.task) else {}),
         }
     )
 
@@ -107,3 +116,87 @@ def all_benchmarks():
                     files.append(f"benchmarks/feature_manifest/{t}/{m}-ft{s}-ckpt{f}.tsv")
                     files.append(f"benchmarks/train_heads/{t}/{m}-ft{s}-ckpt{f}.tsv")
     return files
+
+
+def study_storage(wildcards):
+    """The configured RDB URL, or a journal file beside the study's worker records."""
+    return config["search"]["storage"] or SEARCH_DIR.format(**wildcards) + "/study.journal"
+
+
+def searched_best(wildcards, heads=None):
+    """head name -> best.json of the heads searched for this task at this checkpoint (of
+    ``heads`` only, when given)."""
+    fields = dict(wildcards)
+    return {
+        head: SEARCH_DIR.format(**{**fields, "head": head}) + "/best.json"
+        for head in S.search_heads(fields["task"])
+        if heads is None or head in heads
+    }
+
+
+def searched_args(wildcards, input):
+    """`--searched` arguments: HEAD=search/.../HEAD/best.json."""
+    return " ".join(f"{Path(path).parent.name}={path}" for path in input.searched)
+
+
+def for_every_run(pattern, tasks=None, fractions=None, **extra):
+    """``pattern`` formatted for every model x task x fine-tuning seed x checkpoint."""
+    return [
+        pattern.format(model=m, task=t, ftseed=s, frac=f, **extra)
+        for m in S.models
+        for t in (S.tasks if tasks is None else tasks)
+        for s in FT_SEEDS
+        for f in (S.fractions if fractions is None else fractions)
+    ]
+
+
+def all_search_results():
+    return [
+        path
+        for m in S.models
+        for t in S.tasks
+        for s in FT_SEEDS
+        for f in S.fractions
+        for path in searched_best({"model": m, "task": t, "ftseed": s, "frac": f}).values()
+    ]
+
+
+def all_subset_head_dirs():
+    return [
+        SUBSET_HEADS_DIR.format(model=m, task=t, ftseed=s, frac=f, pct=p)
+        for m in S.models
+        for t in S.data_fraction_tasks()
+        for s in FT_SEEDS
+        for f in S.data_fraction_checkpoints()
+        for p in S.data_fractions()
+    ]
+
+
+def all_transfer_files():
+    return [TRANSFER_FILE.format(model=m, task=t, ftseed=s) for m in S.models for t in S.transfer_tasks() for s in FT_SEEDS]
+
+
+# Cluster settings from the environment (README, "Run on a cluster"). The GPU rules ask for
+# --gpus=<model>:<n> when BERTVISION_SLURM_GPU_MODEL is set, --gpus=<n> otherwise; rules that
+# ask for no GPU never get a model (the slurm plugin would turn a model alone into one GPU).
+GPU_MODEL = (os.environ.get("BERTVISION_SLURM_GPU_MODEL") or None) if GPU > 0 else None
+
+
+# download reads local files or the hub: it runs on the submit host, which has the network
+# that compute nodes often lack, and it is light. tokenize and feature_manifest stay jobs:
+# at paper scale they read GBs (the manifest checksums every feature shard).
+localrules:
+    download,
+
+
+def micro_batches(wildcards, attempt):
+    """Attempt n (a resubmission after running out of GPU memory) splits each batch into
+    2^(n-1) micro-batches: same effective batch, less memory per pass."""
+    return 2 ** (attempt - 1)
+
+
+def launcher(wildcards, resources):
+    """`bertvision`, or `torchrun` with one data-parallel rank per GPU when the job has more
+    than one (fine-tuning only)."""
+    gpus = int(resources.gpu)
+    return f"torchrun --standalone --nproc-per-node {gpus} -m bertvision" if gpus > 1 else "bertvision"

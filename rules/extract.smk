@@ -1,6 +1,7 @@
 rule extract:
     """Shard {shard} of every split of a task: the [CLS] hidden state of every layer of a
-    frozen checkpoint, one HDF5 file per split."""
+    frozen checkpoint (every real token's for span tasks and tasks with token_features), one
+    HDF5 file per split."""
     input:
         checkpoint=expand(CKPT_FILE, file="model.safetensors", allow_missing=True)[0],
         tokens=rules.tokenize.output,
@@ -20,12 +21,15 @@ rule extract:
     threads: 1
     resources:
         gpu=GPU,
+        gpu_model=GPU_MODEL,
         mem_mb=lambda wc, attempt: 6000 * attempt,
         runtime=lambda wc, attempt: 60 * attempt,
+        micro_batches=micro_batches,
     shell:
         "bertvision extract --checkpoint $(dirname {input.checkpoint}) --tokens-dir {input.tokens} "
         "--splits {params.splits} --out-dir {output} --shard {wildcards.shard} --shards {params.n_shards} "
-        "--settings {params.settings:q} --attrs {params.attrs:q} --threads {threads} > {log} 2>&1"
+        "--settings {params.settings:q} --attrs {params.attrs:q} "
+        "--micro-batches {resources.micro_batches} --threads {threads} > {log} 2>&1"
 
 
 rule feature_manifest:

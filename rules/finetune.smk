@@ -21,6 +21,7 @@ rule finetune:
         backbone=lambda wc: S.pretrained(wc.model),
         settings=lambda wc: as_json(S.finetune(wc.task)),
         out_dir="models/{model}/{task}/ft{ftseed}",
+        bertvision=launcher,
     conda:
         ENV
     log:
@@ -30,9 +31,11 @@ rule finetune:
     threads: THREADS
     resources:
         gpu=GPU,
+        gpu_model=GPU_MODEL,
         mem_mb=lambda wc, attempt: 8000 * attempt,
         runtime=lambda wc, attempt: 120 * attempt,
+        micro_batches=micro_batches,
     shell:
-        "bertvision finetune --task {wildcards.task} --backbone {params.backbone:q} --tokens-dir {input.tokens} "
+        "{params.bertvision} finetune --task {wildcards.task} --backbone {params.backbone:q} --tokens-dir {input.tokens} "
         "--raw-dir {input.raw} --out-dir {params.out_dir} --seed {wildcards.ftseed} --settings {params.settings:q} "
-        "--threads {threads} > {log} 2>&1"
+        "--micro-batches {resources.micro_batches} --threads {threads} > {log} 2>&1"

@@ -6,12 +6,14 @@ rule train_heads:
         manifest=rules.feature_manifest.output,
         raw=rules.download.output,
         bert_logits=expand(CKPT_FILE, file="eval_logits.npz", allow_missing=True)[0],
+        searched=lambda wc: searched_best(wc).values(),
     output:
         directory(HEADS_DIR),
     params:
         heads=lambda wc: as_json(S.task_heads(wc.task)),
         settings=lambda wc: as_json(S.head_training(wc.task)),
         seeds=HEAD_SEEDS,
+        searched=searched_args,
     conda:
         ENV
     log:
@@ -25,4 +27,60 @@ rule train_heads:
     shell:
         "bertvision train-heads --task {wildcards.task} --heads {params.heads:q} --settings {params.settings:q} "
         "--manifest {input.manifest} --raw-dir {input.raw} --bert-logits {input.bert_logits} --seeds {params.seeds} --out-dir {output} "
-        "--threads {threads} > {log} 2>&1"
+        "--searched {params.searched} --threads {threads} > {log} 2>&1"
+
+
+rule train_heads_subset:
+    """The data-fraction experiment: the task's heads trained on a nested {pct} share of the
+    training features of one checkpoint (selection and evaluation splits whole)."""
+    input:
+        manifest=rules.feature_manifest.output,
+        raw=rules.download.output,
+        bert_logits=expand(CKPT_FILE, file="eval_logits.npz", allow_missing=True)[0],
+        searched=lambda wc: searched_best(wc, S.data_fraction_heads(wc.task)).values(),
+    output:
+        directory(SUBSET_HEADS_DIR),
+    params:
+        heads=lambda wc: as_json(S.data_fraction_heads(wc.task)),
+        settings=lambda wc: as_json(S.head_training(wc.task)),
+        seeds=HEAD_SEEDS,
+        searched=searched_args,
+    conda:
+        ENV
+    log:
+        "logs/train_heads_subset/{task}/{model}-ft{ftseed}-ckpt{frac}-data{pct}.log",
+    benchmark:
+        "benchmarks/train_heads_subset/{task}/{model}-ft{ftseed}-ckpt{frac}-data{pct}.tsv"
+    threads: 1
+    resources:
+        mem_mb=lambda wc, attempt: 4000 * attempt,
+        runtime=lambda wc, attempt: 60 * attempt,
+    shell:
+        "bertvision train-heads --task {wildcards.task} --heads {params.heads:q} --settings {params.settings:q} "
+        "--manifest {input.manifest} --raw-dir {input.raw} --bert-logits {input.bert_logits} --seeds {params.seeds} "
+        "--out-dir {output} --searched {params.searched} --train-fraction {wildcards.pct} --threads {threads} "
+        "> {log} 2>&1"
+
+
+rule transfer:
+    """Cross-checkpoint transfer: every head trained on one checkpoint's features, evaluated
+    on every other checkpoint's features of the same fine-tuning run."""
+    input:
+        heads=lambda wc: [HEADS_DIR.format(**wc, frac=f) for f in S.fractions],
+        manifests=lambda wc: [MANIFEST.format(**wc, frac=f) for f in S.fractions],
+        raw=rules.download.output,
+    output:
+        TRANSFER_FILE,
+    conda:
+        ENV
+    log:
+        "logs/transfer/{task}/{model}-ft{ftseed}.log",
+    benchmark:
+        "benchmarks/transfer/{task}/{model}-ft{ftseed}.tsv"
+    threads: 1
+    resources:
+        mem_mb=lambda wc, attempt: 4000 * attempt,
+        runtime=lambda wc, attempt: 60 * attempt,
+    shell:
+        "bertvision transfer --task {wildcards.task} --head-dirs {input.heads} --manifests {input.manifests} "
+        "--raw-dir {input.raw} --out {output} --threads {threads} > {log} 2>&1"

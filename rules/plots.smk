@@ -32,3 +32,17 @@ rule plots:
     shell:
         "bertvision plots --tables {input.tables} --head-dirs {input.heads} --tasks {params.tasks} "
         "--out-dir results/plots > {log} 2>&1"
+
+
+rule plot_data_fraction:
+    """Score vs the share of training data the heads saw."""
+    input:
+        rules.experiment_tables.output.data_fraction_csv,
+    output:
+        report("results/plots/data-fraction.png", category="Plots", caption="../workflow/report/data_fraction_plot.rst"),
+    conda:
+        ENV
+    log:
+        "logs/plot_data_fraction.log",
+    shell:
+        "bertvision plot-data-fraction --table {input} --out {output} > {log} 2>&1"

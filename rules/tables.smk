@@ -29,3 +29,34 @@ rule tables:
         "--squad-md {output.squad_md} --squad-csv {output.squad_csv} "
         "--cost-md {output.cost_md} --cost-csv {output.cost_csv} --manifests {input.manifests} "
         "--timing-md {output.timing_md} --timing-csv {output.timing_csv} > {log} 2>&1"
+
+
+rule experiment_tables:
+    """The experiments' tables: optuna searches, data-fraction curves, cross-checkpoint transfer."""
+    input:
+        search=all_search_results(),
+        subsets=all_subset_head_dirs(),
+        heads=for_every_run(HEADS_DIR, tasks=S.data_fraction_tasks(), fractions=S.data_fraction_checkpoints()),
+        bert=all_bert_metrics(),
+        transfer=all_transfer_files(),
+    output:
+        search_md="results/tables/search.md",
+        search_csv=report("results/tables/search.csv", category="Experiments", caption="../workflow/report/search_table.rst"),
+        data_fraction_md="results/tables/data_fraction.md",
+        data_fraction_csv=report(
+            "results/tables/data_fraction.csv", category="Experiments", caption="../workflow/report/data_fraction_table.rst"
+        ),
+        transfer_md="results/tables/transfer.md",
+        transfer_csv=report(
+            "results/tables/transfer.csv", category="Experiments", caption="../workflow/report/transfer_table.rst"
+        ),
+    conda:
+        ENV
+    log:
+        "logs/experiment_tables.log",
+    shell:
+        "bertvision experiment-tables --search {input.search} --subset-dirs {input.subsets} --head-dirs {input.heads} "
+        "--bert-metrics {input.bert} --transfer {input.transfer} "
+        "--search-md {output.search_md} --search-csv {output.search_csv} "
+        "--data-fraction-md {output.data_fraction_md} --data-fraction-csv {output.data_fraction_csv} "
+        "--transfer-md {output.transfer_md} --transfer-csv {output.transfer_csv} > {log} 2>&1"

@@ -4,6 +4,7 @@ training and the tables."""
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import subprocess
@@ -49,18 +50,25 @@ def tiny_config(tiny_bert: Path) -> dict:
         "data": {"glue_dir": str(SHIPPED_GLUE), "squad_dir": str(REPO / "resources" / "squad2"),
                  "selection_fraction": 0.2},
         "tasks": {
-            "mrpc": {"train_size": 50, "eval_size": 30},
-            "stsb": {"train_size": 50, "eval_size": 30},
+            # every token's states, so mrpc also trains the token-level head (stsb leaves it out)
+            "mrpc": {"train_size": 50, "eval_size": 30, "token_features": True},
+            "stsb": {"train_size": 50, "eval_size": 30, "search_heads": ["adapter8"]},
             "squad2": {"article_split": {"from": "dev", "train": 0.6, "selection": 0.1, "dev": 0.3},
                        "train_size": 30, "selection_size": 20, "eval_size": 30, "max_length": 128,
                        "doc_stride": 64, "heads": ["lp"]},
         },
         "finetune": {"epoch_fractions": [0, 1.0], "settings": {"batch_size": 8}},
         "extract": {"shards": 2, "batch_size": 16},
+        "search": {"trials": 3, "workers": 2, "space": {"learning_rate": {"low": 1e-3, "high": 1e-2, "log": True},
+                                                          "width": {"choices": [4, 8]}}},
+        "experiments": {"data_fraction": {"tasks": ["stsb"], "heads": ["lp"], "fractions": [0.5],
+                                          "checkpoints": [1.0]},
+                        "transfer": {"tasks": ["mrpc", "stsb"]}},
         "heads": {
             "seeds": [1, 2],
             "training": {"max_epochs": 3, "patience": 2, "batch_size": 16},
-            "models": {"lp": {"type": "lp"}, "adapter8": {"type": "adapter", "width": 8, "skip": True}},
+            "models": {"lp": {"type": "lp"}, "adapter8": {"type": "adapter", "width": 8, "skip": True},
+                       "tokpool": {"type": "token-pool"}},
         },
     }
 
@@ -77,9 +85,9 @@ def workflow_run(tiny_bert, tmp_path_factory):
 def test_tables_have_every_row(workflow_run):
     workdir, config = workflow_run
     table = pd.read_csv(workdir / "results" / "tables" / "glue.csv")
-    heads = ("lp", "adapter8")
-    expected_models = {"BERT", *heads, *(f"{h} + BERT (mean)" for h in heads)}
     for task, metrics in (("mrpc", {"f1", "accuracy"}), ("stsb", {"pearson", "spearman"})):
+        heads = ("lp", "adapter8", "tokpool") if task == "mrpc" else ("lp", "adapter8")  # token features: mrpc only
+        expected_models = {"BERT", *heads, *(f"{h} + BERT (mean)" for h in heads)}
         rows = table[table["task"] == task]
         assert set(rows["split"]) == {"dev"}
         assert set(rows["epoch_fraction"]) == {0.0, 1.0}
@@ -133,7 +141,7 @@ def test_plots_and_html_report(workflow_run, tmp_path):
     workdir, _ = workflow_run
     plots = workdir / "results" / "plots"
     names = {"mrpc-score-vs-epochs.png", "stsb-score-vs-epochs.png", "squad2-score-vs-epochs.png",
-             "score-vs-parameters.png", "layer-weights.png"}
+             "score-vs-parameters.png", "layer-weights.png", "data-fraction.png"}
     assert {p.name for p in plots.glob("*.png")} == names
     for name in names:
         assert (plots / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -141,8 +149,89 @@ def test_plots_and_html_report(workflow_run, tmp_path):
     snakemake(workdir, "--report", str(report))
     html = report.read_text(errors="replace")
     assert report.stat().st_size > 10_000
-    for name in ("layer-weights.png", "score-vs-parameters.png", "glue.csv", "squad.csv", "cost.csv"):
+    for name in ("layer-weights.png", "score-vs-parameters.png", "data-fraction.png", "glue.csv", "squad.csv",
+                 "cost.csv", "search.csv", "data_fraction.csv", "transfer.csv"):
         assert name in html
+
+
+def test_token_features_feed_the_token_head_and_the_cls_heads(workflow_run):
+    workdir, _ = workflow_run
+    feature = {t: json.loads((workdir / f"features/tiny/{t}/ft1/ckpt-1/manifest.json").read_text())["feature"]
+               for t in ("mrpc", "stsb", "squad2")}
+    assert feature == {"mrpc": "tokens", "stsb": "cls", "squad2": "tokens"}
+    assert not (workdir / "heads/tiny/stsb/ft1/ckpt-1/tokpool").exists()
+    for frac in ("0", "1"):
+        run = workdir / f"heads/tiny/mrpc/ft1/ckpt-{frac}/tokpool/seed1"
+        record = json.loads((run / "metrics.json").read_text())
+        assert record["head_spec"]["type"] == "token-pool" and len(record["layer_weights"]) == 3
+        outputs = pd.read_parquet(run / "eval_predictions.parquet")["outputs"]
+        assert len(outputs) == 30 and len({tuple(o) for o in outputs}) > 1  # not a constant predictor
+
+
+def test_search_runs_the_combined_trials_and_tunes_the_final_heads(workflow_run):
+    workdir, _ = workflow_run
+    search = pd.read_csv(workdir / "results/tables/search.csv", dtype={"checkpoint": str})
+    assert sorted(zip(search["task"], search["checkpoint"], search["head"])) == [
+        ("stsb", "0", "adapter8"), ("stsb", "1", "adapter8")]
+    assert ((search["complete"] + search["pruned"]) == 3).all()
+    for ckpt in ("0", "1"):
+        study = workdir / f"search/tiny/stsb/ft1/ckpt-{ckpt}/adapter8"
+        best = json.loads((study / "best.json").read_text())
+        assert search.set_index("checkpoint").loc[ckpt, "best_selection_score"] == pytest.approx(best["best_value"])
+        workers = [json.loads(p.read_text()) for p in sorted(study.glob("worker-*.json"))]
+        assert len(workers) == 2 and sorted(t["number"] for w in workers for t in w["trials"]) == [0, 1, 2]
+        for seed in (1, 2):
+            head = json.loads((workdir / f"heads/tiny/stsb/ft1/ckpt-{ckpt}/adapter8/seed{seed}/metrics.json").read_text())
+            assert head["head_spec"]["width"] == best["best_params"]["width"]
+            assert head["training_settings"]["learning_rate"] == pytest.approx(best["best_params"]["learning_rate"])
+    glue = pd.read_csv(workdir / "results/tables/glue.csv")
+    tuned = glue[glue["tuned"]]
+    assert set(tuned["task"]) == {"stsb"} and set(tuned["model"]) == {"adapter8", "adapter8 + BERT (mean)"}
+    assert "adapter8 †" in (workdir / "results/tables/glue.md").read_text()
+
+
+def test_degenerate_runs_are_flagged_from_their_predictions(workflow_run):
+    workdir, _ = workflow_run
+    glue = pd.read_csv(workdir / "results/tables/glue.csv").set_index(["task", "epoch_fraction", "model", "metric"])
+    for frac in ("0", "1"):
+        bert = pd.read_parquet(workdir / f"models/tiny/mrpc/ft1/ckpt-{frac}/eval_predictions.parquet")
+        assert glue.loc[("mrpc", float(frac), "BERT", "accuracy"), "flagged"] == int(bert["prediction"].nunique() == 1)
+        runs = [pd.read_parquet(workdir / f"heads/tiny/mrpc/ft1/ckpt-{frac}/lp/seed{s}/eval_predictions.parquet")
+                for s in (1, 2)]
+        constant = sum(r["prediction"].nunique() == 1 for r in runs)
+        assert glue.loc[("mrpc", float(frac), "lp", "accuracy"), "flagged"] == constant
+
+
+def test_data_fraction_table_and_its_sources(workflow_run):
+    workdir, _ = workflow_run
+    table = pd.read_csv(workdir / "results/tables/data_fraction.csv", dtype={"checkpoint": str})
+    assert set(table["task"]) == {"stsb"} and set(table["checkpoint"]) == {"1"}
+    lp = table[table["model"] == "lp"].set_index("fraction")
+    assert sorted(lp.index) == [0.5, 1.0]
+    runs = [json.loads((workdir / f"heads-data/tiny/stsb/ft1/ckpt-1/data-0.5/lp/seed{s}/metrics.json").read_text())
+            for s in (1, 2)]
+    assert lp.loc[0.5, "mean"] == pytest.approx(sum(r["metrics"]["dev"]["pearson"] for r in runs) / 2, abs=1e-5)
+    assert lp.loc[0.5, "train_examples"] == runs[0]["train_examples"] < lp.loc[1.0, "train_examples"]
+    bert = json.loads((workdir / "models/tiny/stsb/ft1/ckpt-1/eval_metrics.json").read_text())
+    assert table[table["model"] == "BERT"]["mean"].item() == pytest.approx(bert["metrics"]["dev"]["pearson"], abs=1e-5)
+    assert "## stsb, 1 epochs (pearson)" in (workdir / "results/tables/data_fraction.md").read_text()
+
+
+def test_transfer_diagonal_reproduces_each_heads_own_score(workflow_run):
+    workdir, _ = workflow_run
+    transfer = pd.read_csv(workdir / "results/tables/transfer.csv", dtype={"trained_on": str, "evaluated_on": str})
+    glue = pd.read_csv(workdir / "results/tables/glue.csv").set_index(["task", "epoch_fraction", "model", "metric"])
+    for task, metric in (("mrpc", "accuracy"), ("stsb", "pearson")):
+        rows = transfer[transfer["task"] == task].set_index(["model", "standardization", "trained_on", "evaluated_on"])
+        for ckpt in ("0", "1"):
+            for head in ("lp", "adapter8", *(("tokpool",) if task == "mrpc" else ())):
+                own = glue.loc[(task, float(ckpt), head, metric), "mean"]
+                # On its own checkpoint both standardizations use the head's own statistics.
+                assert rows.loc[(head, "source", ckpt, ckpt), "mean"] == pytest.approx(own, abs=1e-5)
+                assert rows.loc[(head, "target", ckpt, ckpt), "mean"] == pytest.approx(own, abs=1e-3)
+        for how in ("source", "target"):
+            assert rows.loc[("lp", how, "0", "1"), "n"] == 2 and rows.loc[("adapter8", how, "1", "0"), "n"] == 2
+    assert "## stsb (pearson)" in (workdir / "results/tables/transfer.md").read_text()
 
 
 def test_checkpoint_zero_is_the_pretrained_encoder(workflow_run, tiny_bert):
@@ -193,13 +282,26 @@ def test_rerun_has_nothing_to_do_and_a_head_change_reruns_only_heads(workflow_ru
     (workdir / "config.yaml").write_text(yaml.safe_dump(config))
     counts = job_counts(snakemake(workdir, "-n").stdout)
     # mrpc and stsb x 2 checkpoints; squad2 trains only lp, so the adapter change leaves it alone.
-    assert counts == {"all": 1, "tables": 1, "plots": 1, "train_heads": 4}
+    # The stsb search of adapter8 reruns too (its spec changed), and so do the transfer
+    # evaluations and the experiment tables; the data-fraction runs (lp only) do not.
+    assert counts == {"all": 1, "tables": 1, "plots": 1, "train_heads": 4, "search_worker": 4, "search_best": 2,
+                      "transfer": 2, "experiment_tables": 1, "plot_data_fraction": 1}
 
     snakemake(workdir)
     assert {p: p.stat().st_mtime_ns for p in untouched} == before
     head_after = json.loads(head_file.read_text())
     assert head_after["head_spec"]["width"] == 4
     assert head_after["parameters"] < head_before["parameters"]
+
+
+def test_turning_on_token_features_reruns_that_tasks_extraction(workflow_run):
+    workdir, config = workflow_run
+    changed = copy.deepcopy(config)
+    changed["tasks"]["stsb"]["token_features"] = True
+    (workdir / "config-tokens.yaml").write_text(yaml.safe_dump(changed))
+    counts = job_counts(snakemake(workdir, "-n", "--configfile", str(workdir / "config-tokens.yaml")).stdout)
+    assert counts["extract"] == 4 and counts["feature_manifest"] == 2  # stsb: 2 checkpoints x 2 shards
+    assert "finetune" not in counts and "tokenize" not in counts
 
 
 @pytest.mark.parametrize("config", sorted((REPO / "configs").glob("*.yaml")), ids=lambda p: p.name)
@@ -215,3 +317,10 @@ def test_paper_configs_plan_the_full_dag(tmp_path, config):
     assert counts["finetune"] == n_tasks * n_seeds
     assert counts["extract"] == n_tasks * n_seeds * n_ckpts * spec["extract"]["shards"]
     assert counts["train_heads"] == n_tasks * n_seeds * n_ckpts
+    n_searched = sum(len(t.get("search_heads", [])) for t in spec["tasks"].values())
+    assert counts["search_worker"] == n_searched * n_seeds * n_ckpts * spec["search"]["workers"]
+    assert counts["search_best"] == n_searched * n_seeds * n_ckpts
+    assert counts["transfer"] == len(spec["experiments"]["transfer"]["tasks"]) * n_seeds
+    data_fraction = spec["experiments"]["data_fraction"]
+    assert counts["train_heads_subset"] == (len(data_fraction["tasks"]) * n_seeds * len(data_fraction["checkpoints"])
+                                            * len(data_fraction["fractions"]))

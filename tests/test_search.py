@@ -1,0 +1,101 @@
+"""The optuna search: workers as separate processes on one study storage, pruning, the best
+parameters flowing into the final training, and the data-fraction subsets."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import optuna
+import pytest
+
+from bertvision.search import applicable_space, apply_params, open_storage, study_name, summarize_study
+from bertvision.tasks import get_task
+from bertvision.train_head import nested_subset, train_heads
+from tests.test_train_head import SETTINGS, planted_features
+
+SEARCH = {"trials": 6, "workers": 2, "storage": None, "seed": 0, "startup_trials": 2, "head_seed": 1,
+          "pruner": {"type": "median", "startup_trials": 1, "warmup_epochs": 1},
+          "space": {"learning_rate": {"low": 1e-3, "high": 1e-2, "log": True}, "batch_size": {"choices": [16, 32]},
+                    "max_epochs": {"low": 2, "high": 4}, "width": {"choices": [4, 8]}}}
+ADAPTER = {"type": "adapter", "width": 8}
+
+
+def worker_command(manifest, storage, worker, out, search=SEARCH):
+    return [sys.executable, "-m", "bertvision", "search-worker", "--task", "sst2", "--head", "adapter",
+            "--spec", json.dumps(ADAPTER), "--settings", json.dumps(SETTINGS), "--search", json.dumps(search),
+            "--manifest", str(manifest), "--raw-dir", str(manifest.parent), "--storage", str(storage),
+            "--study-label", "m/sst2/ft1/ckpt-1/adapter", "--worker", str(worker), "--out", str(out),
+            "--threads", "1"]
+
+
+@pytest.mark.parametrize("storage", ["journal", "sqlite"])
+def test_two_worker_processes_share_one_study(tmp_path, storage):
+    manifest = planted_features(tmp_path / "features", n_shards=1)
+    where = tmp_path / "study.journal" if storage == "journal" else f"sqlite:///{tmp_path / 'studies.db'}"
+    outs = [tmp_path / f"worker-{w}.json" for w in range(2)]
+    procs = [subprocess.Popen(worker_command(manifest, where, w, outs[w]), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for w in range(2)]
+    for proc in procs:
+        out, _ = proc.communicate(timeout=600)
+        assert proc.returncode == 0, out
+    workers = [json.loads(p.read_text()) for p in outs]
+    assert workers[0]["study"] == workers[1]["study"]
+    numbers = sorted(t["number"] for w in workers for t in w["trials"])
+    assert numbers == list(range(SEARCH["trials"]))  # combined count, no number twice
+    assert all(len(w["trials"]) == 3 for w in workers)
+    best = summarize_study(outs, tmp_path / "best.json")
+    assert best["trials"]["COMPLETE"] + best["trials"]["PRUNED"] == SEARCH["trials"]
+    assert best["trial_numbers"] == list(range(SEARCH["trials"]))
+    assert set(best["best_params"]) == {"learning_rate", "batch_size", "max_epochs", "width"}
+    assert 0.5 < best["best_value"] <= 1.0
+
+    # A rerun of a worker resumes the finished study instead of adding trials.
+    subprocess.run(worker_command(manifest, where, 0, outs[0]), check=True, capture_output=True)
+    study = optuna.load_study(study_name=workers[0]["study"], storage=open_storage(str(where)))
+    assert len(study.trials) == SEARCH["trials"]
+
+
+def test_best_parameters_train_the_final_head(tmp_path):
+    manifest = planted_features(tmp_path / "features", n_shards=1)
+    best = {"study": "s", "storage": "x", "space": {}, "best_value": 0.9, "trials": {"COMPLETE": 3},
+            "best_params": {"width": 4, "learning_rate": 0.004, "max_epochs": 3, "batch_size": 16}}
+    (tmp_path / "best.json").write_text(json.dumps(best))
+    train_heads(get_task("sst2"), {"adapter": ADAPTER}, SETTINGS, manifest, [1], tmp_path / "heads", threads=1,
+                searched={"adapter": tmp_path / "best.json"})
+    record = json.loads((tmp_path / "heads" / "adapter" / "seed1" / "metrics.json").read_text())
+    assert record["head_spec"]["width"] == 4
+    assert record["training_settings"]["learning_rate"] == 0.004 and record["training_settings"]["max_epochs"] == 3
+    assert len(record["history"]) <= 3
+    assert record["search"]["best_params"] == best["best_params"]
+
+
+def test_space_applies_architecture_parameters_only_to_heads_that_have_them():
+    assert set(applicable_space(SEARCH["space"], {"type": "lp"})) == {"learning_rate", "batch_size", "max_epochs"}
+    assert "width" in applicable_space(SEARCH["space"], ADAPTER)
+    spec, settings = apply_params(ADAPTER, SETTINGS, {"width": 32, "learning_rate": 0.1})
+    assert spec["width"] == 32 and settings["learning_rate"] == 0.1 and ADAPTER["width"] == 8
+
+
+def test_study_name_changes_with_settings_and_features(tmp_path):
+    manifest = planted_features(tmp_path / "a", n_shards=1)
+    other = planted_features(tmp_path / "b", n_shards=2)
+    name = study_name("x", ADAPTER, SETTINGS, SEARCH, manifest)
+    assert name == study_name("x", ADAPTER, SETTINGS, SEARCH, manifest)
+    assert name != study_name("x", ADAPTER, {**SETTINGS, "patience": 9}, SEARCH, manifest)
+    assert name != study_name("x", ADAPTER, SETTINGS, SEARCH, other)
+
+
+def test_data_fraction_subsets_are_nested_and_train_on_that_share(tmp_path):
+    small, large = nested_subset(1000, 0.1), nested_subset(1000, 0.3)
+    assert len(small) == 100 and len(large) == 300 and set(small) <= set(large)
+    assert nested_subset(1000, 1.0) is None
+    manifest = planted_features(tmp_path / "features", n_shards=1)
+    train_heads(get_task("sst2"), {"lp": {"type": "lp"}}, SETTINGS, manifest, [1], tmp_path / "heads", threads=1,
+                train_fraction=0.25)
+    record = json.loads((tmp_path / "heads" / "lp" / "seed1" / "metrics.json").read_text())
+    assert record["train_fraction"] == 0.25 and record["train_examples"] == 100
+    streamed = {**SETTINGS, "in_memory_max_mb": 0}
+    with pytest.raises(ValueError, match="in_memory_max_mb"):
+        train_heads(get_task("sst2"), {"lp": {"type": "lp"}}, streamed, manifest, [1], tmp_path / "h2",
+                    train_fraction=0.25)

@@ -1,0 +1,231 @@
+"""The token-level GLUE head (type token-pool): padding invariance, token-level extraction of an
+example task (whose [CLS] rows the [CLS] heads still read), training on a signal that only
+token pooling can see, and the config rules around ``token_features``."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from bertvision.config import TOKEN_HEAD_TYPES, ConfigError, Settings, validate_config
+from bertvision.features import FeatureError, FeatureSet, TokenShardWriter, shard_rows, write_manifest
+from bertvision.heads import HEADS, Standardized, TokenPoolHead, build_head, count_parameters, is_token_head
+from bertvision.tasks import get_task
+from bertvision.train_head import train_heads
+
+
+# --- the head -------------------------------------------------------------------------------
+def randomized_head(layers=4, hidden=16, outputs=3, pool="attention-mean") -> TokenPoolHead:
+    torch.manual_seed(0)
+    head = TokenPoolHead(layers, hidden, outputs, pool=pool)
+    with torch.no_grad():  # away from the zero init, so attention and the mix are not uniform
+        head.layer_logits.normal_()
+        if pool != "mean":
+            head.query.normal_(std=3.0)
+    return head.eval()
+
+
+@pytest.mark.parametrize("pool", TokenPoolHead.POOLS)
+def test_padding_never_changes_the_output(pool):
+    head = randomized_head(pool=pool)
+    example = torch.randn(7, 4, 16)  # 7 real tokens
+    outs = []
+    for width in (7, 8, 19, 64):
+        x = torch.full((1, width, 4, 16), 1e4)  # padding holding large garbage
+        x[0, 7:, 0, 0] = float("nan")
+        x[0, :7] = example
+        mask = torch.zeros(1, width, dtype=torch.bool)
+        mask[0, :7] = True
+        with torch.no_grad():
+            outs.append(head(x, mask))
+    for out in outs[1:]:
+        torch.testing.assert_close(out, outs[0], rtol=1e-5, atol=1e-6)
+    # the same example in a batch beside a longer one, and behind a standardization
+    other = torch.randn(1, 30, 4, 16)
+    x = torch.zeros(2, 30, 4, 16)
+    x[0, :7], x[1] = example, other[0]
+    mask = torch.zeros(2, 30, dtype=torch.bool)
+    mask[0, :7], mask[1] = True, True
+    with torch.no_grad():
+        torch.testing.assert_close(head(x, mask)[:1], outs[0], rtol=1e-5, atol=1e-6)
+        wrapped = Standardized(head, torch.randn(4, 16), torch.rand(4, 16) + 0.5)
+        torch.testing.assert_close(wrapped(x, mask)[:1], wrapped(x[:1, :7], mask[:1, :7]), rtol=1e-5, atol=1e-6)
+
+
+def test_pooling_does_not_depend_on_positions():
+    head = randomized_head()
+    x = torch.randn(1, 9, 4, 16)
+    perm = torch.randperm(9)
+    with torch.no_grad():
+        torch.testing.assert_close(head(x[:, perm]), head(x), rtol=1e-5, atol=1e-6)
+
+
+def test_parameter_count_is_tiny_and_independent_of_length():
+    # mix (L + gamma) + query (H) + classifier (2H x C + C)
+    assert count_parameters(TokenPoolHead(7, 384, 2)) == 7 + 1 + 384 + 2 * 384 * 2 + 2 == 1930
+    assert count_parameters(build_head({"type": "token-pool", "pool": "mean"}, 13, 768, 3)) == 14 + 768 * 3 + 3
+    assert is_token_head({"type": "token-pool"}) and not is_token_head({"type": "lp"})
+    assert {t for t, cls in HEADS.items() if getattr(cls, "token_level", False)} == set(TOKEN_HEAD_TYPES)
+
+
+# --- extraction -----------------------------------------------------------------------------
+def tokenized_split(path, n=40, seed=0):
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(4, 40, n)
+    ids = [np.r_[101, rng.integers(1000, 5000, k - 2), 102].astype(np.int32) for k in lengths]
+    pd.DataFrame({
+        "idx": np.arange(n) + 1000,
+        "input_ids": ids,
+        "token_type_ids": [np.r_[np.zeros(k // 2), np.ones(k - k // 2)].astype(np.int8) for k in lengths],
+        "length": lengths.astype(np.int32),
+        "label": rng.integers(0, 2, n),
+    }).to_parquet(path)
+    return lengths
+
+
+def test_token_features_of_an_example_task_serve_the_cls_heads_too(tmp_path, tiny_bert):
+    from bertvision.extract import extract_shard
+
+    tokens_dir = tmp_path / "tokens"
+    tokens_dir.mkdir()
+    lengths = tokenized_split(tokens_dir / "train.parquet")
+    settings = {"batch_size": 8, "block_rows": 16, "block_tokens": 200, "device": "cpu", "precision": "fp32"}
+    attrs = {"model": "tiny", "task": "mrpc", "checkpoint": "0", "ft_seed": 1, "label_kind": "classification"}
+    sets = {}
+    for level, extra in (("cls", {}), ("tokens", {"features": "tokens"})):
+        root = tmp_path / level
+        dirs = [root / f"shard-{i}-of-2" for i in range(2)]
+        for i, d in enumerate(dirs):
+            extract_shard(tiny_bert, tokens_dir, d, i, 2, ["train"], settings, {**attrs, **extra}, threads=1)
+        write_manifest(dirs, root / "manifest.json", ["train"])
+        sets[level] = FeatureSet.open(root / "manifest.json", "train")
+    assert sets["cls"].feature == "cls" and sets["tokens"].feature == "tokens"
+    cls_x, cls_y, cls_idx = sets["cls"].read_all()
+    tok_x, tok_y, tok_idx = sets["tokens"].read_all()
+    assert tok_x.shape == cls_x.shape == (40, 3, 32)
+    np.testing.assert_allclose(tok_x.astype(np.float32), cls_x.astype(np.float32), rtol=2e-3, atol=2e-3)
+    assert (tok_y == cls_y).all() and (tok_idx == cls_idx).all() and tok_y.dtype == np.int64
+
+    examples = sets["tokens"].read_windows()
+    assert (examples.lengths == lengths).all() and examples.char_offsets is None
+    assert (examples.states[examples.window_offsets[:-1]] == tok_x).all()  # token 0 is the [CLS] row
+    assert examples.labels.shape == (40,) and (examples.idx == cls_idx).all()
+    with pytest.raises(FeatureError, match="token_features: true"):
+        sets["cls"].read_windows()
+
+
+# --- training -------------------------------------------------------------------------------
+SETTINGS = {"learning_rate": 1e-2, "batch_size": 16, "max_epochs": 15, "patience": 5, "weight_decay": 0.0,
+            "warmup_ratio": 0.0, "device": "cpu", "verify": "size", "in_memory_max_mb": 4096, "standardize": True}
+
+
+def planted_token_features(root, kind="classification", n_shards=2):
+    """Per example 4..16 tokens of noise; one token at a random position (never [CLS]) carries a
+    marker (layer 2, dim 1) and the label (layer 2, dim 0). [CLS] holds no signal."""
+    rng = np.random.default_rng(0)
+    layers, hidden = 4, 16
+    sizes = {"train": 300, "selection": 100, "dev": 200}
+    for split, n in sizes.items():
+        lengths = rng.integers(4, 17, n)
+        labels = rng.integers(0, 2, n) if kind == "classification" else rng.uniform(0, 5, n).astype(np.float32)
+        signal = 2 * labels - 1 if kind == "classification" else labels - 2.5
+        examples = []
+        for k, s in zip(lengths, signal):
+            x = rng.normal(size=(k, layers, hidden))
+            x[:, 2, 1] -= 3.0
+            t = rng.integers(1, k)
+            x[t, 2, 1] = 6.0  # the marker
+            x[t, 2, 0] = 2.0 * s + rng.normal() * 0.2
+            examples.append(x)
+        for shard in range(n_shards):
+            a, b = shard_rows(n, n_shards, shard)
+            attrs = {"model": "m", "task": "sst2" if kind == "classification" else "stsb", "checkpoint": "1",
+                     "ft_seed": 1, "split": split, "label_kind": kind, "features": "tokens",
+                     "encoder_parameters": 10_000, "row_start": a, "row_end": b, "split_rows": n}
+            with TokenShardWriter(root / f"shard-{shard}-of-{n_shards}" / f"{split}.h5", lengths[a:b], layers, hidden,
+                                  attrs, label_shape=(), label_dtype=labels.dtype, char_offsets=False,
+                                  store_cls=True) as w:
+                w.write_windows(0, np.concatenate(examples[a:b]), None, labels[a:b], np.arange(a, b))
+    write_manifest(sorted(root.glob("shard-*")), root / "manifest.json", list(sizes))
+    return root / "manifest.json"
+
+
+def test_token_head_finds_a_signal_at_any_position(tmp_path, monkeypatch):
+    from bertvision import token_problem
+
+    built = []
+    init = token_problem.TokenExampleProblem.__init__
+    monkeypatch.setattr(token_problem.TokenExampleProblem, "__init__",
+                        lambda self, *a, **k: (built.append(1), init(self, *a, **k))[1])
+    manifest = planted_token_features(tmp_path / "features")
+    heads = {"tokens": {"type": "token-pool"}, "tokens-attn": {"type": "token-pool", "pool": "attention"},
+             "lp": {"type": "lp"}}
+    train_heads(get_task("sst2"), heads, SETTINGS, manifest, [1], tmp_path / "heads", threads=1)
+    assert len(built) == 1  # one token problem for both token heads
+    record = {name: json.loads((tmp_path / "heads" / name / "seed1" / "metrics.json").read_text()) for name in heads}
+    for name in ("tokens", "tokens-attn"):
+        assert record[name]["metrics"]["dev"]["accuracy"] > 0.9, record[name]["metrics"]
+        assert int(np.argmax(record[name]["layer_weights"])) == 2
+        assert record[name]["parameters"] < 100
+    # the [CLS] head reads the [CLS] rows of the same token shards, which carry no signal
+    assert record["lp"]["metrics"]["dev"]["accuracy"] < 0.7
+    predictions = pd.read_parquet(tmp_path / "heads" / "tokens" / "seed1" / "eval_predictions.parquet")
+    labels = FeatureSet.open(manifest, "dev").read_all()[1]
+    assert len(predictions) == 200 and (predictions["label"].to_numpy() == labels).all()
+    assert (predictions["idx"].to_numpy() == np.arange(200)).all()
+
+
+def test_token_head_regression_with_ensembles_and_a_streamed_cls_head(tmp_path):
+    manifest = planted_token_features(tmp_path / "features", kind="regression")
+    bert = tmp_path / "eval_logits.npz"
+    n_dev = FeatureSet.open(manifest, "dev").n_examples
+    np.savez(bert, **{"dev/values": np.random.default_rng(1).normal(size=(n_dev, 1)).astype(np.float32),
+                      "dev/lengths": np.ones(n_dev, np.int64)})
+    # The [CLS] head streams its rows; a larger step: the output bias has to reach the labels' mean (2.5).
+    settings = {**SETTINGS, "learning_rate": 5e-2, "in_memory_max_mb": 0}
+    heads = {"tokens": {"type": "token-pool"}, "lp": {"type": "lp"}}
+    train_heads(get_task("stsb"), heads, settings, manifest, [1], tmp_path / "heads", threads=1, bert_logits=bert)
+    tokens = json.loads((tmp_path / "heads" / "tokens" / "seed1" / "metrics.json").read_text())
+    assert tokens["metrics"]["dev"]["pearson"] > 0.8, tokens["metrics"]
+    assert set(tokens["ensembles"]) == {"mean"} and "pearson" in tokens["ensembles"]["mean"]["dev"]
+    lp = json.loads((tmp_path / "heads" / "lp" / "seed1" / "metrics.json").read_text())
+    assert lp["data_in_memory"] is False and lp["train_examples"] == 300
+
+
+def test_cls_features_give_a_clear_error_to_a_token_head(tmp_path):
+    from tests.test_train_head import planted_features
+
+    manifest = planted_features(tmp_path / "features", n_shards=1)
+    with pytest.raises(FeatureError, match=r"tasks\.sst2\.token_features: true"):
+        train_heads(get_task("sst2"), {"t": {"type": "token-pool"}}, SETTINGS, manifest, [1], tmp_path / "h",
+                    threads=1)
+
+
+# --- configuration ----------------------------------------------------------------------------
+def settings(tasks: dict, models=None) -> Settings:
+    models = models or {"lp": {"type": "lp"}, "tok": {"type": "token-pool", "pool": "attention"}}
+    return Settings(validate_config({"backbones": {"b": {"pretrained": "x"}}, "tasks": tasks,
+                                     "heads": {"models": models}}))
+
+
+def test_token_heads_only_for_tasks_with_token_features():
+    s = settings({"mrpc": {"token_features": True}, "stsb": None, "sst2": {}, "squad2": None})
+    assert list(s.task_heads("mrpc")) == ["lp", "tok"]
+    assert list(s.task_heads("stsb")) == list(s.task_heads("sst2")) == list(s.task_heads("squad2")) == ["lp"]
+    assert [s.feature_level(t) for t in ("mrpc", "stsb", "sst2", "squad2")] == ["tokens", "cls", "cls", "tokens"]
+
+
+def test_listing_a_token_head_without_token_features_is_an_error():
+    s = settings({"mrpc": {"heads": ["lp", "tok"]}})
+    with pytest.raises(ConfigError, match=r"tasks\.mrpc\.token_features: true"):
+        s.task_heads("mrpc")
+    with pytest.raises(ConfigError, match=r"tasks\.squad2\.token_features"):
+        settings({"squad2": {"token_features": True}}).task_heads("squad2")
+    with pytest.raises(ConfigError, match="every head in heads.models is token-level"):
+        settings({"rte": None}, models={"tok": {"type": "token-pool"}}).task_heads("rte")
+    with pytest.raises(ConfigError, match="pool"):
+        settings({"rte": None}, models={"tok": {"type": "token-pool", "pool": "max"}})
