@@ -200,3 +200,58 @@ def launcher(wildcards, resources):
     than one (fine-tuning only)."""
     gpus = int(resources.gpu)
     return f"torchrun --standalone --nproc-per-node {gpus} -m bertvision" if gpus > 1 else "bertvision"
+
+
+# --- what each job asks the scheduler for, computed from the config (bertvision/resources.py)
+from functools import lru_cache
+
+from bertvision import resources as requests
+
+
+@lru_cache(maxsize=None)
+def encoder_shape(model):
+    return requests.EncoderShape.of(S.pretrained(model))
+
+
+def train_rows(task):
+    """Rows the training split will hold: the configured subsample or the published size."""
+    rows = S.task_overrides(task).get("train_size") or requests.PUBLISHED_TRAIN_ROWS[task]
+    return int(rows * (1 - float(config["data"]["selection_fraction"])))
+
+
+def finetune_request(key):
+    def request(wildcards, attempt):
+        ft = S.finetune(wildcards.task)
+        epochs = ft["schedule_epochs"] or max(ft["epoch_fractions"])
+        return requests.finetune_request(
+            encoder_shape(wildcards.model), ft["batch_size"], S.max_length(wildcards.task),
+            train_rows(wildcards.task), epochs, GPU, attempt,
+        )[key]
+
+    return request
+
+
+def extract_request(key):
+    def request(wildcards, attempt):
+        ex = S.extract()
+        return requests.extract_request(
+            encoder_shape(wildcards.model), ex["batch_size"], ex["block_rows"], ex["block_tokens"],
+            S.max_length(wildcards.task), train_rows(wildcards.task), N_SHARDS,
+            S.feature_level(wildcards.task) == "tokens", GPU, attempt,
+        )[key]
+
+    return request
+
+
+def heads_request(key, runs):
+    """``runs(wildcards)``: head trainings the job does (heads x seeds, or trials)."""
+
+    def request(wildcards, attempt):
+        training = S.head_training(wildcards.task)
+        return requests.heads_request(
+            encoder_shape(wildcards.model), train_rows(wildcards.task), S.max_length(wildcards.task),
+            S.feature_level(wildcards.task) == "tokens", training["in_memory_max_mb"], runs(wildcards),
+            training["max_epochs"], attempt,
+        )[key]
+
+    return request

@@ -22,8 +22,8 @@ rule extract:
     resources:
         gpu=GPU,
         gpu_model=GPU_MODEL,
-        mem_mb=lambda wc, attempt: 6000 * attempt,
-        runtime=lambda wc, attempt: 60 * attempt,
+        mem_mb=extract_request("mem_mb"),
+        runtime=extract_request("runtime"),
         micro_batches=micro_batches,
     shell:
         "bertvision extract --checkpoint $(dirname {input.checkpoint}) --tokens-dir {input.tokens} "

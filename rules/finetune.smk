@@ -32,8 +32,8 @@ rule finetune:
     resources:
         gpu=GPU,
         gpu_model=GPU_MODEL,
-        mem_mb=lambda wc, attempt: 8000 * attempt,
-        runtime=lambda wc, attempt: 120 * attempt,
+        mem_mb=finetune_request("mem_mb"),
+        runtime=finetune_request("runtime"),
         micro_batches=micro_batches,
     shell:
         "{params.bertvision} finetune --task {wildcards.task} --backbone {params.backbone:q} --tokens-dir {input.tokens} "

@@ -8,6 +8,7 @@ missing or the cluster does not answer."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -20,6 +21,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from bertvision.device import SIMULATE_OOM_ENV
 from tests.conftest import REPO
 from tests.test_workflow import SNAKEFILE, snakemake, tiny_config
 
@@ -94,12 +96,18 @@ def slurm_run(cluster, tiny_bert, tmp_path_factory):
     snakemake(local, timeout=600)
 
     workdir = tmp_path_factory.mktemp("slurm")
+    return {"local": local, "slurm": workdir, "config": config, **run_on_slurm(workdir, config, cluster)}
+
+
+def run_on_slurm(workdir: Path, config: dict, cluster: dict, extra_env: dict | None = None) -> dict:
+    """``snakemake --profile profiles/slurm`` on ``config`` in ``workdir``; the SLURM run ID and log."""
     (workdir / "config.yaml").write_text(yaml.safe_dump(config))
     env = {
         **os.environ,
         "BERTVISION_SLURM_PARTITION": cluster["partition"],
         "BERTVISION_SLURM_ACCOUNT": cluster["account"] or "",
         "BERTVISION_SLURM_GPU_MODEL": cluster["gpu_model"] or "",
+        **(extra_env or {}),
     }
     # The profile as a user runs it, plus what a test needs: a hard timeout (snakemake waits
     # forever for jobs whose status it cannot get) and a first status check after 3 s instead of
@@ -121,8 +129,7 @@ def slurm_run(cluster, tiny_bert, tmp_path_factory):
     assert run_id, proc.stderr[-3000:]
     print(f"SLURM run {run_id.group(1)}: {seconds:.0f} s")
     (workdir / "snakemake-slurm.log").write_text(proc.stderr + proc.stdout)
-    return {"local": local, "slurm": workdir, "run_id": run_id.group(1), "config": config,
-            "log": proc.stderr + proc.stdout}
+    return {"run_id": run_id.group(1), "log": proc.stderr + proc.stdout}
 
 
 def test_every_heavy_rule_ran_as_a_slurm_job_and_only_gpu_rules_requested_gpus(slurm_run, cluster):
@@ -164,3 +171,43 @@ def test_results_equal_a_local_run(slurm_run):
     remote = pd.read_csv(slurm_run["slurm"] / "results" / "tables" / "glue.csv")
     assert len(local) > 0
     pd.testing.assert_frame_equal(remote, local, check_exact=False, rtol=0, atol=1e-9)
+
+
+@pytest.fixture(scope="module")
+def retry_run(cluster, tiny_bert, tmp_path_factory):
+    """MRPC with a simulated GPU memory limit of 4 rows per forward pass (batches of 8 do not
+    fit), and an optuna search of lp whose 2 workers are SLURM jobs."""
+    config = slurm_config(tiny_bert)
+    config["finetune"]["settings"]["batch_size"] = 8
+    config["extract"] = {"shards": 1, "batch_size": 8}
+    config["heads"]["models"] = {"lp": {"type": "lp"}}
+    config["tasks"]["mrpc"] = {**config["tasks"]["mrpc"], "token_features": False, "search_heads": ["lp"]}
+    config["search"] = {"trials": 4, "workers": 2, "space": {"learning_rate": {"low": 1e-3, "high": 1e-2, "log": True}}}
+    workdir = tmp_path_factory.mktemp("slurm-retry")
+    return {"slurm": workdir, **run_on_slurm(workdir, config, cluster, {SIMULATE_OOM_ENV: "4"})}
+
+
+def test_out_of_memory_is_resubmitted_with_micro_batches_and_more_memory(retry_run):
+    jobs = sacct_jobs(retry_run["run_id"])
+    jobs["id"] = jobs["JobID"].astype(int)
+    for rule, memory in (("finetune", 8000), ("extract", 6000)):
+        attempts = jobs[jobs["rule"] == rule].sort_values("id")
+        assert list(attempts["State"]) == ["FAILED", "COMPLETED"], attempts
+        assert attempts["ReqTRES"].iloc[0].count(f"mem={memory}M") == 1
+        assert attempts["ReqTRES"].iloc[1].count(f"mem={2 * memory}M") == 1  # attempt 2 asks for twice as much
+        assert attempts["ReqTRES"].str.contains(r"gres/gpu=1\b").all()
+    log = (retry_run["slurm"] / "logs/finetune/mrpc/tiny-ft1.log").read_text()
+    assert "rank 0 of 1), 2 micro-batch(es) per batch" in log  # the log of the attempt that succeeded
+    assert (retry_run["slurm"] / "results/tables/glue.csv").exists()
+
+
+def test_two_search_workers_ran_as_slurm_jobs_on_one_study(retry_run):
+    jobs = sacct_jobs(retry_run["run_id"])
+    workers = jobs[jobs["rule"] == "search_worker"]
+    assert len(workers) == 2 and (workers["State"] == "COMPLETED").all(), workers
+    assert not workers["ReqTRES"].str.contains("gres/gpu").any()
+    best = json.loads((retry_run["slurm"] / "search/tiny/mrpc/ft1/ckpt-1/lp/best.json").read_text())
+    assert best["trials"]["COMPLETE"] + best["trials"]["PRUNED"] == 4
+    assert best["trial_numbers"] == [0, 1, 2, 3]
+    head = json.loads((retry_run["slurm"] / "heads/tiny/mrpc/ft1/ckpt-1/lp/seed1/metrics.json").read_text())
+    assert head["training_settings"]["learning_rate"] == pytest.approx(best["best_params"]["learning_rate"])

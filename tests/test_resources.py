@@ -1,0 +1,40 @@
+"""Job requests computed from the config: they grow with the model, the sequence length,
+the batch, the data and the attempt."""
+
+from bertvision.resources import EncoderShape, extract_request, finetune_request, heads_request
+from tests.tiny_bert import DEFAULT_BACKBONE
+
+BASE = EncoderShape(12, 768, 30522)
+LARGE = EncoderShape(24, 1024, 30522)
+
+
+def test_encoder_shape_from_config_json_and_from_the_name():
+    minilm = EncoderShape.of(DEFAULT_BACKBONE)
+    assert (minilm.layers, minilm.hidden) == (6, 384)
+    assert 20e6 < minilm.parameters < 25e6  # all-MiniLM-L6-v2 has 22.7M
+    assert EncoderShape.of("some-org/not-on-disk-large") == LARGE
+    assert 100e6 < BASE.parameters < 120e6
+
+
+def test_finetune_request_scales_with_model_length_batch_data_and_attempt():
+    args = dict(batch_size=32, max_length=128, rows=60000, epochs=2.0, gpus=0, attempt=1)
+    base = finetune_request(BASE, **args)
+    assert finetune_request(LARGE, **args)["mem_mb"] > base["mem_mb"]
+    assert finetune_request(BASE, **{**args, "max_length": 384})["mem_mb"] > base["mem_mb"]
+    assert finetune_request(BASE, **{**args, "rows": 600000})["runtime"] > base["runtime"]
+    retry = finetune_request(BASE, **{**args, "attempt": 2})
+    assert retry["mem_mb"] > base["mem_mb"] and retry["runtime"] == 2 * base["runtime"]
+    assert finetune_request(BASE, **{**args, "gpus": 1})["runtime"] < base["runtime"]
+
+
+def test_extract_and_head_requests():
+    args = dict(batch_size=256, block_rows=8192, block_tokens=65536, max_length=384, rows=130000, shards=8,
+                token_level=True, gpus=1, attempt=1)
+    tokens = extract_request(BASE, **args)
+    assert extract_request(BASE, **{**args, "token_level": False})["mem_mb"] < tokens["mem_mb"]
+    assert extract_request(BASE, **{**args, "shards": 1})["runtime"] >= tokens["runtime"]
+    small = heads_request(BASE, rows=3000, max_length=128, token_level=False, in_memory_max_mb=4096, n_runs=15,
+                          max_epochs=20, attempt=1)
+    big = heads_request(BASE, rows=360000, max_length=128, token_level=False, in_memory_max_mb=4096, n_runs=15,
+                        max_epochs=20, attempt=1)
+    assert small["mem_mb"] < big["mem_mb"] <= 2500 + 1.2 * (2 * 4096 + 0.15 * 360000 * 13 * 768 * 4 / 2**20) + 100
