@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
+import time
+from pathlib import Path
 
 import torch
 
@@ -12,7 +15,7 @@ def pick_device(preference: str = "auto") -> torch.device:
     if preference == "cpu":
         return torch.device("cpu")
     if torch.cuda.is_available():
-        return torch.device("cuda")
+        return _local_gpu()
     if preference == "cuda":
         raise RuntimeError(
             "device 'cuda' was requested but no CUDA device is visible "
@@ -78,3 +81,37 @@ class OutOfMemory(SystemExit):
               f"2^(n-1) micro-batches (the effective batch and the results stay the same) and asks for more "
               f"memory and time.", file=sys.stderr)
         super().__init__(self.EXIT_STATUS)
+
+
+_claimed: list = []  # open lock files: a claim lasts as long as the process
+
+
+def claim_slot(n_slots: int, lock_dir: Path, poll_seconds: float = 2.0) -> int:
+    """Index of a slot (0..n-1) no other live process holds, via an exclusive lock on
+    ``lock_dir/gpu-{i}.lock``; waits while all are taken. The OS drops the lock when the
+    process ends, however it ends."""
+    lock_dir = Path(lock_dir)
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    while True:
+        for i in range(n_slots):
+            handle = open(lock_dir / f"gpu-{i}.lock", "a")
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.close()
+                continue
+            _claimed.append(handle)
+            return i
+        time.sleep(poll_seconds)
+
+
+def _local_gpu() -> torch.device:
+    """The GPU for this process. A scheduler (SLURM, torchrun) that assigns devices sets
+    CUDA_VISIBLE_DEVICES or LOCAL_RANK; otherwise, with several GPUs on one workstation
+    (profiles/local-gpu), each job claims a free one, so parallel jobs never share a device."""
+    if "CUDA_VISIBLE_DEVICES" in os.environ or "LOCAL_RANK" in os.environ or torch.cuda.device_count() < 2:
+        return torch.device("cuda")
+    lock_dir = Path(os.environ.get("BERTVISION_GPU_LOCK_DIR", f"/tmp/bertvision-gpus-{os.getuid()}"))
+    index = claim_slot(torch.cuda.device_count(), lock_dir)
+    torch.cuda.set_device(index)
+    return torch.device("cuda", index)

@@ -43,3 +43,27 @@ def test_bf16_autocast_extraction_matches_fp32(tmp_path, tiny_bert):
     assert states["fp32"].shape == (n, 3, 32)
     assert np.abs(states["fp32"] - states["bf16"]).max() < 0.1
     assert not np.array_equal(states["fp32"], states["bf16"])  # autocast really ran in bf16
+
+
+def test_parallel_jobs_claim_different_gpus_and_release_them_on_exit(tmp_path):
+    """Three processes, two slots: two hold distinct slots; the third waits until one of them
+    is killed and then takes exactly its slot."""
+    import subprocess
+    import sys
+
+    script = ("import time; from bertvision.device import claim_slot; "
+              f"i = claim_slot(2, {str(tmp_path)!r}, poll_seconds=0.1); print(i, flush=True); time.sleep(60)")
+    holders = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    slots = [int(h.stdout.readline()) for h in holders]
+    assert sorted(slots) == [0, 1]
+    waiting = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            waiting.communicate(timeout=8)  # both slots are held: it must still be waiting
+        holders[1].kill()
+        holders[1].wait()
+        line = waiting.stdout.readline()
+        assert int(line) == slots[1]
+    finally:
+        for proc in (*holders, waiting):
+            proc.kill()
