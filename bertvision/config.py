@@ -16,6 +16,11 @@ from bertvision.tasks import get_task
 SCHEMA_PATH = Path(str(resources.files("bertvision") / "schemas" / "config.schema.yaml"))
 
 
+def fraction_name(fraction: float) -> str:
+    """Canonical text of an epoch fraction in paths: 0, 0.3, 1, 2.5."""
+    return f"{float(fraction):g}"
+
+
 class ConfigError(ValueError):
     pass
 
@@ -97,8 +102,6 @@ class Settings:
 
     @property
     def fractions(self) -> list[str]:
-        from bertvision.finetune import fraction_name
-
         return [fraction_name(f) for f in sorted(self.config["finetune"]["epoch_fractions"])]
 
     def task_overrides(self, name: str) -> dict:
@@ -211,8 +214,6 @@ class Settings:
         return {n: heads[n] for n in names}
 
     def data_fraction_checkpoints(self) -> list[str]:
-        from bertvision.finetune import fraction_name
-
         wanted = self.config["experiments"]["data_fraction"]["checkpoints"]
         if wanted is None:
             return self.fractions

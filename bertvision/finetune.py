@@ -18,6 +18,7 @@ from tqdm import tqdm
 
 from bertvision.backbone import encoder_parameter_count, resolve_pretrained
 from bertvision.batching import TokenizedSplit, bucketed_batches, collate
+from bertvision.config import fraction_name
 from bertvision.distributed import Ranks
 from bertvision.device import autocast, autocast_dtype, check_simulated_oom, pick_device, set_threads, to_device
 from bertvision.ensemble import save_logits
@@ -26,11 +27,6 @@ from bertvision.io import atomic_path, atomic_write_json, atomic_write_parquet
 from bertvision.tasks import TaskSpec
 
 log = logging.getLogger(__name__)
-
-
-def fraction_name(fraction: float) -> str:
-    """Canonical text of an epoch fraction in paths: 0, 0.3, 1, 2.5."""
-    return f"{float(fraction):g}"
 
 
 def _model_kwargs(task: TaskSpec) -> dict:
