@@ -15,6 +15,7 @@ import queue
 import shutil
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -67,6 +68,36 @@ def iter_blocks(split: TokenizedSplit, start: int, end: int, block_rows: int, ba
         b0 = b1
 
 
+def on_replicas(replicas, batches, run):
+    """Call ``run(rows, model, device)`` for every batch of ``batches``, spread over the
+    (model, device) ``replicas`` (one thread each; CUDA kernels release the GIL, so several
+    GPUs work at once), and yield each batch's rows once it is done."""
+    if len(replicas) == 1:
+        for rows in batches:
+            run(rows, *replicas[0])
+            yield rows
+        return
+    def run_without_grad(rows, model, device):  # inference mode is per thread
+        with torch.inference_mode():
+            run(rows, model, device)
+
+    with ThreadPoolExecutor(max_workers=len(replicas)) as pool:
+        futures = [pool.submit(run_without_grad, rows, *replicas[i % len(replicas)]) for i, rows in enumerate(batches)]
+        for rows, future in zip(batches, futures):
+            future.result()
+            yield rows
+
+
+def extraction_devices(preference: str) -> list[torch.device]:
+    """Every GPU this job may use (a job given several GPUs spreads its batches over them),
+    else the one device ``pick_device`` chooses."""
+    device = pick_device(preference)
+    if device.type == "cuda" and "LOCAL_RANK" not in os.environ and torch.cuda.device_count() > 1 \
+            and "CUDA_VISIBLE_DEVICES" in os.environ:
+        return [torch.device("cuda", i) for i in range(torch.cuda.device_count())]
+    return [device]
+
+
 class BackgroundWriter:
     """Runs ``write(*item)`` for queued items in a thread, so compute never waits for the disk."""
 
@@ -105,9 +136,11 @@ def _shard_attrs(model, split, attrs, shard, n_shards, start, end, settings, dev
             "precision": settings["precision"], "device": str(device)}
 
 
-def extract_split_cls(model, split: TokenizedSplit, out_path: Path, shard: int, n_shards: int, settings: dict,
-                      attrs: dict, device) -> dict:
-    """Rows of shard ``shard`` of one split -> ``out_path``: [CLS] states of every layer."""
+def extract_split_cls(replicas, split: TokenizedSplit, out_path: Path, shard: int, n_shards: int, settings: dict,
+                      attrs: dict) -> dict:
+    """Rows of shard ``shard`` of one split -> ``out_path``: [CLS] states of every layer.
+    ``replicas``: (model, device) pairs; batches are spread over them."""
+    model, device = replicas[0]
     precision = settings["precision"]
     start, end = shard_rows(len(split), n_shards, shard)
     pad_id = model.config.pad_token_id or 0
@@ -126,9 +159,12 @@ def extract_split_cls(model, split: TokenizedSplit, out_path: Path, shard: int, 
             with torch.inference_mode():
                 for b0, b1, batches in iter_blocks(split, start, end, block_rows, batch_size):
                     block = np.empty((b1 - b0, layers, hidden), dtype=np.float16)
-                    for rows in batches:
+
+                    def run(rows, model, device):
                         states = cls_states(model, to_device(collate(split, rows, pad_id), device), device, precision)
                         block[rows - b0] = states.to("cpu", torch.float16).numpy()
+
+                    for rows in on_replicas(replicas, batches, run):
                         padded += int(split.lengths[rows].max()) * len(rows)
                         real += int(split.lengths[rows].sum())
                         progress.update(1)
@@ -149,11 +185,12 @@ def token_states(model, batch: dict, device, precision: str) -> torch.Tensor:
     return torch.stack(out.hidden_states, dim=2)
 
 
-def extract_split_tokens(model, split: TokenizedSplit, out_path: Path, shard: int, n_shards: int, settings: dict,
-                         attrs: dict, device) -> dict:
+def extract_split_tokens(replicas, split: TokenizedSplit, out_path: Path, shard: int, n_shards: int,
+                         settings: dict, attrs: dict) -> dict:
     """Windows of shard ``shard`` of one split -> ``out_path``: the states of every real token
     of every layer, ragged; span tasks with the windows' character offsets, example tasks
     (``token_features``) with each example's label and its [CLS] rows kept apart as well."""
+    model, device = replicas[0]
     precision = settings["precision"]
     start, end = shard_rows(len(split), n_shards, shard)
     pad_id = model.config.pad_token_id or 0
@@ -176,11 +213,14 @@ def extract_split_tokens(model, split: TokenizedSplit, out_path: Path, shard: in
                 for b0, b1, batches in iter_blocks(split, start, end, block_rows, batch_size, block_tokens):
                     local = np.concatenate([[0], np.cumsum(split.lengths[b0:b1])])
                     block = np.empty((int(local[-1]), layers, hidden), dtype=np.float16)
-                    for rows in batches:
+
+                    def run(rows, model, device):
                         states = token_states(model, to_device(collate(split, rows, pad_id), device), device,
                                               precision).to("cpu", torch.float16).numpy()
                         for j, i in enumerate(rows):
                             block[local[i - b0] : local[i - b0 + 1]] = states[j, : split.lengths[i]]
+
+                    for rows in on_replicas(replicas, batches, run):
                         padded += int(split.lengths[rows].max()) * len(rows)
                         real += int(split.lengths[rows].sum())
                         progress.update(len(rows))
@@ -243,15 +283,18 @@ def extract_shard(
     attrs: dict,
     threads: int | None = None,
     micro_batches: int = 1,
+    devices: list[torch.device] | None = None,
 ) -> dict:
     """Shard ``shard`` of every split -> ``out_dir/{split}.h5``. The files are written into a
     temporary directory renamed to ``out_dir`` at the end, so a killed job leaves no
     ``out_dir`` behind. ``micro_batches`` > 1 (a retry after running out of GPU memory)
-    divides the batch size; the features do not depend on it."""
+    divides the batch size; the features do not depend on it. ``devices``: run a replica of
+    the encoder on each (default: every GPU the job was given, else one device)."""
     set_threads(threads)
     settings = {**settings, "batch_size": max(1, -(-int(settings["batch_size"]) // micro_batches))}
-    device = pick_device(settings["device"])
-    model = load_encoder(checkpoint_dir, device)
+    replicas = [(load_encoder(checkpoint_dir, d), d) for d in (devices or extraction_devices(settings["device"]))]
+    model = replicas[0][0]
+    log.info("extracting on %s", ", ".join(str(d) for _, d in replicas))
     layers, hidden = model.config.num_hidden_layers + 1, model.config.hidden_size
     kind = attrs["label_kind"]
     out_dir = Path(out_dir)
@@ -266,8 +309,8 @@ def extract_shard(
         check_disk_space(tmp_dir, sum(planned_bytes(t, shard, n_shards, layers, hidden, kind, level)
                                       for t in tokens.values()))
         for split in splits:
-            stats[split] = extractor(attrs)(model, tokens[split], tmp_dir / f"{split}.h5", shard, n_shards, settings,
-                                            {**attrs, "split": split}, device)
+            stats[split] = extractor(attrs)(replicas, tokens[split], tmp_dir / f"{split}.h5", shard, n_shards,
+                                            settings, {**attrs, "split": split})
         if out_dir.exists():  # an empty directory left by the scheduler
             out_dir.rmdir()
         os.replace(tmp_dir, out_dir)

@@ -21,7 +21,7 @@ def test_auto_device_is_cpu_without_cuda():
         pick_device("cuda")
 
 
-def test_bf16_autocast_extraction_matches_fp32(tmp_path, tiny_bert):
+def write_tokens(tmp_path):
     rng = np.random.default_rng(0)
     n = 40
     lengths = rng.integers(5, 30, n)
@@ -34,6 +34,11 @@ def test_bf16_autocast_extraction_matches_fp32(tmp_path, tiny_bert):
     })
     (tmp_path / "tokens").mkdir()
     tokens.to_parquet(tmp_path / "tokens" / "train.parquet")
+    return n
+
+
+def test_bf16_autocast_extraction_matches_fp32(tmp_path, tiny_bert):
+    n = write_tokens(tmp_path)
     states = {}
     for precision in ("fp32", "bf16"):
         out = tmp_path / precision / "shard-0-of-1"
@@ -43,6 +48,28 @@ def test_bf16_autocast_extraction_matches_fp32(tmp_path, tiny_bert):
     assert states["fp32"].shape == (n, 3, 32)
     assert np.abs(states["fp32"] - states["bf16"]).max() < 0.1
     assert not np.array_equal(states["fp32"], states["bf16"])  # autocast really ran in bf16
+
+
+@pytest.mark.parametrize("attrs", [ATTRS, {**ATTRS, "features": "tokens"}], ids=["cls", "tokens"])
+def test_extraction_spread_over_device_replicas_equals_one_device(tmp_path, tiny_bert, attrs):
+    """A job given several GPUs runs one encoder replica per GPU; two CPU replicas take the
+    same code path here, and must write the same features as one."""
+    from bertvision.features import read_token_shard
+
+    write_tokens(tmp_path)
+    settings = {"batch_size": 4, "block_rows": 16, "block_tokens": 200, "device": "cpu", "precision": "fp32"}
+    outs = {}
+    for replicas in (1, 2):
+        out = tmp_path / f"replicas{replicas}" / "shard-0-of-1"
+        extract_shard(tiny_bert, tmp_path / "tokens", out, 0, 1, ["train"], settings, attrs, threads=1,
+                      devices=[torch.device("cpu")] * replicas)
+        outs[replicas] = out / "train.h5"
+    one, two = read_shard(outs[1]), read_shard(outs[2])
+    for a, b in zip(one, two):
+        np.testing.assert_allclose(a.astype(np.float32), b.astype(np.float32), atol=2e-3)
+    if attrs.get("features") == "tokens":
+        np.testing.assert_allclose(read_token_shard(outs[1]).states.astype(np.float32),
+                                   read_token_shard(outs[2]).states.astype(np.float32), atol=2e-3)
 
 
 def test_parallel_jobs_claim_different_gpus_and_release_them_on_exit(tmp_path):
