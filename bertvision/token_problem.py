@@ -106,10 +106,7 @@ class TokenExampleProblem(ExampleProblem):
 
     def loss(self, head, batch) -> torch.Tensor:
         x, mask, y = (t.to(self.device, non_blocking=True) for t in batch)
-        out = head(x, mask)
-        if self.task.kind == "regression":
-            return torch.nn.functional.mse_loss(out[:, 0], y.float())
-        return torch.nn.functional.cross_entropy(out, y.long())
+        return self.output_loss(head(x, mask), y)
 
     def _score(self, head, split: str) -> tuple[dict, np.ndarray]:
         examples, labels, _ = self.held[split]

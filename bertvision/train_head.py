@@ -147,7 +147,10 @@ class ExampleProblem:
 
     def loss(self, head, batch) -> torch.Tensor:
         x, y = (t.to(self.device, non_blocking=True) for t in batch)
-        out = head(x)
+        return self.output_loss(head(x), y)
+
+    def output_loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """MSE for regression, cross-entropy for classification."""
         if self.task.kind == "regression":
             return torch.nn.functional.mse_loss(out[:, 0], y.float())
         return torch.nn.functional.cross_entropy(out, y.long())
