@@ -149,8 +149,11 @@ def test_every_heavy_rule_ran_as_a_slurm_job_and_only_gpu_rules_requested_gpus(s
     assert gpu_jobs["ReqTRES"].str.contains(r"gres/gpu=1\b").all(), gpu_jobs
     assert gpu_jobs["AllocTRES"].str.contains(r"gres/gpu=1\b").all(), gpu_jobs
     assert not cpu_jobs["ReqTRES"].str.contains("gres/gpu").any(), cpu_jobs
-    # the rules' memory requests reach SLURM (attempt 1)
-    assert gpu_jobs[gpu_jobs["rule"] == "extract"]["ReqTRES"].str.contains(r"mem=6000M").all()
+    # the memory each job computed from the config (printed by Snakemake) reached SLURM
+    for rule in ("finetune", "extract", "train_heads"):
+        planned = re.search(rf"rule {rule}:.*?resources: [^\n]*?mem_mb=(\d+)", slurm_run["log"], re.S)
+        assert planned, f"no resources line for {rule}"
+        assert jobs[jobs["rule"] == rule]["ReqTRES"].str.contains(rf"mem={planned.group(1)}M").all(), rule
 
 
 def test_gpu_model_from_the_environment_reaches_sbatch(slurm_run, cluster):
@@ -190,11 +193,11 @@ def retry_run(cluster, tiny_bert, tmp_path_factory):
 def test_out_of_memory_is_resubmitted_with_micro_batches_and_more_memory(retry_run):
     jobs = sacct_jobs(retry_run["run_id"])
     jobs["id"] = jobs["JobID"].astype(int)
-    for rule, memory in (("finetune", 8000), ("extract", 6000)):
+    for rule in ("finetune", "extract"):
         attempts = jobs[jobs["rule"] == rule].sort_values("id")
         assert list(attempts["State"]) == ["FAILED", "COMPLETED"], attempts
-        assert attempts["ReqTRES"].iloc[0].count(f"mem={memory}M") == 1
-        assert attempts["ReqTRES"].iloc[1].count(f"mem={2 * memory}M") == 1  # attempt 2 asks for twice as much
+        memory = attempts["ReqTRES"].str.extract(r"mem=(\d+)M", expand=False).astype(int).tolist()
+        assert memory[1] > 1.5 * memory[0], attempts  # the resubmission asks for more memory
         assert attempts["ReqTRES"].str.contains(r"gres/gpu=1\b").all()
     log = (retry_run["slurm"] / "logs/finetune/mrpc/tiny-ft1.log").read_text()
     assert "rank 0 of 1), 2 micro-batch(es) per batch" in log  # the log of the attempt that succeeded
