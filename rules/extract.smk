@@ -18,6 +18,7 @@ rule extract:
         "logs/extract/{task}/{model}-ft{ftseed}-ckpt{frac}-{shard}.log",
     benchmark:
         "benchmarks/extract/{task}/{model}-ft{ftseed}-ckpt{frac}-{shard}.tsv"
+    priority: 10
     threads: 1
     resources:
         gpu=GPU,

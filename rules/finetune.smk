@@ -28,6 +28,8 @@ rule finetune:
         "logs/finetune/{task}/{model}-ft{ftseed}.log",
     benchmark:
         "benchmarks/finetune/{task}/{model}-ft{ftseed}.tsv"
+    # fine-tuning first: every other stage of a task waits for it
+    priority: 20
     threads: THREADS
     resources:
         gpu=GPU,
