@@ -42,6 +42,9 @@ SHARD_DIR = "features/{model}/{task}/ft{ftseed}/ckpt-{frac}/shard-{shard}-of-{n_
 MANIFEST = "features/{model}/{task}/ft{ftseed}/ckpt-{frac}/manifest.json"
 HEADS_DIR = "heads/{model}/{task}/ft{ftseed}/ckpt-{frac}"
 SEARCH_DIR = "search/{model}/{task}/ft{ftseed}/ckpt-{frac}/{head}"
+SEARCH_WORKER = f"{SEARCH_DIR}/worker-{{worker}}.json"
+SEARCH_BEST = f"{SEARCH_DIR}/best.json"
+STUDY_JOURNAL = f"{SEARCH_DIR}/study.journal"
 SUBSET_HEADS_DIR = "heads-data/{model}/{task}/ft{ftseed}/ckpt-{frac}/data-{pct}"
 TRANSFER_FILE = "transfer/{model}/{task}/ft{ftseed}.json"
 SEARCH_WORKERS = int(config["search"]["workers"])
@@ -120,7 +123,7 @@ def all_benchmarks():
 
 def study_storage(wildcards):
     """The configured RDB URL, or a journal file beside the study's worker records."""
-    return config["search"]["storage"] or SEARCH_DIR.format(**wildcards) + "/study.journal"
+    return config["search"]["storage"] or STUDY_JOURNAL.format(**wildcards)
 
 
 def searched_best(wildcards, heads=None):
@@ -128,7 +131,7 @@ def searched_best(wildcards, heads=None):
     ``heads`` only, when given)."""
     fields = dict(wildcards)
     return {
-        head: SEARCH_DIR.format(**{**fields, "head": head}) + "/best.json"
+        head: SEARCH_BEST.format(**{**fields, "head": head})
         for head in S.search_heads(fields["task"])
         if heads is None or head in heads
     }

@@ -5,13 +5,13 @@ rule search_worker:
         manifest=rules.feature_manifest.output,
         raw=rules.download.output,
     output:
-        SEARCH_DIR + "/worker-{worker}.json",
+        SEARCH_WORKER,
     params:
         spec=lambda wc: as_json(S.task_heads(wc.task)[wc.head]),
         settings=lambda wc: as_json(S.head_training(wc.task)),
         search=as_json(S.search()),
         storage=study_storage,
-        label=lambda wc: "/".join([wc.model, wc.task, f"ft{wc.ftseed}", f"ckpt-{wc.frac}", wc.head]),
+        label=lambda wc: f"{wc.model}/{wc.task}/ft{wc.ftseed}/ckpt-{wc.frac}/{wc.head}",
     conda:
         ENV
     log:
@@ -32,9 +32,9 @@ rule search_worker:
 rule search_best:
     """The study's best parameters and trial counts, once every worker has finished."""
     input:
-        lambda wc: expand(SEARCH_DIR + "/worker-{worker}.json", worker=range(SEARCH_WORKERS), **wc),
+        lambda wc: expand(SEARCH_WORKER, worker=range(SEARCH_WORKERS), **wc),
     output:
-        SEARCH_DIR + "/best.json",
+        SEARCH_BEST,
     conda:
         ENV
     log:
