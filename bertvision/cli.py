@@ -27,15 +27,20 @@ def _name_path(text: str) -> tuple[str, Path]:
 
 @contextlib.contextmanager
 def retry_on_out_of_memory(stage: str, micro_batches: int):
-    """Turn a CUDA out-of-memory error into a clear message and exit status 3."""
+    """Turn a CUDA out-of-memory error into a clear message and exit status 3: a resubmission
+    (Snakemake's ``--retries``) runs the next attempt with smaller per-device batches."""
     import torch
 
-    from bertvision.device import OutOfMemory
+    from bertvision.device import OUT_OF_MEMORY_EXIT
 
     try:
         yield
     except torch.OutOfMemoryError as err:
-        raise OutOfMemory(stage, err, micro_batches) from err
+        print(f"bertvision {stage}: CUDA out of memory with each batch split into {micro_batches} "
+              f"micro-batch(es) ({err}). Run Snakemake with --retries N: attempt n splits each batch into "
+              f"2^(n-1) micro-batches (the effective batch and the results stay the same) and asks for more "
+              f"memory and time.", file=sys.stderr)
+        raise SystemExit(OUT_OF_MEMORY_EXIT) from err
 
 
 def cmd_download(a):
@@ -88,7 +93,7 @@ def cmd_transfer(a):
     from bertvision.tasks import get_task
     from bertvision.transfer import transfer
 
-    transfer(get_task(a.task), a.head_dirs, a.manifests, a.raw_dir, a.out, a.threads)
+    transfer(get_task(a.task), a.head_dirs, a.manifests, a.raw_dir, a.out, a.settings, a.threads)
 
 
 def cmd_search_worker(a):
@@ -214,6 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--head-dirs", type=Path, nargs="+", required=True, help="train_heads outputs, one per checkpoint")
     s.add_argument("--manifests", type=Path, nargs="+", required=True, help="feature manifests of the checkpoints")
     s.add_argument("--raw-dir", type=Path, required=True)
+    s.add_argument("--settings", type=_json, required=True, help="the task's head training settings")
     s.add_argument("--out", type=Path, required=True)
     s.add_argument("--threads", type=int)
     s.set_defaults(func=cmd_transfer)

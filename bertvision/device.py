@@ -67,20 +67,7 @@ def check_simulated_oom(batch_rows: int) -> None:
                                      f"{SIMULATE_OOM_ENV}={limit}")
 
 
-class OutOfMemory(SystemExit):
-    """Raised (exit status 3) when a job runs out of GPU memory: a resubmission (Snakemake's
-    ``--retries``) runs the next attempt with smaller per-device batches."""
-
-    EXIT_STATUS = 3
-
-    def __init__(self, stage: str, err: BaseException, micro_batches: int):
-        import sys
-
-        print(f"bertvision {stage}: CUDA out of memory with each batch split into {micro_batches} "
-              f"micro-batch(es) ({err}). Run Snakemake with --retries N: attempt n splits each batch into "
-              f"2^(n-1) micro-batches (the effective batch and the results stay the same) and asks for more "
-              f"memory and time.", file=sys.stderr)
-        super().__init__(self.EXIT_STATUS)
+OUT_OF_MEMORY_EXIT = 3  # a job's exit status after CUDA ran out of memory
 
 
 _claimed: list = []  # open lock files: a claim lasts as long as the process

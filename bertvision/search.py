@@ -17,11 +17,10 @@ from pathlib import Path
 
 import optuna
 
-from bertvision.device import pick_device, set_threads
-from bertvision.features import FeatureSet
+from bertvision.device import set_threads
 from bertvision.heads import HEADS
 from bertvision.io import atomic_write_json, read_json
-from bertvision.tasks import TaskSpec, splits_of
+from bertvision.tasks import TaskSpec
 
 log = logging.getLogger(__name__)
 
@@ -105,14 +104,13 @@ def run_worker(task: TaskSpec, head_name: str, spec: dict, settings: dict, searc
                raw_dir: Path, storage: str, label: str, worker: int, out: Path, threads: int | None = None) -> dict:
     """Run this worker's share of the study's trials and write what it ran to ``out``."""
     name = study_name(label, spec, settings, search, manifest)
-    from bertvision.train_head import problem_class, train_one
+    from bertvision.train_head import Problems, train_one
 
     set_threads(threads)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    device = pick_device(settings["device"])
-    feats = {split: FeatureSet.open(manifest, split, verify=settings["verify"]) for split in splits_of(task)}
-    problem = problem_class(task, spec)(task, feats, settings, device, raw_dir)
-    moments = problem.moments() if settings["standardize"] else None
+    problems = Problems(task, manifest, settings, raw_dir)
+    problem, device = problems.get(spec), problems.device
+    moments = problems.moments(spec) if settings["standardize"] else None
     space = applicable_space(search["space"], spec)
     study = optuna.create_study(
         storage=open_storage(storage), study_name=name, direction="maximize", load_if_exists=True,

@@ -40,7 +40,8 @@ def long_records(bert_metrics: list[Path], head_metrics: list[Path]) -> pd.DataF
             for metric, value in values.items():
                 rows.append({"task": m["task"], "split": split, "epoch_fraction": m["epoch_fraction"],
                              "model": BERT, "seed": m["seed"], "metric": metric, "value": value,
-                             "parameter_percent": 100.0, "flag": _flag(flags, split, metric, value)})
+                             "parameter_percent": 100.0, "flag": _flag(flags, split, metric, value),
+                             "tuned": False})
     for path in head_metrics:
         m = read_json(path)
         fraction = float(m["source"]["checkpoint"])
@@ -59,10 +60,7 @@ def long_records(bert_metrics: list[Path], head_metrics: list[Path]) -> pd.DataF
                                  "model": ensemble_name(m["head"], how), "seed": seed, "metric": metric,
                                  "value": value, "parameter_percent": 100.0 + m["parameter_percent"],
                                  "flag": metric_flag(metric, value), "tuned": m.get("search") is not None})
-    df = pd.DataFrame(rows)
-    if len(df):
-        df["tuned"] = df.get("tuned", pd.Series(False, index=df.index)).fillna(False).astype(bool)
-    return df
+    return pd.DataFrame(rows)
 
 
 def summarize(records: pd.DataFrame, head_order: list[str]) -> pd.DataFrame:
@@ -71,7 +69,7 @@ def summarize(records: pd.DataFrame, head_order: list[str]) -> pd.DataFrame:
     grouped = records.groupby(keys, sort=False)
     out = grouped["value"].agg(mean="mean", std=lambda v: v.std(ddof=1) if len(v) > 1 else np.nan, n="count")
     out["parameter_percent"] = grouped["parameter_percent"].first()
-    out["tuned"] = grouped["tuned"].any() if "tuned" in records else False
+    out["tuned"] = grouped["tuned"].any()
     out["flagged"] = grouped["flag"].count()
     out["flags"] = grouped["flag"].agg(lambda f: "; ".join(sorted(set(f.dropna()))))
     out = out.reset_index()

@@ -300,6 +300,33 @@ def problem_class(task: TaskSpec, spec: dict):
     return PROBLEMS[task.kind]
 
 
+class Problems:
+    """The training problems over one checkpoint's features, one per problem class (per-example
+    [CLS], token-level, span), each built (and its input moments computed) when a head first
+    needs it. ``settings``: the head training settings (device, verify, in_memory_max_mb)."""
+
+    def __init__(self, task: TaskSpec, manifest: Path, settings: dict, raw_dir=None, train_fraction: float = 1.0):
+        self.task, self.settings, self.raw_dir, self.train_fraction = task, settings, raw_dir, train_fraction
+        self.device = pick_device(settings["device"])
+        self.feats = {split: FeatureSet.open(manifest, split, verify=settings["verify"]) for split in splits_of(task)}
+        self._problems: dict = {}
+        self._moments: dict = {}
+
+    def get(self, spec: dict):
+        cls = problem_class(self.task, spec)
+        if cls not in self._problems:
+            self._problems[cls] = cls(self.task, self.feats, self.settings, self.device, self.raw_dir,
+                                      self.train_fraction)
+        return self._problems[cls]
+
+    def moments(self, spec: dict):
+        """(mean, std) of the training features ``spec``'s problem sees."""
+        cls = problem_class(self.task, spec)
+        if cls not in self._moments:
+            self._moments[cls] = self.get(spec).moments()
+        return self._moments[cls]
+
+
 def train_one(task: TaskSpec, spec: dict, settings: dict, problem, seed: int, device, moments=None,
               on_epoch=None):
     """Train one head with one seed; return it with the best epoch (by selection score) restored.
@@ -384,23 +411,15 @@ def train_heads(
 
     searched = searched or {}
     set_threads(threads)
-    device = pick_device(settings["device"])
-    feats = {split: FeatureSet.open(manifest, split, verify=settings["verify"]) for split in splits_of(task)}
-    problems: dict = {}  # problem class -> (problem, moments): each built at most once, when a head needs it
-
-    def problem_for(spec: dict):
-        cls = problem_class(task, spec)
-        if cls not in problems:
-            problem = cls(task, feats, settings, device, raw_dir, train_fraction)
-            problems[cls] = (problem, problem.moments() if settings["standardize"] else None)
-        return problems[cls]
-
+    problems = Problems(task, manifest, settings, raw_dir, train_fraction)
+    device = problems.device
     bert = load_logits(bert_logits) if bert_logits else None
-    source = feats["train"].manifest["source"]
-    encoder_params = feats["train"].manifest["encoder_parameters"]
+    source = problems.feats["train"].manifest["source"]
+    encoder_params = problems.feats["train"].manifest["encoder_parameters"]
     for head_name, configured in heads.items():
         spec, head_settings, search = tuned(configured, settings, searched.get(head_name))
-        problem, moments = problem_for(spec)
+        problem = problems.get(spec)
+        moments = problems.moments(spec) if settings["standardize"] else None
         for seed in seeds:
             t0 = time.perf_counter()
             head, best, history, timing = train_one(task, spec, head_settings, problem, seed, device, moments)

@@ -12,11 +12,10 @@ from pathlib import Path
 from safetensors.torch import load_file
 from torch import nn
 
-from bertvision.device import pick_device, set_threads
-from bertvision.features import FeatureSet
+from bertvision.device import set_threads
 from bertvision.heads import Standardized, build_head
 from bertvision.io import atomic_write_json, read_json
-from bertvision.tasks import TaskSpec, splits_of
+from bertvision.tasks import TaskSpec
 
 log = logging.getLogger(__name__)
 
@@ -37,36 +36,29 @@ def checkpoint_of(manifest: Path) -> str:
 
 
 def transfer(task: TaskSpec, head_dirs: list[Path], manifests: list[Path], raw_dir: Path, out: Path,
-             threads: int | None = None, settings: dict | None = None) -> list[dict]:
+             settings: dict, threads: int | None = None) -> list[dict]:
     """Evaluate every head run under ``head_dirs`` (one train_heads output per checkpoint) on
-    every checkpoint's features in ``manifests``; write the records to ``out``."""
-    from bertvision.train_head import problem_class
+    every checkpoint's features in ``manifests``; write the records to ``out``. ``settings``:
+    the task's head training settings (device, feature verification, memory limit)."""
+    from bertvision.train_head import Problems
 
     set_threads(threads)
-    settings = {"in_memory_max_mb": 4096, **(settings or {})}
-    device = pick_device("cpu")
     runs = sorted(p.parent for d in head_dirs for p in Path(d).glob("*/seed*/metrics.json"))
     records = []
     for manifest in manifests:
         target = checkpoint_of(manifest)
-        feats = {split: FeatureSet.open(manifest, split, verify="size") for split in splits_of(task)}
-        problems: dict = {}  # per problem class ([CLS] or token-level heads), built once per checkpoint
-        moments: dict = {}
+        problems = Problems(task, manifest, settings, raw_dir)
         for run in runs:
             record = read_json(run / "metrics.json")
-            cls = problem_class(task, record["head_spec"])
-            if cls not in problems:
-                problems[cls] = cls(task, feats, settings, device, raw_dir)
-            problem = problems[cls]
+            spec = record["head_spec"]
+            problem = problems.get(spec)
             layers, hidden = problem.shape
-            head = load_trained_head(run, layers, hidden, task.num_labels).to(device)
+            head = load_trained_head(run, layers, hidden, task.num_labels).to(problems.device)
             variants = {"source": head}
             if isinstance(head, Standardized):
                 # The same weights with the input standardized by the target checkpoint's own
                 # train-split statistics (no labels involved): undoes the shift in scale.
-                if cls not in moments:
-                    moments[cls] = problem.moments()
-                variants["target"] = Standardized(head.head, *moments[cls]).to(device).eval()
+                variants["target"] = Standardized(head.head, *problems.moments(spec)).to(problems.device).eval()
             for standardization, model in variants.items():
                 metrics, _, _ = problem.evaluate(model, None)
                 records.append({"task": task.name, "head": record["head"], "seed": record["seed"],

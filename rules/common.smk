@@ -77,33 +77,15 @@ def extract_attrs(wildcards):
 
 
 def all_bert_metrics():
-    return [
-        CKPT_FILE.format(model=m, task=t, ftseed=s, frac=f, file="eval_metrics.json")
-        for m in S.models
-        for t in S.tasks
-        for s in FT_SEEDS
-        for f in S.fractions
-    ]
+    return for_every_run(CKPT_FILE, file="eval_metrics.json")
 
 
 def all_head_dirs():
-    return [
-        HEADS_DIR.format(model=m, task=t, ftseed=s, frac=f)
-        for m in S.models
-        for t in S.tasks
-        for s in FT_SEEDS
-        for f in S.fractions
-    ]
+    return for_every_run(HEADS_DIR)
 
 
 def all_manifests():
-    return [
-        MANIFEST.format(model=m, task=t, ftseed=s, frac=f)
-        for m in S.models
-        for t in S.tasks
-        for s in FT_SEEDS
-        for f in S.fractions
-    ]
+    return for_every_run(MANIFEST)
 
 
 def all_benchmarks():
@@ -142,10 +124,10 @@ def searched_args(wildcards, input):
     return " ".join(f"{Path(path).parent.name}={path}" for path in input.searched)
 
 
-def for_every_run(pattern, tasks=None, fractions=None, **extra):
-    """``pattern`` formatted for every model x task x fine-tuning seed x checkpoint."""
+def every_run(tasks=None, fractions=None):
+    """Wildcards of every model x task x fine-tuning seed x checkpoint."""
     return [
-        pattern.format(model=m, task=t, ftseed=s, frac=f, **extra)
+        {"model": m, "task": t, "ftseed": s, "frac": f}
         for m in S.models
         for t in (S.tasks if tasks is None else tasks)
         for s in FT_SEEDS
@@ -153,25 +135,22 @@ def for_every_run(pattern, tasks=None, fractions=None, **extra):
     ]
 
 
+def for_every_run(pattern, tasks=None, fractions=None, **extra):
+    """``pattern`` formatted for every model x task x fine-tuning seed x checkpoint."""
+    return [pattern.format(**run, **extra) for run in every_run(tasks, fractions)]
+
+
 def all_search_results():
-    return [
-        path
-        for m in S.models
-        for t in S.tasks
-        for s in FT_SEEDS
-        for f in S.fractions
-        for path in searched_best({"model": m, "task": t, "ftseed": s, "frac": f}).values()
-    ]
+    return [path for run in every_run() for path in searched_best(run).values()]
 
 
 def all_subset_head_dirs():
     return [
-        SUBSET_HEADS_DIR.format(model=m, task=t, ftseed=s, frac=f, pct=p)
-        for m in S.models
-        for t in S.data_fraction_tasks()
-        for s in FT_SEEDS
-        for f in S.data_fraction_checkpoints()
-        for p in S.data_fractions()
+        path
+        for pct in S.data_fractions()
+        for path in for_every_run(
+            SUBSET_HEADS_DIR, tasks=S.data_fraction_tasks(), fractions=S.data_fraction_checkpoints(), pct=pct
+        )
     ]
 
 
@@ -258,3 +237,19 @@ def heads_request(key, runs):
         )[key]
 
     return request
+
+
+def head_runs(wildcards):
+    return len(S.task_heads(wildcards.task)) * len(HEAD_SEEDS)
+
+
+def subset_runs(wildcards):
+    return len(S.data_fraction_heads(wildcards.task)) * len(HEAD_SEEDS)
+
+
+def trials_per_worker(wildcards):
+    return -(-S.search()["trials"] // SEARCH_WORKERS)
+
+
+def one_run(wildcards):
+    return 1

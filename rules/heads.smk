@@ -22,8 +22,8 @@ rule train_heads:
         "benchmarks/train_heads/{task}/{model}-ft{ftseed}-ckpt{frac}.tsv"
     threads: 1
     resources:
-        mem_mb=heads_request("mem_mb", lambda wc: len(S.task_heads(wc.task)) * len(HEAD_SEEDS)),
-        runtime=heads_request("runtime", lambda wc: len(S.task_heads(wc.task)) * len(HEAD_SEEDS)),
+        mem_mb=heads_request("mem_mb", head_runs),
+        runtime=heads_request("runtime", head_runs),
     shell:
         "bertvision train-heads --task {wildcards.task} --heads {params.heads:q} --settings {params.settings:q} "
         "--manifest {input.manifest} --raw-dir {input.raw} --bert-logits {input.bert_logits} --seeds {params.seeds} --out-dir {output} "
@@ -53,8 +53,8 @@ rule train_heads_subset:
         "benchmarks/train_heads_subset/{task}/{model}-ft{ftseed}-ckpt{frac}-data{pct}.tsv"
     threads: 1
     resources:
-        mem_mb=heads_request("mem_mb", lambda wc: len(S.data_fraction_heads(wc.task)) * len(HEAD_SEEDS)),
-        runtime=heads_request("runtime", lambda wc: len(S.data_fraction_heads(wc.task)) * len(HEAD_SEEDS)),
+        mem_mb=heads_request("mem_mb", subset_runs),
+        runtime=heads_request("runtime", subset_runs),
     shell:
         "bertvision train-heads --task {wildcards.task} --heads {params.heads:q} --settings {params.settings:q} "
         "--manifest {input.manifest} --raw-dir {input.raw} --bert-logits {input.bert_logits} --seeds {params.seeds} "
@@ -71,6 +71,8 @@ rule transfer:
         raw=rules.download.output,
     output:
         TRANSFER_FILE,
+    params:
+        settings=lambda wc: as_json(S.head_training(wc.task)),
     conda:
         ENV
     log:
@@ -79,8 +81,8 @@ rule transfer:
         "benchmarks/transfer/{task}/{model}-ft{ftseed}.tsv"
     threads: 1
     resources:
-        mem_mb=heads_request("mem_mb", lambda wc: 1),
-        runtime=heads_request("runtime", lambda wc: 1),
+        mem_mb=heads_request("mem_mb", one_run),
+        runtime=heads_request("runtime", one_run),
     shell:
         "bertvision transfer --task {wildcards.task} --head-dirs {input.heads} --manifests {input.manifests} "
-        "--raw-dir {input.raw} --out {output} --threads {threads} > {log} 2>&1"
+        "--raw-dir {input.raw} --settings {params.settings:q} --out {output} --threads {threads} > {log} 2>&1"

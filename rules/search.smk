@@ -20,8 +20,8 @@ rule search_worker:
         "benchmarks/search_worker/{task}/{model}-ft{ftseed}-ckpt{frac}-{head}-{worker}.tsv"
     threads: 1
     resources:
-        mem_mb=heads_request("mem_mb", lambda wc: -(-S.search()["trials"] // SEARCH_WORKERS)),
-        runtime=heads_request("runtime", lambda wc: -(-S.search()["trials"] // SEARCH_WORKERS)),
+        mem_mb=heads_request("mem_mb", trials_per_worker),
+        runtime=heads_request("runtime", trials_per_worker),
     shell:
         "bertvision search-worker --task {wildcards.task} --head {wildcards.head} --spec {params.spec:q} "
         "--settings {params.settings:q} --search {params.search:q} --manifest {input.manifest} "
