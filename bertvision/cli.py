@@ -1,5 +1,8 @@
-"""Command line: one subcommand per workflow stage. Rules call these; each takes explicit paths
-and a JSON object of the stage's settings (which is what Snakemake's params track)."""
+"""Command line: one subcommand per workflow rule. Each takes explicit paths and its stage's
+typed settings as JSON (what Snakemake's params track, so that a changed setting reruns exactly
+the jobs that read it); ``bertvision COMMAND --help`` lists every settings key with the config
+key that sets it. Known errors (a bad config key, data row or setting, a missing file) print
+one line each and exit with status 2."""
 
 from __future__ import annotations
 
@@ -7,8 +10,24 @@ import argparse
 import contextlib
 import json
 import logging
+import shutil
 import sys
 from pathlib import Path
+
+from bertvision.config.settings import (
+    DownloadSettings,
+    ExtractCompute,
+    ExtractSettings,
+    FinetuneCompute,
+    FinetuneSettings,
+    HeadRuntimeSettings,
+    HeadTrainingSettings,
+    SearchSettings,
+    TokenizeSettings,
+)
+from bertvision.errors import BertvisionError, SettingsError
+
+USAGE_ERROR = 2
 
 
 def _json(text: str):
@@ -25,13 +44,22 @@ def _name_path(text: str) -> tuple[str, Path]:
     return name, Path(path)
 
 
+def _task(name: str):
+    from bertvision.registry.tasks import get_task
+
+    try:
+        return get_task(name)
+    except KeyError as err:
+        raise SettingsError(f"--task: {err.args[0]}") from None
+
+
 @contextlib.contextmanager
 def retry_on_out_of_memory(stage: str, micro_batches: int):
     """Turn a CUDA out-of-memory error into a clear message and exit status 3: a resubmission
     (Snakemake's ``--retries``) runs the next attempt with smaller per-device batches."""
     import torch
 
-    from bertvision.device import OUT_OF_MEMORY_EXIT
+    from bertvision.runtime.device import OUT_OF_MEMORY_EXIT
 
     try:
         yield
@@ -44,165 +72,181 @@ def retry_on_out_of_memory(stage: str, micro_batches: int):
 
 
 def cmd_download(a):
-    from bertvision.data.download import download_task
-    from bertvision.tasks import get_task
+    from bertvision.stages.download import download_task
 
-    download_task(get_task(a.task), a.settings, a.out_dir)
+    download_task(_task(a.task), DownloadSettings.from_json(a.settings), a.out_dir)
 
 
 def cmd_tokenize(a):
-    from bertvision.tasks import get_task, splits_of
-    from bertvision.tokenization import tokenize_task
+    from bertvision.stages.tokenize import tokenize_task
 
-    task = get_task(a.task)
-    tokenize_task(task, a.backbone, a.max_length, a.raw_dir, a.out_dir, splits_of(task), a.doc_stride)
+    tokenize_task(_task(a.task), TokenizeSettings.from_json(a.settings), a.raw_dir, a.out_dir)
 
 
 def cmd_finetune(a):
-    from bertvision.finetune import finetune
-    from bertvision.tasks import get_task
+    from bertvision.stages.finetune import finetune
 
+    task = _task(a.task)
+    settings, compute = FinetuneSettings.from_json(a.settings), FinetuneCompute.from_json(a.compute, "--compute")
     with retry_on_out_of_memory("finetune", a.micro_batches):
-        finetune(get_task(a.task), a.backbone, a.tokens_dir, a.out_dir, a.settings, a.seed, a.threads, a.raw_dir,
+        finetune(task, a.model, settings, compute, a.tokens_dir, a.raw_dir, a.out_dir, a.seed, a.threads,
                  a.micro_batches)
 
 
 def cmd_extract(a):
-    from bertvision.extract import extract_shard
+    from bertvision.registry.tasks import splits_of
+    from bertvision.stages.extract import extract_shard
 
+    splits = splits_of(_task(a.task))
+    settings, compute = ExtractSettings.from_json(a.settings), ExtractCompute.from_json(a.compute, "--compute")
     with retry_on_out_of_memory("extract", a.micro_batches):
-        extract_shard(a.checkpoint, a.tokens_dir, a.out_dir, a.shard, a.shards, a.splits, a.settings, a.attrs,
+        extract_shard(a.checkpoint, a.tokens_dir, a.out_dir, a.shard, a.shards, splits, settings, compute, a.attrs,
                       a.threads, a.micro_batches)
 
 
 def cmd_manifest(a):
-    from bertvision.features import write_manifest
+    from bertvision.features.store import write_manifest
+    from bertvision.registry.tasks import splits_of
 
-    write_manifest(a.shard_dirs, a.out, a.splits)
+    write_manifest(a.shard_dirs, a.out, splits_of(_task(a.task)))
 
 
 def cmd_train_heads(a):
-    from bertvision.tasks import get_task
-    from bertvision.train_head import train_heads
+    from bertvision.stages.train_heads import train_heads
 
-    train_heads(get_task(a.task), a.heads, a.settings, a.manifest, a.seeds, a.out_dir, a.threads, a.raw_dir,
-                a.bert_logits, dict(a.searched), a.train_fraction)
+    train_heads(_task(a.task), a.heads, HeadTrainingSettings.from_json(a.settings),
+                HeadRuntimeSettings.from_json(a.runtime, "--runtime"), a.manifest, a.seeds, a.out_dir, a.threads,
+                a.raw_dir, a.bert_logits, dict(a.searched), a.train_fraction)
 
 
 def cmd_transfer(a):
-    from bertvision.tasks import get_task
-    from bertvision.transfer import transfer
+    from bertvision.stages.transfer import transfer
 
-    transfer(get_task(a.task), a.head_dirs, a.manifests, a.raw_dir, a.out, a.settings, a.threads)
+    settings = HeadTrainingSettings.from_json(a.settings)
+    transfer(_task(a.task), a.head_dirs, a.manifests, a.raw_dir, a.out,
+             HeadRuntimeSettings.from_json(a.runtime, "--runtime"), settings.in_memory_max_mb, a.threads)
 
 
 def cmd_search_worker(a):
-    from bertvision.search import run_worker
-    from bertvision.tasks import get_task
+    from bertvision.stages.search import run_worker
 
-    run_worker(get_task(a.task), a.head, a.spec, a.settings, a.search, a.manifest, a.raw_dir, a.storage,
-               a.study_label, a.worker, a.out, a.threads)
+    run_worker(_task(a.task), a.study, a.spec, HeadTrainingSettings.from_json(a.settings),
+               HeadRuntimeSettings.from_json(a.runtime, "--runtime"), SearchSettings.from_json(a.search, "--search"),
+               a.manifest, a.raw_dir, a.storage, a.worker, a.out, a.threads)
 
 
 def cmd_search_best(a):
-    from bertvision.search import summarize_study
+    from bertvision.stages.search import summarize_study
 
     summarize_study(a.workers, a.out)
 
 
 def cmd_tables(a):
-    from bertvision.tables import build_tables
+    from bertvision.layout import Run
+    from bertvision.stages.tables import build_tables
 
-    head_metrics = sorted(p for d in a.head_dirs for p in Path(d).glob("*/seed*/metrics.json"))
-    build_tables(a.bert_metrics, head_metrics, a.benchmarks, a.heads,
-                 {"md": a.md, "csv": a.csv, "squad_md": a.squad_md, "squad_csv": a.squad_csv,
-                  "timing_md": a.timing_md, "timing_csv": a.timing_csv, "cost_md": a.cost_md,
-                  "cost_csv": a.cost_csv}, a.manifests)
+    runs = [Run(**keys) for keys in a.runs]
+    build_tables(a.bert_metrics, a.head_dirs, a.manifests, runs, a.shards, a.heads, a.out_dir)
 
 
 def cmd_experiment_tables(a):
-    from bertvision.experiment_tables import build_experiment_tables
+    from bertvision.stages.experiment_tables import build_experiment_tables
 
-    runs = lambda dirs: sorted(p for d in dirs for p in Path(d).glob("*/seed*/metrics.json"))  # noqa: E731
-    build_experiment_tables(a.search, runs(a.subset_dirs), runs(a.head_dirs), a.bert_metrics, a.transfer,
-                            {f"{name}_{ext}": getattr(a, f"{name}_{ext}")
-                             for name in ("search", "data_fraction", "transfer") for ext in ("md", "csv")})
+    build_experiment_tables(a.search, a.subset_dirs, a.head_dirs, a.bert_metrics, a.transfer, a.out_dir)
 
 
 def cmd_plots(a):
-    from bertvision.plots import build_plots
+    from bertvision.layout import HEAD_METRICS, head_runs
+    from bertvision.reporting.plots import build_plots
 
-    head_metrics = sorted(p for d in a.head_dirs for p in Path(d).glob("*/seed*/metrics.json"))
-    build_plots(a.tables, head_metrics, a.tasks, a.out_dir)
+    build_plots(a.tables, sorted(run / HEAD_METRICS for d in a.head_dirs for run in head_runs(d)), a.tasks, a.out_dir)
 
 
 def cmd_plot_data_fraction(a):
-    from bertvision.plots import data_fraction_curves
+    from bertvision.reporting.plots import data_fraction_curves
 
     data_fraction_curves(a.table, a.out)
 
 
 def cmd_validate_config(a):
-    from bertvision.config import load_config
+    from bertvision.config.workflow import WorkflowSettings
 
-    load_config(a.config)
+    WorkflowSettings.from_file(a.config)
     print(f"{a.config}: valid")
+
+
+def cmd_clean(a):
+    from bertvision.layout import ROOTS
+
+    for root in ROOTS:
+        path = Path(a.dir) / root
+        if path.exists():
+            shutil.rmtree(path)
+            print(f"removed {path}")
+
+
+def _settings(s, flag: str, cls, required: bool = True) -> None:
+    s.add_argument(flag, required=required, metavar="JSON", help=f"the stage's {cls.__name__} (see below)")
+    s.epilog = ((s.epilog + "\n\n") if s.epilog else "") + f"{flag}: {cls.describe()}"
+
+
+def _sub(sub, name: str, func, help: str):
+    s = sub.add_parser(name, help=help, description=help, formatter_class=argparse.RawDescriptionHelpFormatter)
+    s.set_defaults(func=func)
+    return s
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="bertvision", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
 
-    s = sub.add_parser("download", help="task source -> canonical parquet splits")
+    s = _sub(sub, "download", cmd_download, "task source -> canonical parquet splits (rule download)")
     s.add_argument("--task", required=True)
-    s.add_argument("--settings", type=_json, required=True)
+    _settings(s, "--settings", DownloadSettings)
     s.add_argument("--out-dir", type=Path, required=True)
-    s.set_defaults(func=cmd_download)
 
-    s = sub.add_parser("tokenize", help="canonical splits -> token ids")
+    s = _sub(sub, "tokenize", cmd_tokenize, "canonical splits -> token ids (rule tokenize)")
     s.add_argument("--task", required=True)
-    s.add_argument("--backbone", required=True)
-    s.add_argument("--max-length", type=int, required=True)
-    s.add_argument("--doc-stride", type=int, default=0, help="span tasks: overlap of context windows")
+    _settings(s, "--settings", TokenizeSettings)
     s.add_argument("--raw-dir", type=Path, required=True)
     s.add_argument("--out-dir", type=Path, required=True)
-    s.set_defaults(func=cmd_tokenize)
 
-    s = sub.add_parser("finetune", help="partial fine-tuning with checkpoints at epoch fractions")
+    s = _sub(sub, "finetune", cmd_finetune, "partial fine-tuning with checkpoints at epoch fractions (rule finetune)")
     s.add_argument("--task", required=True)
-    s.add_argument("--backbone", required=True)
+    s.add_argument("--model", required=True, help="the backbone's name in the config (recorded with the results)")
+    _settings(s, "--settings", FinetuneSettings)
+    _settings(s, "--compute", FinetuneCompute)
     s.add_argument("--tokens-dir", type=Path, required=True)
     s.add_argument("--raw-dir", type=Path, required=True, help="the task's canonical splits (span decoding)")
     s.add_argument("--out-dir", type=Path, required=True)
     s.add_argument("--seed", type=int, required=True)
-    s.add_argument("--settings", type=_json, required=True)
     s.add_argument("--micro-batches", type=int, default=1, help="gradient accumulation steps per batch")
     s.add_argument("--threads", type=int)
-    s.set_defaults(func=cmd_finetune)
 
-    s = sub.add_parser("extract", help="one shard (of every split) of [CLS] hidden states of every layer")
+    s = _sub(sub, "extract", cmd_extract, "one shard of every split's hidden states of every layer (rule extract)")
+    s.add_argument("--task", required=True)
     s.add_argument("--checkpoint", type=Path, required=True)
     s.add_argument("--tokens-dir", type=Path, required=True)
-    s.add_argument("--splits", nargs="+", required=True)
     s.add_argument("--out-dir", type=Path, required=True)
     s.add_argument("--shard", type=int, required=True)
     s.add_argument("--shards", type=int, required=True)
-    s.add_argument("--settings", type=_json, required=True)
-    s.add_argument("--attrs", type=_json, required=True)
+    _settings(s, "--settings", ExtractSettings)
+    _settings(s, "--compute", ExtractCompute)
+    s.add_argument("--attrs", type=_json, required=True, help="where the features come from (stored in each shard)")
     s.add_argument("--micro-batches", type=int, default=1, help="divide the batch size by this")
     s.add_argument("--threads", type=int)
-    s.set_defaults(func=cmd_extract)
 
-    s = sub.add_parser("manifest", help="check a checkpoint's shards and write its manifest")
-    s.add_argument("--out", type=Path, required=True)
-    s.add_argument("--splits", nargs="+", required=True)
-    s.add_argument("--shard-dirs", type=Path, nargs="+", required=True)
-    s.set_defaults(func=cmd_manifest)
-
-    s = sub.add_parser("train-heads", help="train every head on one checkpoint's features, per seed")
+    s = _sub(sub, "manifest", cmd_manifest, "check a checkpoint's shards and write its manifest (rule feature_manifest)")
     s.add_argument("--task", required=True)
-    s.add_argument("--heads", type=_json, required=True, help='{"name": {"type": ...}, ...}')
-    s.add_argument("--settings", type=_json, required=True)
+    s.add_argument("--out", type=Path, required=True)
+    s.add_argument("--shard-dirs", type=Path, nargs="+", required=True)
+
+    s = _sub(sub, "train-heads", cmd_train_heads,
+             "train every head on one checkpoint's features, per seed (rules train_heads, train_heads_subset)")
+    s.add_argument("--task", required=True)
+    s.add_argument("--heads", type=_json, required=True, help='{"name": {"type": ..., options}, ...}')
+    _settings(s, "--settings", HeadTrainingSettings)
+    _settings(s, "--runtime", HeadRuntimeSettings)
     s.add_argument("--manifest", type=Path, required=True)
     s.add_argument("--raw-dir", type=Path, required=True, help="the task's canonical splits (span decoding)")
     s.add_argument("--bert-logits", type=Path, help="BERT's eval_logits.npz at this checkpoint (ensembles)")
@@ -212,80 +256,72 @@ def build_parser() -> argparse.ArgumentParser:
                    help="HEAD=best.json: train HEAD with its search's best parameters")
     s.add_argument("--train-fraction", type=float, default=1.0, help="train on this nested share of the rows")
     s.add_argument("--threads", type=int)
-    s.set_defaults(func=cmd_train_heads)
 
-    s = sub.add_parser("transfer", help="evaluate heads trained on one checkpoint on every checkpoint's features")
+    s = _sub(sub, "transfer", cmd_transfer,
+             "evaluate heads trained on one checkpoint on every checkpoint's features (rule transfer)")
     s.add_argument("--task", required=True)
     s.add_argument("--head-dirs", type=Path, nargs="+", required=True, help="train_heads outputs, one per checkpoint")
     s.add_argument("--manifests", type=Path, nargs="+", required=True, help="feature manifests of the checkpoints")
     s.add_argument("--raw-dir", type=Path, required=True)
-    s.add_argument("--settings", type=_json, required=True, help="the task's head training settings")
+    _settings(s, "--settings", HeadTrainingSettings)
+    _settings(s, "--runtime", HeadRuntimeSettings)
     s.add_argument("--out", type=Path, required=True)
     s.add_argument("--threads", type=int)
-    s.set_defaults(func=cmd_transfer)
 
-    s = sub.add_parser("search-worker", help="run one worker's share of an optuna study of a head")
+    s = _sub(sub, "search-worker", cmd_search_worker,
+             "run one worker's share of an optuna study of a head (rule search_worker)")
     s.add_argument("--task", required=True)
-    s.add_argument("--head", required=True)
+    s.add_argument("--study", type=_json, required=True, help="the study's keys: model, task, ftseed, frac, head")
     s.add_argument("--spec", type=_json, required=True, help="the head's configured architecture")
-    s.add_argument("--settings", type=_json, required=True, help="the configured head training settings")
-    s.add_argument("--search", type=_json, required=True, help="the search section of the config")
+    _settings(s, "--settings", HeadTrainingSettings)
+    _settings(s, "--runtime", HeadRuntimeSettings)
+    _settings(s, "--search", SearchSettings)
     s.add_argument("--manifest", type=Path, required=True)
     s.add_argument("--raw-dir", type=Path, required=True)
     s.add_argument("--storage", required=True, help="journal file path or RDB URL")
-    s.add_argument("--study-label", required=True, help="study name prefix (a digest of the inputs follows)")
     s.add_argument("--worker", type=int, required=True)
     s.add_argument("--out", type=Path, required=True)
     s.add_argument("--threads", type=int)
-    s.set_defaults(func=cmd_search_worker)
 
-    s = sub.add_parser("search-best", help="a finished study's best parameters and trial counts")
+    s = _sub(sub, "search-best", cmd_search_best, "a finished study's best parameters and trial counts (rule search_best)")
     s.add_argument("--workers", type=Path, nargs="+", required=True, help="the study's worker records")
     s.add_argument("--out", type=Path, required=True)
-    s.set_defaults(func=cmd_search_best)
 
-    s = sub.add_parser("tables", help="result and timing tables from metrics and benchmark files")
+    s = _sub(sub, "tables", cmd_tables, "result, cost and timing tables (rule tables)")
     s.add_argument("--bert-metrics", type=Path, nargs="*", default=[])
     s.add_argument("--head-dirs", type=Path, nargs="*", default=[], help="train_heads output directories")
-    s.add_argument("--benchmarks", type=Path, nargs="*", default=[])
-    s.add_argument("--heads", nargs="*", default=[])
-    s.add_argument("--md", type=Path, required=True)
-    s.add_argument("--csv", type=Path, required=True)
-    s.add_argument("--squad-md", type=Path, required=True)
-    s.add_argument("--squad-csv", type=Path, required=True)
-    s.add_argument("--cost-md", type=Path, required=True)
-    s.add_argument("--cost-csv", type=Path, required=True)
     s.add_argument("--manifests", type=Path, nargs="*", default=[], help="feature manifests (cost table)")
-    s.add_argument("--timing-md", type=Path, required=True)
-    s.add_argument("--timing-csv", type=Path, required=True)
-    s.set_defaults(func=cmd_tables)
+    s.add_argument("--runs", type=_json, required=True,
+                   help="every run, [{model, task, ftseed, frac}, ...]: their jobs' benchmark files give the times")
+    s.add_argument("--shards", type=int, required=True, help="extraction shards per checkpoint")
+    s.add_argument("--heads", nargs="*", default=[], help="head names in table order")
+    s.add_argument("--out-dir", type=Path, required=True)
 
-    s = sub.add_parser("experiment-tables", help="search, data-fraction and transfer tables")
+    s = _sub(sub, "experiment-tables", cmd_experiment_tables,
+             "search, data-fraction and transfer tables (rule experiment_tables)")
     s.add_argument("--search", type=Path, nargs="*", default=[], help="best.json of every study")
     s.add_argument("--subset-dirs", type=Path, nargs="*", default=[], help="train_heads_subset outputs")
     s.add_argument("--head-dirs", type=Path, nargs="*", default=[], help="train_heads outputs (the full data)")
     s.add_argument("--bert-metrics", type=Path, nargs="*", default=[])
     s.add_argument("--transfer", type=Path, nargs="*", default=[], help="transfer records")
-    for name in ("search", "data_fraction", "transfer"):
-        for ext in ("md", "csv"):
-            s.add_argument(f"--{name.replace('_', '-')}-{ext}", type=Path, required=True)
-    s.set_defaults(func=cmd_experiment_tables)
+    s.add_argument("--out-dir", type=Path, required=True)
 
-    s = sub.add_parser("plots", help="PNG plots from the result tables and head metrics")
+    s = _sub(sub, "plots", cmd_plots, "PNG plots from the result tables and head metrics (rule plots)")
     s.add_argument("--tables", type=Path, nargs="+", required=True, help="glue.csv / squad.csv")
     s.add_argument("--head-dirs", type=Path, nargs="*", default=[])
     s.add_argument("--tasks", nargs="+", required=True)
     s.add_argument("--out-dir", type=Path, required=True)
-    s.set_defaults(func=cmd_plots)
 
-    s = sub.add_parser("plot-data-fraction", help="score vs share of training data (PNG)")
+    s = _sub(sub, "plot-data-fraction", cmd_plot_data_fraction,
+             "score vs share of training data (rule plot_data_fraction)")
     s.add_argument("--table", type=Path, required=True, help="data_fraction.csv")
     s.add_argument("--out", type=Path, required=True)
-    s.set_defaults(func=cmd_plot_data_fraction)
 
-    s = sub.add_parser("validate-config", help="check a config file against the schema")
+    s = _sub(sub, "validate-config", cmd_validate_config, "check a config file against the schema and the registries")
     s.add_argument("config", type=Path)
-    s.set_defaults(func=cmd_validate_config)
+
+    s = _sub(sub, "clean", cmd_clean, "remove every artifact folder of a working directory (bertvision.layout.ROOTS)")
+    s.add_argument("--dir", type=Path, default=Path("."), help="the working directory")
     return p
 
 
@@ -293,7 +329,12 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)
     args = build_parser().parse_args(argv)
-    args.func(args)
+    try:
+        args.func(args)
+    except BertvisionError as err:
+        for line in str(err).splitlines():
+            print(f"bertvision {args.command}: error: {line}", file=sys.stderr)
+        return USAGE_ERROR
     return 0
 
 

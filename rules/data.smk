@@ -4,15 +4,13 @@ rule download:
     input:
         source_files,
     output:
-        directory("data/raw/{task}"),
+        directory(L.RAW_DIR),
     params:
         settings=lambda wc: as_json(S.download(wc.task)),
-    conda:
-        ENV
     log:
-        "logs/download/{task}.log",
+        L.log("download"),
     benchmark:
-        "benchmarks/download/{task}.tsv"
+        L.benchmark("download")
     resources:
         mem_mb=lambda wc, attempt: 4000 * attempt,
         runtime=lambda wc, attempt: 30 * attempt,
@@ -25,20 +23,16 @@ rule tokenize:
     input:
         rules.download.output,
     output:
-        directory("data/tokens/{model}/{task}"),
+        directory(L.TOKENS_DIR),
     params:
-        backbone=lambda wc: S.pretrained(wc.model),
-        max_length=lambda wc: S.max_length(wc.task),
-        doc_stride=lambda wc: S.doc_stride(wc.task),
-    conda:
-        ENV
+        settings=lambda wc: as_json(S.tokenize(wc.model, wc.task)),
     log:
-        "logs/tokenize/{task}/{model}.log",
+        L.log("tokenize"),
     benchmark:
-        "benchmarks/tokenize/{task}/{model}.tsv"
+        L.benchmark("tokenize")
     resources:
         mem_mb=lambda wc, attempt: 4000 * attempt,
         runtime=lambda wc, attempt: 30 * attempt,
     shell:
-        "bertvision tokenize --task {wildcards.task} --backbone {params.backbone:q} "
-        "--max-length {params.max_length} --doc-stride {params.doc_stride} --raw-dir {input} --out-dir {output} > {log} 2>&1"
+        "bertvision tokenize --task {wildcards.task} --settings {params.settings:q} --raw-dir {input} "
+        "--out-dir {output} > {log} 2>&1"

@@ -3,21 +3,20 @@ rule extract:
     frozen checkpoint (every real token's for span tasks and tasks with token_features), one
     HDF5 file per split."""
     input:
-        checkpoint=expand(CKPT_FILE, file="model.safetensors", allow_missing=True)[0],
+        checkpoint=expand(L.CHECKPOINT_FILE, file="model.safetensors", allow_missing=True)[0],
         tokens=rules.tokenize.output,
     output:
-        directory(expand(SHARD_DIR, n_shards=N_SHARDS, allow_missing=True)[0]),
+        directory(expand(L.SHARD_DIR, n_shards=S.shards, allow_missing=True)[0]),
     params:
+        checkpoint=L.CHECKPOINT_DIR,
         settings=as_json(S.extract()),
-        attrs=extract_attrs,
-        splits=lambda wc: splits_of(get_task(wc.task)),
-        n_shards=N_SHARDS,
-    conda:
-        ENV
+        compute=as_json(S.extract_compute()),
+        attrs=lambda wc: as_json(S.extract_attrs(run_of(wc))),
+        n_shards=S.shards,
     log:
-        "logs/extract/{task}/{model}-ft{ftseed}-ckpt{frac}-{shard}.log",
+        L.log("extract"),
     benchmark:
-        "benchmarks/extract/{task}/{model}-ft{ftseed}-ckpt{frac}-{shard}.tsv"
+        L.benchmark("extract")
     priority: 10
     threads: 1
     resources:
@@ -27,9 +26,9 @@ rule extract:
         runtime=extract_request("runtime"),
         micro_batches=micro_batches,
     shell:
-        "bertvision extract --checkpoint $(dirname {input.checkpoint}) --tokens-dir {input.tokens} "
-        "--splits {params.splits} --out-dir {output} --shard {wildcards.shard} --shards {params.n_shards} "
-        "--settings {params.settings:q} --attrs {params.attrs:q} "
+        "bertvision extract --task {wildcards.task} --checkpoint {params.checkpoint} --tokens-dir {input.tokens} "
+        "--out-dir {output} --shard {wildcards.shard} --shards {params.n_shards} "
+        "--settings {params.settings:q} --compute {params.compute:q} --attrs {params.attrs:q} "
         "--micro-batches {resources.micro_batches} --threads {threads} > {log} 2>&1"
 
 
@@ -38,17 +37,13 @@ rule feature_manifest:
     input:
         shard_dirs,
     output:
-        MANIFEST,
-    params:
-        splits=lambda wc: splits_of(get_task(wc.task)),
-    conda:
-        ENV
+        L.MANIFEST,
     log:
-        "logs/feature_manifest/{task}/{model}-ft{ftseed}-ckpt{frac}.log",
+        L.log("feature_manifest"),
     benchmark:
-        "benchmarks/feature_manifest/{task}/{model}-ft{ftseed}-ckpt{frac}.tsv"
+        L.benchmark("feature_manifest")
     resources:
         mem_mb=1000,
         runtime=lambda wc, attempt: 30 * attempt,
     shell:
-        "bertvision manifest --out {output} --splits {params.splits} --shard-dirs {input} > {log} 2>&1"
+        "bertvision manifest --task {wildcards.task} --out {output} --shard-dirs {input} > {log} 2>&1"

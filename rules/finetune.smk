@@ -5,32 +5,19 @@ rule finetune:
         tokens=rules.tokenize.output,
         raw=rules.download.output,
     output:
-        expand(
-            CKPT_FILE,
-            frac=S.fractions,
-            file=[
-                "model.safetensors",
-                "config.json",
-                "eval_metrics.json",
-                "eval_predictions.parquet",
-                "eval_logits.npz",
-            ],
-            allow_missing=True,
-        ),
+        expand(L.CHECKPOINT_FILE, frac=S.fractions, file=L.CHECKPOINT_FILES, allow_missing=True),
     params:
-        backbone=lambda wc: S.pretrained(wc.model),
-        settings=lambda wc: as_json(S.finetune(wc.task)),
-        out_dir="models/{model}/{task}/ft{ftseed}",
+        settings=lambda wc: as_json(S.finetune(wc.model, wc.task)),
+        compute=as_json(S.finetune_compute()),
+        out_dir=L.FINETUNE_DIR,
         bertvision=launcher,
-    conda:
-        ENV
     log:
-        "logs/finetune/{task}/{model}-ft{ftseed}.log",
+        L.log("finetune"),
     benchmark:
-        "benchmarks/finetune/{task}/{model}-ft{ftseed}.tsv"
+        L.benchmark("finetune")
     # fine-tuning first: every other stage of a task waits for it
     priority: 20
-    threads: THREADS
+    threads: S.threads
     resources:
         gpu=GPU,
         gpu_model=GPU_MODEL,
@@ -38,6 +25,7 @@ rule finetune:
         runtime=finetune_request("runtime"),
         micro_batches=micro_batches,
     shell:
-        "{params.bertvision} finetune --task {wildcards.task} --backbone {params.backbone:q} --tokens-dir {input.tokens} "
-        "--raw-dir {input.raw} --out-dir {params.out_dir} --seed {wildcards.ftseed} --settings {params.settings:q} "
+        "{params.bertvision} finetune --task {wildcards.task} --model {wildcards.model} "
+        "--settings {params.settings:q} --compute {params.compute:q} --tokens-dir {input.tokens} "
+        "--raw-dir {input.raw} --out-dir {params.out_dir} --seed {wildcards.ftseed} "
         "--micro-batches {resources.micro_batches} --threads {threads} > {log} 2>&1"

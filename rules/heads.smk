@@ -1,32 +1,32 @@
 rule train_heads:
-    """Every head configured for the task on one checkpoint's features, for every seed, into
-    {head}/seed{seed}/ (epochs chosen on the selection split; the evaluation splits are only
+    """Every head configured for the task on one checkpoint's features, for every seed, one run
+    directory each (epochs chosen on the selection split; the evaluation splits are only
     scored)."""
     input:
         manifest=rules.feature_manifest.output,
         raw=rules.download.output,
-        bert_logits=expand(CKPT_FILE, file="eval_logits.npz", allow_missing=True)[0],
+        bert_logits=expand(L.CHECKPOINT_FILE, file=L.BERT_LOGITS, allow_missing=True)[0],
         searched=lambda wc: searched_best(wc).values(),
     output:
-        directory(HEADS_DIR),
+        directory(L.HEADS_DIR),
     params:
         heads=lambda wc: as_json(S.task_heads(wc.task)),
         settings=lambda wc: as_json(S.head_training(wc.task)),
-        seeds=HEAD_SEEDS,
-        searched=searched_args,
-    conda:
-        ENV
+        runtime=as_json(S.head_runtime()),
+        seeds=S.head_seeds,
+        searched=lambda wc: searched_args(wc),
     log:
-        "logs/train_heads/{task}/{model}-ft{ftseed}-ckpt{frac}.log",
+        L.log("train_heads"),
     benchmark:
-        "benchmarks/train_heads/{task}/{model}-ft{ftseed}-ckpt{frac}.tsv"
+        L.benchmark("train_heads")
     threads: 1
     resources:
         mem_mb=heads_request("mem_mb", head_runs),
         runtime=heads_request("runtime", head_runs),
     shell:
         "bertvision train-heads --task {wildcards.task} --heads {params.heads:q} --settings {params.settings:q} "
-        "--manifest {input.manifest} --raw-dir {input.raw} --bert-logits {input.bert_logits} --seeds {params.seeds} --out-dir {output} "
+        "--runtime {params.runtime:q} --manifest {input.manifest} --raw-dir {input.raw} "
+        "--bert-logits {input.bert_logits} --seeds {params.seeds} --out-dir {output} "
         "--searched {params.searched} --threads {threads} > {log} 2>&1"
 
 
@@ -36,53 +36,52 @@ rule train_heads_subset:
     input:
         manifest=rules.feature_manifest.output,
         raw=rules.download.output,
-        bert_logits=expand(CKPT_FILE, file="eval_logits.npz", allow_missing=True)[0],
+        bert_logits=expand(L.CHECKPOINT_FILE, file=L.BERT_LOGITS, allow_missing=True)[0],
         searched=lambda wc: searched_best(wc, S.data_fraction_heads(wc.task)).values(),
     output:
-        directory(SUBSET_HEADS_DIR),
+        directory(L.SUBSET_HEADS_DIR),
     params:
         heads=lambda wc: as_json(S.data_fraction_heads(wc.task)),
         settings=lambda wc: as_json(S.head_training(wc.task)),
-        seeds=HEAD_SEEDS,
-        searched=searched_args,
-    conda:
-        ENV
+        runtime=as_json(S.head_runtime()),
+        seeds=S.head_seeds,
+        searched=lambda wc: searched_args(wc, S.data_fraction_heads(wc.task)),
     log:
-        "logs/train_heads_subset/{task}/{model}-ft{ftseed}-ckpt{frac}-data{pct}.log",
+        L.log("train_heads_subset"),
     benchmark:
-        "benchmarks/train_heads_subset/{task}/{model}-ft{ftseed}-ckpt{frac}-data{pct}.tsv"
+        L.benchmark("train_heads_subset")
     threads: 1
     resources:
         mem_mb=heads_request("mem_mb", subset_runs),
         runtime=heads_request("runtime", subset_runs),
     shell:
         "bertvision train-heads --task {wildcards.task} --heads {params.heads:q} --settings {params.settings:q} "
-        "--manifest {input.manifest} --raw-dir {input.raw} --bert-logits {input.bert_logits} --seeds {params.seeds} "
-        "--out-dir {output} --searched {params.searched} --train-fraction {wildcards.pct} --threads {threads} "
-        "> {log} 2>&1"
+        "--runtime {params.runtime:q} --manifest {input.manifest} --raw-dir {input.raw} "
+        "--bert-logits {input.bert_logits} --seeds {params.seeds} --out-dir {output} "
+        "--searched {params.searched} --train-fraction {wildcards.pct} --threads {threads} > {log} 2>&1"
 
 
 rule transfer:
     """Cross-checkpoint transfer: every head trained on one checkpoint's features, evaluated
     on every other checkpoint's features of the same fine-tuning run."""
     input:
-        heads=lambda wc: [HEADS_DIR.format(**wc, frac=f) for f in S.fractions],
-        manifests=lambda wc: [MANIFEST.format(**wc, frac=f) for f in S.fractions],
+        heads=lambda wc: [L.HEADS_DIR.format(**wc, frac=f) for f in S.fractions],
+        manifests=lambda wc: [L.MANIFEST.format(**wc, frac=f) for f in S.fractions],
         raw=rules.download.output,
     output:
-        TRANSFER_FILE,
+        L.TRANSFER_FILE,
     params:
         settings=lambda wc: as_json(S.head_training(wc.task)),
-    conda:
-        ENV
+        runtime=as_json(S.head_runtime()),
     log:
-        "logs/transfer/{task}/{model}-ft{ftseed}.log",
+        L.log("transfer"),
     benchmark:
-        "benchmarks/transfer/{task}/{model}-ft{ftseed}.tsv"
+        L.benchmark("transfer")
     threads: 1
     resources:
         mem_mb=heads_request("mem_mb", one_run),
         runtime=heads_request("runtime", one_run),
     shell:
         "bertvision transfer --task {wildcards.task} --head-dirs {input.heads} --manifests {input.manifests} "
-        "--raw-dir {input.raw} --settings {params.settings:q} --out {output} --threads {threads} > {log} 2>&1"
+        "--raw-dir {input.raw} --settings {params.settings:q} --runtime {params.runtime:q} --out {output} "
+        "--threads {threads} > {log} 2>&1"

@@ -1,12 +1,12 @@
 rule plots:
     """Score vs epochs per task, score vs parameters, and the learned layer weights."""
     input:
-        tables=["results/tables/glue.csv", "results/tables/squad.csv"],
+        tables=[rules.tables.output.glue_csv, rules.tables.output.squad_csv],
         heads=all_head_dirs(),
     output:
         epochs=[
             report(
-                f"results/plots/{task}-score-vs-epochs.png",
+                L.plot(L.score_vs_epochs_plot(task)),
                 category="Plots",
                 subcategory="Score vs epochs",
                 caption="../workflow/report/score_vs_epochs.rst",
@@ -14,24 +14,17 @@ rule plots:
             for task in S.tasks
         ],
         params=report(
-            "results/plots/score-vs-parameters.png",
-            category="Plots",
-            caption="../workflow/report/score_vs_parameters.rst",
+            L.plot("score-vs-parameters"), category="Plots", caption="../workflow/report/score_vs_parameters.rst"
         ),
-        layers=report(
-            "results/plots/layer-weights.png",
-            category="Plots",
-            caption="../workflow/report/layer_weights.rst",
-        ),
+        layers=report(L.plot("layer-weights"), category="Plots", caption="../workflow/report/layer_weights.rst"),
     params:
         tasks=S.tasks,
-    conda:
-        ENV
+        out_dir=L.PLOTS_DIR,
     log:
-        "logs/plots.log",
+        L.log("plots"),
     shell:
         "bertvision plots --tables {input.tables} --head-dirs {input.heads} --tasks {params.tasks} "
-        "--out-dir results/plots > {log} 2>&1"
+        "--out-dir {params.out_dir} > {log} 2>&1"
 
 
 rule plot_data_fraction:
@@ -39,10 +32,8 @@ rule plot_data_fraction:
     input:
         rules.experiment_tables.output.data_fraction_csv,
     output:
-        report("results/plots/data-fraction.png", category="Plots", caption="../workflow/report/data_fraction_plot.rst"),
-    conda:
-        ENV
+        report(L.plot("data-fraction"), category="Plots", caption="../workflow/report/data_fraction_plot.rst"),
     log:
-        "logs/plot_data_fraction.log",
+        L.log("plot_data_fraction"),
     shell:
         "bertvision plot-data-fraction --table {input} --out {output} > {log} 2>&1"

@@ -5,42 +5,39 @@ rule search_worker:
         manifest=rules.feature_manifest.output,
         raw=rules.download.output,
     output:
-        SEARCH_WORKER,
+        L.SEARCH_WORKER,
     params:
+        study=lambda wc: as_json({k: wc[k] for k in ("model", "task", "ftseed", "frac", "head")}),
         spec=lambda wc: as_json(S.task_heads(wc.task)[wc.head]),
         settings=lambda wc: as_json(S.head_training(wc.task)),
+        runtime=as_json(S.head_runtime()),
         search=as_json(S.search()),
         storage=study_storage,
-        label=lambda wc: f"{wc.model}/{wc.task}/ft{wc.ftseed}/ckpt-{wc.frac}/{wc.head}",
-    conda:
-        ENV
     log:
-        "logs/search_worker/{task}/{model}-ft{ftseed}-ckpt{frac}-{head}-{worker}.log",
+        L.log("search_worker"),
     benchmark:
-        "benchmarks/search_worker/{task}/{model}-ft{ftseed}-ckpt{frac}-{head}-{worker}.tsv"
+        L.benchmark("search_worker")
     threads: 1
     resources:
         mem_mb=heads_request("mem_mb", trials_per_worker),
         runtime=heads_request("runtime", trials_per_worker),
     shell:
-        "bertvision search-worker --task {wildcards.task} --head {wildcards.head} --spec {params.spec:q} "
-        "--settings {params.settings:q} --search {params.search:q} --manifest {input.manifest} "
-        "--raw-dir {input.raw} --storage {params.storage:q} --study-label {params.label:q} "
+        "bertvision search-worker --task {wildcards.task} --study {params.study:q} --spec {params.spec:q} "
+        "--settings {params.settings:q} --runtime {params.runtime:q} --search {params.search:q} "
+        "--manifest {input.manifest} --raw-dir {input.raw} --storage {params.storage:q} "
         "--worker {wildcards.worker} --out {output} --threads {threads} > {log} 2>&1"
 
 
 rule search_best:
     """The study's best parameters and trial counts, once every worker has finished."""
     input:
-        lambda wc: expand(SEARCH_WORKER, worker=range(SEARCH_WORKERS), **wc),
+        lambda wc: expand(L.SEARCH_WORKER, worker=range(S.search_workers), **wc),
     output:
-        SEARCH_BEST,
-    conda:
-        ENV
+        L.SEARCH_BEST,
     log:
-        "logs/search_best/{task}/{model}-ft{ftseed}-ckpt{frac}-{head}.log",
+        L.log("search_best"),
     benchmark:
-        "benchmarks/search_best/{task}/{model}-ft{ftseed}-ckpt{frac}-{head}.tsv"
+        L.benchmark("search_best")
     resources:
         mem_mb=1000,
         runtime=lambda wc, attempt: 10 * attempt,

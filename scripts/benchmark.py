@@ -23,16 +23,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bertvision.backbone import resolve_pretrained
-from bertvision.batching import TokenizedSplit, bucketed_batches, collate, padding_ratio
-from bertvision.config import Settings, validate_config
-from bertvision.data.download import download_task
-from bertvision.device import pick_device, set_threads, to_device
-from bertvision.extract import extract_shard, iter_blocks, load_encoder, plain_forward
-from bertvision.features import FeatureSet, write_manifest
-from bertvision.tasks import get_task, splits_of
-from bertvision.tokenization import tokenize_task
-from bertvision.train_head import train_heads
+from bertvision.config.workflow import Settings, validate_config
+from bertvision.data.tokenized import TokenizedSplit, bucketed_batches, collate, padding_ratio
+from bertvision.features.store import FeatureSet, write_manifest
+from bertvision.models.backbone import resolve_pretrained
+from bertvision.registry.tasks import get_task, splits_of
+from bertvision.runtime.device import pick_device, set_threads, to_device
+from bertvision.stages.download import download_task
+from bertvision.stages.extract import extract_shard, iter_blocks, load_encoder, plain_forward
+from bertvision.stages.tokenize import tokenize_task
+from bertvision.stages.train_heads import train_heads
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -10,6 +10,19 @@ SHARED_DATA = Path(os.environ.get("BERTVISION_SHARED_DATA", REPO.parent / "share
 SHIPPED_GLUE = REPO / "resources" / "glue"
 
 
+def workflow_settings(**sections):
+    """WorkflowSettings of a minimal config (the default backbone, MRPC from the shipped GLUE
+    files) with ``sections`` replacing its top-level sections: the typed settings of every
+    stage, with every default from the schema."""
+    from bertvision.config.schema import validate_config
+    from bertvision.config.workflow import WorkflowSettings
+    from tests.tiny_bert import DEFAULT_BACKBONE
+
+    config = {"backbones": {"m": {"pretrained": DEFAULT_BACKBONE}}, "tasks": {"mrpc": None},
+              "data": {"glue_dir": str(SHIPPED_GLUE), "squad_dir": str(REPO / "resources" / "squad2")}, **sections}
+    return WorkflowSettings(validate_config(config))
+
+
 @pytest.fixture(scope="session")
 def tiny_bert(tmp_path_factory) -> Path:
     from tests.tiny_bert import make_tiny_bert

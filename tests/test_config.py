@@ -1,13 +1,18 @@
-"""Configuration: the schema fills defaults, rejects bad values with the key path, and every
-shipped config validates."""
+"""Configuration: the schema (with its registry-made parts) fills defaults and rejects bad
+values with the key path; the cross-key checks fail at load time; every shipped config
+validates; each stage's typed settings round-trip strictly."""
 
 import copy
-from pathlib import Path
 
 import pytest
 import yaml
 
-from bertvision.config import ConfigError, Settings, load_config, validate_config
+from bertvision.config.schema import load_schema, validate_config
+from bertvision.config.settings import FinetuneSettings, HeadTrainingSettings
+from bertvision.config.workflow import WorkflowSettings, load_config
+from bertvision.errors import ConfigError, SettingsError
+from bertvision.registry.heads import HEAD_TYPES, searchable_parameters
+from bertvision.registry.tasks import TASKS
 from tests.conftest import REPO
 
 SHIPPED = [REPO / "config.yaml", *sorted((REPO / "configs").glob("*.yaml"))]
@@ -29,27 +34,47 @@ def test_defaults_are_filled_from_the_schema():
     assert config["heads"]["seeds"] == [1, 2, 3]
     assert config["data"]["selection_fraction"] == 0.1
     assert set(config["heads"]["models"]) >= {"lp", "ap", "adapter64"}
+    # head options take the defaults registered with their type
+    assert config["heads"]["models"]["adapter64"] == {"type": "adapter", "width": 64, "shared": True, "skip": False,
+                                                     "dropout": 0.0}
+
+
+def test_the_schema_follows_the_registries():
+    schema = load_schema()
+    assert schema["properties"]["tasks"]["propertyNames"]["enum"] == list(TASKS)
+    head = schema["properties"]["heads"]["properties"]["models"]["additionalProperties"]
+    assert head["properties"]["type"]["enum"] == list(HEAD_TYPES)
+    space = schema["properties"]["search"]["properties"]["space"]
+    assert set(space["propertyNames"]["enum"]) == set(searchable_parameters()) >= {"learning_rate", "width"}
 
 
 def test_task_overrides_merge_over_global_settings():
     config = minimal()
     config["finetune"] = {"settings": {"learning_rate": 3e-5}}
     config["tasks"]["mrpc"] = {"finetune": {"batch_size": 16}, "max_length": 100}
-    settings = Settings(validate_config(config))
-    ft = settings.finetune("mrpc")
-    assert ft["learning_rate"] == 3e-5 and ft["batch_size"] == 16 and ft["warmup_ratio"] == 0.1
+    settings = WorkflowSettings(validate_config(config))
+    ft = settings.finetune("m", "mrpc")
+    assert ft.learning_rate == 3e-5 and ft.batch_size == 16 and ft.warmup_ratio == 0.1
+    assert ft.backbone == "bert-base-uncased" and ft.epoch_fractions == (0.0, 0.3, 1.0)
     assert settings.max_length("mrpc") == 100
     assert settings.fractions == ["0", "0.3", "1"]
+    assert settings.tokenize("m", "mrpc").doc_stride is None
 
 
 @pytest.mark.parametrize(
     "mutate, message",
     [
-        (lambda c: c["tasks"].update({"squadx": None}), r"tasks: 'squadx' is not one of"),
+        (lambda c: c["tasks"].update({"squadx": None}), r"x.yaml: tasks: 'squadx' is not one of"),
         (lambda c: c.update({"finetune": {"epoch_fractions": [-1]}}), r"finetune.epoch_fractions.0: -1 is less than"),
         (lambda c: c.update({"heads": {"models": {"x": {"type": "cnn"}}}}), r"heads.models.x.type: 'cnn' is not one of"),
+        (lambda c: c.update({"heads": {"models": {"x": {"type": "lp", "width": 8}}}}),
+         r"heads.models.x: Additional properties are not allowed \('width' was unexpected\)"),
+        (lambda c: c.update({"heads": {"models": {"x": {"type": "adapter", "width": 0}}}}),
+         r"heads.models.x.width: 0 is less than the minimum of 1"),
         (lambda c: c.update({"data": {"selection_fraction": 1.5}}), r"data.selection_fraction: 1.5 is greater"),
         (lambda c: c.update({"extract": {"shards": 0}}), r"extract.shards: 0 is less than the minimum of 1"),
+        (lambda c: c.update({"search": {"space": {"momentum": {"low": 0, "high": 1}}}}),
+         r"search.space: 'momentum' is not one of"),
         (lambda c: c.update({"typo": 1}), r"Additional properties are not allowed \('typo'"),
     ],
 )
@@ -63,11 +88,66 @@ def test_bad_values_name_the_key(mutate, message):
 def test_error_names_the_file(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({"tasks": {"mrpc": None}}))
-    with pytest.raises(ConfigError, match=r"bad.yaml: invalid configuration\n  \(top level\): 'backbones' is a required"):
+    with pytest.raises(ConfigError, match=r"bad.yaml: \(top level\): 'backbones' is a required property$"):
         load_config(bad)
+    bad.write_text("tasks:\n  mrpc: [\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml:3: not valid YAML"):
+        load_config(bad)
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda c: c["backbones"]["m"].update(pretrained="./no/such/model"),
+         r"backbones.m.pretrained: ./no/such/model: no such local directory"),
+        (lambda c: c["backbones"]["m"].update(pretrained="/data/models/bert"), r"no such local directory"),
+        (lambda c: c["backbones"]["m"].update(pretrained="python-package:no_such_pkg/model"),
+         r"Python package 'no_such_pkg' is not installed"),
+        (lambda c: c["tasks"].update({"mrpc": {"heads": ["nope"]}}), r"tasks.mrpc.heads: \['nope'\] are not in heads"),
+        (lambda c: c["tasks"].update({"mrpc": {"search_heads": ["nope"]}}), r"tasks.mrpc.search_heads"),
+        (lambda c: c.update({"experiments": {"transfer": {"tasks": ["rte"]}}}), r"experiments.transfer.tasks"),
+        (lambda c: c.update({"experiments": {"data_fraction": {"tasks": ["mrpc"], "checkpoints": [2]}}}),
+         r"experiments.data_fraction.checkpoints: \['2'\]"),
+    ],
+)
+def test_cross_key_problems_fail_when_the_config_loads(mutate, message):
+    config = minimal()
+    mutate(config)
+    with pytest.raises(ConfigError, match=message):
+        WorkflowSettings(validate_config(config))
+
+
+def test_a_hub_id_is_not_a_missing_folder():
+    for ref in ("bert-base-uncased", "google/electra-small-discriminator"):
+        config = minimal()
+        config["backbones"]["m"]["pretrained"] = ref
+        WorkflowSettings(validate_config(config))
 
 
 def test_validation_does_not_share_default_objects():
     a, b = validate_config(minimal()), validate_config(minimal())
     a["heads"]["models"]["lp"]["dropout"] = 0.5
-    assert "dropout" not in b["heads"]["models"]["lp"]
+    assert b["heads"]["models"]["lp"]["dropout"] == 0.0
+
+
+def test_stage_settings_round_trip_strictly():
+    settings = WorkflowSettings(validate_config(minimal()))
+    ft = settings.finetune("m", "mrpc")
+    assert FinetuneSettings.from_json(ft.to_json()) == ft
+    data = ft.to_dict()
+    with pytest.raises(SettingsError, match=r"missing key\(s\) \['learning_rate'\]"):
+        FinetuneSettings.from_dict({k: v for k, v in data.items() if k != "learning_rate"})
+    with pytest.raises(SettingsError, match=r"unknown key\(s\) \['lr'\]"):
+        FinetuneSettings.from_dict({**data, "lr": 1})
+    with pytest.raises(SettingsError, match=r"--settings: batch_size: expected int, got '32'"):
+        FinetuneSettings.from_dict({**data, "batch_size": "32"})
+    help_text = HeadTrainingSettings.describe()
+    assert "patience (config heads.training.patience): Stop after this many epochs" in help_text
+
+
+def test_every_shipped_config_builds_its_settings():
+    for path in SHIPPED:
+        settings = WorkflowSettings.from_file(path)
+        for run in settings.runs():
+            settings.finetune(run.model, run.task), settings.head_training(run.task), settings.download(run.task)
+        copy.deepcopy(settings.config)

@@ -5,9 +5,10 @@ import pandas as pd
 import pytest
 import torch
 
-from bertvision.device import autocast_dtype, pick_device
-from bertvision.extract import extract_shard
-from bertvision.features import read_shard
+from bertvision.config.settings import ExtractCompute, ExtractSettings
+from bertvision.features.store import read_shard
+from bertvision.runtime.device import autocast_dtype, pick_device
+from bertvision.stages.extract import extract_shard
 
 ATTRS = {"model": "tiny", "task": "sst2", "checkpoint": "0", "ft_seed": 1, "label_kind": "classification"}
 
@@ -43,7 +44,8 @@ def test_bf16_autocast_extraction_matches_fp32(tmp_path, tiny_bert):
     for precision in ("fp32", "bf16"):
         out = tmp_path / precision / "shard-0-of-1"
         extract_shard(tiny_bert, tmp_path / "tokens", out, 0, 1, ["train"],
-                      {"batch_size": 8, "block_rows": 16, "device": "cpu", "precision": precision}, ATTRS, threads=1)
+                      ExtractSettings(batch_size=8, block_rows=16, block_tokens=65536),
+                      ExtractCompute(device="cpu", precision=precision), ATTRS, threads=1)
         states[precision] = read_shard(out / "train.h5")[0].astype(np.float32)
     assert states["fp32"].shape == (n, 3, 32)
     assert np.abs(states["fp32"] - states["bf16"]).max() < 0.1
@@ -54,14 +56,15 @@ def test_bf16_autocast_extraction_matches_fp32(tmp_path, tiny_bert):
 def test_extraction_spread_over_device_replicas_equals_one_device(tmp_path, tiny_bert, attrs):
     """A job given several GPUs runs one encoder replica per GPU; two CPU replicas take the
     same code path here, and must write the same features as one."""
-    from bertvision.features import read_token_shard
+    from bertvision.features.store import read_token_shard
 
     write_tokens(tmp_path)
-    settings = {"batch_size": 4, "block_rows": 16, "block_tokens": 200, "device": "cpu", "precision": "fp32"}
+    settings = ExtractSettings(batch_size=4, block_rows=16, block_tokens=200)
+    compute = ExtractCompute(device="cpu", precision="fp32")
     outs = {}
     for replicas in (1, 2):
         out = tmp_path / f"replicas{replicas}" / "shard-0-of-1"
-        extract_shard(tiny_bert, tmp_path / "tokens", out, 0, 1, ["train"], settings, attrs, threads=1,
+        extract_shard(tiny_bert, tmp_path / "tokens", out, 0, 1, ["train"], settings, compute, attrs, threads=1,
                       devices=[torch.device("cpu")] * replicas)
         outs[replicas] = out / "train.h5"
     one, two = read_shard(outs[1]), read_shard(outs[2])
@@ -78,7 +81,7 @@ def test_parallel_jobs_claim_different_gpus_and_release_them_on_exit(tmp_path):
     import subprocess
     import sys
 
-    script = ("import time; from bertvision.device import claim_slot; "
+    script = ("import time; from bertvision.runtime.device import claim_slot; "
               f"i = claim_slot(2, {str(tmp_path)!r}, poll_seconds=0.1); print(i, flush=True); time.sleep(60)")
     holders = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True) for _ in range(2)]
     slots = [int(h.stdout.readline()) for h in holders]

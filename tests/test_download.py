@@ -4,16 +4,15 @@ hub code path exercised against a local dataset repository."""
 import pandas as pd
 import pytest
 
-from bertvision.data.download import carve_selection, download_task, subsample
 from bertvision.data.glue_files import locate, parse_split
-from bertvision.tasks import get_task
-from tests.conftest import SHIPPED_GLUE
+from bertvision.registry.tasks import get_task
+from bertvision.stages.download import carve_selection, download_task, subsample
+from tests.conftest import SHIPPED_GLUE, workflow_settings
 
 
 def settings(**kw):
-    base = {"source": "local", "glue_dir": str(SHIPPED_GLUE), "hub_repo": None, "seed": 13,
-            "selection_fraction": 0.1, "train_size": None, "eval_size": None}
-    return {**base, **kw}
+    """The download settings of MRPC in a default config, with ``kw`` replaced."""
+    return workflow_settings().download("mrpc").replace(**kw)
 
 
 def test_local_download_writes_all_splits(tmp_path):

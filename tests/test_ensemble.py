@@ -3,7 +3,14 @@
 import numpy as np
 import pytest
 
-from bertvision.ensemble import combine, ensemble_examples, ensemble_windows, load_logits, save_logits, softmax
+from bertvision.evaluation.ensemble import (
+    combine,
+    ensemble_examples,
+    ensemble_windows,
+    load_logits,
+    save_logits,
+    softmax,
+)
 
 
 def test_logits_round_trip(tmp_path):

@@ -12,7 +12,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bertvision.features import BatchStream, FeatureError, FeatureSet, ShardWriter, shard_rows, write_manifest
+from bertvision.errors import FeatureError
+from bertvision.features.store import FeatureSet, ShardWriter, shard_rows, write_manifest
+from bertvision.features.stream import BatchStream
 from tests.conftest import REPO
 
 ATTRS = {"model": "m", "task": "mrpc", "checkpoint": "0.3", "ft_seed": 1, "label_kind": "classification",
@@ -119,7 +121,7 @@ def test_failed_writer_leaves_no_file(tmp_path):
 
 
 def test_chunks_tile_the_rows():
-    from bertvision.features import chunk_rows
+    from bertvision.features.store import chunk_rows
 
     for n in (1, 100, 900, 1408, 100_000):
         for row_bytes in (5376, 19968, 51200):
@@ -147,39 +149,43 @@ def test_shard_rows_tile_exactly():
 
 
 def test_killed_extraction_leaves_nothing_a_rerun_accepts(tmp_path, tiny_bert):
-    """SIGKILL an extraction midway: the shard directory must not exist, only a temporary one."""
-    from tests.tiny_bert import DEFAULT_BACKBONE  # noqa: F401  (the tiny model shares its vocab)
-
-    n = 4000
+    """SIGKILL an extraction midway: the shard directory must not exist, only a scratch one,
+    which the next attempt clears before it writes the shard."""
     rng = np.random.default_rng(0)
-    tokens = pd.DataFrame({
-        "idx": np.arange(n),
-        "input_ids": [np.r_[101, rng.integers(1000, 5000, 60), 102].astype(np.int32) for _ in range(n)],
-        "token_type_ids": [np.zeros(62, np.int8) for _ in range(n)],
-        "length": np.full(n, 62, np.int32),
-        "label": rng.integers(0, 2, n),
-    })
     tokens_dir = tmp_path / "tokens"
     tokens_dir.mkdir()
-    tokens.to_parquet(tokens_dir / "train.parquet")
+    for split, n in (("train", 4000), ("selection", 8), ("dev", 8)):
+        pd.DataFrame({
+            "idx": np.arange(n),
+            "input_ids": [np.r_[101, rng.integers(1000, 5000, 60), 102].astype(np.int32) for _ in range(n)],
+            "token_type_ids": [np.zeros(62, np.int8) for _ in range(n)],
+            "length": np.full(n, 62, np.int32),
+            "label": rng.integers(0, 2, n),
+        }).to_parquet(tokens_dir / f"{split}.parquet")
     out_dir = tmp_path / "features" / "shard-0-of-1"
-    cmd = [sys.executable, "-m", "bertvision", "extract", "--checkpoint", str(tiny_bert),
-           "--tokens-dir", str(tokens_dir), "--splits", "train", "--out-dir", str(out_dir),
-           "--shard", "0", "--shards", "1", "--threads", "1",
-           "--settings", json.dumps({"batch_size": 1, "block_rows": 64, "device": "cpu", "precision": "fp32"}),
-           "--attrs", json.dumps({k: v for k, v in ATTRS.items() if k != "encoder_parameters"})]
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def extract(batch_size: int):
+        return [sys.executable, "-m", "bertvision", "extract", "--task", "mrpc", "--checkpoint", str(tiny_bert),
+                "--tokens-dir", str(tokens_dir), "--out-dir", str(out_dir), "--shard", "0", "--shards", "1",
+                "--threads", "1",
+                "--settings", json.dumps({"batch_size": batch_size, "block_rows": 64, "block_tokens": 65536}),
+                "--compute", json.dumps({"device": "cpu", "precision": "fp32"}),
+                "--attrs", json.dumps({k: v for k, v in ATTRS.items() if k != "encoder_parameters"})]
+
+    proc = subprocess.Popen(extract(1), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    scratch = tmp_path / "features" / ".shard-0-of-1.tmp"
     deadline = time.time() + 120
-    tmp_h5 = None
-    while time.time() < deadline and tmp_h5 is None:
-        found = list((tmp_path / "features").glob(".shard-0-of-1.tmp-*/.train.h5.tmp-*"))
-        tmp_h5 = found[0] if found and found[0].stat().st_size > 0 else None
+    while time.time() < deadline and not (scratch / ".train.h5.tmp").exists():
         time.sleep(0.05)
-    assert tmp_h5 is not None, "extraction never started writing"
+    assert (scratch / ".train.h5.tmp").exists(), "extraction never started writing"
     assert proc.poll() is None, "extraction finished before it could be killed; give it more rows"
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    assert not out_dir.exists()
+    assert not out_dir.exists() and scratch.exists()
     with pytest.raises(FeatureError):
         write_manifest([out_dir], tmp_path / "features" / "manifest.json", ["train"])
     assert not (tmp_path / "features" / "manifest.json").exists()
+
+    subprocess.run(extract(256), cwd=REPO, check=True, capture_output=True)
+    assert sorted(p.name for p in (tmp_path / "features").iterdir()) == ["shard-0-of-1"]
+    assert sorted(p.name for p in out_dir.iterdir()) == ["dev.h5", "selection.h5", "train.h5"]

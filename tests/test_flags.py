@@ -2,8 +2,8 @@
 
 import pandas as pd
 
-from bertvision.flags import metric_flag, prediction_flags
-from bertvision.tasks import get_task
+from bertvision.evaluation.flags import metric_flag, prediction_flags
+from bertvision.registry.tasks import get_task
 
 
 def write(tmp_path, predictions, split="dev"):
@@ -29,6 +29,8 @@ def test_only_the_evaluation_splits_count(tmp_path):
 
 
 def test_chance_level_scores():
-    assert metric_flag("mcc", 0.004) == "mcc ≈ 0"
-    assert metric_flag("mcc", 0.3) is None
-    assert metric_flag("accuracy", 0.0) is None
+    cola, stsb = get_task("cola"), get_task("stsb")
+    assert metric_flag(cola, "mcc", 0.004) == "mcc ≈ 0"
+    assert metric_flag(cola, "mcc", 0.3) is None
+    assert metric_flag(cola, "accuracy", 0.0) is None
+    assert metric_flag(stsb, "spearman", -0.01) == "spearman ≈ 0"

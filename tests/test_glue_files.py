@@ -5,7 +5,7 @@ import gzip
 import pytest
 
 from bertvision.data.glue_files import DataFormatError, locate, parse_split
-from bertvision.tasks import TASKS, get_task
+from bertvision.registry.tasks import TASKS, get_task
 from tests.conftest import SHIPPED_GLUE
 
 # Published GLUE row counts (train, dev).

@@ -1,16 +1,25 @@
 """Head parameter counts, shapes and gradients."""
 
+import inspect
+
 import pytest
 import torch
 
-from bertvision.heads import AdapterPoolerHead, LayerMeanHead, ScalarMixHead, build_head, count_parameters
+from bertvision.models.heads import AdapterPoolerHead, LayerMeanHead, ScalarMixHead, build_head, count_parameters
+from bertvision.registry.heads import HEAD_TYPES
 
 L, H, C = 7, 384, 2
 
 
+def adapter(layers, hidden, outputs, **options) -> AdapterPoolerHead:
+    head = build_head({"type": "adapter", **options}, layers, hidden, outputs)
+    assert isinstance(head, AdapterPoolerHead)
+    return head
+
+
 def test_scalar_mix_parameter_count_and_gradients():
-    head = ScalarMixHead(L, H, C)
-    assert count_parameters(head) == L + 1 + H * C + C
+    head = build_head({"type": "lp"}, L, H, C)
+    assert isinstance(head, ScalarMixHead) and count_parameters(head) == L + 1 + H * C + C
     assert isinstance(head.layer_logits, torch.nn.Parameter) and isinstance(head.gamma, torch.nn.Parameter)
     x = torch.randn(4, L, H)
     # Make layers distinguishable so the mixing weights matter.
@@ -21,7 +30,7 @@ def test_scalar_mix_parameter_count_and_gradients():
 
 
 def test_scalar_mix_softmax_is_over_weights_not_data():
-    head = ScalarMixHead(L, H, C)
+    head = build_head({"type": "lp"}, L, H, C)
     with torch.no_grad():
         head.layer_logits.copy_(torch.tensor([10.0] + [-10.0] * (L - 1)))
     x = torch.randn(3, L, H)
@@ -31,14 +40,15 @@ def test_scalar_mix_softmax_is_over_weights_not_data():
 
 
 def test_layer_mean_parameter_count():
-    assert count_parameters(LayerMeanHead(L, H, C)) == H * C + C
+    head = build_head({"type": "mean"}, L, H, C)
+    assert isinstance(head, LayerMeanHead) and count_parameters(head) == H * C + C
 
 
 @pytest.mark.parametrize("width", [8, 64])
 @pytest.mark.parametrize("skip", [False, True])
 def test_adapter_parameter_counts(width, skip):
-    shared = AdapterPoolerHead(L, H, C, width=width, shared=True, skip=skip)
-    independent = AdapterPoolerHead(L, H, C, width=width, shared=False, skip=skip)
+    shared = adapter(L, H, C, width=width, shared=True, skip=skip)
+    independent = adapter(L, H, C, width=width, shared=False, skip=skip)
     classifier = (L * width + (H if skip else 0)) * C + C
     assert count_parameters(shared) == H * width + width + classifier
     assert count_parameters(independent) == L * (H * width + width) + classifier
@@ -46,12 +56,12 @@ def test_adapter_parameter_counts(width, skip):
 
 def test_adapter_matches_original_paper_size():
     # BERT-large, adapter 386 shared: 395,650 adapter parameters (reference §2.3).
-    head = AdapterPoolerHead(25, 1024, 2, width=386, shared=True)
+    head = adapter(25, 1024, 2, width=386, shared=True)
     assert count_parameters(head.adapter) == 395_650
 
 
 def test_independent_adapter_uses_one_projection_per_layer():
-    head = AdapterPoolerHead(3, 8, 2, width=4, shared=False)
+    head = adapter(3, 8, 2, width=4, shared=False)
     x = torch.randn(5, 3, 8)
     z = torch.einsum("blh,lha->bla", x, head.weight) + head.bias
     for layer in range(3):
@@ -60,7 +70,7 @@ def test_independent_adapter_uses_one_projection_per_layer():
 
 
 def test_skip_concatenates_last_layer():
-    head = AdapterPoolerHead(3, 8, 1, width=4, skip=True)
+    head = adapter(3, 8, 1, width=4, skip=True)
     x = torch.randn(2, 3, 8)
     with torch.no_grad():
         head.classifier.weight.zero_()
@@ -74,6 +84,20 @@ def test_build_head_registry():
     assert build_head({"type": "adapter", "width": 16}, L, H, 1)(torch.randn(2, L, H)).shape == (2, 1)
     with pytest.raises(KeyError, match="unknown head type"):
         build_head({"type": "cnn"}, L, H, C)
+    with pytest.raises(ValueError, match=r"head type 'lp' has no option\(s\) \['width'\]"):
+        build_head({"type": "lp", "width": 3}, L, H, C)
+
+
+@pytest.mark.parametrize("name", list(HEAD_TYPES))
+def test_registered_options_are_the_constructor_arguments(name):
+    """A head class takes (layers, hidden, outputs) and exactly its registered options, keyword
+    only and without defaults: the registry (and the schema made from it) owns the defaults."""
+    head_type = HEAD_TYPES[name]
+    params = inspect.signature(head_type.load()).parameters
+    assert list(params)[:3] == ["layers", "hidden", "outputs"]
+    options = {n: p for n, p in params.items() if p.kind is p.KEYWORD_ONLY}
+    assert set(options) == set(head_type.options) and len(params) == 3 + len(options)
+    assert all(p.default is p.empty for p in options.values())
 
 
 @pytest.mark.parametrize("spec", [{"type": "lp"}, {"type": "mean"}, {"type": "adapter", "width": 8, "skip": True},

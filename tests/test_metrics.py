@@ -5,7 +5,7 @@ import pytest
 from scipy import stats
 from sklearn import metrics as skm
 
-from bertvision.metrics import accuracy, f1, mcc, pearson, spearman
+from bertvision.registry.metrics import accuracy, f1, mcc, pearson, spearman
 
 
 @pytest.mark.parametrize("seed", range(5))

@@ -1,7 +1,7 @@
 """Job requests computed from the config: they grow with the model, the sequence length,
 the batch, the data and the attempt."""
 
-from bertvision.resources import EncoderShape, extract_request, finetune_request, heads_request
+from bertvision.runtime.resources import EncoderShape, extract_request, finetune_request, heads_request
 from tests.tiny_bert import DEFAULT_BACKBONE
 
 BASE = EncoderShape(12, 768, 30522)

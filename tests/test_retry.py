@@ -9,9 +9,8 @@ import sys
 import pytest
 from safetensors.torch import load_file
 
-from bertvision.config import Settings, validate_config
-from bertvision.device import SIMULATE_OOM_ENV
-from tests.conftest import SHIPPED_GLUE
+from bertvision.runtime.device import SIMULATE_OOM_ENV
+from tests.conftest import workflow_settings
 
 
 @pytest.fixture(scope="module")
@@ -26,15 +25,14 @@ def prepared(tiny_bert, tmp_path_factory):
     config = json.loads((model / "config.json").read_text())
     config.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     (model / "config.json").write_text(json.dumps(config))
-    settings = Settings(validate_config({
-        "backbones": {"tiny": {"pretrained": str(model)}}, "data": {"glue_dir": str(SHIPPED_GLUE)},
-        "tasks": {"mrpc": {"train_size": 40, "eval_size": 16}},
-        "finetune": {"epoch_fractions": [1.0], "settings": {"batch_size": 8, "learning_rate": 1e-3}}}))
-    bertvision("download", "--task", "mrpc", "--settings", json.dumps(settings.download("mrpc")),
+    settings = workflow_settings(
+        backbones={"tiny": {"pretrained": str(model)}}, tasks={"mrpc": {"train_size": 40, "eval_size": 16}},
+        finetune={"epoch_fractions": [1.0], "settings": {"batch_size": 8, "learning_rate": 1e-3}})
+    bertvision("download", "--task", "mrpc", "--settings", settings.download("mrpc").to_json(),
                "--out-dir", str(root / "raw"))
-    bertvision("tokenize", "--task", "mrpc", "--backbone", str(model), "--max-length", "64",
+    bertvision("tokenize", "--task", "mrpc", "--settings", settings.tokenize("tiny", "mrpc").replace(max_length=64).to_json(),
                "--raw-dir", str(root / "raw"), "--out-dir", str(root / "tokens"))
-    return root, model, settings.finetune("mrpc")
+    return root, model, settings.finetune("tiny", "mrpc")
 
 
 def bertvision(*args, env=None, check=True):
@@ -45,11 +43,18 @@ def bertvision(*args, env=None, check=True):
     return proc
 
 
+CPU = json.dumps({"device": "cpu", "precision": "auto"})
+
+
+def finetune_args(root, settings, out):
+    return ["finetune", "--task", "mrpc", "--model", "tiny", "--settings", settings.to_json(), "--compute", CPU,
+            "--tokens-dir", str(root / "tokens"), "--raw-dir", str(root / "raw"), "--out-dir", str(root / out),
+            "--seed", "1", "--threads", "1"]
+
+
 def finetune(root, model, settings, out, micro_batches, env=None, check=True):
-    return bertvision("finetune", "--task", "mrpc", "--backbone", str(model), "--tokens-dir", str(root / "tokens"),
-                      "--raw-dir", str(root / "raw"), "--out-dir", str(root / out), "--seed", "1",
-                      "--settings", json.dumps(settings), "--micro-batches", str(micro_batches), "--threads", "1",
-                      env=env, check=check)
+    return bertvision(*finetune_args(root, settings, out), "--micro-batches", str(micro_batches), env=env,
+                      check=check)
 
 
 def test_out_of_memory_fails_clearly_and_micro_batches_give_the_same_model(prepared):
@@ -74,10 +79,9 @@ def test_extraction_retries_with_smaller_batches(prepared):
     root, model, settings = prepared
     if not (root / "whole/ckpt-1/model.safetensors").exists():
         finetune(root, model, settings, "whole", 1)
-    args = ["extract", "--checkpoint", str(root / "whole/ckpt-1"), "--tokens-dir", str(root / "tokens"),
-            "--splits", "dev", "--shard", "0", "--shards", "1", "--threads", "1",
-            "--settings", json.dumps({"batch_size": 16, "block_rows": 8192, "block_tokens": 65536, "device": "cpu",
-                                      "precision": "auto"}),
+    args = ["extract", "--task", "mrpc", "--checkpoint", str(root / "whole/ckpt-1"), "--tokens-dir",
+            str(root / "tokens"), "--shard", "0", "--shards", "1", "--threads", "1",
+            "--settings", json.dumps({"batch_size": 16, "block_rows": 8192, "block_tokens": 65536}), "--compute", CPU,
             "--attrs", json.dumps({"model": "tiny", "task": "mrpc", "checkpoint": "1", "ft_seed": 1,
                                    "label_kind": "classification"})]
     oom = {SIMULATE_OOM_ENV: "8"}
@@ -95,10 +99,8 @@ def test_two_data_parallel_ranks_train_the_same_model_as_one_process(prepared):
         finetune(root, model, settings, "whole", 1)
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                 "-m", "bertvision"]
-    proc = subprocess.run([*torchrun, "finetune", "--task", "mrpc", "--backbone", str(model), "--tokens-dir",
-                           str(root / "tokens"), "--raw-dir", str(root / "raw"), "--out-dir", str(root / "ddp"),
-                           "--seed", "1", "--settings", json.dumps(settings), "--threads", "1"],
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([*torchrun, *finetune_args(root, settings, "ddp")], capture_output=True, text=True,
+                          timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "rank 1 of 2" in proc.stderr
     whole = load_file(root / "whole/ckpt-1/model.safetensors")

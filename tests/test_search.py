@@ -5,28 +5,31 @@ import json
 import subprocess
 import sys
 
-import numpy as np
 import optuna
 import pytest
 
-from bertvision.search import applicable_space, apply_params, open_storage, study_name, summarize_study
-from bertvision.tasks import get_task
-from bertvision.train_head import nested_subset, train_heads
-from tests.test_train_head import SETTINGS, planted_features
+from bertvision.config.settings import SearchSettings
+from bertvision.registry.tasks import get_task
+from bertvision.stages.search import open_storage, study_name, summarize_study
+from bertvision.stages.train_heads import train_heads
+from bertvision.training.search_space import applicable_space, apply_params
+from bertvision.training.statistics import nested_subset
+from tests.test_train_head import RUNTIME, SETTINGS, planted_features
 
-SEARCH = {"trials": 6, "workers": 2, "storage": None, "seed": 0, "startup_trials": 2, "head_seed": 1,
-          "pruner": {"type": "median", "startup_trials": 1, "warmup_epochs": 1},
-          "space": {"learning_rate": {"low": 1e-3, "high": 1e-2, "log": True}, "batch_size": {"choices": [16, 32]},
-                    "max_epochs": {"low": 2, "high": 4}, "width": {"choices": [4, 8]}}}
+SEARCH = SearchSettings(trials=6, workers=2, seed=0, startup_trials=2, head_seed=1,
+                        pruner={"type": "median", "startup_trials": 1, "warmup_epochs": 1},
+                        space={"learning_rate": {"low": 1e-3, "high": 1e-2, "log": True},
+                               "batch_size": {"choices": [16, 32]}, "max_epochs": {"low": 2, "high": 4},
+                               "width": {"choices": [4, 8]}})
 ADAPTER = {"type": "adapter", "width": 8}
+STUDY = {"model": "m", "task": "sst2", "ftseed": 1, "frac": "1", "head": "adapter"}
 
 
 def worker_command(manifest, storage, worker, out, search=SEARCH):
-    return [sys.executable, "-m", "bertvision", "search-worker", "--task", "sst2", "--head", "adapter",
-            "--spec", json.dumps(ADAPTER), "--settings", json.dumps(SETTINGS), "--search", json.dumps(search),
-            "--manifest", str(manifest), "--raw-dir", str(manifest.parent), "--storage", str(storage),
-            "--study-label", "m/sst2/ft1/ckpt-1/adapter", "--worker", str(worker), "--out", str(out),
-            "--threads", "1"]
+    return [sys.executable, "-m", "bertvision", "search-worker", "--task", "sst2", "--study", json.dumps(STUDY),
+            "--spec", json.dumps(ADAPTER), "--settings", SETTINGS.to_json(), "--runtime", RUNTIME.to_json(),
+            "--search", search.to_json(), "--manifest", str(manifest), "--raw-dir", str(manifest.parent),
+            "--storage", str(storage), "--worker", str(worker), "--out", str(out), "--threads", "1"]
 
 
 @pytest.mark.parametrize("storage", ["journal", "sqlite"])
@@ -42,18 +45,19 @@ def test_two_worker_processes_share_one_study(tmp_path, storage):
     workers = [json.loads(p.read_text()) for p in outs]
     assert workers[0]["study"] == workers[1]["study"]
     numbers = sorted(t["number"] for w in workers for t in w["trials"])
-    assert numbers == list(range(SEARCH["trials"]))  # combined count, no number twice
+    assert numbers == list(range(SEARCH.trials))  # combined count, no number twice
     assert all(len(w["trials"]) == 3 for w in workers)
     best = summarize_study(outs, tmp_path / "best.json")
-    assert best["trials"]["COMPLETE"] + best["trials"]["PRUNED"] == SEARCH["trials"]
-    assert best["trial_numbers"] == list(range(SEARCH["trials"]))
+    assert best["trials"]["COMPLETE"] + best["trials"]["PRUNED"] == SEARCH.trials
+    assert best["trial_numbers"] == list(range(SEARCH.trials))
+    assert best["keys"] == STUDY
     assert set(best["best_params"]) == {"learning_rate", "batch_size", "max_epochs", "width"}
     assert 0.5 < best["best_value"] <= 1.0
 
     # A rerun of a worker resumes the finished study instead of adding trials.
     subprocess.run(worker_command(manifest, where, 0, outs[0]), check=True, capture_output=True)
     study = optuna.load_study(study_name=workers[0]["study"], storage=open_storage(str(where)))
-    assert len(study.trials) == SEARCH["trials"]
+    assert len(study.trials) == SEARCH.trials
 
 
 def test_best_parameters_train_the_final_head(tmp_path):
@@ -61,8 +65,8 @@ def test_best_parameters_train_the_final_head(tmp_path):
     best = {"study": "s", "storage": "x", "space": {}, "best_value": 0.9, "trials": {"COMPLETE": 3},
             "best_params": {"width": 4, "learning_rate": 0.004, "max_epochs": 3, "batch_size": 16}}
     (tmp_path / "best.json").write_text(json.dumps(best))
-    train_heads(get_task("sst2"), {"adapter": ADAPTER}, SETTINGS, manifest, [1], tmp_path / "heads", threads=1,
-                searched={"adapter": tmp_path / "best.json"})
+    train_heads(get_task("sst2"), {"adapter": ADAPTER}, SETTINGS, RUNTIME, manifest, [1], tmp_path / "heads",
+                threads=1, searched={"adapter": tmp_path / "best.json"})
     record = json.loads((tmp_path / "heads" / "adapter" / "seed1" / "metrics.json").read_text())
     assert record["head_spec"]["width"] == 4
     assert record["training_settings"]["learning_rate"] == 0.004 and record["training_settings"]["max_epochs"] == 3
@@ -71,10 +75,10 @@ def test_best_parameters_train_the_final_head(tmp_path):
 
 
 def test_space_applies_architecture_parameters_only_to_heads_that_have_them():
-    assert set(applicable_space(SEARCH["space"], {"type": "lp"})) == {"learning_rate", "batch_size", "max_epochs"}
-    assert "width" in applicable_space(SEARCH["space"], ADAPTER)
+    assert set(applicable_space(SEARCH.space, {"type": "lp"})) == {"learning_rate", "batch_size", "max_epochs"}
+    assert "width" in applicable_space(SEARCH.space, ADAPTER)
     spec, settings = apply_params(ADAPTER, SETTINGS, {"width": 32, "learning_rate": 0.1})
-    assert spec["width"] == 32 and settings["learning_rate"] == 0.1 and ADAPTER["width"] == 8
+    assert spec["width"] == 32 and settings.learning_rate == 0.1 and ADAPTER["width"] == 8
 
 
 def test_study_name_changes_with_settings_and_features(tmp_path):
@@ -82,7 +86,7 @@ def test_study_name_changes_with_settings_and_features(tmp_path):
     other = planted_features(tmp_path / "b", n_shards=2)
     name = study_name("x", ADAPTER, SETTINGS, SEARCH, manifest)
     assert name == study_name("x", ADAPTER, SETTINGS, SEARCH, manifest)
-    assert name != study_name("x", ADAPTER, {**SETTINGS, "patience": 9}, SEARCH, manifest)
+    assert name != study_name("x", ADAPTER, SETTINGS.replace(patience=9), SEARCH, manifest)
     assert name != study_name("x", ADAPTER, SETTINGS, SEARCH, other)
 
 
@@ -91,11 +95,11 @@ def test_data_fraction_subsets_are_nested_and_train_on_that_share(tmp_path):
     assert len(small) == 100 and len(large) == 300 and set(small) <= set(large)
     assert nested_subset(1000, 1.0) is None
     manifest = planted_features(tmp_path / "features", n_shards=1)
-    train_heads(get_task("sst2"), {"lp": {"type": "lp"}}, SETTINGS, manifest, [1], tmp_path / "heads", threads=1,
-                train_fraction=0.25)
+    train_heads(get_task("sst2"), {"lp": {"type": "lp"}}, SETTINGS, RUNTIME, manifest, [1], tmp_path / "heads",
+                threads=1, train_fraction=0.25)
     record = json.loads((tmp_path / "heads" / "lp" / "seed1" / "metrics.json").read_text())
     assert record["train_fraction"] == 0.25 and record["train_examples"] == 100
-    streamed = {**SETTINGS, "in_memory_max_mb": 0}
+    streamed = SETTINGS.replace(in_memory_max_mb=0)
     with pytest.raises(ValueError, match="in_memory_max_mb"):
-        train_heads(get_task("sst2"), {"lp": {"type": "lp"}}, streamed, manifest, [1], tmp_path / "h2",
+        train_heads(get_task("sst2"), {"lp": {"type": "lp"}}, streamed, RUNTIME, manifest, [1], tmp_path / "h2",
                     train_fraction=0.25)

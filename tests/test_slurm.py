@@ -21,7 +21,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from bertvision.device import SIMULATE_OOM_ENV
+from bertvision.runtime.device import SIMULATE_OOM_ENV
 from tests.conftest import REPO
 from tests.test_workflow import SNAKEFILE, snakemake, tiny_config
 

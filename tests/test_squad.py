@@ -5,11 +5,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bertvision.backbone import load_tokenizer
 from bertvision.data.squad_files import parse_squad, split_by_article
-from bertvision.squad_decode import Candidate, apply_threshold, decode_question, tune_threshold
-from bertvision.squad_metric import normalize_answer, squad_v2_metrics
-from bertvision.squad_windows import build_windows
+from bertvision.data.squad_windows import build_windows
+from bertvision.evaluation.squad_decode import Candidate, apply_threshold, decode_question, tune_threshold
+from bertvision.evaluation.squad_metric import normalize_answer, squad_v2_metrics
+from bertvision.models.backbone import load_tokenizer
 from tests.conftest import REPO
 from tests.tiny_bert import DEFAULT_BACKBONE
 
@@ -119,8 +119,9 @@ def test_threshold_tuning_maximises_f1():
 def test_hub_path_with_a_local_repository(tmp_path, dev, monkeypatch):
     """rajpurkar/squad_v2's layout (answers as {text, answer_start}) from a local dataset repo."""
     pytest.importorskip("datasets")
-    from bertvision.data.download import download_task
-    from bertvision.tasks import get_task
+    from bertvision.config.settings import DownloadSettings
+    from bertvision.registry.tasks import get_task
+    from bertvision.stages.download import download_task
 
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
@@ -133,9 +134,9 @@ def test_hub_path_with_a_local_repository(tmp_path, dev, monkeypatch):
             "id": part["id"], "title": part["title"], "context": part["context"], "question": part["question"],
             "answers": [{"text": list(t), "answer_start": list(s)} for t, s in zip(part["answer_texts"], part["answer_starts"])],
         }).to_parquet(repo / f"{hub_split}-00000-of-00001.parquet")
-    settings = {"source": "hub", "hub_repo": str(repo.parent), "glue_dir": "", "squad_dir": "", "seed": 1,
-                "selection_fraction": 0.34, "train_size": None, "selection_size": None, "eval_size": None,
-                "article_split": None}
+    settings = DownloadSettings(source="hub", hub_repo=str(repo.parent), glue_dir="", squad_dir="", seed=1,
+                                selection_fraction=0.34, train_size=None, selection_size=None, eval_size=None,
+                                article_split=None)
     counts = download_task(get_task("squad2"), settings, tmp_path / "out")
     assert counts["dev"] == int(dev["title"].isin(titles[3:4]).sum())
     assert counts["train"] + counts["selection"] == int(dev["title"].isin(titles[:3]).sum())
@@ -144,7 +145,7 @@ def test_hub_path_with_a_local_repository(tmp_path, dev, monkeypatch):
 
 
 def test_extraction_refuses_when_the_disk_is_too_small(tmp_path):
-    from bertvision.extract import check_disk_space
+    from bertvision.stages.extract import check_disk_space
 
     check_disk_space(tmp_path, 1000)
     with pytest.raises(OSError, match=r"needs about .* GiB of features but only .* GiB is free"):

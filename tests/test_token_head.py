@@ -11,17 +11,24 @@ import pandas as pd
 import pytest
 import torch
 
-from bertvision.config import TOKEN_HEAD_TYPES, ConfigError, Settings, validate_config
-from bertvision.features import FeatureError, FeatureSet, TokenShardWriter, shard_rows, write_manifest
-from bertvision.heads import HEADS, Standardized, TokenPoolHead, build_head, count_parameters, is_token_head
-from bertvision.tasks import get_task
-from bertvision.train_head import train_heads
+from bertvision.config.schema import validate_config
+from bertvision.config.settings import ExtractCompute, ExtractSettings, HeadRuntimeSettings, HeadTrainingSettings
+from bertvision.config.workflow import WorkflowSettings
+from bertvision.errors import ConfigError, FeatureError
+from bertvision.features.store import FeatureSet, TokenShardWriter, shard_rows, write_manifest
+from bertvision.models.heads import Standardized, TokenPoolHead, build_head, count_parameters
+from bertvision.registry.heads import HEAD_TYPES, get_head_type, is_token_head
+from bertvision.registry.tasks import get_task
+from bertvision.stages.train_heads import train_heads
+
+POOLS = get_head_type("token-pool").options["pool"].choices
 
 
 # --- the head -------------------------------------------------------------------------------
 def randomized_head(layers=4, hidden=16, outputs=3, pool="attention-mean") -> TokenPoolHead:
     torch.manual_seed(0)
-    head = TokenPoolHead(layers, hidden, outputs, pool=pool)
+    head = build_head({"type": "token-pool", "pool": pool}, layers, hidden, outputs)
+    assert isinstance(head, TokenPoolHead)
     with torch.no_grad():  # away from the zero init, so attention and the mix are not uniform
         head.layer_logits.normal_()
         if pool != "mean":
@@ -29,7 +36,7 @@ def randomized_head(layers=4, hidden=16, outputs=3, pool="attention-mean") -> To
     return head.eval()
 
 
-@pytest.mark.parametrize("pool", TokenPoolHead.POOLS)
+@pytest.mark.parametrize("pool", POOLS)
 def test_padding_never_changes_the_output(pool):
     head = randomized_head(pool=pool)
     example = torch.randn(7, 4, 16)  # 7 real tokens
@@ -66,10 +73,10 @@ def test_pooling_does_not_depend_on_positions():
 
 def test_parameter_count_is_tiny_and_independent_of_length():
     # mix (L + gamma) + query (H) + classifier (2H x C + C)
-    assert count_parameters(TokenPoolHead(7, 384, 2)) == 7 + 1 + 384 + 2 * 384 * 2 + 2 == 1930
+    assert count_parameters(build_head({"type": "token-pool"}, 7, 384, 2)) == 7 + 1 + 384 + 2 * 384 * 2 + 2 == 1930
     assert count_parameters(build_head({"type": "token-pool", "pool": "mean"}, 13, 768, 3)) == 14 + 768 * 3 + 3
     assert is_token_head({"type": "token-pool"}) and not is_token_head({"type": "lp"})
-    assert {t for t, cls in HEADS.items() if getattr(cls, "token_level", False)} == set(TOKEN_HEAD_TYPES)
+    assert {name for name, t in HEAD_TYPES.items() if t.token_level} == {"token-pool"}
 
 
 # --- extraction -----------------------------------------------------------------------------
@@ -88,19 +95,20 @@ def tokenized_split(path, n=40, seed=0):
 
 
 def test_token_features_of_an_example_task_serve_the_cls_heads_too(tmp_path, tiny_bert):
-    from bertvision.extract import extract_shard
+    from bertvision.stages.extract import extract_shard
 
     tokens_dir = tmp_path / "tokens"
     tokens_dir.mkdir()
     lengths = tokenized_split(tokens_dir / "train.parquet")
-    settings = {"batch_size": 8, "block_rows": 16, "block_tokens": 200, "device": "cpu", "precision": "fp32"}
+    settings = ExtractSettings(batch_size=8, block_rows=16, block_tokens=200)
+    compute = ExtractCompute(device="cpu", precision="fp32")
     attrs = {"model": "tiny", "task": "mrpc", "checkpoint": "0", "ft_seed": 1, "label_kind": "classification"}
     sets = {}
     for level, extra in (("cls", {}), ("tokens", {"features": "tokens"})):
         root = tmp_path / level
         dirs = [root / f"shard-{i}-of-2" for i in range(2)]
         for i, d in enumerate(dirs):
-            extract_shard(tiny_bert, tokens_dir, d, i, 2, ["train"], settings, {**attrs, **extra}, threads=1)
+            extract_shard(tiny_bert, tokens_dir, d, i, 2, ["train"], settings, compute, {**attrs, **extra}, threads=1)
         write_manifest(dirs, root / "manifest.json", ["train"])
         sets[level] = FeatureSet.open(root / "manifest.json", "train")
     assert sets["cls"].feature == "cls" and sets["tokens"].feature == "tokens"
@@ -119,8 +127,9 @@ def test_token_features_of_an_example_task_serve_the_cls_heads_too(tmp_path, tin
 
 
 # --- training -------------------------------------------------------------------------------
-SETTINGS = {"learning_rate": 1e-2, "batch_size": 16, "max_epochs": 15, "patience": 5, "weight_decay": 0.0,
-            "warmup_ratio": 0.0, "device": "cpu", "verify": "size", "in_memory_max_mb": 4096, "standardize": True}
+SETTINGS = HeadTrainingSettings(learning_rate=1e-2, batch_size=16, max_epochs=15, patience=5, weight_decay=0.0,
+                                warmup_ratio=0.0, in_memory_max_mb=4096, standardize=True)
+RUNTIME = HeadRuntimeSettings(device="cpu", verify="size")
 
 
 def planted_token_features(root, kind="classification", n_shards=2):
@@ -155,16 +164,16 @@ def planted_token_features(root, kind="classification", n_shards=2):
 
 
 def test_token_head_finds_a_signal_at_any_position(tmp_path, monkeypatch):
-    from bertvision import token_problem
+    from bertvision.training import tokens
 
     built = []
-    init = token_problem.TokenExampleProblem.__init__
-    monkeypatch.setattr(token_problem.TokenExampleProblem, "__init__",
+    init = tokens.TokenExampleProblem.__init__
+    monkeypatch.setattr(tokens.TokenExampleProblem, "__init__",
                         lambda self, *a, **k: (built.append(1), init(self, *a, **k))[1])
     manifest = planted_token_features(tmp_path / "features")
     heads = {"tokens": {"type": "token-pool"}, "tokens-attn": {"type": "token-pool", "pool": "attention"},
              "lp": {"type": "lp"}}
-    train_heads(get_task("sst2"), heads, SETTINGS, manifest, [1], tmp_path / "heads", threads=1)
+    train_heads(get_task("sst2"), heads, SETTINGS, RUNTIME, manifest, [1], tmp_path / "heads", threads=1)
     assert len(built) == 1  # one token problem for both token heads
     record = {name: json.loads((tmp_path / "heads" / name / "seed1" / "metrics.json").read_text()) for name in heads}
     for name in ("tokens", "tokens-attn"):
@@ -186,9 +195,10 @@ def test_token_head_regression_with_ensembles_and_a_streamed_cls_head(tmp_path):
     np.savez(bert, **{"dev/values": np.random.default_rng(1).normal(size=(n_dev, 1)).astype(np.float32),
                       "dev/lengths": np.ones(n_dev, np.int64)})
     # The [CLS] head streams its rows; a larger step: the output bias has to reach the labels' mean (2.5).
-    settings = {**SETTINGS, "learning_rate": 5e-2, "in_memory_max_mb": 0}
+    settings = SETTINGS.replace(learning_rate=5e-2, in_memory_max_mb=0)
     heads = {"tokens": {"type": "token-pool"}, "lp": {"type": "lp"}}
-    train_heads(get_task("stsb"), heads, settings, manifest, [1], tmp_path / "heads", threads=1, bert_logits=bert)
+    train_heads(get_task("stsb"), heads, settings, RUNTIME, manifest, [1], tmp_path / "heads", threads=1,
+                bert_logits=bert)
     tokens = json.loads((tmp_path / "heads" / "tokens" / "seed1" / "metrics.json").read_text())
     assert tokens["metrics"]["dev"]["pearson"] > 0.8, tokens["metrics"]
     assert set(tokens["ensembles"]) == {"mean"} and "pearson" in tokens["ensembles"]["mean"]["dev"]
@@ -201,15 +211,15 @@ def test_cls_features_give_a_clear_error_to_a_token_head(tmp_path):
 
     manifest = planted_features(tmp_path / "features", n_shards=1)
     with pytest.raises(FeatureError, match=r"tasks\.sst2\.token_features: true"):
-        train_heads(get_task("sst2"), {"t": {"type": "token-pool"}}, SETTINGS, manifest, [1], tmp_path / "h",
-                    threads=1)
+        train_heads(get_task("sst2"), {"t": {"type": "token-pool"}}, SETTINGS, RUNTIME, manifest, [1],
+                    tmp_path / "h", threads=1)
 
 
 # --- configuration ----------------------------------------------------------------------------
-def settings(tasks: dict, models=None) -> Settings:
+def settings(tasks: dict, models=None) -> WorkflowSettings:
     models = models or {"lp": {"type": "lp"}, "tok": {"type": "token-pool", "pool": "attention"}}
-    return Settings(validate_config({"backbones": {"b": {"pretrained": "x"}}, "tasks": tasks,
-                                     "heads": {"models": models}}))
+    return WorkflowSettings(validate_config({"backbones": {"b": {"pretrained": "x"}}, "tasks": tasks,
+                                             "heads": {"models": models}}))
 
 
 def test_token_heads_only_for_tasks_with_token_features():
@@ -220,12 +230,11 @@ def test_token_heads_only_for_tasks_with_token_features():
 
 
 def test_listing_a_token_head_without_token_features_is_an_error():
-    s = settings({"mrpc": {"heads": ["lp", "tok"]}})
     with pytest.raises(ConfigError, match=r"tasks\.mrpc\.token_features: true"):
-        s.task_heads("mrpc")
+        settings({"mrpc": {"heads": ["lp", "tok"]}})
     with pytest.raises(ConfigError, match=r"tasks\.squad2\.token_features"):
-        settings({"squad2": {"token_features": True}}).task_heads("squad2")
+        settings({"squad2": {"token_features": True}})
     with pytest.raises(ConfigError, match="every head in heads.models is token-level"):
-        settings({"rte": None}, models={"tok": {"type": "token-pool"}}).task_heads("rte")
+        settings({"rte": None}, models={"tok": {"type": "token-pool"}})
     with pytest.raises(ConfigError, match="pool"):
         settings({"rte": None}, models={"tok": {"type": "token-pool", "pool": "max"}})

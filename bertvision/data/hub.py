@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bertvision.data.glue_files import DataFormatError, canonical_frame
-from bertvision.tasks import TaskSpec
+from bertvision.data.glue_files import canonical_frame
+from bertvision.errors import DataFormatError
+from bertvision.registry.tasks import TaskSpec
+
 
 def load_hub_split(task: TaskSpec, split: str, repo: str | None = None) -> pd.DataFrame:
     import datasets

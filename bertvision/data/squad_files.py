@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bertvision.data.glue_files import DataFormatError
+from bertvision.errors import DataFormatError, MissingError
 
 COLUMNS = ["idx", "id", "title", "context", "question", "answer_texts", "answer_starts", "is_impossible"]
 
@@ -25,7 +25,7 @@ def locate(squad_dir: Path, files: dict[str, str], split: str) -> Path:
     for candidate in (base, base.with_name(base.name + ".gz")):
         if candidate.exists():
             return candidate
-    raise FileNotFoundError(f"SQuAD {split}: neither {base} nor {base}.gz exists (data.squad_dir = {squad_dir})")
+    raise MissingError(f"SQuAD {split}: neither {base} nor {base}.gz exists (data.squad_dir = {squad_dir})")
 
 
 def from_hub_records(df: pd.DataFrame) -> pd.DataFrame:

@@ -1,0 +1,126 @@
+"""The config schema: loaded from ``schema.yaml`` with its ``x-registry`` nodes filled in from the
+registries, validated with JSON Schema, and the source of every default (validation fills them
+in place) and of the help text of every setting."""
+
+from __future__ import annotations
+
+import copy
+import functools
+from importlib import resources
+from pathlib import Path
+
+import jsonschema
+import yaml
+
+from bertvision.errors import ConfigError
+from bertvision.registry.heads import HEAD_TYPES, searchable_parameters
+from bertvision.registry.tasks import TASKS
+
+SCHEMA_FILE = Path(str(resources.files("bertvision.config") / "schema.yaml"))
+
+
+def _head_spec_schema(node: dict) -> dict:
+    """One head of heads.models: a registered type and only that type's options, each with its
+    registered type, range and default."""
+    per_type = [
+        {"if": {"required": ["type"], "properties": {"type": {"const": name}}},
+         "then": {"additionalProperties": False,
+                  "properties": {"type": {}, **{k: o.json_schema() for k, o in head_type.options.items()}}}}
+        for name, head_type in HEAD_TYPES.items()
+    ]
+    return {"description": node.get("description", ""), "type": "object", "required": ["type"],
+            "properties": {"type": {"enum": list(HEAD_TYPES),
+                                    "description": "; ".join(f"{n}: {t.help}" for n, t in HEAD_TYPES.items())}},
+            "allOf": per_type}
+
+
+REGISTRY_NODES = {
+    "tasks": lambda node: {"enum": list(TASKS)},
+    "head-spec": _head_spec_schema,
+    "searchable": lambda node: {"enum": sorted(searchable_parameters())},
+}
+
+
+def _fill_registries(node):
+    if isinstance(node, dict):
+        if "x-registry" in node:
+            return REGISTRY_NODES[node["x-registry"]](node)
+        return {k: _fill_registries(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_fill_registries(v) for v in node]
+    return node
+
+
+@functools.lru_cache(maxsize=1)
+def _schema() -> dict:
+    return _fill_registries(yaml.safe_load(SCHEMA_FILE.read_text()))
+
+
+def load_schema() -> dict:
+    """The full schema (a copy: callers may change it)."""
+    return copy.deepcopy(_schema())
+
+
+def _with_defaults(validator_class):
+    validate_properties = validator_class.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema):
+        if isinstance(instance, dict):
+            for name, sub in properties.items():
+                if "default" in sub and name not in instance:
+                    instance[name] = copy.deepcopy(sub["default"])
+        yield from validate_properties(validator, properties, instance, schema)
+
+    return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
+
+
+def validate_config(config: dict, source: str = "config") -> dict:
+    """Validate in place (filling defaults) and return ``config``; a ConfigError has one line
+    per problem, naming the source and the key path."""
+    validator = _with_defaults(jsonschema.Draft202012Validator)(_schema())
+    errors = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
+    if errors:
+        raise ConfigError("\n".join(
+            f"{source}: {'.'.join(str(p) for p in err.absolute_path) or '(top level)'}: {err.message}" for err in errors))
+    return config
+
+
+def read_config(path: Path) -> dict:
+    """A config file's contents (not yet validated); a YAML error names the file and line."""
+    try:
+        with open(path) as fh:
+            return yaml.safe_load(fh) or {}
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read the config ({err.strerror})") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        raise ConfigError(f"{where}: not valid YAML ({getattr(err, 'problem', None) or err})") from None
+
+
+def schema_node(key: str) -> dict:
+    """The schema of a dotted config key (``finetune.settings.learning_rate``), following
+    ``$ref``/``allOf``; ``<task>`` and ``<head>`` stand for any name."""
+    root = _schema()
+    node = root
+    for part in key.split("."):
+        node = _resolve(node, root)
+        if part.startswith("<"):
+            node = node["additionalProperties"]
+        else:
+            node = node["properties"][part]
+    return node
+
+
+def _resolve(node: dict, root: dict) -> dict:
+    while "properties" not in node and ("$ref" in node or "allOf" in node):
+        ref = node["$ref"] if "$ref" in node else node["allOf"][0]["$ref"]
+        node = root
+        for part in ref.removeprefix("#/").split("/"):
+            node = node[part]
+    return node
+
+
+def schema_default(key: str):
+    """The default the schema gives a config key (a copy)."""
+    return copy.deepcopy(schema_node(key)["default"])

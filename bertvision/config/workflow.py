@@ -1,0 +1,251 @@
+"""The validated workflow config as the rules see it: the names to expand over (models, tasks,
+checkpoints, heads, seeds), every run, and each stage's typed settings per task (global
+settings overridden per task). Everything that can be wrong across keys is checked when it is
+built, so a bad config fails the dry run with the key at fault."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bertvision.config.schema import read_config, schema_default, validate_config
+from bertvision.config.settings import (
+    DownloadSettings,
+    ExtractCompute,
+    ExtractSettings,
+    FinetuneCompute,
+    FinetuneSettings,
+    HeadRuntimeSettings,
+    HeadTrainingSettings,
+    SearchSettings,
+    TokenizeSettings,
+)
+from bertvision.errors import ConfigError, MissingError
+from bertvision.layout import Run, fraction_name
+from bertvision.models.backbone import resolve_pretrained
+from bertvision.registry.heads import is_token_head
+from bertvision.registry.tasks import get_task
+
+
+def load_config(path: Path) -> dict:
+    return validate_config(read_config(path), source=str(path))
+
+
+class WorkflowSettings:
+    """What a validated config asks for."""
+
+    def __init__(self, config: dict, source: str = "config"):
+        self.config, self.source = config, source
+        self._check()
+
+    @classmethod
+    def from_file(cls, path: Path) -> "WorkflowSettings":
+        return cls(load_config(path), str(path))
+
+    # --- names ---------------------------------------------------------------------------
+    @property
+    def models(self) -> list[str]:
+        return list(self.config["backbones"])
+
+    @property
+    def tasks(self) -> list[str]:
+        return list(self.config["tasks"])
+
+    @property
+    def heads(self) -> list[str]:
+        return list(self.config["heads"]["models"])
+
+    @property
+    def fractions(self) -> list[str]:
+        return [fraction_name(f) for f in sorted(self.config["finetune"]["epoch_fractions"])]
+
+    @property
+    def ft_seeds(self) -> list[int]:
+        return list(self.config["finetune"]["seeds"])
+
+    @property
+    def head_seeds(self) -> list[int]:
+        return list(self.config["heads"]["seeds"])
+
+    @property
+    def shards(self) -> int:
+        return int(self.config["extract"]["shards"])
+
+    @property
+    def search_workers(self) -> int:
+        return int(self.config["search"]["workers"])
+
+    @property
+    def search_storage(self) -> str | None:
+        return self.config["search"]["storage"]
+
+    @property
+    def threads(self) -> int:
+        return int(self.config["resources"]["threads"])
+
+    @property
+    def gpu_rules(self) -> int:
+        return int(self.config["resources"]["gpu_rules"])
+
+    def runs(self, tasks=None, fractions=None) -> list[Run]:
+        """Every model x task x fine-tuning seed x checkpoint (of ``tasks`` / ``fractions`` only, when given)."""
+        return [Run(m, t, s, f) for m in self.models for t in (self.tasks if tasks is None else tasks)
+                for s in self.ft_seeds for f in (self.fractions if fractions is None else fractions)]
+
+    def task_overrides(self, task: str) -> dict:
+        return self.config["tasks"].get(task) or {}
+
+    # --- per task ------------------------------------------------------------------------
+    def pretrained(self, model: str) -> str:
+        return self.config["backbones"][model]["pretrained"]
+
+    def max_length(self, task: str) -> int:
+        return int(self.task_overrides(task).get("max_length") or get_task(task).max_length)
+
+    def train_rows(self, task: str) -> int:
+        """Rows the training split will hold: the configured subsample or the published size,
+        less the selection split."""
+        rows = self.task_overrides(task).get("train_size") or get_task(task).train_rows
+        return int(rows * (1 - float(self.config["data"]["selection_fraction"])))
+
+    def token_features(self, task: str) -> bool:
+        """Whether ``task`` (an example task) stores every real token's states, not only [CLS]."""
+        return bool(self.task_overrides(task).get("token_features", schema_default("tasks.<task>.token_features")))
+
+    def feature_level(self, task: str) -> str:
+        """What extraction stores per row: 'tokens' (every real token) or 'cls'."""
+        return "tokens" if get_task(task).kind == "span" or self.token_features(task) else "cls"
+
+    def task_heads(self, task: str) -> dict[str, dict]:
+        """The head architectures trained for ``task``: the task's ``heads`` list, or all (then
+        without token-level heads unless the task has ``token_features``)."""
+        models = self.config["heads"]["models"]
+        listed = self.task_overrides(task).get("heads")
+        names = listed or self.heads
+        if not self.token_features(task):
+            names = [n for n in names if not is_token_head(models[n])]
+        return {n: dict(models[n]) for n in names}
+
+    def search_heads(self, task: str) -> list[str]:
+        return list(self.task_overrides(task).get("search_heads") or [])
+
+    def data_fraction_tasks(self) -> list[str]:
+        return list(self.config["experiments"]["data_fraction"]["tasks"])
+
+    def data_fraction_heads(self, task: str) -> dict[str, dict]:
+        heads = self.task_heads(task)
+        names = self.config["experiments"]["data_fraction"]["heads"] or list(heads)
+        return {n: heads[n] for n in names}
+
+    def data_fraction_checkpoints(self) -> list[str]:
+        wanted = self.config["experiments"]["data_fraction"]["checkpoints"]
+        return self.fractions if wanted is None else [fraction_name(f) for f in sorted(wanted)]
+
+    def data_fractions(self) -> list[str]:
+        return [fraction_name(f) for f in sorted(self.config["experiments"]["data_fraction"]["fractions"])]
+
+    def transfer_tasks(self) -> list[str]:
+        return list(self.config["experiments"]["transfer"]["tasks"]) if len(self.fractions) > 1 else []
+
+    # --- typed settings per stage ----------------------------------------------------------
+    def download(self, task: str) -> DownloadSettings:
+        data, over = self.config["data"], self.task_overrides(task)
+        return DownloadSettings(
+            source=data["source"], glue_dir=data["glue_dir"], squad_dir=data["squad_dir"], hub_repo=data["hub_repo"],
+            seed=data["seed"], selection_fraction=data["selection_fraction"], train_size=over.get("train_size"),
+            selection_size=over.get("selection_size"), eval_size=over.get("eval_size"),
+            article_split=over.get("article_split"))
+
+    def tokenize(self, model: str, task: str) -> TokenizeSettings:
+        span = get_task(task).span
+        stride = (self.task_overrides(task).get("doc_stride") or span.doc_stride) if span else None
+        return TokenizeSettings(backbone=self.pretrained(model), max_length=self.max_length(task), doc_stride=stride)
+
+    def finetune(self, model: str, task: str) -> FinetuneSettings:
+        ft = self.config["finetune"]
+        merged = {**schema_default("finetune.settings"), **ft["settings"], **self.task_overrides(task).get("finetune", {})}
+        return FinetuneSettings(backbone=self.pretrained(model),
+                                epoch_fractions=tuple(float(f) for f in sorted(ft["epoch_fractions"])), **merged)
+
+    def finetune_compute(self) -> FinetuneCompute:
+        ft = self.config["finetune"]
+        return FinetuneCompute(device=ft["device"], precision=ft["precision"])
+
+    def extract(self) -> ExtractSettings:
+        ex = self.config["extract"]
+        return ExtractSettings(batch_size=ex["batch_size"], block_rows=ex["block_rows"], block_tokens=ex["block_tokens"])
+
+    def extract_compute(self) -> ExtractCompute:
+        ex = self.config["extract"]
+        return ExtractCompute(device=ex["device"], precision=ex["precision"])
+
+    def head_training(self, task: str) -> HeadTrainingSettings:
+        merged = {**schema_default("heads.training"), **self.config["heads"]["training"],
+                  **self.task_overrides(task).get("head_training", {})}
+        return HeadTrainingSettings(**merged)
+
+    def head_runtime(self) -> HeadRuntimeSettings:
+        heads = self.config["heads"]
+        return HeadRuntimeSettings(device=heads["device"], verify=heads["verify"])
+
+    def search(self) -> SearchSettings:
+        s = self.config["search"]
+        return SearchSettings(trials=s["trials"], workers=s["workers"], seed=s["seed"],
+                              startup_trials=s["startup_trials"], pruner=s["pruner"], space=s["space"],
+                              head_seed=self.head_seeds[0])
+
+    def extract_attrs(self, run: Run) -> dict:
+        """What each feature shard records about where it came from."""
+        return {"model": run.model, "task": run.task, "checkpoint": run.frac, "ft_seed": int(run.ftseed),
+                "label_kind": get_task(run.task).kind,
+                # only when every token is stored for an example task, so [CLS] extractions keep their params
+                **({"features": "tokens"} if self.token_features(run.task) else {})}
+
+    # --- cross-key checks --------------------------------------------------------------------
+    def _check(self) -> None:
+        problems = []
+        for model in self.models:
+            try:
+                resolve_pretrained(self.pretrained(model))
+            except MissingError as err:
+                problems.append(f"backbones.{model}.pretrained: {err}")
+        models = self.config["heads"]["models"]
+        for task in self.tasks:
+            spec, over = get_task(task), self.task_overrides(task)
+            listed = over.get("heads") or []
+            unknown = [n for n in listed if n not in models]
+            if unknown:
+                problems.append(f"tasks.{task}.heads: {unknown} are not in heads.models ({self.heads})")
+                continue
+            if over.get("token_features") and spec.kind == "span":
+                problems.append(f"tasks.{task}.token_features: span tasks always store every token; token-level "
+                                "example heads are for classification / regression tasks")
+                continue
+            token = [n for n in listed if is_token_head(models[n])]
+            if token and not self.token_features(task):
+                why = ("span tasks train per-token span heads" if spec.kind == "span"
+                       else f"set tasks.{task}.token_features: true to extract them")
+                problems.append(f"tasks.{task}.heads: {token} are token-level heads; they need every token's "
+                                f"features, which {task} does not store ({why})")
+                continue
+            if not self.task_heads(task):
+                problems.append(f"tasks.{task}: every head in heads.models is token-level, but the task has no token "
+                                f"features; set tasks.{task}.token_features: true or list [CLS] heads")
+                continue
+            unsearched = [n for n in self.search_heads(task) if n not in self.task_heads(task)]
+            if unsearched:
+                problems.append(f"tasks.{task}.search_heads: {unsearched} are not among the task's heads "
+                                f"({list(self.task_heads(task))})")
+        for name in ("data_fraction", "transfer"):
+            unknown = [t for t in self.config["experiments"][name]["tasks"] if t not in self.tasks]
+            if unknown:
+                problems.append(f"experiments.{name}.tasks: {unknown} are not configured tasks ({self.tasks})")
+        wanted = self.config["experiments"]["data_fraction"]["heads"] or []
+        for task in self.data_fraction_tasks():
+            missing = [n for n in wanted if task in self.tasks and n not in self.task_heads(task)]
+            if missing:
+                problems.append(f"experiments.data_fraction.heads: {missing} are not among {task}'s heads")
+        unknown = [c for c in self.data_fraction_checkpoints() if c not in self.fractions]
+        if unknown:
+            problems.append(f"experiments.data_fraction.checkpoints: {unknown} are not in finetune.epoch_fractions")
+        if problems:
+            raise ConfigError("\n".join(f"{self.source}: {p}" for p in problems))

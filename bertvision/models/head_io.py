@@ -1,0 +1,31 @@
+"""A trained head on disk: its weights (safetensors, with the input standardization buffers
+when it has them) beside the ``metrics.json`` record that holds its spec."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from bertvision.layout import HEAD_METRICS, HEAD_WEIGHTS
+from bertvision.models.heads import Standardized, build_head
+from bertvision.runtime.io import atomic_path, read_json
+
+
+def save_head(head: nn.Module, head_name: str, spec: dict, run_dir: Path) -> None:
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    with atomic_path(Path(run_dir) / HEAD_WEIGHTS) as tmp:
+        save_file({k: v.contiguous().cpu() for k, v in head.state_dict().items()}, str(tmp),
+                  metadata={"head": head_name, "type": spec["type"]})
+
+
+def load_head(run_dir: Path, layers: int, hidden: int, outputs: int) -> nn.Module:
+    """A head saved by ``train_heads`` in eval mode."""
+    record = read_json(Path(run_dir) / HEAD_METRICS)
+    state = load_file(str(Path(run_dir) / HEAD_WEIGHTS))
+    head = build_head(record["head_spec"], layers, hidden, outputs)
+    if "mean" in state:
+        head = Standardized(head, state["mean"], 1.0 / state["inv_std"])
+    head.load_state_dict(state)
+    return head.eval()

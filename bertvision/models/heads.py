@@ -1,0 +1,145 @@
+"""The BERTVision head zoo (``nn.Module``s only; their options and defaults are registered in
+``bertvision.registry.heads``). Every head takes hidden states X of shape (..., layers, hidden),
+layer 0 being the embedding output, and returns (..., outputs): per example for [CLS]
+features (batch, layers, hidden), or per token for span tasks (batch, tokens, layers, hidden)
+with two outputs per token (start and end logits).
+
+- ``ScalarMixHead`` (LP, learned pooling): gamma * sum_l softmax(w)_l X[l], then a linear head.
+- ``LayerMeanHead`` (AP, average pooling): mean over layers, then a linear head.
+- ``AdapterPoolerHead``: Z[l] = GELU(W X[l] + b) with W shared by all layers or one per layer,
+  flattened over layers (optionally concatenated with the last layer's state), then a linear head.
+- ``TokenPoolHead`` (token level, per example): every real token of the example,
+  X (batch, tokens, layers, hidden) with a padding mask (batch, tokens); a learned scalar mix
+  over layers per token, then masked pooling over the real tokens that does not depend on
+  positions (attention pooling with a learned query, and/or the masked mean), then a linear
+  head. Unlike the original's AP_GLUE (position-specific weights over the flattened, padded
+  sequence), padding never changes the output and the size does not grow with the length.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from bertvision.registry.heads import complete_spec, get_head_type
+
+
+class ScalarMixHead(nn.Module):
+    def __init__(self, layers: int, hidden: int, outputs: int, *, dropout: float):
+        super().__init__()
+        self.layer_logits = nn.Parameter(torch.zeros(layers))
+        self.gamma = nn.Parameter(torch.ones(()))
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(hidden, outputs)
+
+    def layer_weights(self) -> torch.Tensor:
+        return torch.softmax(self.layer_logits, dim=0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mixed = self.gamma * torch.einsum("l,...lh->...h", self.layer_weights(), x)
+        return self.classifier(self.dropout(mixed))
+
+
+class LayerMeanHead(nn.Module):
+    def __init__(self, layers: int, hidden: int, outputs: int, *, dropout: float):
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(hidden, outputs)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.dropout(x.mean(dim=-2)))
+
+
+class AdapterPoolerHead(nn.Module):
+    def __init__(self, layers: int, hidden: int, outputs: int, *, width: int, shared: bool, skip: bool,
+                 dropout: float):
+        super().__init__()
+        self.shared, self.skip = shared, skip
+        if shared:
+            self.adapter = nn.Linear(hidden, width)
+        else:
+            bound = hidden ** -0.5  # nn.Linear's default uniform init, per layer
+            self.weight = nn.Parameter(torch.empty(layers, hidden, width).uniform_(-bound, bound))
+            self.bias = nn.Parameter(torch.empty(layers, width).uniform_(-bound, bound))
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(layers * width + (hidden if skip else 0), outputs)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.shared:
+            z = self.adapter(x)
+        else:
+            z = torch.einsum("...lh,lha->...la", x, self.weight) + self.bias
+        features = nn.functional.gelu(z).flatten(-2)
+        if self.skip:
+            features = torch.cat([features, x[..., -1, :]], dim=-1)
+        return self.classifier(self.dropout(features))
+
+
+class TokenPoolHead(nn.Module):
+    """Per-example outputs from every real token: ``forward(x, mask)`` with x (B, T, L, H) and
+    mask (B, T) True on real tokens (None = all real). ``pool``: 'attention-mean' (both,
+    concatenated), 'attention' or 'mean'. Parameters: L + 1 (mix) + H (query, if attention)
+    + (H or 2H) * outputs + outputs."""
+
+    def __init__(self, layers: int, hidden: int, outputs: int, *, pool: str, dropout: float):
+        super().__init__()
+        pools = get_head_type("token-pool").options["pool"].choices
+        if pool not in pools:
+            raise ValueError(f"token-pool head: pool {pool!r} not in {pools}")
+        self.pool = pool
+        self.layer_logits = nn.Parameter(torch.zeros(layers))
+        self.gamma = nn.Parameter(torch.ones(()))
+        if pool != "mean":
+            self.query = nn.Parameter(torch.zeros(hidden))  # zero: attention starts as the mean
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(hidden * (2 if pool == "attention-mean" else 1), outputs)
+
+    def layer_weights(self) -> torch.Tensor:
+        return torch.softmax(self.layer_logits, dim=0)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        if x.dim() != 4:
+            raise ValueError(f"token-pool head: expected (batch, tokens, layers, hidden), got {tuple(x.shape)} "
+                             "([CLS] features? the task needs token_features)")
+        if mask is None:
+            mask = torch.ones(x.shape[:-2], dtype=torch.bool, device=x.device)
+        # Padding positions are zeroed first, so whatever they hold (even inf/nan) cannot leak.
+        x = x.masked_fill(~mask[..., None, None], 0.0)
+        tokens = self.gamma * torch.einsum("l,...tlh->...th", self.layer_weights(), x)  # (B, T, H)
+        pooled = []
+        if self.pool != "mean":
+            scores = (tokens @ self.query) * tokens.shape[-1] ** -0.5
+            attn = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+            pooled.append(torch.einsum("...t,...th->...h", attn, tokens))
+        if self.pool != "attention":
+            count = mask.sum(dim=-1, keepdim=True).clamp_min(1).to(tokens.dtype)
+            pooled.append(tokens.sum(dim=-2) / count)
+        return self.classifier(self.dropout(torch.cat(pooled, dim=-1)))
+
+
+class Standardized(nn.Module):
+    """Standardize each (layer, dimension) of the input with fixed train-split statistics
+    (buffers, not trained), then apply ``head``. Raw BERT states have a few outlier dimensions
+    that otherwise dominate a linear head."""
+
+    def __init__(self, head: nn.Module, mean: torch.Tensor, std: torch.Tensor):
+        super().__init__()
+        self.head = head
+        self.register_buffer("mean", mean)
+        self.register_buffer("inv_std", 1.0 / std.clamp_min(1e-6))
+
+    def forward(self, x: torch.Tensor, *args) -> torch.Tensor:
+        """``args`` (e.g. a token head's padding mask) pass through to the head."""
+        return self.head((x - self.mean) * self.inv_std, *args)
+
+
+def build_head(spec: dict, layers: int, hidden: int, outputs: int) -> nn.Module:
+    """``spec``: {"type": a registered head type, plus any of its options (the others take their
+    registered defaults)}."""
+    spec = complete_spec(spec)
+    options = {k: v for k, v in spec.items() if k != "type"}
+    return get_head_type(spec["type"]).load()(layers, hidden, outputs, **options)
+
+
+def count_parameters(module: nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters() if p.requires_grad)

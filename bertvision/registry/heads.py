@@ -1,0 +1,132 @@
+"""The head registry: every head type a config may name, with its options, without importing
+torch. Each entry points at its ``nn.Module`` class (in ``bertvision.models.heads``), which is
+built as ``cls(layers, hidden, outputs, **options)``.
+
+Adding a head is one class in ``bertvision/models/heads.py`` plus one ``register(HeadType(...))``
+here: the config schema (the type names, each type's options with their defaults and ranges),
+the optuna search space and head training all follow from it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Option:
+    """One constructor argument of a head class, as the config sets it."""
+
+    type: type  # bool, int, float or str
+    default: object
+    help: str
+    choices: tuple = ()
+    minimum: float | None = None
+    maximum: float | None = None
+    searchable: bool = False  # the optuna search may choose it (search.space)
+
+    def json_schema(self) -> dict:
+        kind = {bool: "boolean", int: "integer", float: "number", str: "string"}[self.type]
+        schema = {"type": kind, "default": self.default, "description": self.help}
+        if self.choices:
+            schema["enum"] = list(self.choices)
+        if self.minimum is not None:
+            schema["minimum"] = self.minimum
+        if self.maximum is not None:
+            schema["maximum"] = self.maximum
+        return schema
+
+
+@dataclass(frozen=True)
+class HeadType:
+    name: str
+    cls: str  # "module:Class"
+    help: str
+    options: dict[str, Option] = field(default_factory=dict)
+    # Trained on every real token of an example (tasks with token_features), with a padding mask.
+    token_level: bool = False
+
+    def load(self) -> type:
+        module, _, name = self.cls.partition(":")
+        return getattr(importlib.import_module(module), name)
+
+
+HEAD_TYPES: dict[str, HeadType] = {}
+
+# Training settings the search may choose for every head (heads.training), with their types.
+SEARCHABLE_TRAINING = {"learning_rate": float, "weight_decay": float, "batch_size": int, "max_epochs": int}
+
+
+def register(head_type: HeadType) -> HeadType:
+    if head_type.name in HEAD_TYPES:
+        raise ValueError(f"head type {head_type.name!r} registered twice")
+    clash = sorted(set(head_type.options) & (set(SEARCHABLE_TRAINING) | {"type"}))
+    if clash:
+        raise ValueError(f"head type {head_type.name!r}: options {clash} clash with training settings")
+    HEAD_TYPES[head_type.name] = head_type
+    return head_type
+
+
+def get_head_type(name: str) -> HeadType:
+    try:
+        return HEAD_TYPES[name]
+    except KeyError:
+        raise KeyError(f"unknown head type {name!r}; known: {', '.join(HEAD_TYPES)}") from None
+
+
+def complete_spec(spec: dict) -> dict:
+    """``spec`` ({"type": ..., options}) with every option its type has, defaults filled in."""
+    head_type = get_head_type(spec["type"])
+    unknown = sorted(set(spec) - {"type"} - set(head_type.options))
+    if unknown:
+        raise ValueError(f"head type {head_type.name!r} has no option(s) {unknown}; it has {sorted(head_type.options)}")
+    return {"type": head_type.name, **{k: o.default for k, o in head_type.options.items()},
+            **{k: v for k, v in spec.items() if k != "type"}}
+
+
+def is_token_head(spec: dict) -> bool:
+    """Whether a head of ``spec["type"]`` needs every token's features, not only [CLS]."""
+    return get_head_type(spec["type"]).token_level
+
+
+def searchable_parameters() -> dict[str, type]:
+    """Every parameter the search space may name: training settings and head options."""
+    out = dict(SEARCHABLE_TRAINING)
+    for head_type in HEAD_TYPES.values():
+        out.update({name: o.type for name, o in head_type.options.items() if o.searchable})
+    return out
+
+
+DROPOUT = Option(float, 0.0, "Dropout before the output layer.", minimum=0, maximum=1, searchable=True)
+
+register(HeadType(
+    "lp", "bertvision.models.heads:ScalarMixHead",
+    "Learned pooling (ScalarMix): gamma * sum_l softmax(w)_l X[l], then a linear layer.",
+    {"dropout": DROPOUT},
+))
+register(HeadType(
+    "mean", "bertvision.models.heads:LayerMeanHead",
+    "Average pooling (AP): the mean over layers, then a linear layer.",
+    {"dropout": DROPOUT},
+))
+register(HeadType(
+    "adapter", "bertvision.models.heads:AdapterPoolerHead",
+    "AdapterPooler: GELU(W X[l] + b) per layer, flattened, then a linear layer.",
+    {
+        "width": Option(int, 64, "Adapter width A (W is A x hidden).", minimum=1, searchable=True),
+        "shared": Option(bool, True, "One W for every layer (true) or one per layer (false)."),
+        "skip": Option(bool, False, "Concatenate the last layer's state before the output layer."),
+        "dropout": DROPOUT,
+    },
+))
+register(HeadType(
+    "token-pool", "bertvision.models.heads:TokenPoolHead",
+    "Every real token of an example (tasks with token_features): a layer mix per token, then "
+    "position-free pooling over the real tokens, then a linear layer.",
+    {
+        "pool": Option(str, "attention-mean", "How the real tokens are pooled: attention (learned query) "
+                       "and masked mean concatenated, or one of them.", choices=("attention-mean", "attention", "mean")),
+        "dropout": DROPOUT,
+    },
+    token_level=True,
+))

@@ -1,0 +1,111 @@
+"""The metric registry: every score a task can report, by task kind, with what the reports
+need to know about it. The example-task metrics are the standard GLUE ones: F1 is the binary
+F1 of the positive class (label 1), not micro-F1 (which equals accuracy, the original's bug).
+The span metrics are SQuAD 2.0's, computed together by ``evaluation.squad_metric`` on a 0-100
+scale."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+
+def accuracy(pred, gold) -> float:
+    pred, gold = np.asarray(pred), np.asarray(gold)
+    return float((pred == gold).mean())
+
+
+def f1(pred, gold) -> float:
+    pred, gold = np.asarray(pred), np.asarray(gold)
+    tp = int(((pred == 1) & (gold == 1)).sum())
+    fp = int(((pred == 1) & (gold != 1)).sum())
+    fn = int(((pred != 1) & (gold == 1)).sum())
+    return 0.0 if tp == 0 else 2 * tp / (2 * tp + fp + fn)
+
+
+def mcc(pred, gold) -> float:
+    """Matthews correlation for any number of classes (Gorodkin's R_K, as sklearn computes it)."""
+    pred, gold = np.asarray(pred), np.asarray(gold)
+    classes = np.union1d(pred, gold)
+    conf = np.zeros((len(classes), len(classes)), dtype=np.float64)
+    np.add.at(conf, (np.searchsorted(classes, gold), np.searchsorted(classes, pred)), 1)
+    t, p = conf.sum(axis=1), conf.sum(axis=0)
+    c, s = np.trace(conf), conf.sum()
+    denom = math.sqrt((s * s - (p * p).sum()) * (s * s - (t * t).sum()))
+    return 0.0 if denom == 0 else float((c * s - (t * p).sum()) / denom)
+
+
+def _rank(x: np.ndarray) -> np.ndarray:
+    """Average ranks (ties share the mean rank), as used by Spearman's rho."""
+    order = np.argsort(x, kind="mergesort")
+    ranks = np.empty(len(x), dtype=np.float64)
+    sorted_x = x[order]
+    i = 0
+    while i < len(x):
+        j = i
+        while j + 1 < len(x) and sorted_x[j + 1] == sorted_x[i]:
+            j += 1
+        ranks[order[i : j + 1]] = (i + j) / 2.0
+        i = j + 1
+    return ranks
+
+
+def pearson(pred, gold) -> float:
+    pred, gold = np.asarray(pred, dtype=np.float64), np.asarray(gold, dtype=np.float64)
+    if pred.std() == 0 or gold.std() == 0:
+        return 0.0
+    return float(np.corrcoef(pred, gold)[0, 1])
+
+
+def spearman(pred, gold) -> float:
+    return pearson(_rank(np.asarray(pred, dtype=np.float64)), _rank(np.asarray(gold, dtype=np.float64)))
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    # (predictions, gold) -> score, for example tasks; None for span metrics, which SQuAD
+    # decoding computes together (evaluation.squad_metric.squad_v2_metrics).
+    compute: Callable | None
+    scale: float = 1.0  # the best score: 1 for GLUE metrics, 100 for SQuAD's
+    # A score near zero means the model learned nothing (correlations); the tables flag it.
+    zero_is_chance: bool = False
+
+
+EXAMPLE_METRICS = {m.name: m for m in [
+    Metric("accuracy", accuracy),
+    Metric("f1", f1),
+    Metric("mcc", mcc, zero_is_chance=True),
+    Metric("pearson", pearson, zero_is_chance=True),
+    Metric("spearman", spearman, zero_is_chance=True),
+]}
+SPAN_METRICS = {name: Metric(name, None, scale=100.0) for name in
+                ("f1", "exact", "HasAns_f1", "HasAns_exact", "NoAns_f1", "NoAns_exact")}
+
+# Task kind -> the metrics a task of that kind may report.
+METRICS: dict[str, dict[str, Metric]] = {
+    "classification": EXAMPLE_METRICS,
+    "regression": EXAMPLE_METRICS,
+    "span": SPAN_METRICS,
+}
+
+
+def get_metric(kind: str, name: str) -> Metric:
+    try:
+        return METRICS[kind][name]
+    except KeyError:
+        raise KeyError(f"no metric {name!r} for {kind} tasks; the registry has {sorted(METRICS.get(kind, {}))}") from None
+
+
+def predictions_from_outputs(outputs: np.ndarray, kind: str) -> np.ndarray:
+    """Model outputs (N, C) -> predicted labels (argmax) or scores (regression)."""
+    outputs = np.asarray(outputs)
+    return outputs.reshape(-1) if kind == "regression" else outputs.argmax(axis=-1)
+
+
+def compute_metrics(task, pred, gold) -> dict[str, float]:
+    """Every metric of an example ``task`` (a registry TaskSpec) on these predictions."""
+    return {name: get_metric(task.kind, name).compute(pred, gold) for name in task.metrics}

@@ -1,0 +1,315 @@
+"""The task registry: everything the pipeline needs to know about a task lives in one entry.
+
+Adding a GLUE-style task is one ``register(_glue(...))`` call below (plus its data files): the
+config schema, the job requests and the tables all read the registry.
+Label order follows the Hugging Face ``nyu-mll/glue`` dataset, so the local
+``glue_data`` files and the hub give identical label ids.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bertvision.registry.metrics import METRICS
+
+
+@dataclass(frozen=True)
+class GlueFileLayout:
+    """Where a task lives in the classic ``glue_data`` folder and how its TSV columns read."""
+
+    folder: str
+    files: dict[str, str]  # our split name -> file name
+    text_columns: tuple[str, ...]
+    label_column: str
+    # None: the first line is a header. Otherwise the column names of a header-less file.
+    columns: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class SquadFileLayout:
+    """SQuAD-format JSON files (plain or .gz) in ``data.squad_dir``."""
+
+    files: dict[str, str]  # our split name -> file name
+
+
+@dataclass(frozen=True)
+class SpanSettings:
+    """Question answering: windows over the context and answer decoding."""
+
+    doc_stride: int
+    max_answer_length: int
+    n_best: int
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    name: str
+    kind: str  # "classification" | "regression" | "span"
+    text_fields: tuple[str, ...]  # canonical field names, one or two
+    max_length: int
+    # Rows (SQuAD: questions) of the published train split: sizes job requests when the config
+    # does not subsample.
+    train_rows: int
+    # The first metric is the one every choice is made on (on the selection split). For MRPC and
+    # QQP that is accuracy: F1 of the positive class rewards the constant "all positive" predictor.
+    metrics: tuple[str, ...]
+    eval_splits: tuple[str, ...]
+    hub_id: str
+    hub_config: str
+    hub_splits: dict[str, str]  # our split name -> hub split name
+    glue: GlueFileLayout | None = None
+    squad: SquadFileLayout | None = None
+    span: SpanSettings | None = None
+    # Class names in label-id order; for local files, the raw label strings in the same order.
+    label_names: tuple[str, ...] = ()
+    raw_labels: tuple[str, ...] = ()
+
+    @property
+    def num_labels(self) -> int:
+        """Outputs per example (classification, regression) or per token (span: start, end)."""
+        return {"regression": 1, "span": 2}.get(self.kind, len(self.label_names))
+
+    @property
+    def primary_metric(self) -> str:
+        return self.metrics[0]
+
+    @property
+    def is_pair(self) -> bool:
+        return len(self.text_fields) == 2
+
+    def headline(self, metrics: dict) -> float:
+        """The primary metric on the first evaluation split, from {split: {metric: value}}."""
+        return float(metrics[self.eval_splits[0]][self.primary_metric])
+
+    def metric_scale(self) -> float:
+        """The best possible score: 1 for GLUE metrics, 100 for SQuAD's."""
+        return METRICS[self.kind][self.primary_metric].scale
+
+
+_GLUE_HUB = "nyu-mll/glue"
+_DEV = {"train": "train", "dev": "validation"}
+
+
+def _glue(name, **kw) -> TaskSpec:
+    kw.setdefault("hub_id", _GLUE_HUB)
+    kw.setdefault("hub_config", name)
+    kw.setdefault("hub_splits", _DEV)
+    kw.setdefault("eval_splits", ("dev",))
+    return TaskSpec(name=name, **kw)
+
+
+TASKS: dict[str, TaskSpec] = {}
+
+
+def register(task: TaskSpec) -> TaskSpec:
+    """Add ``task`` to the registry after checking that it is complete and consistent."""
+    problems = []
+    if task.name in TASKS:
+        problems.append("registered twice")
+    if task.kind not in METRICS:
+        problems.append(f"kind {task.kind!r} is not one of {sorted(METRICS)}")
+    else:
+        problems += [f"metric {m!r} is not a {task.kind} metric ({sorted(METRICS[task.kind])})"
+                     for m in task.metrics if m not in METRICS[task.kind]]
+    if not task.metrics:
+        problems.append("no metrics")
+    if task.kind == "classification" and (len(task.label_names) < 2 or len(task.raw_labels) != len(task.label_names)):
+        problems.append("a classification task needs label_names and as many raw_labels")
+    if not 1 <= len(task.text_fields) <= 2:
+        problems.append("one or two text fields")
+    if (task.kind == "span") != (task.span is not None):
+        problems.append("span settings exactly for span tasks")
+    if not (task.glue or task.squad):
+        problems.append("no local file layout (glue or squad)")
+    missing = [s for s in ("train", *task.eval_splits) if s not in task.hub_splits]
+    if missing:
+        problems.append(f"hub_splits lacks {missing}")
+    if problems:
+        raise ValueError(f"task {task.name!r}: " + "; ".join(problems))
+    TASKS[task.name] = task
+    return task
+
+
+for _task in [
+    _glue(
+        "cola",
+        kind="classification",
+        text_fields=("sentence",),
+        max_length=64,
+        train_rows=8551,
+        metrics=("mcc", "accuracy"),
+        label_names=("unacceptable", "acceptable"),
+        raw_labels=("0", "1"),
+        glue=GlueFileLayout(
+            folder="CoLA",
+            files={"train": "train.tsv", "dev": "dev.tsv"},
+            columns=("source", "label", "original_label", "sentence"),
+            text_columns=("sentence",),
+            label_column="label",
+        ),
+    ),
+    _glue(
+        "sst2",
+        kind="classification",
+        text_fields=("sentence",),
+        max_length=66,
+        train_rows=67349,
+        metrics=("accuracy",),
+        label_names=("negative", "positive"),
+        raw_labels=("0", "1"),
+        glue=GlueFileLayout(
+            folder="SST-2",
+            files={"train": "train.tsv", "dev": "dev.tsv"},
+            text_columns=("sentence",),
+            label_column="label",
+        ),
+    ),
+    _glue(
+        "mrpc",
+        kind="classification",
+        text_fields=("sentence1", "sentence2"),
+        max_length=128,
+        train_rows=3668,
+        metrics=("accuracy", "f1"),
+        label_names=("not_equivalent", "equivalent"),
+        raw_labels=("0", "1"),
+        glue=GlueFileLayout(
+            folder="MRPC",
+            files={"train": "train.tsv", "dev": "dev.tsv"},
+            text_columns=("#1 String", "#2 String"),
+            label_column="Quality",
+        ),
+    ),
+    _glue(
+        "stsb",
+        kind="regression",
+        text_fields=("sentence1", "sentence2"),
+        max_length=128,
+        train_rows=5749,
+        metrics=("pearson", "spearman"),
+        glue=GlueFileLayout(
+            folder="STS-B",
+            files={"train": "train.tsv", "dev": "dev.tsv"},
+            text_columns=("sentence1", "sentence2"),
+            label_column="score",
+        ),
+    ),
+    _glue(
+        "qqp",
+        kind="classification",
+        text_fields=("question1", "question2"),
+        max_length=128,
+        train_rows=363846,
+        metrics=("accuracy", "f1"),
+        label_names=("not_duplicate", "duplicate"),
+        raw_labels=("0", "1"),
+        glue=GlueFileLayout(
+            folder="QQP",
+            files={"train": "train.tsv", "dev": "dev.tsv"},
+            text_columns=("question1", "question2"),
+            label_column="is_duplicate",
+        ),
+    ),
+    _glue(
+        "mnli",
+        kind="classification",
+        text_fields=("premise", "hypothesis"),
+        max_length=128,
+        train_rows=392702,
+        metrics=("accuracy",),
+        label_names=("entailment", "neutral", "contradiction"),
+        raw_labels=("entailment", "neutral", "contradiction"),
+        eval_splits=("dev_matched", "dev_mismatched"),
+        hub_splits={
+            "train": "train",
+            "dev_matched": "validation_matched",
+            "dev_mismatched": "validation_mismatched",
+        },
+        glue=GlueFileLayout(
+            folder="MNLI",
+            files={
+                "train": "train.tsv",
+                "dev_matched": "dev_matched.tsv",
+                "dev_mismatched": "dev_mismatched.tsv",
+            },
+            text_columns=("sentence1", "sentence2"),
+            label_column="gold_label",
+        ),
+    ),
+    _glue(
+        "qnli",
+        kind="classification",
+        text_fields=("question", "sentence"),
+        max_length=128,
+        train_rows=104743,
+        metrics=("accuracy",),
+        label_names=("entailment", "not_entailment"),
+        raw_labels=("entailment", "not_entailment"),
+        glue=GlueFileLayout(
+            folder="QNLI",
+            files={"train": "train.tsv", "dev": "dev.tsv"},
+            text_columns=("question", "sentence"),
+            label_column="label",
+        ),
+    ),
+    _glue(
+        "rte",
+        kind="classification",
+        text_fields=("sentence1", "sentence2"),
+        max_length=256,
+        train_rows=2490,
+        metrics=("accuracy",),
+        label_names=("entailment", "not_entailment"),
+        raw_labels=("entailment", "not_entailment"),
+        glue=GlueFileLayout(
+            folder="RTE",
+            files={"train": "train.tsv", "dev": "dev.tsv"},
+            text_columns=("sentence1", "sentence2"),
+            label_column="label",
+        ),
+    ),
+    _glue(
+        "wnli",
+        kind="classification",
+        text_fields=("sentence1", "sentence2"),
+        max_length=128,
+        train_rows=635,
+        metrics=("accuracy",),
+        label_names=("not_entailment", "entailment"),
+        raw_labels=("0", "1"),
+        glue=GlueFileLayout(
+            folder="WNLI",
+            files={"train": "train.tsv", "dev": "dev.tsv"},
+            text_columns=("sentence1", "sentence2"),
+            label_column="label",
+        ),
+    ),
+    TaskSpec(
+        name="squad2",
+        kind="span",
+        text_fields=("question", "context"),
+        max_length=384,
+        train_rows=130319,
+        metrics=("f1", "exact", "HasAns_f1", "HasAns_exact", "NoAns_f1", "NoAns_exact"),
+        eval_splits=("dev",),
+        hub_id="rajpurkar/squad_v2",
+        hub_config="squad_v2",
+        hub_splits={"train": "train", "dev": "validation"},
+        squad=SquadFileLayout(files={"train": "train-v2.0.json", "dev": "dev-v2.0.json"}),
+        span=SpanSettings(doc_stride=128, max_answer_length=30, n_best=20),
+    ),
+]:
+    register(_task)
+
+
+def get_task(name: str) -> TaskSpec:
+    try:
+        return TASKS[name]
+    except KeyError:
+        raise KeyError(f"unknown task {name!r}; the registry has: {', '.join(sorted(TASKS))}") from None
+
+
+def splits_of(task: TaskSpec) -> tuple[str, ...]:
+    """Every split the pipeline materialises for a task: train, the selection split carved
+    from train, and the task's evaluation splits."""
+    return ("train", "selection", *task.eval_splits)

@@ -1,0 +1,166 @@
+"""Tables of the paper's experiments beyond the main results: the optuna searches, the
+data-fraction curves and cross-checkpoint transfer. Every number comes from a file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from bertvision.registry.tasks import get_task
+from bertvision.reporting.markdown import fmt, markdown_table
+from bertvision.reporting.results import BERT
+from bertvision.runtime.io import read_json
+
+
+def _primary(task: str, metrics: dict) -> float:
+    return get_task(task).headline(metrics)
+
+
+def _cell(block: pd.DataFrame, key) -> str:
+    """The mean ± std of ``block`` (indexed by the column key) at ``key``, or blank."""
+    if key not in block.index:
+        return ""
+    row = block.loc[key]
+    return fmt(row["mean"], row["std"], get_task(row["task"]).metric_scale())
+
+
+def _over_seeds(df: pd.DataFrame, keys: list[str], sort: bool = False, **extra) -> pd.DataFrame:
+    """Mean, sample std and count of ``value`` per ``keys``, plus the task's primary metric name."""
+    out = (df.groupby(keys, sort=sort)
+             .agg(**extra, mean=("value", "mean"), std=("value", lambda v: v.std(ddof=1) if len(v) > 1 else np.nan),
+                  n=("value", "count"))
+             .reset_index())
+    out["metric"] = [get_task(t).primary_metric for t in out["task"]]
+    return out
+
+
+# --- search ----------------------------------------------------------------------------------
+def _range(dist: dict) -> str:
+    if "choices" in dist:
+        return "{" + ", ".join(str(c) for c in dist["choices"]) + "}"
+    return f"[{dist['low']:g}, {dist['high']:g}]" + (" log" if dist.get("log") else "")
+
+
+def search_table(best_files: list[Path]) -> pd.DataFrame:
+    rows = []
+    for path in best_files:
+        r = read_json(path)
+        rows.append({"task": r["keys"]["task"], "checkpoint": r["keys"]["frac"], "head": r["keys"]["head"],
+                     "complete": r["trials"]["COMPLETE"], "pruned": r["trials"]["PRUNED"],
+                     "failed": r["trials"]["FAIL"],
+                     "searched": "; ".join(f"{k} {_range(v)}" for k, v in r["space"].items()),
+                     "best": "; ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
+                                       for k, v in r["best_params"].items()),
+                     "best_selection_score": r["best_value"], "study": r["study"]})
+    return pd.DataFrame(rows, columns=["task", "checkpoint", "head", "complete", "pruned", "failed", "searched",
+                                       "best", "best_selection_score", "study"])
+
+
+def search_markdown(table: pd.DataFrame) -> str:
+    parts = ["# Hyperparameter search (optuna)", ""]
+    if not len(table):
+        return "\n".join(parts + ["No search configured (tasks.<task>.search_heads).", ""])
+    parts += ["One study per task, checkpoint and head; the objective is the primary metric on the "
+              "selection split (dev is never seen). The best trial's parameters train the final heads "
+              "(marked † in the result tables).", ""]
+    rows = [[r.task, r.checkpoint, r.head, str(r.complete), str(r.pruned), str(r.failed), r.searched, r.best,
+             f"{r.best_selection_score:.4f}"] for r in table.itertuples()]
+    parts.append(markdown_table(["task", "epochs", "head", "complete", "pruned", "failed", "searched", "best",
+                                 "selection score"], rows))
+    return "\n".join(parts + [""])
+
+
+# --- data fraction ---------------------------------------------------------------------------
+def data_fraction_table(subset_runs: list[Path], full_runs: list[Path], bert_metrics: list[Path]) -> pd.DataFrame:
+    """Primary dev metric per (task, checkpoint, model, training fraction); BERT rows (at the
+    same checkpoint, always trained on all of the data) carry fraction 1."""
+    rows = []
+    wanted = set()
+    for path in subset_runs:
+        m = read_json(path)
+        wanted.add((m["task"], str(m["source"]["checkpoint"]), m["head"]))
+    for path in [*subset_runs, *full_runs]:
+        m = read_json(path)
+        key = (m["task"], str(m["source"]["checkpoint"]), m["head"])
+        if key in wanted:
+            rows.append({"task": key[0], "checkpoint": key[1], "model": key[2], "fraction": m["train_fraction"],
+                         "train_examples": m["train_examples"], "value": _primary(m["task"], m["metrics"])})
+    checkpoints = {(t, c) for t, c, _ in wanted}
+    for path in bert_metrics:
+        m = read_json(path)
+        if (m["task"], f"{m['epoch_fraction']:g}") in checkpoints:
+            rows.append({"task": m["task"], "checkpoint": f"{m['epoch_fraction']:g}", "model": BERT, "fraction": 1.0,
+                         "train_examples": np.nan, "value": _primary(m["task"], m["metrics"])})
+    df = pd.DataFrame(rows, columns=["task", "checkpoint", "model", "fraction", "train_examples", "value"])
+    return _over_seeds(df, ["task", "checkpoint", "model", "fraction"], sort=True,
+                       train_examples=("train_examples", "first"))
+
+
+def data_fraction_markdown(table: pd.DataFrame) -> str:
+    parts = ["# Data fraction", ""]
+    if not len(table):
+        return "\n".join(parts + ["No data-fraction experiment configured (experiments.data_fraction.tasks).", ""])
+    parts += ["Heads trained on nested random subsets of the training features (selection and dev whole), "
+              "against BERT fine-tuned on all of them to the same checkpoint. Dev, mean ± std over seeds.", ""]
+    for (task, ckpt), block in table.groupby(["task", "checkpoint"], sort=True):
+        fractions = sorted(block.loc[block["model"] != BERT, "fraction"].unique())
+        parts += [f"## {task}, {ckpt} epochs ({block['metric'].iloc[0]})", ""]
+        rows = []
+        for model, g in block.groupby("model", sort=False):
+            by = g.set_index("fraction")
+            cells = [_cell(by, f) for f in fractions]
+            if model == BERT:
+                cells = [""] * (len(fractions) - 1) + [_cell(by, 1.0)]
+            rows.append([model, *cells])
+        n_examples = block.loc[block["model"] != BERT].groupby("fraction")["train_examples"].first()
+        header = [f"{f:g} ({int(n_examples[f])})" for f in fractions]
+        parts += [markdown_table(["model", *header], rows), ""]
+    parts.append("Columns: share of the training rows (examples, or windows for span tasks).")
+    return "\n".join(parts + [""])
+
+
+# --- transfer --------------------------------------------------------------------------------
+def transfer_table(transfer_files: list[Path], bert_metrics: list[Path]) -> pd.DataFrame:
+    rows = []
+    for path in transfer_files:
+        for r in read_json(path)["records"]:
+            rows.append({"task": r["task"], "model": r["head"], "standardization": r["standardization"],
+                         "trained_on": r["trained_on"], "evaluated_on": r["evaluated_on"],
+                         "value": _primary(r["task"], r["metrics"])})
+    tasks = {r["task"] for r in rows}
+    for path in bert_metrics:
+        m = read_json(path)
+        if m["task"] in tasks:
+            ckpt = f"{m['epoch_fraction']:g}"
+            rows.append({"task": m["task"], "model": BERT, "standardization": "", "trained_on": ckpt,
+                         "evaluated_on": ckpt, "value": _primary(m["task"], m["metrics"])})
+    df = pd.DataFrame(rows, columns=["task", "model", "standardization", "trained_on", "evaluated_on", "value"])
+    return _over_seeds(df, ["task", "model", "standardization", "trained_on", "evaluated_on"])
+
+
+def transfer_markdown(table: pd.DataFrame) -> str:
+    parts = ["# Cross-checkpoint transfer", ""]
+    if not len(table):
+        return "\n".join(parts + ["No transfer experiment configured (experiments.transfer.tasks).", ""])
+    parts += ["Each head trained on the hidden states of one checkpoint (rows), evaluated unchanged on the "
+              "states of every checkpoint of the same fine-tuning run (columns). The diagonal is the head on "
+              "its own features; `BERT` is the backbone's own head at each checkpoint. `input standardized "
+              "with`: the train-split statistics of the checkpoint the head was trained on (the head "
+              "unchanged), or of the checkpoint it is evaluated on (no labels needed). Dev, mean ± std over "
+              "seeds.", ""]
+    for task, block in table.groupby("task", sort=True):
+        ckpts = sorted(block["evaluated_on"].unique(), key=float)
+        parts += [f"## {task} ({block['metric'].iloc[0]})", ""]
+        rows = []
+        for (model, how, source), g in block.groupby(["model", "standardization", "trained_on"], sort=False):
+            by = g.set_index("evaluated_on")
+            rows.append([model, source, {"source": "trained on", "target": "evaluated on"}.get(how, ""),
+                         *[_cell(by, c) for c in ckpts]])
+        bert = [r for r in rows if r[0] == BERT]
+        bert_row = [BERT, "(own)", "", *[next((r[3 + i] for r in bert if r[1] == c), "") for i, c in enumerate(ckpts)]]
+        rows = sorted((r for r in rows if r[0] != BERT), key=lambda r: (r[2] != "trained on", r[0], float(r[1])))
+        parts += [markdown_table(["head", "trained on", "input standardized with", *[f"on {c} ep" for c in ckpts]],
+                                 rows + [bert_row]), ""]
+    return "\n".join(parts)

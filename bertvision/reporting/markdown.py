@@ -1,0 +1,32 @@
+"""Writing tables: Markdown and CSV, each renamed into place."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from bertvision.runtime.io import atomic_path
+
+
+def fmt(mean: float, std: float, scale: float = 1.0) -> str:
+    """``mean ± std`` (just the mean when there is no std); 3 decimals on a 0-1 scale, 2 on 0-100."""
+    digits = 2 if scale > 1 else 3
+    return f"{mean:.{digits}f}" if np.isnan(std) else f"{mean:.{digits}f} ± {std:.{digits}f}"
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def write_text(text: str, path: Path) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
+
+
+def write_csv(df: pd.DataFrame, path: Path) -> None:
+    with atomic_path(path) as tmp:
+        df.to_csv(tmp, index=False, float_format="%.6g")

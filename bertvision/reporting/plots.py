@@ -1,0 +1,124 @@
+"""Plots from the result tables and head metrics (matplotlib, PNG), readable without the text:
+score vs epoch fraction, score vs trainable parameters, and where in the encoder each task's
+information lives (the learned ScalarMix layer weights)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from bertvision.layout import plot, score_vs_epochs_plot  # noqa: E402
+from bertvision.registry.tasks import get_task  # noqa: E402
+from bertvision.reporting.results import BERT  # noqa: E402
+from bertvision.runtime.io import read_json  # noqa: E402
+
+
+def _save(fig, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def primary_rows(summary: pd.DataFrame, task: str) -> pd.DataFrame:
+    """The task's primary metric on its first evaluation split, without ensemble rows."""
+    spec = get_task(task)
+    rows = summary[(summary["task"] == task) & (summary["metric"] == spec.primary_metric)
+                   & (summary["split"] == spec.eval_splits[0])]
+    return rows[~rows["model"].str.contains(r" \+ BERT", regex=True)]
+
+
+def score_vs_epochs(summary: pd.DataFrame, task: str, path: Path) -> None:
+    rows = primary_rows(summary, task)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for model, g in rows.groupby("model", sort=False):
+        g = g.sort_values("epoch_fraction")
+        style = {"color": "black", "linewidth": 2.5, "marker": "s"} if model == BERT else {"marker": "o"}
+        ax.errorbar(g["epoch_fraction"], g["mean"], yerr=g["std"].fillna(0), capsize=3, label=model, **style)
+    spec = get_task(task)
+    ax.set_xlabel("fine-tuning epochs before freezing")
+    ax.set_ylabel(f"{spec.primary_metric} ({spec.eval_splits[0]})")
+    ax.set_title(f"{task}: BERT vs heads on its frozen hidden states")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    _save(fig, path)
+
+
+def score_vs_params(summary: pd.DataFrame, tasks: list[str], path: Path) -> None:
+    fig, axes = plt.subplots(1, len(tasks), figsize=(4.5 * len(tasks), 4), squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        rows = primary_rows(summary, task)
+        last = rows[rows["epoch_fraction"] == rows["epoch_fraction"].max()]
+        for _, r in last.iterrows():
+            ax.errorbar(r["parameter_percent"], r["mean"], yerr=0 if np.isnan(r["std"]) else r["std"],
+                        marker="s" if r["model"] == BERT else "o", capsize=3,
+                        color="black" if r["model"] == BERT else None)
+            ax.annotate(r["model"], (r["parameter_percent"], r["mean"]), fontsize=7, xytext=(3, 3),
+                        textcoords="offset points")
+        ax.set_xscale("log")
+        ax.set_xlabel("trainable parameters (% of the encoder)")
+        ax.set_ylabel(get_task(task).primary_metric)
+        ax.set_title(f"{task} at {last['epoch_fraction'].max():g} epochs")
+        ax.grid(alpha=0.3)
+    _save(fig, path)
+
+
+def layer_weights(head_metrics: list[Path], path: Path, head: str = "lp") -> None:
+    """Mean softmax(w) of the LP head per task, at each task's last checkpoint."""
+    records = [read_json(p) for p in head_metrics]
+    records = [r for r in records if r["head"] == head and "layer_weights" in r]
+    fig, ax = plt.subplots(figsize=(6, 1 + 0.5 * max(1, len({r["task"] for r in records}))))
+    if records:
+        frame = pd.DataFrame([{"task": r["task"], "ckpt": float(r["source"]["checkpoint"]),
+                               "weights": r["layer_weights"]} for r in records])
+        matrix, labels = [], []
+        for task, g in frame.groupby("task"):
+            g = g[g["ckpt"] == g["ckpt"].max()]
+            matrix.append(np.mean(np.stack(g["weights"].to_numpy()), axis=0))
+            labels.append(f"{task} ({g['ckpt'].iloc[0]:g} ep)")
+        image = ax.imshow(np.array(matrix), aspect="auto", cmap="viridis")
+        ax.set_yticks(range(len(labels)), labels)
+        ax.set_xticks(range(len(matrix[0])), ["emb", *[str(i) for i in range(1, len(matrix[0]))]])
+        fig.colorbar(image, ax=ax, label="ScalarMix weight")
+    ax.set_xlabel("layer (emb = embedding output)")
+    ax.set_title("Where each task's information lives: learned layer weights (LP head)")
+    _save(fig, path)
+
+
+def build_plots(summary_csvs: list[Path], head_metrics: list[Path], tasks: list[str], out_dir: Path) -> None:
+    summary = pd.concat([pd.read_csv(p) for p in summary_csvs if Path(p).stat().st_size], ignore_index=True)
+    for task in tasks:
+        score_vs_epochs(summary, task, Path(plot(score_vs_epochs_plot(task), out_dir)))
+    score_vs_params(summary, tasks, Path(plot("score-vs-parameters", out_dir)))
+    layer_weights(head_metrics, Path(plot("layer-weights", out_dir)))
+
+
+def data_fraction_curves(table_csv: Path, path: Path) -> None:
+    """Score vs share of training data, one panel per (task, checkpoint); BERT (all the data,
+    same checkpoint) as a dashed line."""
+    table = pd.read_csv(table_csv, dtype={"checkpoint": str}) if Path(table_csv).stat().st_size else pd.DataFrame()
+    panels = sorted({(t, c) for t, c in zip(table.get("task", []), table.get("checkpoint", []))})
+    fig, axes = plt.subplots(1, max(1, len(panels)), figsize=(4.5 * max(1, len(panels)), 4), squeeze=False)
+    for ax, (task, ckpt) in zip(axes[0], panels):
+        block = table[(table["task"] == task) & (table["checkpoint"] == ckpt)]
+        for model, g in block.groupby("model", sort=False):
+            if model == BERT:
+                ax.axhline(g["mean"].iloc[0], color="black", linestyle="--", label="BERT (all data)")
+                continue
+            g = g.sort_values("fraction")
+            ax.errorbar(100 * g["fraction"], g["mean"], yerr=g["std"].fillna(0), marker="o", capsize=3, label=model)
+        ax.set_xlabel("training data used by the head (%)")
+        ax.set_ylabel(f"{block['metric'].iloc[0]} (dev)")
+        ax.set_title(f"{task}, features at {ckpt} epochs")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    if not panels:
+        axes[0][0].text(0.5, 0.5, "no data-fraction experiment configured", ha="center", va="center")
+        axes[0][0].set_axis_off()
+    _save(fig, path)

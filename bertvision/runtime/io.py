@@ -1,0 +1,49 @@
+"""Small file helpers: every artifact is written to a temporary name and renamed into place,
+so a killed job never leaves a file that looks complete. The temporary name is fixed (one job
+writes each artifact), so a rerun after a kill replaces what the killed job left."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pandas as pd
+
+
+@contextlib.contextmanager
+def atomic_path(path: Path):
+    """Yield a temporary path beside ``path``; rename it to ``path`` only if the block succeeds."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def atomic_write_parquet(df: pd.DataFrame, path: Path) -> None:
+    with atomic_path(path) as tmp:
+        df.to_parquet(tmp, index=False)
+
+
+def atomic_write_json(obj, path: Path) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def read_json(path: Path):
+    return json.loads(Path(path).read_text())
+
+
+def sha256_file(path: Path, block: int = 1 << 22) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(block):
+            digest.update(chunk)
+    return digest.hexdigest()

@@ -1,0 +1,98 @@
+"""What each job asks the scheduler for, computed from the config: the encoder's size (read
+from its config.json), sequence length, batch size, rows per job and shard count. Memory is
+host memory (the model, optimizer state, activations and buffers); runtime comes from a FLOP
+count at a conservative throughput. Both grow with the attempt, so a resubmission after an
+out-of-memory or timeout failure asks for more (``--retries``)."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+# Published train sizes (rows; SQuAD 2.0: questions), used when the config does not subsample.
+PUBLISHED_TRAIN_ROWS = {"cola": 8551, "sst2": 67349, "mrpc": 3668, "stsb": 5749, "qqp": 363846, "mnli": 392702,
+                        "qnli": 104743, "rte": 2490, "wnli": 635, "squad2": 130319}
+BASE_MB = 2500  # interpreter, torch, tokenizer, pandas
+FLOPS = {"gpu": 2e13, "cpu": 5e10}  # sustained, well below peak, so that runtimes are upper bounds
+MIN_MINUTES = 10
+MEAN_FILL = 0.6  # real tokens / max_length, on average
+EVAL_SHARE = 0.15  # selection + dev rows relative to train
+
+
+@dataclass(frozen=True)
+class EncoderShape:
+    layers: int
+    hidden: int
+    vocab: int
+
+    @property
+    def parameters(self) -> int:
+        return 12 * self.layers * self.hidden**2 + (self.vocab + 514) * self.hidden
+
+    @classmethod
+    def of(cls, pretrained: str) -> "EncoderShape":
+        """From the model's config.json (local dir, installed package or the hub cache); a
+        bert-large or bert-base guess from the name when it is nowhere on disk."""
+        from bertvision.models.backbone import resolve_pretrained
+
+        try:
+            path = Path(resolve_pretrained(pretrained)) / "config.json"
+            if not path.exists():
+                from huggingface_hub import try_to_load_from_cache
+
+                cached = try_to_load_from_cache(pretrained, "config.json")
+                path = Path(cached) if isinstance(cached, str) else path
+            config = json.loads(path.read_text())
+            return cls(config["num_hidden_layers"], config["hidden_size"], config.get("vocab_size", 30522))
+        except (OSError, KeyError, ValueError):
+            return cls(24, 1024, 30522) if "large" in pretrained else cls(12, 768, 30522)
+
+
+def _minutes(flops: float, device: str, attempt: int) -> int:
+    return attempt * max(MIN_MINUTES, math.ceil(3 * flops / FLOPS[device] / 60))
+
+
+def _mb(nbytes: float) -> int:
+    return int(math.ceil((BASE_MB + 1.2 * nbytes / 2**20) / 100) * 100)
+
+
+def finetune_request(shape: EncoderShape, batch_size: int, max_length: int, rows: int, epochs: float,
+                     gpus: int, attempt: int) -> dict:
+    """Host memory: on CPU, weights, gradients and two AdamW moments (16 B/parameter) plus the
+    activations of one micro-batch (attempt n splits batches into 2^(n-1)) that autograd keeps
+    for the backward; with GPUs those live on the device and the host holds the weights while
+    loading and saving checkpoints."""
+    micro = math.ceil(batch_size / 2 ** (attempt - 1))
+    activations = micro * max_length * shape.layers * shape.hidden * 4 * 16
+    host = 8 * shape.parameters if gpus else 16 * shape.parameters + activations
+    tokens = rows * (epochs + EVAL_SHARE * (1 + epochs)) * max_length * MEAN_FILL
+    return {"mem_mb": attempt * _mb(host),
+            "runtime": _minutes(6 * shape.parameters * tokens, "gpu" if gpus else "cpu", attempt)}
+
+
+def extract_request(shape: EncoderShape, batch_size: int, block_rows: int, block_tokens: int, max_length: int,
+                    rows: int, shards: int, token_level: bool, gpus: int, attempt: int) -> dict:
+    """Host memory: weights, every layer's states of one batch (in float32 on CPU; the
+    float16 copy of what is kept with GPUs), and up to 5 blocks of float16 features (one being
+    filled, four queued for the writer). Attempt n divides the batch by 2^(n-1)."""
+    states = shape.layers + 1
+    block = (block_tokens if token_level else block_rows) * states * shape.hidden * 2
+    batch = math.ceil(batch_size / 2 ** (attempt - 1))
+    kept = batch * (max_length if token_level else 1) * states * shape.hidden * 2
+    activations = kept if gpus else batch * max_length * states * shape.hidden * 4 * 2
+    tokens = rows * (1 + EVAL_SHARE) / shards * max_length * MEAN_FILL
+    return {"mem_mb": attempt * _mb(4 * shape.parameters + activations + 5 * block),
+            "runtime": _minutes(2 * shape.parameters * tokens, "gpu" if gpus else "cpu", attempt)}
+
+
+def heads_request(shape: EncoderShape, rows: int, max_length: int, token_level: bool, in_memory_max_mb: float,
+                  n_runs: int, max_epochs: int, attempt: int) -> dict:
+    """The training features as float32 (at most ``in_memory_max_mb``; larger ones stream) twice
+    (the data and the next epoch's shuffled copy), plus the held-out splits."""
+    per_row = (shape.layers + 1) * shape.hidden * 4 * (max_length * MEAN_FILL if token_level else 1)
+    held = min(in_memory_max_mb * 2**20, rows * per_row)
+    work = n_runs * max_epochs * rows * per_row * 64  # ~ an adapter of width 64 per float, forward + backward
+    return {"mem_mb": attempt * _mb(2 * held + EVAL_SHARE * rows * per_row),
+            "runtime": _minutes(work, "cpu", attempt)}

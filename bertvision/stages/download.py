@@ -1,0 +1,130 @@
+"""The ``download`` stage: one task from its source into canonical parquet files.
+
+Outputs ``train``, ``selection`` (carved from train, used for every choice the pipeline
+makes) and the task's evaluation splits (reported, never used for choices).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from bertvision.config.settings import DownloadSettings
+from bertvision.data import squad_files
+from bertvision.data.glue_files import locate, parse_split
+from bertvision.data.hub import load_hub_split
+from bertvision.layout import split_file
+from bertvision.registry.tasks import TaskSpec, splits_of
+from bertvision.runtime.io import atomic_write_parquet
+
+log = logging.getLogger(__name__)
+
+
+def load_source_split(task: TaskSpec, split: str, source: DownloadSettings) -> pd.DataFrame:
+    if source.source == "local":
+        path = locate(Path(source.glue_dir), task, split)
+        log.info("reading %s", path)
+        return parse_split(path, task, split)
+    if source.source == "hub":
+        return load_hub_split(task, split, repo=source.hub_repo)
+    raise ValueError(f"data.source must be 'local' or 'hub', got {source.source!r}")
+
+
+def subsample(df: pd.DataFrame, size: int | None, seed: int) -> pd.DataFrame:
+    """A seeded random subset of ``size`` rows, kept in file order; all rows when ``size`` is None."""
+    if size is None or size >= len(df):
+        return df
+    rng = np.random.default_rng(seed)
+    keep = np.sort(rng.choice(len(df), size=size, replace=False))
+    return df.iloc[keep].reset_index(drop=True)
+
+
+def carve_selection(df: pd.DataFrame, fraction: float, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Split ``df`` into (train, selection) with ``round(fraction * n)`` selection rows (at least 1)."""
+    n_sel = max(1, int(round(fraction * len(df))))
+    if n_sel >= len(df):
+        raise ValueError(f"selection_fraction {fraction} leaves no training rows out of {len(df)}")
+    rng = np.random.default_rng(seed + 1)
+    is_sel = np.zeros(len(df), dtype=bool)
+    is_sel[rng.choice(len(df), size=n_sel, replace=False)] = True
+    return df[~is_sel].reset_index(drop=True), df[is_sel].reset_index(drop=True)
+
+
+def write_splits(task: TaskSpec, frames: dict[str, pd.DataFrame], out_dir: Path) -> dict[str, int]:
+    counts = {}
+    for split in splits_of(task):
+        atomic_write_parquet(frames[split], split_file(out_dir, split))
+        counts[split] = len(frames[split])
+    return counts
+
+
+def load_squad_split(task: TaskSpec, split: str, settings: DownloadSettings) -> pd.DataFrame:
+    if settings.source == "local":
+        path = squad_files.locate(Path(settings.squad_dir), task.squad.files, split)
+        log.info("reading %s", path)
+        return squad_files.parse_squad(path)
+    import datasets
+
+    ds = datasets.load_dataset(settings.hub_repo or task.hub_id, split=task.hub_splits[split])
+    return squad_files.from_hub_records(ds.to_pandas())
+
+
+def download_squad(task: TaskSpec, settings: DownloadSettings, out_dir: Path) -> dict[str, int]:
+    """Question answering: parts are split by article, so no context is shared between the
+    train, selection and evaluation questions. With ``article_split`` every part comes from
+    one source file (offline we only have the dev file)."""
+    seed = int(settings.seed)
+    article_split = settings.article_split
+    if article_split:
+        source = load_squad_split(task, article_split["from"], settings)
+        parts = squad_files.split_by_article(source, {k: article_split[k] for k in ("train", "selection", "dev")}, seed)
+    else:
+        fraction = float(settings.selection_fraction)
+        parts = squad_files.split_by_article(load_squad_split(task, "train", settings),
+                                             {"train": 1 - fraction, "selection": fraction}, seed)
+        parts["dev"] = load_squad_split(task, "dev", settings)
+    frames = {
+        "train": subsample(parts["train"], settings.train_size, seed),
+        "selection": subsample(parts["selection"], settings.selection_size, seed),
+        "dev": subsample(parts["dev"], settings.eval_size, seed),
+    }
+    counts = write_splits(task, frames, out_dir)
+    log.info("%s: questions written %s (articles: %s)", task.name, counts,
+             {k: int(v["title"].nunique()) for k, v in frames.items()})
+    return counts
+
+
+def download_glue(task: TaskSpec, settings: DownloadSettings, out_dir: Path) -> dict[str, int]:
+    seed = int(settings.seed)
+    train_full = load_source_split(task, "train", settings)
+    train_pool = subsample(train_full, settings.train_size, seed)
+    train, selection = carve_selection(train_pool, float(settings.selection_fraction), seed)
+    frames = {"train": train, "selection": subsample(selection, settings.selection_size, seed)}
+    for split in task.eval_splits:
+        frames[split] = subsample(load_source_split(task, split, settings), settings.eval_size, seed)
+    counts = write_splits(task, frames, out_dir)
+    log.info("%s: source train rows %d; written %s", task.name, len(train_full), counts)
+    return counts
+
+
+def local_source_files(task: TaskSpec, settings: DownloadSettings) -> list[Path]:
+    """The local files a download reads (empty for the hub), so the workflow reruns the
+    download when one of them changes."""
+    if settings.source != "local":
+        return []
+    if task.kind == "span":
+        article_split = settings.article_split
+        splits = [article_split["from"]] if article_split else list(task.squad.files)
+        return [squad_files.locate(Path(settings.squad_dir), task.squad.files, s) for s in splits]
+    return [locate(Path(settings.glue_dir), task, s) for s in task.glue.files]
+
+
+DOWNLOADERS = {"classification": download_glue, "regression": download_glue, "span": download_squad}
+
+
+def download_task(task: TaskSpec, settings: DownloadSettings, out_dir: Path) -> dict[str, int]:
+    """Write ``{out_dir}/{split}.parquet`` for every split; return the row counts."""
+    return DOWNLOADERS[task.kind](task, settings, out_dir)

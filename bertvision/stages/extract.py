@@ -1,0 +1,323 @@
+"""The ``extract`` stage: run a frozen checkpoint over one shard of a split and store the [CLS]
+hidden state of every layer (embedding output + each encoder layer), or, for span tasks and
+tasks with ``token_features`` (attrs ``features: tokens``), every real token's states.
+
+Rows are processed in contiguous blocks; inside a block, batches are length-sorted so padding
+stays small, and the finished block is handed to a writer thread so the forward passes never
+wait for the disk.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import shutil
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from bertvision.config.settings import ExtractCompute, ExtractSettings
+from bertvision.data.tokenized import TokenizedSplit, collate, sorted_batches
+from bertvision.errors import DiskSpaceError
+from bertvision.features.store import ShardWriter, TokenShardWriter, shard_rows
+from bertvision.layout import shard_file, split_file
+from bertvision.models.backbone import encoder_parameter_count
+from bertvision.runtime.device import autocast, check_simulated_oom, pick_device, set_threads, to_device
+
+log = logging.getLogger(__name__)
+
+
+def load_encoder(checkpoint_dir: Path, device: torch.device):
+    from transformers import AutoModel
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    model = AutoModel.from_pretrained(str(checkpoint_dir), add_pooling_layer=False)
+    return model.to(device).eval()
+
+
+def cls_states(model, batch: dict, device, precision: str) -> torch.Tensor:
+    """(B, layers, hidden) [CLS] states of every hidden layer."""
+    check_simulated_oom(len(batch["input_ids"]))
+    with autocast(device, precision):
+        out = model(**batch, output_hidden_states=True)
+    return torch.stack([h[:, 0] for h in out.hidden_states], dim=1)
+
+
+def plain_forward(model, batch: dict, device, precision: str) -> torch.Tensor:
+    """The same forward pass without keeping anything but the last layer (benchmark baseline)."""
+    with autocast(device, precision):
+        return model(**batch).last_hidden_state[:, 0]
+
+
+def iter_blocks(split: TokenizedSplit, start: int, end: int, block_rows: int, batch_size: int,
+                block_tokens: int | None = None):
+    """Yield (block_start, block_end, batches) with batches as row indices into ``split``.
+    A block holds at most ``block_rows`` rows and (if given) about ``block_tokens`` tokens."""
+    b0 = start
+    while b0 < end:
+        b1 = min(end, b0 + block_rows)
+        if block_tokens:
+            cum = np.cumsum(split.lengths[b0:b1])
+            b1 = b0 + max(1, int(np.searchsorted(cum, block_tokens, side="right")))
+        local = sorted_batches(split.lengths[b0:b1], batch_size)
+        yield b0, b1, [rows + b0 for rows in local]
+        b0 = b1
+
+
+def on_replicas(replicas, batches, run):
+    """Call ``run(rows, model, device)`` for every batch of ``batches``, spread over the
+    (model, device) ``replicas`` (one thread each; CUDA kernels release the GIL, so several
+    GPUs work at once), and yield each batch's rows once it is done."""
+    if len(replicas) == 1:
+        for rows in batches:
+            run(rows, *replicas[0])
+            yield rows
+        return
+    def run_without_grad(rows, model, device):  # inference mode is per thread
+        with torch.inference_mode():
+            run(rows, model, device)
+
+    with ThreadPoolExecutor(max_workers=len(replicas)) as pool:
+        futures = [pool.submit(run_without_grad, rows, *replicas[i % len(replicas)]) for i, rows in enumerate(batches)]
+        for rows, future in zip(batches, futures):
+            future.result()
+            yield rows
+
+
+def extraction_devices(preference: str) -> list[torch.device]:
+    """Every GPU this job may use (a job given several GPUs spreads its batches over them),
+    else the one device ``pick_device`` chooses."""
+    device = pick_device(preference)
+    if device.type == "cuda" and "LOCAL_RANK" not in os.environ and torch.cuda.device_count() > 1 \
+            and "CUDA_VISIBLE_DEVICES" in os.environ:
+        return [torch.device("cuda", i) for i in range(torch.cuda.device_count())]
+    return [device]
+
+
+class BackgroundWriter:
+    """Runs ``write(*item)`` for queued items in a thread, so compute never waits for the disk."""
+
+    def __init__(self, write):
+        self.pending: queue.Queue = queue.Queue(maxsize=4)
+        self.errors: list[BaseException] = []
+        self.write = write
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def _loop(self):
+        try:
+            while (item := self.pending.get()) is not None:
+                self.write(*item)
+        except BaseException as err:
+            self.errors.append(err)
+            while self.pending.get() is not None:  # drain so the producer never blocks
+                pass
+
+    def put(self, item) -> None:
+        if self.errors:
+            raise self.errors[0]
+        self.pending.put(item)
+
+    def close(self) -> None:
+        self.pending.put(None)
+        self.thread.join()
+        if self.errors:
+            raise self.errors[0]
+
+
+def _shard_attrs(model, split, attrs, shard, n_shards, start, end, precision, device) -> dict:
+    return {**attrs, "shard": shard, "n_shards": n_shards, "row_start": start, "row_end": end,
+            "split_rows": len(split), "layers": model.config.num_hidden_layers + 1,
+            "hidden": model.config.hidden_size, "encoder_parameters": encoder_parameter_count(model),
+            "precision": precision, "device": str(device)}
+
+
+def extract_split_cls(replicas, split: TokenizedSplit, out_path: Path, shard: int, n_shards: int,
+                      settings: ExtractSettings, precision: str, attrs: dict) -> dict:
+    """Rows of shard ``shard`` of one split -> ``out_path``: [CLS] states of every layer.
+    ``replicas``: (model, device) pairs; batches are spread over them."""
+    model, device = replicas[0]
+    start, end = shard_rows(len(split), n_shards, shard)
+    pad_id = model.config.pad_token_id or 0
+    layers, hidden = model.config.num_hidden_layers + 1, model.config.hidden_size
+    label_dtype = "float32" if attrs["label_kind"] == "regression" else "int64"
+    batch_size, block_rows = settings.batch_size, settings.block_rows
+    t0 = time.perf_counter()
+    padded = real = 0
+    shard_attrs = _shard_attrs(model, split, attrs, shard, n_shards, start, end, precision, device)
+    with ShardWriter(out_path, end - start, layers, hidden, label_dtype, shard_attrs) as writer:
+        background = BackgroundWriter(writer.write_block)
+        n_batches = sum(-(-min(block_rows, end - b) // batch_size) for b in range(start, end, block_rows))
+        progress = tqdm(total=n_batches, desc=f"extract {attrs['split']} shard {shard}", mininterval=10,
+                        unit="batch")
+        try:
+            with torch.inference_mode():
+                for b0, b1, batches in iter_blocks(split, start, end, block_rows, batch_size):
+                    block = np.empty((b1 - b0, layers, hidden), dtype=np.float16)
+
+                    def run(rows, model, device):
+                        states = cls_states(model, to_device(collate(split, rows, pad_id), device), device, precision)
+                        block[rows - b0] = states.to("cpu", torch.float16).numpy()
+
+                    for rows in on_replicas(replicas, batches, run):
+                        padded += int(split.lengths[rows].max()) * len(rows)
+                        real += int(split.lengths[rows].sum())
+                        progress.update(1)
+                    background.put((b0 - start, block, split.labels[b0:b1], split.idx[b0:b1]))
+        finally:
+            background.close()
+            progress.close()
+    stats = {"rows": end - start, "seconds": time.perf_counter() - t0, "padded_tokens": padded, "real_tokens": real}
+    log.info("wrote %s: %s", out_path, stats)
+    return stats
+
+
+def token_states(model, batch: dict, device, precision: str) -> torch.Tensor:
+    """(B, T, layers, hidden) states of every token of every hidden layer."""
+    check_simulated_oom(len(batch["input_ids"]))
+    with autocast(device, precision):
+        out = model(**batch, output_hidden_states=True)
+    return torch.stack(out.hidden_states, dim=2)
+
+
+def extract_split_tokens(replicas, split: TokenizedSplit, out_path: Path, shard: int, n_shards: int,
+                         settings: ExtractSettings, precision: str, attrs: dict) -> dict:
+    """Windows of shard ``shard`` of one split -> ``out_path``: the states of every real token
+    of every layer, ragged; span tasks with the windows' character offsets, example tasks
+    (``token_features``) with each example's label and its [CLS] rows kept apart as well."""
+    model, device = replicas[0]
+    start, end = shard_rows(len(split), n_shards, shard)
+    pad_id = model.config.pad_token_id or 0
+    layers, hidden = model.config.num_hidden_layers + 1, model.config.hidden_size
+    batch_size, block_rows, block_tokens = settings.batch_size, settings.block_rows, settings.block_tokens
+    lengths = split.lengths[start:end]
+    t0 = time.perf_counter()
+    padded = real = 0
+    shard_attrs = _shard_attrs(model, split, attrs, shard, n_shards, start, end, precision, device)
+    span = attrs["label_kind"] == "span"
+    labels = {} if span else {"label_shape": (), "char_offsets": False, "store_cls": True,
+                              "label_dtype": "float32" if attrs["label_kind"] == "regression" else "int64"}
+    with TokenShardWriter(out_path, lengths, layers, hidden, shard_attrs, **labels) as writer:
+        background = BackgroundWriter(writer.write_windows)
+        progress = tqdm(total=end - start, desc=f"extract {attrs['split']} shard {shard}", mininterval=10,
+                        unit="window")
+        try:
+            with torch.inference_mode():
+                for b0, b1, batches in iter_blocks(split, start, end, block_rows, batch_size, block_tokens):
+                    local = np.concatenate([[0], np.cumsum(split.lengths[b0:b1])])
+                    block = np.empty((int(local[-1]), layers, hidden), dtype=np.float16)
+
+                    def run(rows, model, device):
+                        states = token_states(model, to_device(collate(split, rows, pad_id), device), device,
+                                              precision).to("cpu", torch.float16).numpy()
+                        for j, i in enumerate(rows):
+                            block[local[i - b0] : local[i - b0 + 1]] = states[j, : split.lengths[i]]
+
+                    for rows in on_replicas(replicas, batches, run):
+                        padded += int(split.lengths[rows].max()) * len(rows)
+                        real += int(split.lengths[rows].sum())
+                        progress.update(len(rows))
+                    char_offsets = np.concatenate([split.offsets[i] for i in range(b0, b1)]) if span else None
+                    background.put((b0 - start, block, char_offsets, split.labels[b0:b1], split.idx[b0:b1]))
+        finally:
+            background.close()
+            progress.close()
+    stats = {"rows": end - start, "tokens": int(lengths.sum()), "seconds": time.perf_counter() - t0,
+             "padded_tokens": padded, "real_tokens": real}
+    log.info("wrote %s: %s", out_path, stats)
+    return stats
+
+
+# Task kind -> what is stored per example.
+EXTRACTORS = {"classification": extract_split_cls, "regression": extract_split_cls, "span": extract_split_tokens}
+
+
+def feature_level(attrs: dict) -> str:
+    """'tokens' (every real token: span tasks, or ``attrs["features"] == "tokens"``, set for
+    example tasks with ``token_features``) or 'cls'."""
+    level = attrs.get("features") or ("tokens" if attrs["label_kind"] == "span" else "cls")
+    if level not in ("cls", "tokens") or (attrs["label_kind"] == "span" and level != "tokens"):
+        raise ValueError(f"features {level!r} for a {attrs['label_kind']} task")
+    return level
+
+
+def extractor(attrs: dict):
+    return extract_split_tokens if feature_level(attrs) == "tokens" else EXTRACTORS[attrs["label_kind"]]
+
+
+def planned_bytes(split: TokenizedSplit, shard: int, n_shards: int, layers: int, hidden: int, kind: str,
+                  level: str | None = None) -> int:
+    start, end = shard_rows(len(split), n_shards, shard)
+    tokens = int(split.lengths[start:end].sum())
+    if (level or ("tokens" if kind == "span" else "cls")) == "cls":
+        units = end - start
+    else:  # example tasks keep their [CLS] rows beside the tokens
+        units = tokens if kind == "span" else tokens + end - start
+    return units * layers * hidden * 2
+
+
+def check_disk_space(out_dir: Path, needed: int, headroom: float = 1.05) -> None:
+    free = shutil.disk_usage(out_dir).free
+    log.info("planned feature bytes for this shard: %s (%.1f MiB); free on disk: %.1f MiB",
+             f"{needed:,}", needed / 2**20, free / 2**20)
+    if free < needed * headroom:
+        raise DiskSpaceError(f"{out_dir}: this shard needs about {needed / 2**30:.2f} GiB of features but only "
+                      f"{free / 2**30:.2f} GiB is free; free space or use more shards on other disks")
+
+
+def extract_shard(
+    checkpoint_dir: Path,
+    tokens_dir: Path,
+    out_dir: Path,
+    shard: int,
+    n_shards: int,
+    splits: list[str],
+    settings: ExtractSettings,
+    compute: ExtractCompute,
+    attrs: dict,
+    threads: int | None = None,
+    micro_batches: int = 1,
+    devices: list[torch.device] | None = None,
+) -> dict:
+    """Shard ``shard`` of every split -> one HDF5 file per split in ``out_dir``. The files are
+    written into a scratch directory beside it, renamed to ``out_dir`` at the end, so a killed
+    job leaves no ``out_dir`` behind; the next attempt clears the scratch directory first. ``micro_batches`` > 1 (a retry after running out of GPU memory)
+    divides the batch size; the features do not depend on it. ``devices``: run a replica of
+    the encoder on each (default: every GPU the job was given, else one device)."""
+    set_threads(threads)
+    settings = settings.replace(batch_size=max(1, -(-settings.batch_size // micro_batches)))
+    replicas = [(load_encoder(checkpoint_dir, d), d) for d in (devices or extraction_devices(compute.device))]
+    model = replicas[0][0]
+    log.info("extracting on %s", ", ".join(str(d) for _, d in replicas))
+    layers, hidden = model.config.num_hidden_layers + 1, model.config.hidden_size
+    kind = attrs["label_kind"]
+    out_dir = Path(out_dir)
+    tmp_dir = out_dir.with_name(f".{out_dir.name}.tmp")
+    shutil.rmtree(tmp_dir, ignore_errors=True)
+    tmp_dir.mkdir(parents=True)
+    tokens = {split: TokenizedSplit.read(split_file(tokens_dir, split)) for split in splits}
+    stats = {}
+    try:
+        level = feature_level(attrs)
+        check_disk_space(tmp_dir, sum(planned_bytes(t, shard, n_shards, layers, hidden, kind, level)
+                                      for t in tokens.values()))
+        for split in splits:
+            stats[split] = extractor(attrs)(replicas, tokens[split], shard_file(tmp_dir, split), shard, n_shards,
+                                            settings, compute.precision, {**attrs, "split": split})
+        if out_dir.exists():  # an empty directory left by the scheduler
+            out_dir.rmdir()
+        os.replace(tmp_dir, out_dir)
+    finally:
+        if tmp_dir.exists():
+            shutil.rmtree(tmp_dir)
+    padded = sum(s["padded_tokens"] for s in stats.values())
+    real = sum(s["real_tokens"] for s in stats.values())
+    log.info("shard %d/%d done: padding ratio %.3f", shard, n_shards, padded / max(real, 1))
+    return stats

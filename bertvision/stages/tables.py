@@ -1,0 +1,36 @@
+"""The ``tables`` stage: the result tables (GLUE, SQuAD 2.0), the cost of each result and the
+wall time per stage, from the metrics files, the feature manifests and Snakemake's benchmark
+files; nothing is typed in by hand."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from bertvision.layout import HEAD_METRICS, Run, head_runs, table, timing_jobs
+from bertvision.reporting.costs import cost_markdown, cost_table
+from bertvision.reporting.markdown import write_csv, write_text
+from bertvision.reporting.results import long_records, result_tables
+from bertvision.reporting.timing import timing_markdown, timing_table
+
+# Every table this stage writes (each as .md and .csv).
+TABLE_NAMES = ("glue", "squad", "cost", "timing")
+
+
+def _write(name: str, frame: pd.DataFrame, markdown: str, out_dir: Path) -> None:
+    write_csv(frame, table(name, "csv", out_dir))
+    write_text(markdown, table(name, "md", out_dir))
+
+
+def build_tables(bert_metrics: list[Path], head_dirs: list[Path], manifests: list[Path], runs: list[Run],
+                 n_shards: int, head_order: list[str], out_dir: Path) -> None:
+    """``runs``: every run the workflow made, whose jobs' benchmark files give the times."""
+    head_metrics = sorted(run / HEAD_METRICS for d in head_dirs for run in head_runs(d))
+    jobs = timing_jobs(runs, n_shards)
+    for name, (summary, markdown) in result_tables(long_records(bert_metrics, head_metrics), head_order).items():
+        _write(name, summary, markdown, out_dir)
+    costs = cost_table(bert_metrics, head_metrics, manifests, jobs)
+    _write("cost", costs, cost_markdown(costs), out_dir)
+    timing = timing_table(jobs)
+    _write("timing", timing, timing_markdown(timing), out_dir)

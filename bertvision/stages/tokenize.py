@@ -1,0 +1,64 @@
+"""The ``tokenize`` stage: the backbone's fast tokenizer, sentence pairs where the task has two
+texts, truncation at the task's max length, no padding stored."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from bertvision.config.settings import TokenizeSettings
+from bertvision.data.squad_windows import build_windows
+from bertvision.layout import split_file
+from bertvision.models.backbone import load_tokenizer
+from bertvision.registry.tasks import TaskSpec, splits_of
+from bertvision.runtime.io import atomic_write_parquet
+
+log = logging.getLogger(__name__)
+
+
+def tokenize_frame(df: pd.DataFrame, task: TaskSpec, tokenizer, max_length: int) -> pd.DataFrame:
+    texts = [df[name].tolist() for name in task.text_fields]
+    enc = tokenizer(
+        *texts,
+        truncation="longest_first",
+        max_length=max_length,
+        padding=False,
+        return_token_type_ids=True,
+        return_attention_mask=False,
+    )
+    lengths = np.fromiter((len(ids) for ids in enc["input_ids"]), dtype=np.int32, count=len(df))
+    return pd.DataFrame(
+        {
+            "idx": df["idx"].to_numpy(),
+            "input_ids": [np.asarray(x, dtype=np.int32) for x in enc["input_ids"]],
+            "token_type_ids": [np.asarray(x, dtype=np.int8) for x in enc["token_type_ids"]],
+            "length": lengths,
+            "label": df["label"].to_numpy(),
+        }
+    )
+
+
+def tokenize_task(task: TaskSpec, settings: TokenizeSettings, raw_dir: Path, out_dir: Path) -> dict:
+    """Every split of the task: examples (or, for span tasks, context windows) as token ids."""
+    tokenizer = load_tokenizer(settings.backbone)
+    max_length = settings.max_length
+    stats = {}
+    for split in splits_of(task):
+        df = pd.read_parquet(split_file(raw_dir, split))
+        if task.kind == "span":
+            tokens = build_windows(df, tokenizer, max_length, settings.doc_stride)
+        else:
+            tokens = tokenize_frame(df, task, tokenizer, max_length)
+        truncated = int((tokens["length"] >= max_length).sum())
+        stats[split] = {
+            "rows": len(tokens),
+            "mean_length": float(tokens["length"].mean()),
+            "max_length": int(tokens["length"].max()),
+            "at_max_length": truncated,
+        }
+        log.info("%s/%s: %s", task.name, split, stats[split])
+        atomic_write_parquet(tokens, split_file(out_dir, split))
+    return stats

@@ -1,0 +1,57 @@
+"""Cross-checkpoint transfer: heads trained on the hidden states of one checkpoint, evaluated
+unchanged on the states of every checkpoint of the same fine-tuning run: once with the
+input standardization it was trained with ("source"), and once standardized with the target
+checkpoint's own train-split statistics ("target"). The diagonal with "source" re-evaluates
+each head on its own features and must reproduce its own metrics."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from bertvision.config.settings import HeadRuntimeSettings
+from bertvision.layout import HEAD_METRICS, head_runs
+from bertvision.models.head_io import load_head
+from bertvision.models.heads import Standardized
+from bertvision.registry.tasks import TaskSpec
+from bertvision.runtime.device import set_threads
+from bertvision.runtime.io import atomic_write_json, read_json
+from bertvision.training.problems import Problems
+
+log = logging.getLogger(__name__)
+
+
+def checkpoint_of(manifest: Path) -> str:
+    return str(read_json(manifest)["source"]["checkpoint"])
+
+
+def transfer(task: TaskSpec, head_dirs: list[Path], manifests: list[Path], raw_dir: Path, out: Path,
+             runtime: HeadRuntimeSettings, in_memory_max_mb: float, threads: int | None = None) -> list[dict]:
+    """Evaluate every head run under ``head_dirs`` (one train_heads output per checkpoint) on
+    every checkpoint's features in ``manifests``; write the records to ``out``."""
+    set_threads(threads)
+    runs = sorted(run for d in head_dirs for run in head_runs(d))
+    records = []
+    for manifest in manifests:
+        target = checkpoint_of(manifest)
+        problems = Problems(task, manifest, runtime, in_memory_max_mb, raw_dir)
+        for run in runs:
+            record = read_json(run / HEAD_METRICS)
+            spec = record["head_spec"]
+            problem = problems.get(spec)
+            layers, hidden = problem.shape
+            head = load_head(run, layers, hidden, task.num_labels).to(problems.device)
+            variants = {"source": head}
+            if isinstance(head, Standardized):
+                # The same weights with the input standardized by the target checkpoint's own
+                # train-split statistics (no labels involved): undoes the shift in scale.
+                variants["target"] = Standardized(head.head, *problems.moments(spec)).to(problems.device).eval()
+            for standardization, model in variants.items():
+                metrics, _, _ = problem.evaluate(model, None)
+                records.append({"task": task.name, "head": record["head"], "seed": record["seed"],
+                                "trained_on": str(record["source"]["checkpoint"]), "evaluated_on": target,
+                                "standardization": standardization,
+                                "metrics": {s: m for s, m in metrics.items() if s in task.eval_splits}})
+        log.info("evaluated %d heads on checkpoint %s", len(runs), target)
+    atomic_write_json({"task": task.name, "records": records}, out)
+    return records

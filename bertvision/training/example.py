@@ -1,0 +1,148 @@
+"""Classification / regression on per-example [CLS] features: training batches from memory (or
+streamed from the shards when they do not fit), scoring, predictions and head + BERT ensembles."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pandas as pd
+import torch
+
+from bertvision.errors import SettingsError
+from bertvision.evaluation.ensemble import ENSEMBLES, ensemble_examples
+from bertvision.features.store import FeatureSet, read_shard
+from bertvision.features.stream import BatchStream
+from bertvision.registry.metrics import compute_metrics, predictions_from_outputs
+from bertvision.registry.tasks import TaskSpec
+from bertvision.training.statistics import moments, nested_subset
+
+
+class PermutedBatches:
+    """One epoch of contiguous mini-batches over already-shuffled tensors."""
+
+    def __init__(self, x, y, batch_size: int, wait_seconds: float):
+        self.x, self.y, self.batch_size, self.wait_seconds = x, y, batch_size, wait_seconds
+
+    def __iter__(self):
+        for i in range(0, len(self.x), self.batch_size):
+            yield self.x[i : i + self.batch_size], self.y[i : i + self.batch_size]
+
+
+class TrainingData:
+    """Per-example training batches for every epoch.
+
+    When the features fit in ``in_memory_max_mb`` (as float32) they are held on the training
+    device, and a background thread prepares the next epoch's shuffled copy while the current
+    epoch trains; otherwise they are streamed from the shards (``BatchStream``).
+    """
+
+    def __init__(self, features: FeatureSet, device: torch.device, in_memory_max_mb: float, rows=None):
+        self.features, self.device = features, device
+        layers, hidden = features.shape
+        fp32_mb = features.n_examples * layers * hidden * 4 / 2**20
+        self.in_memory = fp32_mb <= in_memory_max_mb
+        if rows is not None and not self.in_memory:
+            raise SettingsError(f"training on a subset of {features.manifest_path}'s rows needs the features in "
+                             f"memory ({fp32_mb:.0f} MiB > heads.training.in_memory_max_mb {in_memory_max_mb:g})")
+        if self.in_memory:
+            x, y, _ = features.read_all()
+            if rows is not None:
+                x, y = x[rows], y[rows]
+            self.x = torch.from_numpy(x.astype(np.float32)).to(device)
+            self.y = torch.from_numpy(y).to(device)
+            self._pool = ThreadPoolExecutor(max_workers=1)
+            self._next: dict = {}
+
+    def moments(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-(layer, dimension) mean and std of the training features."""
+        if self.in_memory:
+            return self.x.mean(dim=0), self.x.std(dim=0)
+        return moments((read_shard(p)[0] for p in self.features.shard_paths()), self.features.n_examples,
+                        self.device)
+
+    def _shuffled(self, seed: int):
+        order = torch.randperm(len(self.x), generator=torch.Generator().manual_seed(seed)).to(self.device)
+        return self.x[order], self.y[order]
+
+    def __len__(self) -> int:
+        return len(self.x) if self.in_memory else self.features.n_examples
+
+    def epoch(self, seed: int, batch_size: int):
+        """Batches for the epoch with shuffling ``seed``; the next call is expected with ``seed + 1``."""
+        if not self.in_memory:
+            return BatchStream(self.features, batch_size, seed=seed, pin_memory=self.device.type == "cuda")
+        t0 = time.perf_counter()
+        pending = self._next.pop(seed, None) or self._pool.submit(self._shuffled, seed)
+        x, y = pending.result()
+        wait = time.perf_counter() - t0
+        self._next = {seed + 1: self._pool.submit(self._shuffled, seed + 1)}
+        return PermutedBatches(x, y, batch_size, wait)
+
+
+def predict_arrays(head, x: np.ndarray, device, batch_size: int = 1024) -> np.ndarray:
+    head.eval()
+    outs = []
+    with torch.inference_mode():
+        for i in range(0, len(x), batch_size):
+            xb = torch.from_numpy(x[i : i + batch_size].astype(np.float32)).to(device)
+            outs.append(head(xb).float().cpu().numpy())
+    return np.concatenate(outs)
+
+
+class ExampleProblem:
+    """Classification / regression on per-example [CLS] features. ``train_fraction`` < 1 trains
+    on a nested random subset of the training rows (data-fraction experiments)."""
+
+    def __init__(self, task: TaskSpec, feats: dict[str, FeatureSet], device, in_memory_max_mb: float,
+                 raw_dir=None, train_fraction: float = 1.0):
+        self.task, self.device = task, device
+        self.shape = feats["train"].shape
+        rows = nested_subset(feats["train"].n_examples, train_fraction)
+        self.data = TrainingData(feats["train"], device, in_memory_max_mb, rows)
+        self.n_train = len(self.data)
+        self.held = {split: fs.read_all() for split, fs in feats.items() if split != "train"}
+        self.data_in_memory = self.data.in_memory
+
+    def moments(self):
+        return self.data.moments()
+
+    def epoch(self, seed: int, batch_size: int):
+        return self.data.epoch(seed, batch_size)
+
+    def loss(self, head, batch) -> torch.Tensor:
+        x, y = (t.to(self.device, non_blocking=True) for t in batch)
+        return self.output_loss(head(x), y)
+
+    def output_loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """MSE for regression, cross-entropy for classification."""
+        if self.task.kind == "regression":
+            return torch.nn.functional.mse_loss(out[:, 0], y.float())
+        return torch.nn.functional.cross_entropy(out, y.long())
+
+    def _score(self, head, split: str) -> tuple[dict, np.ndarray]:
+        x, y, _ = self.held[split]
+        outputs = predict_arrays(head, x, self.device)
+        return compute_metrics(self.task, predictions_from_outputs(outputs, self.task.kind), y), outputs
+
+    def selection_metrics(self, head) -> dict:
+        return self._score(head, "selection")[0]
+
+    def evaluate(self, head, bert_logits=None) -> tuple[dict, pd.DataFrame, dict]:
+        metrics, tables, ensembles = {}, [], {}
+        hows = ("mean",) if self.task.kind == "regression" else ENSEMBLES
+        for split in self.task.eval_splits:
+            metrics[split], outputs = self._score(head, split)
+            _, labels, idx = self.held[split]
+            tables.append(pd.DataFrame({
+                "split": split, "idx": idx, "label": labels,
+                "prediction": predictions_from_outputs(outputs, self.task.kind), "outputs": list(outputs),
+            }))
+            if bert_logits is not None:
+                bert = np.concatenate(bert_logits[split])
+                for how in hows:
+                    combined = ensemble_examples(outputs, bert, how, self.task.kind)
+                    ensembles.setdefault(how, {})[split] = compute_metrics(
+                        self.task, predictions_from_outputs(combined, self.task.kind), labels)
+        return metrics, pd.concat(tables, ignore_index=True), ensembles

@@ -1,0 +1,55 @@
+"""What differs between task kinds lives in a "problem": per-example [CLS] features
+(classification, regression), every real token of each example (token-level heads), or
+per-token features of context windows (span). ``Problems`` builds each once per checkpoint."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bertvision.config.settings import HeadRuntimeSettings
+from bertvision.features.store import FeatureSet
+from bertvision.registry.heads import is_token_head
+from bertvision.registry.tasks import TaskSpec, splits_of
+from bertvision.runtime.device import pick_device
+from bertvision.training.example import ExampleProblem
+from bertvision.training.span import SpanProblem
+from bertvision.training.tokens import TokenExampleProblem
+
+PROBLEMS = {"classification": ExampleProblem, "regression": ExampleProblem, "span": SpanProblem}
+
+
+def problem_class(task: TaskSpec, spec: dict):
+    """The problem head ``spec`` trains on: token-level heads of example tasks on every real
+    token (``TokenExampleProblem``), the others by task kind (``PROBLEMS``)."""
+    if is_token_head(spec) and task.kind != "span":
+        return TokenExampleProblem
+    return PROBLEMS[task.kind]
+
+
+class Problems:
+    """The training problems over one checkpoint's features, one per problem class (per-example
+    [CLS], token-level, span), each built (and its input moments computed) when a head first
+    needs it. ``in_memory_max_mb``: heads.training.in_memory_max_mb."""
+
+    def __init__(self, task: TaskSpec, manifest: Path, runtime: HeadRuntimeSettings, in_memory_max_mb: float,
+                 raw_dir=None, train_fraction: float = 1.0):
+        self.task, self.raw_dir, self.train_fraction = task, raw_dir, train_fraction
+        self.in_memory_max_mb = in_memory_max_mb
+        self.device = pick_device(runtime.device)
+        self.feats = {split: FeatureSet.open(manifest, split, verify=runtime.verify) for split in splits_of(task)}
+        self._problems: dict = {}
+        self._moments: dict = {}
+
+    def get(self, spec: dict):
+        cls = problem_class(self.task, spec)
+        if cls not in self._problems:
+            self._problems[cls] = cls(self.task, self.feats, self.device, self.in_memory_max_mb, self.raw_dir,
+                                      self.train_fraction)
+        return self._problems[cls]
+
+    def moments(self, spec: dict):
+        """(mean, std) of the training features ``spec``'s problem sees."""
+        cls = problem_class(self.task, spec)
+        if cls not in self._moments:
+            self._moments[cls] = self.get(spec).moments()
+        return self._moments[cls]

@@ -1,0 +1,104 @@
+"""Classification / regression from every real token of each example (token-level heads such as
+``token-pool``), for tasks extracted with ``token_features``.
+
+The features are the ragged token shards (``FeatureSet.read_windows``: one "window" per
+example). Training batches are padded per batch, with a mask, from length-bucketed rows so
+padding stays small; they are assembled in a background thread. Scoring, predictions and the
+head + BERT ensembles are ExampleProblem's: only how the head's outputs are computed differs.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import torch
+
+from bertvision.data.tokenized import bucketed_batches
+from bertvision.errors import FeatureError
+from bertvision.features.store import FeatureSet, WindowStates
+from bertvision.features.stream import Prefetched
+from bertvision.registry.metrics import compute_metrics, predictions_from_outputs
+from bertvision.registry.tasks import TaskSpec
+from bertvision.training.example import ExampleProblem
+from bertvision.training.statistics import moments, nested_subset
+from bertvision.training.windows import length_batches, pad_windows, select_windows
+
+log = logging.getLogger(__name__)
+
+
+class TokenBatches(Prefetched):
+    """One epoch of padded example batches (x (B, T, L, H) float32, mask (B, T), labels (B,)):
+    shuffled, length-bucketed rows, assembled by a background thread; ``wait_seconds`` is the
+    time the trainer waited for them."""
+
+    prefetch = 4
+
+    def __init__(self, examples: WindowStates, batch_size: int, seed: int):
+        self.examples = examples
+        self.batches = bucketed_batches(examples.lengths, batch_size, np.random.default_rng(seed))
+        self.wait_seconds = 0.0
+
+    def produce(self):
+        for rows in self.batches:
+            yield pad_windows(self.examples, rows)
+
+
+def predict_tokens(head, examples: WindowStates, device, max_tokens: int = 4096) -> np.ndarray:
+    """(N, outputs) head outputs in row order, from length-sorted batches of at most
+    ``max_tokens`` padded tokens."""
+    head.eval()
+    outputs: np.ndarray | None = None
+    with torch.inference_mode():
+        for rows in length_batches(examples.lengths, max_tokens):
+            x, mask, _ = pad_windows(examples, rows)
+            out = head(x.to(device), mask.to(device)).float().cpu().numpy()
+            if outputs is None:
+                outputs = np.empty((len(examples), out.shape[1]), dtype=np.float32)
+            outputs[rows] = out
+    return outputs if outputs is not None else np.zeros((0, 0), np.float32)
+
+
+class TokenExampleProblem(ExampleProblem):
+    """Per-example classification / regression whose head sees every real token: (x, mask, y)
+    batches, CE or MSE loss, and ExampleProblem's selection metrics, evaluation, predictions and
+    ensembles (``self.held[split]`` = (examples, labels, idx), ``_score`` from token outputs).
+    ``moments``: per-(layer, dimension) mean and std over every real training token."""
+
+    def __init__(self, task: TaskSpec, feats: dict[str, FeatureSet], device, in_memory_max_mb: float,
+                 raw_dir=None, train_fraction: float = 1.0):
+        if task.kind not in ("classification", "regression"):
+            raise ValueError(f"{task.name}: token-level example heads need a classification or regression task")
+        if feats["train"].feature != "tokens":
+            raise FeatureError(f"{feats['train'].manifest_path}: {task.name} was extracted with [CLS] features only; "
+                               f"token-level heads need tasks.{task.name}.token_features: true")
+        self.task, self.device = task, device
+        self.shape = feats["train"].shape
+        held_mb = sum(fs.bytes_on_disk() for fs in feats.values()) / 2**20
+        if held_mb > in_memory_max_mb:  # no streaming reader for token features yet
+            log.warning("%s: token-level heads hold every split's token features in memory (about %.0f MiB as "
+                        "float16), more than heads.training.in_memory_max_mb = %g", task.name, held_mb,
+                        in_memory_max_mb)
+        examples = {split: fs.read_windows() for split, fs in feats.items()}
+        rows = nested_subset(len(examples["train"]), train_fraction)
+        self.train = examples["train"] if rows is None else select_windows(examples["train"], rows)
+        self.n_train = len(self.train)
+        self.held = {split: (ex, ex.labels, ex.idx) for split, ex in examples.items() if split != "train"}
+        self.data_in_memory = True
+        log.info("%s: token features of %d training examples (%d tokens, %.1f MiB as float16) in memory",
+                 task.name, self.n_train, len(self.train.states), self.train.states.nbytes / 2**20)
+
+    def moments(self):
+        return moments([self.train.states], len(self.train.states), self.device)
+
+    def epoch(self, seed: int, batch_size: int):
+        return TokenBatches(self.train, batch_size, seed)
+
+    def loss(self, head, batch) -> torch.Tensor:
+        x, mask, y = (t.to(self.device, non_blocking=True) for t in batch)
+        return self.output_loss(head(x, mask), y)
+
+    def _score(self, head, split: str) -> tuple[dict, np.ndarray]:
+        examples, labels, _ = self.held[split]
+        outputs = predict_tokens(head, examples, self.device)
+        return compute_metrics(self.task, predictions_from_outputs(outputs, self.task.kind), labels), outputs
