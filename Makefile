@@ -3,23 +3,23 @@
 VENV ?= .venv
 PYTHON ?= python3
 PY := $(VENV)/bin/python
-CORES ?= all
 
 .PHONY: setup run test report benchmark clean
 
 setup: $(VENV)/.installed
 
 # torch first and pinned: a looser spec would pull the CUDA build and several GB of packages.
+# Then the package with every extra, exactly as pyproject.toml declares it, at the versions
+# pinned in envs/requirements.txt (pip constraints: they pin, they add nothing).
 $(VENV)/.installed: envs/requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -r envs/requirements.txt
-	$(PY) -m pip install --quiet --no-deps -e .
+	$(PY) -m pip install --quiet -c envs/requirements.txt -e '.[all]'
 	touch $@
 
 run: setup
-	$(VENV)/bin/snakemake --cores $(CORES)
+	$(VENV)/bin/snakemake
 
 test: setup
 	$(PY) -m pytest
@@ -27,5 +27,11 @@ test: setup
 benchmark: setup
 	$(PY) scripts/benchmark.py
 
+# the Snakemake HTML report of the last run (tables, plots, provenance)
+report: setup
+	$(VENV)/bin/snakemake --report results/report.html
+
+# every artifact folder (bertvision/layout.py ROOTS) and Snakemake's own records
 clean:
-	rm -rf data models features heads results logs benchmarks .snakemake
+	$(VENV)/bin/bertvision clean
+	rm -rf .snakemake

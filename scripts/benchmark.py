@@ -23,9 +23,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bertvision.config.workflow import Settings, validate_config
+from bertvision.config.settings import ExtractCompute, ExtractSettings
+from bertvision.config.workflow import WorkflowSettings, load_config
 from bertvision.data.tokenized import TokenizedSplit, bucketed_batches, collate, padding_ratio
 from bertvision.features.store import FeatureSet, write_manifest
+from bertvision.layout import HEAD_METRICS, head_runs, split_file
 from bertvision.models.backbone import resolve_pretrained
 from bertvision.registry.tasks import get_task, splits_of
 from bertvision.runtime.device import pick_device, set_threads, to_device
@@ -37,15 +39,16 @@ from bertvision.stages.train_heads import train_heads
 REPO = Path(__file__).resolve().parents[1]
 
 
-def plain_forward_seconds(checkpoint, split: TokenizedSplit, settings: dict, device) -> float:
+def plain_forward_seconds(checkpoint, split: TokenizedSplit, settings: ExtractSettings, compute: ExtractCompute,
+                          device) -> float:
     model = load_encoder(checkpoint, device)
     pad_id = model.config.pad_token_id or 0
     t0 = time.perf_counter()
     with torch.inference_mode():
-        for _, _, batches in iter_blocks(split, 0, len(split), int(settings["block_rows"]), int(settings["batch_size"])):
+        for _, _, batches in iter_blocks(split, 0, len(split), settings.block_rows, settings.batch_size):
             for rows in batches:
                 batch = collate(split, rows, pad_id)
-                plain_forward(model, to_device(batch, device), device, settings["precision"]).cpu()
+                plain_forward(model, to_device(batch, device), device, compute.precision).cpu()
     return time.perf_counter() - t0
 
 
@@ -58,28 +61,27 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
 
-    import yaml
-
-    config = validate_config(yaml.safe_load(args.config.read_text()))
+    config = load_config(args.config)
     config["data"]["glue_dir"] = str(REPO / config["data"]["glue_dir"])
-    s = Settings(config)
+    config["data"]["squad_dir"] = str(REPO / config["data"]["squad_dir"])
+    config["tasks"].setdefault(args.task, None)
+    s = WorkflowSettings(config, str(args.config))
     task = get_task(args.task)
     model_name = s.models[0]
     backbone = s.pretrained(model_name)
     set_threads(args.threads)
-    device = pick_device(s.extract()["device"])
-    ex_settings = s.extract()
+    ex_settings, ex_compute = s.extract(), s.extract_compute()
+    device = pick_device(ex_compute.device)
+    ft_batch_size = s.finetune(model_name, args.task).batch_size
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        download_task(task, {**s.download(args.task), "squad_dir": str(REPO / config["data"]["squad_dir"]),
-                             "train_size": args.rows}, tmp / "raw")
-        tokenize_task(task, backbone, s.max_length(args.task), tmp / "raw", tmp / "tokens", splits_of(task),
-                      s.doc_stride(args.task))
-        train = TokenizedSplit.read(tmp / "tokens" / "train.parquet")
+        download_task(task, s.download(args.task).replace(train_size=args.rows), tmp / "raw")
+        tokenize_task(task, s.tokenize(model_name, args.task), tmp / "raw", tmp / "tokens")
+        train = TokenizedSplit.read(split_file(tmp / "tokens", "train"))
 
         # 4a. padding in fine-tuning: the batches the fine-tuning loop draws for one epoch.
-        ft_batches = bucketed_batches(train.lengths, int(s.finetune(args.task)["batch_size"]), np.random.default_rng(1))
+        ft_batches = bucketed_batches(train.lengths, ft_batch_size, np.random.default_rng(1))
         ft_padding = padding_ratio(train.lengths, ft_batches)
 
         # Use the pretrained encoder as the checkpoint (extraction cost does not depend on the weights).
@@ -93,10 +95,10 @@ def main() -> None:
         unit = "tokens" if task.kind == "span" else "examples"
         extract_times, plain_times, stats = [], [], None
         for r in range(args.repeats):
-            plain_times.append(plain_forward_seconds(ckpt, train, ex_settings, device))
+            plain_times.append(plain_forward_seconds(ckpt, train, ex_settings, ex_compute, device))
             out = tmp / f"feat{r}" / "shard-0-of-1"
             t0 = time.perf_counter()
-            stats = extract_shard(ckpt, tmp / "tokens", out, 0, 1, ["train"], ex_settings, attrs)
+            stats = extract_shard(ckpt, tmp / "tokens", out, 0, 1, ["train"], ex_settings, ex_compute, attrs)
             extract_times.append(time.perf_counter() - t0)
         # extract_shard includes loading the model once; time that load separately and remove it.
         t0 = time.perf_counter()
@@ -108,20 +110,21 @@ def main() -> None:
 
         # 3. bytes on disk vs the minimum, for all splits of the task.
         feat = tmp / "features"
-        extract_shard(ckpt, tmp / "tokens", feat / "shard-0-of-1", 0, 1, list(splits_of(task)), ex_settings, attrs)
+        extract_shard(ckpt, tmp / "tokens", feat / "shard-0-of-1", 0, 1, list(splits_of(task)), ex_settings, ex_compute,
+                      attrs)
         write_manifest([feat / "shard-0-of-1"], feat / "manifest.json", list(splits_of(task)))
         fs = FeatureSet.open(feat / "manifest.json", "train")
         layers, hidden = fs.shape
         on_disk = sum(FeatureSet.open(feat / "manifest.json", sp).bytes_on_disk() for sp in splits_of(task))
-        rows = sum(int(TokenizedSplit.read(tmp / "tokens" / f"{sp}.parquet").lengths.sum()) if task.kind == "span"
+        rows = sum(int(TokenizedSplit.read(split_file(tmp / "tokens", sp)).lengths.sum()) if task.kind == "span"
                    else FeatureSet.open(feat / "manifest.json", sp).n_examples for sp in splits_of(task))
         minimum = rows * layers * hidden * 2
         n_rows = sum(FeatureSet.open(feat / "manifest.json", sp).n_examples for sp in splits_of(task))
 
         # 2. head training: every default head, every default seed.
-        train_heads(task, s.task_heads(args.task), s.head_training(args.task), feat / "manifest.json",
-                    list(config["heads"]["seeds"]), tmp / "heads", threads=args.threads, raw_dir=tmp / "raw")
-        records = [json.loads(p.read_text()) for p in (tmp / "heads").rglob("metrics.json")]
+        train_heads(task, s.task_heads(args.task), s.head_training(args.task), s.head_runtime(), feat / "manifest.json",
+                    s.head_seeds, tmp / "heads", threads=args.threads, raw_dir=tmp / "raw")
+        records = [json.loads((run / HEAD_METRICS).read_text()) for run in head_runs(tmp / "heads")]
         wait = sum(r["data_wait_seconds"] for r in records)
         loop = sum(r["train_loop_seconds"] for r in records)
 
@@ -132,8 +135,8 @@ def main() -> None:
          f"{wait:.3f}s of {loop:.2f}s over {len(records)} head runs"),
         ("feature bytes on disk / minimum", on_disk / minimum, "<= 1.05",
          f"{on_disk:,} B vs {minimum:,} B for {rows} {unit} x {layers} layers x {hidden}"),
-        ("padded / real tokens, fine-tuning", ft_padding, "<= 1.15", f"batch {s.finetune(args.task)['batch_size']}"),
-        ("padded / real tokens, extraction", ex_padding, "<= 1.15", f"batch {ex_settings['batch_size']}"),
+        ("padded / real tokens, fine-tuning", ft_padding, "<= 1.15", f"batch {ft_batch_size}"),
+        ("padded / real tokens, extraction", ex_padding, "<= 1.15", f"batch {ex_settings.batch_size}"),
     ]
     print(f"bertvision benchmark: backbone {backbone}, task {args.task} ({args.rows} train rows), device {device}, "
           f"{torch.get_num_threads()} threads, {platform.processor() or platform.machine()}, torch {torch.__version__}")
