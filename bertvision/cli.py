@@ -169,10 +169,15 @@ def cmd_plot_data_fraction(a):
 
 
 def cmd_validate_config(a):
+    import yaml
+
     from bertvision.config.workflow import WorkflowSettings
 
-    WorkflowSettings.from_file(a.config)
-    print(f"{a.config}: valid")
+    settings = WorkflowSettings.from_file(a.config)
+    if a.show:
+        print(yaml.safe_dump(settings.config, sort_keys=False), end="")
+    else:
+        print(f"{a.config}: valid")
 
 
 def cmd_clean(a):
@@ -319,6 +324,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = _sub(sub, "validate-config", cmd_validate_config, "check a config file against the schema and the registries")
     s.add_argument("config", type=Path)
+    s.add_argument("--show", action="store_true", help="print the effective config, every default filled in")
 
     s = _sub(sub, "clean", cmd_clean, "remove every artifact folder of a working directory (bertvision.layout.ROOTS)")
     s.add_argument("--dir", type=Path, default=Path("."), help="the working directory")

@@ -16,8 +16,10 @@ from bertvision.errors import BertvisionError
 from bertvision.registry.tasks import get_task
 from bertvision.runtime import resources as requests
 
+# Errors name the config file(s) and the key at fault (with --config overrides: "workflow config").
+CONFIG_SOURCE = " + ".join(str(p) for p in workflow.configfiles) or "workflow config"
 try:
-    S = WorkflowSettings(validate_config(config, source="workflow config"), source="workflow config")
+    S = WorkflowSettings(validate_config(config, source=CONFIG_SOURCE), source=CONFIG_SOURCE)
 except BertvisionError as err:
     raise WorkflowError(str(err)) from None
 

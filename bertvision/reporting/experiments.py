@@ -58,18 +58,31 @@ def search_table(best_files: list[Path]) -> pd.DataFrame:
                                        "best", "best_selection_score", "study"])
 
 
-def search_markdown(table: pd.DataFrame) -> str:
-    parts = ["# Hyperparameter search (optuna)", ""]
-    if not len(table):
-        return "\n".join(parts + ["No search configured (tasks.<task>.search_heads).", ""])
-    parts += ["One study per task, checkpoint and head; the objective is the primary metric on the "
+def _page(title: str, unconfigured: str):
+    """Decorator: a table's Markdown page, the lines of ``body(table)`` under ``title``; a page
+    that says so when the experiment is not configured (an empty table)."""
+
+    def wrap(body):
+        def page(table: pd.DataFrame) -> str:
+            if not len(table):
+                return f"# {title}\n\nNo {unconfigured}.\n"
+            return "\n".join([f"# {title}", "", *body(table)])
+
+        return page
+
+    return wrap
+
+
+@_page("Hyperparameter search (optuna)", "search configured (tasks.<task>.search_heads)")
+def search_markdown(table: pd.DataFrame) -> list[str]:
+    parts = ["One study per task, checkpoint and head; the objective is the primary metric on the "
               "selection split (dev is never seen). The best trial's parameters train the final heads "
               "(marked † in the result tables).", ""]
     rows = [[r.task, r.checkpoint, r.head, str(r.complete), str(r.pruned), str(r.failed), r.searched, r.best,
              f"{r.best_selection_score:.4f}"] for r in table.itertuples()]
     parts.append(markdown_table(["task", "epochs", "head", "complete", "pruned", "failed", "searched", "best",
                                  "selection score"], rows))
-    return "\n".join(parts + [""])
+    return parts + [""]
 
 
 # --- data fraction ---------------------------------------------------------------------------
@@ -98,11 +111,9 @@ def data_fraction_table(subset_runs: list[Path], full_runs: list[Path], bert_met
                        train_examples=("train_examples", "first"))
 
 
-def data_fraction_markdown(table: pd.DataFrame) -> str:
-    parts = ["# Data fraction", ""]
-    if not len(table):
-        return "\n".join(parts + ["No data-fraction experiment configured (experiments.data_fraction.tasks).", ""])
-    parts += ["Heads trained on nested random subsets of the training features (selection and dev whole), "
+@_page("Data fraction", "data-fraction experiment configured (experiments.data_fraction.tasks)")
+def data_fraction_markdown(table: pd.DataFrame) -> list[str]:
+    parts = ["Heads trained on nested random subsets of the training features (selection and dev whole), "
               "against BERT fine-tuned on all of them to the same checkpoint. Dev, mean ± std over seeds.", ""]
     for (task, ckpt), block in table.groupby(["task", "checkpoint"], sort=True):
         fractions = sorted(block.loc[block["model"] != BERT, "fraction"].unique())
@@ -118,7 +129,7 @@ def data_fraction_markdown(table: pd.DataFrame) -> str:
         header = [f"{f:g} ({int(n_examples[f])})" for f in fractions]
         parts += [markdown_table(["model", *header], rows), ""]
     parts.append("Columns: share of the training rows (examples, or windows for span tasks).")
-    return "\n".join(parts + [""])
+    return parts + [""]
 
 
 # --- transfer --------------------------------------------------------------------------------
@@ -140,11 +151,9 @@ def transfer_table(transfer_files: list[Path], bert_metrics: list[Path]) -> pd.D
     return _over_seeds(df, ["task", "model", "standardization", "trained_on", "evaluated_on"])
 
 
-def transfer_markdown(table: pd.DataFrame) -> str:
-    parts = ["# Cross-checkpoint transfer", ""]
-    if not len(table):
-        return "\n".join(parts + ["No transfer experiment configured (experiments.transfer.tasks).", ""])
-    parts += ["Each head trained on the hidden states of one checkpoint (rows), evaluated unchanged on the "
+@_page("Cross-checkpoint transfer", "transfer experiment configured (experiments.transfer.tasks)")
+def transfer_markdown(table: pd.DataFrame) -> list[str]:
+    parts = ["Each head trained on the hidden states of one checkpoint (rows), evaluated unchanged on the "
               "states of every checkpoint of the same fine-tuning run (columns). The diagonal is the head on "
               "its own features; `BERT` is the backbone's own head at each checkpoint. `input standardized "
               "with`: the train-split statistics of the checkpoint the head was trained on (the head "
@@ -163,4 +172,4 @@ def transfer_markdown(table: pd.DataFrame) -> str:
         rows = sorted((r for r in rows if r[0] != BERT), key=lambda r: (r[2] != "trained on", r[0], float(r[1])))
         parts += [markdown_table(["head", "trained on", "input standardized with", *[f"on {c} ep" for c in ckpts]],
                                  rows + [bert_row]), ""]
-    return "\n".join(parts)
+    return parts

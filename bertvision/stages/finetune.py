@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import torch
 from tqdm import tqdm
+from transformers import get_linear_schedule_with_warmup
 
 from bertvision.config.settings import FinetuneCompute, FinetuneSettings
 from bertvision.data.tokenized import TokenizedSplit, bucketed_batches, collate
@@ -89,15 +90,6 @@ def build_optimizer(model, lr: float, weight_decay: float, device: torch.device)
     return torch.optim.AdamW(groups, lr=lr, foreach=True, fused=False)
 
 
-def linear_schedule(optimizer, warmup_steps: int, total_steps: int):
-    def factor(step: int) -> float:
-        if step < warmup_steps:
-            return (step + 1) / max(1, warmup_steps)
-        return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
-
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
-
-
 def checkpoint_steps(fractions, steps_per_epoch: int) -> dict[int, list[float]]:
     """Optimizer step after which each fraction's checkpoint is taken."""
     steps: dict[int, list[float]] = {}
@@ -158,7 +150,7 @@ def finetune(
     total_steps = max(1, math.ceil(schedule_epochs * steps_per_epoch))
     warmup = int(round(settings.warmup_ratio * total_steps))
     optimizer = build_optimizer(model, settings.learning_rate, settings.weight_decay, device)
-    scheduler = linear_schedule(optimizer, warmup, total_steps)
+    scheduler = get_linear_schedule_with_warmup(optimizer, warmup, total_steps)
     scaler = torch.amp.GradScaler(enabled=autocast_dtype(device, precision) == torch.float16)
     to_save = checkpoint_steps(fractions, steps_per_epoch)
     last_step = max(to_save)

@@ -8,6 +8,7 @@ import time
 
 import numpy as np
 import torch
+from transformers import get_linear_schedule_with_warmup
 
 from bertvision.config.settings import HeadTrainingSettings
 from bertvision.models.heads import Standardized, build_head
@@ -31,9 +32,7 @@ def train_one(task: TaskSpec, spec: dict, settings: HeadTrainingSettings, proble
     warmup = int(round(settings.warmup_ratio * total))
     opt = torch.optim.AdamW(head.parameters(), lr=settings.learning_rate,
                             weight_decay=settings.weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: (s + 1) / max(1, warmup) if s < warmup else max(0.0, (total - s) / max(1, total - warmup))
-    )
+    sched = get_linear_schedule_with_warmup(opt, warmup, total)
     best = {"score": -np.inf, "epoch": 0, "state": copy.deepcopy(head.state_dict()), "metrics": None}
     history, wait, loop_seconds, stale = [], 0.0, 0.0, 0
     for epoch in range(1, max_epochs + 1):

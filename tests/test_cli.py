@@ -1,0 +1,84 @@
+"""Known errors on the command line: one clear line naming the file and line, the config key or
+the setting, exit status 2, no traceback; `--help` documents every settings key."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO, SHIPPED_GLUE, workflow_settings
+
+
+def bertvision(*args, cwd=REPO) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "bertvision", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=300)
+
+
+def one_error_line(proc: subprocess.CompletedProcess) -> str:
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if ": error: " in line]
+    assert len(errors) == 1, proc.stderr
+    return errors[0]
+
+
+def test_a_bad_data_row_names_the_file_and_line(tmp_path):
+    glue = tmp_path / "glue" / "MRPC"
+    glue.mkdir(parents=True)
+    for split in ("train", "dev"):
+        with gzip.open(SHIPPED_GLUE / "MRPC" / f"{split}.tsv.gz", "rt", encoding="utf-8-sig") as fh:
+            lines = fh.read().split("\n")[:30]
+        if split == "train":
+            lines[7] = "1\tonly two fields"
+        (glue / f"{split}.tsv").write_text("\n".join(lines) + "\n")
+    settings = workflow_settings().download("mrpc").replace(glue_dir=str(tmp_path / "glue"))
+    line = one_error_line(bertvision("download", "--task", "mrpc", "--settings", settings.to_json(),
+                                     "--out-dir", str(tmp_path / "raw")))
+    assert line.endswith("MRPC/train.tsv: line 8: expected 5 tab-separated fields, got 2")
+    assert not (tmp_path / "raw" / "train.parquet").exists()
+
+
+def test_a_missing_local_model_folder_is_named(tmp_path):
+    settings = workflow_settings().tokenize("m", "mrpc").replace(backbone=str(tmp_path / "no-such-model"))
+    line = one_error_line(bertvision("tokenize", "--task", "mrpc", "--settings", settings.to_json(),
+                                     "--raw-dir", str(tmp_path), "--out-dir", str(tmp_path / "tokens")))
+    assert f"{tmp_path / 'no-such-model'}: no such local directory" in line
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"lr": 1}, r"HeadTrainingSettings unknown key(s) ['lr']"),
+    ("{not json", "--settings: not valid JSON"),
+])
+def test_bad_settings_name_the_key(tmp_path, settings, message):
+    text = settings if isinstance(settings, str) else json.dumps(settings)
+    line = one_error_line(bertvision("train-heads", "--task", "mrpc", "--heads", "{}", "--settings", text,
+                                     "--runtime", json.dumps({"device": "cpu", "verify": "none"}),
+                                     "--manifest", "m.json", "--raw-dir", ".", "--seeds", "1",
+                                     "--out-dir", str(tmp_path)))
+    assert message in line
+
+
+def test_an_unknown_task_is_named(tmp_path):
+    line = one_error_line(bertvision("manifest", "--task", "mnli2", "--out", str(tmp_path / "m.json"),
+                                     "--shard-dirs", str(tmp_path)))
+    assert "--task: unknown task 'mnli2'" in line
+
+
+def test_validate_config_names_each_bad_key(tmp_path):
+    (tmp_path / "c.yaml").write_text("backbones: {m: {pretrained: ./nope/model}}\ntasks: {mrpc: {train_sise: 3}}\n")
+    proc = bertvision("validate-config", str(tmp_path / "c.yaml"))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "tasks.mrpc: Additional properties are not allowed ('train_sise' was unexpected)" in proc.stderr
+    (tmp_path / "c.yaml").write_text("backbones: {m: {pretrained: ./nope/model}}\ntasks: {mrpc: null}\n")
+    line = one_error_line(bertvision("validate-config", str(tmp_path / "c.yaml")))
+    assert "c.yaml: backbones.m.pretrained: ./nope/model: no such local directory" in line
+
+
+def test_help_lists_every_settings_key_with_its_config_key():
+    out = bertvision("finetune", "--help").stdout
+    assert "learning_rate (config finetune.settings.learning_rate): Peak AdamW learning rate." in out
+    assert "device (config finetune.device)" in out

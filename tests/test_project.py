@@ -1,0 +1,161 @@
+"""The project's structure: no import cycles, every third-party import declared in pyproject.toml
+(so `pip install .[...]` alone runs the workflow), every artifact folder ignored by git and
+removed by `make clean`, and the layout's log and benchmark names for every rule."""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+import re
+import sys
+from pathlib import Path
+
+import yaml
+
+from bertvision import layout
+from tests.conftest import REPO
+
+PACKAGE = REPO / "bertvision"
+
+
+def module_imports() -> dict[str, set[str]]:
+    """Module name -> the bertvision modules and the top-level names it imports (anywhere in it)."""
+    out = {}
+    for path in PACKAGE.rglob("*.py"):
+        name = ".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
+        package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
+                deps.add(base)
+                deps.update(f"{base}.{a.name}" for a in node.names)
+            elif isinstance(node, ast.Import):
+                deps.update(a.name for a in node.names)
+        out[name] = deps
+    return out
+
+
+def test_no_import_cycles():
+    imports = module_imports()
+    graph = {m: {d for d in deps if d in imports and d != m} for m, deps in imports.items()}
+    state: dict[str, int] = {}
+    stack: list[str] = []
+    cycles = []
+
+    def visit(m):
+        state[m] = 1
+        stack.append(m)
+        for d in sorted(graph[m]):
+            if state.get(d) == 1:
+                cycles.append(stack[stack.index(d):] + [d])
+            elif d not in state:
+                visit(d)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m)
+    assert cycles == []
+
+
+def test_only_the_search_stage_imports_optuna():
+    importers = {m for m, deps in module_imports().items() if any(d.split(".")[0] == "optuna" for d in deps)}
+    assert importers == {"bertvision.stages.search"}
+
+
+def declared_distributions() -> set[str]:
+    """Distributions pyproject.toml declares: the dependencies and every extra."""
+    requirements = importlib.metadata.requires("bertvision") or []
+    names = {re.split(r"[\s;\[<>=!~]", r, maxsplit=1)[0].lower().replace("_", "-") for r in requirements}
+    return names - {"bertvision"}
+
+
+def test_every_third_party_import_is_declared():
+    providers = importlib.metadata.packages_distributions()
+    top_level = {d.split(".")[0] for deps in module_imports().values() for d in deps}
+    third_party = top_level - set(sys.stdlib_module_names) - {"bertvision", "__future__"}
+    missing = {}
+    for module in sorted(third_party):
+        dists = {d.lower().replace("_", "-") for d in providers.get(module, [module])}
+        if not dists & declared_distributions():
+            missing[module] = sorted(dists)
+    assert missing == {}, f"imported but not in pyproject.toml: {missing}"
+
+
+def test_the_default_backbone_package_is_declared():
+    config = yaml.safe_load((REPO / "config.yaml").read_text())
+    for backbone in config["backbones"].values():
+        package = backbone["pretrained"].removeprefix("python-package:").split("/")[0]
+        dists = {d.lower() for d in importlib.metadata.packages_distributions()[package]}
+        assert dists & declared_distributions()
+
+
+def test_every_artifact_folder_is_ignored_by_git():
+    ignored = {line.strip().strip("/") for line in (REPO / ".gitignore").read_text().splitlines()}
+    assert set(layout.ROOTS) <= ignored
+    templates = [v for k, v in vars(layout).items() if k.isupper() and isinstance(v, str) and "/" in v]
+    assert {t.split("/")[0] for t in templates if not t.startswith("{")} <= set(layout.ROOTS)
+
+
+def test_every_rule_has_a_log_and_a_benchmark_named_by_its_keys():
+    rules = set(re.findall(r"^rule (\w+):", "\n".join(p.read_text() for p in (REPO / "rules").glob("*.smk")),
+                           flags=re.M))
+    for rule in rules:
+        pattern = layout.log(rule)
+        assert pattern.startswith(f"logs/{rule}")
+        wildcards = set(re.findall(r"{(\w+)}", pattern))
+        assert wildcards == set(layout.JOB_KEYS.get(rule, ())), rule
+    job = layout.Job("extract", {"task": "mrpc", "model": "m", "ftseed": 1, "frac": "0.3", "shard": 0})
+    assert job.benchmark == "benchmarks/extract/mrpc/m-ft1-ckpt0.3-0.tsv"
+
+
+def test_clean_removes_every_artifact_folder(tmp_path):
+    import subprocess
+
+    for root in layout.ROOTS:
+        (tmp_path / root / "x").mkdir(parents=True)
+    (tmp_path / "config.yaml").write_text("kept")
+    subprocess.run([sys.executable, "-m", "bertvision", "clean", "--dir", str(tmp_path)], check=True,
+                   capture_output=True)
+    assert [p.name for p in tmp_path.iterdir()] == ["config.yaml"]
+
+
+def test_every_config_key_is_documented():
+    """The schema is the documentation of every key: each leaf has a description."""
+    from bertvision.config.schema import load_schema
+
+    schema = load_schema()
+    undocumented = []
+
+    def resolve(node):
+        ref = node.get("$ref") or (node.get("allOf") or [{}])[0].get("$ref")
+        return schema["$defs"][ref.split("/")[-1]] if ref and "properties" not in node else node
+
+    def has_children(node):
+        extra = node.get("additionalProperties")
+        return "properties" in node or (isinstance(extra, dict) and "properties" in extra)
+
+    def walk(node, path):
+        for key, sub in node.get("properties", {}).items():
+            if "x-registry" in sub:
+                continue
+            if has_children(resolve(sub)):
+                walk(resolve(sub), f"{path}{key}.")
+            elif "description" not in sub:
+                undocumented.append(f"{path}{key}")
+        extra = node.get("additionalProperties")
+        if isinstance(extra, dict) and "properties" in extra:
+            walk(extra, f"{path}<name>.")
+
+    walk(schema, "")
+    assert undocumented == []
+
+
+def test_readme_commands_exist():
+    readme = (REPO / "README.md").read_text()
+    assert "make run" in readme and "make test" in readme
+    assert Path(REPO / "Makefile").exists()
