@@ -9,6 +9,14 @@ from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
+try:
+    import bertvision
+except ModuleNotFoundError:
+    raise WorkflowError(
+        f"the bertvision package is not installed for {sys.executable}: run `make setup` (or "
+        "`pip install -e .` in the repository) and use that environment's snakemake"
+    ) from None
+
 from bertvision import layout as L
 from bertvision.config.schema import validate_config
 from bertvision.config.workflow import WorkflowSettings
