@@ -8,7 +8,7 @@ rule extract:
     output:
         directory(expand(L.SHARD_DIR, n_shards=S.shards, allow_missing=True)[0]),
     params:
-        checkpoint=L.CHECKPOINT_DIR,
+        checkpoint=lambda wc, input: os.path.dirname(input.checkpoint),
         settings=as_json(S.extract()),
         compute=as_json(S.extract_compute()),
         attrs=lambda wc: as_json(S.extract_attrs(run_of(wc))),

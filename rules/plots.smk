@@ -19,7 +19,7 @@ rule plots:
         layers=report(L.plot("layer-weights"), category="Plots", caption="../workflow/report/layer_weights.rst"),
     params:
         tasks=S.tasks,
-        out_dir=L.PLOTS_DIR,
+        out_dir=lambda wc, output: os.path.dirname(output.params),
     log:
         L.log("plots"),
     shell:

@@ -16,7 +16,7 @@ rule tables:
         heads=S.heads,
         runs=all_runs_json(),
         shards=S.shards,
-        out_dir=L.TABLES_DIR,
+        out_dir=lambda wc, output: os.path.dirname(output.glue_md),
     log:
         L.log("tables"),
     shell:
@@ -36,7 +36,7 @@ rule experiment_tables:
     output:
         **table_outputs(EXPERIMENT_TABLES, "Experiments"),
     params:
-        out_dir=L.TABLES_DIR,
+        out_dir=lambda wc, output: os.path.dirname(output.search_md),
     log:
         L.log("experiment_tables"),
     shell:
