@@ -14,17 +14,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from bertvision.config.settings import (
-    DownloadSettings,
-    ExtractCompute,
-    ExtractSettings,
-    FinetuneCompute,
-    FinetuneSettings,
-    HeadRuntimeSettings,
-    HeadTrainingSettings,
-    SearchSettings,
-    TokenizeSettings,
-)
+from bertvision.config import settings as typed
 from bertvision.errors import BertvisionError, SettingsError
 
 USAGE_ERROR = 2
@@ -74,20 +64,21 @@ def retry_on_out_of_memory(stage: str, micro_batches: int):
 def cmd_download(a):
     from bertvision.stages.download import download_task
 
-    download_task(_task(a.task), DownloadSettings.from_json(a.settings), a.out_dir)
+    download_task(_task(a.task), typed.DownloadSettings.from_json(a.settings), a.out_dir)
 
 
 def cmd_tokenize(a):
     from bertvision.stages.tokenize import tokenize_task
 
-    tokenize_task(_task(a.task), TokenizeSettings.from_json(a.settings), a.raw_dir, a.out_dir)
+    tokenize_task(_task(a.task), typed.TokenizeSettings.from_json(a.settings), a.raw_dir, a.out_dir)
 
 
 def cmd_finetune(a):
     from bertvision.stages.finetune import finetune
 
     task = _task(a.task)
-    settings, compute = FinetuneSettings.from_json(a.settings), FinetuneCompute.from_json(a.compute, "--compute")
+    settings = typed.FinetuneSettings.from_json(a.settings)
+    compute = typed.FinetuneCompute.from_json(a.compute, "--compute")
     with retry_on_out_of_memory("finetune", a.micro_batches):
         finetune(task, a.model, settings, compute, a.tokens_dir, a.raw_dir, a.out_dir, a.seed, a.threads,
                  a.micro_batches)
@@ -98,7 +89,8 @@ def cmd_extract(a):
     from bertvision.stages.extract import extract_shard
 
     splits = splits_of(_task(a.task))
-    settings, compute = ExtractSettings.from_json(a.settings), ExtractCompute.from_json(a.compute, "--compute")
+    settings = typed.ExtractSettings.from_json(a.settings)
+    compute = typed.ExtractCompute.from_json(a.compute, "--compute")
     with retry_on_out_of_memory("extract", a.micro_batches):
         extract_shard(a.checkpoint, a.tokens_dir, a.out_dir, a.shard, a.shards, splits, settings, compute, a.attrs,
                       a.threads, a.micro_batches)
@@ -114,24 +106,25 @@ def cmd_manifest(a):
 def cmd_train_heads(a):
     from bertvision.stages.train_heads import train_heads
 
-    train_heads(_task(a.task), a.heads, HeadTrainingSettings.from_json(a.settings),
-                HeadRuntimeSettings.from_json(a.runtime, "--runtime"), a.manifest, a.seeds, a.out_dir, a.threads,
+    train_heads(_task(a.task), a.heads, typed.HeadTrainingSettings.from_json(a.settings),
+                typed.HeadRuntimeSettings.from_json(a.runtime, "--runtime"), a.manifest, a.seeds, a.out_dir, a.threads,
                 a.raw_dir, a.bert_logits, dict(a.searched), a.train_fraction)
 
 
 def cmd_transfer(a):
     from bertvision.stages.transfer import transfer
 
-    settings = HeadTrainingSettings.from_json(a.settings)
+    settings = typed.HeadTrainingSettings.from_json(a.settings)
     transfer(_task(a.task), a.head_dirs, a.manifests, a.raw_dir, a.out,
-             HeadRuntimeSettings.from_json(a.runtime, "--runtime"), settings.in_memory_max_mb, a.threads)
+             typed.HeadRuntimeSettings.from_json(a.runtime, "--runtime"), settings.in_memory_max_mb, a.threads)
 
 
 def cmd_search_worker(a):
     from bertvision.stages.search import run_worker
 
-    run_worker(_task(a.task), a.study, a.spec, HeadTrainingSettings.from_json(a.settings),
-               HeadRuntimeSettings.from_json(a.runtime, "--runtime"), SearchSettings.from_json(a.search, "--search"),
+    run_worker(_task(a.task), a.study, a.spec, typed.HeadTrainingSettings.from_json(a.settings),
+               typed.HeadRuntimeSettings.from_json(a.runtime, "--runtime"),
+               typed.SearchSettings.from_json(a.search, "--search"),
                a.manifest, a.raw_dir, a.storage, a.worker, a.out, a.threads)
 
 
@@ -207,20 +200,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = _sub(sub, "download", cmd_download, "task source -> canonical parquet splits (rule download)")
     s.add_argument("--task", required=True)
-    _settings(s, "--settings", DownloadSettings)
+    _settings(s, "--settings", typed.DownloadSettings)
     s.add_argument("--out-dir", type=Path, required=True)
 
     s = _sub(sub, "tokenize", cmd_tokenize, "canonical splits -> token ids (rule tokenize)")
     s.add_argument("--task", required=True)
-    _settings(s, "--settings", TokenizeSettings)
+    _settings(s, "--settings", typed.TokenizeSettings)
     s.add_argument("--raw-dir", type=Path, required=True)
     s.add_argument("--out-dir", type=Path, required=True)
 
     s = _sub(sub, "finetune", cmd_finetune, "partial fine-tuning with checkpoints at epoch fractions (rule finetune)")
     s.add_argument("--task", required=True)
     s.add_argument("--model", required=True, help="the backbone's name in the config (recorded with the results)")
-    _settings(s, "--settings", FinetuneSettings)
-    _settings(s, "--compute", FinetuneCompute)
+    _settings(s, "--settings", typed.FinetuneSettings)
+    _settings(s, "--compute", typed.FinetuneCompute)
     s.add_argument("--tokens-dir", type=Path, required=True)
     s.add_argument("--raw-dir", type=Path, required=True, help="the task's canonical splits (span decoding)")
     s.add_argument("--out-dir", type=Path, required=True)
@@ -235,13 +228,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out-dir", type=Path, required=True)
     s.add_argument("--shard", type=int, required=True)
     s.add_argument("--shards", type=int, required=True)
-    _settings(s, "--settings", ExtractSettings)
-    _settings(s, "--compute", ExtractCompute)
+    _settings(s, "--settings", typed.ExtractSettings)
+    _settings(s, "--compute", typed.ExtractCompute)
     s.add_argument("--attrs", type=_json, required=True, help="where the features come from (stored in each shard)")
     s.add_argument("--micro-batches", type=int, default=1, help="divide the batch size by this")
     s.add_argument("--threads", type=int)
 
-    s = _sub(sub, "manifest", cmd_manifest, "check a checkpoint's shards and write its manifest (rule feature_manifest)")
+    s = _sub(sub, "manifest", cmd_manifest,
+             "check a checkpoint's shards and write its manifest (rule feature_manifest)")
     s.add_argument("--task", required=True)
     s.add_argument("--out", type=Path, required=True)
     s.add_argument("--shard-dirs", type=Path, nargs="+", required=True)
@@ -250,8 +244,8 @@ def build_parser() -> argparse.ArgumentParser:
              "train every head on one checkpoint's features, per seed (rules train_heads, train_heads_subset)")
     s.add_argument("--task", required=True)
     s.add_argument("--heads", type=_json, required=True, help='{"name": {"type": ..., options}, ...}')
-    _settings(s, "--settings", HeadTrainingSettings)
-    _settings(s, "--runtime", HeadRuntimeSettings)
+    _settings(s, "--settings", typed.HeadTrainingSettings)
+    _settings(s, "--runtime", typed.HeadRuntimeSettings)
     s.add_argument("--manifest", type=Path, required=True)
     s.add_argument("--raw-dir", type=Path, required=True, help="the task's canonical splits (span decoding)")
     s.add_argument("--bert-logits", type=Path, help="BERT's eval_logits.npz at this checkpoint (ensembles)")
@@ -268,8 +262,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--head-dirs", type=Path, nargs="+", required=True, help="train_heads outputs, one per checkpoint")
     s.add_argument("--manifests", type=Path, nargs="+", required=True, help="feature manifests of the checkpoints")
     s.add_argument("--raw-dir", type=Path, required=True)
-    _settings(s, "--settings", HeadTrainingSettings)
-    _settings(s, "--runtime", HeadRuntimeSettings)
+    _settings(s, "--settings", typed.HeadTrainingSettings)
+    _settings(s, "--runtime", typed.HeadRuntimeSettings)
     s.add_argument("--out", type=Path, required=True)
     s.add_argument("--threads", type=int)
 
@@ -278,9 +272,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--task", required=True)
     s.add_argument("--study", type=_json, required=True, help="the study's keys: model, task, ftseed, frac, head")
     s.add_argument("--spec", type=_json, required=True, help="the head's configured architecture")
-    _settings(s, "--settings", HeadTrainingSettings)
-    _settings(s, "--runtime", HeadRuntimeSettings)
-    _settings(s, "--search", SearchSettings)
+    _settings(s, "--settings", typed.HeadTrainingSettings)
+    _settings(s, "--runtime", typed.HeadRuntimeSettings)
+    _settings(s, "--search", typed.SearchSettings)
     s.add_argument("--manifest", type=Path, required=True)
     s.add_argument("--raw-dir", type=Path, required=True)
     s.add_argument("--storage", required=True, help="journal file path or RDB URL")
@@ -288,7 +282,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", type=Path, required=True)
     s.add_argument("--threads", type=int)
 
-    s = _sub(sub, "search-best", cmd_search_best, "a finished study's best parameters and trial counts (rule search_best)")
+    s = _sub(sub, "search-best", cmd_search_best,
+             "a finished study's best parameters and trial counts (rule search_best)")
     s.add_argument("--workers", type=Path, nargs="+", required=True, help="the study's worker records")
     s.add_argument("--out", type=Path, required=True)
 

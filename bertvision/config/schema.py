@@ -80,8 +80,8 @@ def validate_config(config: dict, source: str = "config") -> dict:
     validator = _with_defaults(jsonschema.Draft202012Validator)(_schema())
     errors = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
     if errors:
-        raise ConfigError("\n".join(
-            f"{source}: {'.'.join(str(p) for p in err.absolute_path) or '(top level)'}: {err.message}" for err in errors))
+        where = lambda err: ".".join(str(p) for p in err.absolute_path) or "(top level)"  # noqa: E731
+        raise ConfigError("\n".join(f"{source}: {where(err)}: {err.message}" for err in errors))
     return config
 
 

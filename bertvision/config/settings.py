@@ -30,9 +30,9 @@ class StageSettings:
             raise SettingsError(f"{source}: expected a JSON object of {cls.__name__} ({', '.join(cls.keys())})")
         unknown = sorted(set(data) - set(cls.keys()))
         missing = [k for k in cls.keys() if k not in data]
-        if unknown or missing:
-            raise SettingsError(f"{source}: {cls.__name__} " + "; ".join(
-                ([f"unknown key(s) {unknown}"] if unknown else []) + ([f"missing key(s) {missing}"] if missing else [])))
+        problems = [f"{what} key(s) {keys}" for what, keys in (("unknown", unknown), ("missing", missing)) if keys]
+        if problems:
+            raise SettingsError(f"{source}: {cls.__name__} " + "; ".join(problems))
         hints = typing.get_type_hints(cls)
         return cls(**{k: _typed(data[k], hints[k], f"{source}: {k}") for k in cls.keys()})
 

@@ -162,7 +162,8 @@ class WorkflowSettings:
 
     def finetune(self, model: str, task: str) -> FinetuneSettings:
         ft = self.config["finetune"]
-        merged = {**schema_default("finetune.settings"), **ft["settings"], **self.task_overrides(task).get("finetune", {})}
+        merged = {**schema_default("finetune.settings"), **ft["settings"],
+                  **self.task_overrides(task).get("finetune", {})}
         return FinetuneSettings(backbone=self.pretrained(model),
                                 epoch_fractions=tuple(float(f) for f in sorted(ft["epoch_fractions"])), **merged)
 
@@ -172,7 +173,8 @@ class WorkflowSettings:
 
     def extract(self) -> ExtractSettings:
         ex = self.config["extract"]
-        return ExtractSettings(batch_size=ex["batch_size"], block_rows=ex["block_rows"], block_tokens=ex["block_tokens"])
+        return ExtractSettings(batch_size=ex["batch_size"], block_rows=ex["block_rows"],
+                               block_tokens=ex["block_tokens"])
 
     def extract_compute(self) -> ExtractCompute:
         ex = self.config["extract"]

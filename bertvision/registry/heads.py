@@ -125,7 +125,8 @@ register(HeadType(
     "position-free pooling over the real tokens, then a linear layer.",
     {
         "pool": Option(str, "attention-mean", "How the real tokens are pooled: attention (learned query) "
-                       "and masked mean concatenated, or one of them.", choices=("attention-mean", "attention", "mean")),
+                       "and masked mean concatenated, or one of them.",
+                       choices=("attention-mean", "attention", "mean")),
         "dropout": DROPOUT,
     },
     token_level=True,

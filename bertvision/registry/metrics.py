@@ -97,7 +97,8 @@ def get_metric(kind: str, name: str) -> Metric:
     try:
         return METRICS[kind][name]
     except KeyError:
-        raise KeyError(f"no metric {name!r} for {kind} tasks; the registry has {sorted(METRICS.get(kind, {}))}") from None
+        known = sorted(METRICS.get(kind, {}))
+        raise KeyError(f"no metric {name!r} for {kind} tasks; the registry has {known}") from None
 
 
 def predictions_from_outputs(outputs: np.ndarray, kind: str) -> np.ndarray:

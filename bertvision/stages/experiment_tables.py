@@ -24,7 +24,8 @@ def build_experiment_tables(best_files: list[Path], subset_dirs: list[Path], hea
     runs = lambda dirs: sorted(run / HEAD_METRICS for d in dirs for run in head_runs(d))  # noqa: E731
     tables = {
         "search": (search_table(best_files), search_markdown),
-        "data_fraction": (data_fraction_table(runs(subset_dirs), runs(head_dirs), bert_metrics), data_fraction_markdown),
+        "data_fraction": (data_fraction_table(runs(subset_dirs), runs(head_dirs), bert_metrics),
+                          data_fraction_markdown),
         "transfer": (transfer_table(transfer_files, bert_metrics), transfer_markdown),
     }
     for name, (frame, markdown) in tables.items():

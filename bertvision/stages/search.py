@@ -119,9 +119,8 @@ def run_worker(task: TaskSpec, keys: dict, spec: dict, settings: HeadTrainingSet
         study.optimize(objective, n_trials=budget, callbacks=[
             optuna.study.MaxTrialsCallback(search.trials, states=FINISHED)])
     mine = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("worker") == worker]
-    record = {"study": name, "storage": storage, "worker": worker, "keys": keys,
-              "space": space, "trials": [{"number": t.number, "state": t.state.name, "value": t.value, "params": t.params}
-                         for t in mine]}
+    trials = [{"number": t.number, "state": t.state.name, "value": t.value, "params": t.params} for t in mine]
+    record = {"study": name, "storage": storage, "worker": worker, "keys": keys, "space": space, "trials": trials}
     atomic_write_json(record, out)
     log.info("%s worker %d: %d trials of this worker in %s (%d finished in the study)", name, worker, len(mine),
              storage, len(finished_trials(study)))
