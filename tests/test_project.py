@@ -101,14 +101,19 @@ def test_every_artifact_folder_is_ignored_by_git():
     assert {t.split("/")[0] for t in templates if not t.startswith("{")} <= set(layout.ROOTS)
 
 
-def test_every_rule_has_a_log_and_a_benchmark_named_by_its_keys():
-    rules = set(re.findall(r"^rule (\w+):", "\n".join(p.read_text() for p in (REPO / "rules").glob("*.smk")),
-                           flags=re.M))
-    for rule in rules:
-        pattern = layout.log(rule)
-        assert pattern.startswith(f"logs/{rule}")
-        wildcards = set(re.findall(r"{(\w+)}", pattern))
-        assert wildcards == set(layout.JOB_KEYS.get(rule, ())), rule
+def test_every_rule_logs_where_the_layout_says():
+    """Each rule's log (and benchmark, for the rules that have one) is the layout's, named by the
+    rule's job keys, so the timing and cost tables find every benchmark from its keys."""
+    text = "\n".join(p.read_text() for p in sorted((REPO / "rules").glob("*.smk")))
+    bodies = dict(re.findall(r"^rule (\w+):\n(.*?)(?=^rule |\Z)", text, flags=re.M | re.S))
+    assert len(bodies) >= 14
+    for rule, body in bodies.items():
+        assert f'L.log("{rule}")' in body, rule
+        if "benchmark:" in body:
+            assert f'L.benchmark("{rule}")' in body, rule
+        assert set(re.findall(r"{(\w+)}", layout.log(rule))) == set(layout.JOB_KEYS.get(rule, ())), rule
+    for job in layout.timing_jobs([layout.Run("m", "mrpc", 1, "0.3")], n_shards=2):
+        assert f'L.benchmark("{job.rule}")' in bodies[job.rule]
     job = layout.Job("extract", {"task": "mrpc", "model": "m", "ftseed": 1, "frac": "0.3", "shard": 0})
     assert job.benchmark == "benchmarks/extract/mrpc/m-ft1-ckpt0.3-0.tsv"
 
@@ -155,7 +160,9 @@ def test_every_config_key_is_documented():
     assert undocumented == []
 
 
-def test_readme_commands_exist():
+def test_the_readme_commands_are_make_targets_and_ci_runs_the_tests():
     readme = (REPO / "README.md").read_text()
     assert "make run" in readme and "make test" in readme
-    assert Path(REPO / "Makefile").exists()
+    makefile = (REPO / "Makefile").read_text()
+    assert re.search(r"^run: setup$", makefile, re.M) and re.search(r"^test: setup$", makefile, re.M)
+    assert "make test" in (REPO / ".ci" / "run").read_text()

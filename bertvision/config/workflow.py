@@ -204,7 +204,7 @@ class WorkflowSettings:
 
     # --- cross-key checks --------------------------------------------------------------------
     def _check(self) -> None:
-        problems = []
+        problems, broken = [], set()  # broken: tasks whose heads cannot be listed
         for model in self.models:
             try:
                 resolve_pretrained(self.pretrained(model))
@@ -217,6 +217,7 @@ class WorkflowSettings:
             unknown = [n for n in listed if n not in models]
             if unknown:
                 problems.append(f"tasks.{task}.heads: {unknown} are not in heads.models ({self.heads})")
+                broken.add(task)
                 continue
             if over.get("token_features") and spec.kind == "span":
                 problems.append(f"tasks.{task}.token_features: span tasks always store every token; token-level "
@@ -242,8 +243,8 @@ class WorkflowSettings:
             if unknown:
                 problems.append(f"experiments.{name}.tasks: {unknown} are not configured tasks ({self.tasks})")
         wanted = self.config["experiments"]["data_fraction"]["heads"] or []
-        for task in self.data_fraction_tasks():
-            missing = [n for n in wanted if task in self.tasks and n not in self.task_heads(task)]
+        for task in set(self.data_fraction_tasks()) & set(self.tasks) - broken:
+            missing = [n for n in wanted if n not in self.task_heads(task)]
             if missing:
                 problems.append(f"experiments.data_fraction.heads: {missing} are not among {task}'s heads")
         unknown = [c for c in self.data_fraction_checkpoints() if c not in self.fractions]
