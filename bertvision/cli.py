@@ -149,10 +149,10 @@ def cmd_experiment_tables(a):
 
 
 def cmd_plots(a):
-    from bertvision.layout import HEAD_METRICS, head_runs
+    from bertvision.layout import head_metrics_files
     from bertvision.reporting.plots import build_plots
 
-    build_plots(a.tables, sorted(run / HEAD_METRICS for d in a.head_dirs for run in head_runs(d)), a.tasks, a.out_dir)
+    build_plots(a.tables, head_metrics_files(a.head_dirs), a.tasks, a.out_dir)
 
 
 def cmd_plot_data_fraction(a):

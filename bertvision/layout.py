@@ -117,6 +117,11 @@ def head_runs(heads_dir: Path) -> list[Path]:
     return sorted(p.parent for p in Path(heads_dir).glob(f"{HEAD_RUN.format(head='*', seed='*')}/{HEAD_METRICS}"))
 
 
+def head_metrics_files(heads_dirs: list[Path]) -> list[Path]:
+    """The metrics record of every trained head in these heads directories, in a stable order."""
+    return sorted(run / HEAD_METRICS for d in heads_dirs for run in head_runs(d))
+
+
 def fraction_name(fraction: float) -> str:
     """Canonical text of an epoch fraction in paths and records: 0, 0.3, 1, 2.5."""
     return f"{float(fraction):g}"

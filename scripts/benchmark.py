@@ -27,7 +27,7 @@ from bertvision.config.settings import ExtractCompute, ExtractSettings
 from bertvision.config.workflow import WorkflowSettings, load_config
 from bertvision.data.tokenized import TokenizedSplit, bucketed_batches, collate, padding_ratio
 from bertvision.features.store import FeatureSet, write_manifest
-from bertvision.layout import HEAD_METRICS, head_runs, split_file
+from bertvision.layout import head_metrics_files, split_file
 from bertvision.models.backbone import resolve_pretrained
 from bertvision.registry.tasks import get_task, splits_of
 from bertvision.runtime.device import pick_device, set_threads, to_device
@@ -124,7 +124,7 @@ def main() -> None:
         # 2. head training: every default head, every default seed.
         train_heads(task, s.task_heads(args.task), s.head_training(args.task), s.head_runtime(), feat / "manifest.json",
                     s.head_seeds, tmp / "heads", threads=args.threads, raw_dir=tmp / "raw")
-        records = [json.loads((run / HEAD_METRICS).read_text()) for run in head_runs(tmp / "heads")]
+        records = [json.loads(path.read_text()) for path in head_metrics_files([tmp / "heads"])]
         wait = sum(r["data_wait_seconds"] for r in records)
         loop = sum(r["train_loop_seconds"] for r in records)
 

@@ -8,7 +8,6 @@ import ast
 import importlib.metadata
 import re
 import sys
-from pathlib import Path
 
 import yaml
 

@@ -13,6 +13,7 @@ import types
 import typing
 from dataclasses import dataclass, field
 
+from bertvision.config.schema import schema_node
 from bertvision.errors import SettingsError
 
 
@@ -35,6 +36,11 @@ class StageSettings:
             raise SettingsError(f"{source}: {cls.__name__} " + "; ".join(problems))
         hints = typing.get_type_hints(cls)
         return cls(**{k: _typed(data[k], hints[k], f"{source}: {k}") for k in cls.keys()})
+
+    @classmethod
+    def pick(cls, section: dict, **given):
+        """The fields from a validated config ``section`` whose keys they share, plus ``given``."""
+        return cls(**{k: section[k] for k in cls.keys() if k not in given}, **given)
 
     @classmethod
     def from_json(cls, text: str, source: str = "--settings"):
@@ -60,8 +66,6 @@ class StageSettings:
     @classmethod
     def describe(cls) -> str:
         """Help text: each key with the config key that sets it and that key's description."""
-        from bertvision.config.schema import schema_node
-
         lines = []
         for f in dataclasses.fields(cls):
             key = f.metadata.get("config")

@@ -148,12 +148,9 @@ class WorkflowSettings:
 
     # --- typed settings per stage ----------------------------------------------------------
     def download(self, task: str) -> DownloadSettings:
-        data, over = self.config["data"], self.task_overrides(task)
-        return DownloadSettings(
-            source=data["source"], glue_dir=data["glue_dir"], squad_dir=data["squad_dir"], hub_repo=data["hub_repo"],
-            seed=data["seed"], selection_fraction=data["selection_fraction"], train_size=over.get("train_size"),
-            selection_size=over.get("selection_size"), eval_size=over.get("eval_size"),
-            article_split=over.get("article_split"))
+        over = self.task_overrides(task)
+        return DownloadSettings.pick(self.config["data"], **{k: over.get(k) for k in (
+            "train_size", "selection_size", "eval_size", "article_split")})
 
     def tokenize(self, model: str, task: str) -> TokenizeSettings:
         span = get_task(task).span
@@ -164,36 +161,28 @@ class WorkflowSettings:
         ft = self.config["finetune"]
         merged = {**schema_default("finetune.settings"), **ft["settings"],
                   **self.task_overrides(task).get("finetune", {})}
-        return FinetuneSettings(backbone=self.pretrained(model),
-                                epoch_fractions=tuple(float(f) for f in sorted(ft["epoch_fractions"])), **merged)
+        return FinetuneSettings.pick(merged, backbone=self.pretrained(model),
+                                     epoch_fractions=tuple(float(f) for f in sorted(ft["epoch_fractions"])))
 
     def finetune_compute(self) -> FinetuneCompute:
-        ft = self.config["finetune"]
-        return FinetuneCompute(device=ft["device"], precision=ft["precision"])
+        return FinetuneCompute.pick(self.config["finetune"])
 
     def extract(self) -> ExtractSettings:
-        ex = self.config["extract"]
-        return ExtractSettings(batch_size=ex["batch_size"], block_rows=ex["block_rows"],
-                               block_tokens=ex["block_tokens"])
+        return ExtractSettings.pick(self.config["extract"])
 
     def extract_compute(self) -> ExtractCompute:
-        ex = self.config["extract"]
-        return ExtractCompute(device=ex["device"], precision=ex["precision"])
+        return ExtractCompute.pick(self.config["extract"])
 
     def head_training(self, task: str) -> HeadTrainingSettings:
         merged = {**schema_default("heads.training"), **self.config["heads"]["training"],
                   **self.task_overrides(task).get("head_training", {})}
-        return HeadTrainingSettings(**merged)
+        return HeadTrainingSettings.pick(merged)
 
     def head_runtime(self) -> HeadRuntimeSettings:
-        heads = self.config["heads"]
-        return HeadRuntimeSettings(device=heads["device"], verify=heads["verify"])
+        return HeadRuntimeSettings.pick(self.config["heads"])
 
     def search(self) -> SearchSettings:
-        s = self.config["search"]
-        return SearchSettings(trials=s["trials"], workers=s["workers"], seed=s["seed"],
-                              startup_trials=s["startup_trials"], pruner=s["pruner"], space=s["space"],
-                              head_seed=self.head_seeds[0])
+        return SearchSettings.pick(self.config["search"], head_seed=self.head_seeds[0])
 
     def extract_attrs(self, run: Run) -> dict:
         """What each feature shard records about where it came from."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bertvision.layout import HEAD_METRICS, head_runs, table
+from bertvision.layout import head_metrics_files, table
 from bertvision.reporting.experiments import (
     data_fraction_markdown,
     data_fraction_table,
@@ -21,10 +21,10 @@ TABLE_NAMES = ("search", "data_fraction", "transfer")
 
 def build_experiment_tables(best_files: list[Path], subset_dirs: list[Path], head_dirs: list[Path],
                             bert_metrics: list[Path], transfer_files: list[Path], out_dir: Path) -> None:
-    runs = lambda dirs: sorted(run / HEAD_METRICS for d in dirs for run in head_runs(d))  # noqa: E731
     tables = {
         "search": (search_table(best_files), search_markdown),
-        "data_fraction": (data_fraction_table(runs(subset_dirs), runs(head_dirs), bert_metrics),
+        "data_fraction": (data_fraction_table(head_metrics_files(subset_dirs), head_metrics_files(head_dirs),
+                                              bert_metrics),
                           data_fraction_markdown),
         "transfer": (transfer_table(transfer_files, bert_metrics), transfer_markdown),
     }

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bertvision.layout import HEAD_METRICS, Run, head_runs, table, timing_jobs
+from bertvision.layout import Run, head_metrics_files, table, timing_jobs
 from bertvision.reporting.costs import cost_markdown, cost_table
 from bertvision.reporting.markdown import write_csv, write_text
 from bertvision.reporting.results import long_records, result_tables
@@ -26,7 +26,7 @@ def _write(name: str, frame: pd.DataFrame, markdown: str, out_dir: Path) -> None
 def build_tables(bert_metrics: list[Path], head_dirs: list[Path], manifests: list[Path], runs: list[Run],
                  n_shards: int, head_order: list[str], out_dir: Path) -> None:
     """``runs``: every run the workflow made, whose jobs' benchmark files give the times."""
-    head_metrics = sorted(run / HEAD_METRICS for d in head_dirs for run in head_runs(d))
+    head_metrics = head_metrics_files(head_dirs)
     jobs = timing_jobs(runs, n_shards)
     for name, (summary, markdown) in result_tables(long_records(bert_metrics, head_metrics), head_order).items():
         _write(name, summary, markdown, out_dir)
