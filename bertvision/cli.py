@@ -84,6 +84,16 @@ def cmd_finetune(a):
                  a.micro_batches)
 
 
+def cmd_baseline(a):
+    from bertvision.stages.baseline import full_finetune
+
+    settings = typed.BaselineSettings.from_json(a.settings)
+    compute = typed.FinetuneCompute.from_json(a.compute, "--compute")
+    with retry_on_out_of_memory("baseline", a.micro_batches):
+        full_finetune(_task(a.task), a.model, settings, compute, a.tokens_dir, a.raw_dir, a.out_dir, a.seed,
+                      a.threads, a.micro_batches)
+
+
 def cmd_extract(a):
     from bertvision.registry.tasks import splits_of
     from bertvision.stages.extract import extract_shard
@@ -139,7 +149,7 @@ def cmd_tables(a):
     from bertvision.stages.tables import build_tables
 
     runs = [Run(**keys) for keys in a.runs]
-    build_tables(a.bert_metrics, a.head_dirs, a.manifests, runs, a.shards, a.heads, a.out_dir)
+    build_tables(a.bert_metrics, a.head_dirs, a.manifests, runs, a.shards, a.heads, a.out_dir, a.baseline_metrics)
 
 
 def cmd_experiment_tables(a):
@@ -152,7 +162,7 @@ def cmd_plots(a):
     from bertvision.layout import head_metrics_files
     from bertvision.reporting.plots import build_plots
 
-    build_plots(a.tables, head_metrics_files(a.head_dirs), a.tasks, a.out_dir)
+    build_plots(a.tables, head_metrics_files(a.head_dirs), a.tasks, a.out_dir, a.summary)
 
 
 def cmd_plot_data_fraction(a):
@@ -213,6 +223,19 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--task", required=True)
     s.add_argument("--model", required=True, help="the backbone's name in the config (recorded with the results)")
     _settings(s, "--settings", typed.FinetuneSettings)
+    _settings(s, "--compute", typed.FinetuneCompute)
+    s.add_argument("--tokens-dir", type=Path, required=True)
+    s.add_argument("--raw-dir", type=Path, required=True, help="the task's canonical splits (span decoding)")
+    s.add_argument("--out-dir", type=Path, required=True)
+    s.add_argument("--seed", type=int, required=True)
+    s.add_argument("--micro-batches", type=int, default=1, help="gradient accumulation steps per batch")
+    s.add_argument("--threads", type=int)
+
+    s = _sub(sub, "baseline", cmd_baseline,
+             "full fine-tuning, the epoch kept chosen on the selection split (rule baseline)")
+    s.add_argument("--task", required=True)
+    s.add_argument("--model", required=True, help="the backbone's name in the config (recorded with the results)")
+    _settings(s, "--settings", typed.BaselineSettings)
     _settings(s, "--compute", typed.FinetuneCompute)
     s.add_argument("--tokens-dir", type=Path, required=True)
     s.add_argument("--raw-dir", type=Path, required=True, help="the task's canonical splits (span decoding)")
@@ -287,8 +310,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--workers", type=Path, nargs="+", required=True, help="the study's worker records")
     s.add_argument("--out", type=Path, required=True)
 
-    s = _sub(sub, "tables", cmd_tables, "result, cost and timing tables (rule tables)")
+    s = _sub(sub, "tables", cmd_tables, "summary, result, cost and timing tables (rule tables)")
     s.add_argument("--bert-metrics", type=Path, nargs="*", default=[])
+    s.add_argument("--baseline-metrics", type=Path, nargs="*", default=[], help="full fine-tuning records (summary)")
     s.add_argument("--head-dirs", type=Path, nargs="*", default=[], help="train_heads output directories")
     s.add_argument("--manifests", type=Path, nargs="*", default=[], help="feature manifests (cost table)")
     s.add_argument("--runs", type=_json, required=True,
@@ -308,6 +332,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = _sub(sub, "plots", cmd_plots, "PNG plots from the result tables and head metrics (rule plots)")
     s.add_argument("--tables", type=Path, nargs="+", required=True, help="glue.csv / squad.csv")
+    s.add_argument("--summary", type=Path, help="summary.csv (the score-vs-seconds plot)")
     s.add_argument("--head-dirs", type=Path, nargs="*", default=[])
     s.add_argument("--tasks", nargs="+", required=True)
     s.add_argument("--out-dir", type=Path, required=True)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # Top-level folders of a working directory that hold artifacts (``make clean`` removes them).
-ROOTS = ("data", "models", "features", "heads", "heads-data", "search", "transfer", "results", "logs", "benchmarks")
+ROOTS = ("data", "models", "baselines", "features", "heads", "heads-data", "search", "transfer", "results", "logs", "benchmarks")
 
 RAW_DIR = "data/raw/{task}"  # {split}.parquet: the canonical rows of each split
 TOKENS_DIR = "data/tokens/{model}/{task}"  # {split}.parquet: their token ids
@@ -26,6 +26,12 @@ CHECKPOINT_DIR = f"{FINETUNE_DIR}/{CHECKPOINT_SUBDIR}"
 BERT_METRICS, BERT_PREDICTIONS, BERT_LOGITS = "eval_metrics.json", "eval_predictions.parquet", "eval_logits.npz"
 CHECKPOINT_FILES = ("model.safetensors", "config.json", BERT_METRICS, BERT_PREDICTIONS, BERT_LOGITS)
 CHECKPOINT_FILE = f"{CHECKPOINT_DIR}/{{file}}"
+
+# The full fine-tuning baseline: one directory per seed, with the kept epoch's evaluation.
+BASELINE_DIR = "baselines/{model}/{task}/seed{seed}"
+BASELINE_METRICS, BASELINE_PREDICTIONS = "metrics.json", "eval_predictions.parquet"
+BASELINE_FILE = f"{BASELINE_DIR}/{{file}}"
+BASELINE_FILES = (BASELINE_METRICS, BASELINE_PREDICTIONS)
 
 FEATURES_DIR = "features/{model}/{task}/ft{ftseed}/ckpt-{frac}"
 SHARD_DIR = f"{FEATURES_DIR}/shard-{{shard}}-of-{{n_shards}}"
@@ -53,6 +59,7 @@ JOB_KEYS = {
     "download": ("task",),
     "tokenize": ("task", "model"),
     "finetune": ("task", "model", "ftseed"),
+    "baseline": ("task", "model", "seed"),
     "extract": ("task", "model", "ftseed", "frac", "shard"),
     "feature_manifest": ("task", "model", "ftseed", "frac"),
     "train_heads": ("task", "model", "ftseed", "frac"),
@@ -62,7 +69,8 @@ JOB_KEYS = {
     "transfer": ("task", "model", "ftseed"),
 }
 _KEY_TEXT = {"task": "{task}", "model": "{model}", "ftseed": "ft{ftseed}", "frac": "ckpt{frac}", "shard": "{shard}",
-             "pct": "data{pct}", "head": "{head}", "worker": "{worker}"}
+             "pct": "data{pct}", "head": "{head}", "worker": "{worker}",
+             "seed": "seed{seed}"}
 
 
 def _job_file(root: str, rule: str, ext: str) -> str:
@@ -156,8 +164,13 @@ class Job:
         return benchmark(self.rule).format(**self.keys)
 
 
-def timing_jobs(runs: list[Run], n_shards: int) -> list[Job]:
-    """Every job of the main pipeline behind ``runs`` (download to train_heads), once each."""
+def baseline_job(model: str, task: str, seed: int) -> Job:
+    return Job("baseline", {"task": task, "model": model, "seed": seed})
+
+
+def timing_jobs(runs: list[Run], n_shards: int, baselines: tuple[Job, ...] = ()) -> list[Job]:
+    """Every job of the main pipeline behind ``runs`` (download to train_heads), once each,
+    and the ``baselines`` (full fine-tuning jobs)."""
     jobs: dict[tuple, Job] = {}
 
     def add(rule: str, **keys):
@@ -171,4 +184,4 @@ def timing_jobs(runs: list[Run], n_shards: int) -> list[Job]:
             add("extract", **run.keys, shard=shard)
         add("feature_manifest", **run.keys)
         add("train_heads", **run.keys)
-    return list(jobs.values())
+    return list(jobs.values()) + list(baselines)

@@ -45,6 +45,7 @@ wildcard_constraints:
     head=r"[A-Za-z0-9_.-]+",
     worker=r"\d+",
     pct=r"[0-9.]+",
+    seed=r"\d+",
 
 
 def as_json(obj):
@@ -89,7 +90,8 @@ def all_manifests():
 
 def all_benchmarks():
     """Benchmark files of every job the timing and cost tables read (each job writes one)."""
-    return [job.benchmark for job in L.timing_jobs(S.runs(), S.shards)]
+    baselines = [L.baseline_job(m, t, s) for m in S.models for t in S.tasks for s in S.baseline_seeds]
+    return [job.benchmark for job in L.timing_jobs(S.runs(), S.shards, baselines)]
 
 
 def study_storage(wildcards):
@@ -178,6 +180,22 @@ def finetune_request(key):
         )[key]
 
     return request
+
+
+def baseline_request(key):
+    def request(wildcards, attempt):
+        base = S.baseline(wildcards.model, wildcards.task)
+        return requests.finetune_request(
+            encoder_shape(wildcards.model), base.batch_size, S.max_length(wildcards.task),
+            S.train_rows(wildcards.task), base.epochs, GPU, attempt,
+        )[key]
+
+    return request
+
+
+def all_baseline_metrics():
+    return [L.BASELINE_FILE.format(model=m, task=t, seed=s, file=L.BASELINE_METRICS)
+            for m in S.models for t in S.tasks for s in S.baseline_seeds]
 
 
 def extract_request(key):

@@ -29,3 +29,34 @@ rule finetune:
         "--settings {params.settings:q} --compute {params.compute:q} --tokens-dir {input.tokens} "
         "--raw-dir {input.raw} --out-dir {params.out_dir} --seed {wildcards.ftseed} "
         "--micro-batches {resources.micro_batches} --threads {threads} > {log} 2>&1"
+
+
+rule baseline:
+    """Full fine-tuning, the bar to beat: the epochs of its own schedule, the one kept chosen on
+    the selection split, its dev score and the seconds to reach it recorded."""
+    input:
+        tokens=rules.tokenize.output,
+        raw=rules.download.output,
+    output:
+        expand(L.BASELINE_FILE, file=L.BASELINE_FILES, allow_missing=True),
+    params:
+        settings=lambda wc: as_json(S.baseline(wc.model, wc.task)),
+        compute=as_json(S.finetune_compute()),
+        out_dir=L.BASELINE_DIR,
+        bertvision=launcher,
+    log:
+        L.log("baseline"),
+    benchmark:
+        L.benchmark("baseline")
+    threads: S.threads
+    resources:
+        gpu=GPU,
+        gpu_model=GPU_MODEL,
+        mem_mb=baseline_request("mem_mb"),
+        runtime=baseline_request("runtime"),
+        micro_batches=micro_batches,
+    shell:
+        "{params.bertvision} baseline --task {wildcards.task} --model {wildcards.model} "
+        "--settings {params.settings:q} --compute {params.compute:q} --tokens-dir {input.tokens} "
+        "--raw-dir {input.raw} --out-dir {params.out_dir} --seed {wildcards.seed} "
+        "--micro-batches {resources.micro_batches} --threads {threads} > {log} 2>&1"

@@ -2,6 +2,7 @@ rule plots:
     """Score vs epochs per task, score vs parameters, and the learned layer weights."""
     input:
         tables=[rules.tables.output.glue_csv, rules.tables.output.squad_csv],
+        summary=rules.tables.output.summary_csv,
         heads=all_head_dirs(),
     output:
         epochs=[
@@ -17,13 +18,17 @@ rule plots:
             L.plot("score-vs-parameters"), category="Plots", caption="../workflow/report/score_vs_parameters.rst"
         ),
         layers=report(L.plot("layer-weights"), category="Plots", caption="../workflow/report/layer_weights.rst"),
+        seconds=report(
+            L.plot("score-vs-seconds"), category="Plots", caption="../workflow/report/score_vs_seconds.rst"
+        ),
     params:
         tasks=S.tasks,
         out_dir=lambda wc, output: os.path.dirname(output.params),
     log:
         L.log("plots"),
     shell:
-        "bertvision plots --tables {input.tables} --head-dirs {input.heads} --tasks {params.tasks} "
+        "bertvision plots --tables {input.tables} --summary {input.summary} --head-dirs {input.heads} "
+        "--tasks {params.tasks} "
         "--out-dir {params.out_dir} > {log} 2>&1"
 
 

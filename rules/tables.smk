@@ -3,10 +3,12 @@ from bertvision.stages.tables import TABLE_NAMES as RESULT_TABLES
 
 
 rule tables:
-    """Result tables (Markdown + CSV) from the metrics files, cost from the feature manifests,
-    and wall time per stage from the benchmark files."""
+    """The summary (full fine-tuning vs the picked BERTVision path), result tables (Markdown +
+    CSV) from the metrics files, cost from the feature manifests, and wall time per stage from
+    the benchmark files."""
     input:
         bert=all_bert_metrics(),
+        baselines=all_baseline_metrics(),
         heads=all_head_dirs(),
         benchmarks=all_benchmarks(),
         manifests=all_manifests(),
@@ -16,11 +18,11 @@ rule tables:
         heads=S.heads,
         runs=all_runs_json(),
         shards=S.shards,
-        out_dir=lambda wc, output: os.path.dirname(output.glue_md),
+        out_dir=lambda wc, output: os.path.dirname(output.summary_md),
     log:
         L.log("tables"),
     shell:
-        "bertvision tables --bert-metrics {input.bert} --head-dirs {input.heads} --manifests {input.manifests} "
+        "bertvision tables --bert-metrics {input.bert} --baseline-metrics {input.baselines} --head-dirs {input.heads} --manifests {input.manifests} "
         "--runs {params.runs:q} --shards {params.shards} --heads {params.heads} --out-dir {params.out_dir} "
         "> {log} 2>&1"
 

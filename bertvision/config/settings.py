@@ -152,6 +152,18 @@ class FinetuneSettings(StageSettings):
 
 
 @dataclass(frozen=True)
+class BaselineSettings(StageSettings):
+    backbone: str = setting("backbones.<model>.pretrained")
+    epochs: int = setting("baseline.epochs")
+    learning_rate: float = setting("baseline.settings.learning_rate")
+    batch_size: int = setting("baseline.settings.batch_size")
+    eval_batch_size: int = setting("baseline.settings.eval_batch_size")
+    warmup_ratio: float = setting("baseline.settings.warmup_ratio")
+    weight_decay: float = setting("baseline.settings.weight_decay")
+    max_grad_norm: float = setting("baseline.settings.max_grad_norm")
+
+
+@dataclass(frozen=True)
 class ExtractSettings(StageSettings):
     batch_size: int = setting("extract.batch_size")
     block_rows: int = setting("extract.block_rows")

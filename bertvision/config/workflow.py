@@ -9,6 +9,7 @@ from pathlib import Path
 
 from bertvision.config.schema import read_config, schema_default, validate_config
 from bertvision.config.settings import (
+    BaselineSettings,
     DownloadSettings,
     ExtractCompute,
     ExtractSettings,
@@ -163,6 +164,18 @@ class WorkflowSettings:
                   **self.task_overrides(task).get("finetune", {})}
         return FinetuneSettings.pick(merged, backbone=self.pretrained(model),
                                      epoch_fractions=tuple(float(f) for f in sorted(ft["epoch_fractions"])))
+
+    @property
+    def baseline_seeds(self) -> list[int]:
+        """Seeds of the full fine-tuning baseline (none when it is disabled)."""
+        base = self.config["baseline"]
+        return list(base["seeds"]) if base["enabled"] else []
+
+    def baseline(self, model: str, task: str) -> BaselineSettings:
+        """The fine-tuning settings of ``task`` with the baseline's own changes on top."""
+        merged = {**schema_default("finetune.settings"), **self.config["finetune"]["settings"],
+                  **self.task_overrides(task).get("finetune", {}), **self.config["baseline"]["settings"]}
+        return BaselineSettings.pick(merged, backbone=self.pretrained(model), epochs=self.config["baseline"]["epochs"])
 
     def finetune_compute(self) -> FinetuneCompute:
         return FinetuneCompute.pick(self.config["finetune"])

@@ -47,6 +47,15 @@ def combine(a: np.ndarray, b: np.ndarray, how: str, axis: int) -> np.ndarray:
 ENSEMBLES = ("max", "mean")
 
 
+def ensemble_rules(task) -> tuple[str, ...]:
+    """The ensembles that differ for ``task``: regression averages the two predictions; with
+    two classes the max and the mean of the softmaxes always pick the same class (class 1
+    wins under either iff p_head + p_bert > 1), so only the mean is kept."""
+    if task.kind == "regression" or (task.kind == "classification" and task.num_labels == 2):
+        return ("mean",)
+    return ENSEMBLES
+
+
 def ensemble_windows(head: list[np.ndarray], bert: list[np.ndarray], how: str) -> list[np.ndarray]:
     if len(head) != len(bert) or any(h.shape != b.shape for h, b in zip(head, bert)):
         raise ValueError("head and BERT logits cover different windows")

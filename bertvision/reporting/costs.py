@@ -1,8 +1,9 @@
 """Cost accounting: what each result cost to produce, from the metrics files, the feature
 manifests and Snakemake's benchmark files. The BERTVision path to a checkpoint costs the
 partial fine-tuning up to it + the extraction of its features + the head's training; it is
-set against fine-tuning BERT to the best configured checkpoint (the highest dev score, a
-reported comparison, not a choice the pipeline makes)."""
+set against BERT's own head at the checkpoint with the best selection score (dev scores are
+reported, never compared). The verdict against full fine-tuning is the summary's
+(``reporting/summary.py``)."""
 
 from __future__ import annotations
 
@@ -17,27 +18,38 @@ from bertvision.runtime.io import read_json
 
 
 def extract_seconds(jobs: list[Job]) -> dict[tuple, float]:
-    """(task, model, ft seed, fraction) -> wall seconds of its extraction jobs (all shards)."""
+    """(model, task, ft seed, fraction) -> wall seconds of its extraction jobs (all shards)."""
     out: dict[tuple, float] = {}
     for job in jobs:
         if job.rule == "extract":
             k = job.keys
-            key = (k["task"], k["model"], int(k["ftseed"]), float(k["frac"]))
+            key = (k["model"], k["task"], int(k["ftseed"]), float(k["frac"]))
             out[key] = out.get(key, 0.0) + read_benchmark(job)["seconds"]
     return out
 
 
-def cost_table(bert_metrics, head_metrics, manifests, jobs: list[Job]) -> pd.DataFrame:
-    extract = extract_seconds(jobs)
-    feature_bytes = {}
+def feature_bytes(manifests) -> dict[tuple, float]:
+    """(model, task, ft seed, fraction) -> bytes of its feature shards (all splits)."""
+    out = {}
     for path in manifests:
         m = read_json(path)
         src = m["source"]
-        key = (src["task"], src["model"], int(src["ft_seed"]), float(src["checkpoint"]))
-        feature_bytes[key] = sum(sh["bytes"] for e in m["splits"].values() for sh in e["shards"])
+        key = (src["model"], src["task"], int(src["ft_seed"]), float(src["checkpoint"]))
+        out[key] = float(sum(sh["bytes"] for e in m["splits"].values() for sh in e["shards"]))
+    return out
+
+
+def _selection(task: str, metrics: dict) -> float:
+    return float(metrics.get("selection", {}).get(get_task(task).primary_metric, np.nan))
+
+
+def cost_table(bert_metrics, head_metrics, manifests, jobs: list[Job]) -> pd.DataFrame:
+    extract = extract_seconds(jobs)
+    sizes = feature_bytes(manifests)
     bert = pd.DataFrame([
-        {"task": r["task"], "ft_seed": r["seed"], "epoch_fraction": float(r["epoch_fraction"]),
-         "finetune_s": r["train_seconds"], "score": get_task(r["task"]).headline(r["metrics"]), "device": r["device"]}
+        {"model_name": r["model"], "task": r["task"], "ft_seed": r["seed"], "epoch_fraction": float(r["epoch_fraction"]),
+         "finetune_s": r["train_seconds"], "score": get_task(r["task"]).headline(r["metrics"]),
+         "selection": _selection(r["task"], r["metrics"]), "device": r["device"]}
         for r in map(read_json, bert_metrics)
     ])
     heads = pd.DataFrame([
@@ -52,38 +64,42 @@ def cost_table(bert_metrics, head_metrics, manifests, jobs: list[Job]) -> pd.Dat
     rows = []
     keys = ["task", "model_name", "ft_seed", "epoch_fraction", "model"]
     for (task, model_name, ft, frac, head), g in heads.groupby(keys, sort=False):
-        b = bert[(bert["task"] == task) & (bert["ft_seed"] == ft)]
+        b = bert[(bert["model_name"] == model_name) & (bert["task"] == task) & (bert["ft_seed"] == ft)]
         at = b[b["epoch_fraction"] == frac].iloc[0]
-        best = b.loc[b["score"].idxmax()]
-        ext = extract.get((task, model_name, ft, frac), np.nan)
+        # the reference checkpoint is chosen on selection; without selection scores, the last one
+        best = b.loc[b["selection"].idxmax()] if b["selection"].notna().any() else b.loc[b["epoch_fraction"].idxmax()]
+        ext = extract.get((model_name, task, ft, frac), np.nan)
         head_s = float(g["head_s"].mean())
         rows.append({
-            "task": task, "epoch_fraction": frac, "model": head, "score": float(g["score"].mean()),
+            "backbone": model_name, "task": task, "ft_seed": ft, "epoch_fraction": frac, "model": head,
+            "score": float(g["score"].mean()),
             "trainable_params": int(g["trainable_params"].iloc[0]),
             "parameter_percent": float(g["parameter_percent"].iloc[0]),
             "finetune_s": float(at["finetune_s"]), "extract_s": ext, "head_s": head_s,
             "bertvision_s": float(at["finetune_s"]) + ext + head_s,
-            "feature_bytes": feature_bytes.get((task, model_name, ft, frac), np.nan),
-            "bert_score": float(at["score"]), "bert_best_fraction": float(best["epoch_fraction"]),
-            "bert_best_score": float(best["score"]), "bert_best_finetune_s": float(best["finetune_s"]),
+            "feature_bytes": sizes.get((model_name, task, ft, frac), np.nan),
+            "bert_score": float(at["score"]), "bert_pick_fraction": float(best["epoch_fraction"]),
+            "bert_pick_score": float(best["score"]), "bert_pick_finetune_s": float(best["finetune_s"]),
             "device": at["device"],
         })
-    return pd.DataFrame(rows).sort_values(["task", "epoch_fraction", "model"]).reset_index(drop=True)
+    return pd.DataFrame(rows).sort_values(["backbone", "task", "ft_seed", "epoch_fraction", "model"]).reset_index(
+        drop=True)
 
 
 def cost_markdown(costs: pd.DataFrame) -> str:
     parts = ["# Cost of each result", "",
              "Seconds of wall time on the device in the last column (a GPU's time when it ran on one). "
              "BERTVision = fine-tuning to the checkpoint + extracting its features + training the head "
-             "(one seed). It is set against fine-tuning BERT to its best configured checkpoint (highest "
-             "dev score: a reported comparison, not a choice the pipeline makes).", ""]
+             "(one head seed's mean). It is set against BERT's own head at the checkpoint with the best "
+             "**selection** score (`BERT's pick`). The comparison with full fine-tuning is `summary.md`'s.", ""]
     if costs.empty:
         return "\n".join(parts + ["No head results yet.", ""])
-    for task, block in costs.groupby("task", sort=False):
+    for (backbone, task, ft), block in costs.groupby(["backbone", "task", "ft_seed"], sort=False):
         metric = get_task(task).primary_metric
         first = block.iloc[0]
-        parts.append(f"## {task} ({metric}; BERT's best: {first['bert_best_score']:.3f} at "
-                     f"{first['bert_best_fraction']:g} epochs, {first['bert_best_finetune_s']:.1f} s of fine-tuning)")
+        parts.append(f"## {task} ({backbone}, fine-tuning seed {ft}; {metric}; BERT's pick: "
+                     f"{first['bert_pick_score']:.3f} at {first['bert_pick_fraction']:g} epochs, "
+                     f"{first['bert_pick_finetune_s']:.1f} s of fine-tuning)")
         parts.append("")
         rows = [[f"{r.epoch_fraction:g}", r.model, f"{r.score:.3f}", f"{r.bert_score:.3f}", f"{r.parameter_percent:.3f}",
                  f"{r.finetune_s:.1f}", f"{r.extract_s:.1f}", f"{r.head_s:.1f}", f"{r.bertvision_s:.1f}",

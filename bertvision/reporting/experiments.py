@@ -47,14 +47,14 @@ def search_table(best_files: list[Path]) -> pd.DataFrame:
     rows = []
     for path in best_files:
         r = read_json(path)
-        rows.append({"task": r["keys"]["task"], "checkpoint": r["keys"]["frac"], "head": r["keys"]["head"],
+        rows.append({"backbone": r["keys"]["model"], "task": r["keys"]["task"], "checkpoint": r["keys"]["frac"], "head": r["keys"]["head"],
                      "complete": r["trials"]["COMPLETE"], "pruned": r["trials"]["PRUNED"],
                      "failed": r["trials"]["FAIL"],
                      "searched": "; ".join(f"{k} {_range(v)}" for k, v in r["space"].items()),
                      "best": "; ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
                                        for k, v in r["best_params"].items()),
                      "best_selection_score": r["best_value"], "study": r["study"]})
-    return pd.DataFrame(rows, columns=["task", "checkpoint", "head", "complete", "pruned", "failed", "searched",
+    return pd.DataFrame(rows, columns=["backbone", "task", "checkpoint", "head", "complete", "pruned", "failed", "searched",
                                        "best", "best_selection_score", "study"])
 
 
@@ -78,9 +78,9 @@ def search_markdown(table: pd.DataFrame) -> list[str]:
     parts = ["One study per task, checkpoint and head; the objective is the primary metric on the "
               "selection split (dev is never seen). The best trial's parameters train the final heads "
               "(marked † in the result tables).", ""]
-    rows = [[r.task, r.checkpoint, r.head, str(r.complete), str(r.pruned), str(r.failed), r.searched, r.best,
+    rows = [[r.backbone, r.task, r.checkpoint, r.head, str(r.complete), str(r.pruned), str(r.failed), r.searched, r.best,
              f"{r.best_selection_score:.4f}"] for r in table.itertuples()]
-    parts.append(markdown_table(["task", "epochs", "head", "complete", "pruned", "failed", "searched", "best",
+    parts.append(markdown_table(["backbone", "task", "epochs", "head", "complete", "pruned", "failed", "searched", "best",
                                  "selection score"], rows))
     return parts + [""]
 
@@ -93,21 +93,23 @@ def data_fraction_table(subset_runs: list[Path], full_runs: list[Path], bert_met
     wanted = set()
     for path in subset_runs:
         m = read_json(path)
-        wanted.add((m["task"], str(m["source"]["checkpoint"]), m["head"]))
+        wanted.add((m["source"]["model"], m["task"], str(m["source"]["checkpoint"]), m["head"]))
     for path in [*subset_runs, *full_runs]:
         m = read_json(path)
-        key = (m["task"], str(m["source"]["checkpoint"]), m["head"])
+        key = (m["source"]["model"], m["task"], str(m["source"]["checkpoint"]), m["head"])
         if key in wanted:
-            rows.append({"task": key[0], "checkpoint": key[1], "model": key[2], "fraction": m["train_fraction"],
-                         "train_examples": m["train_examples"], "value": _primary(m["task"], m["metrics"])})
-    checkpoints = {(t, c) for t, c, _ in wanted}
+            rows.append({"backbone": key[0], "task": key[1], "checkpoint": key[2], "model": key[3],
+                         "fraction": m["train_fraction"], "train_examples": m["train_examples"],
+                         "value": _primary(m["task"], m["metrics"])})
+    checkpoints = {(b, t, c) for b, t, c, _ in wanted}
     for path in bert_metrics:
         m = read_json(path)
-        if (m["task"], f"{m['epoch_fraction']:g}") in checkpoints:
-            rows.append({"task": m["task"], "checkpoint": f"{m['epoch_fraction']:g}", "model": BERT, "fraction": 1.0,
-                         "train_examples": np.nan, "value": _primary(m["task"], m["metrics"])})
-    df = pd.DataFrame(rows, columns=["task", "checkpoint", "model", "fraction", "train_examples", "value"])
-    return _over_seeds(df, ["task", "checkpoint", "model", "fraction"], sort=True,
+        if (m["model"], m["task"], f"{m['epoch_fraction']:g}") in checkpoints:
+            rows.append({"backbone": m["model"], "task": m["task"], "checkpoint": f"{m['epoch_fraction']:g}",
+                         "model": BERT, "fraction": 1.0, "train_examples": np.nan,
+                         "value": _primary(m["task"], m["metrics"])})
+    df = pd.DataFrame(rows, columns=["backbone", "task", "checkpoint", "model", "fraction", "train_examples", "value"])
+    return _over_seeds(df, ["backbone", "task", "checkpoint", "model", "fraction"], sort=True,
                        train_examples=("train_examples", "first"))
 
 
@@ -115,9 +117,9 @@ def data_fraction_table(subset_runs: list[Path], full_runs: list[Path], bert_met
 def data_fraction_markdown(table: pd.DataFrame) -> list[str]:
     parts = ["Heads trained on nested random subsets of the training features (selection and dev whole), "
               "against BERT fine-tuned on all of them to the same checkpoint. Dev, mean ± std over seeds.", ""]
-    for (task, ckpt), block in table.groupby(["task", "checkpoint"], sort=True):
+    for (backbone, task, ckpt), block in table.groupby(["backbone", "task", "checkpoint"], sort=True):
         fractions = sorted(block.loc[block["model"] != BERT, "fraction"].unique())
-        parts += [f"## {task}, {ckpt} epochs ({block['metric'].iloc[0]})", ""]
+        parts += [f"## {task} ({backbone}), {ckpt} epochs ({block['metric'].iloc[0]})", ""]
         rows = []
         for model, g in block.groupby("model", sort=False):
             by = g.set_index("fraction")
@@ -137,18 +139,20 @@ def transfer_table(transfer_files: list[Path], bert_metrics: list[Path]) -> pd.D
     rows = []
     for path in transfer_files:
         for r in read_json(path)["records"]:
-            rows.append({"task": r["task"], "model": r["head"], "standardization": r["standardization"],
+            rows.append({"backbone": r["backbone"], "task": r["task"], "model": r["head"],
+                         "standardization": r["standardization"],
                          "trained_on": r["trained_on"], "evaluated_on": r["evaluated_on"],
                          "value": _primary(r["task"], r["metrics"])})
-    tasks = {r["task"] for r in rows}
+    tasks = {(r["backbone"], r["task"]) for r in rows}
     for path in bert_metrics:
         m = read_json(path)
-        if m["task"] in tasks:
+        if (m["model"], m["task"]) in tasks:
             ckpt = f"{m['epoch_fraction']:g}"
-            rows.append({"task": m["task"], "model": BERT, "standardization": "", "trained_on": ckpt,
+            rows.append({"backbone": m["model"], "task": m["task"], "model": BERT, "standardization": "", "trained_on": ckpt,
                          "evaluated_on": ckpt, "value": _primary(m["task"], m["metrics"])})
-    df = pd.DataFrame(rows, columns=["task", "model", "standardization", "trained_on", "evaluated_on", "value"])
-    return _over_seeds(df, ["task", "model", "standardization", "trained_on", "evaluated_on"])
+    df = pd.DataFrame(rows, columns=["backbone", "task", "model", "standardization", "trained_on", "evaluated_on",
+                                     "value"])
+    return _over_seeds(df, ["backbone", "task", "model", "standardization", "trained_on", "evaluated_on"])
 
 
 @_page("Cross-checkpoint transfer", "transfer experiment configured (experiments.transfer.tasks)")
@@ -159,9 +163,9 @@ def transfer_markdown(table: pd.DataFrame) -> list[str]:
               "with`: the train-split statistics of the checkpoint the head was trained on (the head "
               "unchanged), or of the checkpoint it is evaluated on (no labels needed). Dev, mean ± std over "
               "seeds.", ""]
-    for task, block in table.groupby("task", sort=True):
+    for (backbone, task), block in table.groupby(["backbone", "task"], sort=True):
         ckpts = sorted(block["evaluated_on"].unique(), key=float)
-        parts += [f"## {task} ({block['metric'].iloc[0]})", ""]
+        parts += [f"## {task} ({backbone}; {block['metric'].iloc[0]})", ""]
         rows = []
         for (model, how, source), g in block.groupby(["model", "standardization", "trained_on"], sort=False):
             by = g.set_index("evaluated_on")

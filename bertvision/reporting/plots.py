@@ -30,17 +30,19 @@ def primary_rows(summary: pd.DataFrame, task: str) -> pd.DataFrame:
     """The task's primary metric on its first evaluation split, without ensemble rows."""
     spec = get_task(task)
     rows = summary[(summary["task"] == task) & (summary["metric"] == spec.primary_metric)
-                   & (summary["split"] == spec.eval_splits[0])]
-    return rows[~rows["model"].str.contains(r" \+ BERT", regex=True)]
+                   & (summary["split"] == spec.eval_splits[0]) & ~summary["ensemble"].astype(bool)].copy()
+    several = rows["backbone"].nunique() > 1
+    rows["label"] = [f"{b}: {m}" if several else m for b, m in zip(rows["backbone"], rows["model"])]
+    return rows
 
 
 def score_vs_epochs(summary: pd.DataFrame, task: str, path: Path) -> None:
     rows = primary_rows(summary, task)
     fig, ax = plt.subplots(figsize=(6, 4))
-    for model, g in rows.groupby("model", sort=False):
+    for (label, model), g in rows.groupby(["label", "model"], sort=False):
         g = g.sort_values("epoch_fraction")
         style = {"color": "black", "linewidth": 2.5, "marker": "s"} if model == BERT else {"marker": "o"}
-        ax.errorbar(g["epoch_fraction"], g["mean"], yerr=g["std"].fillna(0), capsize=3, label=model, **style)
+        ax.errorbar(g["epoch_fraction"], g["mean"], yerr=g["std"].fillna(0), capsize=3, label=label, **style)
     spec = get_task(task)
     ax.set_xlabel("fine-tuning epochs before freezing")
     ax.set_ylabel(f"{spec.primary_metric} ({spec.eval_splits[0]})")
@@ -59,7 +61,7 @@ def score_vs_params(summary: pd.DataFrame, tasks: list[str], path: Path) -> None
             ax.errorbar(r["parameter_percent"], r["mean"], yerr=0 if np.isnan(r["std"]) else r["std"],
                         marker="s" if r["model"] == BERT else "o", capsize=3,
                         color="black" if r["model"] == BERT else None)
-            ax.annotate(r["model"], (r["parameter_percent"], r["mean"]), fontsize=7, xytext=(3, 3),
+            ax.annotate(r["label"], (r["parameter_percent"], r["mean"]), fontsize=7, xytext=(3, 3),
                         textcoords="offset points")
         ax.set_xscale("log")
         ax.set_xlabel("trainable parameters (% of the encoder)")
@@ -91,22 +93,62 @@ def layer_weights(head_metrics: list[Path], path: Path, head: str = "lp") -> Non
     _save(fig, path)
 
 
-def build_plots(summary_csvs: list[Path], head_metrics: list[Path], tasks: list[str], out_dir: Path) -> None:
+def build_plots(summary_csvs: list[Path], head_metrics: list[Path], tasks: list[str], out_dir: Path,
+                verdict_csv: Path | None = None) -> None:
     summary = pd.concat([pd.read_csv(p) for p in summary_csvs if Path(p).stat().st_size], ignore_index=True)
+    if verdict_csv is not None:
+        score_vs_seconds(verdict_csv, Path(plot("score-vs-seconds", out_dir)))
     for task in tasks:
         score_vs_epochs(summary, task, Path(plot(score_vs_epochs_plot(task), out_dir)))
     score_vs_params(summary, tasks, Path(plot("score-vs-parameters", out_dir)))
     layer_weights(head_metrics, Path(plot("layer-weights", out_dir)))
 
 
+ROW_STYLES = {  # summary row kind -> marker style
+    "full fine-tuning": {"marker": "*", "s": 220, "color": "black", "zorder": 3},
+    "BERT at a checkpoint": {"marker": "s", "s": 60, "color": "tab:gray"},
+    "BERTVision (picked)": {"marker": "o", "s": 90, "color": "tab:red", "zorder": 3},
+    "frozen encoder (best head)": {"marker": "D", "s": 60, "color": "tab:blue"},
+}
+
+
+def score_vs_seconds(summary_csv: Path, path: Path) -> None:
+    """Per task: each summary row's dev score against the seconds it took, full fine-tuning
+    marked (a star, with its ± std band)."""
+    table = pd.read_csv(summary_csv) if Path(summary_csv).stat().st_size else pd.DataFrame()
+    blocks = list(table.groupby(["backbone", "task"], sort=False)) if len(table) else []
+    fig, axes = plt.subplots(1, max(1, len(blocks)), figsize=(4.2 * max(1, len(blocks)), 4), squeeze=False)
+    for ax, ((backbone, task), block) in zip(axes[0], blocks):
+        for r in block.itertuples():
+            ax.scatter(r.seconds, r.dev_mean, label=r.row if r.row not in ax.get_legend_handles_labels()[1] else None,
+                       **ROW_STYLES.get(r.row, {}))
+            ax.errorbar(r.seconds, r.dev_mean, yerr=0 if np.isnan(r.dev_std) else r.dev_std, color="gray",
+                        capsize=2, linewidth=0.8)
+            ax.annotate(r.model if np.isnan(r.epoch_fraction) else f"{r.model} @{r.epoch_fraction:g}",
+                        (r.seconds, r.dev_mean), fontsize=6, xytext=(3, 3), textcoords="offset points")
+            if r.row == "full fine-tuning" and not np.isnan(r.dev_std):
+                ax.axhspan(r.dev_mean - r.dev_std, r.dev_mean + r.dev_std, color="black", alpha=0.08)
+        ax.set_xscale("log")
+        ax.set_xlabel("seconds to produce (log)")
+        ax.set_ylabel(f"{block['metric'].iloc[0]} (dev)")
+        ax.set_title(task if table["backbone"].nunique() == 1 else f"{task} ({backbone})")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6)
+    if not blocks:
+        axes[0][0].text(0.5, 0.5, "no results yet", ha="center", va="center")
+        axes[0][0].set_axis_off()
+    _save(fig, path)
+
+
 def data_fraction_curves(table_csv: Path, path: Path) -> None:
     """Score vs share of training data, one panel per (task, checkpoint); BERT (all the data,
     same checkpoint) as a dashed line."""
     table = pd.read_csv(table_csv, dtype={"checkpoint": str}) if Path(table_csv).stat().st_size else pd.DataFrame()
-    panels = sorted({(t, c) for t, c in zip(table.get("task", []), table.get("checkpoint", []))})
+    panels = sorted({(b, t, c) for b, t, c in zip(table.get("backbone", []), table.get("task", []),
+                                                  table.get("checkpoint", []))})
     fig, axes = plt.subplots(1, max(1, len(panels)), figsize=(4.5 * max(1, len(panels)), 4), squeeze=False)
-    for ax, (task, ckpt) in zip(axes[0], panels):
-        block = table[(table["task"] == task) & (table["checkpoint"] == ckpt)]
+    for ax, (backbone, task, ckpt) in zip(axes[0], panels):
+        block = table[(table["backbone"] == backbone) & (table["task"] == task) & (table["checkpoint"] == ckpt)]
         for model, g in block.groupby("model", sort=False):
             if model == BERT:
                 ax.axhline(g["mean"].iloc[0], color="black", linestyle="--", label="BERT (all data)")
@@ -115,7 +157,8 @@ def data_fraction_curves(table_csv: Path, path: Path) -> None:
             ax.errorbar(100 * g["fraction"], g["mean"], yerr=g["std"].fillna(0), marker="o", capsize=3, label=model)
         ax.set_xlabel("training data used by the head (%)")
         ax.set_ylabel(f"{block['metric'].iloc[0]} (dev)")
-        ax.set_title(f"{task}, features at {ckpt} epochs")
+        ax.set_title(f"{task}, features at {ckpt} epochs" + ("" if len({p[0] for p in panels}) == 1
+                                                              else f" ({backbone})"))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     if not panels:

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from bertvision.evaluation.ensemble import ENSEMBLES, ensemble_rules
 from bertvision.evaluation.flags import metric_flag, prediction_flags
 from bertvision.layout import BERT_PREDICTIONS, HEAD_PREDICTIONS
 from bertvision.registry.tasks import TaskSpec, get_task
@@ -15,7 +16,6 @@ from bertvision.reporting.markdown import fmt, markdown_table
 from bertvision.runtime.io import read_json
 
 BERT = "BERT"
-ENSEMBLE_RULES = ("max", "mean")
 
 
 def ensemble_name(head: str, how: str) -> str:
@@ -38,65 +38,80 @@ def long_records(bert_metrics: list[Path], head_metrics: list[Path]) -> pd.DataF
         m = read_json(path)
         task = get_task(m["task"])
         flags = prediction_flags(Path(path).with_name(BERT_PREDICTIONS), task)
-        rows += _rows(task, m["metrics"], flags, epoch_fraction=m["epoch_fraction"], model=BERT, seed=m["seed"],
-                      parameter_percent=100.0, tuned=False)
+        rows += _rows(task, m["metrics"], flags, backbone=m["model"], epoch_fraction=m["epoch_fraction"], model=BERT,
+                      seed=m["seed"], parameter_percent=100.0, tuned=False, ensemble=False)
     for path in head_metrics:
         m = read_json(path)
         task = get_task(m["task"])
-        run = {"epoch_fraction": float(m["source"]["checkpoint"]),
+        run = {"backbone": m["source"]["model"], "epoch_fraction": float(m["source"]["checkpoint"]),
                "seed": f"{m['source'].get('ft_seed', '')}/{m['seed']}", "tuned": m.get("search") is not None}
         flags = prediction_flags(Path(path).with_name(HEAD_PREDICTIONS), task)
-        rows += _rows(task, m["metrics"], flags, model=m["head"], parameter_percent=m["parameter_percent"], **run)
-        for how, ens in m.get("ensembles", {}).items():
-            rows += _rows(task, ens, {}, model=ensemble_name(m["head"], how),
-                          parameter_percent=100.0 + m["parameter_percent"], **run)
+        rows += _rows(task, m["metrics"], flags, model=m["head"], parameter_percent=m["parameter_percent"],
+                      ensemble=False, **run)
+        for how in ensemble_rules(task):  # the distinct ones: max = mean for two classes
+            if how in m.get("ensembles", {}):
+                rows += _rows(task, m["ensembles"][how], {}, model=ensemble_name(m["head"], how),
+                              parameter_percent=100.0 + m["parameter_percent"], ensemble=True, **run)
     return pd.DataFrame(rows)
 
 
 def summarize(records: pd.DataFrame, head_order: list[str]) -> pd.DataFrame:
     """Mean, sample std and count over seeds."""
-    keys = ["task", "split", "epoch_fraction", "model", "metric"]
+    keys = ["backbone", "task", "split", "epoch_fraction", "model", "metric"]
     grouped = records.groupby(keys, sort=False)
     out = grouped["value"].agg(mean="mean", std=lambda v: v.std(ddof=1) if len(v) > 1 else np.nan, n="count")
     out["parameter_percent"] = grouped["parameter_percent"].first()
     out["tuned"] = grouped["tuned"].any()
+    out["ensemble"] = grouped["ensemble"].first()
     out["flagged"] = grouped["flag"].count()
     out["flags"] = grouped["flag"].agg(lambda f: "; ".join(sorted(set(f.dropna()))))
     out = out.reset_index()
-    names = [BERT, *head_order, *(ensemble_name(h, how) for how in ENSEMBLE_RULES for h in head_order)]
+    names = [BERT, *head_order, *(ensemble_name(h, how) for how in ENSEMBLES for h in head_order)]
     order = {name: i for i, name in enumerate(names)}
     out["_model_order"] = out["model"].map(order)
     out["_metric_order"] = [get_task(t).metrics.index(m) for t, m in zip(out["task"], out["metric"])]
-    return out.sort_values(["task", "split", "epoch_fraction", "_model_order", "_metric_order"]).drop(
+    return out.sort_values(["backbone", "task", "split", "epoch_fraction", "_model_order", "_metric_order"]).drop(
         columns=["_model_order", "_metric_order"]
     ).reset_index(drop=True)
+
+
+def _section(block: pd.DataFrame, metrics: list[str], scale: float) -> str:
+    rows = []
+    for (frac, model), g in block.groupby(["epoch_fraction", "model"], sort=False):
+        by_metric = g.set_index("metric")
+        n = int(g["n"].iloc[0])
+        flagged = int(g["flagged"].max())
+        reasons = "; ".join(sorted({r for f in g["flags"] for r in f.split("; ") if r}))
+        rows.append([f"{frac:g}", model + (" †" if g["tuned"].any() else ""),
+                     f"{g['parameter_percent'].iloc[0]:.3f}",
+                     *[fmt(by_metric.loc[m, "mean"], by_metric.loc[m, "std"], scale) for m in metrics],
+                     str(n), f"⚠ {flagged}/{n}: {reasons}" if flagged else ""])
+    return markdown_table(["epochs", "model", "% params", *metrics, "n", "degenerate runs"], rows)
 
 
 def results_markdown(summary: pd.DataFrame, title: str) -> str:
     parts = [f"# {title}", "",
              "Dev scores as mean ± sample std over seeds (n = number of runs). `BERT` is the backbone "
              "with its own classification head at that checkpoint (at 0 epochs the head is untrained); "
-             "the other rows are heads trained on that checkpoint's frozen hidden states, and "
-             "`head + BERT` ensembles of the two (max or mean of their softmax distributions). "
+             "the other rows are heads trained on that checkpoint's frozen hidden states. Head + BERT "
+             "ensembles have their own section below. "
              "% params = trainable parameters as a share of the encoder's. `degenerate runs` counts runs "
              "that predict one class for every example, give a constant output, abstain on every question, "
              "or score MCC / correlation ≈ 0; their numbers are in the mean, read them with that in mind.", ""]
-    for (task, split), block in summary.groupby(["task", "split"], sort=False):
-        metrics, scale = list(get_task(task).metrics), get_task(task).metric_scale()
-        parts.append(f"## {task} ({split})")
-        parts.append("")
-        rows = []
-        for (frac, model), g in block.groupby(["epoch_fraction", "model"], sort=False):
-            by_metric = g.set_index("metric")
-            n = int(g["n"].iloc[0])
-            flagged = int(g["flagged"].max())
-            reasons = "; ".join(sorted({r for f in g["flags"] for r in f.split("; ") if r}))
-            rows.append([f"{frac:g}", model + (" †" if g["tuned"].any() else ""),
-                         f"{g['parameter_percent'].iloc[0]:.3f}",
-                         *[fmt(by_metric.loc[m, "mean"], by_metric.loc[m, "std"], scale) for m in metrics],
-                         str(n), f"⚠ {flagged}/{n}: {reasons}" if flagged else ""])
-        parts.append(markdown_table(["epochs", "model", "% params", *metrics, "n", "degenerate runs"], rows))
-        parts.append("")
+    keys = ["backbone", "task", "split"]
+    for part, heading in ((summary[~summary["ensemble"].astype(bool)], None),
+                          (summary[summary["ensemble"].astype(bool)], "Head + BERT ensembles")):
+        if part.empty:
+            continue
+        if heading:
+            parts += [f"# {heading}", "",
+                      "The head's and BERT's output distributions at the same checkpoint, combined by their "
+                      "element-wise max or mean (two-class tasks: one row, as both pick the same class; "
+                      "regression: the mean of the two predictions). % params counts the fine-tuned encoder.", ""]
+        for (backbone, task, split), block in part.groupby(keys, sort=False):
+            spec = get_task(task)
+            parts += [f"## {task} ({backbone}, {split})", "", _section(block, list(spec.metrics), spec.metric_scale()),
+                      ""]
     if summary["tuned"].any():
         parts.append("† hyperparameters chosen by the optuna search on the selection split (see search.md).")
         parts.append("")
@@ -108,7 +123,8 @@ TABLES = {
     "glue": ("GLUE results", {"classification", "regression"}),
     "squad": ("SQuAD 2.0 results", {"span"}),
 }
-SUMMARY_COLUMNS = ["task", "split", "epoch_fraction", "model", "metric", "mean", "std", "n", "parameter_percent"]
+SUMMARY_COLUMNS = ["backbone", "task", "split", "epoch_fraction", "model", "metric", "mean", "std", "n",
+                   "parameter_percent", "ensemble"]
 
 
 def result_tables(records: pd.DataFrame, head_order: list[str]) -> dict[str, tuple[pd.DataFrame, str]]:

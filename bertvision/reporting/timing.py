@@ -8,7 +8,7 @@ import pandas as pd
 from bertvision.layout import Job
 from bertvision.reporting.markdown import markdown_table
 
-STAGE_ORDER = ["download", "tokenize", "finetune", "extract", "feature_manifest", "train_heads"]
+STAGE_ORDER = ["download", "tokenize", "finetune", "baseline", "extract", "feature_manifest", "train_heads"]
 
 
 def read_benchmark(job: Job) -> dict:

@@ -11,83 +11,20 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
-import torch
 from tqdm import tqdm
-from transformers import get_linear_schedule_with_warmup
 
 from bertvision.config.settings import FinetuneCompute, FinetuneSettings
-from bertvision.data.tokenized import TokenizedSplit, bucketed_batches, collate
+from bertvision.data.tokenized import TokenizedSplit
 from bertvision.evaluation.ensemble import save_logits
-from bertvision.evaluation.inference import evaluate_outputs, predict, predict_span
 from bertvision.layout import BERT_LOGITS, BERT_METRICS, BERT_PREDICTIONS, checkpoint_dir, fraction_name, split_file
-from bertvision.models.backbone import encoder_parameter_count, resolve_pretrained
+from bertvision.models.backbone import encoder_parameter_count
 from bertvision.registry.tasks import TaskSpec
-from bertvision.runtime.device import autocast, autocast_dtype, check_simulated_oom, pick_device, set_threads, to_device
+from bertvision.runtime.device import pick_device, set_threads
 from bertvision.runtime.distributed import Ranks
 from bertvision.runtime.io import atomic_path, atomic_write_json, atomic_write_parquet
+from bertvision.training.encoder import EncoderTrainer, EvalData, load_classifier, scored_splits
 
 log = logging.getLogger(__name__)
-
-
-def _model_kwargs(task: TaskSpec) -> dict:
-    if task.kind == "regression":
-        return {"num_labels": 1, "problem_type": "regression"}
-    return {"num_labels": task.num_labels, "id2label": dict(enumerate(task.label_names)),
-            "label2id": {name: i for i, name in enumerate(task.label_names)}}
-
-
-# Task kind -> (Hugging Face auto class name, its from_pretrained keyword arguments).
-MODEL_CLASSES = {
-    "classification": ("AutoModelForSequenceClassification", _model_kwargs),
-    "regression": ("AutoModelForSequenceClassification", _model_kwargs),
-    "span": ("AutoModelForQuestionAnswering", lambda task: {}),
-}
-
-
-def load_classifier(task: TaskSpec, backbone: str, seed: int):
-    """The backbone with the task kind's head (freshly initialised with ``seed``)."""
-    import transformers
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    torch.manual_seed(seed)
-    class_name, kwargs = MODEL_CLASSES[task.kind]
-    return getattr(transformers, class_name).from_pretrained(resolve_pretrained(backbone), **kwargs(task))
-
-
-def evaluate_labels(task, model, evals, questions, batch_size, device, precision, pad_id):
-    metrics, tables, logits = {}, [], {}
-    for name, split in evals.items():
-        logits[name] = predict(model, split, batch_size, device, precision, pad_id, desc=f"evaluate {name}")
-        metrics[name], table = evaluate_outputs(logits[name], split, task)
-        tables.append(pd.DataFrame(table).assign(split=name))
-    return metrics, pd.concat(tables, ignore_index=True), logits
-
-
-def evaluate_spans(task, model, evals, questions, batch_size, device, precision, pad_id):
-    from bertvision.evaluation.span_eval import evaluate_span
-
-    logits = {name: predict_span(model, split, batch_size, device, precision, pad_id, desc=f"evaluate {name}")
-              for name, split in evals.items()}
-    return (*evaluate_span(task, logits, evals, questions), logits)
-
-
-# Task kind -> how a checkpoint is evaluated, and on which splits (span tasks tune their null
-# threshold on the selection split).
-EVALUATORS = {
-    "classification": (evaluate_labels, lambda task: task.eval_splits),
-    "regression": (evaluate_labels, lambda task: task.eval_splits),
-    "span": (evaluate_spans, lambda task: ("selection", *task.eval_splits)),
-}
-
-
-def build_optimizer(model, lr: float, weight_decay: float, device: torch.device):
-    decay, no_decay = [], []
-    for name, param in model.named_parameters():
-        (no_decay if name.endswith("bias") or "LayerNorm" in name else decay).append(param)
-    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=lr, foreach=True, fused=False)
 
 
 def checkpoint_steps(fractions, steps_per_epoch: int) -> dict[int, list[float]]:
@@ -132,38 +69,29 @@ def finetune(
     retry after a CUDA out-of-memory error raises it."""
     set_threads(threads)
     ranks, device = Ranks.from_env(pick_device(compute.device))
-    precision = compute.precision
     backbone = settings.backbone
     fractions = sorted(settings.epoch_fractions)
-    batch_size = settings.batch_size
 
     train = TokenizedSplit.read(split_file(tokens_dir, "train"))
-    evaluate, eval_splits = EVALUATORS[task.kind]
-    evals = {s: TokenizedSplit.read(split_file(tokens_dir, s)) for s in eval_splits(task)}
-    questions = {s: pd.read_parquet(split_file(raw_dir, s)) for s in evals}
+    evals = EvalData.read(tokens_dir, raw_dir, scored_splits(task))
     model = load_classifier(task, backbone, seed).to(device)
-    pad_id = model.config.pad_token_id or 0
     encoder_params = encoder_parameter_count(model)
 
-    steps_per_epoch = math.ceil(len(train) / batch_size)
+    steps_per_epoch = math.ceil(len(train) / settings.batch_size)
     schedule_epochs = settings.schedule_epochs or max(fractions[-1], 1e-9)
     total_steps = max(1, math.ceil(schedule_epochs * steps_per_epoch))
-    warmup = int(round(settings.warmup_ratio * total_steps))
-    optimizer = build_optimizer(model, settings.learning_rate, settings.weight_decay, device)
-    scheduler = get_linear_schedule_with_warmup(optimizer, warmup, total_steps)
-    scaler = torch.amp.GradScaler(enabled=autocast_dtype(device, precision) == torch.float16)
+    trainer = EncoderTrainer(task, model, train, settings, total_steps, device, compute.precision, ranks,
+                             micro_batches)
     to_save = checkpoint_steps(fractions, steps_per_epoch)
     last_step = max(to_save)
     log.info(
         "%s on %s: %d train examples, %d steps/epoch, %d scheduled steps (warmup %d), checkpoints at steps %s, "
         "device %s (rank %d of %d), %d micro-batch(es) per batch",
-        task.name, backbone, len(train), steps_per_epoch, total_steps, warmup, dict(sorted(to_save.items())), device,
-        ranks.rank, ranks.world, micro_batches,
+        task.name, backbone, len(train), steps_per_epoch, total_steps, trainer.warmup, dict(sorted(to_save.items())),
+        device, ranks.rank, ranks.world, micro_batches,
     )
 
     rng = np.random.default_rng(seed)
-    step, seen, real_tokens, padded_tokens = 0, 0, 0, 0
-    losses: list[float] = []
     started = time.perf_counter()
     snapshot_seconds = 0.0  # time spent saving and evaluating, excluded from train_seconds
 
@@ -171,11 +99,10 @@ def finetune(
         nonlocal snapshot_seconds
         t0 = time.perf_counter()
         train_seconds = t0 - started - snapshot_seconds
-        for frac in to_save.get(step, []) if ranks.main else []:
+        for frac in to_save.get(trainer.step, []) if ranks.main else []:
             ckpt = checkpoint_dir(out_dir, fraction_name(frac))
             save_checkpoint(model, ckpt)
-            metrics, predictions, logits = evaluate(task, model, evals, questions, settings.eval_batch_size,
-                                                    device, precision, pad_id)
+            metrics, predictions, logits = trainer.evaluate(evals)
             atomic_write_parquet(predictions, ckpt / BERT_PREDICTIONS)
             save_logits(ckpt / BERT_LOGITS, logits)
             atomic_write_json(
@@ -184,56 +111,34 @@ def finetune(
                     "model": model_name,
                     "backbone": backbone,
                     "epoch_fraction": frac,
-                    "step": step,
-                    "examples_seen": seen,
+                    "step": trainer.step,
+                    "examples_seen": trainer.seen,
                     "seed": seed,
                     "metrics": metrics,
-                    "train_loss_recent": float(np.mean(losses[-50:])) if losses else None,
+                    "train_loss_recent": trainer.recent_loss,
                     "train_seconds": train_seconds,
-                    "train_padding_ratio": padded_tokens / real_tokens if real_tokens else None,
+                    "train_padding_ratio": trainer.padding_ratio,
                     "encoder_parameters": encoder_params,
                     "device": str(device),
                 },
                 ckpt / BERT_METRICS,
             )
-            log.info("checkpoint %s at step %d: %s", fraction_name(frac), step, metrics)
+            log.info("checkpoint %s at step %d: %s", fraction_name(frac), trainer.step, metrics)
         ranks.barrier()  # the other ranks wait while rank 0 saves and evaluates
         snapshot_seconds += time.perf_counter() - t0
 
     snapshot()  # fraction 0
     progress = tqdm(total=last_step, desc="finetune", mininterval=10, unit="step")
-    while step < last_step:
-        model.train()
-        for rows in bucketed_batches(train.lengths, batch_size, rng):
-            loss = 0.0
-            mine = ranks.my_rows(rows)
-            for part in np.array_split(mine, min(micro_batches, len(mine))) if len(mine) else []:
-                check_simulated_oom(len(part))
-                batch = to_device(collate(train, part, pad_id, task.kind), device)
-                with autocast(device, precision):
-                    part_loss = model(**batch).loss * (len(part) / len(rows))  # losses are batch means
-                scaler.scale(part_loss).backward()
-                loss += part_loss.detach()
-                padded_tokens += int(train.lengths[part].max()) * len(part)
-            ranks.sum_gradients(model)
-            scaler.unscale_(optimizer)
-            torch.nn.utils.clip_grad_norm_(model.parameters(), settings.max_grad_norm)
-            scaler.step(optimizer)
-            scaler.update()
-            optimizer.zero_grad(set_to_none=True)
-            scheduler.step()
-            step += 1
-            seen += len(rows)
-            real_tokens += int(train.lengths[rows].sum())
-            losses.append(ranks.sum_scalar(float(loss)))
+    while trainer.step < last_step:
+        for rows in trainer.batches(rng):
+            trainer.train_step(rows)
             progress.update(1)
-            if step in to_save:
+            if trainer.step in to_save:
                 snapshot()
-            if step >= last_step:
+            if trainer.step >= last_step:
                 break
     progress.close()
     ranks.close()
     elapsed = time.perf_counter() - started
     log.info("trained %d steps, %d examples in %.1fs (%.1f ex/s incl. evaluation), padding ratio %.3f",
-             step, seen, elapsed, seen / max(elapsed, 1e-9), padded_tokens / max(real_tokens, 1))
-
+             trainer.step, trainer.seen, elapsed, trainer.seen / max(elapsed, 1e-9), trainer.padding_ratio or 0.0)

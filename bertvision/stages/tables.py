@@ -8,14 +8,16 @@ from pathlib import Path
 
 import pandas as pd
 
-from bertvision.layout import Run, head_metrics_files, table, timing_jobs
+from bertvision.layout import Run, baseline_job, head_metrics_files, table, timing_jobs
 from bertvision.reporting.costs import cost_markdown, cost_table
 from bertvision.reporting.markdown import write_csv, write_text
 from bertvision.reporting.results import long_records, result_tables
+from bertvision.reporting.summary import candidate_runs, summary_markdown, summary_table
+from bertvision.runtime.io import read_json
 from bertvision.reporting.timing import timing_markdown, timing_table
 
 # Every table this stage writes (each as .md and .csv).
-TABLE_NAMES = ("glue", "squad", "cost", "timing")
+TABLE_NAMES = ("summary", "glue", "squad", "cost", "timing")
 
 
 def _write(name: str, frame: pd.DataFrame, markdown: str, out_dir: Path) -> None:
@@ -24,10 +26,14 @@ def _write(name: str, frame: pd.DataFrame, markdown: str, out_dir: Path) -> None
 
 
 def build_tables(bert_metrics: list[Path], head_dirs: list[Path], manifests: list[Path], runs: list[Run],
-                 n_shards: int, head_order: list[str], out_dir: Path) -> None:
-    """``runs``: every run the workflow made, whose jobs' benchmark files give the times."""
+                 n_shards: int, head_order: list[str], out_dir: Path, baseline_metrics: list[Path] = ()) -> None:
+    """``runs``: every run the workflow made, whose jobs' benchmark files give the times;
+    ``baseline_metrics``: the full fine-tuning runs (the summary's reference)."""
     head_metrics = head_metrics_files(head_dirs)
-    jobs = timing_jobs(runs, n_shards)
+    baselines = tuple(baseline_job(r["model"], r["task"], r["seed"]) for r in map(read_json, baseline_metrics))
+    jobs = timing_jobs(runs, n_shards, baselines)
+    summary = summary_table(candidate_runs(list(baseline_metrics), bert_metrics, head_metrics, manifests, jobs))
+    _write("summary", summary, summary_markdown(summary), out_dir)
     for name, (summary, markdown) in result_tables(long_records(bert_metrics, head_metrics), head_order).items():
         _write(name, summary, markdown, out_dir)
     costs = cost_table(bert_metrics, head_metrics, manifests, jobs)

@@ -48,7 +48,8 @@ def transfer(task: TaskSpec, head_dirs: list[Path], manifests: list[Path], raw_d
                 variants["target"] = Standardized(head.head, *problems.moments(spec)).to(problems.device).eval()
             for standardization, model in variants.items():
                 metrics, _, _ = problem.evaluate(model, None)
-                records.append({"task": task.name, "head": record["head"], "seed": record["seed"],
+                records.append({"backbone": record["source"]["model"], "task": task.name, "head": record["head"],
+                                "ft_seed": record["source"]["ft_seed"], "seed": record["seed"],
                                 "trained_on": str(record["source"]["checkpoint"]), "evaluated_on": target,
                                 "standardization": standardization,
                                 "metrics": {s: m for s, m in metrics.items() if s in task.eval_splits}})

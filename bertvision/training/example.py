@@ -11,7 +11,7 @@ import pandas as pd
 import torch
 
 from bertvision.errors import SettingsError
-from bertvision.evaluation.ensemble import ENSEMBLES, ensemble_examples
+from bertvision.evaluation.ensemble import ensemble_examples, ensemble_rules
 from bertvision.features.store import FeatureSet, read_shard
 from bertvision.features.stream import BatchStream
 from bertvision.registry.metrics import compute_metrics, predictions_from_outputs
@@ -131,14 +131,15 @@ class ExampleProblem:
 
     def evaluate(self, head, bert_logits=None) -> tuple[dict, pd.DataFrame, dict]:
         metrics, tables, ensembles = {}, [], {}
-        hows = ("mean",) if self.task.kind == "regression" else ENSEMBLES
-        for split in self.task.eval_splits:
+        hows = ensemble_rules(self.task)
+        for split in ("selection", *self.task.eval_splits):  # selection: for choices made downstream
             metrics[split], outputs = self._score(head, split)
             _, labels, idx = self.held[split]
-            tables.append(pd.DataFrame({
-                "split": split, "idx": idx, "label": labels,
-                "prediction": predictions_from_outputs(outputs, self.task.kind), "outputs": list(outputs),
-            }))
+            if split != "selection":
+                tables.append(pd.DataFrame({
+                    "split": split, "idx": idx, "label": labels,
+                    "prediction": predictions_from_outputs(outputs, self.task.kind), "outputs": list(outputs),
+                }))
             if bert_logits is not None:
                 bert = np.concatenate(bert_logits[split])
                 for how in hows:

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from bertvision.evaluation.ensemble import ENSEMBLES, ensemble_windows
+from bertvision.evaluation.ensemble import ensemble_rules, ensemble_windows
 from bertvision.evaluation.span_eval import best_selection_f1, evaluate_span
 from bertvision.features.store import FeatureSet, WindowStates
 from bertvision.features.stream import Prefetched
@@ -91,7 +91,7 @@ class SpanProblem:
         metrics, predictions = evaluate_span(self.task, logits, windows, questions)
         ensembles = {}
         if bert_logits is not None:
-            for how in ENSEMBLES:
+            for how in ensemble_rules(self.task):
                 combined = {s: ensemble_windows(logits[s], bert_logits[s], how) for s in splits}
                 ensembles[how] = evaluate_span(self.task, combined, windows, questions)[0]
         return metrics, predictions, ensembles

@@ -1,0 +1,182 @@
+"""Training the whole encoder with its task head: the model, AdamW with transformers' linear
+warmup and decay, one optimizer step per length-bucketed batch (micro-batches, data-parallel
+ranks, gradient clipping, fp16 scaling), and BERT's own evaluation. Shared by the partial
+fine-tuning (``stages/finetune``) and the full fine-tuning baseline (``stages/baseline``)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from transformers import get_linear_schedule_with_warmup
+
+from bertvision.data.tokenized import TokenizedSplit, bucketed_batches, collate
+from bertvision.evaluation.inference import evaluate_outputs, predict, predict_span
+from bertvision.layout import split_file
+from bertvision.models.backbone import resolve_pretrained
+from bertvision.registry.tasks import TaskSpec
+from bertvision.runtime.device import autocast, autocast_dtype, check_simulated_oom, to_device
+from bertvision.runtime.distributed import Ranks
+
+
+def _model_kwargs(task: TaskSpec) -> dict:
+    if task.kind == "regression":
+        return {"num_labels": 1, "problem_type": "regression"}
+    return {"num_labels": task.num_labels, "id2label": dict(enumerate(task.label_names)),
+            "label2id": {name: i for i, name in enumerate(task.label_names)}}
+
+
+# Task kind -> (Hugging Face auto class name, its from_pretrained keyword arguments).
+MODEL_CLASSES = {
+    "classification": ("AutoModelForSequenceClassification", _model_kwargs),
+    "regression": ("AutoModelForSequenceClassification", _model_kwargs),
+    "span": ("AutoModelForQuestionAnswering", lambda task: {}),
+}
+
+
+def load_classifier(task: TaskSpec, backbone: str, seed: int):
+    """The backbone with the task kind's head (freshly initialised with ``seed``)."""
+    import transformers
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    torch.manual_seed(seed)
+    class_name, kwargs = MODEL_CLASSES[task.kind]
+    return getattr(transformers, class_name).from_pretrained(resolve_pretrained(backbone), **kwargs(task))
+
+
+def evaluate_labels(task, model, evals, questions, batch_size, device, precision, pad_id):
+    metrics, tables, logits = {}, [], {}
+    for name, split in evals.items():
+        logits[name] = predict(model, split, batch_size, device, precision, pad_id, desc=f"evaluate {name}")
+        metrics[name], table = evaluate_outputs(logits[name], split, task)
+        tables.append(pd.DataFrame(table).assign(split=name))
+    return metrics, pd.concat(tables, ignore_index=True), logits
+
+
+def evaluate_spans(task, model, evals, questions, batch_size, device, precision, pad_id):
+    from bertvision.evaluation.span_eval import evaluate_span
+
+    logits = {name: predict_span(model, split, batch_size, device, precision, pad_id, desc=f"evaluate {name}")
+              for name, split in evals.items()}
+    return (*evaluate_span(task, logits, evals, questions), logits)
+
+
+# Task kind -> how the model is evaluated on a dict of splits: (metrics per split, predictions
+# table, logits per split). Span tasks tune their null threshold on the "selection" split,
+# which every evaluation includes.
+EVALUATORS = {
+    "classification": evaluate_labels,
+    "regression": evaluate_labels,
+    "span": evaluate_spans,
+}
+
+
+def scored_splits(task: TaskSpec) -> tuple[str, ...]:
+    """The splits BERT's own head is scored on: selection (what choices are made on) and the
+    evaluation splits (what is reported)."""
+    return ("selection", *task.eval_splits)
+
+
+@dataclass
+class EvalData:
+    """The tokenized splits a model is scored on, with their raw rows (span decoding)."""
+
+    splits: dict[str, TokenizedSplit]
+    questions: dict[str, pd.DataFrame]
+
+    @classmethod
+    def read(cls, tokens_dir: Path, raw_dir: Path, splits) -> "EvalData":
+        return cls({s: TokenizedSplit.read(split_file(tokens_dir, s)) for s in splits},
+                   {s: pd.read_parquet(split_file(raw_dir, s)) for s in splits})
+
+    def only(self, *names: str) -> "EvalData":
+        return EvalData({s: self.splits[s] for s in names}, {s: self.questions[s] for s in names})
+
+
+def build_optimizer(model, lr: float, weight_decay: float):
+    decay, no_decay = [], []
+    for name, param in model.named_parameters():
+        (no_decay if name.endswith("bias") or "LayerNorm" in name else decay).append(param)
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=lr, foreach=True, fused=False)
+
+
+@dataclass
+class EncoderTrainer:
+    """One model's optimizer state and step counters over a training split. ``settings``: any
+    settings object with learning_rate, batch_size, eval_batch_size, warmup_ratio, weight_decay
+    and max_grad_norm."""
+
+    task: TaskSpec
+    model: torch.nn.Module
+    train: TokenizedSplit
+    settings: object
+    total_steps: int
+    device: torch.device
+    precision: str
+    ranks: Ranks
+    micro_batches: int = 1
+    step: int = 0
+    seen: int = 0
+    real_tokens: int = 0
+    padded_tokens: int = 0
+    losses: list = field(default_factory=list)
+
+    def __post_init__(self):
+        self.pad_id = self.model.config.pad_token_id or 0
+        self.warmup = int(round(self.settings.warmup_ratio * self.total_steps))
+        self.optimizer = build_optimizer(self.model, self.settings.learning_rate, self.settings.weight_decay)
+        self.scheduler = get_linear_schedule_with_warmup(self.optimizer, self.warmup, self.total_steps)
+        self.scaler = torch.amp.GradScaler(enabled=autocast_dtype(self.device, self.precision) == torch.float16)
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return math.ceil(len(self.train) / self.settings.batch_size)
+
+    def batches(self, rng: np.random.Generator):
+        """One epoch of length-bucketed batches (row indices)."""
+        return bucketed_batches(self.train.lengths, self.settings.batch_size, rng)
+
+    def train_step(self, rows: np.ndarray) -> None:
+        """One optimizer step on the batch ``rows``: this rank's slice of it, in micro-batches
+        whose gradients accumulate, summed over the ranks."""
+        self.model.train()
+        loss = 0.0
+        mine = self.ranks.my_rows(rows)
+        for part in np.array_split(mine, min(self.micro_batches, len(mine))) if len(mine) else []:
+            check_simulated_oom(len(part))
+            batch = to_device(collate(self.train, part, self.pad_id, self.task.kind), self.device)
+            with autocast(self.device, self.precision):
+                part_loss = self.model(**batch).loss * (len(part) / len(rows))  # losses are batch means
+            self.scaler.scale(part_loss).backward()
+            loss += part_loss.detach()
+            self.padded_tokens += int(self.train.lengths[part].max()) * len(part)
+        self.ranks.sum_gradients(self.model)
+        self.scaler.unscale_(self.optimizer)
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.settings.max_grad_norm)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        self.step += 1
+        self.seen += len(rows)
+        self.real_tokens += int(self.train.lengths[rows].sum())
+        self.losses.append(self.ranks.sum_scalar(float(loss)))
+
+    @property
+    def recent_loss(self) -> float | None:
+        return float(np.mean(self.losses[-50:])) if self.losses else None
+
+    @property
+    def padding_ratio(self) -> float | None:
+        return self.padded_tokens / self.real_tokens if self.real_tokens else None
+
+    def evaluate(self, data: EvalData):
+        """(metrics per split, predictions table, logits per split) of the model as it is now."""
+        return EVALUATORS[self.task.kind](self.task, self.model, data.splits, data.questions,
+                                          self.settings.eval_batch_size, self.device, self.precision, self.pad_id)
