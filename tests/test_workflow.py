@@ -58,6 +58,7 @@ def tiny_config(tiny_bert: Path) -> dict:
                        "doc_stride": 64, "heads": ["lp"]},
         },
         "finetune": {"epoch_fractions": [0, 1.0], "settings": {"batch_size": 8}},
+        "baseline": {"epochs": 2, "seeds": [1, 2]},
         "extract": {"shards": 2, "batch_size": 16},
         "search": {"trials": 3, "workers": 2, "space": {"learning_rate": {"low": 1e-3, "high": 1e-2, "log": True},
                                                           "width": {"choices": [4, 8]}}},
@@ -94,19 +95,21 @@ def test_tables_have_every_row(workflow_run):
         assert set(rows["metric"]) == metrics
         for frac in (0.0, 1.0):
             block = rows[rows["epoch_fraction"] == frac]
-            # STS-B (regression) ensembles average the two predictions: only "mean".
-            maxed = set() if task == "stsb" else {f"{h} + BERT (max)" for h in heads}
-            assert set(block["model"]) == expected_models | maxed
+            # STS-B (regression) averages the two predictions and MRPC has two classes (max and
+            # mean pick the same class): one ensemble row each, in its own section.
+            assert set(block["model"]) == expected_models
+            assert set(block.loc[block["ensemble"], "model"]) == {f"{h} + BERT (mean)" for h in heads}
             assert (block[block["model"] != "BERT"]["n"] == 2).all()  # 1 fine-tuning seed x 2 head seeds
     md = (workdir / "results" / "tables" / "glue.md").read_text()
-    assert "## mrpc (dev)" in md and "## stsb (dev)" in md and "squad2" not in md
+    assert "## mrpc (tiny, dev)" in md and "## stsb (tiny, dev)" in md and "squad2" not in md
+    assert md.index("# Head + BERT ensembles") > md.rindex("| BERT |")  # ensembles in their own section
     squad = pd.read_csv(workdir / "results" / "tables" / "squad.csv")
     assert set(squad["model"]) == {"BERT", "lp", "lp + BERT (max)", "lp + BERT (mean)"}
     assert set(squad["epoch_fraction"]) == {0.0, 1.0}
     assert {"f1", "exact", "HasAns_f1", "NoAns_exact"} <= set(squad["metric"])
-    assert "## squad2 (dev)" in (workdir / "results" / "tables" / "squad.md").read_text()
+    assert "## squad2 (tiny, dev)" in (workdir / "results" / "tables" / "squad.md").read_text()
     timing = pd.read_csv(workdir / "results" / "tables" / "timing.csv")
-    assert {"download", "tokenize", "finetune", "extract", "train_heads"} <= set(timing["stage"])
+    assert {"download", "tokenize", "finetune", "baseline", "extract", "train_heads"} <= set(timing["stage"])
 
 
 def test_table_numbers_equal_the_metrics_files(workflow_run):
@@ -137,11 +140,32 @@ def test_cost_table_adds_up_from_its_sources(workflow_run):
     assert (costs[costs["epoch_fraction"] == 0.0]["finetune_s"] < 0.01).all()  # nothing trained yet
 
 
+def test_baseline_keeps_its_best_selection_epoch_and_heads_the_summary(workflow_run):
+    workdir, _ = workflow_run
+    summary = pd.read_csv(workdir / "results/tables/summary.csv")
+    for task, metric in (("mrpc", "accuracy"), ("stsb", "pearson"), ("squad2", "f1")):
+        runs = [json.loads((workdir / f"baselines/tiny/{task}/seed{s}/metrics.json").read_text()) for s in (1, 2)]
+        for run in runs:
+            scores = [h["selection"][metric] for h in run["history"]]
+            assert len(scores) == 2 and run["best_epoch"] == 1 + scores.index(max(scores))
+            assert run["train_seconds"] == run["history"][run["best_epoch"] - 1]["train_seconds"]
+        block = summary[summary["task"] == task].set_index("row")
+        assert list(block.index) == ["full fine-tuning", "BERT at a checkpoint", "BERTVision (picked)",
+                                     "frozen encoder (best head)"]
+        full = block.loc["full fine-tuning"]
+        assert full["dev_mean"] == pytest.approx(sum(r["metrics"]["dev"][metric] for r in runs) / 2, abs=1e-5)
+        picked = block.loc["BERTVision (picked)"]
+        assert picked["score_diff"] == pytest.approx(picked["dev_mean"] - full["dev_mean"], abs=1e-6)
+        assert picked["cost_ratio"] == pytest.approx(picked["seconds"] / full["seconds"], rel=1e-4)
+    md = (workdir / "results/tables/summary.md").read_text()
+    assert md.count("The pipeline picks") == 3
+
+
 def test_plots_and_html_report(workflow_run, tmp_path):
     workdir, _ = workflow_run
     plots = workdir / "results" / "plots"
     names = {"mrpc-score-vs-epochs.png", "stsb-score-vs-epochs.png", "squad2-score-vs-epochs.png",
-             "score-vs-parameters.png", "layer-weights.png", "data-fraction.png"}
+             "score-vs-parameters.png", "layer-weights.png", "data-fraction.png", "score-vs-seconds.png"}
     assert {p.name for p in plots.glob("*.png")} == names
     for name in names:
         assert (plots / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -149,7 +173,8 @@ def test_plots_and_html_report(workflow_run, tmp_path):
     snakemake(workdir, "--report", str(report))
     html = report.read_text(errors="replace")
     assert report.stat().st_size > 10_000
-    for name in ("layer-weights.png", "score-vs-parameters.png", "data-fraction.png", "glue.csv", "squad.csv",
+    for name in ("layer-weights.png", "score-vs-parameters.png", "score-vs-seconds.png", "summary.csv", "glue.csv",
+                 "squad.csv",
                  "cost.csv", "search.csv", "data_fraction.csv", "transfer.csv"):
         assert name in html
 

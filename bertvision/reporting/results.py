@@ -84,7 +84,8 @@ def _section(block: pd.DataFrame, metrics: list[str], scale: float) -> str:
         reasons = "; ".join(sorted({r for f in g["flags"] for r in f.split("; ") if r}))
         rows.append([f"{frac:g}", model + (" †" if g["tuned"].any() else ""),
                      f"{g['parameter_percent'].iloc[0]:.3f}",
-                     *[fmt(by_metric.loc[m, "mean"], by_metric.loc[m, "std"], scale) for m in metrics],
+                     *[fmt(by_metric.loc[m, "mean"], by_metric.loc[m, "std"], scale) if m in by_metric.index
+                       else "—" for m in metrics],  # e.g. HasAns on a slice with no answerable question
                      str(n), f"⚠ {flagged}/{n}: {reasons}" if flagged else ""])
     return markdown_table(["epochs", "model", "% params", *metrics, "n", "degenerate runs"], rows)
 

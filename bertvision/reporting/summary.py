@@ -162,7 +162,7 @@ def verdict(block: pd.DataFrame) -> str:
         head = f"**beats full fine-tuning by {points:.1f} points**" + ("" if np.isnan(units) else f" ({units:.1f} std)")
     else:
         head = f"**trails full fine-tuning by {-points:.1f} points**" + ("" if np.isnan(units) else f" ({-units:.1f} std)")
-    return f"The pipeline picks {what}: {head}, at {cost} and {p['parameter_percent']:.2g}% of its trainable parameters."
+    return f"The pipeline picks {what}: {head}, at {cost} and {p['parameter_percent']:.3g}% of its trainable parameters."
 
 
 def summary_markdown(table: pd.DataFrame) -> str:

@@ -1,0 +1,161 @@
+"""No choice reads the reported split. The workflow runs twice on the same data except for the
+dev labels (MRPC's classes flipped, STS-B's scores mirrored, SQuAD's dev questions made
+unanswerable); every choice must come out the same: the baseline's kept epoch, each head's
+epoch, the search's best trial, the null thresholds, the cost table's BERT reference and the
+path the summary picks. The dev scores must differ, or the test would prove nothing."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from tests.conftest import REPO, SHIPPED_GLUE
+from tests.test_workflow import snakemake
+
+pytestmark = pytest.mark.slow
+
+
+def config(tiny_bert: Path, glue_dir: Path, squad_dir: Path) -> dict:
+    return {
+        "backbones": {"tiny": {"pretrained": str(tiny_bert)}},
+        "data": {"glue_dir": str(glue_dir), "squad_dir": str(squad_dir), "selection_fraction": 0.3},
+        "tasks": {
+            "mrpc": {"train_size": 60, "eval_size": 40, "search_heads": ["adapter8"]},
+            "stsb": {"train_size": 60, "eval_size": 40},
+            "squad2": {"article_split": {"from": "dev", "train": 0.6, "selection": 0.1, "dev": 0.3},
+                       "train_size": 30, "selection_size": 20, "eval_size": 30, "max_length": 128,
+                       "doc_stride": 64, "heads": ["lp"]},
+        },
+        "finetune": {"epoch_fractions": [0, 0.5, 1.0], "settings": {"batch_size": 8}},
+        "baseline": {"epochs": 3, "seeds": [1, 2]},
+        "extract": {"batch_size": 16},
+        # one worker: the trials run in order, so the study is a function of its objective values
+        "search": {"trials": 4, "workers": 1, "space": {"learning_rate": {"low": 1e-3, "high": 3e-2, "log": True}}},
+        "heads": {"seeds": [1, 2], "training": {"max_epochs": 4, "patience": 2, "batch_size": 16},
+                  "models": {"lp": {"type": "lp"}, "adapter8": {"type": "adapter", "width": 8}}},
+    }
+
+
+def rewrite_gz_tsv(src: Path, dst: Path, change) -> None:
+    lines = gzip.decompress(src.read_bytes()).decode("utf-8").splitlines(keepends=True)
+    out = [lines[0]] + [change(line.rstrip("\n").split("\t")) + "\n" for line in lines[1:]]
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    dst.write_bytes(gzip.compress("".join(out).encode("utf-8")))
+
+
+def flip_mrpc(fields):
+    fields[0] = str(1 - int(fields[0]))
+    return "\t".join(fields)
+
+
+def mirror_stsb(fields):
+    fields[-1] = f"{5.0 - float(fields[-1]):.3f}"
+    return "\t".join(fields)
+
+
+def changed_glue(root: Path) -> Path:
+    for folder in ("MRPC", "STS-B"):
+        (root / folder).mkdir(parents=True)
+        shutil.copy(SHIPPED_GLUE / folder / "train.tsv.gz", root / folder / "train.tsv.gz")
+    rewrite_gz_tsv(SHIPPED_GLUE / "MRPC" / "dev.tsv.gz", root / "MRPC" / "dev.tsv.gz", flip_mrpc)
+    rewrite_gz_tsv(SHIPPED_GLUE / "STS-B" / "dev.tsv.gz", root / "STS-B" / "dev.tsv.gz", mirror_stsb)
+    return root
+
+
+def changed_squad(root: Path, dev_titles: set[str]) -> Path:
+    """The SQuAD file with every question of the articles that form the dev split made
+    unanswerable (the train and selection articles untouched)."""
+    src = REPO / "resources" / "squad2" / "dev-v2.0.json.gz"
+    data = json.loads(gzip.decompress(src.read_bytes()))
+    for article in data["data"]:
+        if article["title"] in dev_titles:
+            for paragraph in article["paragraphs"]:
+                for qa in paragraph["qas"]:
+                    qa["plausible_answers"], qa["answers"], qa["is_impossible"] = qa["answers"], [], True
+    root.mkdir(parents=True)
+    (root / "dev-v2.0.json.gz").write_bytes(gzip.compress(json.dumps(data).encode("utf-8")))
+    return root
+
+
+def run(workdir: Path, cfg: dict) -> Path:
+    workdir.mkdir(parents=True)
+    (workdir / "config.yaml").write_text(yaml.safe_dump(cfg))
+    snakemake(workdir)
+    return workdir
+
+
+def records(workdir: Path, pattern: str) -> dict[str, dict]:
+    return {str(p.relative_to(workdir)): json.loads(p.read_text()) for p in sorted(workdir.glob(pattern))}
+
+
+# Left out of the comparison: dev scores, times, and the study's name (its digest covers the
+# feature manifest, whose checksums include the dev shards: a new name, not a new choice).
+IGNORED = {"dev", "data_wait_share", "study"}
+
+
+def selection_view(record) -> object:
+    """Everything in a record except dev scores, times and names: what the choices were made from."""
+    if isinstance(record, dict):
+        return {k: selection_view(v) for k, v in record.items() if k not in IGNORED and "seconds" not in k}
+    if isinstance(record, list):
+        return [selection_view(v) for v in record]
+    return record
+
+
+def dev_scores(recs: dict[str, dict]) -> list:
+    return [r["metrics"]["dev"] for r in recs.values()]
+
+
+@pytest.fixture(scope="module")
+def two_runs(tiny_bert, tmp_path_factory):
+    root = tmp_path_factory.mktemp("honest")
+    squad_dir = REPO / "resources" / "squad2"
+    first = run(root / "as-shipped", config(tiny_bert, SHIPPED_GLUE, squad_dir))
+    dev_titles = set(pd.read_parquet(first / "data/raw/squad2/dev.parquet")["title"])
+    changed = config(tiny_bert, changed_glue(root / "glue"), changed_squad(root / "squad", dev_titles))
+    return first, run(root / "dev-labels-changed", changed)
+
+
+def test_the_dev_labels_did_change(two_runs):
+    first, second = two_runs
+    for task in ("mrpc", "stsb", "squad2"):
+        a, b = (pd.read_parquet(w / f"data/raw/{task}/dev.parquet") for w in two_runs)
+        assert not a.equals(b), task
+        for split in ("train", "selection"):
+            assert pd.read_parquet(first / f"data/raw/{task}/{split}.parquet").equals(
+                pd.read_parquet(second / f"data/raw/{task}/{split}.parquet")), (task, split)
+
+
+@pytest.mark.parametrize("pattern", [
+    "baselines/tiny/*/seed*/metrics.json",          # the kept epoch and its selection history
+    "models/tiny/*/ft*/ckpt-*/eval_metrics.json",   # BERT's selection scores and null thresholds
+    "heads/tiny/*/ft*/ckpt-*/*/seed*/metrics.json",  # each head's epoch, history, threshold, search params
+    "search/tiny/*/ft*/ckpt-*/*/best.json",         # the best trial
+])
+def test_no_choice_changes_with_the_dev_labels(two_runs, pattern):
+    first, second = (records(w, pattern) for w in two_runs)
+    assert first and first.keys() == second.keys()
+    for name in first:
+        assert selection_view(first[name]) == selection_view(second[name]), name
+    if "metrics" in next(iter(first.values())):
+        assert dev_scores(first) != dev_scores(second)  # the dev scores did move
+
+
+def test_summary_and_cost_picks_do_not_change(two_runs):
+    summaries = [pd.read_csv(w / "results/tables/summary.csv") for w in two_runs]
+    keys = ["backbone", "task", "row", "epoch_fraction", "model", "n", "selection_mean", "trainable_params"]
+    assert summaries[0][keys].equals(summaries[1][keys])
+    assert not summaries[0]["dev_mean"].equals(summaries[1]["dev_mean"])
+    assert {"full fine-tuning", "BERTVision (picked)", "frozen encoder (best head)"} <= set(summaries[0]["row"])
+    costs = [pd.read_csv(w / "results/tables/cost.csv") for w in two_runs]
+    assert costs[0]["bert_pick_fraction"].equals(costs[1]["bert_pick_fraction"])
+    # the null threshold of every SQuAD model comes from the selection split
+    heads = [records(w, "heads/tiny/squad2/ft*/ckpt-*/lp/seed*/metrics.json") for w in two_runs]
+    thresholds = [[r["metrics"]["dev"]["null_threshold"] for r in h.values()] for h in heads]
+    assert thresholds[0] == thresholds[1]
