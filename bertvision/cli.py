@@ -219,30 +219,23 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--raw-dir", type=Path, required=True)
     s.add_argument("--out-dir", type=Path, required=True)
 
-    s = _sub(sub, "finetune", cmd_finetune, "partial fine-tuning with checkpoints at epoch fractions (rule finetune)")
-    s.add_argument("--task", required=True)
-    s.add_argument("--model", required=True, help="the backbone's name in the config (recorded with the results)")
-    _settings(s, "--settings", typed.FinetuneSettings)
-    _settings(s, "--compute", typed.FinetuneCompute)
-    s.add_argument("--tokens-dir", type=Path, required=True)
-    s.add_argument("--raw-dir", type=Path, required=True, help="the task's canonical splits (span decoding)")
-    s.add_argument("--out-dir", type=Path, required=True)
-    s.add_argument("--seed", type=int, required=True)
-    s.add_argument("--micro-batches", type=int, default=1, help="gradient accumulation steps per batch")
-    s.add_argument("--threads", type=int)
-
-    s = _sub(sub, "baseline", cmd_baseline,
-             "full fine-tuning, the epoch kept chosen on the selection split (rule baseline)")
-    s.add_argument("--task", required=True)
-    s.add_argument("--model", required=True, help="the backbone's name in the config (recorded with the results)")
-    _settings(s, "--settings", typed.BaselineSettings)
-    _settings(s, "--compute", typed.FinetuneCompute)
-    s.add_argument("--tokens-dir", type=Path, required=True)
-    s.add_argument("--raw-dir", type=Path, required=True, help="the task's canonical splits (span decoding)")
-    s.add_argument("--out-dir", type=Path, required=True)
-    s.add_argument("--seed", type=int, required=True)
-    s.add_argument("--micro-batches", type=int, default=1, help="gradient accumulation steps per batch")
-    s.add_argument("--threads", type=int)
+    for name, command, settings, what in (
+        ("finetune", cmd_finetune, typed.FinetuneSettings,
+         "partial fine-tuning with checkpoints at epoch fractions (rule finetune)"),
+        ("baseline", cmd_baseline, typed.BaselineSettings,
+         "full fine-tuning, the epoch kept chosen on the selection split (rule baseline)"),
+    ):
+        s = _sub(sub, name, command, what)
+        s.add_argument("--task", required=True)
+        s.add_argument("--model", required=True, help="the backbone's name in the config (recorded with the results)")
+        _settings(s, "--settings", settings)
+        _settings(s, "--compute", typed.FinetuneCompute)
+        s.add_argument("--tokens-dir", type=Path, required=True)
+        s.add_argument("--raw-dir", type=Path, required=True, help="the task's canonical splits (span decoding)")
+        s.add_argument("--out-dir", type=Path, required=True)
+        s.add_argument("--seed", type=int, required=True)
+        s.add_argument("--micro-batches", type=int, default=1, help="gradient accumulation steps per batch")
+        s.add_argument("--threads", type=int)
 
     s = _sub(sub, "extract", cmd_extract, "one shard of every split's hidden states of every layer (rule extract)")
     s.add_argument("--task", required=True)

@@ -19,6 +19,17 @@ from bertvision.reporting.results import BERT  # noqa: E402
 from bertvision.runtime.io import read_json  # noqa: E402
 
 
+def _panels(n: int, width: float):
+    """A row of ``n`` axes (at least one)."""
+    fig, axes = plt.subplots(1, max(1, n), figsize=(width * max(1, n), 4), squeeze=False)
+    return fig, axes[0]
+
+
+def _say_empty(ax, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center")
+    ax.set_axis_off()
+
+
 def _save(fig, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
@@ -117,14 +128,14 @@ def score_vs_seconds(summary_csv: Path, path: Path) -> None:
     marked (a star, with its ± std band)."""
     table = pd.read_csv(summary_csv) if Path(summary_csv).stat().st_size else pd.DataFrame()
     blocks = list(table.groupby(["backbone", "task"], sort=False)) if len(table) else []
-    fig, axes = plt.subplots(1, max(1, len(blocks)), figsize=(4.2 * max(1, len(blocks)), 4), squeeze=False)
-    for ax, ((backbone, task), block) in zip(axes[0], blocks):
+    fig, axes = _panels(len(blocks), 4.2)
+    for ax, ((backbone, task), block) in zip(axes, blocks):
         for r in block.itertuples():
             ax.scatter(r.seconds, r.dev_mean, label=r.row if r.row not in ax.get_legend_handles_labels()[1] else None,
                        **ROW_STYLES.get(r.row, {}))
             ax.errorbar(r.seconds, r.dev_mean, yerr=0 if np.isnan(r.dev_std) else r.dev_std, color="gray",
                         capsize=2, linewidth=0.8)
-            ax.annotate(r.model if np.isnan(r.epoch_fraction) else f"{r.model} @{r.epoch_fraction:g}",
+            ax.annotate("full FT" if np.isnan(r.epoch_fraction) else f"{r.model} @{r.epoch_fraction:g}",
                         (r.seconds, r.dev_mean), fontsize=6, xytext=(3, 3), textcoords="offset points")
             if r.row == "full fine-tuning" and not np.isnan(r.dev_std):
                 ax.axhspan(r.dev_mean - r.dev_std, r.dev_mean + r.dev_std, color="black", alpha=0.08)
@@ -135,8 +146,7 @@ def score_vs_seconds(summary_csv: Path, path: Path) -> None:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6)
     if not blocks:
-        axes[0][0].text(0.5, 0.5, "no results yet", ha="center", va="center")
-        axes[0][0].set_axis_off()
+        _say_empty(axes[0], "no results yet")
     _save(fig, path)
 
 
@@ -146,8 +156,8 @@ def data_fraction_curves(table_csv: Path, path: Path) -> None:
     table = pd.read_csv(table_csv, dtype={"checkpoint": str}) if Path(table_csv).stat().st_size else pd.DataFrame()
     panels = sorted({(b, t, c) for b, t, c in zip(table.get("backbone", []), table.get("task", []),
                                                   table.get("checkpoint", []))})
-    fig, axes = plt.subplots(1, max(1, len(panels)), figsize=(4.5 * max(1, len(panels)), 4), squeeze=False)
-    for ax, (backbone, task, ckpt) in zip(axes[0], panels):
+    fig, axes = _panels(len(panels), 4.5)
+    for ax, (backbone, task, ckpt) in zip(axes, panels):
         block = table[(table["backbone"] == backbone) & (table["task"] == task) & (table["checkpoint"] == ckpt)]
         for model, g in block.groupby("model", sort=False):
             if model == BERT:
@@ -162,6 +172,5 @@ def data_fraction_curves(table_csv: Path, path: Path) -> None:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     if not panels:
-        axes[0][0].text(0.5, 0.5, "no data-fraction experiment configured", ha="center", va="center")
-        axes[0][0].set_axis_off()
+        _say_empty(axes[0], "no data-fraction experiment configured")
     _save(fig, path)
