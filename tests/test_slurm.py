@@ -27,7 +27,7 @@ from tests.test_workflow import SNAKEFILE, snakemake, tiny_config
 
 pytestmark = pytest.mark.slurm
 SLURM_PROFILE = REPO / "profiles" / "slurm"
-GPU_RULES = {"finetune", "extract"}
+GPU_RULES = {"finetune", "baseline", "extract"}
 LOCAL_RULES = {"all", "download", "tables", "plots"}
 
 
@@ -68,6 +68,7 @@ def slurm_config(tiny_bert: Path) -> dict:
     config["finetune"]["epoch_fractions"] = [1.0]
     config.pop("experiments", None)
     config["resources"] = {**config.get("resources", {}), "gpu_rules": 1, "threads": 1}
+    config["baseline"] = {"epochs": 2, "seeds": [1]}
     return config
 
 
@@ -139,7 +140,7 @@ def test_every_heavy_rule_ran_as_a_slurm_job_and_only_gpu_rules_requested_gpus(s
     counts = jobs["rule"].value_counts().to_dict()
     config = slurm_run["config"]
     n_ckpts = len(config["finetune"]["epoch_fractions"])
-    assert counts["tokenize"] == 1 and counts["finetune"] == 1
+    assert counts["tokenize"] == 1 and counts["finetune"] == 1 and counts["baseline"] == 1
     assert counts["extract"] == n_ckpts * config["extract"]["shards"]
     assert counts["feature_manifest"] == n_ckpts and counts["train_heads"] == n_ckpts
     assert not LOCAL_RULES & set(counts), "light rules must run on the submit host"
@@ -193,7 +194,7 @@ def retry_run(cluster, tiny_bert, tmp_path_factory):
 def test_out_of_memory_is_resubmitted_with_micro_batches_and_more_memory(retry_run):
     jobs = sacct_jobs(retry_run["run_id"])
     jobs["id"] = jobs["JobID"].astype(int)
-    for rule in ("finetune", "extract"):
+    for rule in ("finetune", "baseline", "extract"):
         attempts = jobs[jobs["rule"] == rule].sort_values("id")
         assert list(attempts["State"]) == ["FAILED", "COMPLETED"], attempts
         memory = attempts["ReqTRES"].str.extract(r"mem=(\d+)M", expand=False).astype(int).tolist()
