@@ -140,6 +140,7 @@ def score_vs_seconds(summary_csv: Path, path: Path) -> None:
             if r.row == "full fine-tuning" and not np.isnan(r.dev_std):
                 ax.axhspan(r.dev_mean - r.dev_std, r.dev_mean + r.dev_std, color="black", alpha=0.08)
         ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # minor labels overlap
         ax.set_xlabel("seconds to produce (log)")
         ax.set_ylabel(f"{block['metric'].iloc[0]} (dev)")
         ax.set_title(task if table["backbone"].nunique() == 1 else f"{task} ({backbone})")
