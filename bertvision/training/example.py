@@ -140,7 +140,7 @@ class ExampleProblem:
                     "split": split, "idx": idx, "label": labels,
                     "prediction": predictions_from_outputs(outputs, self.task.kind), "outputs": list(outputs),
                 }))
-            if bert_logits is not None:
+            if bert_logits is not None and split in bert_logits:  # checkpoints from before selection was scored lack it
                 bert = np.concatenate(bert_logits[split])
                 for how in hows:
                     combined = ensemble_examples(outputs, bert, how, self.task.kind)
