@@ -155,7 +155,8 @@ def test_baseline_keeps_its_best_selection_epoch_and_heads_the_summary(workflow_
         full = block.loc["full fine-tuning"]
         assert full["dev_mean"] == pytest.approx(sum(r["metrics"]["dev"][metric] for r in runs) / 2, rel=1e-5)
         picked = block.loc["BERTVision (picked)"]
-        assert picked["score_diff"] == pytest.approx(picked["dev_mean"] - full["dev_mean"], abs=1e-6)
+        # the CSV keeps 6 significant digits (SQuAD scores are on a 0-100 scale)
+        assert picked["score_diff"] == pytest.approx(picked["dev_mean"] - full["dev_mean"], rel=1e-4, abs=1e-4)
         assert picked["cost_ratio"] == pytest.approx(picked["seconds"] / full["seconds"], rel=1e-4)
     md = (workdir / "results/tables/summary.md").read_text()
     assert md.count("The pipeline picks") == 3
