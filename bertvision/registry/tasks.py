@@ -77,6 +77,11 @@ class TaskSpec:
     def is_pair(self) -> bool:
         return len(self.text_fields) == 2
 
+    def primary_score(self, metrics: dict, split: str) -> float:
+        """The primary metric on ``split`` from {split: {metric: value}}; NaN where it is missing
+        (records from before that split was scored)."""
+        return float(metrics.get(split, {}).get(self.primary_metric, float("nan")))
+
     def headline(self, metrics: dict) -> float:
         """The primary metric on the first evaluation split, from {split: {metric: value}}."""
         return float(metrics[self.eval_splits[0]][self.primary_metric])

@@ -39,17 +39,13 @@ def feature_bytes(manifests) -> dict[tuple, float]:
     return out
 
 
-def _selection(task: str, metrics: dict) -> float:
-    return float(metrics.get("selection", {}).get(get_task(task).primary_metric, np.nan))
-
-
 def cost_table(bert_metrics, head_metrics, manifests, jobs: list[Job]) -> pd.DataFrame:
     extract = extract_seconds(jobs)
     sizes = feature_bytes(manifests)
     bert = pd.DataFrame([
         {"model_name": r["model"], "task": r["task"], "ft_seed": r["seed"], "epoch_fraction": float(r["epoch_fraction"]),
          "finetune_s": r["train_seconds"], "score": get_task(r["task"]).headline(r["metrics"]),
-         "selection": _selection(r["task"], r["metrics"]), "device": r["device"]}
+         "selection": get_task(r["task"]).primary_score(r["metrics"], "selection"), "device": r["device"]}
         for r in map(read_json, bert_metrics)
     ])
     heads = pd.DataFrame([

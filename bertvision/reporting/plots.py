@@ -16,6 +16,7 @@ import pandas as pd  # noqa: E402
 from bertvision.layout import plot, score_vs_epochs_plot  # noqa: E402
 from bertvision.registry.tasks import get_task  # noqa: E402
 from bertvision.reporting.results import BERT  # noqa: E402
+from bertvision.reporting.summary import FULL_FT, ROW_KINDS  # noqa: E402
 from bertvision.runtime.io import read_json  # noqa: E402
 
 
@@ -115,12 +116,12 @@ def build_plots(summary_csvs: list[Path], head_metrics: list[Path], tasks: list[
     layer_weights(head_metrics, Path(plot("layer-weights", out_dir)))
 
 
-ROW_STYLES = {  # summary row kind -> marker style
-    "full fine-tuning": {"marker": "*", "s": 220, "color": "black", "zorder": 3},
-    "BERT at a checkpoint": {"marker": "s", "s": 60, "color": "tab:gray"},
-    "BERTVision (picked)": {"marker": "o", "s": 90, "color": "tab:red", "zorder": 3},
-    "frozen encoder (best head)": {"marker": "D", "s": 60, "color": "tab:blue"},
-}
+ROW_STYLES = dict(zip(ROW_KINDS, (  # summary row kind -> marker style
+    {"marker": "*", "s": 220, "color": "black", "zorder": 3},
+    {"marker": "s", "s": 60, "color": "tab:gray"},
+    {"marker": "o", "s": 90, "color": "tab:red", "zorder": 3},
+    {"marker": "D", "s": 60, "color": "tab:blue"},
+)))
 
 
 def score_vs_seconds(summary_csv: Path, path: Path) -> None:
@@ -137,7 +138,7 @@ def score_vs_seconds(summary_csv: Path, path: Path) -> None:
                         capsize=2, linewidth=0.8)
             ax.annotate("full FT" if np.isnan(r.epoch_fraction) else f"{r.model} @{r.epoch_fraction:g}",
                         (r.seconds, r.dev_mean), fontsize=6, xytext=(3, 3), textcoords="offset points")
-            if r.row == "full fine-tuning" and not np.isnan(r.dev_std):
+            if r.row == FULL_FT and not np.isnan(r.dev_std):
                 ax.axhspan(r.dev_mean - r.dev_std, r.dev_mean + r.dev_std, color="black", alpha=0.08)
         ax.set_xscale("log")
         ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # minor labels overlap

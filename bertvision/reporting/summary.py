@@ -18,7 +18,7 @@ import pandas as pd
 
 from bertvision.evaluation.ensemble import ensemble_rules
 from bertvision.layout import Job
-from bertvision.registry.tasks import TaskSpec, get_task
+from bertvision.registry.tasks import get_task
 from bertvision.reporting.costs import extract_seconds, feature_bytes
 from bertvision.reporting.markdown import fmt, markdown_table
 from bertvision.reporting.results import BERT, ensemble_name
@@ -26,14 +26,10 @@ from bertvision.runtime.io import read_json
 
 FULL_FT = "full fine-tuning"
 # Row kinds, in the order a block lists them.
-ROW_KINDS = ("full fine-tuning", "BERT at a checkpoint", "BERTVision (picked)", "frozen encoder (best head)")
+ROW_KINDS = (FULL_FT, "BERT at a checkpoint", "BERTVision (picked)", "frozen encoder (best head)")
 SUMMARY_COLUMNS = ["backbone", "task", "row", "epoch_fraction", "model", "metric", "dev_mean", "dev_std", "n",
                    "selection_mean", "trainable_params", "parameter_percent", "seconds", "feature_bytes",
                    "score_diff", "score_diff_std_units", "cost_ratio", "device"]
-
-
-def _score(task: TaskSpec, metrics: dict, split: str) -> float:
-    return float(metrics.get(split, {}).get(task.primary_metric, np.nan))
 
 
 def candidate_runs(baseline_metrics: list[Path], bert_metrics: list[Path], head_metrics: list[Path],
@@ -44,7 +40,7 @@ def candidate_runs(baseline_metrics: list[Path], bert_metrics: list[Path], head_
     for r in map(read_json, baseline_metrics):
         task = get_task(r["task"])
         rows.append({"backbone": r["model"], "task": task.name, "kind": FULL_FT, "epoch_fraction": np.nan,
-                     "model": FULL_FT, "selection": _score(task, r["metrics"], "selection"),
+                     "model": FULL_FT, "selection": task.primary_score(r["metrics"], "selection"),
                      "dev": task.headline(r["metrics"]), "trainable_params": r["encoder_parameters"],
                      "encoder_params": r["encoder_parameters"], "seconds": r["train_seconds"],
                      "feature_bytes": 0.0, "device": r["device"], "kept_epoch": r["best_epoch"], "epochs": r["epochs"]})
@@ -54,7 +50,7 @@ def candidate_runs(baseline_metrics: list[Path], bert_metrics: list[Path], head_
         key = (r["model"], task.name, int(r["seed"]), float(r["epoch_fraction"]))
         bert[key] = r
         rows.append({"backbone": r["model"], "task": task.name, "kind": BERT, "epoch_fraction": key[3],
-                     "model": BERT, "selection": _score(task, r["metrics"], "selection"),
+                     "model": BERT, "selection": task.primary_score(r["metrics"], "selection"),
                      "dev": task.headline(r["metrics"]), "trainable_params": r["encoder_parameters"],
                      "encoder_params": r["encoder_parameters"], "seconds": r["train_seconds"],
                      "feature_bytes": 0.0, "device": r["device"]})
@@ -68,13 +64,13 @@ def candidate_runs(baseline_metrics: list[Path], bert_metrics: list[Path], head_
         common = {"backbone": key[0], "task": task.name, "epoch_fraction": key[3], "seconds": seconds,
                   "feature_bytes": sizes.get(key, np.nan), "encoder_params": r["encoder_parameters"],
                   "device": r["device"] if at is None else at["device"]}
-        rows.append({**common, "kind": "head", "model": r["head"], "selection": _score(task, r["metrics"], "selection"),
-                     "dev": task.headline(r["metrics"]), "trainable_params": r["parameters"]})
+        rows.append({**common, "kind": "head", "model": r["head"], "dev": task.headline(r["metrics"]),
+                     "selection": task.primary_score(r["metrics"], "selection"), "trainable_params": r["parameters"]})
         for how in ensemble_rules(task):
             ens = r.get("ensembles", {}).get(how)
             if ens:
                 rows.append({**common, "kind": "ensemble", "model": ensemble_name(r["head"], how),
-                             "selection": _score(task, ens, "selection"), "dev": task.headline(ens),
+                             "selection": task.primary_score(ens, "selection"), "dev": task.headline(ens),
                              "trainable_params": r["parameters"] + r["encoder_parameters"]})
     return pd.DataFrame(rows)
 
@@ -82,12 +78,11 @@ def candidate_runs(baseline_metrics: list[Path], bert_metrics: list[Path], head_
 def _configs(runs: pd.DataFrame) -> pd.DataFrame:
     """Runs averaged over seeds, per (kind, checkpoint, model)."""
     keys = ["kind", "epoch_fraction", "model"]
-    g = runs.fillna({"epoch_fraction": -1.0}).groupby(keys, sort=False)
+    g = runs.groupby(keys, sort=False, dropna=False)  # full fine-tuning has no checkpoint
     out = g.agg(dev_mean=("dev", "mean"), dev_std=("dev", lambda v: v.std(ddof=1) if len(v) > 1 else np.nan),
                 n=("dev", "size"), selection_mean=("selection", "mean"), trainable_params=("trainable_params", "first"),
                 encoder_params=("encoder_params", "first"), seconds=("seconds", "mean"),
                 feature_bytes=("feature_bytes", "mean"), device=("device", "first")).reset_index()
-    out["epoch_fraction"] = out["epoch_fraction"].replace(-1.0, np.nan)
     if "kept_epoch" in runs:  # full fine-tuning: name the row by the epochs each seed kept
         full = runs[runs["kind"] == FULL_FT]
         if len(full):

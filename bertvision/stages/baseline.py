@@ -11,7 +11,6 @@ baseline is a reference score, not a model the workflow serves."""
 from __future__ import annotations
 
 import logging
-import math
 import time
 from pathlib import Path
 
@@ -25,7 +24,7 @@ from bertvision.registry.tasks import TaskSpec
 from bertvision.runtime.device import pick_device, set_threads
 from bertvision.runtime.distributed import Ranks
 from bertvision.runtime.io import atomic_write_json, atomic_write_parquet
-from bertvision.training.encoder import EncoderTrainer, EvalData, load_classifier, scored_splits
+from bertvision.training.encoder import EncoderTrainer, EvalData, load_classifier, scored_splits, steps_per_epoch
 
 log = logging.getLogger(__name__)
 
@@ -48,11 +47,11 @@ def full_finetune(
     evals = EvalData.read(tokens_dir, raw_dir, scored_splits(task))
     selection = evals.only("selection")
     model = load_classifier(task, settings.backbone, seed).to(device)
-    steps_per_epoch = math.ceil(len(train) / settings.batch_size)
-    trainer = EncoderTrainer(task, model, train, settings, settings.epochs * steps_per_epoch, device,
+    epoch_steps = steps_per_epoch(len(train), settings.batch_size)
+    trainer = EncoderTrainer(task, model, train, settings, settings.epochs * epoch_steps, device,
                              compute.precision, ranks, micro_batches)
     log.info("%s on %s: full fine-tuning, %d train examples, %d epochs of %d steps (warmup %d), device %s",
-             task.name, settings.backbone, len(train), settings.epochs, steps_per_epoch, trainer.warmup, device)
+             task.name, settings.backbone, len(train), settings.epochs, epoch_steps, trainer.warmup, device)
 
     rng = np.random.default_rng(seed)
     history, best, best_state = [], None, None

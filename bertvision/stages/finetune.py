@@ -22,16 +22,16 @@ from bertvision.registry.tasks import TaskSpec
 from bertvision.runtime.device import pick_device, set_threads
 from bertvision.runtime.distributed import Ranks
 from bertvision.runtime.io import atomic_path, atomic_write_json, atomic_write_parquet
-from bertvision.training.encoder import EncoderTrainer, EvalData, load_classifier, scored_splits
+from bertvision.training.encoder import EncoderTrainer, EvalData, load_classifier, scored_splits, steps_per_epoch
 
 log = logging.getLogger(__name__)
 
 
-def checkpoint_steps(fractions, steps_per_epoch: int) -> dict[int, list[float]]:
+def checkpoint_steps(fractions, epoch_steps: int) -> dict[int, list[float]]:
     """Optimizer step after which each fraction's checkpoint is taken."""
     steps: dict[int, list[float]] = {}
     for frac in fractions:
-        steps.setdefault(int(round(frac * steps_per_epoch)), []).append(frac)
+        steps.setdefault(int(round(frac * epoch_steps)), []).append(frac)
     return steps
 
 
@@ -77,17 +77,17 @@ def finetune(
     model = load_classifier(task, backbone, seed).to(device)
     encoder_params = encoder_parameter_count(model)
 
-    steps_per_epoch = math.ceil(len(train) / settings.batch_size)
+    epoch_steps = steps_per_epoch(len(train), settings.batch_size)
     schedule_epochs = settings.schedule_epochs or max(fractions[-1], 1e-9)
-    total_steps = max(1, math.ceil(schedule_epochs * steps_per_epoch))
+    total_steps = max(1, math.ceil(schedule_epochs * epoch_steps))
     trainer = EncoderTrainer(task, model, train, settings, total_steps, device, compute.precision, ranks,
                              micro_batches)
-    to_save = checkpoint_steps(fractions, steps_per_epoch)
+    to_save = checkpoint_steps(fractions, epoch_steps)
     last_step = max(to_save)
     log.info(
         "%s on %s: %d train examples, %d steps/epoch, %d scheduled steps (warmup %d), checkpoints at steps %s, "
         "device %s (rank %d of %d), %d micro-batch(es) per batch",
-        task.name, backbone, len(train), steps_per_epoch, total_steps, trainer.warmup, dict(sorted(to_save.items())),
+        task.name, backbone, len(train), epoch_steps, total_steps, trainer.warmup, dict(sorted(to_save.items())),
         device, ranks.rank, ranks.world, micro_batches,
     )
 

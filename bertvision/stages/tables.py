@@ -13,8 +13,8 @@ from bertvision.reporting.costs import cost_markdown, cost_table
 from bertvision.reporting.markdown import write_csv, write_text
 from bertvision.reporting.results import long_records, result_tables
 from bertvision.reporting.summary import candidate_runs, summary_markdown, summary_table
-from bertvision.runtime.io import read_json
 from bertvision.reporting.timing import timing_markdown, timing_table
+from bertvision.runtime.io import read_json
 
 # Every table this stage writes (each as .md and .csv).
 TABLE_NAMES = ("summary", "glue", "squad", "cost", "timing")
@@ -32,8 +32,8 @@ def build_tables(bert_metrics: list[Path], head_dirs: list[Path], manifests: lis
     head_metrics = head_metrics_files(head_dirs)
     baselines = tuple(baseline_job(r["model"], r["task"], r["seed"]) for r in map(read_json, baseline_metrics))
     jobs = timing_jobs(runs, n_shards, baselines)
-    summary = summary_table(candidate_runs(list(baseline_metrics), bert_metrics, head_metrics, manifests, jobs))
-    _write("summary", summary, summary_markdown(summary), out_dir)
+    verdict = summary_table(candidate_runs(list(baseline_metrics), bert_metrics, head_metrics, manifests, jobs))
+    _write("summary", verdict, summary_markdown(verdict), out_dir)
     for name, (summary, markdown) in result_tables(long_records(bert_metrics, head_metrics), head_order).items():
         _write(name, summary, markdown, out_dir)
     costs = cost_table(bert_metrics, head_metrics, manifests, jobs)

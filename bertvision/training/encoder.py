@@ -98,6 +98,10 @@ class EvalData:
         return EvalData({s: self.splits[s] for s in names}, {s: self.questions[s] for s in names})
 
 
+def steps_per_epoch(n_rows: int, batch_size: int) -> int:
+    return math.ceil(n_rows / batch_size)
+
+
 def build_optimizer(model, lr: float, weight_decay: float):
     decay, no_decay = [], []
     for name, param in model.named_parameters():
@@ -133,10 +137,6 @@ class EncoderTrainer:
         self.optimizer = build_optimizer(self.model, self.settings.learning_rate, self.settings.weight_decay)
         self.scheduler = get_linear_schedule_with_warmup(self.optimizer, self.warmup, self.total_steps)
         self.scaler = torch.amp.GradScaler(enabled=autocast_dtype(self.device, self.precision) == torch.float16)
-
-    @property
-    def steps_per_epoch(self) -> int:
-        return math.ceil(len(self.train) / self.settings.batch_size)
 
     def batches(self, rng: np.random.Generator):
         """One epoch of length-bucketed batches (row indices)."""
