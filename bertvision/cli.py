@@ -121,6 +121,31 @@ def cmd_train_heads(a):
                 a.raw_dir, a.bert_logits, dict(a.searched), a.train_fraction)
 
 
+def cmd_finetune_mixture(a):
+    from bertvision.stages.finetune_mixture import finetune_mixture
+
+    settings = typed.MixtureSettings.from_json(a.settings)
+    compute = typed.FinetuneCompute.from_json(a.compute, "--compute")
+    with retry_on_out_of_memory("finetune-mixture", a.micro_batches):
+        finetune_mixture(a.encoder, a.model, settings, compute, dict(a.tokens_dirs), a.out_dir, a.seed, a.threads,
+                         a.micro_batches)
+
+
+def cmd_head_transfer(a):
+    from bertvision.stages.head_transfer import apply_heads_across_tasks
+
+    settings = typed.HeadTrainingSettings.from_json(a.settings)
+    apply_heads_across_tasks(_task(a.source_task), _task(a.task), a.head_dir, a.heads, a.manifest, a.raw_dir,
+                             typed.HeadRuntimeSettings.from_json(a.runtime, "--runtime"), settings.in_memory_max_mb,
+                             a.out, a.threads)
+
+
+def cmd_cross_task(a):
+    from bertvision.stages.cross_task import build_cross_task
+
+    build_cross_task(a.encoders, a.models, a.ft_seeds, a.heads, a.epochs, a.transfer, a.out_dir, a.plot)
+
+
 def cmd_transfer(a):
     from bertvision.stages.transfer import transfer
 
@@ -264,7 +289,8 @@ def build_parser() -> argparse.ArgumentParser:
     _settings(s, "--runtime", typed.HeadRuntimeSettings)
     s.add_argument("--manifest", type=Path, required=True)
     s.add_argument("--raw-dir", type=Path, required=True, help="the task's canonical splits (span decoding)")
-    s.add_argument("--bert-logits", type=Path, help="BERT's eval_logits.npz at this checkpoint (ensembles)")
+    s.add_argument("--bert-logits", type=Path, nargs="?",
+                   help="BERT's eval_logits.npz at this checkpoint (ensembles; none on a shared encoder)")
     s.add_argument("--seeds", type=int, nargs="+", required=True)
     s.add_argument("--out-dir", type=Path, required=True)
     s.add_argument("--searched", type=_name_path, nargs="*", default=[],
@@ -282,6 +308,41 @@ def build_parser() -> argparse.ArgumentParser:
     _settings(s, "--runtime", typed.HeadRuntimeSettings)
     s.add_argument("--out", type=Path, required=True)
     s.add_argument("--threads", type=int)
+
+    s = _sub(sub, "finetune-mixture", cmd_finetune_mixture,
+             "fine-tune one encoder on a mixture of tasks, a shared encoder (rule finetune_mixture)")
+    s.add_argument("--encoder", required=True, help="the mixture's name in the config (recorded)")
+    s.add_argument("--model", required=True, help="the backbone's name in the config (recorded)")
+    _settings(s, "--settings", typed.MixtureSettings)
+    _settings(s, "--compute", typed.FinetuneCompute)
+    s.add_argument("--tokens-dirs", type=_name_path, nargs="+", required=True, help="TASK=DIR, every mixed task")
+    s.add_argument("--out-dir", type=Path, required=True)
+    s.add_argument("--seed", type=int, required=True)
+    s.add_argument("--micro-batches", type=int, default=1, help="gradient accumulation steps per batch")
+    s.add_argument("--threads", type=int)
+
+    s = _sub(sub, "head-transfer", cmd_head_transfer,
+             "a task's heads applied as they are to a task with the same labels (rule head_transfer)")
+    s.add_argument("--source-task", required=True)
+    s.add_argument("--task", required=True, help="the target task")
+    s.add_argument("--head-dir", type=Path, required=True, help="the source task's train_heads output")
+    s.add_argument("--heads", nargs="+", required=True, help="head names to apply")
+    s.add_argument("--manifest", type=Path, required=True, help="the target's features of the source's encoder")
+    s.add_argument("--raw-dir", type=Path, required=True, help="the target task's canonical splits")
+    _settings(s, "--settings", typed.HeadTrainingSettings)
+    _settings(s, "--runtime", typed.HeadRuntimeSettings)
+    s.add_argument("--out", type=Path, required=True)
+    s.add_argument("--threads", type=int)
+
+    s = _sub(sub, "cross-task", cmd_cross_task, "the cross-task transfer table and heatmap (rule cross_task)")
+    s.add_argument("--encoders", type=_json, required=True, help="the shared encoders, [{name, kind, ...}, ...]")
+    s.add_argument("--models", nargs="+", required=True)
+    s.add_argument("--ft-seeds", type=int, nargs="+", required=True)
+    s.add_argument("--heads", type=_json, required=True, help='{"task": [head names], ...}')
+    s.add_argument("--epochs", type=_json, required=True, help='{"mixture": epochs, ...}')
+    s.add_argument("--transfer", type=Path, nargs="*", default=[], help="head_transfer records")
+    s.add_argument("--out-dir", type=Path, required=True)
+    s.add_argument("--plot", type=Path, required=True)
 
     s = _sub(sub, "search-worker", cmd_search_worker,
              "run one worker's share of an optuna study of a head (rule search_worker)")

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # Top-level folders of a working directory that hold artifacts (``make clean`` removes them).
-ROOTS = ("data", "models", "baselines", "features", "heads", "heads-data", "search", "transfer", "results", "logs", "benchmarks")
+ROOTS = ("data", "models", "baselines", "features", "heads", "heads-data", "search", "transfer", "shared", "bundles",
+         "results", "logs", "benchmarks")
 
 RAW_DIR = "data/raw/{task}"  # {split}.parquet: the canonical rows of each split
 TOKENS_DIR = "data/tokens/{model}/{task}"  # {split}.parquet: their token ids
@@ -51,6 +52,26 @@ STUDY_LABEL = "{model}/{task}/ft{ftseed}/ckpt-{frac}/{head}"  # names a study in
 
 TRANSFER_FILE = "transfer/{model}/{task}/ft{ftseed}.json"
 
+# Shared encoders (config section `shared`): one directory per encoder and fine-tuning seed. A
+# mixture's encoder is trained here; every encoder's states of each task it serves, and the heads
+# trained on them, live under it, unless the main pipeline already has them (a task's own
+# checkpoint, the frozen encoder), which are reused in place.
+SHARED_DIR = "shared/{model}/{encoder}/ft{ftseed}"
+MIXTURE_DIR = f"{SHARED_DIR}/encoder"
+MIXTURE_RECORD = "train.json"
+MIXTURE_FILES = ("model.safetensors", "config.json", MIXTURE_RECORD)
+MIXTURE_FILE = f"{MIXTURE_DIR}/{{file}}"
+SHARED_FEATURES_DIR = f"{SHARED_DIR}/features/{{task}}"
+SHARED_SHARD_DIR = f"{SHARED_FEATURES_DIR}/shard-{{shard}}-of-{{n_shards}}"
+SHARED_MANIFEST = f"{SHARED_FEATURES_DIR}/manifest.json"
+SHARED_HEADS_DIR = f"{SHARED_DIR}/heads/{{task}}"
+# Heads of a source task applied as they are to a target task with the same label space.
+HEAD_TRANSFER_FILE = f"{SHARED_DIR}/head-transfer/{{task}}.json"
+
+# What `bertvision serve` loads: the shared encoder, its tokenizer and every task's heads.
+BUNDLE_DIR = "bundles/{model}/{encoder}"
+BUNDLE_INDEX = "bundle.json"
+
 TABLES_DIR = "results/tables"  # {name}.md and {name}.csv
 PLOTS_DIR = "results/plots"  # {name}.png
 
@@ -67,10 +88,16 @@ JOB_KEYS = {
     "search_worker": ("task", "model", "ftseed", "frac", "head", "worker"),
     "search_best": ("task", "model", "ftseed", "frac", "head"),
     "transfer": ("task", "model", "ftseed"),
+    "finetune_mixture": ("encoder", "model", "ftseed"),
+    "extract_shared": ("task", "model", "encoder", "ftseed", "shard"),
+    "feature_manifest_shared": ("task", "model", "encoder", "ftseed"),
+    "train_heads_shared": ("task", "model", "encoder", "ftseed"),
+    "head_transfer": ("task", "model", "encoder", "ftseed"),
+    "bundle": ("encoder", "model"),
 }
 _KEY_TEXT = {"task": "{task}", "model": "{model}", "ftseed": "ft{ftseed}", "frac": "ckpt{frac}", "shard": "{shard}",
              "pct": "data{pct}", "head": "{head}", "worker": "{worker}",
-             "seed": "seed{seed}"}
+             "seed": "seed{seed}", "encoder": "enc-{encoder}"}
 
 
 def _job_file(root: str, rule: str, ext: str) -> str:
@@ -150,6 +177,54 @@ class Run:
 
     def format(self, pattern: str, **extra) -> str:
         return pattern.format(**self.keys, **extra)
+
+
+@dataclass(frozen=True)
+class SharedEncoder:
+    """One encoder of the ``shared`` section: ``kind`` 'frozen' (the pretrained encoder),
+    'task' (``source``'s own fine-tuning run at checkpoint ``frac``) or 'mixture' (fine-tuned
+    on ``tasks`` together). Its artifacts for a task are the main pipeline's where that already
+    has them, else under ``SHARED_DIR``."""
+
+    name: str
+    kind: str
+    source: str | None = None
+    frac: str | None = None
+    tasks: tuple[str, ...] = ()
+
+    def reuses_main(self, task: str) -> bool:
+        """Whether the main pipeline already holds ``task``'s states of this encoder."""
+        return self.kind == "frozen" or (self.kind == "task" and task == self.source)
+
+    def keys(self, model: str, ftseed: int, task: str | None = None) -> dict:
+        return {"model": model, "encoder": self.name, "ftseed": ftseed, **({"task": task} if task else {})}
+
+    def checkpoint_dir(self, model: str, ftseed: int, any_task: str) -> str:
+        """Where the encoder's weights are (the frozen encoder: ``any_task``'s checkpoint 0,
+        whose encoder is the pretrained one)."""
+        if self.kind == "mixture":
+            return MIXTURE_DIR.format(**self.keys(model, ftseed))
+        task = self.source if self.kind == "task" else any_task
+        return CHECKPOINT_DIR.format(model=model, task=task, ftseed=ftseed, frac=self.frac)
+
+    def _main(self, model: str, ftseed: int, task: str) -> Run:
+        return Run(model, task, ftseed, self.frac)
+
+    def manifest(self, model: str, ftseed: int, task: str) -> str:
+        if self.reuses_main(task):
+            return self._main(model, ftseed, task).format(MANIFEST)
+        return SHARED_MANIFEST.format(**self.keys(model, ftseed, task))
+
+    def heads_dir(self, model: str, ftseed: int, task: str) -> str:
+        if self.reuses_main(task):
+            return self._main(model, ftseed, task).format(HEADS_DIR)
+        return SHARED_HEADS_DIR.format(**self.keys(model, ftseed, task))
+
+    def record(self, model: str, ftseed: int, task: str) -> dict:
+        """What a reader needs about one (encoder, task) pair: its keys and its heads."""
+        return {"backbone": model, "encoder": self.name, "kind": self.kind, "source": self.source,
+                "checkpoint": self.frac, "mixture": list(self.tasks), "ft_seed": int(ftseed), "task": task,
+                "heads_dir": self.heads_dir(model, ftseed, task)}
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """Helpers shared by the rules: the validated config, paths from bertvision.layout, settings
 as JSON params, target lists and what each job asks the scheduler for."""
 
+import dataclasses
 import json
 import os
 import sys
@@ -46,6 +47,7 @@ wildcard_constraints:
     worker=r"\d+",
     pct=r"[0-9.]+",
     seed=r"\d+",
+    encoder=r"[A-Za-z0-9_.-]+",
 
 
 def as_json(obj):
@@ -249,3 +251,62 @@ def table_outputs(names, category):
         outputs[f"{name}_csv"] = report(L.table(name, "csv"), category=category,
                                         caption=f"../workflow/report/{name}_table.rst")
     return outputs
+
+
+# --- shared encoders (rules/shared.smk)
+def shared_encoder(wildcards):
+    return S.shared_encoders()[wildcards.encoder]
+
+
+def encoder_weights(wildcards):
+    """The shared encoder's model.safetensors (for a bundle: that of the first fine-tuning seed)."""
+    ftseed = int(wildcards.get("ftseed", S.ft_seeds[0]))
+    return f"{shared_encoder(wildcards).checkpoint_dir(wildcards.model, ftseed, S.shared_tasks[0])}/model.safetensors"
+
+
+def mixture_tokens(wildcards):
+    """Task -> tokens directory of every task a mixture trains on."""
+    return {t: L.TOKENS_DIR.format(model=wildcards.model, task=t) for t in S.mixture(wildcards.model, wildcards.encoder).tasks}
+
+
+def mixture_epochs():
+    return {n: S.mixture(S.models[0], n).epochs for n, enc in S.shared_encoders().items() if enc.kind == "mixture"}
+
+
+def mixture_request(key):
+    def request(wildcards, attempt):
+        mix = S.mixture(wildcards.model, wildcards.encoder)
+        return requests.finetune_request(
+            encoder_shape(wildcards.model), mix.batch_size, max(S.max_length(t) for t in mix.tasks),
+            sum(S.train_rows(t) for t in mix.tasks), mix.epochs, GPU, attempt,
+        )[key]
+
+    return request
+
+
+def shared_head_runs(wildcards):
+    return len(S.shared_heads(wildcards.task)) * len(S.head_seeds)
+
+
+def all_shared_head_dirs():
+    return [enc.heads_dir(m, s, t) for m, enc, s, t in S.shared_pairs()]
+
+
+def all_head_transfer_files():
+    encoders = S.shared_encoders()
+    return [L.HEAD_TRANSFER_FILE.format(**encoders[a].keys(m, s, b)) for m in S.models for s in S.ft_seeds
+            for a, b in S.label_transfer_pairs()]
+
+
+def bundle_heads(wildcards):
+    """Task -> the heads directory of each shared task on the bundle's encoder (first fine-tuning seed)."""
+    enc = shared_encoder(wildcards)
+    return {t: enc.heads_dir(wildcards.model, S.ft_seeds[0], t) for t in S.shared_tasks}
+
+
+def shared_targets():
+    """The cross-task table and the bundle, when shared encoders are configured."""
+    if not S.shared_tasks:
+        return []
+    return [L.table("cross_task", "md"), L.plot("cross-task")] + [
+        L.BUNDLE_DIR.format(model=m, encoder=S.serve_encoder) for m in S.models]

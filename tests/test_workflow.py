@@ -56,7 +56,12 @@ def tiny_config(tiny_bert: Path) -> dict:
             "squad2": {"article_split": {"from": "dev", "train": 0.6, "selection": 0.1, "dev": 0.3},
                        "train_size": 30, "selection_size": 20, "eval_size": 30, "max_length": 128,
                        "doc_stride": 64, "heads": ["lp"]},
+            # RTE and WNLI share their labels: RTE's heads answer WNLI as they are (head_transfer)
+            "rte": {"train_size": 40, "eval_size": 30},
+            "wnli": {"train_size": 40, "eval_size": 30},
         },
+        "shared": {"tasks": ["rte", "wnli", "squad2"], "heads": ["lp"],
+                   "mixtures": {"mix": {"tasks": ["rte", "squad2"], "epochs": 1}}},
         "finetune": {"epoch_fractions": [0, 1.0], "settings": {"batch_size": 8}},
         "baseline": {"epochs": 2, "seeds": [1, 2]},
         "extract": {"shards": 2, "batch_size": 16},

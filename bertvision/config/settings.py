@@ -164,6 +164,21 @@ class BaselineSettings(StageSettings):
 
 
 @dataclass(frozen=True)
+class MixtureSettings(StageSettings):
+    """Fine-tuning one encoder on several tasks at once (a shared encoder of ``shared.mixtures``)."""
+
+    backbone: str = setting("backbones.<model>.pretrained")
+    tasks: tuple[str, ...] = setting("shared.mixtures.<name>.tasks")
+    epochs: float = setting("shared.mixtures.<name>.epochs")
+    learning_rate: float = setting("finetune.settings.learning_rate")
+    batch_size: int = setting("finetune.settings.batch_size")
+    eval_batch_size: int = setting("finetune.settings.eval_batch_size")
+    warmup_ratio: float = setting("finetune.settings.warmup_ratio")
+    weight_decay: float = setting("finetune.settings.weight_decay")
+    max_grad_norm: float = setting("finetune.settings.max_grad_norm")
+
+
+@dataclass(frozen=True)
 class ExtractSettings(StageSettings):
     batch_size: int = setting("extract.batch_size")
     block_rows: int = setting("extract.block_rows")

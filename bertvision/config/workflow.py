@@ -17,11 +17,12 @@ from bertvision.config.settings import (
     FinetuneSettings,
     HeadRuntimeSettings,
     HeadTrainingSettings,
+    MixtureSettings,
     SearchSettings,
     TokenizeSettings,
 )
 from bertvision.errors import ConfigError, MissingError
-from bertvision.layout import Run, fraction_name
+from bertvision.layout import Run, SharedEncoder, fraction_name
 from bertvision.models.backbone import resolve_pretrained
 from bertvision.registry.heads import is_token_head
 from bertvision.registry.tasks import get_task
@@ -147,6 +148,59 @@ class WorkflowSettings:
     def transfer_tasks(self) -> list[str]:
         return list(self.config["experiments"]["transfer"]["tasks"]) if len(self.fractions) > 1 else []
 
+    # --- shared encoders ---------------------------------------------------------------------
+    @property
+    def shared_tasks(self) -> list[str]:
+        return list(self.config["shared"]["tasks"])
+
+    def shared_encoders(self) -> dict[str, SharedEncoder]:
+        """Name -> encoder: frozen, each shared task's own checkpoint, each mixture (none
+        without shared tasks)."""
+        shared = self.config["shared"]
+        if not self.shared_tasks:
+            return {}
+        encoders = {}
+        if shared["frozen"]:
+            encoders["frozen"] = SharedEncoder("frozen", "frozen", frac=fraction_name(0))
+        if shared["checkpoint"] is not None:
+            frac = fraction_name(shared["checkpoint"])
+            encoders.update({t: SharedEncoder(t, "task", source=t, frac=frac) for t in self.shared_tasks})
+        for name, mixture in shared["mixtures"].items():
+            encoders[name] = SharedEncoder(name, "mixture", tasks=tuple(mixture["tasks"]))
+        return encoders
+
+    def shared_pairs(self) -> list[tuple[str, SharedEncoder, int, str]]:
+        """Every (model, encoder, fine-tuning seed, task) whose heads the shared mode trains."""
+        return [(m, enc, s, t) for m in self.models for enc in self.shared_encoders().values()
+                for s in self.ft_seeds for t in self.shared_tasks]
+
+    def shared_heads(self, task: str) -> dict[str, dict]:
+        heads, wanted = self.task_heads(task), self.config["shared"]["heads"]
+        return heads if wanted is None else {n: spec for n, spec in heads.items() if n in wanted}
+
+    @property
+    def serve_encoder(self) -> str | None:
+        """The encoder whose bundle is written (None without shared tasks)."""
+        encoders = self.shared_encoders()
+        if not encoders:
+            return None
+        mixtures = [n for n, e in encoders.items() if e.kind == "mixture"]
+        return self.config["shared"]["serve"] or (mixtures[0] if mixtures else next(iter(encoders)))
+
+    def mixture(self, model: str, name: str) -> MixtureSettings:
+        merged = {**schema_default("finetune.settings"), **self.config["finetune"]["settings"]}
+        mixture = self.config["shared"]["mixtures"][name]
+        return MixtureSettings.pick(merged, backbone=self.pretrained(model), tasks=tuple(mixture["tasks"]),
+                                    epochs=float(mixture["epochs"]))
+
+    def label_transfer_pairs(self) -> list[tuple[str, str]]:
+        """(source, target) shared tasks whose labels mean the same: the source's heads are
+        applied to the target as they are."""
+        if self.config["shared"]["checkpoint"] is None:
+            return []
+        return [(a, b) for a in self.shared_tasks for b in self.shared_tasks
+                if a != b and get_task(a).shares_labels_with(get_task(b))]
+
     # --- typed settings per stage ----------------------------------------------------------
     def download(self, task: str) -> DownloadSettings:
         over = self.task_overrides(task)
@@ -204,6 +258,11 @@ class WorkflowSettings:
                 # only when every token is stored for an example task, so [CLS] extractions keep their params
                 **({"features": "tokens"} if self.token_features(run.task) else {})}
 
+    def shared_extract_attrs(self, model: str, encoder: str, ftseed: int, task: str) -> dict:
+        """The shard attributes of ``task``'s states of a shared encoder."""
+        enc = self.shared_encoders()[encoder]
+        return {**self.extract_attrs(Run(model, task, ftseed, enc.frac or enc.kind)), "encoder": encoder}
+
     # --- cross-key checks --------------------------------------------------------------------
     def _check(self) -> None:
         problems, broken = [], set()  # broken: tasks whose heads cannot be listed
@@ -252,5 +311,36 @@ class WorkflowSettings:
         unknown = [c for c in self.data_fraction_checkpoints() if c not in self.fractions]
         if unknown:
             problems.append(f"experiments.data_fraction.checkpoints: {unknown} are not in finetune.epoch_fractions")
+        problems += self._shared_problems(broken)
         if problems:
             raise ConfigError("\n".join(f"{self.source}: {p}" for p in problems))
+
+    def _shared_problems(self, broken: set) -> list[str]:
+        shared, problems = self.config["shared"], []
+        unknown = [t for t in self.shared_tasks if t not in self.tasks]
+        if unknown:
+            problems.append(f"shared.tasks: {unknown} are not configured tasks ({self.tasks})")
+        for name, mixture in shared["mixtures"].items():
+            missing = [t for t in mixture["tasks"] if t not in self.tasks]
+            if missing:
+                problems.append(f"shared.mixtures.{name}.tasks: {missing} are not configured tasks ({self.tasks})")
+            if name == "frozen" or name in self.tasks:
+                problems.append(f"shared.mixtures.{name}: the name is taken (frozen and task names name encoders)")
+        if not self.shared_tasks or problems:
+            return problems
+        if shared["frozen"] and "0" not in self.fractions:
+            problems.append("shared.frozen: needs 0 in finetune.epoch_fractions (the frozen encoder's features are "
+                            "the main pipeline's checkpoint 0)")
+        if shared["checkpoint"] is not None and fraction_name(shared["checkpoint"]) not in self.fractions:
+            problems.append(f"shared.checkpoint: {shared['checkpoint']} is not in finetune.epoch_fractions "
+                            f"({self.fractions})")
+        if not self.shared_encoders():
+            problems.append("shared: no encoder (frozen false, checkpoint null and no mixtures)")
+        elif shared["serve"] is not None and shared["serve"] not in self.shared_encoders():
+            problems.append(f"shared.serve: {shared['serve']!r} is not a shared encoder "
+                            f"({list(self.shared_encoders())})")
+        for task in set(self.shared_tasks) - broken:
+            if shared["heads"] is not None and not self.shared_heads(task):
+                problems.append(f"shared.heads: none of {shared['heads']} is among {task}'s heads "
+                                f"({list(self.task_heads(task))})")
+        return problems

@@ -205,7 +205,7 @@ def write_manifest(shard_dirs: list[Path], manifest_path: Path, splits: list[str
         "dtype": "float16",
         "layers": layers,
         "hidden": hidden,
-        "source": {k: source[k] for k in ("model", "task", "checkpoint", "ft_seed")},
+        "source": {k: source[k] for k in ("model", "task", "checkpoint", "ft_seed", "encoder") if k in source},
         "encoder_parameters": int(source["encoder_parameters"]),
         "label_kind": source["label_kind"],
         "splits": per_split,

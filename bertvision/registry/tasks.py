@@ -63,11 +63,27 @@ class TaskSpec:
     # Class names in label-id order; for local files, the raw label strings in the same order.
     label_names: tuple[str, ...] = ()
     raw_labels: tuple[str, ...] = ()
+    # What each label id means across tasks, where the names differ (default: label_names). Two
+    # classification tasks with the same meanings share a label space: a head trained on one
+    # answers the other as it is (cross-task transfer), its outputs matched by meaning.
+    label_meanings: tuple[str, ...] = ()
 
     @property
     def num_labels(self) -> int:
         """Outputs per example (classification, regression) or per token (span: start, end)."""
         return {"regression": 1, "span": 2}.get(self.kind, len(self.label_names))
+
+    @property
+    def meanings(self) -> tuple[str, ...]:
+        return self.label_meanings or self.label_names
+
+    def shares_labels_with(self, other: "TaskSpec") -> bool:
+        return (self.kind == other.kind == "classification" and len(self.meanings) == len(other.meanings)
+                and sorted(self.meanings) == sorted(other.meanings))
+
+    def label_order_from(self, source: "TaskSpec") -> list[int]:
+        """For each of this task's label ids, the id of ``source``'s label that means the same."""
+        return [source.meanings.index(m) for m in self.meanings]
 
     @property
     def primary_metric(self) -> str:
@@ -177,6 +193,7 @@ for _task in [
         train_rows=3668,
         metrics=("accuracy", "f1"),
         label_names=("not_equivalent", "equivalent"),
+        label_meanings=("not_paraphrase", "paraphrase"),
         raw_labels=("0", "1"),
         glue=GlueFileLayout(
             folder="MRPC",
@@ -207,6 +224,7 @@ for _task in [
         train_rows=363846,
         metrics=("accuracy", "f1"),
         label_names=("not_duplicate", "duplicate"),
+        label_meanings=("not_paraphrase", "paraphrase"),
         raw_labels=("0", "1"),
         glue=GlueFileLayout(
             folder="QQP",

@@ -110,6 +110,16 @@ def build_optimizer(model, lr: float, weight_decay: float):
     return torch.optim.AdamW(groups, lr=lr, foreach=True, fused=False)
 
 
+def optimizer_step_state(model, settings, total_steps: int, device, precision: str) -> tuple:
+    """AdamW over ``model``'s parameters, transformers' linear warmup-decay schedule over
+    ``total_steps``, and the fp16 loss scaler (inactive in other precisions)."""
+    optimizer = build_optimizer(model, settings.learning_rate, settings.weight_decay)
+    warmup = int(round(settings.warmup_ratio * total_steps))
+    scheduler = get_linear_schedule_with_warmup(optimizer, warmup, total_steps)
+    scaler = torch.amp.GradScaler(enabled=autocast_dtype(device, precision) == torch.float16)
+    return optimizer, scheduler, scaler
+
+
 @dataclass
 class EncoderTrainer:
     """One model's optimizer state and step counters over a training split. ``settings``: any
@@ -130,13 +140,17 @@ class EncoderTrainer:
     real_tokens: int = 0
     padded_tokens: int = 0
     losses: list = field(default_factory=list)
+    # (optimizer, scheduler, scaler) of several models that share an encoder (a task mixture);
+    # None: this model's own
+    shared_step: tuple | None = None
 
     def __post_init__(self):
         self.pad_id = self.model.config.pad_token_id or 0
         self.warmup = int(round(self.settings.warmup_ratio * self.total_steps))
-        self.optimizer = build_optimizer(self.model, self.settings.learning_rate, self.settings.weight_decay)
-        self.scheduler = get_linear_schedule_with_warmup(self.optimizer, self.warmup, self.total_steps)
-        self.scaler = torch.amp.GradScaler(enabled=autocast_dtype(self.device, self.precision) == torch.float16)
+        if self.shared_step is None:
+            self.shared_step = optimizer_step_state(self.model, self.settings, self.total_steps, self.device,
+                                                    self.precision)
+        self.optimizer, self.scheduler, self.scaler = self.shared_step
 
     def batches(self, rng: np.random.Generator):
         """One epoch of length-bucketed batches (row indices)."""

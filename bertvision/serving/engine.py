@@ -1,0 +1,363 @@
+"""The model side of serving, no HTTP: the bundle's encoder, tokenizer and heads, and one call
+that answers a batch of requests for any of the bundle's tasks from ONE encoder forward pass.
+
+The features are computed exactly as the pipeline computed the heads' training features:
+texts tokenized as ``stages.tokenize`` does (span tasks: ``build_windows``), padded batches from
+``collate``, the encoder under the extraction precision's autocast, every hidden state stored
+as float16 and read back as float32; a [CLS] head sees (layers, hidden) per example, a token head
+every real token with a padding mask, a span head every window's tokens, and span answers are
+decoded with the evaluation's functions and the null threshold tuned on the selection split.
+
+Each text is tokenized once per distinct ``max_length`` among its tasks (in the common case,
+tasks of equal max_length, once) and identical token sequences are encoded once; every
+sequence of a batch, span windows included, goes through the same single forward pass.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from bertvision.data.squad_windows import build_windows
+from bertvision.data.tokenized import TokenizedSplit, collate
+from bertvision.evaluation.squad_decode import apply_threshold, decode_question
+from bertvision.models.head_io import load_head
+from bertvision.registry.metrics import predictions_from_outputs
+from bertvision.runtime.device import autocast, pick_device, to_device
+from bertvision.serving.bundle import Bundle, TaskEntry, load_bundle
+from bertvision.stages.tokenize import tokenize_frame
+
+log = logging.getLogger(__name__)
+
+
+class RequestError(ValueError):
+    """Input the service cannot answer; ``field`` names the request field at fault."""
+
+    def __init__(self, field: str, message: str, status: int = 422):
+        super().__init__(f"{field}: {message}")
+        self.field, self.message, self.status = field, message, status
+
+
+@dataclass(frozen=True)
+class TextItem:
+    """One example (a text, or a pair) and the head to apply for each of its tasks."""
+
+    texts: tuple[str, ...]
+    heads: dict[str, str]  # task -> head
+
+
+@dataclass(frozen=True)
+class QuestionItem:
+    """One question about a context, and the head to apply for each of its span tasks."""
+
+    question: str
+    context: str
+    heads: dict[str, str]
+
+
+@dataclass
+class ExampleResult:
+    head: str
+    outputs: list[float | None]
+    label: str | None = None  # classification
+    label_id: int | None = None
+    probabilities: dict[str, float] | None = None
+    score: float | None = None  # regression
+
+
+@dataclass
+class SpanResult:
+    head: str
+    answer: str  # "" when the question is judged unanswerable
+    has_answer: bool
+    best_span: str  # the best span, whatever the threshold says
+    score_diff: float | None  # best span score - null score (None: no valid span)
+    null_threshold: float
+
+
+def finite(x: float) -> float | None:
+    """JSON has no inf or nan."""
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+@dataclass(frozen=True)
+class TextFields:
+    """What ``tokenize_frame`` reads of a task: its text columns."""
+
+    text_fields: tuple[str, ...]
+
+
+SINGLE, PAIR = TextFields(("text",)), TextFields(("text", "text_pair"))
+
+
+class Sequences:
+    """The distinct token sequences of a batch (identical ones share a row)."""
+
+    def __init__(self):
+        self.rows: dict[tuple[bytes, bytes], int] = {}
+        self.input_ids: list[np.ndarray] = []
+        self.token_type_ids: list[np.ndarray] = []
+
+    def add(self, input_ids: np.ndarray, token_type_ids: np.ndarray) -> int:
+        key = (np.asarray(input_ids, np.int32).tobytes(), np.asarray(token_type_ids, np.int8).tobytes())
+        if key not in self.rows:
+            self.rows[key] = len(self.input_ids)
+            self.input_ids.append(np.asarray(input_ids, np.int32))
+            self.token_type_ids.append(np.asarray(token_type_ids, np.int8))
+        return self.rows[key]
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+    def split(self) -> TokenizedSplit:
+        n = len(self)
+        return TokenizedSplit(pd.DataFrame({
+            "idx": np.arange(n), "input_ids": self.input_ids, "token_type_ids": self.token_type_ids,
+            "length": np.array([len(x) for x in self.input_ids], dtype=np.int64), "label": np.zeros(n, np.int64),
+        }))
+
+
+@dataclass
+class States:
+    """One forward pass's features: [CLS] of every layer for every row, and every token's
+    states for the rows that need them (``token_index``: row -> position in ``tokens``)."""
+
+    cls: torch.Tensor  # (rows, layers, hidden) float32
+    tokens: torch.Tensor | None  # (token rows, width, layers, hidden) float32
+    lengths: np.ndarray  # (rows,)
+    token_index: dict[int, int] = field(default_factory=dict)
+
+    def padded_tokens(self, rows: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(x (B, T, L, H), mask (B, T)) of ``rows``, cut to their longest."""
+        lengths = torch.as_tensor(self.lengths[rows])
+        x = self.tokens[[self.token_index[r] for r in rows], : int(lengths.max())]
+        mask = torch.arange(x.shape[1])[None, :] < lengths[:, None]
+        return x, mask
+
+
+@dataclass
+class SpanGroup:
+    """The windows of the questions asking span tasks with one (max_length, doc_stride)."""
+
+    tasks: list[str]
+    questions: list[int]  # item positions; a window's ``idx`` indexes this list
+    windows: TokenizedSplit
+    rows: list[int]  # each window's row in the batch's Sequences
+
+
+class Engine:
+    """Loads a bundle's encoder (eval mode), tokenizer and every head; ``predict`` answers a batch.
+    ``encoder_passes`` counts forward passes (one per ``predict`` call with any input)."""
+
+    def __init__(self, bundle: Bundle | Path, device: str = "auto", max_windows: int = 64):
+        from transformers import AutoModel, AutoTokenizer
+        from transformers.utils import logging as hf_logging
+
+        self.bundle = bundle if isinstance(bundle, Bundle) else load_bundle(Path(bundle))
+        self.device = pick_device(device)
+        self.precision = self.bundle.precision
+        self.max_windows = max_windows
+        hf_logging.set_verbosity_error()
+        encoder_dir = str(self.bundle.encoder_dir)
+        self.tokenizer = AutoTokenizer.from_pretrained(encoder_dir, use_fast=True)
+        # A second instance for the request checks, which run beside a batch: one fast tokenizer
+        # changing its truncation settings from two threads at once fails ("Already borrowed").
+        self.checking_tokenizer = AutoTokenizer.from_pretrained(encoder_dir, use_fast=True)
+        if not self.tokenizer.is_fast:
+            raise TypeError(f"{encoder_dir}: no fast tokenizer")
+        self.encoder = AutoModel.from_pretrained(encoder_dir, add_pooling_layer=False, use_safetensors=True,
+                                                 trust_remote_code=False).to(self.device).eval()
+        self.pad_id = self.encoder.config.pad_token_id or 0
+        layers, hidden = self.bundle.layers, self.bundle.hidden
+        self.heads = {(task.name, name): load_head(entry.dir, layers, hidden, task.outputs).to(self.device)
+                      for task in self.bundle.tasks.values() for name, entry in task.heads.items()}
+        self.encoder_passes = 0
+        self.sequences_encoded = 0
+        log.info("serving %s on %s: %s", self.bundle.root, self.device,
+                 {t: list(e.heads) for t, e in self.bundle.tasks.items()})
+
+    # --- what may be asked --------------------------------------------------------------------
+    @property
+    def tasks(self) -> dict[str, TaskEntry]:
+        return self.bundle.tasks
+
+    def task(self, name: str, field: str) -> TaskEntry:
+        if name not in self.tasks:
+            raise RequestError(field, f"unknown task {name!r}; this bundle serves {', '.join(self.tasks)}")
+        return self.tasks[name]
+
+    def head(self, task: TaskEntry, name: str | None, field: str) -> str:
+        if name is None:
+            return task.picked
+        if name not in task.heads:
+            raise RequestError(field, f"task {task.name} has no head {name!r}; its heads: {', '.join(task.heads)}")
+        return name
+
+    def check_text(self, item: TextItem, field: str) -> None:
+        for name in item.heads:
+            task = self.task(name, field)
+            if task.is_span:
+                raise RequestError(field, f"{name} is a span task: send question/context items, not texts")
+            if len(task.text_fields) != len(item.texts):
+                given = "a pair of texts" if len(item.texts) == 2 else "a single text"
+                wanted = "a pair [a, b]" if len(task.text_fields) == 2 else "a single text"
+                raise RequestError(field, f"task {name} takes {wanted} ({', '.join(task.text_fields)}), got {given}")
+
+    def check_question(self, item: QuestionItem, field: str) -> None:
+        """Span inputs the windows can hold: the question leaves the context more than
+        doc_stride tokens per window, and the context needs at most ``max_windows`` windows."""
+        if not item.question.strip():
+            raise RequestError(f"{field}.question", "empty")
+        if not item.context.strip():
+            raise RequestError(f"{field}.context", "empty")
+        tok = self.checking_tokenizer
+        q_len = len(tok(item.question.lstrip(), add_special_tokens=False)["input_ids"])
+        c_len = len(tok(item.context, add_special_tokens=False)["input_ids"])
+        for name in item.heads:
+            task = self.task(name, field)
+            if not task.is_span:
+                raise RequestError(field, f"{name} is not a span task: send its inputs as texts")
+            budget = task.max_length - q_len - tok.num_special_tokens_to_add(pair=True)
+            if budget <= task.doc_stride:
+                most = task.max_length - tok.num_special_tokens_to_add(pair=True) - task.doc_stride - 1
+                raise RequestError(f"{field}.question", f"too long for task {name}: {q_len} tokens, at most {most} "
+                                   f"(max_length {task.max_length}, doc_stride {task.doc_stride})")
+            windows = 1 if c_len <= budget else 1 + math.ceil((c_len - budget) / (budget - task.doc_stride))
+            if windows > self.max_windows:
+                raise RequestError(f"{field}.context", f"too long for task {name}: about {windows} windows of "
+                                   f"{task.max_length} tokens, at most {self.max_windows} per question", status=413)
+
+    # --- answering ------------------------------------------------------------------------------
+    def predict(self, texts: list[TextItem], questions: list[QuestionItem] | None = None
+                ) -> tuple[list[dict[str, ExampleResult]], list[dict[str, SpanResult]]]:
+        """Per text, task -> its result; per question, span task -> its answer. One forward pass."""
+        questions = questions or []
+        sequences = Sequences()
+        text_rows = self._tokenize_texts(texts, sequences)
+        span_groups = self._tokenize_questions(questions, sequences)
+        token_rows = {row for group in span_groups for row in group.rows}
+        for i, item in enumerate(texts):
+            token_rows.update(text_rows[i][t] for t, h in item.heads.items()
+                              if self.tasks[t].heads[h].level == "tokens")
+        if not len(sequences):
+            return [{} for _ in texts], [{} for _ in questions]
+        states = self._encode(sequences, sorted(token_rows))
+        return self._example_results(texts, text_rows, states), self._span_results(questions, span_groups, states)
+
+    def _tokenize_texts(self, texts: list[TextItem], sequences: Sequences) -> list[dict[str, int]]:
+        """Per item, task -> its row in ``sequences``; each text tokenized once per distinct max_length."""
+        rows: list[dict[str, int]] = [{} for _ in texts]
+        lengths = sorted({self.tasks[t].max_length for item in texts for t in item.heads})
+        for max_length in lengths:
+            wanted = [i for i, item in enumerate(texts)
+                      if any(self.tasks[t].max_length == max_length for t in item.heads)]
+            for fields, arity in ((SINGLE, 1), (PAIR, 2)):
+                items = [i for i in wanted if len(texts[i].texts) == arity]
+                if not items:
+                    continue
+                frame = pd.DataFrame({name: [texts[i].texts[k] for i in items] for k, name in enumerate(fields.text_fields)})
+                frame["idx"], frame["label"] = np.arange(len(items)), 0
+                encoded = tokenize_frame(frame, fields, self.tokenizer, max_length)
+                for i, ids, types in zip(items, encoded["input_ids"], encoded["token_type_ids"]):
+                    row = sequences.add(ids, types)
+                    rows[i].update({t: row for t in texts[i].heads if self.tasks[t].max_length == max_length})
+        return rows
+
+    def _tokenize_questions(self, questions: list[QuestionItem], sequences: Sequences) -> list[SpanGroup]:
+        groups: dict[tuple[int, int], list[str]] = {}
+        for name in dict.fromkeys(t for item in questions for t in item.heads):
+            task = self.tasks[name]
+            groups.setdefault((task.max_length, task.doc_stride), []).append(name)
+        out = []
+        for (max_length, stride), tasks in groups.items():
+            items = [i for i, item in enumerate(questions) if any(t in item.heads for t in tasks)]
+            frame = pd.DataFrame({"question": [questions[i].question for i in items],
+                                  "context": [questions[i].context for i in items],
+                                  "answer_texts": [[] for _ in items], "answer_starts": [[] for _ in items]})
+            windows = TokenizedSplit(build_windows(frame, self.tokenizer, max_length, stride))
+            rows = [sequences.add(ids, types) for ids, types in zip(windows.input_ids, windows.token_type_ids)]
+            out.append(SpanGroup(tasks, items, windows, rows))
+        return out
+
+    def _encode(self, sequences: Sequences, token_rows: list[int]) -> States:
+        """The one forward pass: every hidden state, float16 as stored, read back as float32."""
+        split = sequences.split()
+        batch = to_device(collate(split, np.arange(len(split)), self.pad_id), self.device)
+        with torch.inference_mode():
+            with autocast(self.device, self.precision):
+                hidden = self.encoder(**batch, output_hidden_states=True).hidden_states
+            cls = torch.stack([h[:, 0] for h in hidden], dim=1).to("cpu", torch.float16).float()
+            tokens = None
+            if token_rows:
+                index = torch.as_tensor(token_rows, device=self.device)
+                tokens = torch.stack([h[index] for h in hidden], dim=2).to("cpu", torch.float16).float()
+        self.encoder_passes += 1
+        self.sequences_encoded += len(split)
+        return States(cls, tokens, split.lengths, {row: j for j, row in enumerate(token_rows)})
+
+    def _run_head(self, task: str, head: str, x: torch.Tensor, mask: torch.Tensor | None = None) -> np.ndarray:
+        module = self.heads[task, head]
+        with torch.inference_mode():
+            args = (x.to(self.device),) if mask is None else (x.to(self.device), mask.to(self.device))
+            return module(*args).float().cpu().numpy()
+
+    def _example_results(self, texts: list[TextItem], text_rows: list[dict[str, int]], states: States
+                         ) -> list[dict[str, ExampleResult]]:
+        results: list[dict[str, ExampleResult]] = [{} for _ in texts]
+        pairs = dict.fromkeys((t, h) for item in texts for t, h in item.heads.items())
+        for task_name, head in pairs:
+            task = self.tasks[task_name]
+            items = [i for i, item in enumerate(texts) if item.heads.get(task_name) == head]
+            rows = [text_rows[i][task_name] for i in items]
+            if task.heads[head].level == "tokens":
+                outputs = self._run_head(task_name, head, *states.padded_tokens(rows))
+            else:
+                outputs = self._run_head(task_name, head, states.cls[rows])
+            for i, out in zip(items, outputs):
+                results[i][task_name] = example_result(task, head, out)
+        # the order the tasks were asked in
+        return [{t: results[i][t] for t in item.heads} for i, item in enumerate(texts)]
+
+    def _span_results(self, questions: list[QuestionItem], groups: list[SpanGroup], states: States
+                      ) -> list[dict[str, SpanResult]]:
+        results: list[dict[str, SpanResult]] = [{} for _ in questions]
+        for group in groups:
+            x, _ = states.padded_tokens(group.rows)
+            lengths = group.windows.lengths
+            by_question: dict[int, list[int]] = {}
+            for w, q in enumerate(group.windows.idx):
+                by_question.setdefault(int(q), []).append(w)
+            for task_name in group.tasks:
+                task = self.tasks[task_name]
+                for head in dict.fromkeys(questions[i].heads[task_name] for i in group.questions
+                                          if task_name in questions[i].heads):
+                    logits = self._run_head(task_name, head, x)  # per token: padding never reaches a real token
+                    threshold = task.heads[head].null_threshold
+                    for q, i in enumerate(group.questions):
+                        if questions[i].heads.get(task_name) != head:
+                            continue
+                        windows = [(logits[w, : lengths[w], 0], logits[w, : lengths[w], 1], group.windows.offsets[w])
+                                   for w in by_question.get(q, [])]
+                        best = decode_question(windows, questions[i].context, task.n_best, task.max_answer_length)
+                        answer = apply_threshold([best], threshold)[0]
+                        results[i][task_name] = SpanResult(head, answer, bool(best.score_diff > threshold), best.text,
+                                                           finite(best.score_diff), threshold)
+        return [{t: results[i][t] for t in item.heads} for i, item in enumerate(questions)]
+
+
+def example_result(task: TaskEntry, head: str, outputs: np.ndarray) -> ExampleResult:
+    values = [finite(v) for v in outputs]
+    if task.kind == "regression":
+        return ExampleResult(head, values, score=finite(predictions_from_outputs(outputs[None], task.kind)[0]))
+    label_id = int(predictions_from_outputs(outputs[None], task.kind)[0])
+    shifted = np.exp(outputs.astype(np.float64) - np.max(outputs))
+    probabilities = shifted / shifted.sum()
+    return ExampleResult(head, values, label=task.label_names[label_id], label_id=label_id,
+                         probabilities={name: finite(p) for name, p in zip(task.label_names, probabilities)})
