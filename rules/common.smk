@@ -260,7 +260,7 @@ def shared_encoder(wildcards):
 
 def encoder_weights(wildcards):
     """The shared encoder's model.safetensors (for a bundle: that of the first fine-tuning seed)."""
-    ftseed = int(wildcards.get("ftseed", S.ft_seeds[0]))
+    ftseed = int(wildcards.get("ftseed", S.shared_ft_seeds[0]))
     return f"{shared_encoder(wildcards).checkpoint_dir(wildcards.model, ftseed, S.shared_tasks[0])}/model.safetensors"
 
 
@@ -294,14 +294,14 @@ def all_shared_head_dirs():
 
 def all_head_transfer_files():
     encoders = S.shared_encoders()
-    return [L.HEAD_TRANSFER_FILE.format(**encoders[a].keys(m, s, b)) for m in S.models for s in S.ft_seeds
+    return [L.HEAD_TRANSFER_FILE.format(**encoders[a].keys(m, s, b)) for m in S.models for s in S.shared_ft_seeds
             for a, b in S.label_transfer_pairs()]
 
 
 def bundle_heads(wildcards):
     """Task -> the heads directory of each shared task on the bundle's encoder (first fine-tuning seed)."""
     enc = shared_encoder(wildcards)
-    return {t: enc.heads_dir(wildcards.model, S.ft_seeds[0], t) for t in S.shared_tasks}
+    return {t: enc.heads_dir(wildcards.model, S.shared_ft_seeds[0], t) for t in S.shared_tasks}
 
 
 def shared_targets():

@@ -127,7 +127,7 @@ rule cross_task:
     params:
         encoders=as_json([dataclasses.asdict(e) for e in S.shared_encoders().values()]),
         models=S.models,
-        ft_seeds=S.ft_seeds,
+        ft_seeds=S.shared_ft_seeds,
         heads=as_json({t: list(S.shared_heads(t)) for t in S.shared_tasks}),
         epochs=as_json(mixture_epochs()),
         out_dir=lambda wc, output: os.path.dirname(output.cross_task_md),
@@ -153,7 +153,7 @@ rule bundle:
         heads=lambda wc: " ".join(f"{t}={d}" for t, d in bundle_heads(wc).items()),
         task_settings=as_json({t: {"max_length": S.max_length(t), "doc_stride": S.tokenize(S.models[0], t).doc_stride}
                                for t in S.shared_tasks}),
-        provenance=lambda wc: as_json({"backbone": wc.model, "encoder": wc.encoder, "ft_seed": S.ft_seeds[0]}),
+        provenance=lambda wc: as_json({"backbone": wc.model, "encoder": wc.encoder, "ft_seed": S.shared_ft_seeds[0]}),
         precision=S.extract_compute().precision,
     log:
         L.log("bundle"),

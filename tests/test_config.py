@@ -108,6 +108,20 @@ def test_error_names_the_file(tmp_path):
         (lambda c: c.update({"experiments": {"transfer": {"tasks": ["rte"]}}}), r"experiments.transfer.tasks"),
         (lambda c: c.update({"experiments": {"data_fraction": {"tasks": ["mrpc"], "checkpoints": [2]}}}),
          r"experiments.data_fraction.checkpoints: \['2'\]"),
+        (lambda c: c.update({"shared": {"tasks": ["rte"]}}), r"shared.tasks: \['rte'\] are not configured tasks"),
+        (lambda c: c.update({"shared": {"tasks": ["mrpc"], "mixtures": {"mix": {"tasks": ["mrpc", "rte"]}}}}),
+         r"shared.mixtures.mix.tasks: \['rte'\]"),
+        (lambda c: c.update({"shared": {"tasks": ["mrpc"], "mixtures": {"mrpc": {"tasks": ["mrpc"]}}}}),
+         r"shared.mixtures.mrpc: the name is taken"),
+        (lambda c: c.update({"shared": {"tasks": ["mrpc"], "checkpoint": 0.5}}),
+         r"shared.checkpoint: 0.5 is not in finetune.epoch_fractions"),
+        (lambda c: c.update({"shared": {"tasks": ["mrpc"]}, "finetune": {"epoch_fractions": [1.0]}}),
+         r"shared.frozen: needs 0 in finetune.epoch_fractions"),
+        (lambda c: c.update({"shared": {"tasks": ["mrpc"], "serve": "glue"}}), r"shared.serve: 'glue' is not a shared"),
+        (lambda c: c.update({"shared": {"tasks": ["mrpc"], "ft_seeds": [7]}}), r"shared.ft_seeds: \[7\]"),
+        (lambda c: c.update({"shared": {"tasks": ["mrpc"], "heads": ["nope"]}}), r"shared.heads: none of \['nope'\]"),
+        (lambda c: c.update({"shared": {"tasks": ["mrpc"], "frozen": False, "checkpoint": None}}),
+         r"shared: no encoder"),
     ],
 )
 def test_cross_key_problems_fail_when_the_config_loads(mutate, message):
@@ -151,3 +165,24 @@ def test_every_shipped_config_builds_its_settings():
         for run in settings.runs():
             settings.finetune(run.model, run.task), settings.head_training(run.task), settings.download(run.task)
         copy.deepcopy(settings.config)
+
+
+def test_shared_encoders_follow_the_config():
+    """Frozen, each shared task's own checkpoint and each mixture; the frozen encoder and a task's
+    own encoder reuse the main pipeline's features and heads, the others get their own."""
+    config = minimal()
+    config["tasks"] = {"mrpc": None, "rte": None, "wnli": None}
+    config["shared"] = {"tasks": ["rte", "wnli", "mrpc"], "ft_seeds": [1],
+                        "mixtures": {"nli": {"tasks": ["rte", "wnli"], "epochs": 0.5}}}
+    s = WorkflowSettings(validate_config(config))
+    encoders = s.shared_encoders()
+    assert list(encoders) == ["frozen", "rte", "wnli", "mrpc", "nli"]
+    assert s.serve_encoder == "nli"
+    assert encoders["rte"].manifest("m", 1, "rte") == "features/m/rte/ft1/ckpt-1/manifest.json"
+    assert encoders["rte"].manifest("m", 1, "wnli") == "shared/m/rte/ft1/features/wnli/manifest.json"
+    assert encoders["frozen"].heads_dir("m", 1, "wnli") == "heads/m/wnli/ft1/ckpt-0"
+    assert encoders["nli"].checkpoint_dir("m", 1, "rte") == "shared/m/nli/ft1/encoder"
+    assert s.mixture("m", "nli").epochs == 0.5 and s.mixture("m", "nli").tasks == ("rte", "wnli")
+    # RTE and WNLI mean the same labels (in opposite id orders); MRPC's are its own
+    assert sorted(s.label_transfer_pairs()) == [("rte", "wnli"), ("wnli", "rte")]
+    assert len(s.shared_pairs()) == 5 * 3

@@ -135,7 +135,7 @@ def test_table_numbers_equal_the_metrics_files(workflow_run):
 def test_cost_table_adds_up_from_its_sources(workflow_run):
     workdir, _ = workflow_run
     costs = pd.read_csv(workdir / "results" / "tables" / "cost.csv")
-    assert set(costs["task"]) == {"mrpc", "stsb", "squad2"}
+    assert set(costs["task"]) == {"mrpc", "stsb", "squad2", "rte", "wnli"}
     assert (costs["bertvision_s"] - (costs["finetune_s"] + costs["extract_s"] + costs["head_s"])).abs().max() < 1e-3
     row = costs[(costs["task"] == "mrpc") & (costs["epoch_fraction"] == 1.0) & (costs["model"] == "lp")].iloc[0]
     bert = json.loads((workdir / "models/tiny/mrpc/ft1/ckpt-1/eval_metrics.json").read_text())
@@ -297,6 +297,53 @@ def test_features_match_a_direct_forward_pass(workflow_run):
     expected = torch.stack([h[:, 0] for h in states], dim=1).numpy()
     assert x.shape[1:] == expected.shape[1:]
     assert abs(x[rows].astype("float32") - expected).max() < 1e-2
+
+
+def test_cross_task_table_reads_every_shared_encoder_and_reuses_the_main_pipeline(workflow_run):
+    workdir, _ = workflow_run
+    table = pd.read_csv(workdir / "results" / "tables" / "cross_task.csv")
+    trained = table[table["role"] != "source head as is"]
+    for task in ("rte", "wnli", "squad2"):
+        rows = trained[trained["task"] == task].set_index("encoder")
+        assert set(rows.index) == {"frozen", "rte", "wnli", "squad2", "mix"}
+        assert rows.loc[task, "role"] == "own encoder" and rows.loc["frozen", "role"] == "frozen"
+        assert rows.loc[task, "diff_vs_own"] == 0 and rows.loc["frozen", "diff_vs_frozen"] == 0
+        assert (rows["n"] == 2).all() and set(rows["head"]) == {"lp"}  # shared.heads; 1 ft seed x 2 head seeds
+    # the own-encoder and frozen cells are the main pipeline's heads, not recomputed
+    own = [json.loads((workdir / f"heads/tiny/rte/ft1/ckpt-1/lp/seed{s}/metrics.json").read_text()) for s in (1, 2)]
+    cell = trained[(trained["task"] == "rte") & (trained["encoder"] == "rte")].iloc[0]
+    assert cell["dev_mean"] == pytest.approx(sum(r["metrics"]["dev"]["accuracy"] for r in own) / 2, abs=1e-5)
+    assert not (workdir / "shared/tiny/frozen").exists()
+    assert not (workdir / "shared/tiny/rte/ft1/features/rte").exists()
+    other = json.loads((workdir / "shared/tiny/rte/ft1/heads/wnli/lp/seed1/metrics.json").read_text())
+    assert other["source"]["encoder"] == "rte" and other["task"] == "wnli"
+    # the mixture trained one encoder on both of its tasks' rows
+    record = json.loads((workdir / "shared/tiny/mix/ft1/encoder/train.json").read_text())
+    assert set(record["tasks"]) == {"rte", "squad2"} and all(t["steps"] > 0 for t in record["tasks"].values())
+    assert record["steps"] == sum(t["steps"] for t in record["tasks"].values())
+    # RTE and WNLI share their labels: each one's heads answer the other as they are
+    as_is = table[table["role"] == "source head as is"].set_index("task")
+    assert as_is.loc["wnli", "encoder"] == "rte" and as_is.loc["rte", "encoder"] == "wnli"
+    assert "Cross-task transfer" in (workdir / "results" / "tables" / "cross_task.md").read_text()
+    assert (workdir / "results" / "plots" / "cross-task.png").stat().st_size > 0
+
+
+def test_a_head_applied_across_tasks_to_its_own_task_reproduces_its_score(workflow_run):
+    """The head-transfer path (relabelling included) on the source task itself is the identity."""
+    from bertvision.config.settings import HeadRuntimeSettings
+    from bertvision.registry.tasks import get_task
+    from bertvision.stages.head_transfer import apply_heads_across_tasks
+
+    workdir, _ = workflow_run
+    rte = get_task("rte")
+    records = apply_heads_across_tasks(rte, rte, workdir / "heads/tiny/rte/ft1/ckpt-1", ["lp"],
+                                       workdir / "features/tiny/rte/ft1/ckpt-1/manifest.json", workdir / "data/raw/rte",
+                                       HeadRuntimeSettings(device="cpu", verify="size"), 100.0,
+                                       workdir / "head-transfer-check.json")
+    assert len(records) == 2
+    for r in records:
+        own = json.loads((workdir / f"heads/tiny/rte/ft1/ckpt-1/lp/seed{r['seed']}/metrics.json").read_text())
+        assert r["metrics"]["dev"]["accuracy"] == pytest.approx(own["metrics"]["dev"]["accuracy"], abs=1e-6)
 
 
 def test_rerun_has_nothing_to_do_and_a_head_change_reruns_only_heads(workflow_run):

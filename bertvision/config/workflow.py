@@ -169,10 +169,15 @@ class WorkflowSettings:
             encoders[name] = SharedEncoder(name, "mixture", tasks=tuple(mixture["tasks"]))
         return encoders
 
+    @property
+    def shared_ft_seeds(self) -> list[int]:
+        wanted = self.config["shared"]["ft_seeds"]
+        return self.ft_seeds if wanted is None else list(wanted)
+
     def shared_pairs(self) -> list[tuple[str, SharedEncoder, int, str]]:
         """Every (model, encoder, fine-tuning seed, task) whose heads the shared mode trains."""
         return [(m, enc, s, t) for m in self.models for enc in self.shared_encoders().values()
-                for s in self.ft_seeds for t in self.shared_tasks]
+                for s in self.shared_ft_seeds for t in self.shared_tasks]
 
     def shared_heads(self, task: str) -> dict[str, dict]:
         heads, wanted = self.task_heads(task), self.config["shared"]["heads"]
@@ -334,6 +339,9 @@ class WorkflowSettings:
         if shared["checkpoint"] is not None and fraction_name(shared["checkpoint"]) not in self.fractions:
             problems.append(f"shared.checkpoint: {shared['checkpoint']} is not in finetune.epoch_fractions "
                             f"({self.fractions})")
+        unknown = [s for s in self.shared_ft_seeds if s not in self.ft_seeds]
+        if unknown:
+            problems.append(f"shared.ft_seeds: {unknown} are not in finetune.seeds ({self.ft_seeds})")
         if not self.shared_encoders():
             problems.append("shared: no encoder (frozen false, checkpoint null and no mixtures)")
         elif shared["serve"] is not None and shared["serve"] not in self.shared_encoders():

@@ -182,7 +182,8 @@ def cross_task_heatmap(table: pd.DataFrame, out: Path) -> None:
         image = ax.imshow(grid, cmap="RdBu", vmin=-limit, vmax=limit, aspect="auto")
         for i in range(len(tasks)):
             for j in range(len(encoders)):
-                ax.text(j, i, labels[i][j], ha="center", va="center", fontsize=8)
+                dark = np.isfinite(grid[i, j]) and abs(grid[i, j]) > 0.6 * limit
+                ax.text(j, i, labels[i][j], ha="center", va="center", fontsize=8, color="white" if dark else "black")
         ax.set_xticks(range(len(encoders)), encoders, rotation=30, ha="right")
         ax.set_yticks(range(len(tasks)), tasks)
         ax.set_xlabel("encoder the heads were trained on")

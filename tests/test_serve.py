@@ -1,0 +1,396 @@
+"""``bertvision serve``: a real little run (MRPC with token features, STS-B, SQuAD 2.0, all on one
+shared encoder checkpoint, tiny random BERT), bundled and served by a real uvicorn server on
+loopback. The service's answers are the pipeline's answers (each head's eval_predictions);
+bad input is a 4xx naming the field; concurrent requests share encoder passes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import socket
+import threading
+import time
+
+import httpx
+import numpy as np
+import pandas as pd
+import pytest
+
+from bertvision.layout import HEAD_METRICS, HEAD_PREDICTIONS, head_run_dir, head_runs
+from bertvision.registry.tasks import get_task, splits_of
+from bertvision.runtime.io import read_json
+from bertvision.serving.bundle import BundleError, load_bundle, write_bundle
+from tests.conftest import workflow_settings
+
+TASKS = ("mrpc", "stsb", "squad2")
+MAX_TEXTS = 32
+MAX_BODY = 64_000
+MAX_CHARS = 3_000
+
+
+@pytest.fixture(scope="module")
+def run(tiny_bert, tmp_path_factory):
+    """Download, tokenize, fine-tune MRPC (checkpoints 0 and 1), extract all three tasks from
+    MRPC's checkpoint 1 (the shared encoder), train two heads x two seeds per example task."""
+    from bertvision.features.store import write_manifest
+    from bertvision.layout import Run
+    from bertvision.stages.download import download_task
+    from bertvision.stages.extract import extract_shard
+    from bertvision.stages.finetune import finetune
+    from bertvision.stages.tokenize import tokenize_task
+    from bertvision.stages.train_heads import train_heads
+
+    root = tmp_path_factory.mktemp("serve-run")
+    sizes = {"train_size": 60, "selection_size": 16, "eval_size": 24, "max_length": 64}
+    settings = workflow_settings(
+        backbones={"tiny": {"pretrained": str(tiny_bert)}},
+        tasks={"mrpc": {**sizes, "token_features": True, "heads": ["lp", "tok"]},
+               "stsb": {**sizes, "heads": ["lp", "ad8"]},
+               "squad2": {"article_split": {"from": "dev", "train": 0.6, "selection": 0.1, "dev": 0.3},
+                          "train_size": 40, "selection_size": 16, "eval_size": 16, "max_length": 96,
+                          "doc_stride": 32, "heads": ["lp"]}},
+        finetune={"epoch_fractions": [0, 1], "settings": {"batch_size": 16}, "device": "cpu", "precision": "fp32"},
+        extract={"precision": "fp32", "device": "cpu", "batch_size": 8},
+        heads={"models": {"lp": {"type": "lp"}, "ad8": {"type": "adapter", "width": 8},
+                          "tok": {"type": "token-pool"}},
+               "seeds": [1, 2], "device": "cpu", "training": {"max_epochs": 2}},
+    )
+    for task in TASKS:
+        download_task(get_task(task), settings.download(task), root / "raw" / task)
+        tokenize_task(get_task(task), settings.tokenize("tiny", task), root / "raw" / task, root / "tokens" / task)
+    finetune(get_task("mrpc"), "tiny", settings.finetune("tiny", "mrpc"), settings.finetune_compute(),
+             root / "tokens" / "mrpc", root / "raw" / "mrpc", root / "ft", 1, threads=1)
+    for task in TASKS:
+        splits = list(splits_of(get_task(task)))
+        shard = root / "features" / task / "shard-0-of-1"
+        extract_shard(root / "ft" / "ckpt-1", root / "tokens" / task, shard, 0, 1, splits, settings.extract(),
+                      settings.extract_compute(), settings.extract_attrs(Run("tiny", task, 1, "1")), threads=1)
+        write_manifest([shard], root / "features" / task / "manifest.json", splits)
+        train_heads(get_task(task), settings.task_heads(task), settings.head_training(task), settings.head_runtime(),
+                    root / "features" / task / "manifest.json", settings.head_seeds, root / "heads" / task, threads=1,
+                    raw_dir=root / "raw" / task)
+    return root
+
+
+def bundle_tasks(root) -> dict:
+    return {"mrpc": {"heads_dirs": [root / "heads" / "mrpc"], "max_length": 64},
+            "stsb": {"heads_dirs": [root / "heads" / "stsb"], "max_length": 64},
+            "squad2": {"heads_dirs": [root / "heads" / "squad2"], "max_length": 96, "doc_stride": 32}}
+
+
+@pytest.fixture(scope="module")
+def bundle(run, tiny_bert):
+    return write_bundle(run / "bundle", run / "ft" / "ckpt-1", str(tiny_bert), bundle_tasks(run),
+                        {"backbone": "tiny", "encoder": "ft1/ckpt-1", "ft_seed": 1}, "fp32")
+
+
+class Server:
+    """A real uvicorn server in a thread, on a loopback port bound beforehand."""
+
+    def __init__(self, app):
+        import uvicorn
+
+        self.app = app
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            assert self.thread.is_alive() and time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc):
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def server(bundle):
+    from bertvision.serving.app import ServeSettings, create_app
+
+    settings = ServeSettings(max_batch_size=64, max_wait_ms=100, max_texts_per_request=MAX_TEXTS,
+                             max_body_bytes=MAX_BODY, max_text_chars=MAX_CHARS, device="cpu")
+    with Server(create_app(bundle.root, settings)) as running:
+        with httpx.Client(base_url=running.url, timeout=60) as client:
+            running.client = client
+            yield running
+
+
+def post(server, body) -> httpx.Response:
+    return server.client.post("/predict", json=body)
+
+
+def kept_run(bundle, task: str, head: str):
+    return head_run_dir(bundle.root.parent / "heads" / task, head, bundle.tasks[task].heads[head].seed)
+
+
+# --- the bundle ----------------------------------------------------------------------------------
+def test_bundle_keeps_each_heads_best_seed_and_picks_the_best_mean(run, bundle):
+    meta = read_json(bundle.root / "bundle.json")
+    assert meta["format"] == 1 and meta["precision"] == "fp32" and (meta["layers"], meta["hidden"]) == (3, 32)
+    assert meta["keys"]["encoder"] == "ft1/ckpt-1"
+    for task in TASKS:
+        spec = get_task(task)
+        records = [read_json(r / HEAD_METRICS) for r in head_runs(run / "heads" / task)]
+        means = {}
+        for head in {r["head"] for r in records}:
+            mine = sorted((r for r in records if r["head"] == head), key=lambda r: r["seed"])
+            scores = [spec.primary_score(r["metrics"], "selection") for r in mine]
+            best = mine[int(np.argmax(scores))]  # argmax: the first (lower seed) of ties
+            entry = meta["tasks"][task]["heads"][head]
+            assert entry["seed"] == best["seed"] and entry["parameters"] == best["parameters"]
+            assert entry["eval_metrics"]["dev"] == best["metrics"]["dev"]
+            kept = bundle.root / "heads" / task / head
+            assert (kept / "head.safetensors").read_bytes() == (head_run_dir(run / "heads" / task, head, best["seed"])
+                                                                 / "head.safetensors").read_bytes()
+            means[head] = (-float(np.mean(scores)), best["parameters"], head)
+        assert meta["tasks"][task]["picked"] == min(means, key=means.get)
+    assert meta["tasks"]["mrpc"]["feature_level"] == "tokens" and meta["tasks"]["stsb"]["feature_level"] == "cls"
+    assert meta["tasks"]["squad2"]["heads"]["lp"]["null_threshold"] is not None
+    assert sorted(p.name for p in (bundle.root / "encoder").iterdir() if p.suffix in (".bin", ".pt", ".pkl")) == []
+
+
+def test_a_pickle_only_encoder_is_refused_naming_the_folder(bundle, tmp_path):
+    copy = tmp_path / "bundle"
+    shutil.copytree(bundle.root, copy)
+    (copy / "encoder" / "model.safetensors").unlink()
+    (copy / "encoder" / "pytorch_model.bin").write_bytes(b"not loaded, ever")
+    with pytest.raises(BundleError, match=rf"{copy / 'encoder'}: .*only pickle weights \(pytorch_model.bin\).*"
+                                          "safetensors only"):
+        load_bundle(copy)
+    with pytest.raises(BundleError, match="safetensors only"):  # nor is one bundled from such a checkpoint
+        write_bundle(tmp_path / "b2", copy / "encoder", str(copy / "encoder"), bundle_tasks(bundle.root.parent), {},
+                     "fp32")
+    assert not (tmp_path / "b2").exists() and not (tmp_path / ".b2.tmp").exists()
+
+
+def test_a_missing_file_is_named(bundle, tmp_path):
+    copy = tmp_path / "bundle"
+    shutil.copytree(bundle.root, copy)
+    (copy / "heads" / "stsb" / "lp" / "head.safetensors").unlink()
+    with pytest.raises(BundleError, match=r"heads/stsb/lp/head.safetensors: missing from the bundle"):
+        load_bundle(copy)
+    (copy / "bundle.json").unlink()
+    with pytest.raises(BundleError, match=r"bundle.json: missing from the bundle"):
+        load_bundle(copy)
+
+
+# --- the service's answers are the pipeline's --------------------------------------------------
+def dev_rows(run, task: str) -> pd.DataFrame:
+    return pd.read_parquet(run / "raw" / task / "dev.parquet")
+
+
+def ask_texts(server, task: str, head: str, rows: pd.DataFrame) -> list[dict]:
+    fields = get_task(task).text_fields
+    answers = []
+    for start in range(0, len(rows), MAX_TEXTS):
+        chunk = rows.iloc[start : start + MAX_TEXTS]
+        texts = [list(r) for r in zip(*(chunk[f] for f in fields))] if len(fields) == 2 else list(chunk[fields[0]])
+        response = post(server, {"texts": texts, "tasks": [task], "heads": {task: head}})
+        assert response.status_code == 200, response.text
+        answers += [p[task] for p in response.json()["predictions"]]
+    return answers
+
+
+@pytest.mark.parametrize("task, head", [("mrpc", "lp"), ("mrpc", "tok"), ("stsb", "lp"), ("stsb", "ad8")])
+def test_example_answers_equal_the_pipelines_predictions(run, bundle, server, task, head):
+    rows = dev_rows(run, task)
+    expected = pd.read_parquet(kept_run(bundle, task, head) / HEAD_PREDICTIONS).set_index("idx").loc[rows["idx"]]
+    answers = ask_texts(server, task, head, rows)
+    assert len(answers) == len(rows) == len(expected)
+    outputs = np.array([a["outputs"] for a in answers])
+    np.testing.assert_allclose(outputs, np.stack(expected["outputs"].to_numpy()), rtol=1e-4, atol=1e-4)
+    assert all(a["head"] == head for a in answers)
+    if task == "stsb":
+        np.testing.assert_allclose([a["score"] for a in answers], expected["prediction"], rtol=1e-4, atol=1e-4)
+        return
+    names = get_task(task).label_names
+    margins = np.abs(np.diff(np.stack(expected["outputs"].to_numpy()), axis=1))[:, 0]
+    for answer, label, margin in zip(answers, expected["prediction"], margins):
+        assert answer["label"] == names[label] or margin < 1e-5  # a near tie may fall either way
+        assert answer["label_id"] == names.index(answer["label"])
+        assert sum(answer["probabilities"].values()) == pytest.approx(1.0)
+
+
+def test_span_answers_equal_the_pipelines_predictions(run, bundle, server):
+    rows = dev_rows(run, "squad2")
+    expected = pd.read_parquet(kept_run(bundle, "squad2", "lp") / HEAD_PREDICTIONS)
+    expected = expected[expected["split"] == "dev"].set_index("id").loc[rows["id"]]
+    response = post(server, {"qa": [{"question": q, "context": c} for q, c in zip(rows["question"], rows["context"])]})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["predictions"] == [] and len(body["answers"]) == len(rows)
+    threshold = bundle.tasks["squad2"].heads["lp"].null_threshold
+    for answer, (_, want) in zip((a["squad2"] for a in body["answers"]), expected.iterrows()):
+        assert answer["best_span"] == want["best_span"]
+        assert answer["score_diff"] == pytest.approx(want["score_diff"], abs=1e-4)
+        if abs(want["score_diff"] - threshold) > 1e-4:
+            assert answer["answer"] == want["prediction"] and answer["has_answer"] == (want["prediction"] != "")
+        assert answer["null_threshold"] == threshold
+
+
+def test_all_tasks_of_a_text_come_from_one_encoder_pass(server, bundle):
+    before = server.client.get("/health").json()["encoder_passes"]
+    response = post(server, {"texts": [["A man is playing a guitar.", "A man plays the guitar."]] * 3
+                             + [["The cat sat.", "Stocks fell."]],
+                             "qa": [{"question": "Who plays?", "context": "A man plays the guitar in the park."}]})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert server.client.get("/health").json()["encoder_passes"] == before + 1
+    for per_text in body["predictions"]:  # default: every task that takes a pair, each with its picked head
+        assert list(per_text) == ["mrpc", "stsb"]
+        assert per_text["mrpc"]["head"] == bundle.tasks["mrpc"].picked and per_text["mrpc"]["label"] is not None
+        assert per_text["stsb"]["head"] == bundle.tasks["stsb"].picked and per_text["stsb"]["score"] is not None
+    assert body["predictions"][0] == body["predictions"][1] == body["predictions"][2]
+    assert list(body["answers"][0]) == ["squad2"]
+
+
+def test_tasks_and_health(server, bundle):
+    tasks = server.client.get("/tasks").json()
+    assert set(tasks["tasks"]) == set(TASKS) and tasks["precision"] == "fp32"
+    mrpc = tasks["tasks"]["mrpc"]
+    assert mrpc["kind"] == "classification" and mrpc["label_names"] == ["not_equivalent", "equivalent"]
+    assert mrpc["picked"] == bundle.tasks["mrpc"].picked and set(mrpc["heads"]) == {"lp", "tok"}
+    assert mrpc["heads"]["lp"]["parameters"] > 0 and "accuracy" in mrpc["heads"]["lp"]["eval_metrics"]["dev"]
+    assert "accuracy" in mrpc["heads"]["lp"]["selection_metrics"]
+    assert server.client.get("/health").json()["status"] == "ok"
+    assert "/predict" in server.client.get("/openapi.json").json()["paths"]
+    assert server.client.get("/docs").status_code == 200
+
+
+# --- bad input: 4xx naming the field, never a 500 ---------------------------------------------------
+PAIR = ["A man is playing a guitar.", "A man plays the guitar."]
+BAD = [
+    ({"texts": [PAIR], "tasks": ["nope"]}, 422, "tasks[0]"),
+    ({"texts": ["a single text"], "tasks": ["mrpc"]}, 422, "texts[0]"),  # a pair task given one text
+    ({"texts": ["a single text"]}, 422, "texts[0]"),  # no task of this bundle takes one text
+    ({"texts": [PAIR, ["a", "b", "c"]]}, 422, "texts[1]"),
+    ({"texts": []}, 422, "texts"),
+    ({}, 422, "texts"),
+    ({"texts": [PAIR], "tasks": []}, 422, "tasks"),
+    ({"texts": [PAIR], "tasks": "mrpc"}, 422, "tasks"),
+    ({"texts": [7]}, 422, "texts[0]"),
+    ({"texts": "just a string"}, 422, "texts"),
+    ({"texts": [PAIR] * (MAX_TEXTS + 1)}, 413, "texts"),
+    ({"texts": [["x" * (MAX_CHARS + 1), "y"]]}, 413, "texts[0][0]"),
+    ({"texts": [PAIR], "heads": {"mrpc": "no-such-head"}}, 422, "heads.mrpc"),
+    ({"texts": [PAIR], "tasks": ["mrpc"], "heads": {"stsb": "lp"}}, 422, "heads.stsb"),
+    ({"texts": [PAIR], "colour": "blue"}, 422, "colour"),
+    ({"tasks": ["squad2"]}, 422, "qa"),  # a span task without question/context
+    ({"texts": [PAIR], "tasks": ["squad2"]}, 422, "qa"),
+    ({"qa": [{"question": "Who?"}]}, 422, "qa[0].context"),
+    ({"qa": [{"context": "Somebody did."}]}, 422, "qa[0].question"),
+    ({"qa": [{"question": "  ", "context": "Somebody did."}]}, 422, "qa[0].question"),
+    ({"qa": [{"question": "who " * 80, "context": "Somebody did."}]}, 422, "qa[0].question"),  # no room left
+    ({"qa": [{"question": "Who?", "context": "word " * 2000}]}, 413, "qa[0].context"),  # too many windows
+    ({"qa": [{"question": "Who?", "context": "z" * (MAX_CHARS + 1)}]}, 413, "qa[0].context"),
+    ({"qa": [{"question": "Who?", "context": "Somebody."}], "tasks": ["mrpc"]}, 422, "texts"),
+    ({"qa": []}, 422, "qa"),
+]
+
+
+@pytest.mark.parametrize("body, status, field", BAD, ids=[f"{i}-{b[2]}" for i, b in enumerate(BAD)])
+def test_bad_input_is_a_4xx_naming_the_field(server, body, status, field):
+    response = post(server, body)
+    assert response.status_code == status, response.text
+    detail = response.json()["detail"]
+    assert response.json()["field"] == field and detail.startswith(f"{field}: "), detail
+
+
+@pytest.mark.parametrize("content, headers, status, field", [
+    (b"{not json", {}, 422, "body"),
+    (b"[1, 2]", {}, 422, "body"),
+    (b'{"texts": ["' + b"x" * MAX_BODY + b'"]}', {}, 413, "body"),  # by Content-Length
+])
+def test_bad_bodies_are_refused(server, content, headers, status, field):
+    response = server.client.post("/predict", content=content, headers={"content-type": "application/json", **headers})
+    assert response.status_code == status, response.text
+    assert response.json()["field"] == field
+
+
+def test_a_malformed_content_length_is_a_400(server):
+    host, port = server.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: ten\r\n\r\n{}")
+        assert sock.recv(100).startswith(b"HTTP/1.1 400 ")
+
+
+def test_a_chunked_body_over_the_limit_is_refused(server):
+    def chunks():  # no Content-Length: the bytes that arrive are counted
+        yield b'{"texts": ["'
+        for _ in range(MAX_BODY // 1000 + 1):
+            yield b"x" * 1000
+        yield b'"]}'
+
+    response = server.client.post("/predict", content=chunks(), headers={"content-type": "application/json"})
+    assert response.status_code == 413 and response.json()["field"] == "body"
+
+
+def test_the_server_survives_every_bad_request(server):
+    for body, _, _ in BAD:
+        post(server, body)
+    assert server.client.get("/health").json()["status"] == "ok"
+    assert post(server, {"texts": [PAIR]}).status_code == 200
+
+
+# --- batching --------------------------------------------------------------------------------------
+def test_concurrent_requests_share_encoder_passes_and_get_their_own_answers(run, server):
+    rows = dev_rows(run, "mrpc").iloc[:16]
+    pairs = [[a, b] for a, b in zip(rows["sentence1"], rows["sentence2"])]
+    alone = [post(server, {"texts": [p], "tasks": ["mrpc", "stsb"]}).json()["predictions"][0] for p in pairs]
+    before = server.client.get("/health").json()
+
+    async def ask_all():
+        async with httpx.AsyncClient(base_url=server.url, timeout=60) as client:
+            return await asyncio.gather(*(client.post("/predict", json={"texts": [p], "tasks": ["mrpc", "stsb"]})
+                                          for p in pairs))
+
+    responses = asyncio.run(ask_all())
+    after = server.client.get("/health").json()
+    assert all(r.status_code == 200 for r in responses)
+    for response, want in zip(responses, alone):
+        got = response.json()["predictions"][0]
+        assert got["mrpc"]["label"] == want["mrpc"]["label"]
+        np.testing.assert_allclose(got["stsb"]["outputs"], want["stsb"]["outputs"], rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(got["mrpc"]["outputs"], want["mrpc"]["outputs"], rtol=1e-5, atol=1e-5)
+    passes = after["encoder_passes"] - before["encoder_passes"]
+    assert passes < len(pairs), (passes, after)
+    assert after["largest_batch"] > 1
+
+
+def test_a_failing_request_fails_alone_and_the_worker_keeps_running():
+    from bertvision.serving.batching import Batcher, BatchFailed
+    from bertvision.serving.engine import TextItem
+
+    calls = []
+
+    def run(texts, questions):
+        calls.append(len(texts))
+        if any(t.texts == ("boom",) for t in texts):
+            raise ValueError("boom")
+        return [f"answer {t.texts[0]}" for t in texts], []
+
+    async def scenario():
+        batcher = Batcher(run, max_batch_size=8, max_wait_ms=50)
+        await batcher.start()
+        try:
+            asks = [batcher.submit([TextItem((text,), {})], []) for text in ("a", "boom", "b")]
+            results = await asyncio.gather(*asks, return_exceptions=True)
+            later = await batcher.submit([TextItem(("c",), {})], [])
+        finally:
+            await batcher.stop()
+        return results, later
+
+    results, later = asyncio.run(scenario())
+    assert results[0] == (["answer a"], []) and results[2] == (["answer b"], [])
+    assert isinstance(results[1], BatchFailed) and "ValueError: boom" in str(results[1])
+    assert later == (["answer c"], [])
+    assert calls[0] == 3  # one batch first, then one by one
