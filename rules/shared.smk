@@ -157,6 +157,9 @@ rule bundle:
         precision=S.extract_compute().precision,
     log:
         L.log("bundle"),
+    resources:
+        mem_mb=4000,
+        runtime=lambda wc, attempt: 15 * attempt,
     shell:
         "bertvision bundle --encoder-dir {params.encoder_dir} --tokenizer {params.tokenizer:q} --heads {params.heads} "
         "--task-settings {params.task_settings:q} --keys {params.provenance:q} --precision {params.precision} "

@@ -117,10 +117,9 @@ def server(bundle):
 
     settings = ServeSettings(max_batch_size=64, max_wait_ms=100, max_texts_per_request=MAX_TEXTS,
                              max_body_bytes=MAX_BODY, max_text_chars=MAX_CHARS, device="cpu")
-    with Server(create_app(bundle.root, settings)) as running:
-        with httpx.Client(base_url=running.url, timeout=60) as client:
-            running.client = client
-            yield running
+    with Server(create_app(bundle.root, settings)) as running, httpx.Client(base_url=running.url, timeout=60) as client:
+        running.client = client
+        yield running
 
 
 def post(server, body) -> httpx.Response:
@@ -265,6 +264,23 @@ def test_tasks_and_health(server, bundle):
     assert server.client.get("/docs").status_code == 200
 
 
+def test_a_batch_cut_into_chunks_gives_the_same_answers(run, bundle):
+    from bertvision.serving.engine import Engine, QuestionItem, TextItem
+
+    rows, questions = dev_rows(run, "mrpc"), dev_rows(run, "squad2")
+    texts = [TextItem((a, b), {"mrpc": "tok", "stsb": "lp"}) for a, b in zip(rows["sentence1"], rows["sentence2"])]
+    asked = [QuestionItem(q, c, {"squad2": "lp"}) for q, c in zip(questions["question"], questions["context"])]
+    whole, chunked = Engine(bundle, "cpu"), Engine(bundle, "cpu", max_batch_tokens=300)
+    (texts_a, spans_a), (texts_b, spans_b) = whole.predict(texts, asked), chunked.predict(texts, asked)
+    assert whole.encoder_passes == 1 and chunked.encoder_passes > 5
+    for a, b in zip(texts_a, texts_b):
+        for task in ("mrpc", "stsb"):
+            np.testing.assert_allclose(a[task].outputs, b[task].outputs, rtol=1e-4, atol=1e-4)
+    assert [s["squad2"].best_span for s in spans_a] == [s["squad2"].best_span for s in spans_b]
+    np.testing.assert_allclose([s["squad2"].score_diff for s in spans_a], [s["squad2"].score_diff for s in spans_b],
+                               rtol=1e-4, atol=1e-4)
+
+
 # --- bad input: 4xx naming the field, never a 500 ---------------------------------------------------
 PAIR = ["A man is playing a guitar.", "A man plays the guitar."]
 BAD = [
@@ -307,6 +323,8 @@ def test_bad_input_is_a_4xx_naming_the_field(server, body, status, field):
 @pytest.mark.parametrize("content, headers, status, field", [
     (b"{not json", {}, 422, "body"),
     (b"[1, 2]", {}, 422, "body"),
+    (rb'{"texts": [["fine", "a lone \ud800 surrogate"]]}', {}, 422, "texts[0][1]"),
+    (rb'{"qa": [{"question": "\udfff?", "context": "Somebody."}]}', {}, 422, "qa[0].question"),
     (b'{"texts": ["' + b"x" * MAX_BODY + b'"]}', {}, 413, "body"),  # by Content-Length
 ])
 def test_bad_bodies_are_refused(server, content, headers, status, field):
@@ -394,3 +412,43 @@ def test_a_failing_request_fails_alone_and_the_worker_keeps_running():
     assert isinstance(results[1], BatchFailed) and "ValueError: boom" in str(results[1])
     assert later == (["answer c"], [])
     assert calls[0] == 3  # one batch first, then one by one
+
+
+# --- the command line ------------------------------------------------------------------------------
+def test_bundle_command_writes_what_write_bundle_writes(run, bundle, tiny_bert, tmp_path, capsys):
+    from bertvision.cli import main
+
+    out = tmp_path / "cli-bundle"
+    status = main(["bundle", "--encoder-dir", str(run / "ft" / "ckpt-1"), "--tokenizer", str(tiny_bert),
+                   "--heads", f"mrpc={run / 'heads' / 'mrpc'}", f"squad2={run / 'heads' / 'squad2'}",
+                   "--task-settings", json.dumps({"mrpc": {"max_length": 64},
+                                                  "squad2": {"max_length": 96, "doc_stride": 32}}),
+                   "--keys", json.dumps({"backbone": "tiny", "encoder": "ft1/ckpt-1", "ft_seed": 1}),
+                   "--precision", "fp32", "--out", str(out)])
+    assert status == 0, capsys.readouterr().err
+    assert set(load_bundle(out).tasks) == {"mrpc", "squad2"}
+    written, reference = read_json(out / "bundle.json"), read_json(bundle.root / "bundle.json")
+    assert written["tasks"] == {t: reference["tasks"][t] for t in ("mrpc", "squad2")}
+    assert written["keys"] == reference["keys"]
+    assert (out / "encoder" / "model.safetensors").read_bytes() == (bundle.root / "encoder" / "model.safetensors"
+                                                                    ).read_bytes()
+
+
+def test_bundle_command_refuses_settings_without_heads(run, tiny_bert, tmp_path, capsys):
+    from bertvision.cli import main
+
+    status = main(["bundle", "--encoder-dir", str(run / "ft" / "ckpt-1"), "--tokenizer", str(tiny_bert),
+                   "--heads", f"mrpc={run / 'heads' / 'mrpc'}", "--task-settings", '{"stsb": {"max_length": 64}}',
+                   "--precision", "fp32", "--out", str(tmp_path / "b")])
+    assert status == 2 and "--task-settings: stsb" in capsys.readouterr().err
+
+
+def test_serve_command_names_a_broken_bundle_in_one_line(bundle, tmp_path, capsys):
+    from bertvision.cli import main
+
+    copy = tmp_path / "bundle"
+    shutil.copytree(bundle.root, copy)
+    (copy / "encoder" / "model.safetensors").rename(copy / "encoder" / "pytorch_model.bin")
+    assert main(["serve", str(copy), "--port", "1"]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if ": error: " in line]
+    assert len(errors) == 1 and f"{copy / 'encoder'}: " in errors[0] and "safetensors only" in errors[0]

@@ -46,14 +46,16 @@ class ServeSettings:
     max_body_bytes: int = 1_000_000
     max_text_chars: int = 20_000  # per text, question or context
     max_windows: int = 64  # span tasks: context windows per question
+    max_batch_tokens: int = 8192  # padded tokens per encoder forward call (bounds memory; a batch above it is split)
     max_queued: int = 1024  # waiting requests; more get 503
     device: str = "auto"
+    threads: int | None = None  # torch threads per worker process (None: torch's default)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
 
     @classmethod
-    def from_json(cls, text: str) -> "ServeSettings":
+    def from_json(cls, text: str) -> ServeSettings:
         data = json.loads(text)
         unknown = sorted(set(data) - {f.name for f in fields(cls)})
         if unknown:
@@ -126,6 +128,18 @@ def check_not_empty(body: PredictRequest) -> None:
         raise RequestError("qa", "empty list; give at least one question/context item (or leave it out)")
 
 
+def strings(body: PredictRequest):
+    """(field, string) of every text, question and context of the request."""
+    for i, text in enumerate(body.texts or []):
+        if isinstance(text, str):
+            yield f"texts[{i}]", text
+        else:
+            yield from ((f"texts[{i}][{k}]", part) for k, part in enumerate(text))
+    for i, item in enumerate(body.qa or []):
+        yield f"qa[{i}].question", item.question
+        yield f"qa[{i}].context", item.context
+
+
 def check_sizes(body: PredictRequest, settings: ServeSettings) -> None:
     texts, qa = body.texts, body.qa
     if not texts and not qa:
@@ -134,17 +148,13 @@ def check_sizes(body: PredictRequest, settings: ServeSettings) -> None:
     if n > settings.max_texts_per_request:
         raise RequestError("texts" if texts else "qa", f"{n} inputs, at most {settings.max_texts_per_request} per "
                            "request", status=413)
-    limit = settings.max_text_chars
-    for i, text in enumerate(texts or []):
-        for k, part in enumerate((text,) if isinstance(text, str) else text):
-            if len(part) > limit:
-                where = f"texts[{i}]" if isinstance(text, str) else f"texts[{i}][{k}]"
-                raise RequestError(where, f"{len(part)} characters, at most {limit}", status=413)
-    for i, item in enumerate(qa or []):
-        for name in ("question", "context"):
-            if len(getattr(item, name)) > limit:
-                raise RequestError(f"qa[{i}].{name}", f"{len(getattr(item, name))} characters, at most {limit}",
-                                   status=413)
+    for field, text in strings(body):
+        if len(text) > settings.max_text_chars:
+            raise RequestError(field, f"{len(text)} characters, at most {settings.max_text_chars}", status=413)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # JSON may carry lone surrogates ("\ud800"); the tokenizer cannot read them
+            raise RequestError(field, "not valid Unicode (a lone surrogate)") from None
 
 
 def chosen_tasks(body: PredictRequest, engine: Engine) -> tuple[list[str] | None, list[str]]:
@@ -176,7 +186,8 @@ def head_choices(body: PredictRequest, engine: Engine, asked: set[str] | None) -
     for name, head in (body.heads or {}).items():
         task = engine.task(name, f"heads.{name}")
         if asked is not None and name not in asked:
-            raise RequestError(f"heads.{name}", f"task {name} is not among the tasks asked ({', '.join(sorted(asked))})")
+            raise RequestError(f"heads.{name}", f"task {name} is not among the tasks asked "
+                               f"({', '.join(sorted(asked))})")
         chosen[name] = engine.head(task, head, f"heads.{name}")
     return chosen
 
@@ -315,7 +326,8 @@ def create_app(bundle_path: Path | str, settings: ServeSettings | None = None, e
     """The service for the bundle at ``bundle_path`` (loaded now, so a broken bundle fails at
     startup). ``engine``: an already loaded one (tests, benchmarks)."""
     settings = settings or ServeSettings()
-    engine = engine or Engine(Path(bundle_path), settings.device, settings.max_windows)
+    engine = engine or Engine(Path(bundle_path), settings.device, settings.max_windows, settings.threads,
+                              settings.max_batch_tokens)
     batcher = Batcher(engine.predict, settings.max_batch_size, settings.max_wait_ms, settings.max_queued)
 
     @asynccontextmanager

@@ -13,8 +13,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from bertvision.serving.engine import QuestionItem, TextItem
 
@@ -119,7 +119,7 @@ class Batcher:
                     break
                 try:
                     job = await asyncio.wait_for(self._queue.get(), remaining)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     break
             if size + job.size > self.max_batch_size:
                 self._held = job

@@ -29,13 +29,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bertvision.errors import BertvisionError
-from bertvision.layout import HEAD_METRICS, HEAD_WEIGHTS, head_runs
+from bertvision.layout import BUNDLE_INDEX, HEAD_METRICS, HEAD_WEIGHTS, head_runs
 from bertvision.registry.heads import is_token_head
 from bertvision.registry.tasks import TaskSpec, get_task
 from bertvision.runtime.io import atomic_write_json, read_json
 
 FORMAT = 1
-BUNDLE_FILE = "bundle.json"
+BUNDLE_FILE = BUNDLE_INDEX  # bundle.json
 ENCODER_SUBDIR = "encoder"
 ENCODER_FILES = ("config.json", "model.safetensors")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
@@ -244,7 +244,8 @@ def check_safetensors_dir(folder: Path, what: str) -> None:
     pickles = sorted(p.name for p in folder.iterdir() if p.suffix in PICKLE_SUFFIXES)
     if pickles:
         raise BundleError(f"{folder}: the {what} holds only pickle weights ({', '.join(pickles)}); bundles load "
-                          "safetensors only (model.safetensors): re-save it with save_pretrained(safe_serialization=True)")
+                          "safetensors only (model.safetensors): re-save it with "
+                          "save_pretrained(safe_serialization=True)")
     raise BundleError(f"{folder / 'model.safetensors'}: missing ({what})")
 
 
@@ -258,6 +259,7 @@ def save_bare_encoder(encoder_dir: Path, tokenizer_source: str, out: Path) -> tu
 
     check_safetensors_dir(encoder_dir, "encoder checkpoint")
     hf_logging.set_verbosity_error()  # the task head's weights are dropped on purpose
+    hf_logging.disable_progress_bar()
     model = AutoModel.from_pretrained(str(encoder_dir), add_pooling_layer=False, use_safetensors=True,
                                       trust_remote_code=False)
     model.save_pretrained(out, safe_serialization=True)
@@ -338,7 +340,8 @@ def _head_entry(root: Path, task: str, name: str, data: dict) -> HeadEntry:
             _require(head_dir / file)
         threshold = data.get("null_threshold")
         mean = data.get("mean_selection_score")
-        return HeadEntry(name=name, dir=head_dir, seed=int(data["seed"]), seeds=tuple(data.get("seeds", [data["seed"]])),
+        return HeadEntry(name=name, dir=head_dir, seed=int(data["seed"]),
+                         seeds=tuple(data.get("seeds", [data["seed"]])),
                          spec=dict(data["spec"]), level=str(data["level"]), parameters=int(data["parameters"]),
                          mean_selection_score=float("nan") if mean is None else float(mean),
                          selection_metrics=dict(data.get("selection_metrics", {})),

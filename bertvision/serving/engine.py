@@ -10,14 +10,16 @@ decoded with the evaluation's functions and the null threshold tuned on the sele
 
 Each text is tokenized once per distinct ``max_length`` among its tasks (in the common case,
 tasks of equal max_length, once) and identical token sequences are encoded once; every
-sequence of a batch, span windows included, goes through the same single forward pass.
+sequence of a batch, span windows included, goes through the same single forward pass (cut
+into length-sorted chunks only where the batch holds more than ``max_batch_tokens`` padded
+tokens, which bounds the memory that every layer's states take).
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -29,9 +31,10 @@ from bertvision.data.tokenized import TokenizedSplit, collate
 from bertvision.evaluation.squad_decode import apply_threshold, decode_question
 from bertvision.models.head_io import load_head
 from bertvision.registry.metrics import predictions_from_outputs
-from bertvision.runtime.device import autocast, pick_device, to_device
-from bertvision.serving.bundle import Bundle, TaskEntry, load_bundle
+from bertvision.runtime.device import autocast, pick_device, set_threads, to_device
+from bertvision.serving.bundle import Bundle, BundleError, TaskEntry, load_bundle
 from bertvision.stages.tokenize import tokenize_frame
+from bertvision.training.windows import length_batches
 
 log = logging.getLogger(__name__)
 
@@ -125,21 +128,13 @@ class Sequences:
 
 
 @dataclass
-class States:
-    """One forward pass's features: [CLS] of every layer for every row, and every token's
-    states for the rows that need them (``token_index``: row -> position in ``tokens``)."""
+class Encoded:
+    """A batch's features: [CLS] of every layer for every row (float16, as stored), and the
+    outputs of the heads that read every token, computed chunk by chunk as the encoder runs
+    (span heads: per window, (tokens, 2) logits; token-level example heads: per example)."""
 
-    cls: torch.Tensor  # (rows, layers, hidden) float32
-    tokens: torch.Tensor | None  # (token rows, width, layers, hidden) float32
-    lengths: np.ndarray  # (rows,)
-    token_index: dict[int, int] = field(default_factory=dict)
-
-    def padded_tokens(self, rows: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        """(x (B, T, L, H), mask (B, T)) of ``rows``, cut to their longest."""
-        lengths = torch.as_tensor(self.lengths[rows])
-        x = self.tokens[[self.token_index[r] for r in rows], : int(lengths.max())]
-        mask = torch.arange(x.shape[1])[None, :] < lengths[:, None]
-        return x, mask
+    cls: np.ndarray  # (rows, layers, hidden) float16
+    token_outputs: dict[tuple[str, str], dict[int, np.ndarray]]  # (task, head) -> row -> outputs
 
 
 @dataclass
@@ -154,24 +149,28 @@ class SpanGroup:
 
 class Engine:
     """Loads a bundle's encoder (eval mode), tokenizer and every head; ``predict`` answers a batch.
-    ``encoder_passes`` counts forward passes (one per ``predict`` call with any input)."""
+    ``encoder_passes`` counts encoder forward calls: one per ``predict`` call unless its
+    sequences hold more than ``max_batch_tokens`` padded tokens."""
 
-    def __init__(self, bundle: Bundle | Path, device: str = "auto", max_windows: int = 64):
+    def __init__(self, bundle: Bundle | Path, device: str = "auto", max_windows: int = 64, threads: int | None = None,
+                 max_batch_tokens: int = 8192):
         from transformers import AutoModel, AutoTokenizer
         from transformers.utils import logging as hf_logging
 
+        set_threads(threads)
         self.bundle = bundle if isinstance(bundle, Bundle) else load_bundle(Path(bundle))
         self.device = pick_device(device)
         self.precision = self.bundle.precision
-        self.max_windows = max_windows
+        self.max_windows, self.max_batch_tokens = max_windows, max_batch_tokens
         hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
         encoder_dir = str(self.bundle.encoder_dir)
         self.tokenizer = AutoTokenizer.from_pretrained(encoder_dir, use_fast=True)
         # A second instance for the request checks, which run beside a batch: one fast tokenizer
         # changing its truncation settings from two threads at once fails ("Already borrowed").
         self.checking_tokenizer = AutoTokenizer.from_pretrained(encoder_dir, use_fast=True)
         if not self.tokenizer.is_fast:
-            raise TypeError(f"{encoder_dir}: no fast tokenizer")
+            raise BundleError(f"{encoder_dir}: no fast tokenizer (tokenizer.json)")
         self.encoder = AutoModel.from_pretrained(encoder_dir, add_pooling_layer=False, use_safetensors=True,
                                                  trust_remote_code=False).to(self.device).eval()
         self.pad_id = self.encoder.config.pad_token_id or 0
@@ -237,19 +236,30 @@ class Engine:
     # --- answering ------------------------------------------------------------------------------
     def predict(self, texts: list[TextItem], questions: list[QuestionItem] | None = None
                 ) -> tuple[list[dict[str, ExampleResult]], list[dict[str, SpanResult]]]:
-        """Per text, task -> its result; per question, span task -> its answer. One forward pass."""
+        """Per text, task -> its result; per question, span task -> its answer; from one encoder pass."""
         questions = questions or []
         sequences = Sequences()
         text_rows = self._tokenize_texts(texts, sequences)
         span_groups = self._tokenize_questions(questions, sequences)
-        token_rows = {row for group in span_groups for row in group.rows}
-        for i, item in enumerate(texts):
-            token_rows.update(text_rows[i][t] for t, h in item.heads.items()
-                              if self.tasks[t].heads[h].level == "tokens")
         if not len(sequences):
             return [{} for _ in texts], [{} for _ in questions]
-        states = self._encode(sequences, sorted(token_rows))
-        return self._example_results(texts, text_rows, states), self._span_results(questions, span_groups, states)
+        encoded = self._encode(sequences, self._token_readers(texts, text_rows, questions, span_groups))
+        return (self._example_results(texts, text_rows, encoded),
+                self._span_results(questions, span_groups, encoded))
+
+    def _token_readers(self, texts: list[TextItem], text_rows: list[dict[str, int]], questions: list[QuestionItem],
+                       span_groups: list[SpanGroup]) -> dict[int, set[tuple[str, str]]]:
+        """Row -> the (task, head) pairs that read every token of it."""
+        readers: dict[int, set[tuple[str, str]]] = {}
+        for i, item in enumerate(texts):
+            for task, head in item.heads.items():
+                if self.tasks[task].heads[head].level == "tokens":
+                    readers.setdefault(text_rows[i][task], set()).add((task, head))
+        for group in span_groups:
+            for row, q in zip(group.rows, group.windows.idx):
+                item = questions[group.questions[int(q)]]
+                readers.setdefault(row, set()).update((t, item.heads[t]) for t in group.tasks if t in item.heads)
+        return readers
 
     def _tokenize_texts(self, texts: list[TextItem], sequences: Sequences) -> list[dict[str, int]]:
         """Per item, task -> its row in ``sequences``; each text tokenized once per distinct max_length."""
@@ -262,7 +272,8 @@ class Engine:
                 items = [i for i in wanted if len(texts[i].texts) == arity]
                 if not items:
                     continue
-                frame = pd.DataFrame({name: [texts[i].texts[k] for i in items] for k, name in enumerate(fields.text_fields)})
+                frame = pd.DataFrame({name: [texts[i].texts[k] for i in items]
+                                      for k, name in enumerate(fields.text_fields)})
                 frame["idx"], frame["label"] = np.arange(len(items)), 0
                 encoded = tokenize_frame(frame, fields, self.tokenizer, max_length)
                 for i, ids, types in zip(items, encoded["input_ids"], encoded["token_type_ids"]):
@@ -286,21 +297,45 @@ class Engine:
             out.append(SpanGroup(tasks, items, windows, rows))
         return out
 
-    def _encode(self, sequences: Sequences, token_rows: list[int]) -> States:
-        """The one forward pass: every hidden state, float16 as stored, read back as float32."""
+    def _encode(self, sequences: Sequences, readers: dict[int, set[tuple[str, str]]]) -> Encoded:
+        """The forward pass over every sequence of the batch (in length-sorted chunks of at most
+        ``max_batch_tokens`` padded tokens, one chunk in the common case): every hidden state,
+        float16 as stored; the token-level heads are applied chunk by chunk, so a batch of long
+        contexts never holds every token's states at once."""
         split = sequences.split()
-        batch = to_device(collate(split, np.arange(len(split)), self.pad_id), self.device)
-        with torch.inference_mode():
-            with autocast(self.device, self.precision):
-                hidden = self.encoder(**batch, output_hidden_states=True).hidden_states
-            cls = torch.stack([h[:, 0] for h in hidden], dim=1).to("cpu", torch.float16).float()
-            tokens = None
-            if token_rows:
-                index = torch.as_tensor(token_rows, device=self.device)
-                tokens = torch.stack([h[index] for h in hidden], dim=2).to("cpu", torch.float16).float()
-        self.encoder_passes += 1
+        cls = np.empty((len(split), self.bundle.layers, self.bundle.hidden), dtype=np.float16)
+        outputs: dict[tuple[str, str], dict[int, np.ndarray]] = {}
+        for rows in length_batches(split.lengths, self.max_batch_tokens):
+            batch = to_device(collate(split, rows, self.pad_id), self.device)
+            with torch.inference_mode():
+                with autocast(self.device, self.precision):
+                    hidden = self.encoder(**batch, output_hidden_states=True).hidden_states
+                cls[rows] = torch.stack([h[:, 0] for h in hidden], dim=1).to("cpu", torch.float16).numpy()
+                reading = [j for j, row in enumerate(rows) if int(row) in readers]
+                if reading:
+                    self._apply_token_heads(hidden, rows[reading], split.lengths, readers, outputs,
+                                            torch.as_tensor(reading, device=self.device))
+            self.encoder_passes += 1
         self.sequences_encoded += len(split)
-        return States(cls, tokens, split.lengths, {row: j for j, row in enumerate(token_rows)})
+        return Encoded(cls, outputs)
+
+    def _apply_token_heads(self, hidden, rows: np.ndarray, lengths: np.ndarray, readers: dict, outputs: dict,
+                           index: torch.Tensor) -> None:
+        """Heads reading every token of ``rows`` (at ``index`` in the chunk): the states of the
+        real tokens, float16 as stored, read back as float32, padding zeroed as training pads."""
+        real = torch.as_tensor(lengths[rows])
+        width = int(real.max())
+        x = torch.stack([h[index, :width] for h in hidden], dim=2).to("cpu", torch.float16).float()
+        mask = torch.arange(width)[None, :] < real[:, None]
+        x = x.masked_fill(~mask[..., None, None], 0.0)
+        for task, head in sorted({pair for row in rows for pair in readers[int(row)]}):
+            sel = [k for k, row in enumerate(rows) if (task, head) in readers[int(row)]]
+            span = self.tasks[task].is_span
+            # span heads score each token on its own (no mask, as in training); the others pool the real tokens
+            out = self._run_head(task, head, x[sel]) if span else self._run_head(task, head, x[sel], mask[sel])
+            target = outputs.setdefault((task, head), {})
+            for k, values in zip(sel, out):
+                target[int(rows[k])] = values[: int(real[k])] if span else values
 
     def _run_head(self, task: str, head: str, x: torch.Tensor, mask: torch.Tensor | None = None) -> np.ndarray:
         module = self.heads[task, head]
@@ -308,47 +343,43 @@ class Engine:
             args = (x.to(self.device),) if mask is None else (x.to(self.device), mask.to(self.device))
             return module(*args).float().cpu().numpy()
 
-    def _example_results(self, texts: list[TextItem], text_rows: list[dict[str, int]], states: States
+    def _example_results(self, texts: list[TextItem], text_rows: list[dict[str, int]], encoded: Encoded
                          ) -> list[dict[str, ExampleResult]]:
         results: list[dict[str, ExampleResult]] = [{} for _ in texts]
-        pairs = dict.fromkeys((t, h) for item in texts for t, h in item.heads.items())
-        for task_name, head in pairs:
+        for task_name, head in dict.fromkeys((t, h) for item in texts for t, h in item.heads.items()):
             task = self.tasks[task_name]
             items = [i for i, item in enumerate(texts) if item.heads.get(task_name) == head]
             rows = [text_rows[i][task_name] for i in items]
             if task.heads[head].level == "tokens":
-                outputs = self._run_head(task_name, head, *states.padded_tokens(rows))
+                outputs = [encoded.token_outputs[task_name, head][row] for row in rows]
             else:
-                outputs = self._run_head(task_name, head, states.cls[rows])
+                outputs = self._run_head(task_name, head, torch.from_numpy(encoded.cls[rows].astype(np.float32)))
             for i, out in zip(items, outputs):
                 results[i][task_name] = example_result(task, head, out)
         # the order the tasks were asked in
         return [{t: results[i][t] for t in item.heads} for i, item in enumerate(texts)]
 
-    def _span_results(self, questions: list[QuestionItem], groups: list[SpanGroup], states: States
+    def _span_results(self, questions: list[QuestionItem], groups: list[SpanGroup], encoded: Encoded
                       ) -> list[dict[str, SpanResult]]:
+        """Per question, its windows' logits decoded as evaluation decodes them."""
         results: list[dict[str, SpanResult]] = [{} for _ in questions]
         for group in groups:
-            x, _ = states.padded_tokens(group.rows)
-            lengths = group.windows.lengths
             by_question: dict[int, list[int]] = {}
             for w, q in enumerate(group.windows.idx):
                 by_question.setdefault(int(q), []).append(w)
-            for task_name in group.tasks:
-                task = self.tasks[task_name]
-                for head in dict.fromkeys(questions[i].heads[task_name] for i in group.questions
-                                          if task_name in questions[i].heads):
-                    logits = self._run_head(task_name, head, x)  # per token: padding never reaches a real token
+            for q, i in enumerate(group.questions):
+                for task_name in group.tasks:
+                    head = questions[i].heads.get(task_name)
+                    if head is None:
+                        continue
+                    task, logits = self.tasks[task_name], encoded.token_outputs[task_name, head]
+                    windows = [(logits[group.rows[w]][:, 0], logits[group.rows[w]][:, 1], group.windows.offsets[w])
+                               for w in by_question.get(q, [])]
+                    best = decode_question(windows, questions[i].context, task.n_best, task.max_answer_length)
                     threshold = task.heads[head].null_threshold
-                    for q, i in enumerate(group.questions):
-                        if questions[i].heads.get(task_name) != head:
-                            continue
-                        windows = [(logits[w, : lengths[w], 0], logits[w, : lengths[w], 1], group.windows.offsets[w])
-                                   for w in by_question.get(q, [])]
-                        best = decode_question(windows, questions[i].context, task.n_best, task.max_answer_length)
-                        answer = apply_threshold([best], threshold)[0]
-                        results[i][task_name] = SpanResult(head, answer, bool(best.score_diff > threshold), best.text,
-                                                           finite(best.score_diff), threshold)
+                    results[i][task_name] = SpanResult(head, apply_threshold([best], threshold)[0],
+                                                       bool(best.score_diff > threshold), best.text,
+                                                       finite(best.score_diff), threshold)
         return [{t: results[i][t] for t in item.heads} for i, item in enumerate(questions)]
 
 
