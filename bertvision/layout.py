@@ -70,7 +70,9 @@ HEAD_TRANSFER_FILE = f"{SHARED_DIR}/head-transfer/{{task}}.json"
 
 # What `bertvision serve` loads: the shared encoder, its tokenizer and every task's heads.
 BUNDLE_DIR = "bundles/{model}/{encoder}"
-BUNDLE_INDEX = "bundle.json"
+BUNDLE_INDEX = "bundle.json"  # inside a bundle: the index,
+BUNDLE_ENCODER = "encoder"  # the encoder and its tokenizer,
+BUNDLE_HEAD = "heads/{task}/{head}"  # and each head (weights and metrics record)
 
 TABLES_DIR = "results/tables"  # {name}.md and {name}.csv
 PLOTS_DIR = "results/plots"  # {name}.png
@@ -219,12 +221,6 @@ class SharedEncoder:
         if self.reuses_main(task):
             return self._main(model, ftseed, task).format(HEADS_DIR)
         return SHARED_HEADS_DIR.format(**self.keys(model, ftseed, task))
-
-    def record(self, model: str, ftseed: int, task: str) -> dict:
-        """What a reader needs about one (encoder, task) pair: its keys and its heads."""
-        return {"backbone": model, "encoder": self.name, "kind": self.kind, "source": self.source,
-                "checkpoint": self.frac, "mixture": list(self.tasks), "ft_seed": int(ftseed), "task": task,
-                "heads_dir": self.heads_dir(model, ftseed, task)}
 
 
 @dataclass(frozen=True)

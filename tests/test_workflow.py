@@ -326,6 +326,12 @@ def test_cross_task_table_reads_every_shared_encoder_and_reuses_the_main_pipelin
     assert as_is.loc["wnli", "encoder"] == "rte" and as_is.loc["rte", "encoder"] == "wnli"
     assert "Cross-task transfer" in (workdir / "results" / "tables" / "cross_task.md").read_text()
     assert (workdir / "results" / "plots" / "cross-task.png").stat().st_size > 0
+    # the bundle `bertvision serve` loads: the mixture's encoder and each shared task's heads on it
+    bundle = json.loads((workdir / "bundles/tiny/mix/bundle.json").read_text())
+    assert set(bundle["tasks"]) == {"rte", "wnli", "squad2"} and bundle["keys"]["encoder"] == "mix"
+    assert all(set(t["heads"]) == {"lp"} and t["picked"] == "lp" for t in bundle["tasks"].values())
+    assert bundle["tasks"]["rte"]["heads"]["lp"]["source"]["encoder"] == "mix"
+    assert (workdir / "bundles/tiny/mix/encoder/model.safetensors").exists()
 
 
 def test_a_head_applied_across_tasks_to_its_own_task_reproduces_its_score(workflow_run):

@@ -29,14 +29,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bertvision.errors import BertvisionError
-from bertvision.layout import BUNDLE_INDEX, HEAD_METRICS, HEAD_WEIGHTS, head_runs
+from bertvision.layout import BUNDLE_ENCODER, BUNDLE_HEAD, BUNDLE_INDEX, HEAD_METRICS, HEAD_WEIGHTS, head_runs
 from bertvision.registry.heads import is_token_head
 from bertvision.registry.tasks import TaskSpec, get_task
 from bertvision.runtime.io import atomic_write_json, read_json
 
 FORMAT = 1
-BUNDLE_FILE = BUNDLE_INDEX  # bundle.json
-ENCODER_SUBDIR = "encoder"
 ENCODER_FILES = ("config.json", "model.safetensors")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".ckpt")
@@ -103,7 +101,7 @@ class Bundle:
 
     @property
     def encoder_dir(self) -> Path:
-        return self.root / ENCODER_SUBDIR
+        return self.root / BUNDLE_ENCODER
 
 
 # --- writing ------------------------------------------------------------------------------------
@@ -192,7 +190,7 @@ def head_entry_json(task: TaskSpec, run: HeadRun, seeds: list[int], mean: float)
         raise BundleError(f"{run.dir / HEAD_METRICS}: no metrics.selection.null_threshold (span heads need the "
                           "threshold tuned on the selection split)")
     return {
-        "path": f"heads/{task.name}/{run.head}",
+        "path": BUNDLE_HEAD.format(task=task.name, head=run.head),
         "seed": run.seed,
         "seeds": sorted(seeds),
         "spec": record["head_spec"],
@@ -292,7 +290,7 @@ def write_bundle(out_dir: Path, encoder_dir: Path, tokenizer_source: str, tasks:
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(parents=True)
     try:
-        layers, hidden = save_bare_encoder(Path(encoder_dir), tokenizer_source, scratch / ENCODER_SUBDIR)
+        layers, hidden = save_bare_encoder(Path(encoder_dir), tokenizer_source, scratch / BUNDLE_ENCODER)
         described = {}
         for name, settings in tasks.items():
             try:
@@ -309,7 +307,7 @@ def write_bundle(out_dir: Path, encoder_dir: Path, tokenizer_source: str, tasks:
                 for file in (HEAD_WEIGHTS, HEAD_METRICS):
                     shutil.copy2(kept[head].dir / file, target / file)
         atomic_write_json({"format": FORMAT, "keys": keys, "precision": precision, "layers": layers,
-                           "hidden": hidden, "tasks": described}, scratch / BUNDLE_FILE)
+                           "hidden": hidden, "tasks": described}, scratch / BUNDLE_INDEX)
         replace_dir(scratch, out_dir)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -333,7 +331,7 @@ def _require(path: Path) -> Path:
 
 
 def _head_entry(root: Path, task: str, name: str, data: dict) -> HeadEntry:
-    where = f"{root / BUNDLE_FILE}: tasks.{task}.heads.{name}"
+    where = f"{root / BUNDLE_INDEX}: tasks.{task}.heads.{name}"
     try:
         head_dir = root / data["path"]
         for file in (HEAD_WEIGHTS, HEAD_METRICS):
@@ -354,7 +352,7 @@ def _head_entry(root: Path, task: str, name: str, data: dict) -> HeadEntry:
 
 
 def _task_entry(root: Path, name: str, data: dict) -> TaskEntry:
-    where = f"{root / BUNDLE_FILE}: tasks.{name}"
+    where = f"{root / BUNDLE_INDEX}: tasks.{name}"
     try:
         heads = {head: _head_entry(root, name, head, h) for head, h in data["heads"].items()}
         entry = TaskEntry(name=name, kind=data["kind"], text_fields=tuple(data["text_fields"]),
@@ -389,14 +387,14 @@ def load_bundle(path: Path) -> Bundle:
     root = Path(path).resolve()
     if not root.is_dir():
         raise BundleError(f"{root}: no such bundle directory")
-    meta_path = _require(root / BUNDLE_FILE)
+    meta_path = _require(root / BUNDLE_INDEX)
     try:
         meta = json.loads(meta_path.read_text())
     except json.JSONDecodeError as err:
         raise BundleError(f"{meta_path}: not valid JSON ({err})") from None
     if meta.get("format") != FORMAT:
         raise BundleError(f"{meta_path}: format {meta.get('format')!r}, this version reads format {FORMAT}")
-    encoder = root / ENCODER_SUBDIR
+    encoder = root / BUNDLE_ENCODER
     check_safetensors_dir(encoder, "bundle's encoder")
     for name in TOKENIZER_FILES:
         _require(encoder / name)
