@@ -39,6 +39,8 @@ def config(tiny_bert: Path, glue_dir: Path, squad_dir: Path) -> dict:
         "search": {"trials": 4, "workers": 1, "space": {"learning_rate": {"low": 1e-3, "high": 3e-2, "log": True}}},
         "heads": {"seeds": [1, 2], "training": {"max_epochs": 4, "patience": 2, "batch_size": 16},
                   "models": {"lp": {"type": "lp"}, "adapter8": {"type": "adapter", "width": 8}}},
+        # cross-task picks and the served heads are choices too
+        "shared": {"tasks": ["mrpc", "stsb"], "mixtures": {"mix": {"tasks": ["mrpc", "stsb"], "epochs": 0.5}}},
     }
 
 
@@ -137,6 +139,8 @@ def test_the_dev_labels_did_change(two_runs):
     "models/tiny/*/ft*/ckpt-*/eval_metrics.json",   # BERT's selection scores and null thresholds
     "heads/tiny/*/ft*/ckpt-*/*/seed*/metrics.json",  # each head's epoch, history, threshold, search params
     "search/tiny/*/ft*/ckpt-*/*/best.json",         # the best trial
+    "shared/tiny/*/ft*/heads/*/*/seed*/metrics.json",  # heads on the other tasks' and the mixture's encoders
+    "bundles/tiny/*/bundle.json",                   # the seed kept per head and the head served per task
 ])
 def test_no_choice_changes_with_the_dev_labels(two_runs, pattern):
     first, second = (records(w, pattern) for w in two_runs)
@@ -153,7 +157,10 @@ def test_summary_and_cost_picks_do_not_change(two_runs):
     assert summaries[0][keys].equals(summaries[1][keys])
     assert not summaries[0]["dev_mean"].equals(summaries[1]["dev_mean"])
     assert {"full fine-tuning", "BERTVision (picked)", "frozen encoder (best head)"} <= set(summaries[0]["row"])
-    costs = [pd.read_csv(w / "results/tables/cost.csv") for w in two_runs]
+    cross = [pd.read_csv(w / "results/tables/cross_task.csv") for w in two_runs]
+    keys = ["backbone", "task", "encoder", "role", "head", "n", "selection_mean", "parameters"]
+    assert len(cross[0]) == 2 * 4 and cross[0][keys].equals(cross[1][keys])  # 2 tasks x 4 encoders
+        costs = [pd.read_csv(w / "results/tables/cost.csv") for w in two_runs]
     assert costs[0]["bert_pick_fraction"].equals(costs[1]["bert_pick_fraction"])
     # the null threshold of every SQuAD model comes from the selection split
     heads = [records(w, "heads/tiny/squad2/ft*/ckpt-*/lp/seed*/metrics.json") for w in two_runs]

@@ -67,6 +67,7 @@ def slurm_config(tiny_bert: Path) -> dict:
     config["tasks"] = {"mrpc": config["tasks"]["mrpc"]}
     config["finetune"]["epoch_fractions"] = [1.0]
     config.pop("experiments", None)
+    config.pop("shared", None)
     config["resources"] = {**config.get("resources", {}), "gpu_rules": 1, "threads": 1}
     config["baseline"] = {"epochs": 2, "seeds": [1]}
     return config
