@@ -4,7 +4,7 @@ VENV ?= .venv
 PYTHON ?= python3
 PY := $(VENV)/bin/python
 
-.PHONY: setup run test report benchmark clean
+.PHONY: setup run test report benchmark benchmark-serve serve clean
 
 setup: $(VENV)/.installed
 
@@ -26,6 +26,14 @@ test: setup
 
 benchmark: setup
 	$(PY) scripts/benchmark.py
+
+# after `make run`: the HTTP service on the default run's bundle, and its benchmark
+BUNDLE ?= bundles/minilm-l6/glue3
+serve: setup
+	$(VENV)/bin/bertvision serve $(BUNDLE)
+
+benchmark-serve: setup
+	$(PY) scripts/benchmark_serve.py --bundle $(BUNDLE) --workers 1 2
 
 # the Snakemake HTML report of the last run (tables, plots, provenance)
 report: setup
