@@ -160,7 +160,7 @@ def test_summary_and_cost_picks_do_not_change(two_runs):
     cross = [pd.read_csv(w / "results/tables/cross_task.csv") for w in two_runs]
     keys = ["backbone", "task", "encoder", "role", "head", "n", "selection_mean", "parameters"]
     assert len(cross[0]) == 2 * 4 and cross[0][keys].equals(cross[1][keys])  # 2 tasks x 4 encoders
-        costs = [pd.read_csv(w / "results/tables/cost.csv") for w in two_runs]
+    costs = [pd.read_csv(w / "results/tables/cost.csv") for w in two_runs]
     assert costs[0]["bert_pick_fraction"].equals(costs[1]["bert_pick_fraction"])
     # the null threshold of every SQuAD model comes from the selection split
     heads = [records(w, "heads/tiny/squad2/ft*/ckpt-*/lp/seed*/metrics.json") for w in two_runs]
