@@ -15,6 +15,7 @@ from pathlib import Path
 from bertvision.errors import MissingError
 
 PACKAGE_PREFIX = "python-package:"
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".ckpt")
 
 
 def looks_local(ref: str) -> bool:
@@ -44,6 +45,37 @@ def resolve_pretrained(ref: str) -> str:
     if looks_local(ref):
         raise MissingError(f"{ref}: no such local directory (and not a hub id, which is NAME or ORG/NAME)")
     return ref  # a hub id
+
+
+def missing_safetensors(folder: Path) -> str | None:
+    """Why the weights in ``folder`` cannot be loaded as safetensors, or None when they can."""
+    folder = Path(folder)
+    if (folder / "model.safetensors").exists() or (folder / "model.safetensors.index.json").exists():
+        return None
+    pickles = sorted(p.name for p in folder.iterdir() if p.suffix in PICKLE_SUFFIXES)
+    if pickles:
+        return (f"{folder}: holds only pickle weights ({', '.join(pickles)}); bertvision loads safetensors only "
+                "(model.safetensors): re-save it with save_pretrained(safe_serialization=True)")
+    return f"{folder / 'model.safetensors'}: missing"
+
+
+def load_pretrained(class_name: str, ref: str, **kwargs):
+    """``transformers.<class_name>.from_pretrained`` of the backbone reference ``ref``, from
+    safetensors only (a pickle checkpoint is never unpickled) and without remote code."""
+    import transformers
+
+    path = resolve_pretrained(ref)
+    local = Path(path).is_dir()
+    if local and (problem := missing_safetensors(Path(path))):
+        raise MissingError(problem if Path(ref).expanduser().resolve() == Path(path) else f"{ref}: {problem}")
+    try:
+        return getattr(transformers, class_name).from_pretrained(path, use_safetensors=True, trust_remote_code=False,
+                                                                 **kwargs)
+    except OSError as err:
+        if local:
+            raise
+        raise MissingError(f"{ref}: no safetensors weights from the hub or its cache ({err}); bertvision never "
+                           "loads pickle checkpoints") from None
 
 
 def load_tokenizer(ref: str):

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from bertvision.errors import BertvisionError
 from bertvision.layout import BUNDLE_ENCODER, BUNDLE_HEAD, BUNDLE_INDEX, HEAD_METRICS, HEAD_WEIGHTS, head_runs
+from bertvision.models.backbone import missing_safetensors
 from bertvision.registry.heads import is_token_head
 from bertvision.registry.tasks import TaskSpec, get_task
 from bertvision.runtime.io import atomic_write_json, read_json
@@ -37,7 +38,6 @@ from bertvision.runtime.io import atomic_write_json, read_json
 FORMAT = 1
 ENCODER_FILES = ("config.json", "model.safetensors")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
-PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".ckpt")
 PRECISIONS = ("fp32", "bf16", "fp16", "auto")
 
 
@@ -237,14 +237,9 @@ def check_safetensors_dir(folder: Path, what: str) -> None:
         raise BundleError(f"{folder}: no such {what} directory")
     if not (folder / "config.json").exists():
         raise BundleError(f"{folder / 'config.json'}: missing ({what})")
-    if (folder / "model.safetensors").exists() or (folder / "model.safetensors.index.json").exists():
-        return
-    pickles = sorted(p.name for p in folder.iterdir() if p.suffix in PICKLE_SUFFIXES)
-    if pickles:
-        raise BundleError(f"{folder}: the {what} holds only pickle weights ({', '.join(pickles)}); bundles load "
-                          "safetensors only (model.safetensors): re-save it with "
-                          "save_pretrained(safe_serialization=True)")
-    raise BundleError(f"{folder / 'model.safetensors'}: missing ({what})")
+    problem = missing_safetensors(folder)
+    if problem:
+        raise BundleError(f"{problem} ({what})")
 
 
 def save_bare_encoder(encoder_dir: Path, tokenizer_source: str, out: Path) -> tuple[int, int]:

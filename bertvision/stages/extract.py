@@ -27,18 +27,17 @@ from bertvision.data.tokenized import TokenizedSplit, collate, sorted_batches
 from bertvision.errors import DiskSpaceError
 from bertvision.features.store import ShardWriter, TokenShardWriter, shard_rows
 from bertvision.layout import shard_file, split_file
-from bertvision.models.backbone import encoder_parameter_count
+from bertvision.models.backbone import encoder_parameter_count, load_pretrained
 from bertvision.runtime.device import autocast, check_simulated_oom, pick_device, set_threads, to_device
 
 log = logging.getLogger(__name__)
 
 
 def load_encoder(checkpoint_dir: Path, device: torch.device):
-    from transformers import AutoModel
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
-    model = AutoModel.from_pretrained(str(checkpoint_dir), add_pooling_layer=False)
+    model = load_pretrained("AutoModel", str(checkpoint_dir), add_pooling_layer=False)
     return model.to(device).eval()
 
 

@@ -17,7 +17,7 @@ from transformers import get_linear_schedule_with_warmup
 from bertvision.data.tokenized import TokenizedSplit, bucketed_batches, collate
 from bertvision.evaluation.inference import evaluate_outputs, predict, predict_span
 from bertvision.layout import split_file
-from bertvision.models.backbone import resolve_pretrained
+from bertvision.models.backbone import load_pretrained
 from bertvision.registry.tasks import TaskSpec
 from bertvision.runtime.device import autocast, autocast_dtype, check_simulated_oom, to_device
 from bertvision.runtime.distributed import Ranks
@@ -40,13 +40,12 @@ MODEL_CLASSES = {
 
 def load_classifier(task: TaskSpec, backbone: str, seed: int):
     """The backbone with the task kind's head (freshly initialised with ``seed``)."""
-    import transformers
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
     torch.manual_seed(seed)
     class_name, kwargs = MODEL_CLASSES[task.kind]
-    return getattr(transformers, class_name).from_pretrained(resolve_pretrained(backbone), **kwargs(task))
+    return load_pretrained(class_name, backbone, **kwargs(task))
 
 
 def evaluate_labels(task, model, evals, questions, batch_size, device, precision, pad_id):
