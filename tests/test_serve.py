@@ -20,7 +20,8 @@ import pytest
 from bertvision.layout import HEAD_METRICS, HEAD_PREDICTIONS, head_run_dir, head_runs
 from bertvision.registry.tasks import get_task, splits_of
 from bertvision.runtime.io import read_json
-from bertvision.serving.bundle import BundleError, load_bundle, write_bundle
+from bertvision.serving.bundle import BundleError, load_bundle
+from bertvision.serving.bundle_writer import write_bundle
 from tests.conftest import workflow_settings
 
 TASKS = ("mrpc", "stsb", "squad2")

@@ -1,0 +1,219 @@
+"""Writing a serving bundle (format: ``bertvision.serving.bundle``) from a run's encoder checkpoint
+and each task's ``train_heads`` outputs: per task and head the seed best on the selection split,
+and the task's default head, picked on selection only; written to a scratch directory and renamed
+into place."""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from bertvision.layout import BUNDLE_ENCODER, BUNDLE_HEAD, BUNDLE_INDEX, HEAD_METRICS, HEAD_WEIGHTS, head_runs
+from bertvision.registry.heads import is_token_head
+from bertvision.registry.tasks import TaskSpec, get_task
+from bertvision.runtime.io import atomic_write_json, read_json
+from bertvision.serving.bundle import FORMAT, PRECISIONS, Bundle, BundleError, check_safetensors_dir, load_bundle
+
+
+@dataclass(frozen=True)
+class HeadRun:
+    """One trained head (a ``train_heads`` run directory) and its metrics record."""
+
+    dir: Path
+    record: dict
+
+    @property
+    def head(self) -> str:
+        return self.record["head"]
+
+    @property
+    def seed(self) -> int:
+        return int(self.record["seed"])
+
+
+def selection_score(task: TaskSpec, run: HeadRun) -> float:
+    """The primary metric on the selection split; -inf where it is missing, so it never wins."""
+    score = task.primary_score(run.record.get("metrics", {}), "selection")
+    return -math.inf if math.isnan(score) else score
+
+
+def keep_best_seeds(task: TaskSpec, runs: list[HeadRun]) -> dict[str, HeadRun]:
+    """Head name -> its run with the best selection score (ties: the lower seed)."""
+    kept: dict[str, HeadRun] = {}
+    for run in sorted(runs, key=lambda r: (r.head, r.seed)):
+        best = kept.get(run.head)
+        if best is None or selection_score(task, run) > selection_score(task, best):
+            kept[run.head] = run
+    return kept
+
+
+def mean_selection_scores(task: TaskSpec, runs: list[HeadRun]) -> dict[str, float]:
+    by_head: dict[str, list[float]] = {}
+    for run in runs:
+        by_head.setdefault(run.head, []).append(selection_score(task, run))
+    return {head: sum(scores) / len(scores) for head, scores in by_head.items()}
+
+
+def pick_default_head(means: dict[str, float], parameters: dict[str, int]) -> str:
+    """The best mean selection score; ties: fewer parameters, then the name."""
+    return min(means, key=lambda head: (-means[head], parameters[head], head))
+
+
+def collect_runs(task: TaskSpec, heads_dirs: list[Path]) -> list[HeadRun]:
+    runs: list[HeadRun] = []
+    seen: dict[tuple[str, int], Path] = {}
+    for heads_dir in heads_dirs:
+        if not Path(heads_dir).is_dir():
+            raise BundleError(f"{heads_dir}: no such heads directory (a train_heads output) for task {task.name}")
+        found = head_runs(heads_dir)
+        if not found:
+            raise BundleError(f"{heads_dir}: no trained heads ({{head}}/seed{{seed}}/{HEAD_METRICS}) for {task.name}")
+        for run_dir in found:
+            record = read_json(run_dir / HEAD_METRICS)
+            if record.get("task") != task.name:
+                raise BundleError(f"{run_dir / HEAD_METRICS}: a head of task {record.get('task')!r}, "
+                                  f"given for {task.name}")
+            if not (run_dir / HEAD_WEIGHTS).exists():
+                raise BundleError(f"{run_dir / HEAD_WEIGHTS}: missing")
+            run = HeadRun(run_dir, record)
+            if (run.head, run.seed) in seen:
+                raise BundleError(f"{task.name}: head {run.head} seed {run.seed} is in both {seen[run.head, run.seed]} "
+                                  f"and {run_dir}; give each trained head once")
+            seen[run.head, run.seed] = run_dir
+            runs.append(run)
+    return runs
+
+
+def head_level(task: TaskSpec, spec: dict) -> str:
+    return "tokens" if task.kind == "span" or is_token_head(spec) else "cls"
+
+
+def null_threshold(run: HeadRun) -> float | None:
+    threshold = run.record.get("metrics", {}).get("selection", {}).get("null_threshold")
+    return None if threshold is None else float(threshold)
+
+
+def head_entry_json(task: TaskSpec, run: HeadRun, seeds: list[int], mean: float) -> dict:
+    record = run.record
+    threshold = null_threshold(run)
+    if task.kind == "span" and threshold is None:
+        raise BundleError(f"{run.dir / HEAD_METRICS}: no metrics.selection.null_threshold (span heads need the "
+                          "threshold tuned on the selection split)")
+    return {
+        "path": BUNDLE_HEAD.format(task=task.name, head=run.head),
+        "seed": run.seed,
+        "seeds": sorted(seeds),
+        "spec": record["head_spec"],
+        "level": head_level(task, record["head_spec"]),
+        "parameters": int(record["parameters"]),
+        "mean_selection_score": mean if math.isfinite(mean) else None,
+        "selection_metrics": record["metrics"].get("selection", {}),
+        "eval_metrics": {split: record["metrics"][split] for split in task.eval_splits if split in record["metrics"]},
+        "null_threshold": threshold,
+        "source": record.get("source", {}),
+    }
+
+
+def task_json(task: TaskSpec, settings: dict, runs: list[HeadRun]) -> dict:
+    kept = keep_best_seeds(task, runs)
+    means = mean_selection_scores(task, runs)
+    seeds: dict[str, list[int]] = {}
+    for run in runs:
+        seeds.setdefault(run.head, []).append(run.seed)
+    heads = {head: head_entry_json(task, run, seeds[head], means[head]) for head, run in sorted(kept.items())}
+    picked = pick_default_head(means, {h: e["parameters"] for h, e in heads.items()})
+    span = task.span
+    doc_stride = settings.get("doc_stride") or (span.doc_stride if span else None)
+    return {
+        "kind": task.kind,
+        "text_fields": list(task.text_fields),
+        "label_names": list(task.label_names),
+        "primary_metric": task.primary_metric,
+        "eval_splits": list(task.eval_splits),
+        "max_length": int(settings.get("max_length") or task.max_length),
+        "doc_stride": int(doc_stride) if span else None,
+        "max_answer_length": span.max_answer_length if span else None,
+        "n_best": span.n_best if span else None,
+        "feature_level": "tokens" if any(e["level"] == "tokens" for e in heads.values()) else "cls",
+        "picked": picked,
+        "heads": heads,
+    }
+
+
+def save_bare_encoder(encoder_dir: Path, tokenizer_source: str, out: Path) -> tuple[int, int]:
+    """The encoder of ``encoder_dir`` (a task model's "bert." weights or a bare encoder) without
+    pooler or task head, and the tokenizer, into ``out``; returns (layers incl. embeddings, hidden)."""
+    from transformers import AutoModel
+    from transformers.utils import logging as hf_logging
+
+    from bertvision.models.backbone import load_tokenizer
+
+    check_safetensors_dir(encoder_dir, "encoder checkpoint")
+    hf_logging.set_verbosity_error()  # the task head's weights are dropped on purpose
+    hf_logging.disable_progress_bar()
+    model = AutoModel.from_pretrained(str(encoder_dir), add_pooling_layer=False, use_safetensors=True,
+                                      trust_remote_code=False)
+    model.save_pretrained(out, safe_serialization=True)
+    load_tokenizer(tokenizer_source).save_pretrained(out)
+    return model.config.num_hidden_layers + 1, model.config.hidden_size
+
+
+def check_head_fits(run: HeadRun, layers: int, hidden: int, outputs: int) -> None:
+    from bertvision.models.head_io import load_head
+
+    try:
+        load_head(run.dir, layers, hidden, outputs)
+    except RuntimeError as err:  # shape mismatches in load_state_dict
+        raise BundleError(f"{run.dir / HEAD_WEIGHTS}: does not fit this encoder's states (layers {layers}, hidden "
+                          f"{hidden}); was it trained on another encoder's features? ({str(err).splitlines()[0]})")
+
+
+def write_bundle(out_dir: Path, encoder_dir: Path, tokenizer_source: str, tasks: dict[str, dict], keys: dict,
+                 precision: str) -> Bundle:
+    """Build a bundle in ``out_dir`` (replacing one there). ``tasks``: {task: {"heads_dirs": [train_heads
+    output dirs], "max_length": int, "doc_stride": int | None}} (missing settings: the registry's);
+    ``precision``: the extraction precision of the heads' features. Written into a scratch
+    directory and renamed into place, so a failed build leaves nothing that looks complete."""
+    if precision not in PRECISIONS:
+        raise BundleError(f"precision {precision!r}: expected one of {', '.join(PRECISIONS)}")
+    if not tasks:
+        raise BundleError("no tasks given")
+    out_dir = Path(out_dir)
+    scratch = out_dir.with_name(f".{out_dir.name}.tmp")
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    try:
+        layers, hidden = save_bare_encoder(Path(encoder_dir), tokenizer_source, scratch / BUNDLE_ENCODER)
+        described = {}
+        for name, settings in tasks.items():
+            try:
+                task = get_task(name)
+            except KeyError as err:
+                raise BundleError(err.args[0]) from None
+            runs = collect_runs(task, [Path(d) for d in settings.get("heads_dirs", [])])
+            described[name] = task_json(task, settings, runs)
+            kept = keep_best_seeds(task, runs)
+            for head, entry in described[name]["heads"].items():
+                check_head_fits(kept[head], layers, hidden, task.num_labels)
+                target = scratch / entry["path"]
+                target.mkdir(parents=True)
+                for file in (HEAD_WEIGHTS, HEAD_METRICS):
+                    shutil.copy2(kept[head].dir / file, target / file)
+        atomic_write_json({"format": FORMAT, "keys": keys, "precision": precision, "layers": layers,
+                           "hidden": hidden, "tasks": described}, scratch / BUNDLE_INDEX)
+        replace_dir(scratch, out_dir)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return load_bundle(out_dir)
+
+
+def replace_dir(new: Path, target: Path) -> None:
+    old = target.with_name(f".{target.name}.old")
+    shutil.rmtree(old, ignore_errors=True)
+    if target.exists():
+        os.replace(target, old)
+    os.replace(new, target)
+    shutil.rmtree(old, ignore_errors=True)
