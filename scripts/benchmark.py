@@ -32,7 +32,7 @@ from bertvision.models.backbone import resolve_pretrained
 from bertvision.registry.tasks import get_task, splits_of
 from bertvision.runtime.device import pick_device, set_threads, to_device
 from bertvision.stages.download import download_task
-from bertvision.stages.extract import extract_shard, iter_blocks, load_encoder, plain_forward
+from bertvision.stages.extract import extract_shard, frozen_encoder, iter_blocks, plain_forward
 from bertvision.stages.tokenize import tokenize_task
 from bertvision.stages.train_heads import train_heads
 
@@ -41,7 +41,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def plain_forward_seconds(checkpoint, split: TokenizedSplit, settings: ExtractSettings, compute: ExtractCompute,
                           device) -> float:
-    model = load_encoder(checkpoint, device)
+    model = frozen_encoder(checkpoint, device)
     pad_id = model.config.pad_token_id or 0
     t0 = time.perf_counter()
     with torch.inference_mode():
@@ -102,7 +102,7 @@ def main() -> None:
             extract_times.append(time.perf_counter() - t0)
         # extract_shard includes loading the model once; time that load separately and remove it.
         t0 = time.perf_counter()
-        load_encoder(ckpt, device)
+        frozen_encoder(ckpt, device)
         load_seconds = time.perf_counter() - t0
         extract_best = min(extract_times) - load_seconds
         plain_best = min(plain_times)

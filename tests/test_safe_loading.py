@@ -13,7 +13,7 @@ import pytest
 from bertvision.errors import MissingError
 from bertvision.models.backbone import load_pretrained
 from bertvision.registry.tasks import get_task
-from bertvision.stages.extract import load_encoder
+from bertvision.stages.extract import frozen_encoder
 from bertvision.training.encoder import load_classifier
 
 
@@ -48,7 +48,7 @@ def test_extraction_refuses_a_pickle_checkpoint(pickle_only):
     import torch
 
     with pytest.raises(MissingError, match="safetensors only"):
-        load_encoder(pickle_only, torch.device("cpu"))
+        frozen_encoder(pickle_only, torch.device("cpu"))
 
 
 def test_the_command_line_prints_one_line_and_exits_2(pickle_only, tmp_path):

@@ -13,11 +13,12 @@ import torch
 class TokenizedSplit:
     """A tokenized split held as ragged arrays: one row per example, or per context window for
     span tasks (then ``idx`` is the window's question row, ``labels`` its (start, end)
-    token positions and ``offsets`` its (T, 2) character offsets, -1 outside the context)."""
+    token positions and ``offsets`` its (T, 2) character offsets, -1 outside the context).
+    ``token_type_ids`` is None where the encoder takes none (``encoder_io.uses_token_types``)."""
 
     def __init__(self, df: pd.DataFrame):
         self.input_ids = list(df["input_ids"])
-        self.token_type_ids = list(df["token_type_ids"])
+        self.token_type_ids = list(df["token_type_ids"]) if "token_type_ids" in df.columns else None
         self.lengths = df["length"].to_numpy().astype(np.int64)
         if "start" in df.columns:
             self.idx = df["example"].to_numpy()
@@ -65,22 +66,22 @@ LABEL_TENSORS = {
 
 
 def collate(split: TokenizedSplit, rows: np.ndarray, pad_id: int, kind: str | None = None) -> dict[str, torch.Tensor]:
-    """A padded batch; with ``kind``, plus that kind's label tensors."""
+    """A padded batch, with token type ids where the split has them; with ``kind``, plus that
+    kind's label tensors."""
     width = int(split.lengths[rows].max())
     n = len(rows)
     input_ids = np.full((n, width), pad_id, dtype=np.int64)
-    token_type_ids = np.zeros((n, width), dtype=np.int64)
     attention_mask = np.zeros((n, width), dtype=np.int64)
     for j, i in enumerate(rows):
         length = split.lengths[i]
         input_ids[j, :length] = split.input_ids[i]
-        token_type_ids[j, :length] = split.token_type_ids[i]
         attention_mask[j, :length] = 1
-    batch = {
-        "input_ids": torch.from_numpy(input_ids),
-        "token_type_ids": torch.from_numpy(token_type_ids),
-        "attention_mask": torch.from_numpy(attention_mask),
-    }
+    batch = {"input_ids": torch.from_numpy(input_ids), "attention_mask": torch.from_numpy(attention_mask)}
+    if split.token_type_ids is not None:
+        token_type_ids = np.zeros((n, width), dtype=np.int64)
+        for j, i in enumerate(rows):
+            token_type_ids[j, : split.lengths[i]] = split.token_type_ids[i]
+        batch["token_type_ids"] = torch.from_numpy(token_type_ids)
     if kind is not None:
         batch.update(LABEL_TENSORS[kind](split.labels[rows]))
     return batch

@@ -27,32 +27,32 @@ from bertvision.data.tokenized import TokenizedSplit, collate, sorted_batches
 from bertvision.errors import DiskSpaceError
 from bertvision.features.store import ShardWriter, TokenShardWriter, shard_rows
 from bertvision.layout import shard_file, split_file
-from bertvision.models.backbone import encoder_parameter_count, load_pretrained
+from bertvision.models.backbone import encoder_parameter_count
+from bertvision.models.encoder_io import SUMMARY_POSITION, hidden_state_shape, load_encoder, pad_id
 from bertvision.runtime.device import autocast, check_simulated_oom, pick_device, set_threads, to_device
 
 log = logging.getLogger(__name__)
 
 
-def load_encoder(checkpoint_dir: Path, device: torch.device):
+def frozen_encoder(checkpoint_dir: Path, device: torch.device):
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
-    model = load_pretrained("AutoModel", str(checkpoint_dir), add_pooling_layer=False)
-    return model.to(device).eval()
+    return load_encoder(str(checkpoint_dir)).to(device).eval()
 
 
 def cls_states(model, batch: dict, device, precision: str) -> torch.Tensor:
-    """(B, layers, hidden) [CLS] states of every hidden layer."""
+    """(B, layers, hidden) summary-token ([CLS], <s>) states of every hidden layer."""
     check_simulated_oom(len(batch["input_ids"]))
     with autocast(device, precision):
         out = model(**batch, output_hidden_states=True)
-    return torch.stack([h[:, 0] for h in out.hidden_states], dim=1)
+    return torch.stack([h[:, SUMMARY_POSITION] for h in out.hidden_states], dim=1)
 
 
 def plain_forward(model, batch: dict, device, precision: str) -> torch.Tensor:
     """The same forward pass without keeping anything but the last layer (benchmark baseline)."""
     with autocast(device, precision):
-        return model(**batch).last_hidden_state[:, 0]
+        return model(**batch).last_hidden_state[:, SUMMARY_POSITION]
 
 
 def iter_blocks(split: TokenizedSplit, start: int, end: int, block_rows: int, batch_size: int,
@@ -132,9 +132,10 @@ class BackgroundWriter:
 
 
 def _shard_attrs(model, split, attrs, shard, n_shards, start, end, precision, device) -> dict:
+    layers, hidden = hidden_state_shape(model)
     return {**attrs, "shard": shard, "n_shards": n_shards, "row_start": start, "row_end": end,
-            "split_rows": len(split), "layers": model.config.num_hidden_layers + 1,
-            "hidden": model.config.hidden_size, "encoder_parameters": encoder_parameter_count(model),
+            "split_rows": len(split), "layers": layers,
+            "hidden": hidden, "encoder_parameters": encoder_parameter_count(model),
             "precision": precision, "device": str(device)}
 
 
@@ -144,8 +145,8 @@ def extract_split_cls(replicas, split: TokenizedSplit, out_path: Path, shard: in
     ``replicas``: (model, device) pairs; batches are spread over them."""
     model, device = replicas[0]
     start, end = shard_rows(len(split), n_shards, shard)
-    pad_id = model.config.pad_token_id or 0
-    layers, hidden = model.config.num_hidden_layers + 1, model.config.hidden_size
+    padding = pad_id(model)
+    layers, hidden = hidden_state_shape(model)
     label_dtype = "float32" if attrs["label_kind"] == "regression" else "int64"
     batch_size, block_rows = settings.batch_size, settings.block_rows
     t0 = time.perf_counter()
@@ -162,7 +163,7 @@ def extract_split_cls(replicas, split: TokenizedSplit, out_path: Path, shard: in
                     block = np.empty((b1 - b0, layers, hidden), dtype=np.float16)
 
                     def run(rows, model, device):
-                        states = cls_states(model, to_device(collate(split, rows, pad_id), device), device, precision)
+                        states = cls_states(model, to_device(collate(split, rows, padding), device), device, precision)
                         block[rows - b0] = states.to("cpu", torch.float16).numpy()
 
                     for rows in on_replicas(replicas, batches, run):
@@ -193,8 +194,8 @@ def extract_split_tokens(replicas, split: TokenizedSplit, out_path: Path, shard:
     (``token_features``) with each example's label and its [CLS] rows kept apart as well."""
     model, device = replicas[0]
     start, end = shard_rows(len(split), n_shards, shard)
-    pad_id = model.config.pad_token_id or 0
-    layers, hidden = model.config.num_hidden_layers + 1, model.config.hidden_size
+    padding = pad_id(model)
+    layers, hidden = hidden_state_shape(model)
     batch_size, block_rows, block_tokens = settings.batch_size, settings.block_rows, settings.block_tokens
     lengths = split.lengths[start:end]
     t0 = time.perf_counter()
@@ -214,7 +215,7 @@ def extract_split_tokens(replicas, split: TokenizedSplit, out_path: Path, shard:
                     block = np.empty((int(local[-1]), layers, hidden), dtype=np.float16)
 
                     def run(rows, model, device):
-                        states = token_states(model, to_device(collate(split, rows, pad_id), device), device,
+                        states = token_states(model, to_device(collate(split, rows, padding), device), device,
                                               precision).to("cpu", torch.float16).numpy()
                         for j, i in enumerate(rows):
                             block[local[i - b0] : local[i - b0 + 1]] = states[j, : split.lengths[i]]
@@ -292,10 +293,10 @@ def extract_shard(
     the encoder on each (default: every GPU the job was given, else one device)."""
     set_threads(threads)
     settings = settings.replace(batch_size=max(1, -(-settings.batch_size // micro_batches)))
-    replicas = [(load_encoder(checkpoint_dir, d), d) for d in (devices or extraction_devices(compute.device))]
+    replicas = [(frozen_encoder(checkpoint_dir, d), d) for d in (devices or extraction_devices(compute.device))]
     model = replicas[0][0]
     log.info("extracting on %s", ", ".join(str(d) for _, d in replicas))
-    layers, hidden = model.config.num_hidden_layers + 1, model.config.hidden_size
+    layers, hidden = hidden_state_shape(model)
     kind = attrs["label_kind"]
     out_dir = Path(out_dir)
     tmp_dir = out_dir.with_name(f".{out_dir.name}.tmp")

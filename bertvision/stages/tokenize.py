@@ -13,6 +13,7 @@ from bertvision.config.settings import TokenizeSettings
 from bertvision.data.squad_windows import build_windows
 from bertvision.layout import split_file
 from bertvision.models.backbone import load_tokenizer
+from bertvision.models.encoder_io import load_config, summary_position, uses_token_types
 from bertvision.registry.tasks import TaskSpec, splits_of
 from bertvision.runtime.io import atomic_write_parquet
 
@@ -44,6 +45,8 @@ def tokenize_frame(df: pd.DataFrame, task: TaskSpec, tokenizer, max_length: int)
 def tokenize_task(task: TaskSpec, settings: TokenizeSettings, raw_dir: Path, out_dir: Path) -> dict:
     """Every split of the task: examples (or, for span tasks, context windows) as token ids."""
     tokenizer = load_tokenizer(settings.backbone)
+    summary_position(tokenizer)
+    token_types = uses_token_types(tokenizer, load_config(settings.backbone))
     max_length = settings.max_length
     stats = {}
     for split in splits_of(task):
@@ -52,6 +55,8 @@ def tokenize_task(task: TaskSpec, settings: TokenizeSettings, raw_dir: Path, out
             tokens = build_windows(df, tokenizer, max_length, settings.doc_stride)
         else:
             tokens = tokenize_frame(df, task, tokenizer, max_length)
+        if not token_types:  # the encoder takes none (RoBERTa, DistilBERT): collate sends none
+            tokens = tokens.drop(columns="token_type_ids")
         truncated = int((tokens["length"] >= max_length).sum())
         stats[split] = {
             "rows": len(tokens),

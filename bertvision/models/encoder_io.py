@@ -1,0 +1,90 @@
+"""What an encoder and its tokenizer take and give, asked of them instead of assumed from BERT:
+whether token type ids go in, whether the bare model has a pooler to leave out, where the
+summary token ([CLS], <s>) sits and how many hidden states come out. Every architecture that
+``AutoModel`` loads goes through here (BERT, RoBERTa, DistilBERT, ELECTRA, DeBERTa-v2, ...)."""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+
+from bertvision.errors import BertvisionError
+from bertvision.models.backbone import load_pretrained, resolve_pretrained
+
+# Position of the summary token in every tokenized row; summary_position checks that a
+# tokenizer puts it there.
+SUMMARY_POSITION = 0
+
+
+class UnsupportedEncoderError(BertvisionError, ValueError):
+    """A tokenizer or model breaks a convention the pipeline relies on."""
+
+
+def load_config(ref: str):
+    """The ``transformers`` config of the backbone reference ``ref`` (no remote code)."""
+    from transformers import AutoConfig
+
+    return AutoConfig.from_pretrained(resolve_pretrained(ref), trust_remote_code=False)
+
+
+def encoder_class(config) -> type:
+    """The bare encoder class ``AutoModel`` builds for ``config``."""
+    from transformers import AutoModel
+
+    return AutoModel._model_mapping[type(config)]
+
+
+def _accepts(function, name: str) -> bool:
+    return name in inspect.signature(function).parameters
+
+
+def encoder_kwargs(config) -> dict:
+    """``from_pretrained`` keywords for the bare encoder: no pooler, where the class has one
+    (BERT, RoBERTa); DistilBERT, ELECTRA and DeBERTa have none and refuse the keyword."""
+    return {"add_pooling_layer": False} if _accepts(encoder_class(config).__init__, "add_pooling_layer") else {}
+
+
+def load_encoder(ref: str):
+    """The bare encoder of ``ref`` (a backbone, a task model's checkpoint or a bare encoder's),
+    without pooler or task head, from safetensors only."""
+    return load_pretrained("AutoModel", ref, **encoder_kwargs(load_config(ref)))
+
+
+def uses_token_types(tokenizer, config) -> bool:
+    """Token type ids go into the model: the tokenizer produces them (they are in its
+    ``model_input_names``: not RoBERTa's or DistilBERT's) and the encoder's forward takes them."""
+    return ("token_type_ids" in tokenizer.model_input_names
+            and _accepts(encoder_class(config).forward, "token_type_ids"))
+
+
+def summary_position(tokenizer) -> int:
+    """Where the tokenizer puts its summary token (``cls_token``, else ``bos_token``) in a
+    sentence pair: first for every BERT-like family. A tokenizer that puts it elsewhere (XLNet:
+    last) or has none is refused, since the features and the span's null answer read it there."""
+    name = "cls_token" if tokenizer.cls_token is not None else "bos_token"
+    token_id = getattr(tokenizer, f"{name}_id")
+    ids = tokenizer("a", "b")["input_ids"]
+    if token_id is None or token_id not in ids:
+        raise UnsupportedEncoderError(f"{type(tokenizer).__name__}: its pairs have no cls or bos token to summarise "
+                                      "them; bertvision reads the summary token's states")
+    if ids.index(token_id) != SUMMARY_POSITION:
+        raise UnsupportedEncoderError(f"{type(tokenizer).__name__}: its {name} ({getattr(tokenizer, name)}) is at "
+                                      f"position {ids.index(token_id)} of a pair, not first; bertvision supports "
+                                      "encoders whose summary token comes first")
+    return SUMMARY_POSITION
+
+
+def hidden_state_shape(model) -> tuple[int, int]:
+    """(number of hidden states the encoder returns, their width), from a two-token forward pass:
+    the embedding output and each layer's for BERT, whatever the architecture returns otherwise."""
+    param = next(model.parameters())
+    ids = torch.full((1, 2), model.config.pad_token_id or 0, dtype=torch.long, device=param.device)
+    with torch.inference_mode():
+        states = model(input_ids=ids, attention_mask=torch.ones_like(ids), output_hidden_states=True).hidden_states
+    return len(states), int(states[-1].shape[-1])
+
+
+def pad_id(model) -> int:
+    """The id padding is filled with: the model's (RoBERTa's position ids skip it)."""
+    return model.config.pad_token_id or 0
