@@ -23,6 +23,7 @@ import numpy as np
 
 from bertvision.errors import FeatureError
 from bertvision.layout import shard_file
+from bertvision.models.encoder_io import SUMMARY_POSITION
 from bertvision.runtime.io import atomic_write_json, read_json, sha256_file
 
 FORMAT = "bertvision-features/1"
@@ -109,8 +110,8 @@ class TokenShardWriter(ShardWriter):
       tasks; ``char_offsets=False`` leaves it out);
     - ``labels``: (n, 2) gold (start, end) token positions for span tasks, or (n,) example
       labels (``label_shape=()``, ``label_dtype``); ``idx``: (n,) question / example rows;
-    - ``cls`` (``store_cls=True``, example tasks): (n, layers, hidden), each row's first token,
-      so that [CLS] readers (``read_shard``, ``BatchStream``) need not touch ``states``.
+    - ``cls`` (``store_cls=True``, example tasks): (n, layers, hidden), each row's summary token
+      (``encoder_io.SUMMARY_POSITION``), so that [CLS] readers (``read_shard``, ``BatchStream``) need not touch ``states``.
     Rows are windows (or examples); blocks of them arrive in order.
     """
 
@@ -154,7 +155,7 @@ class TokenShardWriter(ShardWriter):
         if self.char_offsets is not None:
             self.char_offsets[t0:t1] = char_offsets
         if self.cls is not None:
-            self.cls[start:end] = states[self.window_offsets[start:end] - t0]
+            self.cls[start:end] = states[self.window_offsets[start:end] - t0 + SUMMARY_POSITION]
         self.labels[start:end] = labels
         self.idx[start:end] = idx
         self.rows_written += len(labels)

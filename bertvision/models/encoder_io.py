@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import inspect
 
-import torch
-
 from bertvision.errors import BertvisionError
 from bertvision.models.backbone import load_pretrained, resolve_pretrained
 
@@ -78,6 +76,8 @@ def summary_position(tokenizer) -> int:
 def hidden_state_shape(model) -> tuple[int, int]:
     """(number of hidden states the encoder returns, their width), from a two-token forward pass:
     the embedding output and each layer's for BERT, whatever the architecture returns otherwise."""
+    import torch
+
     param = next(model.parameters())
     ids = torch.full((1, 2), model.config.pad_token_id or 0, dtype=torch.long, device=param.device)
     with torch.inference_mode():

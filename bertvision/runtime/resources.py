@@ -1,15 +1,14 @@
 """What each job asks the scheduler for, computed from the config: the encoder's size (read
-from its config.json), sequence length, batch size, rows per job and shard count. Memory is
+from its config), sequence length, batch size, rows per job and shard count. Memory is
 host memory (the model, optimizer state, activations and buffers); runtime comes from a FLOP
 count at a conservative throughput. Both grow with the attempt, so a resubmission after an
 out-of-memory or timeout failure asks for more (``--retries``)."""
 
 from __future__ import annotations
 
-import json
+import functools
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 # Published train sizes (rows; SQuAD 2.0: questions), used when the config does not subsample.
 PUBLISHED_TRAIN_ROWS = {"cola": 8551, "sst2": 67349, "mrpc": 3668, "stsb": 5749, "qqp": 363846, "mnli": 392702,
@@ -32,21 +31,20 @@ class EncoderShape:
         return 12 * self.layers * self.hidden**2 + (self.vocab + 514) * self.hidden
 
     @classmethod
+    @functools.cache
     def of(cls, pretrained: str) -> "EncoderShape":
-        """From the model's config.json (local dir, installed package or the hub cache); a
+        """From the model's config (local dir, installed package or the hub cache), read by
+        transformers, which maps each architecture's names (DistilBERT's n_layers and dim); a
         bert-large or bert-base guess from the name when it is nowhere on disk."""
+        from transformers import AutoConfig
+
         from bertvision.models.backbone import resolve_pretrained
 
         try:
-            path = Path(resolve_pretrained(pretrained)) / "config.json"
-            if not path.exists():
-                from huggingface_hub import try_to_load_from_cache
-
-                cached = try_to_load_from_cache(pretrained, "config.json")
-                path = Path(cached) if isinstance(cached, str) else path
-            config = json.loads(path.read_text())
-            return cls(config["num_hidden_layers"], config["hidden_size"], config.get("vocab_size", 30522))
-        except (OSError, KeyError, ValueError):
+            config = AutoConfig.from_pretrained(resolve_pretrained(pretrained), local_files_only=True,
+                                                trust_remote_code=False)
+            return cls(config.num_hidden_layers, config.hidden_size, getattr(config, "vocab_size", 30522))
+        except (OSError, AttributeError, ValueError):
             return cls(24, 1024, 30522) if "large" in pretrained else cls(12, 768, 30522)
 
 

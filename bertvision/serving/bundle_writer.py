@@ -145,20 +145,19 @@ def task_json(task: TaskSpec, settings: dict, runs: list[HeadRun]) -> dict:
 
 def save_bare_encoder(encoder_dir: Path, tokenizer_source: str, out: Path) -> tuple[int, int]:
     """The encoder of ``encoder_dir`` (a task model's "bert." weights or a bare encoder) without
-    pooler or task head, and the tokenizer, into ``out``; returns (layers incl. embeddings, hidden)."""
-    from transformers import AutoModel
+    pooler or task head, and the tokenizer, into ``out``; returns (hidden states, hidden)."""
     from transformers.utils import logging as hf_logging
 
     from bertvision.models.backbone import load_tokenizer
+    from bertvision.models.encoder_io import hidden_state_shape, load_encoder
 
     check_safetensors_dir(encoder_dir, "encoder checkpoint")
     hf_logging.set_verbosity_error()  # the task head's weights are dropped on purpose
     hf_logging.disable_progress_bar()
-    model = AutoModel.from_pretrained(str(encoder_dir), add_pooling_layer=False, use_safetensors=True,
-                                      trust_remote_code=False)
+    model = load_encoder(str(encoder_dir)).eval()
     model.save_pretrained(out, safe_serialization=True)
     load_tokenizer(tokenizer_source).save_pretrained(out)
-    return model.config.num_hidden_layers + 1, model.config.hidden_size
+    return hidden_state_shape(model)
 
 
 def check_head_fits(run: HeadRun, layers: int, hidden: int, outputs: int) -> None:

@@ -29,6 +29,7 @@ import torch
 from bertvision.data.squad_windows import build_windows
 from bertvision.data.tokenized import TokenizedSplit, collate
 from bertvision.evaluation.squad_decode import apply_threshold, decode_question
+from bertvision.models.encoder_io import SUMMARY_POSITION, load_encoder, pad_id, summary_position, uses_token_types
 from bertvision.models.head_io import load_head
 from bertvision.registry.metrics import predictions_from_outputs
 from bertvision.runtime.device import autocast, pick_device, set_threads, to_device
@@ -119,12 +120,14 @@ class Sequences:
     def __len__(self) -> int:
         return len(self.input_ids)
 
-    def split(self) -> TokenizedSplit:
+    def split(self, token_types: bool) -> TokenizedSplit:
+        """The sequences as a split; ``token_types``: whether the encoder takes token type ids."""
         n = len(self)
-        return TokenizedSplit(pd.DataFrame({
+        frame = pd.DataFrame({
             "idx": np.arange(n), "input_ids": self.input_ids, "token_type_ids": self.token_type_ids,
             "length": np.array([len(x) for x in self.input_ids], dtype=np.int64), "label": np.zeros(n, np.int64),
-        }))
+        })
+        return TokenizedSplit(frame if token_types else frame.drop(columns="token_type_ids"))
 
 
 @dataclass
@@ -154,7 +157,7 @@ class Engine:
 
     def __init__(self, bundle: Bundle | Path, device: str = "auto", max_windows: int = 64, threads: int | None = None,
                  max_batch_tokens: int = 8192):
-        from transformers import AutoModel, AutoTokenizer
+        from transformers import AutoTokenizer
         from transformers.utils import logging as hf_logging
 
         set_threads(threads)
@@ -171,9 +174,10 @@ class Engine:
         self.checking_tokenizer = AutoTokenizer.from_pretrained(encoder_dir, use_fast=True)
         if not self.tokenizer.is_fast:
             raise BundleError(f"{encoder_dir}: no fast tokenizer (tokenizer.json)")
-        self.encoder = AutoModel.from_pretrained(encoder_dir, add_pooling_layer=False, use_safetensors=True,
-                                                 trust_remote_code=False).to(self.device).eval()
-        self.pad_id = self.encoder.config.pad_token_id or 0
+        summary_position(self.tokenizer)
+        self.encoder = load_encoder(encoder_dir).to(self.device).eval()
+        self.pad_id = pad_id(self.encoder)
+        self.token_types = uses_token_types(self.tokenizer, self.encoder.config)
         layers, hidden = self.bundle.layers, self.bundle.hidden
         self.heads = {(task.name, name): load_head(entry.dir, layers, hidden, task.outputs).to(self.device)
                       for task in self.bundle.tasks.values() for name, entry in task.heads.items()}
@@ -302,7 +306,7 @@ class Engine:
         ``max_batch_tokens`` padded tokens, one chunk in the common case): every hidden state,
         float16 as stored; the token-level heads are applied chunk by chunk, so a batch of long
         contexts never holds every token's states at once."""
-        split = sequences.split()
+        split = sequences.split(self.token_types)
         cls = np.empty((len(split), self.bundle.layers, self.bundle.hidden), dtype=np.float16)
         outputs: dict[tuple[str, str], dict[int, np.ndarray]] = {}
         for rows in length_batches(split.lengths, self.max_batch_tokens):
@@ -310,7 +314,8 @@ class Engine:
             with torch.inference_mode():
                 with autocast(self.device, self.precision):
                     hidden = self.encoder(**batch, output_hidden_states=True).hidden_states
-                cls[rows] = torch.stack([h[:, 0] for h in hidden], dim=1).to("cpu", torch.float16).numpy()
+                summary = torch.stack([h[:, SUMMARY_POSITION] for h in hidden], dim=1)
+                cls[rows] = summary.to("cpu", torch.float16).numpy()
                 reading = [j for j, row in enumerate(rows) if int(row) in readers]
                 if reading:
                     self._apply_token_heads(hidden, rows[reading], split.lengths, readers, outputs,

@@ -18,6 +18,7 @@ from bertvision.data.tokenized import TokenizedSplit, bucketed_batches, collate
 from bertvision.evaluation.inference import evaluate_outputs, predict, predict_span
 from bertvision.layout import split_file
 from bertvision.models.backbone import load_pretrained
+from bertvision.models.encoder_io import pad_id
 from bertvision.registry.tasks import TaskSpec
 from bertvision.runtime.device import autocast, autocast_dtype, check_simulated_oom, to_device
 from bertvision.runtime.distributed import Ranks
@@ -102,9 +103,16 @@ def steps_per_epoch(n_rows: int, batch_size: int) -> int:
 
 
 def build_optimizer(model, lr: float, weight_decay: float):
+    """AdamW without weight decay on biases and on the parameters of LayerNorm modules (found
+    by type, as the architectures name them differently: BERT's LayerNorm, DistilBERT's
+    sa_layer_norm)."""
+    from transformers.pytorch_utils import ALL_LAYERNORM_LAYERS
+    from transformers.trainer_pt_utils import get_parameter_names
+
+    decayed = {name for name in get_parameter_names(model, ALL_LAYERNORM_LAYERS) if not name.endswith("bias")}
     decay, no_decay = [], []
     for name, param in model.named_parameters():
-        (no_decay if name.endswith("bias") or "LayerNorm" in name else decay).append(param)
+        (decay if name in decayed else no_decay).append(param)
     groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     return torch.optim.AdamW(groups, lr=lr, foreach=True, fused=False)
 
@@ -144,7 +152,7 @@ class EncoderTrainer:
     shared_step: tuple | None = None
 
     def __post_init__(self):
-        self.pad_id = self.model.config.pad_token_id or 0
+        self.pad_id = pad_id(self.model)
         self.warmup = int(round(self.settings.warmup_ratio * self.total_steps))
         if self.shared_step is None:
             self.shared_step = optimizer_step_state(self.model, self.settings, self.total_steps, self.device,
