@@ -66,7 +66,7 @@ def test_task_overrides_merge_over_global_settings():
     [
         (lambda c: c["tasks"].update({"squadx": None}), r"x.yaml: tasks: 'squadx' is not one of"),
         (lambda c: c.update({"finetune": {"epoch_fractions": [-1]}}), r"finetune.epoch_fractions.0: -1 is less than"),
-        (lambda c: c.update({"heads": {"models": {"x": {"type": "cnn"}}}}), r"heads.models.x.type: 'cnn' is not one of"),
+        (lambda c: c.update({"heads": {"models": {"x": {"type": "capsule"}}}}), r"heads.models.x.type: 'capsule' is not one of"),
         (lambda c: c.update({"heads": {"models": {"x": {"type": "lp", "width": 8}}}}),
          r"heads.models.x: Additional properties are not allowed \('width' was unexpected\)"),
         (lambda c: c.update({"heads": {"models": {"x": {"type": "adapter", "width": 0}}}}),

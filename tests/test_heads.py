@@ -83,7 +83,7 @@ def test_build_head_registry():
     assert isinstance(build_head({"type": "lp"}, L, H, C), ScalarMixHead)
     assert build_head({"type": "adapter", "width": 16}, L, H, 1)(torch.randn(2, L, H)).shape == (2, 1)
     with pytest.raises(KeyError, match="unknown head type"):
-        build_head({"type": "cnn"}, L, H, C)
+        build_head({"type": "capsule"}, L, H, C)
     with pytest.raises(ValueError, match=r"head type 'lp' has no option\(s\) \['width'\]"):
         build_head({"type": "lp", "width": 3}, L, H, C)
 

@@ -2,7 +2,7 @@
 torch. Each entry points at its ``nn.Module`` class (in ``bertvision.models.heads``), which is
 built as ``cls(layers, hidden, outputs, **options)``.
 
-Adding a head is one class in ``bertvision/models/heads.py`` plus one ``register(HeadType(...))``
+Adding a head is one class in ``bertvision/models/heads.py`` (or ``cnn_heads.py``) plus one ``register(HeadType(...))``
 here: the config schema (the type names, each type's options with their defaults and ranges),
 the optuna search space and head training all follow from it.
 """
@@ -130,4 +130,36 @@ register(HeadType(
         "dropout": DROPOUT,
     },
     token_level=True,
+))
+
+# The front of the convolutional heads: what their 1xN "image" is (channels x width).
+CNN_POOL = Option(str, "none", "The convolutions' input channels: none = every layer is a channel; lp = a learned "
+                  "scalar mix of the layers (1 channel); mean = the layer mean (1 channel).",
+                  choices=("none", "lp", "mean"))
+CNN_ADAPTER_WIDTH = Option(int, 0, "0 = no adapter; A > 0 = a shared AdapterPooler GELU(W x + b) maps the hidden "
+                           "axis to A first (after the pooling), so the convolutions run over A positions.", minimum=0)
+
+register(HeadType(
+    "cnn", "bertvision.models.cnn_heads:ConvHead",
+    "Gen-1's 1xN CNN: a convolution along the hidden axis with the layers as channels ('same' padding), "
+    "ReLU, flattened, then a linear layer.",
+    {
+        "kernel": Option(int, 3, "Kernel size N of the 1xN convolution.", minimum=1, searchable=True),
+        "channels": Option(int, 16, "Output channels (filters) of the convolution.", minimum=1, searchable=True),
+        "dilation": Option(int, 1, "Dilation of the convolution ('same' padding keeps the width).", minimum=1),
+        "pool": CNN_POOL,
+        "adapter_width": CNN_ADAPTER_WIDTH,
+        "dropout": Option(float, 0.1, "Dropout before the output layer.", minimum=0, maximum=1, searchable=True),
+    },
+))
+register(HeadType(
+    "xception", "bertvision.models.cnn_heads:XceptionHead",
+    "Gen-1's abbreviated Xception along the hidden axis (layers as channels): two strided convolutions, a "
+    "separable-convolution block with a residual branch, global average pooling, then a linear layer.",
+    {
+        "cls_residual": Option(bool, False, "Concatenate the last layer's state before the output layer."),
+        "pool": CNN_POOL,
+        "adapter_width": CNN_ADAPTER_WIDTH,
+        "dropout": DROPOUT,
+    },
 ))
