@@ -60,7 +60,9 @@ class SpanProblem:
 
     def loss(self, head, batch) -> torch.Tensor:
         x, mask, y = (t.to(self.device, non_blocking=True) for t in batch)
-        logits = head(x).masked_fill(~mask[..., None], -1e4)
+        # Only the real tokens go through the head: padding would enter a BatchNorm's batch statistics.
+        logits = torch.full((*mask.shape, 2), -1e4, device=x.device)
+        logits[mask] = head(x[mask])
         return (torch.nn.functional.cross_entropy(logits[..., 0], y[:, 0])
                 + torch.nn.functional.cross_entropy(logits[..., 1], y[:, 1])) / 2
 
