@@ -14,6 +14,9 @@ with two outputs per token (start and end logits).
   positions (attention pooling with a learned query, and/or the masked mean), then a linear
   head. Unlike the original's AP_GLUE (position-specific weights over the flattened, padded
   sequence), padding never changes the output and the size does not grow with the length.
+
+Gen-1's convolutional heads (the 1xN CNN and the abbreviated Xception) are in
+``bertvision.models.cnn_heads``.
 """
 
 from __future__ import annotations
