@@ -39,7 +39,7 @@ os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get(
 
 wildcard_constraints:
     model=r"[A-Za-z0-9_.-]+",
-    task=r"[a-z0-9]+",
+    task=r"[a-z0-9][a-z0-9-]*",
     frac=r"[0-9.]+",
     ftseed=r"\d+",
     shard=r"\d+",

@@ -56,6 +56,10 @@ def tiny_config(tiny_bert: Path) -> dict:
             "squad2": {"article_split": {"from": "dev", "train": 0.6, "selection": 0.1, "dev": 0.3},
                        "train_size": 30, "selection_size": 20, "eval_size": 30, "max_length": 128,
                        "doc_stride": 64, "heads": ["lp"]},
+            # the same questions' answerability, from each window's [CLS] states
+            "squad2-answerable": {"article_split": {"from": "dev", "train": 0.6, "selection": 0.1, "dev": 0.3},
+                                  "train_size": 30, "selection_size": 20, "eval_size": 30, "max_length": 128,
+                                  "doc_stride": 64},
             # RTE and WNLI share their labels: RTE's heads answer WNLI as they are (head_transfer)
             "rte": {"train_size": 40, "eval_size": 30},
             "wnli": {"train_size": 40, "eval_size": 30},
@@ -108,11 +112,17 @@ def test_tables_have_every_row(workflow_run):
     md = (workdir / "results" / "tables" / "glue.md").read_text()
     assert "## mrpc (tiny, dev)" in md and "## stsb (tiny, dev)" in md and "squad2" not in md
     assert md.index("# Head + BERT ensembles") > md.rindex("| BERT |")  # ensembles in their own section
-    squad = pd.read_csv(workdir / "results" / "tables" / "squad.csv")
+    both = pd.read_csv(workdir / "results" / "tables" / "squad.csv")
+    squad = both[both["task"] == "squad2"]
     assert set(squad["model"]) == {"BERT", "lp", "lp + BERT (max)", "lp + BERT (mean)"}
     assert set(squad["epoch_fraction"]) == {0.0, 1.0}
     assert {"f1", "exact", "HasAns_f1", "NoAns_exact"} <= set(squad["metric"])
     assert "## squad2 (tiny, dev)" in (workdir / "results" / "tables" / "squad.md").read_text()
+    answerable = both[both["task"] == "squad2-answerable"]
+    assert set(answerable["metric"]) == {"accuracy", "f1", "accuracy_any_no", "f1_any_no"}
+    assert {"BERT", "lp", "adapter8"} <= set(answerable["model"])
+    assert set(answerable["epoch_fraction"]) == {0.0, 1.0}
+    assert answerable["mean"].between(0, 1).all()
     timing = pd.read_csv(workdir / "results" / "tables" / "timing.csv")
     assert {"download", "tokenize", "finetune", "baseline", "extract", "train_heads"} <= set(timing["stage"])
 
@@ -135,7 +145,7 @@ def test_table_numbers_equal_the_metrics_files(workflow_run):
 def test_cost_table_adds_up_from_its_sources(workflow_run):
     workdir, _ = workflow_run
     costs = pd.read_csv(workdir / "results" / "tables" / "cost.csv")
-    assert set(costs["task"]) == {"mrpc", "stsb", "squad2", "rte", "wnli"}
+    assert set(costs["task"]) == {"mrpc", "stsb", "squad2", "squad2-answerable", "rte", "wnli"}
     assert (costs["bertvision_s"] - (costs["finetune_s"] + costs["extract_s"] + costs["head_s"])).abs().max() < 1e-3
     row = costs[(costs["task"] == "mrpc") & (costs["epoch_fraction"] == 1.0) & (costs["model"] == "lp")].iloc[0]
     bert = json.loads((workdir / "models/tiny/mrpc/ft1/ckpt-1/eval_metrics.json").read_text())
@@ -148,7 +158,8 @@ def test_cost_table_adds_up_from_its_sources(workflow_run):
 def test_baseline_keeps_its_best_selection_epoch_and_heads_the_summary(workflow_run):
     workdir, config = workflow_run
     summary = pd.read_csv(workdir / "results/tables/summary.csv")
-    for task, metric in (("mrpc", "accuracy"), ("stsb", "pearson"), ("squad2", "f1")):
+    for task, metric in (("mrpc", "accuracy"), ("stsb", "pearson"), ("squad2", "f1"),
+                         ("squad2-answerable", "accuracy")):
         runs = [json.loads((workdir / f"baselines/tiny/{task}/seed{s}/metrics.json").read_text()) for s in (1, 2)]
         for run in runs:
             scores = [h["selection"][metric] for h in run["history"]]
@@ -365,12 +376,12 @@ def test_rerun_has_nothing_to_do_and_a_head_change_reruns_only_heads(workflow_ru
     config["heads"]["models"]["adapter8"]["width"] = 4
     (workdir / "config.yaml").write_text(yaml.safe_dump(config))
     counts = job_counts(snakemake(workdir, "-n").stdout)
-    # mrpc, stsb, rte and wnli x 2 checkpoints; squad2 trains only lp, so the adapter change
+    # mrpc, stsb, squad2-answerable, rte and wnli x 2 checkpoints; squad2 trains only lp, so the adapter change
     # leaves it alone. The stsb search of adapter8 reruns too (its spec changed), and so do the
     # transfer evaluations and the experiment tables; the data-fraction runs (lp only) do not.
     # The shared encoders train lp only: none of their heads reruns, but the RTE and WNLI heads
     # directories they read (the heads applied as they are, the cross-task table) are rewritten.
-    assert counts == {"all": 1, "tables": 1, "plots": 1, "train_heads": 8, "search_worker": 4, "search_best": 2,
+    assert counts == {"all": 1, "tables": 1, "plots": 1, "train_heads": 10, "search_worker": 4, "search_best": 2,
                       "transfer": 2, "experiment_tables": 1, "plot_data_fraction": 1, "head_transfer": 2,
                       "cross_task": 1}
 

@@ -213,8 +213,8 @@ class WorkflowSettings:
             "train_size", "selection_size", "eval_size", "article_split")})
 
     def tokenize(self, model: str, task: str) -> TokenizeSettings:
-        span = get_task(task).span
-        stride = (self.task_overrides(task).get("doc_stride") or span.doc_stride) if span else None
+        spec = get_task(task)
+        stride = (self.task_overrides(task).get("doc_stride") or spec.doc_stride) if spec.windowed else None
         return TokenizeSettings(backbone=self.pretrained(model), max_length=self.max_length(task), doc_stride=stride)
 
     def finetune(self, model: str, task: str) -> FinetuneSettings:
@@ -285,6 +285,10 @@ class WorkflowSettings:
                 problems.append(f"tasks.{task}.heads: {unknown} are not in heads.models ({self.heads})")
                 broken.add(task)
                 continue
+            misplaced = [key for key, ok in (("doc_stride", spec.windowed), ("article_split", spec.squad))
+                         if key in over and not ok]
+            if misplaced:
+                problems.append(f"tasks.{task}: {misplaced} only apply to tasks over SQuAD context windows")
             if over.get("token_features") and spec.kind == "span":
                 problems.append(f"tasks.{task}.token_features: span tasks always store every token; token-level "
                                 "example heads are for classification / regression tasks")
@@ -325,6 +329,10 @@ class WorkflowSettings:
         unknown = [t for t in self.shared_tasks if t not in self.tasks]
         if unknown:
             problems.append(f"shared.tasks: {unknown} are not configured tasks ({self.tasks})")
+        windowed = [t for t in self.shared_tasks if t in self.tasks and get_task(t).answerability]
+        if windowed:
+            problems.append(f"shared.tasks: {windowed} classify questions from several context windows; a bundle "
+                            "serves one window per request, so answerability tasks are not shared")
         for name, mixture in shared["mixtures"].items():
             missing = [t for t in mixture["tasks"] if t not in self.tasks]
             if missing:

@@ -10,7 +10,7 @@ import torch
 from tqdm import tqdm
 
 from bertvision.data.tokenized import TokenizedSplit, collate, sorted_batches
-from bertvision.registry.metrics import compute_metrics, predictions_from_outputs
+from bertvision.registry.metrics import predictions_from_outputs, score
 from bertvision.runtime.device import autocast, to_device
 
 
@@ -56,6 +56,6 @@ def predict_span(model, split: TokenizedSplit, batch_size, device, precision, pa
 def evaluate_outputs(outputs: np.ndarray, split: TokenizedSplit, task) -> tuple[dict, dict]:
     """Metrics and a predictions table for one split of an example ``task``."""
     pred = predictions_from_outputs(outputs, task.kind)
-    metrics = compute_metrics(task, pred, split.labels)
+    metrics = score(task, outputs, split.labels, split.idx)
     table = {"idx": split.idx, "label": split.labels, "prediction": pred, "outputs": list(outputs)}
     return metrics, table

@@ -73,6 +73,9 @@ class Metric:
     scale: float = 1.0  # the best score: 1 for GLUE metrics, 100 for SQuAD's
     # A score near zero means the model learned nothing (correlations); the tables flag it.
     zero_is_chance: bool = False
+    # Answerability tasks (one row per context window): how a question's windows become one
+    # prediction before scoring (a key of AGGREGATIONS). None: that task's primary rule.
+    aggregation: str | None = None
 
 
 EXAMPLE_METRICS = {m.name: m for m in [
@@ -81,6 +84,8 @@ EXAMPLE_METRICS = {m.name: m for m in [
     Metric("mcc", mcc, zero_is_chance=True),
     Metric("pearson", pearson, zero_is_chance=True),
     Metric("spearman", spearman, zero_is_chance=True),
+    Metric("accuracy_any_no", accuracy, aggregation="any-no"),
+    Metric("f1_any_no", f1, aggregation="any-no"),
 ]}
 SPAN_METRICS = {name: Metric(name, None, scale=100.0) for name in
                 ("f1", "exact", "HasAns_f1", "HasAns_exact", "NoAns_f1", "NoAns_exact")}
@@ -110,3 +115,50 @@ def predictions_from_outputs(outputs: np.ndarray, kind: str) -> np.ndarray:
 def compute_metrics(task, pred, gold) -> dict[str, float]:
     """Every metric of an example ``task`` (a registry TaskSpec) on these predictions."""
     return {name: get_metric(task.kind, name).compute(pred, gold) for name in task.metrics}
+
+
+def _by_question(values: np.ndarray, idx: np.ndarray, reduce) -> np.ndarray:
+    """``reduce`` (np.maximum or np.minimum) of ``values`` over the windows of each question, in
+    the order of the questions' first windows."""
+    questions, first, inverse = np.unique(idx, return_index=True, return_inverse=True)
+    out = np.full(len(questions), -np.inf if reduce is np.maximum else np.inf, dtype=np.float64)
+    reduce.at(out, inverse.reshape(-1), values.astype(np.float64))
+    return out[np.argsort(np.argsort(first))] if len(first) else out
+
+
+def best_window(outputs: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """Answerable (0) where the question's most confident window says so: the largest margin
+    logit[answerable] - logit[no answer] over its windows is >= 0; else no answer (1). Right for
+    windows labelled by whether they hold the answer: a long context's other windows do not."""
+    margin = outputs[:, 0] - outputs[:, 1]
+    return (_by_question(margin, idx, np.maximum) < 0).astype(np.int64)
+
+
+def any_window_says_no(outputs: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """The original's rule (Gen-1 evaluation.py): no answer (1) where any window predicts it."""
+    return _by_question(outputs.argmax(axis=-1), idx, np.maximum).astype(np.int64)
+
+
+# Answerability: window outputs (N, 2) and their question ids -> one label per question.
+AGGREGATIONS: dict[str, Callable] = {"best-window": best_window, "any-no": any_window_says_no}
+PRIMARY_AGGREGATION = "best-window"
+
+
+def question_labels(labels: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """A question has no answer (1) when none of its windows holds one."""
+    return _by_question(np.asarray(labels), idx, np.minimum).astype(np.int64)
+
+
+def score(task, outputs, labels, idx) -> dict[str, float]:
+    """Every metric of an example ``task`` from model ``outputs`` (N, C) for the rows with these
+    gold ``labels`` and example ids ``idx``. Answerability tasks score questions: each metric
+    aggregates a question's windows by its rule first."""
+    outputs = np.asarray(outputs)
+    if not task.answerability:
+        return compute_metrics(task, predictions_from_outputs(outputs, task.kind), labels)
+    idx, gold = np.asarray(idx), question_labels(labels, np.asarray(idx))
+    out = {}
+    for name in task.metrics:
+        metric = get_metric(task.kind, name)
+        out[name] = metric.compute(AGGREGATIONS[metric.aggregation or PRIMARY_AGGREGATION](outputs, idx), gold)
+    return out

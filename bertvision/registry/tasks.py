@@ -42,6 +42,15 @@ class SpanSettings:
 
 
 @dataclass(frozen=True)
+class AnswerabilitySettings:
+    """Classification of SQuAD questions from their context windows (windows as in span
+    extraction). Each window is one example, labelled by whether it holds no whole answer; a
+    question's prediction aggregates its windows' outputs (``registry.metrics.AGGREGATIONS``)."""
+
+    doc_stride: int
+
+
+@dataclass(frozen=True)
 class TaskSpec:
     name: str
     kind: str  # "classification" | "regression" | "span"
@@ -60,6 +69,7 @@ class TaskSpec:
     glue: GlueFileLayout | None = None
     squad: SquadFileLayout | None = None
     span: SpanSettings | None = None
+    answerability: AnswerabilitySettings | None = None
     # Class names in label-id order; for local files, the raw label strings in the same order.
     label_names: tuple[str, ...] = ()
     raw_labels: tuple[str, ...] = ()
@@ -72,6 +82,17 @@ class TaskSpec:
     def num_labels(self) -> int:
         """Outputs per example (classification, regression) or per token (span: start, end)."""
         return {"regression": 1, "span": 2}.get(self.kind, len(self.label_names))
+
+    @property
+    def doc_stride(self) -> int | None:
+        """The window overlap of tasks whose examples are SQuAD context windows; else None."""
+        settings = self.span or self.answerability
+        return settings.doc_stride if settings else None
+
+    @property
+    def windowed(self) -> bool:
+        """Whether a row is one window of a question (span and answerability tasks)."""
+        return self.doc_stride is not None
 
     @property
     def meanings(self) -> tuple[str, ...]:
@@ -140,6 +161,11 @@ def register(task: TaskSpec) -> TaskSpec:
         problems.append("one or two text fields")
     if (task.kind == "span") != (task.span is not None):
         problems.append("span settings exactly for span tasks")
+    if task.answerability and (task.kind != "classification" or not task.squad):
+        problems.append("answerability settings only for a classification task over SQuAD files")
+    problems += [f"metric {m!r} aggregates windows: only for answerability tasks" for m in task.metrics
+                 if task.kind in METRICS and m in METRICS[task.kind] and METRICS[task.kind][m].aggregation
+                 and not task.answerability]
     if not (task.glue or task.squad):
         problems.append("no local file layout (glue or squad)")
     missing = [s for s in ("train", *task.eval_splits) if s not in task.hub_splits]
@@ -320,6 +346,26 @@ for _task in [
         hub_splits={"train": "train", "dev": "validation"},
         squad=SquadFileLayout(files={"train": "train-v2.0.json", "dev": "dev-v2.0.json"}),
         span=SpanSettings(doc_stride=128, max_answer_length=30, n_best=20),
+    ),
+    # Gen-1's second task: is the question answerable? One prediction per context window from
+    # its [CLS] states; per question, "accuracy"/"f1" aggregate by the most confident window
+    # (answerable when any window finds the answer), "*_any_no" by the original's rule (no
+    # answer when any window says so). F1 is no-answer's (label 1).
+    TaskSpec(
+        name="squad2-answerable",
+        kind="classification",
+        text_fields=("question", "context"),
+        max_length=384,
+        train_rows=130319,
+        metrics=("accuracy", "f1", "accuracy_any_no", "f1_any_no"),
+        eval_splits=("dev",),
+        hub_id="rajpurkar/squad_v2",
+        hub_config="squad_v2",
+        hub_splits={"train": "train", "dev": "validation"},
+        squad=SquadFileLayout(files={"train": "train-v2.0.json", "dev": "dev-v2.0.json"}),
+        answerability=AnswerabilitySettings(doc_stride=128),
+        label_names=("answerable", "no_answer"),
+        raw_labels=("answerable", "no_answer"),
     ),
 ]:
     register(_task)

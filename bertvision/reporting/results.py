@@ -119,10 +119,10 @@ def results_markdown(summary: pd.DataFrame, title: str) -> str:
     return "\n".join(parts)
 
 
-# The result tables: name -> (title, which task kinds).
+# The result tables: name -> (title, which tasks it holds).
 TABLES = {
-    "glue": ("GLUE results", {"classification", "regression"}),
-    "squad": ("SQuAD 2.0 results", {"span"}),
+    "glue": ("GLUE results", lambda task: task.glue is not None),
+    "squad": ("SQuAD 2.0 results (span extraction and answerability)", lambda task: task.squad is not None),
 }
 SUMMARY_COLUMNS = ["backbone", "task", "split", "epoch_fraction", "model", "metric", "mean", "std", "n",
                    "parameter_percent", "ensemble"]
@@ -131,8 +131,8 @@ SUMMARY_COLUMNS = ["backbone", "task", "split", "epoch_fraction", "model", "metr
 def result_tables(records: pd.DataFrame, head_order: list[str]) -> dict[str, tuple[pd.DataFrame, str]]:
     """Table name -> (summary, Markdown), for every entry of TABLES."""
     out = {}
-    for name, (title, kinds) in TABLES.items():
-        part = records[[get_task(t).kind in kinds for t in records["task"]]] if len(records) else records
+    for name, (title, holds) in TABLES.items():
+        part = records[[holds(get_task(t)) for t in records["task"]]] if len(records) else records
         summary = summarize(part, head_order) if len(part) else pd.DataFrame(columns=SUMMARY_COLUMNS)
         out[name] = summary, (results_markdown(summary, title) if len(summary)
                               else f"# {title}\n\nNo such task configured.\n")

@@ -115,16 +115,13 @@ def local_source_files(task: TaskSpec, settings: DownloadSettings) -> list[Path]
     download when one of them changes."""
     if settings.source != "local":
         return []
-    if task.kind == "span":
+    if task.squad:
         article_split = settings.article_split
         splits = [article_split["from"]] if article_split else list(task.squad.files)
         return [squad_files.locate(Path(settings.squad_dir), task.squad.files, s) for s in splits]
     return [locate(Path(settings.glue_dir), task, s) for s in task.glue.files]
 
 
-DOWNLOADERS = {"classification": download_glue, "regression": download_glue, "span": download_squad}
-
-
 def download_task(task: TaskSpec, settings: DownloadSettings, out_dir: Path) -> dict[str, int]:
     """Write ``{out_dir}/{split}.parquet`` for every split; return the row counts."""
-    return DOWNLOADERS[task.kind](task, settings, out_dir)
+    return (download_squad if task.squad else download_glue)(task, settings, out_dir)

@@ -42,6 +42,25 @@ def tokenize_frame(df: pd.DataFrame, task: TaskSpec, tokenizer, max_length: int)
     )
 
 
+def answerability_windows(df: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
+    """Span windows as classification rows: ``idx`` is the window's question, ``label`` 1 where
+    the window holds no whole answer (the question has none, or it lies elsewhere)."""
+    return pd.DataFrame({
+        "idx": df["idx"].to_numpy()[windows["example"].to_numpy()],
+        "input_ids": windows["input_ids"], "token_type_ids": windows["token_type_ids"],
+        "length": windows["length"].astype(np.int32),
+        "label": ((windows["start"] == 0) & (windows["end"] == 0)).astype(np.int64).to_numpy(),
+    })
+
+
+def answer_in_no_window(df: pd.DataFrame, rows: pd.DataFrame) -> int:
+    """Answerable questions none of whose windows holds the whole answer (scored as no answer,
+    as their windows say): a doc_stride shorter than the answer."""
+    holds = rows.groupby("idx")["label"].min() == 0
+    answerable = ~df.set_index("idx")["is_impossible"].astype(bool)
+    return int((answerable & ~holds.reindex(answerable.index, fill_value=False)).sum())
+
+
 def tokenize_task(task: TaskSpec, settings: TokenizeSettings, raw_dir: Path, out_dir: Path) -> dict:
     """Every split of the task: examples (or, for span tasks, context windows) as token ids."""
     tokenizer = load_tokenizer(settings.backbone)
@@ -53,6 +72,8 @@ def tokenize_task(task: TaskSpec, settings: TokenizeSettings, raw_dir: Path, out
         df = pd.read_parquet(split_file(raw_dir, split))
         if task.kind == "span":
             tokens = build_windows(df, tokenizer, max_length, settings.doc_stride)
+        elif task.answerability:
+            tokens = answerability_windows(df, build_windows(df, tokenizer, max_length, settings.doc_stride))
         else:
             tokens = tokenize_frame(df, task, tokenizer, max_length)
         if not token_types:  # the encoder takes none (RoBERTa, DistilBERT): collate sends none
@@ -60,6 +81,8 @@ def tokenize_task(task: TaskSpec, settings: TokenizeSettings, raw_dir: Path, out
         truncated = int((tokens["length"] >= max_length).sum())
         stats[split] = {
             "rows": len(tokens),
+            **({"questions": len(df), "answerable_without_whole_answer_window": answer_in_no_window(df, tokens)}
+               if task.answerability else {}),
             "mean_length": float(tokens["length"].mean()),
             "max_length": int(tokens["length"].max()),
             "at_max_length": truncated,

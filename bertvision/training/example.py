@@ -14,7 +14,7 @@ from bertvision.errors import SettingsError
 from bertvision.evaluation.ensemble import ensemble_examples, ensemble_rules
 from bertvision.features.store import FeatureSet, read_shard
 from bertvision.features.stream import BatchStream
-from bertvision.registry.metrics import compute_metrics, predictions_from_outputs
+from bertvision.registry.metrics import predictions_from_outputs, score
 from bertvision.registry.tasks import TaskSpec
 from bertvision.training.statistics import moments, nested_subset
 
@@ -122,9 +122,9 @@ class ExampleProblem:
         return torch.nn.functional.cross_entropy(out, y.long())
 
     def _score(self, head, split: str) -> tuple[dict, np.ndarray]:
-        x, y, _ = self.held[split]
+        x, y, idx = self.held[split]
         outputs = predict_arrays(head, x, self.device)
-        return compute_metrics(self.task, predictions_from_outputs(outputs, self.task.kind), y), outputs
+        return score(self.task, outputs, y, idx), outputs
 
     def selection_metrics(self, head) -> dict:
         return self._score(head, "selection")[0]
@@ -144,6 +144,5 @@ class ExampleProblem:
                 bert = np.concatenate(bert_logits[split])
                 for how in hows:
                     combined = ensemble_examples(outputs, bert, how, self.task.kind)
-                    ensembles.setdefault(how, {})[split] = compute_metrics(
-                        self.task, predictions_from_outputs(combined, self.task.kind), labels)
+                    ensembles.setdefault(how, {})[split] = score(self.task, combined, labels, idx)
         return metrics, pd.concat(tables, ignore_index=True), ensembles

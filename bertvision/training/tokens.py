@@ -18,7 +18,7 @@ from bertvision.data.tokenized import bucketed_batches
 from bertvision.errors import FeatureError
 from bertvision.features.store import FeatureSet, WindowStates
 from bertvision.features.stream import Prefetched
-from bertvision.registry.metrics import compute_metrics, predictions_from_outputs
+from bertvision.registry.metrics import score
 from bertvision.registry.tasks import TaskSpec
 from bertvision.training.example import ExampleProblem
 from bertvision.training.statistics import moments, nested_subset
@@ -99,6 +99,6 @@ class TokenExampleProblem(ExampleProblem):
         return self.output_loss(head(x, mask), y)
 
     def _score(self, head, split: str) -> tuple[dict, np.ndarray]:
-        examples, labels, _ = self.held[split]
+        examples, labels, idx = self.held[split]
         outputs = predict_tokens(head, examples, self.device)
-        return compute_metrics(self.task, predictions_from_outputs(outputs, self.task.kind), labels), outputs
+        return score(self.task, outputs, labels, idx), outputs
