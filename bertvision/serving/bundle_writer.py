@@ -144,8 +144,9 @@ def task_json(task: TaskSpec, settings: dict, runs: list[HeadRun]) -> dict:
 
 
 def save_bare_encoder(encoder_dir: Path, tokenizer_source: str, out: Path) -> tuple[int, int]:
-    """The encoder of ``encoder_dir`` (a task model's "bert." weights or a bare encoder) without
-    pooler or task head, and the tokenizer, into ``out``; returns (hidden states, hidden)."""
+    """The encoder of ``encoder_dir`` (a task model's checkpoint, its encoder's weights under the
+    architecture's prefix: "bert.", "roberta.", ...; or a bare encoder) without pooler or task head,
+    and the tokenizer, into ``out``; returns (hidden states, hidden)."""
     from transformers.utils import logging as hf_logging
 
     from bertvision.models.backbone import load_tokenizer
