@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 SNAKEFILE = REPO / "workflow" / "Snakefile"
 
 
-def snakemake(workdir: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
+def snakemake(workdir: Path, *args: str, timeout: int = 1800) -> subprocess.CompletedProcess:
     cmd = ["timeout", "-s", "KILL", str(timeout), sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE),
            "-d", str(workdir), "--configfile", str(workdir / "config.yaml"), "--cores", "2", *args]
     proc = subprocess.run(cmd, capture_output=True, text=True)
