@@ -140,6 +140,14 @@ def _glue(name, **kw) -> TaskSpec:
     return TaskSpec(name=name, **kw)
 
 
+def _squad(name, **kw) -> TaskSpec:
+    """A task over SQuAD 2.0 questions (official JSON files or the hub's squad_v2)."""
+    return TaskSpec(name=name, text_fields=("question", "context"), max_length=384, train_rows=130319,
+                    eval_splits=("dev",), hub_id="rajpurkar/squad_v2", hub_config="squad_v2",
+                    hub_splits={"train": "train", "dev": "validation"},
+                    squad=SquadFileLayout(files={"train": "train-v2.0.json", "dev": "dev-v2.0.json"}), **kw)
+
+
 TASKS: dict[str, TaskSpec] = {}
 
 
@@ -333,36 +341,20 @@ for _task in [
             label_column="label",
         ),
     ),
-    TaskSpec(
-        name="squad2",
+    _squad(
+        "squad2",
         kind="span",
-        text_fields=("question", "context"),
-        max_length=384,
-        train_rows=130319,
         metrics=("f1", "exact", "HasAns_f1", "HasAns_exact", "NoAns_f1", "NoAns_exact"),
-        eval_splits=("dev",),
-        hub_id="rajpurkar/squad_v2",
-        hub_config="squad_v2",
-        hub_splits={"train": "train", "dev": "validation"},
-        squad=SquadFileLayout(files={"train": "train-v2.0.json", "dev": "dev-v2.0.json"}),
         span=SpanSettings(doc_stride=128, max_answer_length=30, n_best=20),
     ),
     # Gen-1's second task: is the question answerable? One prediction per context window from
     # its [CLS] states; per question, "accuracy"/"f1" aggregate by the most confident window
     # (answerable when any window finds the answer), "*_any_no" by the original's rule (no
     # answer when any window says so). F1 is no-answer's (label 1).
-    TaskSpec(
-        name="squad2-answerable",
+    _squad(
+        "squad2-answerable",
         kind="classification",
-        text_fields=("question", "context"),
-        max_length=384,
-        train_rows=130319,
         metrics=("accuracy", "f1", "accuracy_any_no", "f1_any_no"),
-        eval_splits=("dev",),
-        hub_id="rajpurkar/squad_v2",
-        hub_config="squad_v2",
-        hub_splits={"train": "train", "dev": "validation"},
-        squad=SquadFileLayout(files={"train": "train-v2.0.json", "dev": "dev-v2.0.json"}),
         answerability=AnswerabilitySettings(doc_stride=128),
         label_names=("answerable", "no_answer"),
         raw_labels=("answerable", "no_answer"),

@@ -10,9 +10,6 @@ import functools
 import math
 from dataclasses import dataclass
 
-# Published train sizes (rows; SQuAD 2.0: questions), used when the config does not subsample.
-PUBLISHED_TRAIN_ROWS = {"cola": 8551, "sst2": 67349, "mrpc": 3668, "stsb": 5749, "qqp": 363846, "mnli": 392702,
-                        "qnli": 104743, "rte": 2490, "wnli": 635, "squad2": 130319}
 BASE_MB = 2500  # interpreter, torch, tokenizer, pandas
 FLOPS = {"gpu": 2e13, "cpu": 5e10}  # sustained, well below peak, so that runtimes are upper bounds
 MIN_MINUTES = 10
