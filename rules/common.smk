@@ -226,16 +226,17 @@ def heads_request(key, runs):
     return request
 
 
+# Head trainings a job does, weighted by each head type's relative cost (registry.heads).
 def head_runs(wildcards):
-    return len(S.task_heads(wildcards.task)) * len(S.head_seeds)
+    return S.head_work(S.task_heads(wildcards.task)) * len(S.head_seeds)
 
 
 def subset_runs(wildcards):
-    return len(S.data_fraction_heads(wildcards.task)) * len(S.head_seeds)
+    return S.head_work(S.data_fraction_heads(wildcards.task)) * len(S.head_seeds)
 
 
 def trials_per_worker(wildcards):
-    return -(-S.search().trials // S.search_workers)
+    return -(-S.search().trials // S.search_workers) * S.head_work([wildcards.head])
 
 
 def one_run(wildcards):
@@ -285,7 +286,7 @@ def mixture_request(key):
 
 
 def shared_head_runs(wildcards):
-    return len(S.shared_heads(wildcards.task)) * len(S.head_seeds)
+    return S.head_work(S.shared_heads(wildcards.task)) * len(S.head_seeds)
 
 
 def all_shared_head_dirs():

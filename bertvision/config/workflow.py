@@ -24,7 +24,7 @@ from bertvision.config.settings import (
 from bertvision.errors import ConfigError, MissingError
 from bertvision.layout import Run, SharedEncoder, fraction_name
 from bertvision.models.backbone import resolve_pretrained
-from bertvision.registry.heads import is_token_head
+from bertvision.registry.heads import get_head_type, is_token_head
 from bertvision.registry.tasks import get_task
 
 
@@ -205,6 +205,12 @@ class WorkflowSettings:
             return []
         return [(a, b) for a in self.shared_tasks for b in self.shared_tasks
                 if a != b and get_task(a).shares_labels_with(get_task(b))]
+
+    def head_work(self, names) -> float:
+        """Head trainings of the heads ``names`` (heads.models keys), each weighted by its type's
+        training cost relative to an adapter of width 64 (what the runtime requests assume)."""
+        models = self.config["heads"]["models"]
+        return sum(get_head_type(models[n]["type"]).relative_cost for n in names)
 
     # --- typed settings per stage ----------------------------------------------------------
     def download(self, task: str) -> DownloadSettings:

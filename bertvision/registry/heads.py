@@ -45,6 +45,9 @@ class HeadType:
     options: dict[str, Option] = field(default_factory=dict)
     # Trained on every real token of an example (tasks with token_features), with a padding mask.
     token_level: bool = False
+    # Training seconds per example relative to an adapter of width 64 (measured on [CLS] states
+    # of MiniLM on a CPU): sizes the runtime each head-training job asks the scheduler for.
+    relative_cost: float = 1.0
 
     def load(self) -> type:
         module, _, name = self.cls.partition(":")
@@ -151,6 +154,7 @@ register(HeadType(
         "adapter_width": CNN_ADAPTER_WIDTH,
         "dropout": Option(float, 0.1, "Dropout before the output layer.", minimum=0, maximum=1, searchable=True),
     },
+    relative_cost=4.0,  # 0.068 vs 0.019 ms per row and epoch
 ))
 register(HeadType(
     "xception", "bertvision.models.cnn_heads:XceptionHead",
@@ -162,4 +166,5 @@ register(HeadType(
         "adapter_width": CNN_ADAPTER_WIDTH,
         "dropout": DROPOUT,
     },
+    relative_cost=130.0,  # 2.4 vs 0.019 ms per row and epoch
 ))
