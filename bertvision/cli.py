@@ -16,6 +16,7 @@ from pathlib import Path
 
 from bertvision.config import settings as typed
 from bertvision.errors import BertvisionError, SettingsError
+from bertvision.reporting.commands import add_reporting_commands
 from bertvision.serving.commands import add_serving_commands
 
 USAGE_ERROR = 2
@@ -141,11 +142,6 @@ def cmd_head_transfer(a):
                              a.out, a.threads)
 
 
-def cmd_cross_task(a):
-    from bertvision.stages.cross_task import build_cross_task
-
-    build_cross_task(a.encoders, a.models, a.ft_seeds, a.heads, a.epochs, a.transfer, a.out_dir, a.plot)
-
 
 def cmd_transfer(a):
     from bertvision.stages.transfer import transfer
@@ -170,31 +166,8 @@ def cmd_search_best(a):
     summarize_study(a.workers, a.out)
 
 
-def cmd_tables(a):
-    from bertvision.layout import Run
-    from bertvision.stages.tables import build_tables
-
-    runs = [Run(**keys) for keys in a.runs]
-    build_tables(a.bert_metrics, a.head_dirs, a.manifests, runs, a.shards, a.heads, a.out_dir, a.baseline_metrics)
 
 
-def cmd_experiment_tables(a):
-    from bertvision.stages.experiment_tables import build_experiment_tables
-
-    build_experiment_tables(a.search, a.subset_dirs, a.head_dirs, a.bert_metrics, a.transfer, a.out_dir)
-
-
-def cmd_plots(a):
-    from bertvision.layout import head_metrics_files
-    from bertvision.reporting.plots import build_plots
-
-    build_plots(a.tables, head_metrics_files(a.head_dirs), a.tasks, a.out_dir, a.summary)
-
-
-def cmd_plot_data_fraction(a):
-    from bertvision.reporting.plots import data_fraction_curves
-
-    data_fraction_curves(a.table, a.out)
 
 
 def cmd_validate_config(a):
@@ -335,16 +308,6 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", type=Path, required=True)
     s.add_argument("--threads", type=int)
 
-    s = _sub(sub, "cross-task", cmd_cross_task, "the cross-task transfer table and heatmap (rule cross_task)")
-    s.add_argument("--encoders", type=_json, required=True, help="the shared encoders, [{name, kind, ...}, ...]")
-    s.add_argument("--models", nargs="+", required=True)
-    s.add_argument("--ft-seeds", type=int, nargs="+", required=True)
-    s.add_argument("--heads", type=_json, required=True, help='{"task": [head names], ...}')
-    s.add_argument("--epochs", type=_json, required=True, help='{"mixture": epochs, ...}')
-    s.add_argument("--transfer", type=Path, nargs="*", default=[], help="head_transfer records")
-    s.add_argument("--out-dir", type=Path, required=True)
-    s.add_argument("--plot", type=Path, required=True)
-
     s = _sub(sub, "search-worker", cmd_search_worker,
              "run one worker's share of an optuna study of a head (rule search_worker)")
     s.add_argument("--task", required=True)
@@ -365,38 +328,6 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--workers", type=Path, nargs="+", required=True, help="the study's worker records")
     s.add_argument("--out", type=Path, required=True)
 
-    s = _sub(sub, "tables", cmd_tables, "summary, result, cost and timing tables (rule tables)")
-    s.add_argument("--bert-metrics", type=Path, nargs="*", default=[])
-    s.add_argument("--baseline-metrics", type=Path, nargs="*", default=[], help="full fine-tuning records (summary)")
-    s.add_argument("--head-dirs", type=Path, nargs="*", default=[], help="train_heads output directories")
-    s.add_argument("--manifests", type=Path, nargs="*", default=[], help="feature manifests (cost table)")
-    s.add_argument("--runs", type=_json, required=True,
-                   help="every run, [{model, task, ftseed, frac}, ...]: their jobs' benchmark files give the times")
-    s.add_argument("--shards", type=int, required=True, help="extraction shards per checkpoint")
-    s.add_argument("--heads", nargs="*", default=[], help="head names in table order")
-    s.add_argument("--out-dir", type=Path, required=True)
-
-    s = _sub(sub, "experiment-tables", cmd_experiment_tables,
-             "search, data-fraction and transfer tables (rule experiment_tables)")
-    s.add_argument("--search", type=Path, nargs="*", default=[], help="best.json of every study")
-    s.add_argument("--subset-dirs", type=Path, nargs="*", default=[], help="train_heads_subset outputs")
-    s.add_argument("--head-dirs", type=Path, nargs="*", default=[], help="train_heads outputs (the full data)")
-    s.add_argument("--bert-metrics", type=Path, nargs="*", default=[])
-    s.add_argument("--transfer", type=Path, nargs="*", default=[], help="transfer records")
-    s.add_argument("--out-dir", type=Path, required=True)
-
-    s = _sub(sub, "plots", cmd_plots, "PNG plots from the result tables and head metrics (rule plots)")
-    s.add_argument("--tables", type=Path, nargs="+", required=True, help="glue.csv / squad.csv")
-    s.add_argument("--summary", type=Path, help="summary.csv (the score-vs-seconds plot)")
-    s.add_argument("--head-dirs", type=Path, nargs="*", default=[])
-    s.add_argument("--tasks", nargs="+", required=True)
-    s.add_argument("--out-dir", type=Path, required=True)
-
-    s = _sub(sub, "plot-data-fraction", cmd_plot_data_fraction,
-             "score vs share of training data (rule plot_data_fraction)")
-    s.add_argument("--table", type=Path, required=True, help="data_fraction.csv")
-    s.add_argument("--out", type=Path, required=True)
-
     s = _sub(sub, "validate-config", cmd_validate_config, "check a config file against the schema and the registries")
     s.add_argument("config", type=Path)
     s.add_argument("--show", action="store_true", help="print the effective config, every default filled in")
@@ -404,6 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = _sub(sub, "clean", cmd_clean, "remove every artifact folder of a working directory (bertvision.layout.ROOTS)")
     s.add_argument("--dir", type=Path, default=Path("."), help="the working directory")
 
+    add_reporting_commands(sub, _sub, _json)
     add_serving_commands(sub, _sub, _json, _name_path)
     return p
 
