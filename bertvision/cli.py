@@ -16,6 +16,7 @@ from pathlib import Path
 
 from bertvision.config import settings as typed
 from bertvision.errors import BertvisionError, SettingsError
+from bertvision.features.source import feature_source
 from bertvision.reporting.commands import add_reporting_commands
 from bertvision.serving.commands import add_serving_commands
 
@@ -261,7 +262,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--heads", type=_json, required=True, help='{"name": {"type": ..., options}, ...}')
     _settings(s, "--settings", typed.HeadTrainingSettings)
     _settings(s, "--runtime", typed.HeadRuntimeSettings)
-    s.add_argument("--manifest", type=Path, required=True)
+    s.add_argument("--manifest", type=feature_source, required=True, metavar="MANIFEST|SOURCE_JSON",
+                   help="the feature manifest, or a stream source (JSON) for store: false")
     s.add_argument("--raw-dir", type=Path, required=True, help="the task's canonical splits (span decoding)")
     s.add_argument("--bert-logits", type=Path, nargs="?",
                    help="BERT's eval_logits.npz at this checkpoint (ensembles; none on a shared encoder)")
@@ -276,7 +278,8 @@ def build_parser() -> argparse.ArgumentParser:
              "evaluate heads trained on one checkpoint on every checkpoint's features (rule transfer)")
     s.add_argument("--task", required=True)
     s.add_argument("--head-dirs", type=Path, nargs="+", required=True, help="train_heads outputs, one per checkpoint")
-    s.add_argument("--manifests", type=Path, nargs="+", required=True, help="feature manifests of the checkpoints")
+    s.add_argument("--manifests", type=feature_source, nargs="+", required=True,
+                   help="feature manifests (or stream sources as JSON) of the checkpoints")
     s.add_argument("--raw-dir", type=Path, required=True)
     _settings(s, "--settings", typed.HeadTrainingSettings)
     _settings(s, "--runtime", typed.HeadRuntimeSettings)
@@ -316,7 +319,8 @@ def build_parser() -> argparse.ArgumentParser:
     _settings(s, "--settings", typed.HeadTrainingSettings)
     _settings(s, "--runtime", typed.HeadRuntimeSettings)
     _settings(s, "--search", typed.SearchSettings)
-    s.add_argument("--manifest", type=Path, required=True)
+    s.add_argument("--manifest", type=feature_source, required=True, metavar="MANIFEST|SOURCE_JSON",
+                   help="the feature manifest, or a stream source (JSON) for store: false")
     s.add_argument("--raw-dir", type=Path, required=True)
     s.add_argument("--storage", required=True, help="journal file path or RDB URL")
     s.add_argument("--worker", type=int, required=True)

@@ -172,6 +172,7 @@ class Run:
     task: str
     ftseed: int
     frac: str
+    stored: bool = True  # False: store: false, the heads' job computes the states (no extract jobs)
 
     @property
     def keys(self) -> dict:
@@ -251,8 +252,9 @@ def timing_jobs(runs: list[Run], n_shards: int, baselines: tuple[Job, ...] = ())
         add("download", task=run.task)
         add("tokenize", task=run.task, model=run.model)
         add("finetune", task=run.task, model=run.model, ftseed=run.ftseed)
-        for shard in range(n_shards):
-            add("extract", **run.keys, shard=shard)
-        add("feature_manifest", **run.keys)
+        if run.stored:
+            for shard in range(n_shards):
+                add("extract", **run.keys, shard=shard)
+            add("feature_manifest", **run.keys)
         add("train_heads", **run.keys)
     return list(jobs.values()) + list(baselines)

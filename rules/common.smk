@@ -4,6 +4,7 @@ as JSON params, target lists and what each job asks the scheduler for."""
 import dataclasses
 import json
 import os
+import shlex
 import sys
 from functools import lru_cache
 from pathlib import Path
@@ -56,7 +57,46 @@ def as_json(obj):
 
 
 def run_of(wildcards):
-    return L.Run(wildcards.model, wildcards.task, int(wildcards.ftseed), wildcards.frac)
+    return L.Run(wildcards.model, wildcards.task, int(wildcards.ftseed), wildcards.frac, S.store(wildcards.task))
+
+
+# --- where a head job gets its states: the feature files, or (store: false) the frozen checkpoint
+def run_features(run):
+    """The files a head job reads states from: the run's feature manifest, or its checkpoint's
+    weights and the task's tokens when the task streams (no extract or manifest job then)."""
+    if run.stored:
+        return [run.format(L.MANIFEST)]
+    return [run.format(L.CHECKPOINT_FILE, file="model.safetensors"), L.TOKENS_DIR.format(**run.keys)]
+
+
+def run_source(run):
+    """A head job's `--manifest` argument, shell-quoted: the manifest, or the stream source (JSON)."""
+    from bertvision.features.source import StreamSource
+
+    if run.stored:
+        return shlex.quote(run.format(L.MANIFEST))
+    weights, tokens = run_features(run)
+    source = StreamSource(os.path.dirname(weights), tokens, S.extract(), S.extract_compute(), S.extract_attrs(run))
+    return shlex.quote(source.to_json())
+
+
+def features_input(wildcards):
+    return run_features(run_of(wildcards))
+
+
+def features_arg(wildcards):
+    return run_source(run_of(wildcards))
+
+
+def checkpoint_runs(wildcards):
+    """The run of every checkpoint of this fine-tuning run (cross-checkpoint transfer)."""
+    return [L.Run(wildcards.model, wildcards.task, int(wildcards.ftseed), f, S.store(wildcards.task))
+            for f in S.fractions]
+
+
+def stream_gpus(wildcards):
+    """GPUs a head job asks for: the extraction's when it runs the encoder itself."""
+    return 0 if S.store(wildcards.task) else GPU
 
 
 def source_files(wildcards):
@@ -87,7 +127,8 @@ def all_head_dirs():
 
 
 def all_manifests():
-    return for_every_run(L.MANIFEST)
+    """The feature manifest of every run of a task that stores its states."""
+    return for_every_run(L.MANIFEST, tasks=[t for t in S.tasks if S.store(t)])
 
 
 def all_benchmarks():
@@ -136,7 +177,7 @@ def all_transfer_files():
 
 
 def all_runs_json():
-    return as_json([run.keys for run in S.runs()])
+    return as_json([{**run.keys, "stored": run.stored} for run in S.runs()])
 
 
 # Cluster settings from the environment (README, "Run on a cluster"). The GPU rules ask for
@@ -220,7 +261,7 @@ def heads_request(key, runs):
         return requests.heads_request(
             encoder_shape(wildcards.model), S.train_rows(wildcards.task), S.max_length(wildcards.task),
             S.feature_level(wildcards.task) == "tokens", training.in_memory_max_mb, runs(wildcards),
-            training.max_epochs, attempt,
+            training.max_epochs, attempt, streamed=not S.store(wildcards.task), gpus=stream_gpus(wildcards),
         )[key]
 
     return request

@@ -3,7 +3,7 @@ rule train_heads:
     directory each (epochs chosen on the selection split; the evaluation splits are only
     scored)."""
     input:
-        manifest=rules.feature_manifest.output,
+        features=features_input,
         raw=rules.download.output,
         bert_logits=expand(L.CHECKPOINT_FILE, file=L.BERT_LOGITS, allow_missing=True)[0],
         searched=lambda wc: searched_best(wc).values(),
@@ -15,17 +15,19 @@ rule train_heads:
         runtime=as_json(S.head_runtime()),
         seeds=S.head_seeds,
         searched=lambda wc: searched_args(wc),
+        features=features_arg,
     log:
         L.log("train_heads"),
     benchmark:
         L.benchmark("train_heads")
     threads: 1
     resources:
+        gpu=stream_gpus,
         mem_mb=heads_request("mem_mb", head_runs),
         runtime=heads_request("runtime", head_runs),
     shell:
         "bertvision train-heads --task {wildcards.task} --heads {params.heads:q} --settings {params.settings:q} "
-        "--runtime {params.runtime:q} --manifest {input.manifest} --raw-dir {input.raw} "
+        "--runtime {params.runtime:q} --manifest {params.features} --raw-dir {input.raw} "
         "--bert-logits {input.bert_logits} --seeds {params.seeds} --out-dir {output} "
         "--searched {params.searched} --threads {threads} > {log} 2>&1"
 
@@ -34,7 +36,7 @@ rule train_heads_subset:
     """The data-fraction experiment: the task's heads trained on a nested {pct} share of the
     training features of one checkpoint (selection and evaluation splits whole)."""
     input:
-        manifest=rules.feature_manifest.output,
+        features=features_input,
         raw=rules.download.output,
         bert_logits=expand(L.CHECKPOINT_FILE, file=L.BERT_LOGITS, allow_missing=True)[0],
         searched=lambda wc: searched_best(wc, S.data_fraction_heads(wc.task)).values(),
@@ -46,17 +48,19 @@ rule train_heads_subset:
         runtime=as_json(S.head_runtime()),
         seeds=S.head_seeds,
         searched=lambda wc: searched_args(wc, S.data_fraction_heads(wc.task)),
+        features=features_arg,
     log:
         L.log("train_heads_subset"),
     benchmark:
         L.benchmark("train_heads_subset")
     threads: 1
     resources:
+        gpu=stream_gpus,
         mem_mb=heads_request("mem_mb", subset_runs),
         runtime=heads_request("runtime", subset_runs),
     shell:
         "bertvision train-heads --task {wildcards.task} --heads {params.heads:q} --settings {params.settings:q} "
-        "--runtime {params.runtime:q} --manifest {input.manifest} --raw-dir {input.raw} "
+        "--runtime {params.runtime:q} --manifest {params.features} --raw-dir {input.raw} "
         "--bert-logits {input.bert_logits} --seeds {params.seeds} --out-dir {output} "
         "--searched {params.searched} --train-fraction {wildcards.pct} --threads {threads} > {log} 2>&1"
 
@@ -66,22 +70,24 @@ rule transfer:
     on every other checkpoint's features of the same fine-tuning run."""
     input:
         heads=lambda wc: [L.HEADS_DIR.format(**wc, frac=f) for f in S.fractions],
-        manifests=lambda wc: [L.MANIFEST.format(**wc, frac=f) for f in S.fractions],
+        features=lambda wc: [f for run in checkpoint_runs(wc) for f in run_features(run)],
         raw=rules.download.output,
     output:
         L.TRANSFER_FILE,
     params:
         settings=lambda wc: as_json(S.head_training(wc.task)),
         runtime=as_json(S.head_runtime()),
+        features=lambda wc: " ".join(run_source(run) for run in checkpoint_runs(wc)),
     log:
         L.log("transfer"),
     benchmark:
         L.benchmark("transfer")
     threads: 1
     resources:
+        gpu=stream_gpus,
         mem_mb=heads_request("mem_mb", one_run),
         runtime=heads_request("runtime", one_run),
     shell:
-        "bertvision transfer --task {wildcards.task} --head-dirs {input.heads} --manifests {input.manifests} "
+        "bertvision transfer --task {wildcards.task} --head-dirs {input.heads} --manifests {params.features} "
         "--raw-dir {input.raw} --settings {params.settings:q} --runtime {params.runtime:q} --out {output} "
         "--threads {threads} > {log} 2>&1"

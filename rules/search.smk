@@ -2,7 +2,7 @@ rule search_worker:
     """One of search.workers jobs that share the optuna study of one head on one checkpoint;
     each runs its share of the trials (objective: the selection split)."""
     input:
-        manifest=rules.feature_manifest.output,
+        features=features_input,
         raw=rules.download.output,
     output:
         L.SEARCH_WORKER,
@@ -13,18 +13,20 @@ rule search_worker:
         runtime=as_json(S.head_runtime()),
         search=as_json(S.search()),
         storage=study_storage,
+        features=features_arg,
     log:
         L.log("search_worker"),
     benchmark:
         L.benchmark("search_worker")
     threads: 1
     resources:
+        gpu=stream_gpus,
         mem_mb=heads_request("mem_mb", trials_per_worker),
         runtime=heads_request("runtime", trials_per_worker),
     shell:
         "bertvision search-worker --task {wildcards.task} --study {params.study:q} --spec {params.spec:q} "
         "--settings {params.settings:q} --runtime {params.runtime:q} --search {params.search:q} "
-        "--manifest {input.manifest} --raw-dir {input.raw} --storage {params.storage:q} "
+        "--manifest {params.features} --raw-dir {input.raw} --storage {params.storage:q} "
         "--worker {wildcards.worker} --out {output} --threads {threads} > {log} 2>&1"
 
 

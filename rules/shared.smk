@@ -79,6 +79,7 @@ use rule train_heads as train_heads_shared with:
         runtime=as_json(S.head_runtime()),
         seeds=S.head_seeds,
         searched="",
+        features=lambda wc, input: input.manifest,  # shared encoders' states are always stored
     log:
         L.log("train_heads_shared"),
     benchmark:

@@ -26,13 +26,14 @@ import torch
 from bertvision.config.settings import ExtractCompute, ExtractSettings
 from bertvision.config.workflow import WorkflowSettings, load_config
 from bertvision.data.tokenized import TokenizedSplit, bucketed_batches, collate, padding_ratio
+from bertvision.features.encode import frozen_encoder, plain_forward
 from bertvision.features.store import FeatureSet, write_manifest
 from bertvision.layout import head_metrics_files, split_file
 from bertvision.models.backbone import resolve_pretrained
 from bertvision.registry.tasks import get_task, splits_of
 from bertvision.runtime.device import pick_device, set_threads, to_device
 from bertvision.stages.download import download_task
-from bertvision.stages.extract import extract_shard, frozen_encoder, iter_blocks, plain_forward
+from bertvision.stages.extract import extract_shard, iter_blocks
 from bertvision.stages.tokenize import tokenize_task
 from bertvision.stages.train_heads import train_heads
 

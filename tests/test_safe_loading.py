@@ -13,7 +13,7 @@ import pytest
 from bertvision.errors import MissingError
 from bertvision.models.backbone import load_pretrained
 from bertvision.registry.tasks import get_task
-from bertvision.stages.extract import frozen_encoder
+from bertvision.features.encode import frozen_encoder
 from bertvision.training.encoder import load_classifier
 
 

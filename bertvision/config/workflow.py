@@ -90,7 +90,7 @@ class WorkflowSettings:
 
     def runs(self, tasks=None, fractions=None) -> list[Run]:
         """Every model x task x fine-tuning seed x checkpoint (of ``tasks`` / ``fractions`` only, when given)."""
-        return [Run(m, t, s, f) for m in self.models for t in (self.tasks if tasks is None else tasks)
+        return [Run(m, t, s, f, self.store(t)) for m in self.models for t in (self.tasks if tasks is None else tasks)
                 for s in self.ft_seeds for f in (self.fractions if fractions is None else fractions)]
 
     def task_overrides(self, task: str) -> dict:
@@ -112,6 +112,11 @@ class WorkflowSettings:
     def token_features(self, task: str) -> bool:
         """Whether ``task`` (an example task) stores every real token's states, not only [CLS]."""
         return bool(self.task_overrides(task).get("token_features", schema_default("tasks.<task>.token_features")))
+
+    def store(self, task: str) -> bool:
+        """Whether ``task``'s hidden states are written to feature files (False: streamed into
+        its head-training jobs)."""
+        return bool(self.task_overrides(task).get("store", self.config["extract"]["store"]))
 
     def feature_level(self, task: str) -> str:
         """What extraction stores per row: 'tokens' (every real token) or 'cls'."""
@@ -335,6 +340,10 @@ class WorkflowSettings:
         unknown = [t for t in self.shared_tasks if t not in self.tasks]
         if unknown:
             problems.append(f"shared.tasks: {unknown} are not configured tasks ({self.tasks})")
+        streamed = [t for t in self.shared_tasks if t in self.tasks and not self.store(t)]
+        if streamed:
+            problems.append(f"shared.tasks: {streamed} stream their states (store: false); shared encoders read "
+                            "stored features, so list only stored tasks")
         windowed = [t for t in self.shared_tasks if t in self.tasks and get_task(t).answerability]
         if windowed:
             problems.append(f"shared.tasks: {windowed} classify questions from several context windows; a bundle "

@@ -317,6 +317,18 @@ class WindowStates:
         """Per window, its tokens' (T, 2) character offsets (as TokenizedSplit.offsets)."""
         return [self.char_offsets[self.window(i)] for i in range(len(self))]
 
+    def padded(self, rows: np.ndarray):
+        """(x (B, T, L, H) float32, mask (B, T), labels) for the windows ``rows``."""
+        import torch
+
+        lengths = self.lengths[rows]
+        x = np.zeros((len(rows), int(lengths.max()), *self.states.shape[1:]), dtype=np.float32)
+        mask = np.zeros(x.shape[:2], dtype=bool)
+        for j, i in enumerate(rows):
+            x[j, : lengths[j]] = self.states[self.window(i)]
+            mask[j, : lengths[j]] = True
+        return torch.from_numpy(x), torch.from_numpy(mask), torch.from_numpy(self.labels[rows])
+
 
 def read_token_shard(path: Path) -> WindowStates:
     try:

@@ -39,6 +39,17 @@ def feature_bytes(manifests) -> dict[tuple, float]:
     return out
 
 
+def storage_cost(record: dict, extract: dict, sizes: dict) -> tuple[float, float]:
+    """(extraction seconds, feature bytes) behind a head record: the run's extraction jobs and
+    shards, or none for streamed states (``store: false``), whose encoder passes are in the
+    head's own seconds."""
+    if not record.get("features_stored", True):
+        return 0.0, 0.0
+    src = record["source"]
+    key = (src["model"], record["task"], int(src["ft_seed"]), float(src["checkpoint"]))
+    return extract.get(key, np.nan), sizes.get(key, np.nan)
+
+
 def cost_table(bert_metrics, head_metrics, manifests, jobs: list[Job]) -> pd.DataFrame:
     extract = extract_seconds(jobs)
     sizes = feature_bytes(manifests)
@@ -52,7 +63,9 @@ def cost_table(bert_metrics, head_metrics, manifests, jobs: list[Job]) -> pd.Dat
         {"task": r["task"], "model_name": r["source"]["model"], "ft_seed": int(r["source"]["ft_seed"]),
          "epoch_fraction": float(r["source"]["checkpoint"]), "model": r["head"], "head_s": r["seconds"],
          "score": get_task(r["task"]).headline(r["metrics"]), "trainable_params": r["parameters"],
-         "parameter_percent": r["parameter_percent"], "encoder_params": r["encoder_parameters"]}
+         "parameter_percent": r["parameter_percent"], "encoder_params": r["encoder_parameters"],
+         "features": "stored" if r.get("features_stored", True) else "streamed",
+         **dict(zip(("extract_s", "feature_bytes"), storage_cost(r, extract, sizes)))}
         for r in map(read_json, head_metrics)
     ])
     if heads.empty or bert.empty:
@@ -64,7 +77,7 @@ def cost_table(bert_metrics, head_metrics, manifests, jobs: list[Job]) -> pd.Dat
         at = b[b["epoch_fraction"] == frac].iloc[0]
         # the reference checkpoint is chosen on selection; without selection scores, the last one
         best = b.loc[b["selection"].idxmax()] if b["selection"].notna().any() else b.loc[b["epoch_fraction"].idxmax()]
-        ext = extract.get((model_name, task, ft, frac), np.nan)
+        ext = float(g["extract_s"].iloc[0])
         head_s = float(g["head_s"].mean())
         rows.append({
             "backbone": model_name, "task": task, "ft_seed": ft, "epoch_fraction": frac, "model": head,
@@ -73,7 +86,7 @@ def cost_table(bert_metrics, head_metrics, manifests, jobs: list[Job]) -> pd.Dat
             "parameter_percent": float(g["parameter_percent"].iloc[0]),
             "finetune_s": float(at["finetune_s"]), "extract_s": ext, "head_s": head_s,
             "bertvision_s": float(at["finetune_s"]) + ext + head_s,
-            "feature_bytes": sizes.get((model_name, task, ft, frac), np.nan),
+            "feature_bytes": float(g["feature_bytes"].iloc[0]), "features": g["features"].iloc[0],
             "bert_score": float(at["score"]), "bert_pick_fraction": float(best["epoch_fraction"]),
             "bert_pick_score": float(best["score"]), "bert_pick_finetune_s": float(best["finetune_s"]),
             "device": at["device"],
@@ -86,7 +99,8 @@ def cost_markdown(costs: pd.DataFrame) -> str:
     parts = ["# Cost of each result", "",
              "Seconds of wall time on the device in the last column (a GPU's time when it ran on one). "
              "BERTVision = fine-tuning to the checkpoint + extracting its features + training the head "
-             "(one head seed's mean). It is set against BERT's own head at the checkpoint with the best "
+             "(one head seed's mean). Streamed states (`store: false`) are extracted by nobody: the "
+             "head's seconds include its share of the encoder's passes, and no bytes are stored. It is set against BERT's own head at the checkpoint with the best "
              "**selection** score (`BERT's pick`). The comparison with full fine-tuning is `summary.md`'s.", ""]
     if costs.empty:
         return "\n".join(parts + ["No head results yet.", ""])
@@ -99,8 +113,9 @@ def cost_markdown(costs: pd.DataFrame) -> str:
         parts.append("")
         rows = [[f"{r.epoch_fraction:g}", r.model, f"{r.score:.3f}", f"{r.bert_score:.3f}", f"{r.parameter_percent:.3f}",
                  f"{r.finetune_s:.1f}", f"{r.extract_s:.1f}", f"{r.head_s:.1f}", f"{r.bertvision_s:.1f}",
-                 f"{r.feature_bytes / 2**20:.1f}", r.device] for r in block.itertuples()]
+                 f"{r.feature_bytes / 2**20:.1f}", r.features, r.device] for r in block.itertuples()]
         parts.append(markdown_table(["epochs", "head", "head score", "BERT score", "% params", "fine-tune s",
-                                     "extract s", "head s", "BERTVision s", "features MiB", "device"], rows))
+                                     "extract s", "head s", "BERTVision s", "features MiB", "states", "device"],
+                                    rows))
         parts.append("")
     return "\n".join(parts)

@@ -19,7 +19,7 @@ import pandas as pd
 from bertvision.evaluation.ensemble import ensemble_rules
 from bertvision.layout import Job
 from bertvision.registry.tasks import get_task
-from bertvision.reporting.costs import extract_seconds, feature_bytes
+from bertvision.reporting.costs import extract_seconds, feature_bytes, storage_cost
 from bertvision.reporting.markdown import fmt, markdown_table
 from bertvision.reporting.results import BERT, ensemble_name
 from bertvision.runtime.io import read_json
@@ -60,9 +60,10 @@ def candidate_runs(baseline_metrics: list[Path], bert_metrics: list[Path], head_
         task, src = get_task(r["task"]), r["source"]
         key = (src["model"], task.name, int(src["ft_seed"]), float(src["checkpoint"]))
         at = bert.get(key)
-        seconds = (at["train_seconds"] if at else np.nan) + extract.get(key, np.nan) + r["seconds"]
+        extract_s, stored_bytes = storage_cost(r, extract, sizes)
+        seconds = (at["train_seconds"] if at else np.nan) + extract_s + r["seconds"]
         common = {"backbone": key[0], "task": task.name, "epoch_fraction": key[3], "seconds": seconds,
-                  "feature_bytes": sizes.get(key, np.nan), "encoder_params": r["encoder_parameters"],
+                  "feature_bytes": stored_bytes, "encoder_params": r["encoder_parameters"],
                   "device": r["device"] if at is None else at["device"]}
         rows.append({**common, "kind": "head", "model": r["head"], "dev": task.headline(r["metrics"]),
                      "selection": task.primary_score(r["metrics"], "selection"), "trainable_params": r["parameters"]})

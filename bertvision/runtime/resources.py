@@ -83,11 +83,21 @@ def extract_request(shape: EncoderShape, batch_size: int, block_rows: int, block
 
 
 def heads_request(shape: EncoderShape, rows: int, max_length: int, token_level: bool, in_memory_max_mb: float,
-                  n_runs: int, max_epochs: int, attempt: int) -> dict:
+                  n_runs: int, max_epochs: int, attempt: int, streamed: bool = False, gpus: int = 0) -> dict:
     """The training features as float32 (at most ``in_memory_max_mb``; larger ones stream) twice
-    (the data and the next epoch's shuffled copy), plus the held-out splits."""
+    (the data and the next epoch's shuffled copy), plus the held-out splits. ``streamed``
+    (``store: false``): no training features are held; instead the frozen encoder (its weights
+    and one batch's states) runs a forward pass over the training rows every epoch, once more
+    for the input statistics, and once over the held-out splits, on a GPU when ``gpus``."""
     per_row = (shape.layers + 1) * shape.hidden * 4 * (max_length * MEAN_FILL if token_level else 1)
     held = min(in_memory_max_mb * 2**20, rows * per_row)
     work = n_runs * max_epochs * rows * per_row * 64  # ~ an adapter of width 64 per float, forward + backward
-    return {"mem_mb": attempt * _mb(2 * held + EVAL_SHARE * rows * per_row),
-            "runtime": _minutes(work, "cpu", attempt)}
+    if not streamed:
+        return {"mem_mb": attempt * _mb(2 * held + EVAL_SHARE * rows * per_row),
+                "runtime": _minutes(work, "cpu", attempt)}
+    encoder_tokens = rows * (max_epochs + 1 + EVAL_SHARE) * max_length * MEAN_FILL
+    batch_states = 64 * max_length * (shape.layers + 1) * shape.hidden * 4 * 2
+    device = "gpu" if gpus else "cpu"
+    return {"mem_mb": attempt * _mb(4 * shape.parameters + batch_states + min(held, EVAL_SHARE * rows * per_row)),
+            "runtime": attempt * max(MIN_MINUTES, math.ceil(3 * (2 * shape.parameters * encoder_tokens / FLOPS[device]
+                                                                 + work / FLOPS[device]) / 60))}

@@ -25,34 +25,14 @@ from tqdm import tqdm
 from bertvision.config.settings import ExtractCompute, ExtractSettings
 from bertvision.data.tokenized import TokenizedSplit, collate, sorted_batches
 from bertvision.errors import DiskSpaceError
+from bertvision.features.encode import cls_states, frozen_encoder, token_states
 from bertvision.features.store import ShardWriter, TokenShardWriter, shard_rows
 from bertvision.layout import shard_file, split_file
 from bertvision.models.backbone import encoder_parameter_count
-from bertvision.models.encoder_io import SUMMARY_POSITION, hidden_state_shape, load_encoder, pad_id
-from bertvision.runtime.device import autocast, check_simulated_oom, pick_device, set_threads, to_device
+from bertvision.models.encoder_io import hidden_state_shape, pad_id
+from bertvision.runtime.device import pick_device, set_threads, to_device
 
 log = logging.getLogger(__name__)
-
-
-def frozen_encoder(checkpoint_dir: Path, device: torch.device):
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    return load_encoder(str(checkpoint_dir)).to(device).eval()
-
-
-def cls_states(model, batch: dict, device, precision: str) -> torch.Tensor:
-    """(B, layers, hidden) summary-token ([CLS], <s>) states of every hidden layer."""
-    check_simulated_oom(len(batch["input_ids"]))
-    with autocast(device, precision):
-        out = model(**batch, output_hidden_states=True)
-    return torch.stack([h[:, SUMMARY_POSITION] for h in out.hidden_states], dim=1)
-
-
-def plain_forward(model, batch: dict, device, precision: str) -> torch.Tensor:
-    """The same forward pass without keeping anything but the last layer (benchmark baseline)."""
-    with autocast(device, precision):
-        return model(**batch).last_hidden_state[:, SUMMARY_POSITION]
 
 
 def iter_blocks(split: TokenizedSplit, start: int, end: int, block_rows: int, batch_size: int,
@@ -177,14 +157,6 @@ def extract_split_cls(replicas, split: TokenizedSplit, out_path: Path, shard: in
     stats = {"rows": end - start, "seconds": time.perf_counter() - t0, "padded_tokens": padded, "real_tokens": real}
     log.info("wrote %s: %s", out_path, stats)
     return stats
-
-
-def token_states(model, batch: dict, device, precision: str) -> torch.Tensor:
-    """(B, T, layers, hidden) states of every token of every hidden layer."""
-    check_simulated_oom(len(batch["input_ids"]))
-    with autocast(device, precision):
-        out = model(**batch, output_hidden_states=True)
-    return torch.stack(out.hidden_states, dim=2)
 
 
 def extract_split_tokens(replicas, split: TokenizedSplit, out_path: Path, shard: int, n_shards: int,

@@ -17,6 +17,7 @@ from pathlib import Path
 import optuna
 
 from bertvision.config.settings import HeadRuntimeSettings, HeadTrainingSettings, SearchSettings
+from bertvision.features.source import StreamSource
 from bertvision.layout import STUDY_LABEL
 from bertvision.registry.heads import searchable_parameters
 from bertvision.registry.tasks import TaskSpec
@@ -40,13 +41,18 @@ def suggest(trial: optuna.Trial, name: str, dist: dict):
 
 
 def study_name(label: str, spec: dict, settings: HeadTrainingSettings, search: SearchSettings,
-               manifest: Path) -> str:
+               manifest: Path | StreamSource) -> str:
     """``label`` plus a digest of everything the trials depend on, so a changed setting or
     re-extracted features start a new study while a rerun of the same one resumes it."""
     digest = hashlib.sha256()
     digest.update(json.dumps([spec, settings.to_dict(), search.space, search.pruner, search.seed],
                              sort_keys=True).encode())
-    digest.update(Path(manifest).read_bytes())
+    if isinstance(manifest, StreamSource):  # streamed: the source and its checkpoint's weights file
+        weights = Path(manifest.checkpoint) / "model.safetensors"
+        digest.update(manifest.to_json().encode())
+        digest.update(str(weights.stat().st_size if weights.exists() else 0).encode())
+    else:
+        digest.update(Path(manifest).read_bytes())
     return f"{label}-{digest.hexdigest()[:12]}"
 
 
@@ -82,7 +88,7 @@ def finished_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
 
 
 def run_worker(task: TaskSpec, keys: dict, spec: dict, settings: HeadTrainingSettings, runtime: HeadRuntimeSettings,
-               search: SearchSettings, manifest: Path, raw_dir: Path, storage: str, worker: int, out: Path,
+               search: SearchSettings, manifest: Path | StreamSource, raw_dir: Path, storage: str, worker: int, out: Path,
                threads: int | None = None) -> dict:
     """Run this worker's share of the study's trials and write what it ran to ``out``. ``keys``:
     the study's model, task, ftseed, frac and head (its record carries them)."""

@@ -2,7 +2,7 @@
 architecture on one checkpoint's features, for each seed. The number of epochs is chosen on
 the selection split (early stopping, best epoch restored); the evaluation splits are only ever
 scored, never used for a choice. One job per checkpoint: the features are read and verified
-once for all heads."""
+once for all heads, or (``store: false``) computed by the frozen encoder in this job."""
 
 from __future__ import annotations
 
@@ -12,13 +12,14 @@ from pathlib import Path
 
 from bertvision.config.settings import HeadRuntimeSettings, HeadTrainingSettings
 from bertvision.evaluation.ensemble import load_logits
+from bertvision.features.source import StreamSource
 from bertvision.layout import HEAD_METRICS, HEAD_PREDICTIONS, head_run_dir
 from bertvision.models.head_io import save_head
 from bertvision.models.heads import Standardized, count_parameters
 from bertvision.registry.tasks import TaskSpec
 from bertvision.runtime.device import set_threads
 from bertvision.runtime.io import atomic_write_json, atomic_write_parquet, read_json
-from bertvision.training.loop import train_one
+from bertvision.training.loop import HeadRun, train_together
 from bertvision.training.problems import Problems
 from bertvision.training.search_space import apply_params
 
@@ -30,7 +31,7 @@ def train_heads(
     heads: dict[str, dict],
     settings: HeadTrainingSettings,
     runtime: HeadRuntimeSettings,
-    manifest: Path,
+    source: Path | StreamSource,
     seeds: list[int],
     out_root: Path,
     threads: int | None = None,
@@ -40,52 +41,92 @@ def train_heads(
     train_fraction: float = 1.0,
 ) -> None:
     """Write a run directory (weights, eval predictions, metrics) under ``out_root`` for every
-    head and seed. ``manifest``: the checkpoint's feature manifest; ``raw_dir``: the task's
+    head and seed. ``source``: the checkpoint's feature manifest, or (``store: false``) a
+    StreamSource whose frozen encoder computes the states here; ``raw_dir``: the task's
     canonical splits (span tasks decode answers from their contexts); ``bert_logits``: BERT's
     ``eval_logits.npz`` at the same checkpoint, for the head + BERT ensembles; ``searched``:
     head name -> its study's ``best.json``, whose parameters replace the configured ones;
-    ``train_fraction``: train on that nested share of the training rows."""
+    ``train_fraction``: train on that nested share of the training rows.
+
+    Stored features: each head and seed trains on its own, in its seed's batch order. Streamed:
+    every head and seed that shares a problem and batch size trains in lockstep on one encoder
+    pass per epoch, in the first seed's batch order (seeds then differ in initialization and
+    dropout only); each run's ``seconds`` is its own work plus an even share of the encoder's."""
+    t_start = time.perf_counter()
     searched = searched or {}
     set_threads(threads)
-    problems = Problems(task, manifest, runtime, settings.in_memory_max_mb, raw_dir, train_fraction)
-    device = problems.device
+    problems = Problems(task, source, runtime, settings.in_memory_max_mb, raw_dir, train_fraction)
     bert = load_logits(bert_logits) if bert_logits else None
-    source = problems.feats["train"].manifest["source"]
-    encoder_params = problems.feats["train"].manifest["encoder_parameters"]
+    spent_before = problems.encoder.spent() if problems.streamed else None
+    plans = []
     for head_name, configured in heads.items():
         search = read_json(searched[head_name]) if head_name in searched else None
         spec, head_settings = apply_params(configured, settings, search["best_params"]) if search else (configured,
                                                                                                         settings)
         problem = problems.get(spec)
         moments = problems.moments(spec) if settings.standardize else None
-        for seed in seeds:
+        plans += [(HeadRun(head_name, spec, head_settings, seed, moments), problem, search) for seed in seeds]
+    if problems.streamed:
+        groups: dict = {}
+        for plan in plans:
+            groups.setdefault((id(plan[1]), plan[0].settings.batch_size), []).append(plan)
+        finished = [item for group in groups.values() for item in _train_group(task, group, seeds[0], problems, bert)]
+        shared = (time.perf_counter() - t_start - sum(f["own"] for f in finished)) / len(finished)
+        spent = {k: v - spent_before[k] for k, v in problems.encoder.spent().items()}
+        for f in finished:
+            f["record"]["seconds"] = f["own"] + shared
+            f["record"]["stream"] = {**spent, "shared_seconds_each": shared, "runs_per_pass": len(finished)}
+            _write(task, f, out_root)
+    else:
+        for plan in plans:
             t0 = time.perf_counter()
-            head, best, history, timing = train_one(task, spec, head_settings, problem, seed, device, moments)
-            metrics, predictions, ensembles = problem.evaluate(head, bert)
-            out = head_run_dir(out_root, head_name, seed)
-            save_head(head, head_name, spec, out)
-            atomic_write_parquet(predictions, out / HEAD_PREDICTIONS)
-            params = count_parameters(head)
-            record = {
-                "task": task.name, "head": head_name, "head_spec": spec, "seed": seed, "source": source,
-                "parameters": params, "encoder_parameters": encoder_params,
-                "parameter_percent": 100.0 * params / encoder_params,
-                "train_fraction": train_fraction, "train_examples": problem.n_train,
-                "training_settings": {k: getattr(head_settings, k) for k in ("learning_rate", "batch_size",
-                                                                            "max_epochs", "weight_decay")},
-                "search": None if search is None else {k: search[k] for k in (
-                    "study", "best_params", "best_value", "trials")},
-                "best_epoch": best["epoch"], "selection_metrics": best["metrics"], "metrics": metrics,
-                "ensembles": ensembles,
-                "history": history, "seconds": time.perf_counter() - t0, **timing,
-                "data_in_memory": problem.data_in_memory, "device": str(device),
-            }
-            core = head.head if isinstance(head, Standardized) else head
-            if hasattr(core, "layer_weights"):  # the learned layer mix (LP, token-pool)
-                record["layer_weights"] = core.layer_weights().detach().cpu().tolist()
-                record["gamma"] = float(core.gamma.detach())
-            atomic_write_json(record, out / HEAD_METRICS)
-            log.info("%s %s seed %d: best epoch %d, eval %s, data wait %.2f%%", task.name, head_name, seed,
-                     best["epoch"], {s: {k: round(v, 4) for k, v in m.items() if k in task.metrics}
-                                     for s, m in metrics.items() if s in task.eval_splits},
-                     100 * timing["data_wait_share"])
+            f = _train_group(task, [plan], plan[0].seed, problems, bert)[0]
+            f["record"]["seconds"] = time.perf_counter() - t0
+            _write(task, f, out_root)
+
+
+def _train_group(task: TaskSpec, group: list, order_seed: int, problems: Problems, bert) -> list[dict]:
+    """Train the runs of ``group`` (one problem) together and evaluate each; their records
+    (less ``seconds``) with the head, predictions and own seconds."""
+    problem = group[0][1]
+    results = train_together(task, [run for run, _, _ in group], problem, problems.device, order_seed)
+    finished = []
+    for (run, _, search), (head, best, history, timing) in zip(group, results):
+        t0 = time.perf_counter()
+        metrics, predictions, ensembles = problem.evaluate(head, bert)
+        train_source = problems.feats["train"].manifest
+        params = count_parameters(head)
+        record = {
+            "task": task.name, "head": run.name, "head_spec": run.spec, "seed": run.seed,
+            "source": train_source["source"], "parameters": params,
+            "encoder_parameters": train_source["encoder_parameters"],
+            "parameter_percent": 100.0 * params / train_source["encoder_parameters"],
+            "train_fraction": problems.train_fraction, "train_examples": problem.n_train,
+            "training_settings": {k: getattr(run.settings, k) for k in ("learning_rate", "batch_size",
+                                                                        "max_epochs", "weight_decay")},
+            "search": None if search is None else {k: search[k] for k in (
+                "study", "best_params", "best_value", "trials")},
+            "best_epoch": best["epoch"], "selection_metrics": best["metrics"], "metrics": metrics,
+            "ensembles": ensembles, "history": history, **timing,
+            "data_in_memory": problem.data_in_memory, "features_stored": not problems.streamed,
+            "device": str(problems.device),
+        }
+        core = head.head if isinstance(head, Standardized) else head
+        if hasattr(core, "layer_weights"):  # the learned layer mix (LP, token-pool)
+            record["layer_weights"] = core.layer_weights().detach().cpu().tolist()
+            record["gamma"] = float(core.gamma.detach())
+        finished.append({"record": record, "head": head, "predictions": predictions,
+                         "own": timing["own_seconds"] + time.perf_counter() - t0})
+    return finished
+
+
+def _write(task: TaskSpec, finished: dict, out_root: Path) -> None:
+    record = finished["record"]
+    out = head_run_dir(out_root, record["head"], record["seed"])
+    save_head(finished["head"], record["head"], record["head_spec"], out)
+    atomic_write_parquet(finished["predictions"], out / HEAD_PREDICTIONS)
+    atomic_write_json(record, out / HEAD_METRICS)
+    log.info("%s %s seed %d: best epoch %d, eval %s, data wait %.2f%%", task.name, record["head"], record["seed"],
+             record["best_epoch"], {s: {k: round(v, 4) for k, v in m.items() if k in task.metrics}
+                                    for s, m in record["metrics"].items() if s in task.eval_splits},
+             100 * record["data_wait_share"])

@@ -13,7 +13,8 @@ import torch
 from bertvision.errors import SettingsError
 from bertvision.evaluation.ensemble import ensemble_examples, ensemble_rules
 from bertvision.features.store import FeatureSet, read_shard
-from bertvision.features.stream import BatchStream
+from bertvision.features.stream import BatchStream, Prefetched
+from bertvision.features.streamed import is_streamed
 from bertvision.registry.metrics import predictions_from_outputs, score
 from bertvision.registry.tasks import TaskSpec
 from bertvision.training.statistics import moments, nested_subset
@@ -81,6 +82,48 @@ class TrainingData:
         return PermutedBatches(x, y, batch_size, wait)
 
 
+class StreamedBatches(Prefetched):
+    """One epoch of (x, y) batches whose [CLS] states the frozen encoder computes, a couple of
+    batches ahead in a background thread; ``wait_seconds``: the trainer's wait for them."""
+
+    prefetch = 2
+
+    def __init__(self, features, order: np.ndarray, batch_size: int):
+        self.features, self.order, self.batch_size = features, order, batch_size
+        self.wait_seconds = 0.0
+
+    def produce(self):
+        labels = self.features.tokens.labels
+        for i in range(0, len(self.order), self.batch_size):
+            rows = self.order[i : i + self.batch_size]
+            yield self.features.cls_batch(rows), torch.from_numpy(labels[rows])
+
+
+class StreamedTrainingData:
+    """Training batches of a streamed split (``store: false``): every epoch runs the encoder
+    over the rows again, in the order ``TrainingData`` would draw them for the same seed."""
+
+    in_memory = False
+
+    def __init__(self, features, rows=None):
+        self.features = features
+        self.rows = np.arange(features.n_examples) if rows is None else np.asarray(rows)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def moments(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-(layer, dimension) mean and std of the training states (one encoder pass)."""
+        batch = self.features.source.settings.batch_size
+        chunks = (self.features.cls_batch(self.rows[i : i + batch]).to("cpu", torch.float16).numpy()
+                  for i in range(0, len(self.rows), batch))
+        return moments(chunks, len(self.rows), self.features.encoder.device)
+
+    def epoch(self, seed: int, batch_size: int):
+        order = torch.randperm(len(self.rows), generator=torch.Generator().manual_seed(seed)).numpy()
+        return StreamedBatches(self.features, self.rows[order], batch_size)
+
+
 def predict_arrays(head, x: np.ndarray, device, batch_size: int = 1024) -> np.ndarray:
     head.eval()
     outs = []
@@ -100,7 +143,8 @@ class ExampleProblem:
         self.task, self.device = task, device
         self.shape = feats["train"].shape
         rows = nested_subset(feats["train"].n_examples, train_fraction)
-        self.data = TrainingData(feats["train"], device, in_memory_max_mb, rows)
+        self.data = (StreamedTrainingData(feats["train"], rows) if is_streamed(feats["train"])
+                     else TrainingData(feats["train"], device, in_memory_max_mb, rows))
         self.n_train = len(self.data)
         self.held = {split: fs.read_all() for split, fs in feats.items() if split != "train"}
         self.data_in_memory = self.data.in_memory

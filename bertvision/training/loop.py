@@ -1,10 +1,17 @@
-"""The head training loop: one head, one seed, AdamW with linear warmup and decay, the epoch
-kept chosen on the selection split (early stopping, best epoch restored)."""
+"""The head training loop: AdamW with linear warmup and decay, the epoch kept chosen on the
+selection split (early stopping, best epoch restored).
+
+``train_together`` trains several heads and seeds in lockstep on ONE pass over the data per
+epoch: each batch is drawn (read, or computed by the frozen encoder when streaming) once and
+every run takes its step on it with its own optimizer. Each run keeps its own random state
+(initialization, dropout), so a run trains exactly as it would alone on the same batch order;
+``train_one`` is the one-run case."""
 
 from __future__ import annotations
 
 import copy
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -15,53 +22,119 @@ from bertvision.models.heads import Standardized, build_head
 from bertvision.registry.tasks import TaskSpec
 
 
+@dataclass(frozen=True)
+class HeadRun:
+    """One head (its spec and training settings) with one seed."""
+
+    name: str
+    spec: dict
+    settings: HeadTrainingSettings
+    seed: int
+    moments: tuple | None = None  # (mean, std) to standardize the input with
+
+
+def _rng_state(device) -> tuple:
+    return torch.get_rng_state(), (torch.cuda.get_rng_state(device) if device.type == "cuda" else None)
+
+
+def _set_rng_state(state: tuple, device) -> None:
+    torch.set_rng_state(state[0])
+    if state[1] is not None:
+        torch.cuda.set_rng_state(state[1], device)
+
+
+class RunState:
+    """A run in training: its head, optimizer, schedule, best epoch so far and random state."""
+
+    def __init__(self, task: TaskSpec, run: HeadRun, problem, device, steps_per_epoch: int):
+        self.task, self.run, self.device = task, run, device
+        torch.manual_seed(run.seed)
+        layers, hidden = problem.shape
+        head = build_head(run.spec, layers, hidden, task.num_labels)
+        if run.moments is not None:
+            head = Standardized(head, *run.moments)
+        self.head = head.to(device)
+        total = run.settings.max_epochs * steps_per_epoch
+        self.opt = torch.optim.AdamW(self.head.parameters(), lr=run.settings.learning_rate,
+                                     weight_decay=run.settings.weight_decay)
+        self.sched = get_linear_schedule_with_warmup(self.opt, int(round(run.settings.warmup_ratio * total)), total)
+        self.best = {"score": -np.inf, "epoch": 0, "state": copy.deepcopy(self.head.state_dict()), "metrics": None}
+        self.history, self.stale, self.losses, self.done, self.stopped_early = [], 0, [], False, False
+        self.step_seconds = self.own_seconds = 0.0
+        self.rng = _rng_state(device)
+
+    def step(self, problem, batch) -> None:
+        t0 = time.perf_counter()
+        _set_rng_state(self.rng, self.device)
+        loss = problem.loss(self.head, batch)
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.opt.step()
+        self.sched.step()
+        self.losses.append(loss.detach())
+        self.rng = _rng_state(self.device)
+        self.step_seconds += time.perf_counter() - t0
+
+    def end_epoch(self, epoch: int, problem) -> float:
+        """Score the epoch on the selection split; keep it if best; stop after ``patience`` worse ones."""
+        t0 = time.perf_counter()
+        sel = problem.selection_metrics(self.head)
+        score = sel[self.task.primary_metric]
+        self.history.append({"epoch": epoch, "train_loss": float(torch.stack(self.losses).mean()), "selection": sel})
+        self.losses = []
+        if score > self.best["score"]:
+            self.best = {"score": score, "epoch": epoch, "state": copy.deepcopy(self.head.state_dict()),
+                         "metrics": sel}
+            self.stale = 0
+        else:
+            self.stale += 1
+            self.stopped_early = self.stale >= self.run.settings.patience
+        self.done = self.stopped_early or epoch >= self.run.settings.max_epochs
+        self.own_seconds += time.perf_counter() - t0
+        return score
+
+
+def train_together(task: TaskSpec, runs: list[HeadRun], problem, device, order_seed: int, on_epoch=None):
+    """Train ``runs`` (one batch size) in lockstep, epoch ``e``'s batch order drawn with seed
+    ``order_seed * 1000 + e``. Returns, per run, (head with its best epoch restored, best,
+    history, timing). ``on_epoch(epoch, selection_score)`` is called after each epoch of a
+    single run (the search prunes there)."""
+    sizes = {r.settings.batch_size for r in runs}
+    if len(sizes) != 1:
+        raise ValueError(f"runs trained together need one batch size, got {sorted(sizes)}")
+    batch_size = sizes.pop()
+    states = [RunState(task, r, problem, device, -(-problem.n_train // batch_size)) for r in runs]
+    wait = loop_seconds = 0.0
+    for epoch in range(1, max(r.settings.max_epochs for r in runs) + 1):
+        active = [s for s in states if not s.done]
+        if not active:
+            break
+        batches = problem.epoch(order_seed * 1000 + epoch, batch_size)
+        for s in active:
+            s.head.train()
+        t0 = time.perf_counter()
+        for batch in batches:
+            for s in active:
+                s.step(problem, batch)
+        loop_seconds += time.perf_counter() - t0
+        wait += batches.wait_seconds
+        for s in active:
+            score = s.end_epoch(epoch, problem)
+            if on_epoch is not None and len(runs) == 1 and not s.stopped_early:
+                on_epoch(epoch, score)
+    results = []
+    for s in states:
+        s.head.load_state_dict(s.best["state"])
+        timing = {"train_loop_seconds": loop_seconds, "data_wait_seconds": wait,
+                  "data_wait_share": wait / loop_seconds if loop_seconds else 0.0,
+                  "own_seconds": s.step_seconds + s.own_seconds}
+        results.append((s.head, s.best, s.history, timing))
+    return results
+
+
 def train_one(task: TaskSpec, spec: dict, settings: HeadTrainingSettings, problem, seed: int, device, moments=None,
               on_epoch=None):
     """Train one head with one seed; return it with the best epoch (by selection score) restored.
     ``moments``: (mean, std) of the training features to standardize the input with, or None.
     ``on_epoch(epoch, selection_score)`` is called after each epoch (the search prunes there)."""
-    torch.manual_seed(seed)
-    layers, hidden = problem.shape
-    head = build_head(spec, layers, hidden, task.num_labels)
-    if moments is not None:
-        head = Standardized(head, *moments)
-    head = head.to(device)
-    max_epochs = settings.max_epochs
-    batch_size = settings.batch_size
-    total = max_epochs * -(-problem.n_train // batch_size)
-    warmup = int(round(settings.warmup_ratio * total))
-    opt = torch.optim.AdamW(head.parameters(), lr=settings.learning_rate,
-                            weight_decay=settings.weight_decay)
-    sched = get_linear_schedule_with_warmup(opt, warmup, total)
-    best = {"score": -np.inf, "epoch": 0, "state": copy.deepcopy(head.state_dict()), "metrics": None}
-    history, wait, loop_seconds, stale = [], 0.0, 0.0, 0
-    for epoch in range(1, max_epochs + 1):
-        batches = problem.epoch(seed * 1000 + epoch, batch_size)
-        head.train()
-        t0 = time.perf_counter()
-        losses = []
-        for batch in batches:
-            loss = problem.loss(head, batch)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            sched.step()
-            losses.append(loss.detach())
-        loop_seconds += time.perf_counter() - t0
-        wait += batches.wait_seconds
-        sel_metrics = problem.selection_metrics(head)
-        history.append({"epoch": epoch, "train_loss": float(torch.stack(losses).mean()), "selection": sel_metrics})
-        if sel_metrics[task.primary_metric] > best["score"]:
-            best = {"score": sel_metrics[task.primary_metric], "epoch": epoch,
-                    "state": copy.deepcopy(head.state_dict()), "metrics": sel_metrics}
-            stale = 0
-        else:
-            stale += 1
-            if stale >= settings.patience:
-                break
-        if on_epoch is not None:
-            on_epoch(epoch, sel_metrics[task.primary_metric])
-    head.load_state_dict(best["state"])
-    timing = {"train_loop_seconds": loop_seconds, "data_wait_seconds": wait,
-              "data_wait_share": wait / loop_seconds if loop_seconds else 0.0}
-    return head, best, history, timing
+    return train_together(task, [HeadRun("", spec, settings, seed, moments)], problem, device, seed, on_epoch)[0]

@@ -1,13 +1,15 @@
 """What differs between task kinds lives in a "problem": per-example [CLS] features
 (classification, regression), every real token of each example (token-level heads), or
-per-token features of context windows (span). ``Problems`` builds each once per checkpoint."""
+per-token features of context windows (span). ``Problems`` builds each once per checkpoint,
+over its stored features (a manifest) or streamed from its frozen encoder (a StreamSource)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from bertvision.config.settings import HeadRuntimeSettings
-from bertvision.features.store import FeatureSet
+from bertvision.features.source import StreamSource
+from bertvision.features.streamed import open_split, streamed_encoder
 from bertvision.registry.heads import is_token_head
 from bertvision.registry.tasks import TaskSpec, splits_of
 from bertvision.runtime.device import pick_device
@@ -31,12 +33,15 @@ class Problems:
     [CLS], token-level, span), each built (and its input moments computed) when a head first
     needs it. ``in_memory_max_mb``: heads.training.in_memory_max_mb."""
 
-    def __init__(self, task: TaskSpec, manifest: Path, runtime: HeadRuntimeSettings, in_memory_max_mb: float,
-                 raw_dir=None, train_fraction: float = 1.0):
+    def __init__(self, task: TaskSpec, source: Path | StreamSource, runtime: HeadRuntimeSettings,
+                 in_memory_max_mb: float, raw_dir=None, train_fraction: float = 1.0):
         self.task, self.raw_dir, self.train_fraction = task, raw_dir, train_fraction
         self.in_memory_max_mb = in_memory_max_mb
-        self.device = pick_device(runtime.device)
-        self.feats = {split: FeatureSet.open(manifest, split, verify=runtime.verify) for split in splits_of(task)}
+        self.streamed = isinstance(source, StreamSource)
+        # streamed: the heads train where the encoder runs (the extraction's device)
+        self.device = streamed_encoder(source).device if self.streamed else pick_device(runtime.device)
+        self.feats = {split: open_split(source, split, verify=runtime.verify) for split in splits_of(task)}
+        self.encoder = streamed_encoder(source) if self.streamed else None
         self._problems: dict = {}
         self._moments: dict = {}
 

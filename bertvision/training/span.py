@@ -9,12 +9,13 @@ import torch
 
 from bertvision.evaluation.ensemble import ensemble_rules, ensemble_windows
 from bertvision.evaluation.span_eval import best_selection_f1, evaluate_span
-from bertvision.features.store import FeatureSet, WindowStates
+from bertvision.features.store import FeatureSet
 from bertvision.features.stream import Prefetched
+from bertvision.features.streamed import windows_of
 from bertvision.layout import split_file
 from bertvision.registry.tasks import TaskSpec
-from bertvision.training.statistics import moments, nested_subset
-from bertvision.training.windows import pad_windows, select_windows
+from bertvision.training.statistics import nested_subset, token_moments
+from bertvision.training.windows import select_windows
 
 
 class SpanBatches(Prefetched):
@@ -23,14 +24,14 @@ class SpanBatches(Prefetched):
 
     prefetch = 4
 
-    def __init__(self, windows: WindowStates, batch_size: int, seed: int):
+    def __init__(self, windows, batch_size: int, seed: int):
         self.windows, self.batch_size = windows, batch_size
         self.order = np.random.default_rng(seed).permutation(len(windows))
         self.wait_seconds = 0.0
 
     def produce(self):
         for i in range(0, len(self.order), self.batch_size):
-            yield pad_windows(self.windows, self.order[i : i + self.batch_size])
+            yield self.windows.padded(self.order[i : i + self.batch_size])
 
 
 class SpanProblem:
@@ -41,7 +42,10 @@ class SpanProblem:
                  raw_dir=None, train_fraction: float = 1.0):
         self.task, self.device = task, device
         self.shape = feats["train"].shape
-        self.windows = {split: fs.read_windows() for split, fs in feats.items()}
+        # Stored: every split in memory. Streamed: the training windows are recomputed every epoch,
+        # the others held in memory when they fit.
+        self.windows = {split: windows_of(fs, None if split == "train" else in_memory_max_mb)
+                        for split, fs in feats.items()}
         questions = np.unique(self.windows["train"].idx)
         keep = nested_subset(len(questions), train_fraction)
         if keep is not None:  # whole questions, with all their windows
@@ -52,8 +56,7 @@ class SpanProblem:
         self.data_in_memory = True
 
     def moments(self):
-        train = self.windows["train"]
-        return moments([train.states], len(train.states), self.device)
+        return token_moments(self.windows["train"], self.device)
 
     def epoch(self, seed: int, batch_size: int):
         return SpanBatches(self.windows["train"], batch_size, seed)
@@ -74,7 +77,7 @@ class SpanProblem:
         with torch.inference_mode():
             for i in range(0, len(order), 64):
                 rows = order[i : i + 64]
-                x, _, _ = pad_windows(windows, rows)
+                x, _, _ = windows.padded(rows)
                 logits = head(x.to(self.device)).float().cpu().numpy()
                 for j, r in enumerate(rows):
                     out[r] = logits[j, : windows.lengths[r]]

@@ -26,3 +26,11 @@ def nested_subset(n: int, fraction: float, seed: int = 0) -> np.ndarray | None:
         return None
     order = np.random.default_rng(seed).permutation(n)
     return np.sort(order[: max(1, int(round(fraction * n)))])
+
+
+def token_moments(windows, device, batch_size: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean and std over every real token of ``windows``: a ``WindowStates`` in memory, or a
+    streamed view (one encoder pass over it)."""
+    if hasattr(windows, "states"):
+        return moments([windows.states], len(windows.states), device)
+    return moments(windows.token_chunks(batch_size), int(windows.lengths.sum()), device)

@@ -16,13 +16,14 @@ import torch
 
 from bertvision.data.tokenized import bucketed_batches
 from bertvision.errors import FeatureError
-from bertvision.features.store import FeatureSet, WindowStates
+from bertvision.features.store import FeatureSet
 from bertvision.features.stream import Prefetched
+from bertvision.features.streamed import is_streamed, windows_of
 from bertvision.registry.metrics import score
 from bertvision.registry.tasks import TaskSpec
 from bertvision.training.example import ExampleProblem
-from bertvision.training.statistics import moments, nested_subset
-from bertvision.training.windows import length_batches, pad_windows, select_windows
+from bertvision.training.statistics import nested_subset, token_moments
+from bertvision.training.windows import length_batches, select_windows
 
 log = logging.getLogger(__name__)
 
@@ -34,24 +35,24 @@ class TokenBatches(Prefetched):
 
     prefetch = 4
 
-    def __init__(self, examples: WindowStates, batch_size: int, seed: int):
+    def __init__(self, examples, batch_size: int, seed: int):
         self.examples = examples
         self.batches = bucketed_batches(examples.lengths, batch_size, np.random.default_rng(seed))
         self.wait_seconds = 0.0
 
     def produce(self):
         for rows in self.batches:
-            yield pad_windows(self.examples, rows)
+            yield self.examples.padded(rows)
 
 
-def predict_tokens(head, examples: WindowStates, device, max_tokens: int = 4096) -> np.ndarray:
+def predict_tokens(head, examples, device, max_tokens: int = 4096) -> np.ndarray:
     """(N, outputs) head outputs in row order, from length-sorted batches of at most
     ``max_tokens`` padded tokens."""
     head.eval()
     outputs: np.ndarray | None = None
     with torch.inference_mode():
         for rows in length_batches(examples.lengths, max_tokens):
-            x, mask, _ = pad_windows(examples, rows)
+            x, mask, _ = examples.padded(rows)
             out = head(x.to(device), mask.to(device)).float().cpu().numpy()
             if outputs is None:
                 outputs = np.empty((len(examples), out.shape[1]), dtype=np.float32)
@@ -75,21 +76,24 @@ class TokenExampleProblem(ExampleProblem):
         self.task, self.device = task, device
         self.shape = feats["train"].shape
         held_mb = sum(fs.bytes_on_disk() for fs in feats.values()) / 2**20
-        if held_mb > in_memory_max_mb:  # no streaming reader for token features yet
+        if held_mb > in_memory_max_mb:  # no streaming reader for stored token features yet
             log.warning("%s: token-level heads hold every split's token features in memory (about %.0f MiB as "
                         "float16), more than heads.training.in_memory_max_mb = %g", task.name, held_mb,
                         in_memory_max_mb)
-        examples = {split: fs.read_windows() for split, fs in feats.items()}
+        examples = {split: windows_of(fs, None if split == "train" else in_memory_max_mb)
+                    for split, fs in feats.items()}
         rows = nested_subset(len(examples["train"]), train_fraction)
         self.train = examples["train"] if rows is None else select_windows(examples["train"], rows)
         self.n_train = len(self.train)
         self.held = {split: (ex, ex.labels, ex.idx) for split, ex in examples.items() if split != "train"}
-        self.data_in_memory = True
-        log.info("%s: token features of %d training examples (%d tokens, %.1f MiB as float16) in memory",
-                 task.name, self.n_train, len(self.train.states), self.train.states.nbytes / 2**20)
+        self.data_in_memory = not is_streamed(feats["train"])
+        tokens = int(self.train.lengths.sum())
+        log.info("%s: token features of %d training examples (%d tokens, %.1f MiB as float16) %s", task.name,
+                 self.n_train, tokens, tokens * self.shape[0] * self.shape[1] * 2 / 2**20,
+                 "in memory" if self.data_in_memory else "streamed from the encoder")
 
     def moments(self):
-        return moments([self.train.states], len(self.train.states), self.device)
+        return token_moments(self.train, self.device)
 
     def epoch(self, seed: int, batch_size: int):
         return TokenBatches(self.train, batch_size, seed)
