@@ -15,6 +15,8 @@ import pandas as pd
 import pytest
 import yaml
 
+from bertvision import layout as L
+
 from tests.conftest import REPO, SHIPPED_GLUE
 
 pytestmark = pytest.mark.slow
@@ -52,7 +54,9 @@ def tiny_config(tiny_bert: Path) -> dict:
         "tasks": {
             # every token's states, so mrpc also trains the token-level head (stsb leaves it out)
             "mrpc": {"train_size": 50, "eval_size": 30, "token_features": True},
-            "stsb": {"train_size": 50, "eval_size": 30, "search_heads": ["adapter8"]},
+            # states streamed into its head jobs (store: false): search, data fraction and
+            # transfer run on them too
+            "stsb": {"train_size": 50, "eval_size": 30, "search_heads": ["adapter8"], "store": False},
             "squad2": {"article_split": {"from": "dev", "train": 0.6, "selection": 0.1, "dev": 0.3},
                        "train_size": 30, "selection_size": 20, "eval_size": 30, "max_length": 128,
                        "doc_stride": 64, "heads": ["lp"]},
@@ -199,8 +203,8 @@ def test_plots_and_html_report(workflow_run, tmp_path):
 def test_token_features_feed_the_token_head_and_the_cls_heads(workflow_run):
     workdir, _ = workflow_run
     feature = {t: json.loads((workdir / f"features/tiny/{t}/ft1/ckpt-1/manifest.json").read_text())["feature"]
-               for t in ("mrpc", "stsb", "squad2")}
-    assert feature == {"mrpc": "tokens", "stsb": "cls", "squad2": "tokens"}
+               for t in ("mrpc", "squad2-answerable", "squad2")}
+    assert feature == {"mrpc": "tokens", "squad2-answerable": "cls", "squad2": "tokens"}
     assert not (workdir / "heads/tiny/stsb/ft1/ckpt-1/tokpool").exists()
     for frac in ("0", "1"):
         run = workdir / f"heads/tiny/mrpc/ft1/ckpt-{frac}/tokpool/seed1"
@@ -395,10 +399,37 @@ def test_rerun_has_nothing_to_do_and_a_head_change_reruns_only_heads(workflow_ru
 def test_turning_on_token_features_reruns_that_tasks_extraction(workflow_run):
     workdir, config = workflow_run
     changed = copy.deepcopy(config)
-    changed["tasks"]["stsb"]["token_features"] = True
+    changed["tasks"]["squad2-answerable"]["token_features"] = True
     (workdir / "config-tokens.yaml").write_text(yaml.safe_dump(changed))
     counts = job_counts(snakemake(workdir, "-n", "--configfile", str(workdir / "config-tokens.yaml")).stdout)
-    assert counts["extract"] == 4 and counts["feature_manifest"] == 2  # stsb: 2 checkpoints x 2 shards
+    assert counts["extract"] == 4 and counts["feature_manifest"] == 2  # 2 checkpoints x 2 shards
+    assert "finetune" not in counts and "tokenize" not in counts
+
+
+def test_a_streamed_task_stores_no_features_and_its_heads_match_the_tables(workflow_run):
+    workdir, config = workflow_run
+    assert not (workdir / "features/tiny/stsb").exists()  # no extract or manifest job ran for it
+    assert (workdir / "features/tiny/mrpc").exists()
+    for frac in ("0", "1"):
+        for head in ("lp", "adapter8"):
+            record = json.loads((workdir / f"heads/tiny/stsb/ft1/ckpt-{frac}/{head}/seed1/metrics.json").read_text())
+            assert record["features_stored"] is False and record["stream"]["runs_per_pass"] == 4
+            assert record["search"] is not None or head == "lp"  # the search's best parameters, streamed too
+    costs = pd.read_csv(workdir / "results" / "tables" / "cost.csv")
+    stsb = costs[costs["task"] == "stsb"]
+    assert set(stsb["features"]) == {"streamed"} and (stsb["feature_bytes"] == 0).all()
+    assert (stsb["extract_s"] == 0).all() and stsb["bertvision_s"].notna().all()
+    assert set(costs[costs["task"] == "mrpc"]["features"]) == {"stored"}
+    subset = json.loads((workdir / "heads-data/tiny/stsb/ft1/ckpt-1/data-0.5/lp/seed1/metrics.json").read_text())
+    assert subset["features_stored"] is False and subset["train_fraction"] == 0.5
+    transfer = json.loads((workdir / L.TRANSFER_FILE.format(model="tiny", task="stsb", ftseed=1)).read_text())
+    assert {r["evaluated_on"] for r in transfer["records"]} == {"0", "1"}
+    # turning storage back on adds exactly its extraction and reruns its heads' consumers
+    changed = copy.deepcopy(config)
+    changed["tasks"]["stsb"]["store"] = True
+    (workdir / "config-stored.yaml").write_text(yaml.safe_dump(changed))
+    counts = job_counts(snakemake(workdir, "-n", "--configfile", str(workdir / "config-stored.yaml")).stdout)
+    assert counts["extract"] == 4 and counts["feature_manifest"] == 2
     assert "finetune" not in counts and "tokenize" not in counts
 
 
