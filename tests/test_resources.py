@@ -53,3 +53,16 @@ def test_head_jobs_ask_for_time_by_what_their_heads_cost():
                              n_runs=3 * settings.head_work(names), max_epochs=30, attempt=1)["runtime"]
 
     assert minutes(["a", "x"]) > 20 * minutes(["a", "a"])
+
+
+def test_streamed_head_jobs_pay_the_encoder_every_epoch_and_hold_no_training_features():
+    args = dict(rows=130000, max_length=384, token_level=True, in_memory_max_mb=4096, n_runs=6, attempt=1)
+    stored = heads_request(BASE, max_epochs=2, **args)
+    streamed = {e: heads_request(BASE, max_epochs=e, streamed=True, gpus=1, **args) for e in (2, 4)}
+    # the encoder's forward passes over 130k windows dominate: more epochs, more time
+    assert streamed[4]["runtime"] > 1.5 * streamed[2]["runtime"]
+    # weights and one batch instead of 4 GiB of training features held twice
+    assert streamed[2]["mem_mb"] < stored["mem_mb"] / 10
+    # without a GPU the encoder runs on the CPU: far longer than reading stored features
+    on_cpu = heads_request(BASE, max_epochs=2, streamed=True, gpus=0, **args)
+    assert on_cpu["runtime"] > 10 * stored["runtime"] > 100 * streamed[2]["runtime"]

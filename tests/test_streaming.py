@@ -5,6 +5,7 @@ bytes. Real data (the shipped MRPC and SQuAD 2.0 files), a real tiny BERT, the r
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -130,3 +131,28 @@ def test_held_splits_recomputed_when_they_do_not_fit_give_the_same_answers(prepa
     for key, want in kept.items():
         assert recomputed[key]["metrics"] == want["metrics"], key
         assert recomputed[key]["stream"]["encoder_sequences"] > want["stream"]["encoder_sequences"]
+
+
+# --- the config ------------------------------------------------------------------------------
+def test_store_is_per_run_with_per_task_overrides():
+    settings = workflow_settings(tasks={"mrpc": None, "rte": {"store": False}})
+    assert settings.store("mrpc") and not settings.store("rte")
+    runs = {r.task: r.stored for r in settings.runs()}
+    assert runs == {"mrpc": True, "rte": False}
+    everything = workflow_settings(tasks={"mrpc": None, "rte": {"store": True}}, extract={"store": False})
+    assert not everything.store("mrpc") and everything.store("rte")
+
+
+def test_a_streamed_task_cannot_be_shared():
+    from bertvision.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"shared.tasks: \['rte'\] stream their states \(store: false\)"):
+        workflow_settings(tasks={"mrpc": None, "rte": {"store": False}}, shared={"tasks": ["mrpc", "rte"]})
+
+
+def test_the_stream_source_round_trips_through_the_command_line():
+    from bertvision.features.source import feature_source
+
+    source = stream_source("squad2", Path("/x"), "/ckpt")
+    assert feature_source(source.to_json()) == source and source.level == "tokens"
+    assert str(feature_source("features/m/t/ft1/ckpt-1/manifest.json")).endswith("manifest.json")
