@@ -2,8 +2,10 @@
 encoder of the ``shared`` section. Each task keeps its own output layer (the model class of its
 kind) over the one encoder; every optimizer step is a batch of one task, the batches of all the
 tasks shuffled together, so each task is seen in proportion to its training rows. One AdamW
-and one linear warmup-decay schedule cover all the parameters. Only the encoder is saved: the
-heads that serve the tasks are trained on its states afterwards."""
+and one linear warmup-decay schedule cover all the parameters; with several ranks, one
+DistributedDataParallel covers them too, told that a step leaves the other tasks' output
+layers unused. Only the encoder is saved: the heads that serve the tasks are trained on its
+states afterwards."""
 
 from __future__ import annotations
 
@@ -74,8 +76,8 @@ def finetune_mixture(
     trains = {t.name: TokenizedSplit.read(split_file(tokens_dirs[t.name], "train")) for t in tasks}
     epoch_steps = sum(steps_per_epoch(len(train), settings.batch_size) for train in trains.values())
     total_steps = max(1, math.ceil(settings.epochs * epoch_steps))
-    union = torch.nn.ModuleList(models.values())  # shared parameters appear once
-    step_state = optimizer_step_state(union, settings, total_steps, device, compute.precision)
+    # one AdamW over every model (shared parameters once); with several ranks, one DDP over them
+    step_state = optimizer_step_state(models, settings, total_steps, device, compute.precision, ranks)
     trainers = {t.name: EncoderTrainer(t, models[t.name], trains[t.name], settings, total_steps, device,
                                        compute.precision, ranks, micro_batches, shared_step=step_state)
                 for t in tasks}

@@ -1,10 +1,12 @@
 """Training the whole encoder with its task head: the model, AdamW with transformers' linear
 warmup and decay, one optimizer step per length-bucketed batch (micro-batches, data-parallel
-ranks, gradient clipping, fp16 scaling), and BERT's own evaluation. Shared by the partial
-fine-tuning (``stages/finetune``) and the full fine-tuning baseline (``stages/baseline``)."""
+ranks under DistributedDataParallel, gradient clipping, fp16 scaling), and BERT's own
+evaluation. Shared by the partial fine-tuning (``stages/finetune``), the full fine-tuning
+baseline (``stages/baseline``) and the task mixtures (``stages/finetune_mixture``)."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +23,7 @@ from bertvision.models.backbone import load_pretrained
 from bertvision.models.encoder_io import pad_id
 from bertvision.registry.tasks import TaskSpec
 from bertvision.runtime.device import autocast, autocast_dtype, check_simulated_oom, to_device
-from bertvision.runtime.distributed import Ranks
+from bertvision.runtime.distributed import Ranks, accumulating
 
 
 def _model_kwargs(task: TaskSpec) -> dict:
@@ -117,21 +119,52 @@ def build_optimizer(model, lr: float, weight_decay: float):
     return torch.optim.AdamW(groups, lr=lr, foreach=True, fused=False)
 
 
-def optimizer_step_state(model, settings, total_steps: int, device, precision: str) -> tuple:
-    """AdamW over ``model``'s parameters, transformers' linear warmup-decay schedule over
-    ``total_steps``, and the fp16 loss scaler (inactive in other precisions)."""
-    optimizer = build_optimizer(model, settings.learning_rate, settings.weight_decay)
+class TaskModels(torch.nn.Module):
+    """Task models over one encoder (or a single one) as one module, the module an optimizer
+    step works on: ``forward(task, **batch)`` runs that task's model. Shared parameters appear
+    once in ``parameters()``."""
+
+    def __init__(self, models: dict[str, torch.nn.Module]):
+        super().__init__()
+        self.index = {name: i for i, name in enumerate(models)}
+        self.models = torch.nn.ModuleList(models.values())
+
+    def forward(self, task: str, **batch):
+        return self.models[self.index[task]](**batch)
+
+
+@dataclass
+class StepState:
+    """What the optimizer steps of one or several task models over one encoder work on:
+    ``net``, the models as one ``TaskModels`` (in DistributedDataParallel with several ranks),
+    AdamW over their parameters, the linear warmup-decay schedule and the fp16 loss scaler."""
+
+    net: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: object
+    scaler: torch.amp.GradScaler
+
+
+def optimizer_step_state(models: dict[str, torch.nn.Module], settings, total_steps: int, device, precision: str,
+                         ranks: Ranks) -> StepState:
+    """The step state of ``models`` (task name -> model): AdamW, transformers' linear
+    warmup-decay schedule over ``total_steps`` and the fp16 loss scaler (inactive in other
+    precisions). Several models (a mixture): a step trains one task's output layer, so DDP
+    looks for the parameters a step leaves unused."""
+    union = TaskModels(models)
+    optimizer = build_optimizer(union, settings.learning_rate, settings.weight_decay)
     warmup = int(round(settings.warmup_ratio * total_steps))
     scheduler = get_linear_schedule_with_warmup(optimizer, warmup, total_steps)
     scaler = torch.amp.GradScaler(enabled=autocast_dtype(device, precision) == torch.float16)
-    return optimizer, scheduler, scaler
+    return StepState(ranks.wrap(union, find_unused_parameters=len(models) > 1), optimizer, scheduler, scaler)
 
 
 @dataclass
 class EncoderTrainer:
     """One model's optimizer state and step counters over a training split. ``settings``: any
     settings object with learning_rate, batch_size, eval_batch_size, warmup_ratio, weight_decay
-    and max_grad_norm."""
+    and max_grad_norm. ``model`` stays the plain model (saved and evaluated as it is); the
+    steps run through ``net`` (``StepState.net``)."""
 
     task: TaskSpec
     model: torch.nn.Module
@@ -147,17 +180,19 @@ class EncoderTrainer:
     real_tokens: int = 0
     padded_tokens: int = 0
     losses: list = field(default_factory=list)
-    # (optimizer, scheduler, scaler) of several models that share an encoder (a task mixture);
-    # None: this model's own
-    shared_step: tuple | None = None
+    # the step state of several models that share an encoder (a task mixture); None: this
+    # model's own
+    shared_step: StepState | None = None
 
     def __post_init__(self):
         self.pad_id = pad_id(self.model)
         self.warmup = int(round(self.settings.warmup_ratio * self.total_steps))
         if self.shared_step is None:
-            self.shared_step = optimizer_step_state(self.model, self.settings, self.total_steps, self.device,
-                                                    self.precision)
-        self.optimizer, self.scheduler, self.scaler = self.shared_step
+            self.shared_step = optimizer_step_state({self.task.name: self.model}, self.settings, self.total_steps,
+                                                    self.device, self.precision, self.ranks)
+        self.net = self.shared_step.net
+        self.optimizer, self.scheduler, self.scaler = (self.shared_step.optimizer, self.shared_step.scheduler,
+                                                       self.shared_step.scaler)
 
     def batches(self, rng: np.random.Generator):
         """One epoch of length-bucketed batches (row indices)."""
@@ -165,19 +200,25 @@ class EncoderTrainer:
 
     def train_step(self, rows: np.ndarray) -> None:
         """One optimizer step on the batch ``rows``: this rank's slice of it, in micro-batches
-        whose gradients accumulate, summed over the ranks."""
-        self.model.train()
+        whose gradients accumulate on the rank, the last one's backward pass all-reducing them.
+        A part's loss is weighted by its share of the batch (losses are batch means), times
+        the world size, as DDP averages over the ranks: the result is the gradient of the
+        batch's mean loss. Every rank must take part in the all-reduce: a rank whose slice of a
+        small batch is empty runs the batch's first row with weight 0."""
+        self.net.train()
         loss = 0.0
         mine = self.ranks.my_rows(rows)
-        for part in np.array_split(mine, min(self.micro_batches, len(mine))) if len(mine) else []:
-            check_simulated_oom(len(part))
-            batch = to_device(collate(self.train, part, self.pad_id, self.task.kind), self.device)
-            with autocast(self.device, self.precision):
-                part_loss = self.model(**batch).loss * (len(part) / len(rows))  # losses are batch means
-            self.scaler.scale(part_loss).backward()
+        parts = ([(part, len(part) / len(rows)) for part in np.array_split(mine, min(self.micro_batches, len(mine)))]
+                 if len(mine) else [(rows[:1], 0.0)])
+        for i, (part, weight) in enumerate(parts):
+            with contextlib.nullcontext() if i == len(parts) - 1 else accumulating(self.net):
+                check_simulated_oom(len(part))
+                batch = to_device(collate(self.train, part, self.pad_id, self.task.kind), self.device)
+                with autocast(self.device, self.precision):
+                    part_loss = self.net(self.task.name, **batch).loss * weight
+                self.scaler.scale(part_loss * self.ranks.world).backward()
             loss += part_loss.detach()
-            self.padded_tokens += int(self.train.lengths[part].max()) * len(part)
-        self.ranks.sum_gradients(self.model)
+            self.padded_tokens += int(self.train.lengths[part].max()) * len(part) if weight else 0
         self.scaler.unscale_(self.optimizer)
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.settings.max_grad_norm)
         self.scaler.step(self.optimizer)
