@@ -21,10 +21,6 @@ from bertvision.training.problems import Problems
 log = logging.getLogger(__name__)
 
 
-def checkpoint_of(manifest: Path) -> str:
-    return str(read_json(manifest)["source"]["checkpoint"])
-
-
 def transfer(task: TaskSpec, head_dirs: list[Path], manifests: list[Path], raw_dir: Path, out: Path,
              runtime: HeadRuntimeSettings, in_memory_max_mb: float, threads: int | None = None) -> list[dict]:
     """Evaluate every head run under ``head_dirs`` (one train_heads output per checkpoint) on
@@ -32,9 +28,9 @@ def transfer(task: TaskSpec, head_dirs: list[Path], manifests: list[Path], raw_d
     set_threads(threads)
     runs = sorted(run for d in head_dirs for run in head_runs(d))
     records = []
-    for manifest in manifests:
-        target = checkpoint_of(manifest)
+    for manifest in manifests:  # a manifest, or a stream source (store: false)
         problems = Problems(task, manifest, runtime, in_memory_max_mb, raw_dir)
+        target = str(problems.feats["train"].manifest["source"]["checkpoint"])
         for run in runs:
             record = read_json(run / HEAD_METRICS)
             spec = record["head_spec"]
