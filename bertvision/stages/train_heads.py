@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from bertvision.config.settings import HeadRuntimeSettings, HeadTrainingSettings
 from bertvision.evaluation.ensemble import load_logits
@@ -24,6 +25,14 @@ from bertvision.training.problems import Problems
 from bertvision.training.search_space import apply_params
 
 log = logging.getLogger(__name__)
+
+
+class Plan(NamedTuple):
+    """One head and seed to train: the run, the problem it trains on and its search record."""
+
+    run: HeadRun
+    problem: object
+    search: dict | None
 
 
 def train_heads(
@@ -65,11 +74,11 @@ def train_heads(
                                                                                                         settings)
         problem = problems.get(spec)
         moments = problems.moments(spec) if settings.standardize else None
-        plans += [(HeadRun(head_name, spec, head_settings, seed, moments), problem, search) for seed in seeds]
+        plans += [Plan(HeadRun(head_name, spec, head_settings, seed, moments), problem, search) for seed in seeds]
     if problems.streamed:
         groups: dict = {}
         for plan in plans:
-            groups.setdefault((id(plan[1]), plan[0].settings.batch_size), []).append(plan)
+            groups.setdefault((id(plan.problem), plan.run.settings.batch_size), []).append(plan)
         finished = [item for group in groups.values() for item in _train_group(task, group, seeds[0], problems, bert)]
         shared = (time.perf_counter() - t_start - sum(f["own"] for f in finished)) / len(finished)
         spent = {k: v - spent_before[k] for k, v in problems.encoder.spent().items()}
@@ -80,21 +89,21 @@ def train_heads(
     else:
         for plan in plans:
             t0 = time.perf_counter()
-            f = _train_group(task, [plan], plan[0].seed, problems, bert)[0]
+            f = _train_group(task, [plan], plan.run.seed, problems, bert)[0]
             f["record"]["seconds"] = time.perf_counter() - t0
             _write(task, f, out_root)
 
 
-def _train_group(task: TaskSpec, group: list, order_seed: int, problems: Problems, bert) -> list[dict]:
+def _train_group(task: TaskSpec, group: list[Plan], order_seed: int, problems: Problems, bert) -> list[dict]:
     """Train the runs of ``group`` (one problem) together and evaluate each; their records
     (less ``seconds``) with the head, predictions and own seconds."""
-    problem = group[0][1]
-    results = train_together(task, [run for run, _, _ in group], problem, problems.device, order_seed)
+    problem = group[0].problem
+    results = train_together(task, [plan.run for plan in group], problem, problems.device, order_seed)
+    train_source = problems.feats["train"].manifest
     finished = []
     for (run, _, search), (head, best, history, timing) in zip(group, results):
         t0 = time.perf_counter()
         metrics, predictions, ensembles = problem.evaluate(head, bert)
-        train_source = problems.feats["train"].manifest
         params = count_parameters(head)
         record = {
             "task": task.name, "head": run.name, "head_spec": run.spec, "seed": run.seed,
