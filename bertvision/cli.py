@@ -57,10 +57,13 @@ def retry_on_out_of_memory(stage: str, micro_batches: int):
     try:
         yield
     except torch.OutOfMemoryError as err:
-        print(f"bertvision {stage}: CUDA out of memory with each batch split into {micro_batches} "
-              f"micro-batch(es) ({err}). Run Snakemake with --retries N: attempt n splits each batch into "
-              f"2^(n-1) micro-batches (the effective batch and the results stay the same) and asks for more "
-              f"memory and time.", file=sys.stderr)
+        print(
+            f"bertvision {stage}: CUDA out of memory with each batch split into {micro_batches} "
+            f"micro-batch(es) ({err}). Run Snakemake with --retries N: attempt n splits each batch into "
+            f"2^(n-1) micro-batches (the effective batch and the results stay the same) and asks for more "
+            f"memory and time.",
+            file=sys.stderr,
+        )
         raise SystemExit(OUT_OF_MEMORY_EXIT) from err
 
 
@@ -83,8 +86,9 @@ def cmd_finetune(a):
     settings = typed.FinetuneSettings.from_json(a.settings)
     compute = typed.FinetuneCompute.from_json(a.compute, "--compute")
     with retry_on_out_of_memory("finetune", a.micro_batches):
-        finetune(task, a.model, settings, compute, a.tokens_dir, a.raw_dir, a.out_dir, a.seed, a.threads,
-                 a.micro_batches)
+        finetune(
+            task, a.model, settings, compute, a.tokens_dir, a.raw_dir, a.out_dir, a.seed, a.threads, a.micro_batches
+        )
 
 
 def cmd_baseline(a):
@@ -93,8 +97,18 @@ def cmd_baseline(a):
     settings = typed.BaselineSettings.from_json(a.settings)
     compute = typed.FinetuneCompute.from_json(a.compute, "--compute")
     with retry_on_out_of_memory("baseline", a.micro_batches):
-        full_finetune(_task(a.task), a.model, settings, compute, a.tokens_dir, a.raw_dir, a.out_dir, a.seed,
-                      a.threads, a.micro_batches)
+        full_finetune(
+            _task(a.task),
+            a.model,
+            settings,
+            compute,
+            a.tokens_dir,
+            a.raw_dir,
+            a.out_dir,
+            a.seed,
+            a.threads,
+            a.micro_batches,
+        )
 
 
 def cmd_extract(a):
@@ -105,8 +119,19 @@ def cmd_extract(a):
     settings = typed.ExtractSettings.from_json(a.settings)
     compute = typed.ExtractCompute.from_json(a.compute, "--compute")
     with retry_on_out_of_memory("extract", a.micro_batches):
-        extract_shard(a.checkpoint, a.tokens_dir, a.out_dir, a.shard, a.shards, splits, settings, compute, a.attrs,
-                      a.threads, a.micro_batches)
+        extract_shard(
+            a.checkpoint,
+            a.tokens_dir,
+            a.out_dir,
+            a.shard,
+            a.shards,
+            splits,
+            settings,
+            compute,
+            a.attrs,
+            a.threads,
+            a.micro_batches,
+        )
 
 
 def cmd_manifest(a):
@@ -119,9 +144,20 @@ def cmd_manifest(a):
 def cmd_train_heads(a):
     from bertvision.stages.train_heads import train_heads
 
-    train_heads(_task(a.task), a.heads, typed.HeadTrainingSettings.from_json(a.settings),
-                typed.HeadRuntimeSettings.from_json(a.runtime, "--runtime"), a.manifest, a.seeds, a.out_dir, a.threads,
-                a.raw_dir, a.bert_logits, dict(a.searched), a.train_fraction)
+    train_heads(
+        _task(a.task),
+        a.heads,
+        typed.HeadTrainingSettings.from_json(a.settings),
+        typed.HeadRuntimeSettings.from_json(a.runtime, "--runtime"),
+        a.manifest,
+        a.seeds,
+        a.out_dir,
+        a.threads,
+        a.raw_dir,
+        a.bert_logits,
+        dict(a.searched),
+        a.train_fraction,
+    )
 
 
 def cmd_finetune_mixture(a):
@@ -130,45 +166,68 @@ def cmd_finetune_mixture(a):
     settings = typed.MixtureSettings.from_json(a.settings)
     compute = typed.FinetuneCompute.from_json(a.compute, "--compute")
     with retry_on_out_of_memory("finetune-mixture", a.micro_batches):
-        finetune_mixture(a.encoder, a.model, settings, compute, dict(a.tokens_dirs), a.out_dir, a.seed, a.threads,
-                         a.micro_batches)
+        finetune_mixture(
+            a.encoder, a.model, settings, compute, dict(a.tokens_dirs), a.out_dir, a.seed, a.threads, a.micro_batches
+        )
 
 
 def cmd_head_transfer(a):
     from bertvision.stages.head_transfer import apply_heads_across_tasks
 
     settings = typed.HeadTrainingSettings.from_json(a.settings)
-    apply_heads_across_tasks(_task(a.source_task), _task(a.task), a.head_dir, a.heads, a.manifest, a.raw_dir,
-                             typed.HeadRuntimeSettings.from_json(a.runtime, "--runtime"), settings.in_memory_max_mb,
-                             a.out, a.threads)
-
+    apply_heads_across_tasks(
+        _task(a.source_task),
+        _task(a.task),
+        a.head_dir,
+        a.heads,
+        a.manifest,
+        a.raw_dir,
+        typed.HeadRuntimeSettings.from_json(a.runtime, "--runtime"),
+        settings.in_memory_max_mb,
+        a.out,
+        a.threads,
+    )
 
 
 def cmd_transfer(a):
     from bertvision.stages.transfer import transfer
 
     settings = typed.HeadTrainingSettings.from_json(a.settings)
-    transfer(_task(a.task), a.head_dirs, a.manifests, a.raw_dir, a.out,
-             typed.HeadRuntimeSettings.from_json(a.runtime, "--runtime"), settings.in_memory_max_mb, a.threads)
+    transfer(
+        _task(a.task),
+        a.head_dirs,
+        a.manifests,
+        a.raw_dir,
+        a.out,
+        typed.HeadRuntimeSettings.from_json(a.runtime, "--runtime"),
+        settings.in_memory_max_mb,
+        a.threads,
+    )
 
 
 def cmd_search_worker(a):
     from bertvision.stages.search import run_worker
 
-    run_worker(_task(a.task), a.study, a.spec, typed.HeadTrainingSettings.from_json(a.settings),
-               typed.HeadRuntimeSettings.from_json(a.runtime, "--runtime"),
-               typed.SearchSettings.from_json(a.search, "--search"),
-               a.manifest, a.raw_dir, a.storage, a.worker, a.out, a.threads)
+    run_worker(
+        _task(a.task),
+        a.study,
+        a.spec,
+        typed.HeadTrainingSettings.from_json(a.settings),
+        typed.HeadRuntimeSettings.from_json(a.runtime, "--runtime"),
+        typed.SearchSettings.from_json(a.search, "--search"),
+        a.manifest,
+        a.raw_dir,
+        a.storage,
+        a.worker,
+        a.out,
+        a.threads,
+    )
 
 
 def cmd_search_best(a):
     from bertvision.stages.search import summarize_study
 
     summarize_study(a.workers, a.out)
-
-
-
-
 
 
 def cmd_validate_config(a):
@@ -220,10 +279,18 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out-dir", type=Path, required=True)
 
     for name, command, settings, what in (
-        ("finetune", cmd_finetune, typed.FinetuneSettings,
-         "partial fine-tuning with checkpoints at epoch fractions (rule finetune)"),
-        ("baseline", cmd_baseline, typed.BaselineSettings,
-         "full fine-tuning, the epoch kept chosen on the selection split (rule baseline)"),
+        (
+            "finetune",
+            cmd_finetune,
+            typed.FinetuneSettings,
+            "partial fine-tuning with checkpoints at epoch fractions (rule finetune)",
+        ),
+        (
+            "baseline",
+            cmd_baseline,
+            typed.BaselineSettings,
+            "full fine-tuning, the epoch kept chosen on the selection split (rule baseline)",
+        ),
     ):
         s = _sub(sub, name, command, what)
         s.add_argument("--task", required=True)
@@ -250,44 +317,76 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--micro-batches", type=int, default=1, help="divide the batch size by this")
     s.add_argument("--threads", type=int)
 
-    s = _sub(sub, "manifest", cmd_manifest,
-             "check a checkpoint's shards and write its manifest (rule feature_manifest)")
+    s = _sub(
+        sub, "manifest", cmd_manifest, "check a checkpoint's shards and write its manifest (rule feature_manifest)"
+    )
     s.add_argument("--task", required=True)
     s.add_argument("--out", type=Path, required=True)
     s.add_argument("--shard-dirs", type=Path, nargs="+", required=True)
 
-    s = _sub(sub, "train-heads", cmd_train_heads,
-             "train every head on one checkpoint's features, per seed (rules train_heads, train_heads_subset)")
+    s = _sub(
+        sub,
+        "train-heads",
+        cmd_train_heads,
+        "train every head on one checkpoint's features, per seed (rules train_heads, train_heads_subset)",
+    )
     s.add_argument("--task", required=True)
     s.add_argument("--heads", type=_json, required=True, help='{"name": {"type": ..., options}, ...}')
     _settings(s, "--settings", typed.HeadTrainingSettings)
     _settings(s, "--runtime", typed.HeadRuntimeSettings)
-    s.add_argument("--manifest", type=feature_source, required=True, metavar="MANIFEST|SOURCE_JSON",
-                   help="the feature manifest, or a stream source (JSON) for store: false")
+    s.add_argument(
+        "--manifest",
+        type=feature_source,
+        required=True,
+        metavar="MANIFEST|SOURCE_JSON",
+        help="the feature manifest, or a stream source (JSON) for store: false",
+    )
     s.add_argument("--raw-dir", type=Path, required=True, help="the task's canonical splits (span decoding)")
-    s.add_argument("--bert-logits", type=Path, nargs="?",
-                   help="BERT's eval_logits.npz at this checkpoint (ensembles; none on a shared encoder)")
+    s.add_argument(
+        "--bert-logits",
+        type=Path,
+        nargs="?",
+        help="BERT's eval_logits.npz at this checkpoint (ensembles; none on a shared encoder)",
+    )
     s.add_argument("--seeds", type=int, nargs="+", required=True)
     s.add_argument("--out-dir", type=Path, required=True)
-    s.add_argument("--searched", type=_name_path, nargs="*", default=[],
-                   help="HEAD=best.json: train HEAD with its search's best parameters")
+    s.add_argument(
+        "--searched",
+        type=_name_path,
+        nargs="*",
+        default=[],
+        help="HEAD=best.json: train HEAD with its search's best parameters",
+    )
     s.add_argument("--train-fraction", type=float, default=1.0, help="train on this nested share of the rows")
     s.add_argument("--threads", type=int)
 
-    s = _sub(sub, "transfer", cmd_transfer,
-             "evaluate heads trained on one checkpoint on every checkpoint's features (rule transfer)")
+    s = _sub(
+        sub,
+        "transfer",
+        cmd_transfer,
+        "evaluate heads trained on one checkpoint on every checkpoint's features (rule transfer)",
+    )
     s.add_argument("--task", required=True)
     s.add_argument("--head-dirs", type=Path, nargs="+", required=True, help="train_heads outputs, one per checkpoint")
-    s.add_argument("--manifests", type=feature_source, nargs="+", required=True,
-                   help="feature manifests (or stream sources as JSON) of the checkpoints")
+    s.add_argument(
+        "--manifests",
+        type=feature_source,
+        nargs="+",
+        required=True,
+        help="feature manifests (or stream sources as JSON) of the checkpoints",
+    )
     s.add_argument("--raw-dir", type=Path, required=True)
     _settings(s, "--settings", typed.HeadTrainingSettings)
     _settings(s, "--runtime", typed.HeadRuntimeSettings)
     s.add_argument("--out", type=Path, required=True)
     s.add_argument("--threads", type=int)
 
-    s = _sub(sub, "finetune-mixture", cmd_finetune_mixture,
-             "fine-tune one encoder on a mixture of tasks, a shared encoder (rule finetune_mixture)")
+    s = _sub(
+        sub,
+        "finetune-mixture",
+        cmd_finetune_mixture,
+        "fine-tune one encoder on a mixture of tasks, a shared encoder (rule finetune_mixture)",
+    )
     s.add_argument("--encoder", required=True, help="the mixture's name in the config (recorded)")
     s.add_argument("--model", required=True, help="the backbone's name in the config (recorded)")
     _settings(s, "--settings", typed.MixtureSettings)
@@ -298,8 +397,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--micro-batches", type=int, default=1, help="gradient accumulation steps per batch")
     s.add_argument("--threads", type=int)
 
-    s = _sub(sub, "head-transfer", cmd_head_transfer,
-             "a task's heads applied as they are to a task with the same labels (rule head_transfer)")
+    s = _sub(
+        sub,
+        "head-transfer",
+        cmd_head_transfer,
+        "a task's heads applied as they are to a task with the same labels (rule head_transfer)",
+    )
     s.add_argument("--source-task", required=True)
     s.add_argument("--task", required=True, help="the target task")
     s.add_argument("--head-dir", type=Path, required=True, help="the source task's train_heads output")
@@ -311,24 +414,34 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", type=Path, required=True)
     s.add_argument("--threads", type=int)
 
-    s = _sub(sub, "search-worker", cmd_search_worker,
-             "run one worker's share of an optuna study of a head (rule search_worker)")
+    s = _sub(
+        sub,
+        "search-worker",
+        cmd_search_worker,
+        "run one worker's share of an optuna study of a head (rule search_worker)",
+    )
     s.add_argument("--task", required=True)
     s.add_argument("--study", type=_json, required=True, help="the study's keys: model, task, ftseed, frac, head")
     s.add_argument("--spec", type=_json, required=True, help="the head's configured architecture")
     _settings(s, "--settings", typed.HeadTrainingSettings)
     _settings(s, "--runtime", typed.HeadRuntimeSettings)
     _settings(s, "--search", typed.SearchSettings)
-    s.add_argument("--manifest", type=feature_source, required=True, metavar="MANIFEST|SOURCE_JSON",
-                   help="the feature manifest, or a stream source (JSON) for store: false")
+    s.add_argument(
+        "--manifest",
+        type=feature_source,
+        required=True,
+        metavar="MANIFEST|SOURCE_JSON",
+        help="the feature manifest, or a stream source (JSON) for store: false",
+    )
     s.add_argument("--raw-dir", type=Path, required=True)
     s.add_argument("--storage", required=True, help="journal file path or RDB URL")
     s.add_argument("--worker", type=int, required=True)
     s.add_argument("--out", type=Path, required=True)
     s.add_argument("--threads", type=int)
 
-    s = _sub(sub, "search-best", cmd_search_best,
-             "a finished study's best parameters and trial counts (rule search_best)")
+    s = _sub(
+        sub, "search-best", cmd_search_best, "a finished study's best parameters and trial counts (rule search_best)"
+    )
     s.add_argument("--workers", type=Path, nargs="+", required=True, help="the study's worker records")
     s.add_argument("--out", type=Path, required=True)
 
@@ -345,8 +458,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        stream=sys.stderr)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     args = build_parser().parse_args(argv)
     try:
         args.func(args)

@@ -13,8 +13,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # Top-level folders of a working directory that hold artifacts (``make clean`` removes them).
-ROOTS = ("data", "models", "baselines", "features", "heads", "heads-data", "search", "transfer", "shared", "bundles",
-         "results", "logs", "benchmarks")
+ROOTS = (
+    "data",
+    "models",
+    "baselines",
+    "features",
+    "heads",
+    "heads-data",
+    "search",
+    "transfer",
+    "shared",
+    "bundles",
+    "results",
+    "logs",
+    "benchmarks",
+)
 
 RAW_DIR = "data/raw/{task}"  # {split}.parquet: the canonical rows of each split
 TOKENS_DIR = "data/tokens/{model}/{task}"  # {split}.parquet: their token ids
@@ -97,9 +110,18 @@ JOB_KEYS = {
     "head_transfer": ("task", "model", "encoder", "ftseed"),
     "bundle": ("encoder", "model"),
 }
-_KEY_TEXT = {"task": "{task}", "model": "{model}", "ftseed": "ft{ftseed}", "frac": "ckpt{frac}", "shard": "{shard}",
-             "pct": "data{pct}", "head": "{head}", "worker": "{worker}",
-             "seed": "seed{seed}", "encoder": "enc-{encoder}"}
+_KEY_TEXT = {
+    "task": "{task}",
+    "model": "{model}",
+    "ftseed": "ft{ftseed}",
+    "frac": "ckpt{frac}",
+    "shard": "{shard}",
+    "pct": "data{pct}",
+    "head": "{head}",
+    "worker": "{worker}",
+    "seed": "seed{seed}",
+    "encoder": "enc-{encoder}",
+}
 
 
 def _job_file(root: str, rule: str, ext: str) -> str:

@@ -47,8 +47,9 @@ from bertvision.stages.train_heads import train_heads
 REPO = Path(__file__).resolve().parents[1]
 
 
-def plain_forward_seconds(checkpoint, split: TokenizedSplit, settings: ExtractSettings, compute: ExtractCompute,
-                          device) -> float:
+def plain_forward_seconds(
+    checkpoint, split: TokenizedSplit, settings: ExtractSettings, compute: ExtractCompute, device
+) -> float:
     model = frozen_encoder(checkpoint, device)
     pad_id = model.config.pad_token_id or 0
     t0 = time.perf_counter()
@@ -71,21 +72,33 @@ def forward_flops(layers: int, hidden: int, tokens: int, intermediate: int) -> f
     return dense + 4 * layers * tokens * tokens * hidden
 
 
-def extraction_throughput(device, precision: str, batch_size: int = 256, tokens: int = 128, seconds: float = 10.0,
-                          layers: int = 12, hidden: int = 768, heads: int = 12, compile_model: bool = False) -> dict:
+def extraction_throughput(
+    device,
+    precision: str,
+    batch_size: int = 256,
+    tokens: int = 128,
+    seconds: float = 10.0,
+    layers: int = 12,
+    hidden: int = 768,
+    heads: int = 12,
+    compile_model: bool = False,
+) -> dict:
     """Sequences/s of the extraction forward (every layer's [CLS] state, copied to the host as
     float16) of a random encoder at this shape (bert-base by default), and its MFU where the
     device's peak is known."""
     from transformers import BertConfig, BertModel
 
-    config = BertConfig(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-                        intermediate_size=4 * hidden)
+    config = BertConfig(
+        hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads, intermediate_size=4 * hidden
+    )
     model = BertModel(config, add_pooling_layer=False).to(device).eval()
     if compile_model:
         model = torch.compile(model)
     generator = torch.Generator().manual_seed(0)
-    batch = {"input_ids": torch.randint(1000, 30000, (batch_size, tokens), generator=generator).to(device),
-             "attention_mask": torch.ones(batch_size, tokens, dtype=torch.long, device=device)}
+    batch = {
+        "input_ids": torch.randint(1000, 30000, (batch_size, tokens), generator=generator).to(device),
+        "attention_mask": torch.ones(batch_size, tokens, dtype=torch.long, device=device),
+    }
 
     def step():
         with torch.inference_mode():
@@ -102,34 +115,77 @@ def extraction_throughput(device, precision: str, batch_size: int = 256, tokens:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else (platform.processor() or "cpu")
     peak = next((v for k, v in PEAK_TFLOPS.items() if k in name), None)
     flops = forward_flops(layers, hidden, tokens, 4 * hidden)
-    return {"device": name, "sequences_per_s": rate, "tflops": rate * flops / 1e12, "peak_tflops": peak,
-            "mfu": rate * flops / (peak * 1e12) if peak else None, "batch_size": batch_size, "tokens": tokens,
-            "precision": precision, "parameters": sum(p.numel() for p in model.parameters())}
+    return {
+        "device": name,
+        "sequences_per_s": rate,
+        "tflops": rate * flops / 1e12,
+        "peak_tflops": peak,
+        "mfu": rate * flops / (peak * 1e12) if peak else None,
+        "batch_size": batch_size,
+        "tokens": tokens,
+        "precision": precision,
+        "parameters": sum(p.numel() for p in model.parameters()),
+    }
 
 
-def storage_comparison(task, s, args, tmp: Path, ckpt: Path, feat: Path, extract_all_seconds: float,
-                       on_disk: int, stored_seconds: float, stored_records: list) -> list[tuple]:
+def storage_comparison(
+    task,
+    s,
+    args,
+    tmp: Path,
+    ckpt: Path,
+    feat: Path,
+    extract_all_seconds: float,
+    on_disk: int,
+    stored_seconds: float,
+    stored_records: list,
+) -> list[tuple]:
     """Train the same heads and seeds on states streamed from ``ckpt``; rows of the side-by-side
     table (stored vs streamed)."""
-    source = StreamSource(str(ckpt), str(tmp / "tokens"), s.extract(), s.extract_compute(),
-                          {"model": s.models[0], "task": args.task, "checkpoint": "0", "ft_seed": 0,
-                           "label_kind": task.kind})
+    source = StreamSource(
+        str(ckpt),
+        str(tmp / "tokens"),
+        s.extract(),
+        s.extract_compute(),
+        {"model": s.models[0], "task": args.task, "checkpoint": "0", "ft_seed": 0, "label_kind": task.kind},
+    )
     t0 = time.perf_counter()
-    train_heads(task, s.task_heads(args.task), s.head_training(args.task), s.head_runtime(), source, s.head_seeds,
-                tmp / "heads-streamed", threads=args.threads, raw_dir=tmp / "raw")
+    train_heads(
+        task,
+        s.task_heads(args.task),
+        s.head_training(args.task),
+        s.head_runtime(),
+        source,
+        s.head_seeds,
+        tmp / "heads-streamed",
+        threads=args.threads,
+        raw_dir=tmp / "raw",
+    )
     streamed_seconds = time.perf_counter() - t0
     streamed = [json.loads(p.read_text()) for p in head_metrics_files([tmp / "heads-streamed"])]
     rows = []
     for name, records, extract_s, head_s, nbytes in (
-            ("stored", stored_records, extract_all_seconds, stored_seconds, on_disk),
-            ("streamed", streamed, 0.0, streamed_seconds, 0)):
+        ("stored", stored_records, extract_all_seconds, stored_seconds, on_disk),
+        ("streamed", streamed, 0.0, streamed_seconds, 0),
+    ):
         head_epochs = sum(len(r["history"]) for r in records)
         # lockstep runs share one loop: count each pass once
         loops = {(r["train_loop_seconds"], r["data_wait_seconds"]) for r in records}
         wait, loop = sum(w for _, w in loops), sum(t for t, _ in loops)
         score = float(np.mean([task.headline(r["metrics"]) for r in records]))
-        rows.append((name, nbytes, extract_s, head_s, head_s / head_epochs, wait / loop if loop else 0.0,
-                     extract_s + head_s, score, head_epochs))
+        rows.append(
+            (
+                name,
+                nbytes,
+                extract_s,
+                head_s,
+                head_s / head_epochs,
+                wait / loop if loop else 0.0,
+                extract_s + head_s,
+                score,
+                head_epochs,
+            )
+        )
     return rows
 
 
@@ -160,8 +216,11 @@ def main() -> None:
     ft_batch_size = s.finetune(model_name, args.task).batch_size
     precision = "auto" if device.type == "cuda" else ex_compute.precision
     if args.throughput_only:
-        print_throughput(extraction_throughput(device, precision, args.throughput_batch,
-                                               seconds=args.throughput_seconds, compile_model=args.compile))
+        print_throughput(
+            extraction_throughput(
+                device, precision, args.throughput_batch, seconds=args.throughput_seconds, compile_model=args.compile
+            )
+        )
         return
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -201,68 +260,108 @@ def main() -> None:
         # 3. bytes on disk vs the minimum, for all splits of the task.
         feat = tmp / "features"
         t0 = time.perf_counter()
-        extract_shard(ckpt, tmp / "tokens", feat / "shard-0-of-1", 0, 1, list(splits_of(task)), ex_settings, ex_compute,
-                      attrs)
+        extract_shard(
+            ckpt, tmp / "tokens", feat / "shard-0-of-1", 0, 1, list(splits_of(task)), ex_settings, ex_compute, attrs
+        )
         write_manifest([feat / "shard-0-of-1"], feat / "manifest.json", list(splits_of(task)))
         extract_all_seconds = time.perf_counter() - t0
         fs = FeatureSet.open(feat / "manifest.json", "train")
         layers, hidden = fs.shape
         on_disk = sum(FeatureSet.open(feat / "manifest.json", sp).bytes_on_disk() for sp in splits_of(task))
-        rows = sum(int(TokenizedSplit.read(split_file(tmp / "tokens", sp)).lengths.sum()) if task.kind == "span"
-                   else FeatureSet.open(feat / "manifest.json", sp).n_examples for sp in splits_of(task))
+        rows = sum(
+            int(TokenizedSplit.read(split_file(tmp / "tokens", sp)).lengths.sum())
+            if task.kind == "span"
+            else FeatureSet.open(feat / "manifest.json", sp).n_examples
+            for sp in splits_of(task)
+        )
         minimum = rows * layers * hidden * 2
         n_rows = sum(FeatureSet.open(feat / "manifest.json", sp).n_examples for sp in splits_of(task))
 
         # 2. head training: every default head, every default seed.
         t0 = time.perf_counter()
-        train_heads(task, s.task_heads(args.task), s.head_training(args.task), s.head_runtime(), feat / "manifest.json",
-                    s.head_seeds, tmp / "heads", threads=args.threads, raw_dir=tmp / "raw")
+        train_heads(
+            task,
+            s.task_heads(args.task),
+            s.head_training(args.task),
+            s.head_runtime(),
+            feat / "manifest.json",
+            s.head_seeds,
+            tmp / "heads",
+            threads=args.threads,
+            raw_dir=tmp / "raw",
+        )
         stored_seconds = time.perf_counter() - t0
         records = [json.loads(path.read_text()) for path in head_metrics_files([tmp / "heads"])]
         wait = sum(r["data_wait_seconds"] for r in records)
         loop = sum(r["train_loop_seconds"] for r in records)
 
         # 5. the same heads on streamed states
-        storage = storage_comparison(task, s, args, tmp, ckpt, feat, extract_all_seconds, on_disk, stored_seconds,
-                                     records)
-        throughput = extraction_throughput(device, precision, args.throughput_batch, seconds=args.throughput_seconds,
-                                           compile_model=args.compile)
+        storage = storage_comparison(
+            task, s, args, tmp, ckpt, feat, extract_all_seconds, on_disk, stored_seconds, records
+        )
+        throughput = extraction_throughput(
+            device, precision, args.throughput_batch, seconds=args.throughput_seconds, compile_model=args.compile
+        )
 
     figures = [
-        ("extraction / plain forward (same batches)", extract_best / plain_best, "<= 1.10",
-         f"{extract_best:.2f}s vs {plain_best:.2f}s, best of {args.repeats}"),
-        ("head training: data-wait share", wait / loop, "<= 0.05",
-         f"{wait:.3f}s of {loop:.2f}s over {len(records)} head runs"),
-        ("feature bytes on disk / minimum", on_disk / minimum, "<= 1.05",
-         f"{on_disk:,} B vs {minimum:,} B for {rows} {unit} x {layers} layers x {hidden}"),
+        (
+            "extraction / plain forward (same batches)",
+            extract_best / plain_best,
+            "<= 1.10",
+            f"{extract_best:.2f}s vs {plain_best:.2f}s, best of {args.repeats}",
+        ),
+        (
+            "head training: data-wait share",
+            wait / loop,
+            "<= 0.05",
+            f"{wait:.3f}s of {loop:.2f}s over {len(records)} head runs",
+        ),
+        (
+            "feature bytes on disk / minimum",
+            on_disk / minimum,
+            "<= 1.05",
+            f"{on_disk:,} B vs {minimum:,} B for {rows} {unit} x {layers} layers x {hidden}",
+        ),
         ("padded / real tokens, fine-tuning", ft_padding, "<= 1.15", f"batch {ft_batch_size}"),
         ("padded / real tokens, extraction", ex_padding, "<= 1.15", f"batch {ex_settings.batch_size}"),
     ]
-    print(f"bertvision benchmark: backbone {backbone}, task {args.task} ({args.rows} train rows), device {device}, "
-          f"{torch.get_num_threads()} threads, {platform.processor() or platform.machine()}, torch {torch.__version__}")
+    print(
+        f"bertvision benchmark: backbone {backbone}, task {args.task} ({args.rows} train rows), device {device}, "
+        f"{torch.get_num_threads()} threads, {platform.processor() or platform.machine()}, torch {torch.__version__}"
+    )
     print(f"{'measure':45s} {'value':>8s}  {'goal':8s} detail")
     for name, value, goal, detail in figures:
         print(f"{name:45s} {value:8.3f}  {goal:8s} {detail}")
-    print(f"median plain forward {statistics.median(plain_times):.2f}s; model load {load_seconds:.2f}s; "
-          f"{len(train)} train {'windows' if task.kind == 'span' else 'examples'}, "
-          f"feature bytes per {'window' if task.kind == 'span' else 'example'}: {on_disk / n_rows:,.0f}")
-    print(f"\nstored vs streamed head training ({len(s.task_heads(args.task))} heads x {len(s.head_seeds)} seeds, "
-          f"all splits; {task.primary_metric} is the dev mean over the runs)")
-    print(f"{'states':9s} {'bytes':>12s} {'extract s':>10s} {'heads s':>9s} {'s/head-epoch':>13s} {'data wait':>10s} "
-          f"{'total s':>8s} {'dev':>7s} {'head-epochs':>12s}")
+    print(
+        f"median plain forward {statistics.median(plain_times):.2f}s; model load {load_seconds:.2f}s; "
+        f"{len(train)} train {'windows' if task.kind == 'span' else 'examples'}, "
+        f"feature bytes per {'window' if task.kind == 'span' else 'example'}: {on_disk / n_rows:,.0f}"
+    )
+    print(
+        f"\nstored vs streamed head training ({len(s.task_heads(args.task))} heads x {len(s.head_seeds)} seeds, "
+        f"all splits; {task.primary_metric} is the dev mean over the runs)"
+    )
+    print(
+        f"{'states':9s} {'bytes':>12s} {'extract s':>10s} {'heads s':>9s} {'s/head-epoch':>13s} {'data wait':>10s} "
+        f"{'total s':>8s} {'dev':>7s} {'head-epochs':>12s}"
+    )
     for name, nbytes, extract_s, head_s, per_epoch, wait_share, total, score, head_epochs in storage:
-        print(f"{name:9s} {nbytes:12,d} {extract_s:10.2f} {head_s:9.2f} {per_epoch:13.3f} {wait_share:10.1%} "
-              f"{total:8.2f} {score:7.3f} {head_epochs:12d}")
+        print(
+            f"{name:9s} {nbytes:12,d} {extract_s:10.2f} {head_s:9.2f} {per_epoch:13.3f} {wait_share:10.1%} "
+            f"{total:8.2f} {score:7.3f} {head_epochs:12d}"
+        )
     print()
     print_throughput(throughput)
 
 
 def print_throughput(t: dict) -> None:
     mfu = f"{t['mfu']:.1%}" if t["mfu"] is not None else "n/a (no known peak for this device)"
-    print(f"extraction throughput, bert-base shape ({t['parameters'] / 1e6:.0f}M parameters, random weights), "
-          f"{t['tokens']} tokens, batch {t['batch_size']}, {t['precision']} on {t['device']}: "
-          f"{t['sequences_per_s']:,.0f} sequences/s, {t['tflops']:.1f} TFLOP/s, MFU {mfu} (goal on an H100: "
-          f">= 8,000 sequences/s)")
+    print(
+        f"extraction throughput, bert-base shape ({t['parameters'] / 1e6:.0f}M parameters, random weights), "
+        f"{t['tokens']} tokens, batch {t['batch_size']}, {t['precision']} on {t['device']}: "
+        f"{t['sequences_per_s']:,.0f} sequences/s, {t['tflops']:.1f} TFLOP/s, MFU {mfu} (goal on an H100: "
+        f">= 8,000 sequences/s)"
+    )
 
 
 if __name__ == "__main__":

@@ -70,9 +70,23 @@ def free_port() -> int:
 
 def start_server(bundle: Path, workers: int, args) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    command = [sys.executable, "-m", "bertvision", "serve", str(bundle), "--host", "127.0.0.1", "--port", str(port),
-               "--workers", str(workers), "--max-batch-size", str(args.max_batch_size),
-               "--max-wait-ms", str(args.max_wait_ms)]
+    command = [
+        sys.executable,
+        "-m",
+        "bertvision",
+        "serve",
+        str(bundle),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        str(workers),
+        "--max-batch-size",
+        str(args.max_batch_size),
+        "--max-wait-ms",
+        str(args.max_wait_ms),
+    ]
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 180
@@ -113,8 +127,13 @@ async def load_level(url: str, bodies: list[dict], concurrency: int, max_request
         await asyncio.gather(*(client_loop(client) for _ in range(concurrency)))
     elapsed = time.perf_counter() - started
     ms = np.array(latencies) * 1000
-    return {"requests": len(latencies), "errors": errors, "rps": len(latencies) / elapsed,
-            "p50": float(np.percentile(ms, 50)), "p99": float(np.percentile(ms, 99))}
+    return {
+        "requests": len(latencies),
+        "errors": errors,
+        "rps": len(latencies) / elapsed,
+        "p50": float(np.percentile(ms, 50)),
+        "p99": float(np.percentile(ms, 99)),
+    }
 
 
 def measure_service(bundle: Path, bodies: list[dict], args) -> list[dict]:
@@ -161,29 +180,48 @@ def shared_versus_separate(engine: Engine, pairs: list[tuple[str, str]], repeats
             engine.predict(items)
         separate.append(time.perf_counter() - t0)
     shared_s, separate_s = statistics.median(shared), statistics.median(separate)
-    return {"tasks": list(tasks), "texts": len(pairs), "shared_ms": shared_s * 1000, "separate_ms": separate_s * 1000,
-            "ratio": separate_s / shared_s}
+    return {
+        "tasks": list(tasks),
+        "texts": len(pairs),
+        "shared_ms": shared_s * 1000,
+        "separate_ms": separate_s * 1000,
+        "ratio": separate_s / shared_s,
+    }
 
 
 # --- report ------------------------------------------------------------------------------------------
 def markdown(rows: list[dict], comparison: dict, args, bundle) -> str:
-    setup = (f"Bundle `{bundle.root}` ({', '.join(bundle.tasks)}; precision {bundle.precision}), "
-             f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; server max_batch_size "
-             f"{args.max_batch_size}, max_wait_ms {args.max_wait_ms:g}; at most {args.requests} requests or "
-             f"{args.seconds:g} s per level.")
-    lines = [setup, "",
-             "| workers | concurrency | requests | errors | requests/s | p50 ms | p99 ms | requests per encoder pass |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    setup = (
+        f"Bundle `{bundle.root}` ({', '.join(bundle.tasks)}; precision {bundle.precision}), "
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; server max_batch_size "
+        f"{args.max_batch_size}, max_wait_ms {args.max_wait_ms:g}; at most {args.requests} requests or "
+        f"{args.seconds:g} s per level."
+    )
+    lines = [
+        setup,
+        "",
+        "| workers | concurrency | requests | errors | requests/s | p50 ms | p99 ms | requests per encoder pass |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in rows:
         per_pass = f"{r['per_pass']:.1f}" if r["per_pass"] else "-"
-        lines.append(f"| {r['workers']} | {r['concurrency']} | {r['requests']} | {r['errors']} | {r['rps']:.1f} | "
-                     f"{r['p50']:.1f} | {r['p99']:.1f} | {per_pass} |")
+        lines.append(
+            f"| {r['workers']} | {r['concurrency']} | {r['requests']} | {r['errors']} | {r['rps']:.1f} | "
+            f"{r['p50']:.1f} | {r['p99']:.1f} | {per_pass} |"
+        )
     c, n = comparison, len(comparison["tasks"])
-    intro = (f"N = {n} example tasks ({', '.join(c['tasks'])}) on the same {c['texts']} texts "
-             f"(median of {args.repeats}):")
-    lines += ["", intro, "", "| serving | ms per batch | ratio |", "|---|---:|---:|",
-              f"| one encoder pass + {n} heads | {c['shared_ms']:.1f} | 1.00 |",
-              f"| {n} separate models ({n} encoder passes) | {c['separate_ms']:.1f} | {c['ratio']:.2f} |"]
+    intro = (
+        f"N = {n} example tasks ({', '.join(c['tasks'])}) on the same {c['texts']} texts (median of {args.repeats}):"
+    )
+    lines += [
+        "",
+        intro,
+        "",
+        "| serving | ms per batch | ratio |",
+        "|---|---:|---:|",
+        f"| one encoder pass + {n} heads | {c['shared_ms']:.1f} | 1.00 |",
+        f"| {n} separate models ({n} encoder passes) | {c['separate_ms']:.1f} | {c['ratio']:.2f} |",
+    ]
     return "\n".join(lines)
 
 

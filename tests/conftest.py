@@ -18,8 +18,12 @@ def workflow_settings(**sections):
     from bertvision.config.workflow import WorkflowSettings
     from tests.tiny_bert import DEFAULT_BACKBONE
 
-    config = {"backbones": {"m": {"pretrained": DEFAULT_BACKBONE}}, "tasks": {"mrpc": None},
-              "data": {"glue_dir": str(SHIPPED_GLUE), "squad_dir": str(REPO / "resources" / "squad2")}, **sections}
+    config = {
+        "backbones": {"m": {"pretrained": DEFAULT_BACKBONE}},
+        "tasks": {"mrpc": None},
+        "data": {"glue_dir": str(SHIPPED_GLUE), "squad_dir": str(REPO / "resources" / "squad2")},
+        **sections,
+    }
     return WorkflowSettings(validate_config(config))
 
 

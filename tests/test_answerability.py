@@ -77,7 +77,9 @@ def test_registry_and_config_checks():
     with pytest.raises(ConfigError, match=r"tasks.mrpc: \['doc_stride'\] only apply"):
         workflow_settings(tasks={"mrpc": {"doc_stride": 64}})
     with pytest.raises(ConfigError, match="answerability tasks are not shared"):
-        workflow_settings(tasks={"mrpc": None, "squad2-answerable": None},
-                          shared={"tasks": ["mrpc", "squad2-answerable"], "heads": ["lp"]})
+        workflow_settings(
+            tasks={"mrpc": None, "squad2-answerable": None},
+            shared={"tasks": ["mrpc", "squad2-answerable"], "heads": ["lp"]},
+        )
     settings = workflow_settings(tasks={"squad2-answerable": {"doc_stride": 64}})
     assert settings.tokenize("m", "squad2-answerable").doc_stride == 64

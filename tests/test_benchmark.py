@@ -15,8 +15,13 @@ pytestmark = pytest.mark.slow
 
 
 def run_benchmark(*args: str) -> str:
-    out = subprocess.run([sys.executable, str(REPO / "scripts" / "benchmark.py"), *args], capture_output=True,
-                         text=True, timeout=900, cwd=REPO)
+    out = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "benchmark.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=REPO,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return out.stdout
 
@@ -33,15 +38,26 @@ def test_forward_flops_of_bert_base_at_128_tokens():
 
 
 def test_throughput_runs_on_a_cpu():
-    out = run_benchmark("--throughput-only", "--throughput-seconds", "0.5", "--throughput-batch", "2",
-                        "--threads", "1")
+    out = run_benchmark("--throughput-only", "--throughput-seconds", "0.5", "--throughput-batch", "2", "--threads", "1")
     rate = re.search(r"128 tokens, batch 2, \w+ on .*: ([\d,]+) sequences/s", out)
     assert rate and float(rate.group(1).replace(",", "")) > 0, out
 
 
 def test_stored_and_streamed_side_by_side():
-    out = run_benchmark("--task", "mrpc", "--rows", "80", "--repeats", "1", "--throughput-seconds", "0.5",
-                        "--throughput-batch", "2", "--threads", "1")
+    out = run_benchmark(
+        "--task",
+        "mrpc",
+        "--rows",
+        "80",
+        "--repeats",
+        "1",
+        "--throughput-seconds",
+        "0.5",
+        "--throughput-batch",
+        "2",
+        "--threads",
+        "1",
+    )
     rows = {m.group(1): m.group(2) for m in re.finditer(r"^(stored|streamed)\s+([\d,]+)\s", out, re.MULTILINE)}
     assert set(rows) == {"stored", "streamed"}, out
     assert int(rows["stored"].replace(",", "")) > 0 and rows["streamed"] == "0"

@@ -14,8 +14,9 @@ from tests.conftest import REPO, SHIPPED_GLUE, workflow_settings
 
 
 def bertvision(*args, cwd=REPO) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "bertvision", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "bertvision", *args], capture_output=True, text=True, cwd=cwd, timeout=300
+    )
 
 
 def one_error_line(proc: subprocess.CompletedProcess) -> str:
@@ -36,35 +37,68 @@ def test_a_bad_data_row_names_the_file_and_line(tmp_path):
             lines[7] = "1\tonly two fields"
         (glue / f"{split}.tsv").write_text("\n".join(lines) + "\n")
     settings = workflow_settings().download("mrpc").replace(glue_dir=str(tmp_path / "glue"))
-    line = one_error_line(bertvision("download", "--task", "mrpc", "--settings", settings.to_json(),
-                                     "--out-dir", str(tmp_path / "raw")))
+    line = one_error_line(
+        bertvision("download", "--task", "mrpc", "--settings", settings.to_json(), "--out-dir", str(tmp_path / "raw"))
+    )
     assert line.endswith("MRPC/train.tsv: line 8: expected 5 tab-separated fields, got 2")
     assert not (tmp_path / "raw" / "train.parquet").exists()
 
 
 def test_a_missing_local_model_folder_is_named(tmp_path):
     settings = workflow_settings().tokenize("m", "mrpc").replace(backbone=str(tmp_path / "no-such-model"))
-    line = one_error_line(bertvision("tokenize", "--task", "mrpc", "--settings", settings.to_json(),
-                                     "--raw-dir", str(tmp_path), "--out-dir", str(tmp_path / "tokens")))
+    line = one_error_line(
+        bertvision(
+            "tokenize",
+            "--task",
+            "mrpc",
+            "--settings",
+            settings.to_json(),
+            "--raw-dir",
+            str(tmp_path),
+            "--out-dir",
+            str(tmp_path / "tokens"),
+        )
+    )
     assert f"{tmp_path / 'no-such-model'}: no such local directory" in line
 
 
-@pytest.mark.parametrize("settings, message", [
-    ({"lr": 1}, r"HeadTrainingSettings unknown key(s) ['lr']"),
-    ("{not json", "--settings: not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        ({"lr": 1}, r"HeadTrainingSettings unknown key(s) ['lr']"),
+        ("{not json", "--settings: not valid JSON"),
+    ],
+)
 def test_bad_settings_name_the_key(tmp_path, settings, message):
     text = settings if isinstance(settings, str) else json.dumps(settings)
-    line = one_error_line(bertvision("train-heads", "--task", "mrpc", "--heads", "{}", "--settings", text,
-                                     "--runtime", json.dumps({"device": "cpu", "verify": "none"}),
-                                     "--manifest", "m.json", "--raw-dir", ".", "--seeds", "1",
-                                     "--out-dir", str(tmp_path)))
+    line = one_error_line(
+        bertvision(
+            "train-heads",
+            "--task",
+            "mrpc",
+            "--heads",
+            "{}",
+            "--settings",
+            text,
+            "--runtime",
+            json.dumps({"device": "cpu", "verify": "none"}),
+            "--manifest",
+            "m.json",
+            "--raw-dir",
+            ".",
+            "--seeds",
+            "1",
+            "--out-dir",
+            str(tmp_path),
+        )
+    )
     assert message in line
 
 
 def test_an_unknown_task_is_named(tmp_path):
-    line = one_error_line(bertvision("manifest", "--task", "mnli2", "--out", str(tmp_path / "m.json"),
-                                     "--shard-dirs", str(tmp_path)))
+    line = one_error_line(
+        bertvision("manifest", "--task", "mnli2", "--out", str(tmp_path / "m.json"), "--shard-dirs", str(tmp_path))
+    )
     assert "--task: unknown task 'mnli2'" in line
 
 

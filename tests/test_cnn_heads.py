@@ -38,8 +38,10 @@ def test_xception_matches_the_original_counts_and_lengths():
     cls = build_head({"type": "xception", "cls_residual": True}, 26, 1024, 2)
     assert count_parameters(cls) + bn_statistics(cls) == 269_058
     lengths = []
-    hooks = [m.register_forward_hook(lambda m, i, o: lengths.append(o.shape[-1]))
-             for m in (head.entry[0], head.entry[3], head.residual, head.main)]
+    hooks = [
+        m.register_forward_hook(lambda m, i, o: lengths.append(o.shape[-1]))
+        for m in (head.entry[0], head.entry[3], head.residual, head.main)
+    ]
     head.eval()(torch.randn(2, 26, 1024))
     for hook in hooks:
         hook.remove()
@@ -50,8 +52,19 @@ def test_xception_matches_the_original_counts_and_lengths():
 @pytest.mark.parametrize("kernel, channels, dilation", [(3, 16, 1), (4, 5, 3)])
 def test_cnn_parameter_count(pool, adapter, kernel, channels, dilation):
     L, H, C = 7, 40, 3
-    head = build_head({"type": "cnn", "pool": pool, "adapter_width": adapter, "kernel": kernel,
-                       "channels": channels, "dilation": dilation}, L, H, C)
+    head = build_head(
+        {
+            "type": "cnn",
+            "pool": pool,
+            "adapter_width": adapter,
+            "kernel": kernel,
+            "channels": channels,
+            "dilation": dilation,
+        },
+        L,
+        H,
+        C,
+    )
     assert isinstance(head, ConvHead)
     inputs, width = (L if pool == "none" else 1), (adapter or H)
     front = (L + 1 if pool == "lp" else 0) + (H * adapter + adapter)
@@ -63,12 +76,18 @@ def test_cnn_default_size_on_minilm():
     assert count_parameters(build_head({"type": "cnn"}, 7, 384, 2)) == 12_642  # the docstring's example
 
 
-@pytest.mark.parametrize("spec", [
-    {"type": "cnn"}, {"type": "cnn", "pool": "lp", "kernel": 5, "dropout": 0.5},
-    {"type": "cnn", "pool": "mean", "adapter_width": 16, "dilation": 2},
-    {"type": "xception"}, {"type": "xception", "cls_residual": True, "dropout": 0.3},
-    {"type": "xception", "pool": "lp", "adapter_width": 20}, {"type": "xception", "pool": "mean"},
-])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"type": "cnn"},
+        {"type": "cnn", "pool": "lp", "kernel": 5, "dropout": 0.5},
+        {"type": "cnn", "pool": "mean", "adapter_width": 16, "dilation": 2},
+        {"type": "xception"},
+        {"type": "xception", "cls_residual": True, "dropout": 0.3},
+        {"type": "xception", "pool": "lp", "adapter_width": 20},
+        {"type": "xception", "pool": "mean"},
+    ],
+)
 def test_shapes_per_example_and_per_token(spec):
     L, H, C = 4, 32, 2
     head = build_head(spec, L, H, C).eval()
@@ -88,8 +107,14 @@ def trained_a_little(head: torch.nn.Module, L: int, H: int) -> torch.nn.Module:
     return head.eval()
 
 
-@pytest.mark.parametrize("spec", [{"type": "xception", "dropout": 0.5}, {"type": "cnn", "dropout": 0.5},
-                                  {"type": "xception", "pool": "lp", "adapter_width": 16, "cls_residual": True}])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"type": "xception", "dropout": 0.5},
+        {"type": "cnn", "dropout": 0.5},
+        {"type": "xception", "pool": "lp", "adapter_width": 16, "cls_residual": True},
+    ],
+)
 def test_eval_outputs_are_deterministic_and_independent_of_the_batch(spec):
     L, H = 5, 24
     torch.manual_seed(0)
@@ -128,10 +153,13 @@ def test_xception_trains_on_a_batch_of_one_at_its_minimum_width():
     head(torch.randn(1, 3, 64)).sum().backward()
 
 
-@pytest.mark.parametrize("spec, hidden, message", [
-    ({"type": "xception"}, 14, "got hidden size 14"),
-    ({"type": "xception", "adapter_width": 8}, 384, "got adapter_width 8"),
-])
+@pytest.mark.parametrize(
+    "spec, hidden, message",
+    [
+        ({"type": "xception"}, 14, "got hidden size 14"),
+        ({"type": "xception", "adapter_width": 8}, 384, "got adapter_width 8"),
+    ],
+)
 def test_too_short_a_width_is_a_clear_error(spec, hidden, message):
     with pytest.raises(ValueError, match=rf"xception head: .* at least {XceptionHead.MIN_WIDTH} .*{message}"):
         build_head(spec, 3, hidden, 2)
@@ -155,19 +183,39 @@ def test_span_training_keeps_padding_out_of_batch_statistics():
 
 
 def test_the_config_accepts_the_heads_and_rejects_unknown_options():
-    config = {"backbones": {"m": {"pretrained": "bert-base-uncased"}}, "tasks": {"mrpc": None},
-              "heads": {"models": {"xception": {"type": "xception"}, "cnn-lp": {"type": "cnn", "pool": "lp", "kernel": 5}}}}
+    config = {
+        "backbones": {"m": {"pretrained": "bert-base-uncased"}},
+        "tasks": {"mrpc": None},
+        "heads": {"models": {"xception": {"type": "xception"}, "cnn-lp": {"type": "cnn", "pool": "lp", "kernel": 5}}},
+    }
     models = validate_config(config)["heads"]["models"]
-    assert models["xception"] == {"type": "xception", "cls_residual": False, "pool": "none", "adapter_width": 0,
-                                  "dropout": 0.0}
-    assert models["cnn-lp"] == {"type": "cnn", "kernel": 5, "channels": 16, "dilation": 1, "pool": "lp",
-                                "adapter_width": 0, "dropout": 0.1}
-    bad = [({"type": "cnn", "kernal": 5}, r"heads.models.x: Additional properties are not allowed \('kernal' was"),
-           ({"type": "xception", "pool": "max"}, r"heads.models.x.pool: 'max' is not one of \['none', 'lp', 'mean'\]"),
-           ({"type": "cnn", "channels": 0}, r"heads.models.x.channels: 0 is less than the minimum of 1")]
+    assert models["xception"] == {
+        "type": "xception",
+        "cls_residual": False,
+        "pool": "none",
+        "adapter_width": 0,
+        "dropout": 0.0,
+    }
+    assert models["cnn-lp"] == {
+        "type": "cnn",
+        "kernel": 5,
+        "channels": 16,
+        "dilation": 1,
+        "pool": "lp",
+        "adapter_width": 0,
+        "dropout": 0.1,
+    }
+    bad = [
+        ({"type": "cnn", "kernal": 5}, r"heads.models.x: Additional properties are not allowed \('kernal' was"),
+        ({"type": "xception", "pool": "max"}, r"heads.models.x.pool: 'max' is not one of \['none', 'lp', 'mean'\]"),
+        ({"type": "cnn", "channels": 0}, r"heads.models.x.channels: 0 is less than the minimum of 1"),
+    ]
     for spec, message in bad:
-        config = {"backbones": {"m": {"pretrained": "bert-base-uncased"}}, "tasks": {"mrpc": None},
-                  "heads": {"models": {"x": spec}}}
+        config = {
+            "backbones": {"m": {"pretrained": "bert-base-uncased"}},
+            "tasks": {"mrpc": None},
+            "heads": {"models": {"x": spec}},
+        }
         with pytest.raises(ConfigError, match=message):
             validate_config(config, source="x.yaml")
 
@@ -202,7 +250,9 @@ def test_the_heads_learn_the_planted_signal_and_load_back_with_their_statistics(
         assert not head.training and record["parameters"] == count_parameters(build_head(spec, layers, hidden, 2))
         if spec["type"] == "xception":
             bn = head.head.entry[1]
-            assert int(bn.num_batches_tracked) > 0 and not torch.allclose(bn.running_var, torch.ones_like(bn.running_var))
+            assert int(bn.num_batches_tracked) > 0 and not torch.allclose(
+                bn.running_var, torch.ones_like(bn.running_var)
+            )
         # The loaded head (in eval mode, with the saved running statistics) reproduces the dev predictions.
         dev = pd.read_parquet(run / "eval_predictions.parquet").query("split == 'dev'")
         assert (idx == dev["idx"].to_numpy()).all()

@@ -35,8 +35,13 @@ def test_defaults_are_filled_from_the_schema():
     assert config["data"]["selection_fraction"] == 0.1
     assert set(config["heads"]["models"]) >= {"lp", "ap", "adapter64"}
     # head options take the defaults registered with their type
-    assert config["heads"]["models"]["adapter64"] == {"type": "adapter", "width": 64, "shared": True, "skip": False,
-                                                     "dropout": 0.0}
+    assert config["heads"]["models"]["adapter64"] == {
+        "type": "adapter",
+        "width": 64,
+        "shared": True,
+        "skip": False,
+        "dropout": 0.0,
+    }
 
 
 def test_the_schema_follows_the_registries():
@@ -66,15 +71,24 @@ def test_task_overrides_merge_over_global_settings():
     [
         (lambda c: c["tasks"].update({"squadx": None}), r"x.yaml: tasks: 'squadx' is not one of"),
         (lambda c: c.update({"finetune": {"epoch_fractions": [-1]}}), r"finetune.epoch_fractions.0: -1 is less than"),
-        (lambda c: c.update({"heads": {"models": {"x": {"type": "capsule"}}}}), r"heads.models.x.type: 'capsule' is not one of"),
-        (lambda c: c.update({"heads": {"models": {"x": {"type": "lp", "width": 8}}}}),
-         r"heads.models.x: Additional properties are not allowed \('width' was unexpected\)"),
-        (lambda c: c.update({"heads": {"models": {"x": {"type": "adapter", "width": 0}}}}),
-         r"heads.models.x.width: 0 is less than the minimum of 1"),
+        (
+            lambda c: c.update({"heads": {"models": {"x": {"type": "capsule"}}}}),
+            r"heads.models.x.type: 'capsule' is not one of",
+        ),
+        (
+            lambda c: c.update({"heads": {"models": {"x": {"type": "lp", "width": 8}}}}),
+            r"heads.models.x: Additional properties are not allowed \('width' was unexpected\)",
+        ),
+        (
+            lambda c: c.update({"heads": {"models": {"x": {"type": "adapter", "width": 0}}}}),
+            r"heads.models.x.width: 0 is less than the minimum of 1",
+        ),
         (lambda c: c.update({"data": {"selection_fraction": 1.5}}), r"data.selection_fraction: 1.5 is greater"),
         (lambda c: c.update({"extract": {"shards": 0}}), r"extract.shards: 0 is less than the minimum of 1"),
-        (lambda c: c.update({"search": {"space": {"momentum": {"low": 0, "high": 1}}}}),
-         r"search.space: 'momentum' is not one of"),
+        (
+            lambda c: c.update({"search": {"space": {"momentum": {"low": 0, "high": 1}}}}),
+            r"search.space: 'momentum' is not one of",
+        ),
         (lambda c: c.update({"typo": 1}), r"Additional properties are not allowed \('typo'"),
     ],
 )
@@ -98,30 +112,46 @@ def test_error_names_the_file(tmp_path):
 @pytest.mark.parametrize(
     "mutate, message",
     [
-        (lambda c: c["backbones"]["m"].update(pretrained="./no/such/model"),
-         r"backbones.m.pretrained: ./no/such/model: no such local directory"),
+        (
+            lambda c: c["backbones"]["m"].update(pretrained="./no/such/model"),
+            r"backbones.m.pretrained: ./no/such/model: no such local directory",
+        ),
         (lambda c: c["backbones"]["m"].update(pretrained="/data/models/bert"), r"no such local directory"),
-        (lambda c: c["backbones"]["m"].update(pretrained="python-package:no_such_pkg/model"),
-         r"Python package 'no_such_pkg' is not installed"),
+        (
+            lambda c: c["backbones"]["m"].update(pretrained="python-package:no_such_pkg/model"),
+            r"Python package 'no_such_pkg' is not installed",
+        ),
         (lambda c: c["tasks"].update({"mrpc": {"heads": ["nope"]}}), r"tasks.mrpc.heads: \['nope'\] are not in heads"),
         (lambda c: c["tasks"].update({"mrpc": {"search_heads": ["nope"]}}), r"tasks.mrpc.search_heads"),
         (lambda c: c.update({"experiments": {"transfer": {"tasks": ["rte"]}}}), r"experiments.transfer.tasks"),
-        (lambda c: c.update({"experiments": {"data_fraction": {"tasks": ["mrpc"], "checkpoints": [2]}}}),
-         r"experiments.data_fraction.checkpoints: \['2'\]"),
+        (
+            lambda c: c.update({"experiments": {"data_fraction": {"tasks": ["mrpc"], "checkpoints": [2]}}}),
+            r"experiments.data_fraction.checkpoints: \['2'\]",
+        ),
         (lambda c: c.update({"shared": {"tasks": ["rte"]}}), r"shared.tasks: \['rte'\] are not configured tasks"),
-        (lambda c: c.update({"shared": {"tasks": ["mrpc"], "mixtures": {"mix": {"tasks": ["mrpc", "rte"]}}}}),
-         r"shared.mixtures.mix.tasks: \['rte'\]"),
-        (lambda c: c.update({"shared": {"tasks": ["mrpc"], "mixtures": {"mrpc": {"tasks": ["mrpc"]}}}}),
-         r"shared.mixtures.mrpc: the name is taken"),
-        (lambda c: c.update({"shared": {"tasks": ["mrpc"], "checkpoint": 0.5}}),
-         r"shared.checkpoint: 0.5 is not in finetune.epoch_fractions"),
-        (lambda c: c.update({"shared": {"tasks": ["mrpc"]}, "finetune": {"epoch_fractions": [1.0]}}),
-         r"shared.frozen: needs 0 in finetune.epoch_fractions"),
+        (
+            lambda c: c.update({"shared": {"tasks": ["mrpc"], "mixtures": {"mix": {"tasks": ["mrpc", "rte"]}}}}),
+            r"shared.mixtures.mix.tasks: \['rte'\]",
+        ),
+        (
+            lambda c: c.update({"shared": {"tasks": ["mrpc"], "mixtures": {"mrpc": {"tasks": ["mrpc"]}}}}),
+            r"shared.mixtures.mrpc: the name is taken",
+        ),
+        (
+            lambda c: c.update({"shared": {"tasks": ["mrpc"], "checkpoint": 0.5}}),
+            r"shared.checkpoint: 0.5 is not in finetune.epoch_fractions",
+        ),
+        (
+            lambda c: c.update({"shared": {"tasks": ["mrpc"]}, "finetune": {"epoch_fractions": [1.0]}}),
+            r"shared.frozen: needs 0 in finetune.epoch_fractions",
+        ),
         (lambda c: c.update({"shared": {"tasks": ["mrpc"], "serve": "glue"}}), r"shared.serve: 'glue' is not a shared"),
         (lambda c: c.update({"shared": {"tasks": ["mrpc"], "ft_seeds": [7]}}), r"shared.ft_seeds: \[7\]"),
         (lambda c: c.update({"shared": {"tasks": ["mrpc"], "heads": ["nope"]}}), r"shared.heads: none of \['nope'\]"),
-        (lambda c: c.update({"shared": {"tasks": ["mrpc"], "frozen": False, "checkpoint": None}}),
-         r"shared: no encoder"),
+        (
+            lambda c: c.update({"shared": {"tasks": ["mrpc"], "frozen": False, "checkpoint": None}}),
+            r"shared: no encoder",
+        ),
     ],
 )
 def test_cross_key_problems_fail_when_the_config_loads(mutate, message):
@@ -172,8 +202,11 @@ def test_shared_encoders_follow_the_config():
     own encoder reuse the main pipeline's features and heads, the others get their own."""
     config = minimal()
     config["tasks"] = {"mrpc": None, "rte": None, "wnli": None}
-    config["shared"] = {"tasks": ["rte", "wnli", "mrpc"], "ft_seeds": [1],
-                        "mixtures": {"nli": {"tasks": ["rte", "wnli"], "epochs": 0.5}}}
+    config["shared"] = {
+        "tasks": ["rte", "wnli", "mrpc"],
+        "ft_seeds": [1],
+        "mixtures": {"nli": {"tasks": ["rte", "wnli"], "epochs": 0.5}},
+    }
     s = WorkflowSettings(validate_config(config))
     encoders = s.shared_encoders()
     assert list(encoders) == ["frozen", "rte", "wnli", "mrpc", "nli"]

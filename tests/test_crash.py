@@ -31,15 +31,29 @@ def crash_config(tiny_bert: Path) -> dict:
         "tasks": {"mrpc": {"train_size": 1000, "eval_size": 40}},
         "finetune": {"epoch_fractions": [0, 1.0], "settings": {"batch_size": 4}},
         "extract": {"batch_size": 1},
-        "heads": {"seeds": [1, 2], "training": {"max_epochs": 3, "patience": 2},
-                  "models": {"lp": {"type": "lp"}, "adapter8": {"type": "adapter", "width": 8}}},
+        "heads": {
+            "seeds": [1, 2],
+            "training": {"max_epochs": 3, "patience": 2},
+            "models": {"lp": {"type": "lp"}, "adapter8": {"type": "adapter", "width": 8}},
+        },
     }
 
 
 def start(workdir: Path) -> subprocess.Popen:
     """Snakemake in a process group of its own, as a terminal would start it."""
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE), "-d", str(workdir), "--configfile",
-           str(workdir / "config.yaml"), "--cores", "2"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(SNAKEFILE),
+        "-d",
+        str(workdir),
+        "--configfile",
+        str(workdir / "config.yaml"),
+        "--cores",
+        "2",
+    ]
     return subprocess.Popen(cmd, cwd=REPO, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -74,9 +88,23 @@ def test_killed_runs_finish_with_plain_snakemake_and_equal_tables(tiny_bert, tmp
     assert not (ckpt / "ckpt-1/eval_metrics.json").exists(), "fine-tuning finished before the kill"
 
     # After a SIGKILL Snakemake's lock stays: --unlock, then the plain command again.
-    locked = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE), "-d", str(crashed),
-                             "--configfile", str(crashed / "config.yaml"), "--unlock"], cwd=REPO,
-                            capture_output=True, text=True)
+    locked = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-s",
+            str(SNAKEFILE),
+            "-d",
+            str(crashed),
+            "--configfile",
+            str(crashed / "config.yaml"),
+            "--unlock",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     assert locked.returncode == 0, locked.stderr[-2000:]
     scratch = crashed / "features/tiny/mrpc/ft1/ckpt-1/.shard-0-of-1.tmp"
     proc = start(crashed)
@@ -88,6 +116,7 @@ def test_killed_runs_finish_with_plain_snakemake_and_equal_tables(tiny_bert, tmp
     assert leftovers(crashed) == []
     for name in ("glue", "cost"):
         assert (crashed / f"results/tables/{name}.csv").exists()
-    pd.testing.assert_frame_equal(pd.read_csv(crashed / "results/tables/glue.csv"),
-                                  pd.read_csv(clean / "results/tables/glue.csv"))
+    pd.testing.assert_frame_equal(
+        pd.read_csv(crashed / "results/tables/glue.csv"), pd.read_csv(clean / "results/tables/glue.csv")
+    )
     assert "Nothing to be done" in snakemake(crashed, "-n").stdout

@@ -28,12 +28,17 @@ from bertvision.training.encoder import EncoderTrainer, optimizer_step_state
 
 # max_grad_norm: no clipping, so that the gradients' norms are compared as they come (AdamW's
 # step depends little on a gradient's scale: a wrong factor shows plainly in the norms only)
-SETTINGS = SimpleNamespace(learning_rate=1e-3, batch_size=8, eval_batch_size=8, warmup_ratio=0.2, weight_decay=0.01,
-                           max_grad_norm=1e6)
+SETTINGS = SimpleNamespace(
+    learning_rate=1e-3, batch_size=8, eval_batch_size=8, warmup_ratio=0.2, weight_decay=0.01, max_grad_norm=1e6
+)
 SIZES = (8, 5, 1, 7, 3)  # rows per optimizer step: two ranks split 5, 7 and 3 unevenly; 1 leaves rank 1 nothing
 # name -> (tasks, micro-batches per batch); "mixture": a classification and a span task over one encoder
-SCENARIOS = {"single": (("mrpc",), 1), "micro2": (("mrpc",), 2), "micro3": (("mrpc",), 3),
-             "mixture": (("mrpc", "squad2"), 2)}
+SCENARIOS = {
+    "single": (("mrpc",), 1),
+    "micro2": (("mrpc",), 2),
+    "micro3": (("mrpc",), 3),
+    "mixture": (("mrpc", "squad2"), 2),
+}
 ATOL = 1e-6
 
 
@@ -42,14 +47,18 @@ def synthetic_split(kind: str, n: int = 32, seed: int = 0) -> TokenizedSplit:
     is a softmax over every position, padding included, so it depends on how a batch is split."""
     rng = np.random.default_rng(seed)
     lengths = np.full(n, 12) if kind == "span" else rng.integers(6, 20, n)
-    df = pd.DataFrame({"input_ids": [np.r_[101, rng.integers(1000, 5000, k - 2), 102] for k in lengths],
-                       "token_type_ids": [np.r_[np.zeros(k // 2, np.int64), np.ones(k - k // 2, np.int64)]
-                                          for k in lengths],
-                       "length": lengths})
+    df = pd.DataFrame(
+        {
+            "input_ids": [np.r_[101, rng.integers(1000, 5000, k - 2), 102] for k in lengths],
+            "token_type_ids": [np.r_[np.zeros(k // 2, np.int64), np.ones(k - k // 2, np.int64)] for k in lengths],
+            "length": lengths,
+        }
+    )
     if kind == "span":
         start = rng.integers(1, lengths - 2)
-        return TokenizedSplit(df.assign(example=np.arange(n), start=start, end=start + 1,
-                                        offsets=[np.full(2 * k, -1) for k in lengths]))
+        return TokenizedSplit(
+            df.assign(example=np.arange(n), start=start, end=start + 1, offsets=[np.full(2 * k, -1) for k in lengths])
+        )
     return TokenizedSplit(df.assign(idx=np.arange(n), label=rng.integers(0, 2, n)))
 
 
@@ -65,8 +74,21 @@ def train(model_dir, ranks: Ranks, tasks, micro_batches: int) -> dict:
     models = models_sharing_one_encoder(specs, str(model_dir), seed=1)
     device = torch.device("cpu")
     shared = optimizer_step_state(models, SETTINGS, 10, device, "fp32", ranks) if len(models) > 1 else None
-    trainers = {t.name: EncoderTrainer(t, models[t.name], synthetic_split(t.kind), SETTINGS, 10, device, "fp32", ranks,
-                                       micro_batches, shared_step=shared) for t in specs}
+    trainers = {
+        t.name: EncoderTrainer(
+            t,
+            models[t.name],
+            synthetic_split(t.kind),
+            SETTINGS,
+            10,
+            device,
+            "fp32",
+            ranks,
+            micro_batches,
+            shared_step=shared,
+        )
+        for t in specs
+    }
     net, optimizer = next(iter(trainers.values())).net, shared.optimizer if shared else trainers[tasks[0]].optimizer
     syncs = []  # one entry per all-reduce of the gradients (its last bucket)
     norms = []  # the gradient's norm at each optimizer step
@@ -85,14 +107,21 @@ def train(model_dir, ranks: Ranks, tasks, micro_batches: int) -> dict:
     for name, rows in steps(tasks):
         trainers[name].train_step(rows)
     weights = {f"{name}.{k}": v.detach().clone() for name, m in models.items() for k, v in m.state_dict().items()}
-    return {"weights": weights, "losses": [t.losses for t in trainers.values()], "syncs": sum(syncs), "norms": norms,
-            "ddp": isinstance(net, DistributedDataParallel), "one_net": all(t.net is net for t in trainers.values()),
-            "plain_models": not any(isinstance(m, DistributedDataParallel) for m in models.values())}
+    return {
+        "weights": weights,
+        "losses": [t.losses for t in trainers.values()],
+        "syncs": sum(syncs),
+        "norms": norms,
+        "ddp": isinstance(net, DistributedDataParallel),
+        "one_net": all(t.net is net for t in trainers.values()),
+        "plain_models": not any(isinstance(m, DistributedDataParallel) for m in models.values()),
+    }
 
 
 def rank_main(rank: int, world: int, port: int, model_dir, out) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
-                      WORLD_SIZE=str(world))
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world)
+    )
     torch.set_num_threads(1)
     ranks, _ = Ranks.from_env(torch.device("cpu"))
     results = {name: train(model_dir, ranks, tasks, micro) for name, (tasks, micro) in SCENARIOS.items()}
@@ -136,8 +165,10 @@ def two_ranks(model_dir, tmp_path_factory):
 @pytest.fixture(scope="module")
 def one_process(model_dir):
     """The reference: one process, whole batches (no micro-batches)."""
-    return {name: train(model_dir, Ranks(), tasks, 1) for name, (tasks, _) in
-            {"single": SCENARIOS["single"], "mixture": SCENARIOS["mixture"]}.items()}
+    return {
+        name: train(model_dir, Ranks(), tasks, 1)
+        for name, (tasks, _) in {"single": SCENARIOS["single"], "mixture": SCENARIOS["mixture"]}.items()
+    }
 
 
 # The span output layer's bias: its gradient is zero up to float error (adding a constant to
@@ -158,8 +189,10 @@ def test_two_ranks_under_ddp_train_the_same_weights_as_one_process(two_ranks, on
     got, want = two_ranks["single"], one_process["single"]
     assert got["ddp"] and got["plain_models"]  # the steps ran through DDP; the model saved is the plain one
     assert not want["ddp"]
-    initial = {f"mrpc.{k}": v for k, v in models_sharing_one_encoder([get_task("mrpc")], str(model_dir), 1)["mrpc"]
-               .state_dict().items()}
+    initial = {
+        f"mrpc.{k}": v
+        for k, v in models_sharing_one_encoder([get_task("mrpc")], str(model_dir), 1)["mrpc"].state_dict().items()
+    }
     assert_same_weights(got["weights"], want["weights"], initial)
     assert got["syncs"] == len(SIZES)  # one all-reduce per optimizer step
     np.testing.assert_allclose(got["losses"], want["losses"], rtol=1e-5)  # the global batch's mean loss

@@ -26,13 +26,15 @@ def write_tokens(tmp_path):
     rng = np.random.default_rng(0)
     n = 40
     lengths = rng.integers(5, 30, n)
-    tokens = pd.DataFrame({
-        "idx": np.arange(n),
-        "input_ids": [np.r_[101, rng.integers(1000, 5000, k - 2), 102].astype(np.int32) for k in lengths],
-        "token_type_ids": [np.zeros(k, np.int8) for k in lengths],
-        "length": lengths.astype(np.int32),
-        "label": rng.integers(0, 2, n),
-    })
+    tokens = pd.DataFrame(
+        {
+            "idx": np.arange(n),
+            "input_ids": [np.r_[101, rng.integers(1000, 5000, k - 2), 102].astype(np.int32) for k in lengths],
+            "token_type_ids": [np.zeros(k, np.int8) for k in lengths],
+            "length": lengths.astype(np.int32),
+            "label": rng.integers(0, 2, n),
+        }
+    )
     (tmp_path / "tokens").mkdir()
     tokens.to_parquet(tmp_path / "tokens" / "train.parquet")
     return n
@@ -43,9 +45,18 @@ def test_bf16_autocast_extraction_matches_fp32(tmp_path, tiny_bert):
     states = {}
     for precision in ("fp32", "bf16"):
         out = tmp_path / precision / "shard-0-of-1"
-        extract_shard(tiny_bert, tmp_path / "tokens", out, 0, 1, ["train"],
-                      ExtractSettings(batch_size=8, block_rows=16, block_tokens=65536),
-                      ExtractCompute(device="cpu", precision=precision), ATTRS, threads=1)
+        extract_shard(
+            tiny_bert,
+            tmp_path / "tokens",
+            out,
+            0,
+            1,
+            ["train"],
+            ExtractSettings(batch_size=8, block_rows=16, block_tokens=65536),
+            ExtractCompute(device="cpu", precision=precision),
+            ATTRS,
+            threads=1,
+        )
         states[precision] = read_shard(out / "train.h5")[0].astype(np.float32)
     assert states["fp32"].shape == (n, 3, 32)
     assert np.abs(states["fp32"] - states["bf16"]).max() < 0.1
@@ -64,15 +75,29 @@ def test_extraction_spread_over_device_replicas_equals_one_device(tmp_path, tiny
     outs = {}
     for replicas in (1, 2):
         out = tmp_path / f"replicas{replicas}" / "shard-0-of-1"
-        extract_shard(tiny_bert, tmp_path / "tokens", out, 0, 1, ["train"], settings, compute, attrs, threads=1,
-                      devices=[torch.device("cpu")] * replicas)
+        extract_shard(
+            tiny_bert,
+            tmp_path / "tokens",
+            out,
+            0,
+            1,
+            ["train"],
+            settings,
+            compute,
+            attrs,
+            threads=1,
+            devices=[torch.device("cpu")] * replicas,
+        )
         outs[replicas] = out / "train.h5"
     one, two = read_shard(outs[1]), read_shard(outs[2])
     for a, b in zip(one, two):
         np.testing.assert_allclose(a.astype(np.float32), b.astype(np.float32), atol=2e-3)
     if attrs.get("features") == "tokens":
-        np.testing.assert_allclose(read_token_shard(outs[1]).states.astype(np.float32),
-                                   read_token_shard(outs[2]).states.astype(np.float32), atol=2e-3)
+        np.testing.assert_allclose(
+            read_token_shard(outs[1]).states.astype(np.float32),
+            read_token_shard(outs[2]).states.astype(np.float32),
+            atol=2e-3,
+        )
 
 
 def test_parallel_jobs_claim_different_gpus_and_release_them_on_exit(tmp_path):
@@ -81,8 +106,10 @@ def test_parallel_jobs_claim_different_gpus_and_release_them_on_exit(tmp_path):
     import subprocess
     import sys
 
-    script = ("import time; from bertvision.runtime.device import claim_slot; "
-              f"i = claim_slot(2, {str(tmp_path)!r}, poll_seconds=0.1); print(i, flush=True); time.sleep(60)")
+    script = (
+        "import time; from bertvision.runtime.device import claim_slot; "
+        f"i = claim_slot(2, {str(tmp_path)!r}, poll_seconds=0.1); print(i, flush=True); time.sleep(60)"
+    )
     holders = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True) for _ in range(2)]
     slots = [int(h.stdout.readline()) for h in holders]
     assert sorted(slots) == [0, 1]

@@ -19,8 +19,13 @@ from tests.tiny_encoders import FAMILIES, HIDDEN, LAYERS, make_tiny_encoder, tem
 
 SQUAD = REPO / "resources" / "squad2"
 # family -> (its model classes' prefix, whether token type ids go in)
-EXPECTED = {"bert": ("Bert", True), "roberta": ("Roberta", False), "distilbert": ("DistilBert", False),
-            "electra": ("Electra", True), "deberta-v2": ("DebertaV2", True)}
+EXPECTED = {
+    "bert": ("Bert", True),
+    "roberta": ("Roberta", False),
+    "distilbert": ("DistilBert", False),
+    "electra": ("Electra", True),
+    "deberta-v2": ("DebertaV2", True),
+}
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +45,14 @@ def tokenizer_of(path):
 def test_each_family_loads_bare_and_says_what_it_takes(encoders, family):
     import torch
 
-    from bertvision.models.encoder_io import (encoder_kwargs, hidden_state_shape, load_config, load_encoder,
-                                              summary_position, uses_token_types)
+    from bertvision.models.encoder_io import (
+        encoder_kwargs,
+        hidden_state_shape,
+        load_config,
+        load_encoder,
+        summary_position,
+        uses_token_types,
+    )
 
     prefix, token_types = EXPECTED[family]
     config = load_config(str(encoders[family]))
@@ -67,12 +78,16 @@ def test_a_distilbert_batch_carries_no_token_type_ids_and_a_bert_batch_does(enco
     from bertvision.stages.download import download_task
     from bertvision.stages.tokenize import tokenize_task
 
-    settings = workflow_settings(backbones={f: {"pretrained": str(encoders[f])} for f in ("bert", "distilbert")},
-                                 tasks={"rte": {"train_size": 8, "eval_size": 8, "max_length": 48}})
+    settings = workflow_settings(
+        backbones={f: {"pretrained": str(encoders[f])} for f in ("bert", "distilbert")},
+        tasks={"rte": {"train_size": 8, "eval_size": 8, "max_length": 48}},
+    )
     task = get_task("rte")
     download_task(task, settings.download("rte"), tmp_path / "raw")
-    for family, wanted in (("distilbert", {"input_ids", "attention_mask"}),
-                           ("bert", {"input_ids", "attention_mask", "token_type_ids"})):
+    for family, wanted in (
+        ("distilbert", {"input_ids", "attention_mask"}),
+        ("bert", {"input_ids", "attention_mask", "token_type_ids"}),
+    ):
         tokenize_task(task, settings.tokenize(family, "rte"), tmp_path / "raw", tmp_path / family)
         split = TokenizedSplit.read(split_file(tmp_path / family, "dev"))
         model = load_encoder(str(encoders[family])).eval()
@@ -102,8 +117,13 @@ def test_a_tokenizer_whose_summary_token_is_last_is_refused():
     from tests.tiny_encoders import bert_vocab
 
     special = {"cls_token": "[CLS]", "sep_token": "[SEP]", "pad_token": "[PAD]", "unk_token": "[UNK]"}
-    xlnet_like = template_tokenizer(bert_vocab(), special, "$A [SEP] [CLS]", "$A [SEP] $B:1 [SEP]:1 [CLS]:2",
-                                    ["input_ids", "token_type_ids", "attention_mask"])
+    xlnet_like = template_tokenizer(
+        bert_vocab(),
+        special,
+        "$A [SEP] [CLS]",
+        "$A [SEP] $B:1 [SEP]:1 [CLS]:2",
+        ["input_ids", "token_type_ids", "attention_mask"],
+    )
     with pytest.raises(UnsupportedEncoderError, match="position 4 of a pair, not first"):
         summary_position(xlnet_like)
 
@@ -136,8 +156,11 @@ def five_backbones_config(encoders: dict) -> dict:
         "finetune": {"epoch_fractions": [1.0], "settings": {"batch_size": 8}},
         "baseline": {"enabled": False},
         "extract": {"shards": 1, "batch_size": 16},
-        "heads": {"seeds": [1], "training": {"max_epochs": 2, "patience": 1, "batch_size": 16},
-                  "models": {"lp": {"type": "lp"}, "adapter8": {"type": "adapter", "width": 8, "skip": True}}},
+        "heads": {
+            "seeds": [1],
+            "training": {"max_epochs": 2, "patience": 1, "batch_size": 16},
+            "models": {"lp": {"type": "lp"}, "adapter8": {"type": "adapter", "width": 8, "skip": True}},
+        },
     }
 
 
@@ -207,10 +230,18 @@ def roberta_span_run(encoders, tmp_path_factory):
     backbone = str(encoders["roberta"])
     settings = workflow_settings(
         backbones={"roberta": {"pretrained": backbone}},
-        tasks={"squad2": {"article_split": {"from": "dev", "train": 0.6, "selection": 0.1, "dev": 0.3},
-                          "train_size": 40, "selection_size": 16, "eval_size": 16, "max_length": 96,
-                          "doc_stride": 32, "heads": ["lp"]},
-               "rte": {"train_size": 40, "eval_size": 16, "max_length": 64, "heads": ["lp"]}},
+        tasks={
+            "squad2": {
+                "article_split": {"from": "dev", "train": 0.6, "selection": 0.1, "dev": 0.3},
+                "train_size": 40,
+                "selection_size": 16,
+                "eval_size": 16,
+                "max_length": 96,
+                "doc_stride": 32,
+                "heads": ["lp"],
+            },
+            "rte": {"train_size": 40, "eval_size": 16, "max_length": 64, "heads": ["lp"]},
+        },
         finetune={"epoch_fractions": [1], "settings": {"batch_size": 8}, "device": "cpu", "precision": "fp32"},
         extract={"precision": "fp32", "device": "cpu", "batch_size": 8},
         heads={"models": {"lp": {"type": "lp"}}, "seeds": [1], "device": "cpu", "training": {"max_epochs": 2}},
@@ -218,21 +249,54 @@ def roberta_span_run(encoders, tmp_path_factory):
     for name in ("squad2", "rte"):
         download_task(get_task(name), settings.download(name), root / "raw" / name)
         tokenize_task(get_task(name), settings.tokenize("roberta", name), root / "raw" / name, root / "tokens" / name)
-    finetune(get_task("squad2"), "roberta", settings.finetune("roberta", "squad2"), settings.finetune_compute(),
-             root / "tokens" / "squad2", root / "raw" / "squad2", root / "ft", 1, threads=1)
+    finetune(
+        get_task("squad2"),
+        "roberta",
+        settings.finetune("roberta", "squad2"),
+        settings.finetune_compute(),
+        root / "tokens" / "squad2",
+        root / "raw" / "squad2",
+        root / "ft",
+        1,
+        threads=1,
+    )
     for name in ("squad2", "rte"):
         task, shard = get_task(name), root / "features" / name / "shard-0-of-1"
-        extract_shard(root / "ft" / "ckpt-1", root / "tokens" / name, shard, 0, 1, list(splits_of(task)),
-                      settings.extract(), settings.extract_compute(),
-                      settings.extract_attrs(Run("roberta", name, 1, "1")), threads=1)
+        extract_shard(
+            root / "ft" / "ckpt-1",
+            root / "tokens" / name,
+            shard,
+            0,
+            1,
+            list(splits_of(task)),
+            settings.extract(),
+            settings.extract_compute(),
+            settings.extract_attrs(Run("roberta", name, 1, "1")),
+            threads=1,
+        )
         write_manifest([shard], root / "features" / name / "manifest.json", list(splits_of(task)))
-        train_heads(task, settings.task_heads(name), settings.head_training(name), settings.head_runtime(),
-                    root / "features" / name / "manifest.json", settings.head_seeds, root / "heads" / name,
-                    threads=1, raw_dir=root / "raw" / name)
-    bundle = write_bundle(root / "bundle", root / "ft" / "ckpt-1", backbone,
-                          {"squad2": {"heads_dirs": [root / "heads" / "squad2"], "max_length": 96, "doc_stride": 32},
-                           "rte": {"heads_dirs": [root / "heads" / "rte"], "max_length": 64}},
-                          {"backbone": "roberta", "encoder": "ft1/ckpt-1", "ft_seed": 1}, "fp32")
+        train_heads(
+            task,
+            settings.task_heads(name),
+            settings.head_training(name),
+            settings.head_runtime(),
+            root / "features" / name / "manifest.json",
+            settings.head_seeds,
+            root / "heads" / name,
+            threads=1,
+            raw_dir=root / "raw" / name,
+        )
+    bundle = write_bundle(
+        root / "bundle",
+        root / "ft" / "ckpt-1",
+        backbone,
+        {
+            "squad2": {"heads_dirs": [root / "heads" / "squad2"], "max_length": 96, "doc_stride": 32},
+            "rte": {"heads_dirs": [root / "heads" / "rte"], "max_length": 64},
+        },
+        {"backbone": "roberta", "encoder": "ft1/ckpt-1", "ft_seed": 1},
+        "fp32",
+    )
     return root, bundle
 
 
@@ -256,9 +320,11 @@ def test_roberta_learns_spans_and_its_bundle_answers_as_the_pipeline(roberta_spa
     labels = labels.set_index("idx").loc[pairs["idx"]]
     texts, answers = engine.predict(
         [TextItem((a, b), {"rte": "lp"}) for a, b in zip(pairs["sentence1"], pairs["sentence2"])],
-        [QuestionItem(q, c, {"squad2": "lp"}) for q, c in zip(questions["question"], questions["context"])])
+        [QuestionItem(q, c, {"squad2": "lp"}) for q, c in zip(questions["question"], questions["context"])],
+    )
     assert engine.encoder_passes == 1
-    np.testing.assert_allclose([t["rte"].outputs for t in texts], np.stack(labels["outputs"].to_numpy()),
-                               rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(
+        [t["rte"].outputs for t in texts], np.stack(labels["outputs"].to_numpy()), rtol=1e-4, atol=1e-4
+    )
     assert [a["squad2"].best_span for a in answers] == list(spans["best_span"])
     np.testing.assert_allclose([a["squad2"].score_diff for a in answers], spans["score_diff"], atol=1e-4)

@@ -44,5 +44,6 @@ def test_window_ensembles_normalise_over_positions_per_column():
 
 
 def test_regression_ensemble_averages_predictions():
-    assert np.allclose(ensemble_examples(np.array([[1.0], [3.0]]), np.array([[3.0], [5.0]]), "mean", "regression"),
-                       [[2.0], [4.0]])
+    assert np.allclose(
+        ensemble_examples(np.array([[1.0], [3.0]]), np.array([[3.0], [5.0]]), "mean", "regression"), [[2.0], [4.0]]
+    )

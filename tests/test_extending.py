@@ -21,7 +21,7 @@ from tests.conftest import REPO, SHIPPED_GLUE
 
 pytestmark = pytest.mark.slow
 
-NEW_TASK = '''
+NEW_TASK = """
 
 register(_glue(
     "sst2b",
@@ -35,7 +35,7 @@ register(_glue(
     glue=GlueFileLayout(folder="SST-B", files={"train": "train.tsv", "dev": "dev.tsv"},
                         text_columns=("sentence",), label_column="label"),
 ))
-'''
+"""
 
 NEW_HEAD_CLASS = '''
 
@@ -52,13 +52,13 @@ class LayerMaxHead(nn.Module):
         return self.classifier(self.dropout(self.scale * x.amax(dim=-2)))
 '''
 
-NEW_HEAD_REGISTRATION = '''
+NEW_HEAD_REGISTRATION = """
 
 register(HeadType(
     "layer-max", "bertvision.models.heads:LayerMaxHead", "The max over layers, then a linear layer.",
     {"dropout": DROPOUT, "scale": Option(float, 1.0, "Multiplies the pooled state.", minimum=0)},
 ))
-'''
+"""
 
 
 def package_copy(root: Path) -> Path:
@@ -94,14 +94,32 @@ def test_a_new_task_and_a_new_head_run_through_the_whole_workflow(tmp_path, tiny
         "data": {"glue_dir": str(glue_folder(tmp_path / "glue"))},
         "tasks": {"sst2b": {"train_size": 100}},
         "finetune": {"epoch_fractions": [0, 1.0], "settings": {"batch_size": 16}},
-        "heads": {"seeds": [1], "training": {"max_epochs": 2, "patience": 1},
-                  "models": {"lp": {"type": "lp"}, "max": {"type": "layer-max", "scale": 0.5}}},
+        "heads": {
+            "seeds": [1],
+            "training": {"max_epochs": 2, "patience": 1},
+            "models": {"lp": {"type": "lp"}, "max": {"type": "layer-max", "scale": 0.5}},
+        },
     }
     (workdir / "config.yaml").write_text(yaml.safe_dump(config))
     # The copy comes first on the path of Snakemake and of every job it starts (cwd is not the repo).
     env = {**os.environ, "PYTHONPATH": str(repo)}
-    cmd = ["timeout", "-s", "KILL", "900", sys.executable, "-m", "snakemake", "-s", str(repo / "workflow/Snakefile"),
-           "-d", str(workdir), "--configfile", str(workdir / "config.yaml"), "--cores", "2"]
+    cmd = [
+        "timeout",
+        "-s",
+        "KILL",
+        "900",
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(repo / "workflow/Snakefile"),
+        "-d",
+        str(workdir),
+        "--configfile",
+        str(workdir / "config.yaml"),
+        "--cores",
+        "2",
+    ]
     proc = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
 
@@ -123,8 +141,11 @@ def test_the_unchanged_package_knows_neither(tmp_path):
         heads: {models: {max: {type: layer-max}}}
     """)
     (tmp_path / "c.yaml").write_text(config)
-    proc = subprocess.run([sys.executable, "-m", "bertvision", "validate-config", str(tmp_path / "c.yaml")],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "bertvision", "validate-config", str(tmp_path / "c.yaml")],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "heads.models.max.type: 'layer-max' is not one of" in proc.stderr
     assert "tasks: 'sst2b' is not one of" in proc.stderr

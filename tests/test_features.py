@@ -17,16 +17,28 @@ from bertvision.features.store import FeatureSet, ShardWriter, shard_rows, write
 from bertvision.features.stream import BatchStream
 from tests.conftest import REPO
 
-ATTRS = {"model": "m", "task": "mrpc", "checkpoint": "0.3", "ft_seed": 1, "label_kind": "classification",
-         "encoder_parameters": 1000}
+ATTRS = {
+    "model": "m",
+    "task": "mrpc",
+    "checkpoint": "0.3",
+    "ft_seed": 1,
+    "label_kind": "classification",
+    "encoder_parameters": 1000,
+}
 
 
 def write_split(root: Path, split: str, data: np.ndarray, labels: np.ndarray, n_shards: int):
     for shard in range(n_shards):
         start, end = shard_rows(len(data), n_shards, shard)
         attrs = {**ATTRS, "split": split, "row_start": start, "row_end": end, "split_rows": len(data)}
-        with ShardWriter(root / f"shard-{shard}-of-{n_shards}" / f"{split}.h5", end - start,
-                         data.shape[1], data.shape[2], "int64", attrs) as w:
+        with ShardWriter(
+            root / f"shard-{shard}-of-{n_shards}" / f"{split}.h5",
+            end - start,
+            data.shape[1],
+            data.shape[2],
+            "int64",
+            attrs,
+        ) as w:
             w.write_block(0, data[start:end], labels[start:end], np.arange(start, end) + 100)
 
 
@@ -155,22 +167,44 @@ def test_killed_extraction_leaves_nothing_a_rerun_accepts(tmp_path, tiny_bert):
     tokens_dir = tmp_path / "tokens"
     tokens_dir.mkdir()
     for split, n in (("train", 4000), ("selection", 8), ("dev", 8)):
-        pd.DataFrame({
-            "idx": np.arange(n),
-            "input_ids": [np.r_[101, rng.integers(1000, 5000, 60), 102].astype(np.int32) for _ in range(n)],
-            "token_type_ids": [np.zeros(62, np.int8) for _ in range(n)],
-            "length": np.full(n, 62, np.int32),
-            "label": rng.integers(0, 2, n),
-        }).to_parquet(tokens_dir / f"{split}.parquet")
+        pd.DataFrame(
+            {
+                "idx": np.arange(n),
+                "input_ids": [np.r_[101, rng.integers(1000, 5000, 60), 102].astype(np.int32) for _ in range(n)],
+                "token_type_ids": [np.zeros(62, np.int8) for _ in range(n)],
+                "length": np.full(n, 62, np.int32),
+                "label": rng.integers(0, 2, n),
+            }
+        ).to_parquet(tokens_dir / f"{split}.parquet")
     out_dir = tmp_path / "features" / "shard-0-of-1"
 
     def extract(batch_size: int):
-        return [sys.executable, "-m", "bertvision", "extract", "--task", "mrpc", "--checkpoint", str(tiny_bert),
-                "--tokens-dir", str(tokens_dir), "--out-dir", str(out_dir), "--shard", "0", "--shards", "1",
-                "--threads", "1",
-                "--settings", json.dumps({"batch_size": batch_size, "block_rows": 64, "block_tokens": 65536}),
-                "--compute", json.dumps({"device": "cpu", "precision": "fp32"}),
-                "--attrs", json.dumps({k: v for k, v in ATTRS.items() if k != "encoder_parameters"})]
+        return [
+            sys.executable,
+            "-m",
+            "bertvision",
+            "extract",
+            "--task",
+            "mrpc",
+            "--checkpoint",
+            str(tiny_bert),
+            "--tokens-dir",
+            str(tokens_dir),
+            "--out-dir",
+            str(out_dir),
+            "--shard",
+            "0",
+            "--shards",
+            "1",
+            "--threads",
+            "1",
+            "--settings",
+            json.dumps({"batch_size": batch_size, "block_rows": 64, "block_tokens": 65536}),
+            "--compute",
+            json.dumps({"device": "cpu", "precision": "fp32"}),
+            "--attrs",
+            json.dumps({k: v for k, v in ATTRS.items() if k != "encoder_parameters"}),
+        ]
 
     proc = subprocess.Popen(extract(1), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     scratch = tmp_path / "features" / ".shard-0-of-1.tmp"

@@ -75,8 +75,10 @@ def test_quotes_are_literal(tmp_path):
 
 def test_wrong_field_count_names_file_and_line(tmp_path):
     spec = get_task("rte")
-    path = _write(tmp_path / "RTE" / "dev.tsv",
-                  "index\tsentence1\tsentence2\tlabel\n0\ta\tb\tentailment\n1\ta\tb\textra\tentailment\n")
+    path = _write(
+        tmp_path / "RTE" / "dev.tsv",
+        "index\tsentence1\tsentence2\tlabel\n0\ta\tb\tentailment\n1\ta\tb\textra\tentailment\n",
+    )
     with pytest.raises(DataFormatError, match=r"dev.tsv: line 3: expected 4 tab-separated fields, got 5"):
         parse_split(path, spec, "dev")
 

@@ -100,8 +100,15 @@ def test_registered_options_are_the_constructor_arguments(name):
     assert all(p.default is p.empty for p in options.values())
 
 
-@pytest.mark.parametrize("spec", [{"type": "lp"}, {"type": "mean"}, {"type": "adapter", "width": 8, "skip": True},
-                                  {"type": "adapter", "width": 8, "shared": False}])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"type": "lp"},
+        {"type": "mean"},
+        {"type": "adapter", "width": 8, "skip": True},
+        {"type": "adapter", "width": 8, "shared": False},
+    ],
+)
 def test_heads_apply_per_token(spec):
     """The same head on (batch, tokens, layers, hidden) equals it applied to each token alone."""
     head = build_head(spec, 3, 16, 2).eval()

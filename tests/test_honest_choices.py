@@ -28,17 +28,26 @@ def config(tiny_bert: Path, glue_dir: Path, squad_dir: Path) -> dict:
         "tasks": {
             "mrpc": {"train_size": 60, "eval_size": 40, "search_heads": ["adapter8"]},
             "stsb": {"train_size": 60, "eval_size": 40},
-            "squad2": {"article_split": {"from": "dev", "train": 0.6, "selection": 0.1, "dev": 0.3},
-                       "train_size": 30, "selection_size": 20, "eval_size": 30, "max_length": 128,
-                       "doc_stride": 64, "heads": ["lp"]},
+            "squad2": {
+                "article_split": {"from": "dev", "train": 0.6, "selection": 0.1, "dev": 0.3},
+                "train_size": 30,
+                "selection_size": 20,
+                "eval_size": 30,
+                "max_length": 128,
+                "doc_stride": 64,
+                "heads": ["lp"],
+            },
         },
         "finetune": {"epoch_fractions": [0, 0.5, 1.0], "settings": {"batch_size": 8}},
         "baseline": {"epochs": 3, "seeds": [1, 2]},
         "extract": {"batch_size": 16},
         # one worker: the trials run in order, so the study is a function of its objective values
         "search": {"trials": 4, "workers": 1, "space": {"learning_rate": {"low": 1e-3, "high": 3e-2, "log": True}}},
-        "heads": {"seeds": [1, 2], "training": {"max_epochs": 4, "patience": 2, "batch_size": 16},
-                  "models": {"lp": {"type": "lp"}, "adapter8": {"type": "adapter", "width": 8}}},
+        "heads": {
+            "seeds": [1, 2],
+            "training": {"max_epochs": 4, "patience": 2, "batch_size": 16},
+            "models": {"lp": {"type": "lp"}, "adapter8": {"type": "adapter", "width": 8}},
+        },
         # cross-task picks and the served heads are choices too
         "shared": {"tasks": ["mrpc", "stsb"], "mixtures": {"mix": {"tasks": ["mrpc", "stsb"], "epochs": 0.5}}},
     }
@@ -131,17 +140,21 @@ def test_the_dev_labels_did_change(two_runs):
         assert not a.equals(b), task
         for split in ("train", "selection"):
             assert pd.read_parquet(first / f"data/raw/{task}/{split}.parquet").equals(
-                pd.read_parquet(second / f"data/raw/{task}/{split}.parquet")), (task, split)
+                pd.read_parquet(second / f"data/raw/{task}/{split}.parquet")
+            ), (task, split)
 
 
-@pytest.mark.parametrize("pattern", [
-    "baselines/tiny/*/seed*/metrics.json",          # the kept epoch and its selection history
-    "models/tiny/*/ft*/ckpt-*/eval_metrics.json",   # BERT's selection scores and null thresholds
-    "heads/tiny/*/ft*/ckpt-*/*/seed*/metrics.json",  # each head's epoch, history, threshold, search params
-    "search/tiny/*/ft*/ckpt-*/*/best.json",         # the best trial
-    "shared/tiny/*/ft*/heads/*/*/seed*/metrics.json",  # heads on the other tasks' and the mixture's encoders
-    "bundles/tiny/*/bundle.json",                   # the seed kept per head and the head served per task
-])
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        "baselines/tiny/*/seed*/metrics.json",  # the kept epoch and its selection history
+        "models/tiny/*/ft*/ckpt-*/eval_metrics.json",  # BERT's selection scores and null thresholds
+        "heads/tiny/*/ft*/ckpt-*/*/seed*/metrics.json",  # each head's epoch, history, threshold, search params
+        "search/tiny/*/ft*/ckpt-*/*/best.json",  # the best trial
+        "shared/tiny/*/ft*/heads/*/*/seed*/metrics.json",  # heads on the other tasks' and the mixture's encoders
+        "bundles/tiny/*/bundle.json",  # the seed kept per head and the head served per task
+    ],
+)
 def test_no_choice_changes_with_the_dev_labels(two_runs, pattern):
     first, second = (records(w, pattern) for w in two_runs)
     assert first and first.keys() == second.keys()

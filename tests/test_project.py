@@ -49,7 +49,7 @@ def test_no_import_cycles():
         stack.append(m)
         for d in sorted(graph[m]):
             if state.get(d) == 1:
-                cycles.append(stack[stack.index(d):] + [d])
+                cycles.append(stack[stack.index(d) :] + [d])
             elif d not in state:
                 visit(d)
         stack.pop()
@@ -123,8 +123,9 @@ def test_clean_removes_every_artifact_folder(tmp_path):
     for root in layout.ROOTS:
         (tmp_path / root / "x").mkdir(parents=True)
     (tmp_path / "config.yaml").write_text("kept")
-    subprocess.run([sys.executable, "-m", "bertvision", "clean", "--dir", str(tmp_path)], check=True,
-                   capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "bertvision", "clean", "--dir", str(tmp_path)], check=True, capture_output=True
+    )
     assert [p.name for p in tmp_path.iterdir()] == ["config.yaml"]
 
 

@@ -28,29 +28,49 @@ def test_finetune_request_scales_with_model_length_batch_data_and_attempt():
 
 
 def test_extract_and_head_requests():
-    args = dict(batch_size=256, block_rows=8192, block_tokens=65536, max_length=384, rows=130000, shards=8,
-                token_level=True, gpus=1, attempt=1)
+    args = dict(
+        batch_size=256,
+        block_rows=8192,
+        block_tokens=65536,
+        max_length=384,
+        rows=130000,
+        shards=8,
+        token_level=True,
+        gpus=1,
+        attempt=1,
+    )
     tokens = extract_request(BASE, **args)
     assert extract_request(BASE, **{**args, "token_level": False})["mem_mb"] < tokens["mem_mb"]
     assert extract_request(BASE, **{**args, "shards": 1})["runtime"] >= tokens["runtime"]
-    small = heads_request(BASE, rows=3000, max_length=128, token_level=False, in_memory_max_mb=4096, n_runs=15,
-                          max_epochs=20, attempt=1)
-    big = heads_request(BASE, rows=360000, max_length=128, token_level=False, in_memory_max_mb=4096, n_runs=15,
-                        max_epochs=20, attempt=1)
+    small = heads_request(
+        BASE, rows=3000, max_length=128, token_level=False, in_memory_max_mb=4096, n_runs=15, max_epochs=20, attempt=1
+    )
+    big = heads_request(
+        BASE, rows=360000, max_length=128, token_level=False, in_memory_max_mb=4096, n_runs=15, max_epochs=20, attempt=1
+    )
     assert small["mem_mb"] < big["mem_mb"] <= 2500 + 1.2 * (2 * 4096 + 0.15 * 360000 * 13 * 768 * 4 / 2**20) + 100
 
 
 def test_head_jobs_ask_for_time_by_what_their_heads_cost():
     from tests.conftest import workflow_settings
 
-    settings = workflow_settings(heads={"models": {"a": {"type": "adapter"}, "x": {"type": "xception"},
-                                                  "c": {"type": "cnn"}}})
+    settings = workflow_settings(
+        heads={"models": {"a": {"type": "adapter"}, "x": {"type": "xception"}, "c": {"type": "cnn"}}}
+    )
     assert settings.head_work(["a"]) < settings.head_work(["c"]) < settings.head_work(["x"])
     assert settings.head_work(["a", "x"]) == settings.head_work(["a"]) + settings.head_work(["x"])
 
     def minutes(names):
-        return heads_request(BASE, rows=60000, max_length=128, token_level=False, in_memory_max_mb=4096,
-                             n_runs=3 * settings.head_work(names), max_epochs=30, attempt=1)["runtime"]
+        return heads_request(
+            BASE,
+            rows=60000,
+            max_length=128,
+            token_level=False,
+            in_memory_max_mb=4096,
+            n_runs=3 * settings.head_work(names),
+            max_epochs=30,
+            attempt=1,
+        )["runtime"]
 
     assert minutes(["a", "x"]) > 20 * minutes(["a", "a"])
 

@@ -26,18 +26,35 @@ def prepared(tiny_bert, tmp_path_factory):
     config.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     (model / "config.json").write_text(json.dumps(config))
     settings = workflow_settings(
-        backbones={"tiny": {"pretrained": str(model)}}, tasks={"mrpc": {"train_size": 40, "eval_size": 16}},
-        finetune={"epoch_fractions": [1.0], "settings": {"batch_size": 8, "learning_rate": 1e-3}})
-    bertvision("download", "--task", "mrpc", "--settings", settings.download("mrpc").to_json(),
-               "--out-dir", str(root / "raw"))
-    bertvision("tokenize", "--task", "mrpc", "--settings", settings.tokenize("tiny", "mrpc").replace(max_length=64).to_json(),
-               "--raw-dir", str(root / "raw"), "--out-dir", str(root / "tokens"))
+        backbones={"tiny": {"pretrained": str(model)}},
+        tasks={"mrpc": {"train_size": 40, "eval_size": 16}},
+        finetune={"epoch_fractions": [1.0], "settings": {"batch_size": 8, "learning_rate": 1e-3}},
+    )
+    bertvision(
+        "download", "--task", "mrpc", "--settings", settings.download("mrpc").to_json(), "--out-dir", str(root / "raw")
+    )
+    bertvision(
+        "tokenize",
+        "--task",
+        "mrpc",
+        "--settings",
+        settings.tokenize("tiny", "mrpc").replace(max_length=64).to_json(),
+        "--raw-dir",
+        str(root / "raw"),
+        "--out-dir",
+        str(root / "tokens"),
+    )
     return root, model, settings.finetune("tiny", "mrpc")
 
 
 def bertvision(*args, env=None, check=True):
-    proc = subprocess.run([sys.executable, "-m", "bertvision", *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "bertvision", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=600,
+    )
     if check:
         assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
@@ -47,14 +64,31 @@ CPU = json.dumps({"device": "cpu", "precision": "auto"})
 
 
 def finetune_args(root, settings, out):
-    return ["finetune", "--task", "mrpc", "--model", "tiny", "--settings", settings.to_json(), "--compute", CPU,
-            "--tokens-dir", str(root / "tokens"), "--raw-dir", str(root / "raw"), "--out-dir", str(root / out),
-            "--seed", "1", "--threads", "1"]
+    return [
+        "finetune",
+        "--task",
+        "mrpc",
+        "--model",
+        "tiny",
+        "--settings",
+        settings.to_json(),
+        "--compute",
+        CPU,
+        "--tokens-dir",
+        str(root / "tokens"),
+        "--raw-dir",
+        str(root / "raw"),
+        "--out-dir",
+        str(root / out),
+        "--seed",
+        "1",
+        "--threads",
+        "1",
+    ]
 
 
 def finetune(root, model, settings, out, micro_batches, env=None, check=True):
-    return bertvision(*finetune_args(root, settings, out), "--micro-batches", str(micro_batches), env=env,
-                      check=check)
+    return bertvision(*finetune_args(root, settings, out), "--micro-batches", str(micro_batches), env=env, check=check)
 
 
 def test_out_of_memory_fails_clearly_and_micro_batches_give_the_same_model(prepared):
@@ -79,11 +113,27 @@ def test_extraction_retries_with_smaller_batches(prepared):
     root, model, settings = prepared
     if not (root / "whole/ckpt-1/model.safetensors").exists():
         finetune(root, model, settings, "whole", 1)
-    args = ["extract", "--task", "mrpc", "--checkpoint", str(root / "whole/ckpt-1"), "--tokens-dir",
-            str(root / "tokens"), "--shard", "0", "--shards", "1", "--threads", "1",
-            "--settings", json.dumps({"batch_size": 16, "block_rows": 8192, "block_tokens": 65536}), "--compute", CPU,
-            "--attrs", json.dumps({"model": "tiny", "task": "mrpc", "checkpoint": "1", "ft_seed": 1,
-                                   "label_kind": "classification"})]
+    args = [
+        "extract",
+        "--task",
+        "mrpc",
+        "--checkpoint",
+        str(root / "whole/ckpt-1"),
+        "--tokens-dir",
+        str(root / "tokens"),
+        "--shard",
+        "0",
+        "--shards",
+        "1",
+        "--threads",
+        "1",
+        "--settings",
+        json.dumps({"batch_size": 16, "block_rows": 8192, "block_tokens": 65536}),
+        "--compute",
+        CPU,
+        "--attrs",
+        json.dumps({"model": "tiny", "task": "mrpc", "checkpoint": "1", "ft_seed": 1, "label_kind": "classification"}),
+    ]
     oom = {SIMULATE_OOM_ENV: "8"}
     failed = bertvision(*args, "--out-dir", str(root / "f1"), "--micro-batches", "1", env=oom, check=False)
     assert failed.returncode == 3 and "out of memory" in failed.stderr
@@ -97,10 +147,19 @@ def test_two_data_parallel_ranks_train_the_same_model_as_one_process(prepared):
     root, model, settings = prepared
     if not (root / "whole/ckpt-1/model.safetensors").exists():
         finetune(root, model, settings, "whole", 1)
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                "-m", "bertvision"]
-    proc = subprocess.run([*torchrun, *finetune_args(root, settings, "ddp")], capture_output=True, text=True,
-                          timeout=600)
+    torchrun = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "bertvision",
+    ]
+    proc = subprocess.run(
+        [*torchrun, *finetune_args(root, settings, "ddp")], capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "rank 1 of 2" in proc.stderr
     whole = load_file(root / "whole/ckpt-1/model.safetensors")

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from bertvision.errors import MissingError
+from bertvision.features.encode import frozen_encoder
 from bertvision.models.backbone import load_pretrained
 from bertvision.registry.tasks import get_task
-from bertvision.features.encode import frozen_encoder
 from bertvision.training.encoder import load_classifier
 
 
@@ -52,12 +52,34 @@ def test_extraction_refuses_a_pickle_checkpoint(pickle_only):
 
 
 def test_the_command_line_prints_one_line_and_exits_2(pickle_only, tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "bertvision", "extract", "--task", "mrpc", "--checkpoint",
-                           str(pickle_only), "--tokens-dir", str(tmp_path), "--out-dir", str(tmp_path / "out"),
-                           "--shard", "0", "--shards", "1", "--settings",
-                           '{"batch_size": 8, "block_rows": 64, "block_tokens": 1024}',
-                           "--compute", '{"device": "cpu", "precision": "fp32"}', "--attrs", "{}"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bertvision",
+            "extract",
+            "--task",
+            "mrpc",
+            "--checkpoint",
+            str(pickle_only),
+            "--tokens-dir",
+            str(tmp_path),
+            "--out-dir",
+            str(tmp_path / "out"),
+            "--shard",
+            "0",
+            "--shards",
+            "1",
+            "--settings",
+            '{"batch_size": 8, "block_rows": 64, "block_tokens": 1024}',
+            "--compute",
+            '{"device": "cpu", "precision": "fp32"}',
+            "--attrs",
+            "{}",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2, proc.stderr[-2000:]
     errors = [line for line in proc.stderr.splitlines() if "error:" in line]
     assert len(errors) == 1 and str(pickle_only) in errors[0] and "pickle" in errors[0]

@@ -16,20 +16,55 @@ from bertvision.training.search_space import applicable_space, apply_params
 from bertvision.training.statistics import nested_subset
 from tests.test_train_head import RUNTIME, SETTINGS, planted_features
 
-SEARCH = SearchSettings(trials=6, workers=2, seed=0, startup_trials=2, head_seed=1,
-                        pruner={"type": "median", "startup_trials": 1, "warmup_epochs": 1},
-                        space={"learning_rate": {"low": 1e-3, "high": 1e-2, "log": True},
-                               "batch_size": {"choices": [16, 32]}, "max_epochs": {"low": 2, "high": 4},
-                               "width": {"choices": [4, 8]}})
+SEARCH = SearchSettings(
+    trials=6,
+    workers=2,
+    seed=0,
+    startup_trials=2,
+    head_seed=1,
+    pruner={"type": "median", "startup_trials": 1, "warmup_epochs": 1},
+    space={
+        "learning_rate": {"low": 1e-3, "high": 1e-2, "log": True},
+        "batch_size": {"choices": [16, 32]},
+        "max_epochs": {"low": 2, "high": 4},
+        "width": {"choices": [4, 8]},
+    },
+)
 ADAPTER = {"type": "adapter", "width": 8}
 STUDY = {"model": "m", "task": "sst2", "ftseed": 1, "frac": "1", "head": "adapter"}
 
 
 def worker_command(manifest, storage, worker, out, search=SEARCH):
-    return [sys.executable, "-m", "bertvision", "search-worker", "--task", "sst2", "--study", json.dumps(STUDY),
-            "--spec", json.dumps(ADAPTER), "--settings", SETTINGS.to_json(), "--runtime", RUNTIME.to_json(),
-            "--search", search.to_json(), "--manifest", str(manifest), "--raw-dir", str(manifest.parent),
-            "--storage", str(storage), "--worker", str(worker), "--out", str(out), "--threads", "1"]
+    return [
+        sys.executable,
+        "-m",
+        "bertvision",
+        "search-worker",
+        "--task",
+        "sst2",
+        "--study",
+        json.dumps(STUDY),
+        "--spec",
+        json.dumps(ADAPTER),
+        "--settings",
+        SETTINGS.to_json(),
+        "--runtime",
+        RUNTIME.to_json(),
+        "--search",
+        search.to_json(),
+        "--manifest",
+        str(manifest),
+        "--raw-dir",
+        str(manifest.parent),
+        "--storage",
+        str(storage),
+        "--worker",
+        str(worker),
+        "--out",
+        str(out),
+        "--threads",
+        "1",
+    ]
 
 
 @pytest.mark.parametrize("storage", ["journal", "sqlite"])
@@ -37,8 +72,12 @@ def test_two_worker_processes_share_one_study(tmp_path, storage):
     manifest = planted_features(tmp_path / "features", n_shards=1)
     where = tmp_path / "study.journal" if storage == "journal" else f"sqlite:///{tmp_path / 'studies.db'}"
     outs = [tmp_path / f"worker-{w}.json" for w in range(2)]
-    procs = [subprocess.Popen(worker_command(manifest, where, w, outs[w]), stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for w in range(2)]
+    procs = [
+        subprocess.Popen(
+            worker_command(manifest, where, w, outs[w]), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        for w in range(2)
+    ]
     for proc in procs:
         out, _ = proc.communicate(timeout=600)
         assert proc.returncode == 0, out
@@ -62,11 +101,26 @@ def test_two_worker_processes_share_one_study(tmp_path, storage):
 
 def test_best_parameters_train_the_final_head(tmp_path):
     manifest = planted_features(tmp_path / "features", n_shards=1)
-    best = {"study": "s", "storage": "x", "space": {}, "best_value": 0.9, "trials": {"COMPLETE": 3},
-            "best_params": {"width": 4, "learning_rate": 0.004, "max_epochs": 3, "batch_size": 16}}
+    best = {
+        "study": "s",
+        "storage": "x",
+        "space": {},
+        "best_value": 0.9,
+        "trials": {"COMPLETE": 3},
+        "best_params": {"width": 4, "learning_rate": 0.004, "max_epochs": 3, "batch_size": 16},
+    }
     (tmp_path / "best.json").write_text(json.dumps(best))
-    train_heads(get_task("sst2"), {"adapter": ADAPTER}, SETTINGS, RUNTIME, manifest, [1], tmp_path / "heads",
-                threads=1, searched={"adapter": tmp_path / "best.json"})
+    train_heads(
+        get_task("sst2"),
+        {"adapter": ADAPTER},
+        SETTINGS,
+        RUNTIME,
+        manifest,
+        [1],
+        tmp_path / "heads",
+        threads=1,
+        searched={"adapter": tmp_path / "best.json"},
+    )
     record = json.loads((tmp_path / "heads" / "adapter" / "seed1" / "metrics.json").read_text())
     assert record["head_spec"]["width"] == 4
     assert record["training_settings"]["learning_rate"] == 0.004 and record["training_settings"]["max_epochs"] == 3
@@ -95,11 +149,28 @@ def test_data_fraction_subsets_are_nested_and_train_on_that_share(tmp_path):
     assert len(small) == 100 and len(large) == 300 and set(small) <= set(large)
     assert nested_subset(1000, 1.0) is None
     manifest = planted_features(tmp_path / "features", n_shards=1)
-    train_heads(get_task("sst2"), {"lp": {"type": "lp"}}, SETTINGS, RUNTIME, manifest, [1], tmp_path / "heads",
-                threads=1, train_fraction=0.25)
+    train_heads(
+        get_task("sst2"),
+        {"lp": {"type": "lp"}},
+        SETTINGS,
+        RUNTIME,
+        manifest,
+        [1],
+        tmp_path / "heads",
+        threads=1,
+        train_fraction=0.25,
+    )
     record = json.loads((tmp_path / "heads" / "lp" / "seed1" / "metrics.json").read_text())
     assert record["train_fraction"] == 0.25 and record["train_examples"] == 100
     streamed = SETTINGS.replace(in_memory_max_mb=0)
     with pytest.raises(ValueError, match="in_memory_max_mb"):
-        train_heads(get_task("sst2"), {"lp": {"type": "lp"}}, streamed, RUNTIME, manifest, [1], tmp_path / "h2",
-                    train_fraction=0.25)
+        train_heads(
+            get_task("sst2"),
+            {"lp": {"type": "lp"}},
+            streamed,
+            RUNTIME,
+            manifest,
+            [1],
+            tmp_path / "h2",
+            train_fraction=0.25,
+        )

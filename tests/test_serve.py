@@ -46,44 +46,90 @@ def run(tiny_bert, tmp_path_factory):
     sizes = {"train_size": 60, "selection_size": 16, "eval_size": 24, "max_length": 64}
     settings = workflow_settings(
         backbones={"tiny": {"pretrained": str(tiny_bert)}},
-        tasks={"mrpc": {**sizes, "token_features": True, "heads": ["lp", "tok"]},
-               "stsb": {**sizes, "heads": ["lp", "ad8"]},
-               "squad2": {"article_split": {"from": "dev", "train": 0.6, "selection": 0.1, "dev": 0.3},
-                          "train_size": 40, "selection_size": 16, "eval_size": 16, "max_length": 96,
-                          "doc_stride": 32, "heads": ["lp"]}},
+        tasks={
+            "mrpc": {**sizes, "token_features": True, "heads": ["lp", "tok"]},
+            "stsb": {**sizes, "heads": ["lp", "ad8"]},
+            "squad2": {
+                "article_split": {"from": "dev", "train": 0.6, "selection": 0.1, "dev": 0.3},
+                "train_size": 40,
+                "selection_size": 16,
+                "eval_size": 16,
+                "max_length": 96,
+                "doc_stride": 32,
+                "heads": ["lp"],
+            },
+        },
         finetune={"epoch_fractions": [0, 1], "settings": {"batch_size": 16}, "device": "cpu", "precision": "fp32"},
         extract={"precision": "fp32", "device": "cpu", "batch_size": 8},
-        heads={"models": {"lp": {"type": "lp"}, "ad8": {"type": "adapter", "width": 8},
-                          "tok": {"type": "token-pool"}},
-               "seeds": [1, 2], "device": "cpu", "training": {"max_epochs": 2}},
+        heads={
+            "models": {"lp": {"type": "lp"}, "ad8": {"type": "adapter", "width": 8}, "tok": {"type": "token-pool"}},
+            "seeds": [1, 2],
+            "device": "cpu",
+            "training": {"max_epochs": 2},
+        },
     )
     for task in TASKS:
         download_task(get_task(task), settings.download(task), root / "raw" / task)
         tokenize_task(get_task(task), settings.tokenize("tiny", task), root / "raw" / task, root / "tokens" / task)
-    finetune(get_task("mrpc"), "tiny", settings.finetune("tiny", "mrpc"), settings.finetune_compute(),
-             root / "tokens" / "mrpc", root / "raw" / "mrpc", root / "ft", 1, threads=1)
+    finetune(
+        get_task("mrpc"),
+        "tiny",
+        settings.finetune("tiny", "mrpc"),
+        settings.finetune_compute(),
+        root / "tokens" / "mrpc",
+        root / "raw" / "mrpc",
+        root / "ft",
+        1,
+        threads=1,
+    )
     for task in TASKS:
         splits = list(splits_of(get_task(task)))
         shard = root / "features" / task / "shard-0-of-1"
-        extract_shard(root / "ft" / "ckpt-1", root / "tokens" / task, shard, 0, 1, splits, settings.extract(),
-                      settings.extract_compute(), settings.extract_attrs(Run("tiny", task, 1, "1")), threads=1)
+        extract_shard(
+            root / "ft" / "ckpt-1",
+            root / "tokens" / task,
+            shard,
+            0,
+            1,
+            splits,
+            settings.extract(),
+            settings.extract_compute(),
+            settings.extract_attrs(Run("tiny", task, 1, "1")),
+            threads=1,
+        )
         write_manifest([shard], root / "features" / task / "manifest.json", splits)
-        train_heads(get_task(task), settings.task_heads(task), settings.head_training(task), settings.head_runtime(),
-                    root / "features" / task / "manifest.json", settings.head_seeds, root / "heads" / task, threads=1,
-                    raw_dir=root / "raw" / task)
+        train_heads(
+            get_task(task),
+            settings.task_heads(task),
+            settings.head_training(task),
+            settings.head_runtime(),
+            root / "features" / task / "manifest.json",
+            settings.head_seeds,
+            root / "heads" / task,
+            threads=1,
+            raw_dir=root / "raw" / task,
+        )
     return root
 
 
 def bundle_tasks(root) -> dict:
-    return {"mrpc": {"heads_dirs": [root / "heads" / "mrpc"], "max_length": 64},
-            "stsb": {"heads_dirs": [root / "heads" / "stsb"], "max_length": 64},
-            "squad2": {"heads_dirs": [root / "heads" / "squad2"], "max_length": 96, "doc_stride": 32}}
+    return {
+        "mrpc": {"heads_dirs": [root / "heads" / "mrpc"], "max_length": 64},
+        "stsb": {"heads_dirs": [root / "heads" / "stsb"], "max_length": 64},
+        "squad2": {"heads_dirs": [root / "heads" / "squad2"], "max_length": 96, "doc_stride": 32},
+    }
 
 
 @pytest.fixture(scope="module")
 def bundle(run, tiny_bert):
-    return write_bundle(run / "bundle", run / "ft" / "ckpt-1", str(tiny_bert), bundle_tasks(run),
-                        {"backbone": "tiny", "encoder": "ft1/ckpt-1", "ft_seed": 1}, "fp32")
+    return write_bundle(
+        run / "bundle",
+        run / "ft" / "ckpt-1",
+        str(tiny_bert),
+        bundle_tasks(run),
+        {"backbone": "tiny", "encoder": "ft1/ckpt-1", "ft_seed": 1},
+        "fp32",
+    )
 
 
 class Server:
@@ -116,8 +162,14 @@ class Server:
 def server(bundle):
     from bertvision.serving.app import ServeSettings, create_app
 
-    settings = ServeSettings(max_batch_size=64, max_wait_ms=100, max_texts_per_request=MAX_TEXTS,
-                             max_body_bytes=MAX_BODY, max_text_chars=MAX_CHARS, device="cpu")
+    settings = ServeSettings(
+        max_batch_size=64,
+        max_wait_ms=100,
+        max_texts_per_request=MAX_TEXTS,
+        max_body_bytes=MAX_BODY,
+        max_text_chars=MAX_CHARS,
+        device="cpu",
+    )
     with Server(create_app(bundle.root, settings)) as running, httpx.Client(base_url=running.url, timeout=60) as client:
         running.client = client
         yield running
@@ -148,8 +200,9 @@ def test_bundle_keeps_each_heads_best_seed_and_picks_the_best_mean(run, bundle):
             assert entry["seed"] == best["seed"] and entry["parameters"] == best["parameters"]
             assert entry["eval_metrics"]["dev"] == best["metrics"]["dev"]
             kept = bundle.root / "heads" / task / head
-            assert (kept / "head.safetensors").read_bytes() == (head_run_dir(run / "heads" / task, head, best["seed"])
-                                                                 / "head.safetensors").read_bytes()
+            assert (kept / "head.safetensors").read_bytes() == (
+                head_run_dir(run / "heads" / task, head, best["seed"]) / "head.safetensors"
+            ).read_bytes()
             means[head] = (-float(np.mean(scores)), best["parameters"], head)
         assert meta["tasks"][task]["picked"] == min(means, key=means.get)
     assert meta["tasks"]["mrpc"]["feature_level"] == "tokens" and meta["tasks"]["stsb"]["feature_level"] == "cls"
@@ -162,12 +215,16 @@ def test_a_pickle_only_encoder_is_refused_naming_the_folder(bundle, tmp_path):
     shutil.copytree(bundle.root, copy)
     (copy / "encoder" / "model.safetensors").unlink()
     (copy / "encoder" / "pytorch_model.bin").write_bytes(b"not loaded, ever")
-    with pytest.raises(BundleError, match=rf"{copy / 'encoder'}: .*only pickle weights \(pytorch_model.bin\).*"
-                                          "safetensors only"):
+    with pytest.raises(
+        BundleError,
+        match=rf"{copy / 'encoder'}: .*only pickle weights \(pytorch_model.bin\).*"
+        "safetensors only",
+    ):
         load_bundle(copy)
     with pytest.raises(BundleError, match="safetensors only"):  # nor is one bundled from such a checkpoint
-        write_bundle(tmp_path / "b2", copy / "encoder", str(copy / "encoder"), bundle_tasks(bundle.root.parent), {},
-                     "fp32")
+        write_bundle(
+            tmp_path / "b2", copy / "encoder", str(copy / "encoder"), bundle_tasks(bundle.root.parent), {}, "fp32"
+        )
     assert not (tmp_path / "b2").exists() and not (tmp_path / ".b2.tmp").exists()
 
 
@@ -238,9 +295,14 @@ def test_span_answers_equal_the_pipelines_predictions(run, bundle, server):
 
 def test_all_tasks_of_a_text_come_from_one_encoder_pass(server, bundle):
     before = server.client.get("/health").json()["encoder_passes"]
-    response = post(server, {"texts": [["A man is playing a guitar.", "A man plays the guitar."]] * 3
-                             + [["The cat sat.", "Stocks fell."]],
-                             "qa": [{"question": "Who plays?", "context": "A man plays the guitar in the park."}]})
+    response = post(
+        server,
+        {
+            "texts": [["A man is playing a guitar.", "A man plays the guitar."]] * 3
+            + [["The cat sat.", "Stocks fell."]],
+            "qa": [{"question": "Who plays?", "context": "A man plays the guitar in the park."}],
+        },
+    )
     assert response.status_code == 200, response.text
     body = response.json()
     assert server.client.get("/health").json()["encoder_passes"] == before + 1
@@ -278,8 +340,9 @@ def test_a_batch_cut_into_chunks_gives_the_same_answers(run, bundle):
         for task in ("mrpc", "stsb"):
             np.testing.assert_allclose(a[task].outputs, b[task].outputs, rtol=1e-4, atol=1e-4)
     assert [s["squad2"].best_span for s in spans_a] == [s["squad2"].best_span for s in spans_b]
-    np.testing.assert_allclose([s["squad2"].score_diff for s in spans_a], [s["squad2"].score_diff for s in spans_b],
-                               rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(
+        [s["squad2"].score_diff for s in spans_a], [s["squad2"].score_diff for s in spans_b], rtol=1e-4, atol=1e-4
+    )
 
 
 # --- bad input: 4xx naming the field, never a 500 ---------------------------------------------------
@@ -321,13 +384,16 @@ def test_bad_input_is_a_4xx_naming_the_field(server, body, status, field):
     assert response.json()["field"] == field and detail.startswith(f"{field}: "), detail
 
 
-@pytest.mark.parametrize("content, headers, status, field", [
-    (b"{not json", {}, 422, "body"),
-    (b"[1, 2]", {}, 422, "body"),
-    (rb'{"texts": [["fine", "a lone \ud800 surrogate"]]}', {}, 422, "texts[0][1]"),
-    (rb'{"qa": [{"question": "\udfff?", "context": "Somebody."}]}', {}, 422, "qa[0].question"),
-    (b'{"texts": ["' + b"x" * MAX_BODY + b'"]}', {}, 413, "body"),  # by Content-Length
-])
+@pytest.mark.parametrize(
+    "content, headers, status, field",
+    [
+        (b"{not json", {}, 422, "body"),
+        (b"[1, 2]", {}, 422, "body"),
+        (rb'{"texts": [["fine", "a lone \ud800 surrogate"]]}', {}, 422, "texts[0][1]"),
+        (rb'{"qa": [{"question": "\udfff?", "context": "Somebody."}]}', {}, 422, "qa[0].question"),
+        (b'{"texts": ["' + b"x" * MAX_BODY + b'"]}', {}, 413, "body"),  # by Content-Length
+    ],
+)
 def test_bad_bodies_are_refused(server, content, headers, status, field):
     response = server.client.post("/predict", content=content, headers={"content-type": "application/json", **headers})
     assert response.status_code == status, response.text
@@ -337,8 +403,9 @@ def test_bad_bodies_are_refused(server, content, headers, status, field):
 def test_a_malformed_content_length_is_a_400(server):
     host, port = server.url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=10) as sock:
-        sock.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                     b"Content-Length: ten\r\n\r\n{}")
+        sock.sendall(
+            b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ten\r\n\r\n{}"
+        )
         assert sock.recv(100).startswith(b"HTTP/1.1 400 ")
 
 
@@ -369,8 +436,9 @@ def test_concurrent_requests_share_encoder_passes_and_get_their_own_answers(run,
 
     async def ask_all():
         async with httpx.AsyncClient(base_url=server.url, timeout=60) as client:
-            return await asyncio.gather(*(client.post("/predict", json={"texts": [p], "tasks": ["mrpc", "stsb"]})
-                                          for p in pairs))
+            return await asyncio.gather(
+                *(client.post("/predict", json={"texts": [p], "tasks": ["mrpc", "stsb"]}) for p in pairs)
+            )
 
     responses = asyncio.run(ask_all())
     after = server.client.get("/health").json()
@@ -420,27 +488,56 @@ def test_bundle_command_writes_what_write_bundle_writes(run, bundle, tiny_bert, 
     from bertvision.cli import main
 
     out = tmp_path / "cli-bundle"
-    status = main(["bundle", "--encoder-dir", str(run / "ft" / "ckpt-1"), "--tokenizer", str(tiny_bert),
-                   "--heads", f"mrpc={run / 'heads' / 'mrpc'}", f"squad2={run / 'heads' / 'squad2'}",
-                   "--task-settings", json.dumps({"mrpc": {"max_length": 64},
-                                                  "squad2": {"max_length": 96, "doc_stride": 32}}),
-                   "--keys", json.dumps({"backbone": "tiny", "encoder": "ft1/ckpt-1", "ft_seed": 1}),
-                   "--precision", "fp32", "--out", str(out)])
+    status = main(
+        [
+            "bundle",
+            "--encoder-dir",
+            str(run / "ft" / "ckpt-1"),
+            "--tokenizer",
+            str(tiny_bert),
+            "--heads",
+            f"mrpc={run / 'heads' / 'mrpc'}",
+            f"squad2={run / 'heads' / 'squad2'}",
+            "--task-settings",
+            json.dumps({"mrpc": {"max_length": 64}, "squad2": {"max_length": 96, "doc_stride": 32}}),
+            "--keys",
+            json.dumps({"backbone": "tiny", "encoder": "ft1/ckpt-1", "ft_seed": 1}),
+            "--precision",
+            "fp32",
+            "--out",
+            str(out),
+        ]
+    )
     assert status == 0, capsys.readouterr().err
     assert set(load_bundle(out).tasks) == {"mrpc", "squad2"}
     written, reference = read_json(out / "bundle.json"), read_json(bundle.root / "bundle.json")
     assert written["tasks"] == {t: reference["tasks"][t] for t in ("mrpc", "squad2")}
     assert written["keys"] == reference["keys"]
-    assert (out / "encoder" / "model.safetensors").read_bytes() == (bundle.root / "encoder" / "model.safetensors"
-                                                                    ).read_bytes()
+    assert (out / "encoder" / "model.safetensors").read_bytes() == (
+        bundle.root / "encoder" / "model.safetensors"
+    ).read_bytes()
 
 
 def test_bundle_command_refuses_settings_without_heads(run, tiny_bert, tmp_path, capsys):
     from bertvision.cli import main
 
-    status = main(["bundle", "--encoder-dir", str(run / "ft" / "ckpt-1"), "--tokenizer", str(tiny_bert),
-                   "--heads", f"mrpc={run / 'heads' / 'mrpc'}", "--task-settings", '{"stsb": {"max_length": 64}}',
-                   "--precision", "fp32", "--out", str(tmp_path / "b")])
+    status = main(
+        [
+            "bundle",
+            "--encoder-dir",
+            str(run / "ft" / "ckpt-1"),
+            "--tokenizer",
+            str(tiny_bert),
+            "--heads",
+            f"mrpc={run / 'heads' / 'mrpc'}",
+            "--task-settings",
+            '{"stsb": {"max_length": 64}}',
+            "--precision",
+            "fp32",
+            "--out",
+            str(tmp_path / "b"),
+        ]
+    )
     assert status == 2 and "--task-settings: stsb" in capsys.readouterr().err
 
 

@@ -115,18 +115,41 @@ def run_on_slurm(workdir: Path, config: dict, cluster: dict, extra_env: dict | N
     # forever for jobs whose status it cannot get) and a first status check after 3 s instead of
     # 40 (the plugin then waits 10 s longer after every check that finds nothing finished, and
     # starts over at 3 s when one has; the jobs here take 9-22 s).
-    cmd = ["timeout", "-s", "KILL", "900", sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE),
-           "-d", str(workdir), "--configfile", str(workdir / "config.yaml"), "--profile", str(SLURM_PROFILE),
-           "--jobs", "4", "--slurm-init-seconds-before-status-checks", "3", "--latency-wait", "10"]
+    cmd = [
+        "timeout",
+        "-s",
+        "KILL",
+        "900",
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(SNAKEFILE),
+        "-d",
+        str(workdir),
+        "--configfile",
+        str(workdir / "config.yaml"),
+        "--profile",
+        str(SLURM_PROFILE),
+        "--jobs",
+        "4",
+        "--slurm-init-seconds-before-status-checks",
+        "3",
+        "--latency-wait",
+        "10",
+    ]
     start = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     seconds = time.monotonic() - start
     if proc.returncode != 0:
         logs = [*(workdir / ".snakemake" / "slurm_logs").rglob("*.log"), *(workdir / "logs").rglob("*.log")]
-        slurm_logs = "\n".join(f"--- {p}\n{p.read_text()[-2000:]}"
-                               for p in sorted(logs, key=lambda p: p.stat().st_mtime)[-4:])
-        raise AssertionError(f"snakemake on SLURM failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n"
-                             f"{proc.stderr[-6000:]}\n{slurm_logs}")
+        slurm_logs = "\n".join(
+            f"--- {p}\n{p.read_text()[-2000:]}" for p in sorted(logs, key=lambda p: p.stat().st_mtime)[-4:]
+        )
+        raise AssertionError(
+            f"snakemake on SLURM failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n"
+            f"{proc.stderr[-6000:]}\n{slurm_logs}"
+        )
     run_id = re.search(r"SLURM run ID: (\S+)", proc.stderr + proc.stdout)
     assert run_id, proc.stderr[-3000:]
     print(f"SLURM run {run_id.group(1)}: {seconds:.0f} s")

@@ -85,7 +85,8 @@ OFFSETS = [(-1, -1)] * 3 + [(i, i + 1) for i in range(10)] + [(-1, -1)]
 
 
 def test_decoding_respects_context_mask_order_and_length():
-    s = np.zeros(14); e = np.zeros(14)
+    s = np.zeros(14)
+    e = np.zeros(14)
     s[1] = e[1] = 100  # highest logits on a question token: outside the context
     s[5], e[4] = 10, 10  # end before start: invalid
     s[6], e[8] = 5, 5
@@ -130,13 +131,30 @@ def test_hub_path_with_a_local_repository(tmp_path, dev, monkeypatch):
     titles = dev["title"].unique()
     for hub_split, chosen in (("train", titles[:3]), ("validation", titles[3:4])):
         part = dev[dev["title"].isin(chosen)]
-        pd.DataFrame({
-            "id": part["id"], "title": part["title"], "context": part["context"], "question": part["question"],
-            "answers": [{"text": list(t), "answer_start": list(s)} for t, s in zip(part["answer_texts"], part["answer_starts"])],
-        }).to_parquet(repo / f"{hub_split}-00000-of-00001.parquet")
-    settings = DownloadSettings(source="hub", hub_repo=str(repo.parent), glue_dir="", squad_dir="", seed=1,
-                                selection_fraction=0.34, train_size=None, selection_size=None, eval_size=None,
-                                article_split=None)
+        pd.DataFrame(
+            {
+                "id": part["id"],
+                "title": part["title"],
+                "context": part["context"],
+                "question": part["question"],
+                "answers": [
+                    {"text": list(t), "answer_start": list(s)}
+                    for t, s in zip(part["answer_texts"], part["answer_starts"])
+                ],
+            }
+        ).to_parquet(repo / f"{hub_split}-00000-of-00001.parquet")
+    settings = DownloadSettings(
+        source="hub",
+        hub_repo=str(repo.parent),
+        glue_dir="",
+        squad_dir="",
+        seed=1,
+        selection_fraction=0.34,
+        train_size=None,
+        selection_size=None,
+        eval_size=None,
+        article_split=None,
+    )
     counts = download_task(get_task("squad2"), settings, tmp_path / "out")
     assert counts["dev"] == int(dev["title"].isin(titles[3:4]).sum())
     assert counts["train"] + counts["selection"] == int(dev["title"].isin(titles[:3]).sum())

@@ -22,27 +22,46 @@ from bertvision.stages.tokenize import tokenize_task
 from bertvision.stages.train_heads import train_heads
 from tests.conftest import workflow_settings
 
-SETTINGS = HeadTrainingSettings(learning_rate=5e-3, batch_size=16, max_epochs=3, patience=2, weight_decay=0.01,
-                                warmup_ratio=0.1, in_memory_max_mb=4096, standardize=True)
+SETTINGS = HeadTrainingSettings(
+    learning_rate=5e-3,
+    batch_size=16,
+    max_epochs=3,
+    patience=2,
+    weight_decay=0.01,
+    warmup_ratio=0.1,
+    in_memory_max_mb=4096,
+    standardize=True,
+)
 RUNTIME = HeadRuntimeSettings(device="cpu", verify="sha256")
 EXTRACT = ExtractSettings(batch_size=16, block_rows=64, block_tokens=4096)
 COMPUTE = ExtractCompute(device="cpu", precision="fp32")
 HEADS = {
-    "mrpc": {"lp": {"type": "lp"}, "adapter8": {"type": "adapter", "width": 8},
-             "tokpool": {"type": "token-pool"}},
+    "mrpc": {"lp": {"type": "lp"}, "adapter8": {"type": "adapter", "width": 8}, "tokpool": {"type": "token-pool"}},
     "squad2": {"lp": {"type": "lp"}, "adapter8": {"type": "adapter", "width": 8}},
 }
 TASKS = {
     "mrpc": {"train_size": 120, "eval_size": 60, "max_length": 64, "token_features": True},
-    "squad2": {"article_split": {"from": "dev", "train": 0.6, "selection": 0.1, "dev": 0.3}, "train_size": 40,
-               "selection_size": 20, "eval_size": 30, "max_length": 128, "doc_stride": 64},
+    "squad2": {
+        "article_split": {"from": "dev", "train": 0.6, "selection": 0.1, "dev": 0.3},
+        "train_size": 40,
+        "selection_size": 20,
+        "eval_size": 30,
+        "max_length": 128,
+        "doc_stride": 64,
+    },
 }
 
 
 def attrs_of(task: str) -> dict:
     kind = get_task(task).kind
-    return {"model": "tiny", "task": task, "checkpoint": "1", "ft_seed": 1, "label_kind": kind,
-            **({"features": "tokens"} if kind != "span" else {})}
+    return {
+        "model": "tiny",
+        "task": task,
+        "checkpoint": "1",
+        "ft_seed": 1,
+        "label_kind": kind,
+        **({"features": "tokens"} if kind != "span" else {}),
+    }
 
 
 @pytest.fixture(scope="module", params=["mrpc", "squad2"])
@@ -56,8 +75,9 @@ def prepared(request, tiny_bert, tmp_path_factory):
     tokenize_task(get_task(task), settings.tokenize("tiny", task), root / "raw", root / "tokens")
     shards = [root / "features" / f"shard-{i}-of-2" for i in range(2)]
     for i, d in enumerate(shards):
-        extract_shard(tiny_bert, root / "tokens", d, i, 2, splits_of(get_task(task)), EXTRACT, COMPUTE,
-                      attrs_of(task), threads=1)
+        extract_shard(
+            tiny_bert, root / "tokens", d, i, 2, splits_of(get_task(task)), EXTRACT, COMPUTE, attrs_of(task), threads=1
+        )
     write_manifest(shards, root / "features" / "manifest.json", splits_of(get_task(task)))
     return task, root, tiny_bert
 
@@ -67,10 +87,14 @@ def stream_source(task, root, checkpoint) -> StreamSource:
 
 
 def trained(task, root, source, out, seeds=(1,), settings=SETTINGS):
-    train_heads(get_task(task), HEADS[task], settings, RUNTIME, source, list(seeds), out, threads=1,
-                raw_dir=root / "raw")
-    return {(name, seed): json.loads((head_run_dir(out, name, seed) / HEAD_METRICS).read_text())
-            for name in HEADS[task] for seed in seeds}
+    train_heads(
+        get_task(task), HEADS[task], settings, RUNTIME, source, list(seeds), out, threads=1, raw_dir=root / "raw"
+    )
+    return {
+        (name, seed): json.loads((head_run_dir(out, name, seed) / HEAD_METRICS).read_text())
+        for name in HEADS[task]
+        for seed in seeds
+    }
 
 
 def files_under(path):
@@ -96,9 +120,9 @@ def test_streamed_heads_match_stored_heads_and_store_nothing(prepared, tmp_path)
         # on a CPU changes nothing here. Tolerance: one dev example (the metrics), 1e-5 (losses).
         for split in ("selection", "dev"):
             assert got["metrics"][split][metric] == pytest.approx(want["metrics"][split][metric], abs=0.02), key
-        np.testing.assert_allclose([h["train_loss"] for h in got["history"]],
-                                   [h["train_loss"] for h in want["history"]], rtol=1e-5, atol=1e-6)
-
+        np.testing.assert_allclose(
+            [h["train_loss"] for h in got["history"]], [h["train_loss"] for h in want["history"]], rtol=1e-5, atol=1e-6
+        )
 
 
 @pytest.mark.parametrize("prepared", ["mrpc"], indirect=True)
@@ -114,6 +138,7 @@ def test_every_head_and_seed_trains_on_one_pass_and_the_first_seed_keeps_its_ord
     n_held = sum(len(pd.read_parquet(root / "tokens" / f"{s}.parquet")) for s in ("selection", "dev"))
     # per problem: one pass for the input moments + one per epoch + the held splits once
     assert sequences == 2 * (n_train * (1 + SETTINGS.max_epochs) + n_held)
+
     def losses(record):
         return [h["train_loss"] for h in record["history"]]
 

@@ -84,13 +84,15 @@ def tokenized_split(path, n=40, seed=0):
     rng = np.random.default_rng(seed)
     lengths = rng.integers(4, 40, n)
     ids = [np.r_[101, rng.integers(1000, 5000, k - 2), 102].astype(np.int32) for k in lengths]
-    pd.DataFrame({
-        "idx": np.arange(n) + 1000,
-        "input_ids": ids,
-        "token_type_ids": [np.r_[np.zeros(k // 2), np.ones(k - k // 2)].astype(np.int8) for k in lengths],
-        "length": lengths.astype(np.int32),
-        "label": rng.integers(0, 2, n),
-    }).to_parquet(path)
+    pd.DataFrame(
+        {
+            "idx": np.arange(n) + 1000,
+            "input_ids": ids,
+            "token_type_ids": [np.r_[np.zeros(k // 2), np.ones(k - k // 2)].astype(np.int8) for k in lengths],
+            "length": lengths.astype(np.int32),
+            "label": rng.integers(0, 2, n),
+        }
+    ).to_parquet(path)
     return lengths
 
 
@@ -127,8 +129,16 @@ def test_token_features_of_an_example_task_serve_the_cls_heads_too(tmp_path, tin
 
 
 # --- training -------------------------------------------------------------------------------
-SETTINGS = HeadTrainingSettings(learning_rate=1e-2, batch_size=16, max_epochs=15, patience=5, weight_decay=0.0,
-                                warmup_ratio=0.0, in_memory_max_mb=4096, standardize=True)
+SETTINGS = HeadTrainingSettings(
+    learning_rate=1e-2,
+    batch_size=16,
+    max_epochs=15,
+    patience=5,
+    weight_decay=0.0,
+    warmup_ratio=0.0,
+    in_memory_max_mb=4096,
+    standardize=True,
+)
 RUNTIME = HeadRuntimeSettings(device="cpu", verify="size")
 
 
@@ -152,12 +162,30 @@ def planted_token_features(root, kind="classification", n_shards=2):
             examples.append(x)
         for shard in range(n_shards):
             a, b = shard_rows(n, n_shards, shard)
-            attrs = {"model": "m", "task": "sst2" if kind == "classification" else "stsb", "checkpoint": "1",
-                     "ft_seed": 1, "split": split, "label_kind": kind, "features": "tokens",
-                     "encoder_parameters": 10_000, "row_start": a, "row_end": b, "split_rows": n}
-            with TokenShardWriter(root / f"shard-{shard}-of-{n_shards}" / f"{split}.h5", lengths[a:b], layers, hidden,
-                                  attrs, label_shape=(), label_dtype=labels.dtype, char_offsets=False,
-                                  store_cls=True) as w:
+            attrs = {
+                "model": "m",
+                "task": "sst2" if kind == "classification" else "stsb",
+                "checkpoint": "1",
+                "ft_seed": 1,
+                "split": split,
+                "label_kind": kind,
+                "features": "tokens",
+                "encoder_parameters": 10_000,
+                "row_start": a,
+                "row_end": b,
+                "split_rows": n,
+            }
+            with TokenShardWriter(
+                root / f"shard-{shard}-of-{n_shards}" / f"{split}.h5",
+                lengths[a:b],
+                layers,
+                hidden,
+                attrs,
+                label_shape=(),
+                label_dtype=labels.dtype,
+                char_offsets=False,
+                store_cls=True,
+            ) as w:
                 w.write_windows(0, np.concatenate(examples[a:b]), None, labels[a:b], np.arange(a, b))
     write_manifest(sorted(root.glob("shard-*")), root / "manifest.json", list(sizes))
     return root / "manifest.json"
@@ -168,11 +196,15 @@ def test_token_head_finds_a_signal_at_any_position(tmp_path, monkeypatch):
 
     built = []
     init = tokens.TokenExampleProblem.__init__
-    monkeypatch.setattr(tokens.TokenExampleProblem, "__init__",
-                        lambda self, *a, **k: (built.append(1), init(self, *a, **k))[1])
+    monkeypatch.setattr(
+        tokens.TokenExampleProblem, "__init__", lambda self, *a, **k: (built.append(1), init(self, *a, **k))[1]
+    )
     manifest = planted_token_features(tmp_path / "features")
-    heads = {"tokens": {"type": "token-pool"}, "tokens-attn": {"type": "token-pool", "pool": "attention"},
-             "lp": {"type": "lp"}}
+    heads = {
+        "tokens": {"type": "token-pool"},
+        "tokens-attn": {"type": "token-pool", "pool": "attention"},
+        "lp": {"type": "lp"},
+    }
     train_heads(get_task("sst2"), heads, SETTINGS, RUNTIME, manifest, [1], tmp_path / "heads", threads=1)
     assert len(built) == 1  # one token problem for both token heads
     record = {name: json.loads((tmp_path / "heads" / name / "seed1" / "metrics.json").read_text()) for name in heads}
@@ -192,13 +224,19 @@ def test_token_head_regression_with_ensembles_and_a_streamed_cls_head(tmp_path):
     manifest = planted_token_features(tmp_path / "features", kind="regression")
     bert = tmp_path / "eval_logits.npz"
     n_dev = FeatureSet.open(manifest, "dev").n_examples
-    np.savez(bert, **{"dev/values": np.random.default_rng(1).normal(size=(n_dev, 1)).astype(np.float32),
-                      "dev/lengths": np.ones(n_dev, np.int64)})
+    np.savez(
+        bert,
+        **{
+            "dev/values": np.random.default_rng(1).normal(size=(n_dev, 1)).astype(np.float32),
+            "dev/lengths": np.ones(n_dev, np.int64),
+        },
+    )
     # The [CLS] head streams its rows; a larger step: the output bias has to reach the labels' mean (2.5).
     settings = SETTINGS.replace(learning_rate=5e-2, in_memory_max_mb=0)
     heads = {"tokens": {"type": "token-pool"}, "lp": {"type": "lp"}}
-    train_heads(get_task("stsb"), heads, settings, RUNTIME, manifest, [1], tmp_path / "heads", threads=1,
-                bert_logits=bert)
+    train_heads(
+        get_task("stsb"), heads, settings, RUNTIME, manifest, [1], tmp_path / "heads", threads=1, bert_logits=bert
+    )
     tokens = json.loads((tmp_path / "heads" / "tokens" / "seed1" / "metrics.json").read_text())
     assert tokens["metrics"]["dev"]["pearson"] > 0.8, tokens["metrics"]
     assert set(tokens["ensembles"]) == {"mean"} and "pearson" in tokens["ensembles"]["mean"]["dev"]
@@ -211,15 +249,17 @@ def test_cls_features_give_a_clear_error_to_a_token_head(tmp_path):
 
     manifest = planted_features(tmp_path / "features", n_shards=1)
     with pytest.raises(FeatureError, match=r"tasks\.sst2\.token_features: true"):
-        train_heads(get_task("sst2"), {"t": {"type": "token-pool"}}, SETTINGS, RUNTIME, manifest, [1],
-                    tmp_path / "h", threads=1)
+        train_heads(
+            get_task("sst2"), {"t": {"type": "token-pool"}}, SETTINGS, RUNTIME, manifest, [1], tmp_path / "h", threads=1
+        )
 
 
 # --- configuration ----------------------------------------------------------------------------
 def settings(tasks: dict, models=None) -> WorkflowSettings:
     models = models or {"lp": {"type": "lp"}, "tok": {"type": "token-pool", "pool": "attention"}}
-    return WorkflowSettings(validate_config({"backbones": {"b": {"pretrained": "x"}}, "tasks": tasks,
-                                             "heads": {"models": models}}))
+    return WorkflowSettings(
+        validate_config({"backbones": {"b": {"pretrained": "x"}}, "tasks": tasks, "heads": {"models": models}})
+    )
 
 
 def test_token_heads_only_for_tasks_with_token_features():

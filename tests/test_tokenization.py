@@ -11,8 +11,14 @@ from tests.tiny_bert import DEFAULT_BACKBONE
 def test_pairs_truncation_and_no_padding():
     tok = load_tokenizer(DEFAULT_BACKBONE)
     task = get_task("mrpc")
-    df = pd.DataFrame({"idx": [0, 1], "sentence1": ["a short one .", "word " * 200],
-                       "sentence2": ["another", "other " * 200], "label": [1, 0]})
+    df = pd.DataFrame(
+        {
+            "idx": [0, 1],
+            "sentence1": ["a short one .", "word " * 200],
+            "sentence2": ["another", "other " * 200],
+            "label": [1, 0],
+        }
+    )
     out = tokenize_frame(df, task, tok, max_length=32)
     first, second = out["input_ids"].iloc[0], out["input_ids"].iloc[1]
     assert first[0] == tok.cls_token_id and first[-1] == tok.sep_token_id

@@ -11,11 +11,23 @@ from bertvision.features.store import ShardWriter, shard_rows, write_manifest
 from bertvision.registry.tasks import get_task
 from bertvision.stages.train_heads import train_heads
 
-SETTINGS = HeadTrainingSettings(learning_rate=5e-3, batch_size=16, max_epochs=15, patience=4, weight_decay=0.0,
-                                warmup_ratio=0.0, in_memory_max_mb=4096, standardize=True)
+SETTINGS = HeadTrainingSettings(
+    learning_rate=5e-3,
+    batch_size=16,
+    max_epochs=15,
+    patience=4,
+    weight_decay=0.0,
+    warmup_ratio=0.0,
+    in_memory_max_mb=4096,
+    standardize=True,
+)
 RUNTIME = HeadRuntimeSettings(device="cpu", verify="sha256")
-HEADS = {"lp": {"type": "lp"}, "ap": {"type": "mean"}, "adapter": {"type": "adapter", "width": 8, "skip": True},
-         "indep": {"type": "adapter", "width": 4, "shared": False}}
+HEADS = {
+    "lp": {"type": "lp"},
+    "ap": {"type": "mean"},
+    "adapter": {"type": "adapter", "width": 8, "skip": True},
+    "indep": {"type": "adapter", "width": 4, "shared": False},
+}
 
 
 def planted_features(root, n_shards=2):
@@ -29,11 +41,21 @@ def planted_features(root, n_shards=2):
         x[:, 2, 1] += 50.0  # an outlier dimension with a large offset, as BERT states have
         for shard in range(n_shards):
             a, b = shard_rows(n, n_shards, shard)
-            attrs = {"model": "m", "task": "sst2", "checkpoint": "1", "ft_seed": 1, "split": split,
-                     "label_kind": "classification", "encoder_parameters": 10_000, "row_start": a, "row_end": b,
-                     "split_rows": n}
-            with ShardWriter(root / f"shard-{shard}-of-{n_shards}" / f"{split}.h5", b - a, layers, hidden,
-                             "int64", attrs) as w:
+            attrs = {
+                "model": "m",
+                "task": "sst2",
+                "checkpoint": "1",
+                "ft_seed": 1,
+                "split": split,
+                "label_kind": "classification",
+                "encoder_parameters": 10_000,
+                "row_start": a,
+                "row_end": b,
+                "split_rows": n,
+            }
+            with ShardWriter(
+                root / f"shard-{shard}-of-{n_shards}" / f"{split}.h5", b - a, layers, hidden, "int64", attrs
+            ) as w:
                 w.write_block(0, x[a:b].astype(np.float16), labels[a:b], np.arange(a, b))
     write_manifest(sorted(root.glob("shard-*")), root / "manifest.json", list(sizes))
     return root / "manifest.json"

@@ -16,7 +16,6 @@ import pytest
 import yaml
 
 from bertvision import layout as L
-
 from tests.conftest import REPO, SHIPPED_GLUE
 
 pytestmark = pytest.mark.slow
@@ -24,12 +23,30 @@ SNAKEFILE = REPO / "workflow" / "Snakefile"
 
 
 def snakemake(workdir: Path, *args: str, timeout: int = 1800) -> subprocess.CompletedProcess:
-    cmd = ["timeout", "-s", "KILL", str(timeout), sys.executable, "-m", "snakemake", "-s", str(SNAKEFILE),
-           "-d", str(workdir), "--configfile", str(workdir / "config.yaml"), "--cores", "2", *args]
+    cmd = [
+        "timeout",
+        "-s",
+        "KILL",
+        str(timeout),
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(SNAKEFILE),
+        "-d",
+        str(workdir),
+        "--configfile",
+        str(workdir / "config.yaml"),
+        "--cores",
+        "2",
+        *args,
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         logs = "\n".join(f"--- {p}\n{p.read_text()[-2000:]}" for p in sorted((workdir / "logs").rglob("*.log"))[-3:])
-        raise AssertionError(f"snakemake failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}\n{logs}")
+        raise AssertionError(
+            f"snakemake failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}\n{logs}"
+        )
     return proc
 
 
@@ -49,40 +66,64 @@ def job_counts(dry_run_output: str) -> dict[str, int]:
 def tiny_config(tiny_bert: Path) -> dict:
     return {
         "backbones": {"tiny": {"pretrained": str(tiny_bert)}},
-        "data": {"glue_dir": str(SHIPPED_GLUE), "squad_dir": str(REPO / "resources" / "squad2"),
-                 "selection_fraction": 0.2},
+        "data": {
+            "glue_dir": str(SHIPPED_GLUE),
+            "squad_dir": str(REPO / "resources" / "squad2"),
+            "selection_fraction": 0.2,
+        },
         "tasks": {
             # every token's states, so mrpc also trains the token-level head (stsb leaves it out)
             "mrpc": {"train_size": 50, "eval_size": 30, "token_features": True},
             # states streamed into its head jobs (store: false): search, data fraction and
             # transfer run on them too
             "stsb": {"train_size": 50, "eval_size": 30, "search_heads": ["adapter8"], "store": False},
-            "squad2": {"article_split": {"from": "dev", "train": 0.6, "selection": 0.1, "dev": 0.3},
-                       "train_size": 30, "selection_size": 20, "eval_size": 30, "max_length": 128,
-                       "doc_stride": 64, "heads": ["lp"]},
+            "squad2": {
+                "article_split": {"from": "dev", "train": 0.6, "selection": 0.1, "dev": 0.3},
+                "train_size": 30,
+                "selection_size": 20,
+                "eval_size": 30,
+                "max_length": 128,
+                "doc_stride": 64,
+                "heads": ["lp"],
+            },
             # the same questions' answerability, from each window's [CLS] states
-            "squad2-answerable": {"article_split": {"from": "dev", "train": 0.6, "selection": 0.1, "dev": 0.3},
-                                  "train_size": 30, "selection_size": 20, "eval_size": 30, "max_length": 128,
-                                  "doc_stride": 64},
+            "squad2-answerable": {
+                "article_split": {"from": "dev", "train": 0.6, "selection": 0.1, "dev": 0.3},
+                "train_size": 30,
+                "selection_size": 20,
+                "eval_size": 30,
+                "max_length": 128,
+                "doc_stride": 64,
+            },
             # RTE and WNLI share their labels: RTE's heads answer WNLI as they are (head_transfer)
             "rte": {"train_size": 40, "eval_size": 30},
             "wnli": {"train_size": 40, "eval_size": 30},
         },
-        "shared": {"tasks": ["rte", "wnli", "squad2"], "heads": ["lp"],
-                   "mixtures": {"mix": {"tasks": ["rte", "squad2"], "epochs": 1}}},
+        "shared": {
+            "tasks": ["rte", "wnli", "squad2"],
+            "heads": ["lp"],
+            "mixtures": {"mix": {"tasks": ["rte", "squad2"], "epochs": 1}},
+        },
         "finetune": {"epoch_fractions": [0, 1.0], "settings": {"batch_size": 8}},
         "baseline": {"epochs": 2, "seeds": [1, 2]},
         "extract": {"shards": 2, "batch_size": 16},
-        "search": {"trials": 3, "workers": 2, "space": {"learning_rate": {"low": 1e-3, "high": 1e-2, "log": True},
-                                                          "width": {"choices": [4, 8]}}},
-        "experiments": {"data_fraction": {"tasks": ["stsb"], "heads": ["lp"], "fractions": [0.5],
-                                          "checkpoints": [1.0]},
-                        "transfer": {"tasks": ["mrpc", "stsb"]}},
+        "search": {
+            "trials": 3,
+            "workers": 2,
+            "space": {"learning_rate": {"low": 1e-3, "high": 1e-2, "log": True}, "width": {"choices": [4, 8]}},
+        },
+        "experiments": {
+            "data_fraction": {"tasks": ["stsb"], "heads": ["lp"], "fractions": [0.5], "checkpoints": [1.0]},
+            "transfer": {"tasks": ["mrpc", "stsb"]},
+        },
         "heads": {
             "seeds": [1, 2],
             "training": {"max_epochs": 3, "patience": 2, "batch_size": 16},
-            "models": {"lp": {"type": "lp"}, "adapter8": {"type": "adapter", "width": 8, "skip": True},
-                       "tokpool": {"type": "token-pool"}},
+            "models": {
+                "lp": {"type": "lp"},
+                "adapter8": {"type": "adapter", "width": 8, "skip": True},
+                "tokpool": {"type": "token-pool"},
+            },
         },
     }
 
@@ -134,16 +175,20 @@ def test_tables_have_every_row(workflow_run):
 def test_table_numbers_equal_the_metrics_files(workflow_run):
     workdir, _ = workflow_run
     table = pd.read_csv(workdir / "results" / "tables" / "glue.csv").set_index(
-        ["task", "epoch_fraction", "model", "metric"])
+        ["task", "epoch_fraction", "model", "metric"]
+    )
     for frac in ("0", "1"):
-        values = [json.loads((workdir / f"heads/tiny/mrpc/ft1/ckpt-{frac}/lp/seed{s}/metrics.json").read_text())
-                  for s in (1, 2)]
+        values = [
+            json.loads((workdir / f"heads/tiny/mrpc/ft1/ckpt-{frac}/lp/seed{s}/metrics.json").read_text())
+            for s in (1, 2)
+        ]
         f1s = [v["metrics"]["dev"]["f1"] for v in values]
         row = table.loc[("mrpc", float(frac), "lp", "f1")]
         assert row["mean"] == pytest.approx(sum(f1s) / 2, abs=1e-5)
         bert = json.loads((workdir / f"models/tiny/mrpc/ft1/ckpt-{frac}/eval_metrics.json").read_text())
         assert table.loc[("mrpc", float(frac), "BERT", "accuracy")]["mean"] == pytest.approx(
-            bert["metrics"]["dev"]["accuracy"], abs=1e-5)
+            bert["metrics"]["dev"]["accuracy"], abs=1e-5
+        )
 
 
 def test_cost_table_adds_up_from_its_sources(workflow_run):
@@ -162,16 +207,24 @@ def test_cost_table_adds_up_from_its_sources(workflow_run):
 def test_baseline_keeps_its_best_selection_epoch_and_heads_the_summary(workflow_run):
     workdir, config = workflow_run
     summary = pd.read_csv(workdir / "results/tables/summary.csv")
-    for task, metric in (("mrpc", "accuracy"), ("stsb", "pearson"), ("squad2", "f1"),
-                         ("squad2-answerable", "accuracy")):
+    for task, metric in (
+        ("mrpc", "accuracy"),
+        ("stsb", "pearson"),
+        ("squad2", "f1"),
+        ("squad2-answerable", "accuracy"),
+    ):
         runs = [json.loads((workdir / f"baselines/tiny/{task}/seed{s}/metrics.json").read_text()) for s in (1, 2)]
         for run in runs:
             scores = [h["selection"][metric] for h in run["history"]]
             assert len(scores) == 2 and run["best_epoch"] == 1 + scores.index(max(scores))
             assert run["train_seconds"] == run["history"][run["best_epoch"] - 1]["train_seconds"]
         block = summary[summary["task"] == task].set_index("row")
-        assert list(block.index) == ["full fine-tuning", "BERT at a checkpoint", "BERTVision (picked)",
-                                     "frozen encoder (best head)"]
+        assert list(block.index) == [
+            "full fine-tuning",
+            "BERT at a checkpoint",
+            "BERTVision (picked)",
+            "frozen encoder (best head)",
+        ]
         full = block.loc["full fine-tuning"]
         assert full["dev_mean"] == pytest.approx(sum(r["metrics"]["dev"][metric] for r in runs) / 2, rel=1e-5)
         picked = block.loc["BERTVision (picked)"]
@@ -185,8 +238,14 @@ def test_baseline_keeps_its_best_selection_epoch_and_heads_the_summary(workflow_
 def test_plots_and_html_report(workflow_run, tmp_path):
     workdir, config = workflow_run
     plots = workdir / "results" / "plots"
-    names = {*(f"{task}-score-vs-epochs.png" for task in config["tasks"]), "score-vs-parameters.png",
-             "layer-weights.png", "data-fraction.png", "score-vs-seconds.png", "cross-task.png"}
+    names = {
+        *(f"{task}-score-vs-epochs.png" for task in config["tasks"]),
+        "score-vs-parameters.png",
+        "layer-weights.png",
+        "data-fraction.png",
+        "score-vs-seconds.png",
+        "cross-task.png",
+    }
     assert {p.name for p in plots.glob("*.png")} == names
     for name in names:
         assert (plots / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -194,16 +253,29 @@ def test_plots_and_html_report(workflow_run, tmp_path):
     snakemake(workdir, "--report", str(report))
     html = report.read_text(errors="replace")
     assert report.stat().st_size > 10_000
-    for name in ("layer-weights.png", "score-vs-parameters.png", "score-vs-seconds.png", "summary.csv", "glue.csv",
-                 "squad.csv",
-                 "cost.csv", "search.csv", "data_fraction.csv", "transfer.csv", "cross_task.csv", "cross-task.png"):
+    for name in (
+        "layer-weights.png",
+        "score-vs-parameters.png",
+        "score-vs-seconds.png",
+        "summary.csv",
+        "glue.csv",
+        "squad.csv",
+        "cost.csv",
+        "search.csv",
+        "data_fraction.csv",
+        "transfer.csv",
+        "cross_task.csv",
+        "cross-task.png",
+    ):
         assert name in html
 
 
 def test_token_features_feed_the_token_head_and_the_cls_heads(workflow_run):
     workdir, _ = workflow_run
-    feature = {t: json.loads((workdir / f"features/tiny/{t}/ft1/ckpt-1/manifest.json").read_text())["feature"]
-               for t in ("mrpc", "squad2-answerable", "squad2")}
+    feature = {
+        t: json.loads((workdir / f"features/tiny/{t}/ft1/ckpt-1/manifest.json").read_text())["feature"]
+        for t in ("mrpc", "squad2-answerable", "squad2")
+    }
     assert feature == {"mrpc": "tokens", "squad2-answerable": "cls", "squad2": "tokens"}
     assert not (workdir / "heads/tiny/stsb/ft1/ckpt-1/tokpool").exists()
     for frac in ("0", "1"):
@@ -218,7 +290,9 @@ def test_search_runs_the_combined_trials_and_tunes_the_final_heads(workflow_run)
     workdir, _ = workflow_run
     search = pd.read_csv(workdir / "results/tables/search.csv", dtype={"checkpoint": str})
     assert sorted(zip(search["task"], search["checkpoint"], search["head"])) == [
-        ("stsb", "0", "adapter8"), ("stsb", "1", "adapter8")]
+        ("stsb", "0", "adapter8"),
+        ("stsb", "1", "adapter8"),
+    ]
     assert ((search["complete"] + search["pruned"]) == 3).all()
     for ckpt in ("0", "1"):
         study = workdir / f"search/tiny/stsb/ft1/ckpt-{ckpt}/adapter8"
@@ -227,7 +301,9 @@ def test_search_runs_the_combined_trials_and_tunes_the_final_heads(workflow_run)
         workers = [json.loads(p.read_text()) for p in sorted(study.glob("worker-*.json"))]
         assert len(workers) == 2 and sorted(t["number"] for w in workers for t in w["trials"]) == [0, 1, 2]
         for seed in (1, 2):
-            head = json.loads((workdir / f"heads/tiny/stsb/ft1/ckpt-{ckpt}/adapter8/seed{seed}/metrics.json").read_text())
+            head = json.loads(
+                (workdir / f"heads/tiny/stsb/ft1/ckpt-{ckpt}/adapter8/seed{seed}/metrics.json").read_text()
+            )
             assert head["head_spec"]["width"] == best["best_params"]["width"]
             assert head["training_settings"]["learning_rate"] == pytest.approx(best["best_params"]["learning_rate"])
     glue = pd.read_csv(workdir / "results/tables/glue.csv")
@@ -242,8 +318,10 @@ def test_degenerate_runs_are_flagged_from_their_predictions(workflow_run):
     for frac in ("0", "1"):
         bert = pd.read_parquet(workdir / f"models/tiny/mrpc/ft1/ckpt-{frac}/eval_predictions.parquet")
         assert glue.loc[("mrpc", float(frac), "BERT", "accuracy"), "flagged"] == int(bert["prediction"].nunique() == 1)
-        runs = [pd.read_parquet(workdir / f"heads/tiny/mrpc/ft1/ckpt-{frac}/lp/seed{s}/eval_predictions.parquet")
-                for s in (1, 2)]
+        runs = [
+            pd.read_parquet(workdir / f"heads/tiny/mrpc/ft1/ckpt-{frac}/lp/seed{s}/eval_predictions.parquet")
+            for s in (1, 2)
+        ]
         constant = sum(r["prediction"].nunique() == 1 for r in runs)
         assert glue.loc[("mrpc", float(frac), "lp", "accuracy"), "flagged"] == constant
 
@@ -254,8 +332,10 @@ def test_data_fraction_table_and_its_sources(workflow_run):
     assert set(table["task"]) == {"stsb"} and set(table["checkpoint"]) == {"1"}
     lp = table[table["model"] == "lp"].set_index("fraction")
     assert sorted(lp.index) == [0.5, 1.0]
-    runs = [json.loads((workdir / f"heads-data/tiny/stsb/ft1/ckpt-1/data-0.5/lp/seed{s}/metrics.json").read_text())
-            for s in (1, 2)]
+    runs = [
+        json.loads((workdir / f"heads-data/tiny/stsb/ft1/ckpt-1/data-0.5/lp/seed{s}/metrics.json").read_text())
+        for s in (1, 2)
+    ]
     assert lp.loc[0.5, "mean"] == pytest.approx(sum(r["metrics"]["dev"]["pearson"] for r in runs) / 2, abs=1e-5)
     assert lp.loc[0.5, "train_examples"] == runs[0]["train_examples"] < lp.loc[1.0, "train_examples"]
     bert = json.loads((workdir / "models/tiny/stsb/ft1/ckpt-1/eval_metrics.json").read_text())
@@ -357,10 +437,17 @@ def test_a_head_applied_across_tasks_to_its_own_task_reproduces_its_score(workfl
 
     workdir, _ = workflow_run
     rte = get_task("rte")
-    records = apply_heads_across_tasks(rte, rte, workdir / "heads/tiny/rte/ft1/ckpt-1", ["lp"],
-                                       workdir / "features/tiny/rte/ft1/ckpt-1/manifest.json", workdir / "data/raw/rte",
-                                       HeadRuntimeSettings(device="cpu", verify="size"), 100.0,
-                                       workdir / "head-transfer-check.json")
+    records = apply_heads_across_tasks(
+        rte,
+        rte,
+        workdir / "heads/tiny/rte/ft1/ckpt-1",
+        ["lp"],
+        workdir / "features/tiny/rte/ft1/ckpt-1/manifest.json",
+        workdir / "data/raw/rte",
+        HeadRuntimeSettings(device="cpu", verify="size"),
+        100.0,
+        workdir / "head-transfer-check.json",
+    )
     assert len(records) == 2
     for r in records:
         own = json.loads((workdir / f"heads/tiny/rte/ft1/ckpt-1/lp/seed{r['seed']}/metrics.json").read_text())
@@ -371,8 +458,10 @@ def test_rerun_has_nothing_to_do_and_a_head_change_reruns_only_heads(workflow_ru
     workdir, config = workflow_run
     assert "Nothing to be done" in snakemake(workdir, "-n").stdout
 
-    untouched = [*sorted((workdir / "models").rglob("model.safetensors")),
-                 *sorted((workdir / "features").rglob("*.h5"))]
+    untouched = [
+        *sorted((workdir / "models").rglob("model.safetensors")),
+        *sorted((workdir / "features").rglob("*.h5")),
+    ]
     before = {p: p.stat().st_mtime_ns for p in untouched}
     head_file = workdir / "heads/tiny/mrpc/ft1/ckpt-1/adapter8/seed1/metrics.json"
     head_before = json.loads(head_file.read_text())
@@ -385,9 +474,19 @@ def test_rerun_has_nothing_to_do_and_a_head_change_reruns_only_heads(workflow_ru
     # transfer evaluations and the experiment tables; the data-fraction runs (lp only) do not.
     # The shared encoders train lp only: none of their heads reruns, but the RTE and WNLI heads
     # directories they read (the heads applied as they are, the cross-task table) are rewritten.
-    assert counts == {"all": 1, "tables": 1, "plots": 1, "train_heads": 10, "search_worker": 4, "search_best": 2,
-                      "transfer": 2, "experiment_tables": 1, "plot_data_fraction": 1, "head_transfer": 2,
-                      "cross_task": 1}
+    assert counts == {
+        "all": 1,
+        "tables": 1,
+        "plots": 1,
+        "train_heads": 10,
+        "search_worker": 4,
+        "search_best": 2,
+        "transfer": 2,
+        "experiment_tables": 1,
+        "plot_data_fraction": 1,
+        "head_transfer": 2,
+        "cross_task": 1,
+    }
 
     snakemake(workdir)
     assert {p: p.stat().st_mtime_ns for p in untouched} == before
@@ -457,5 +556,8 @@ def test_shipped_configs_plan_the_full_dag(tmp_path, config):
     assert counts.get("transfer", 0) == len(experiments.get("transfer", {}).get("tasks", [])) * n_seeds
     data_fraction = experiments.get("data_fraction", {"tasks": []})
     assert counts.get("train_heads_subset", 0) == (
-        len(data_fraction["tasks"]) * n_seeds * len(data_fraction.get("checkpoints") or [])
-        * len(data_fraction.get("fractions", [])))
+        len(data_fraction["tasks"])
+        * n_seeds
+        * len(data_fraction.get("checkpoints") or [])
+        * len(data_fraction.get("fractions", []))
+    )

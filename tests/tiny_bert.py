@@ -23,8 +23,14 @@ def make_tiny_bert(out_dir: Path, layers: int = 2, hidden: int = 32, seed: int =
     for name in TOKENIZER_FILES:
         shutil.copy(source / name, out_dir / name)
     torch.manual_seed(seed)
-    config = BertConfig(vocab_size=30522, hidden_size=hidden, num_hidden_layers=layers,
-                        num_attention_heads=2, intermediate_size=2 * hidden, max_position_embeddings=512)
+    config = BertConfig(
+        vocab_size=30522,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=2,
+        intermediate_size=2 * hidden,
+        max_position_embeddings=512,
+    )
     BertModel(config).save_pretrained(out_dir, safe_serialization=True)
     return out_dir
 

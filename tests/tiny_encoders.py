@@ -32,9 +32,9 @@ def template_tokenizer(vocab: list[str], special: dict[str, str], single: str, p
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tok.decoder = decoders.WordPiece()
     tok.post_processor = processors.TemplateProcessing(
-        single=single, pair=pair, special_tokens=[(t, ids[t]) for t in dict.fromkeys(special.values())])
-    return PreTrainedTokenizerFast(tokenizer_object=tok, model_input_names=input_names, model_max_length=512,
-                                   **special)
+        single=single, pair=pair, special_tokens=[(t, ids[t]) for t in dict.fromkeys(special.values())]
+    )
+    return PreTrainedTokenizerFast(tokenizer_object=tok, model_input_names=input_names, model_max_length=512, **special)
 
 
 def roberta_tokenizer():
@@ -43,17 +43,37 @@ def roberta_tokenizer():
     vocab = bert_vocab()
     vocab[:4] = ["<s>", "<pad>", "</s>", "<unk>"]
     vocab[vocab.index("[MASK]")] = "<mask>"
-    special = {"bos_token": "<s>", "cls_token": "<s>", "eos_token": "</s>", "sep_token": "</s>",
-               "pad_token": "<pad>", "unk_token": "<unk>", "mask_token": "<mask>"}
-    return template_tokenizer(vocab, special, "<s> $A </s>", "<s> $A </s> </s> $B </s>",
-                              ["input_ids", "attention_mask"])
+    special = {
+        "bos_token": "<s>",
+        "cls_token": "<s>",
+        "eos_token": "</s>",
+        "sep_token": "</s>",
+        "pad_token": "<pad>",
+        "unk_token": "<unk>",
+        "mask_token": "<mask>",
+    }
+    return template_tokenizer(
+        vocab, special, "<s> $A </s>", "<s> $A </s> </s> $B </s>", ["input_ids", "attention_mask"]
+    )
 
 
 def deberta_v2_tokenizer():
-    special = {"bos_token": "[CLS]", "cls_token": "[CLS]", "eos_token": "[SEP]", "sep_token": "[SEP]",
-               "pad_token": "[PAD]", "unk_token": "[UNK]", "mask_token": "[MASK]"}
-    return template_tokenizer(bert_vocab(), special, "[CLS] $A [SEP]", "[CLS] $A [SEP] $B:1 [SEP]:1",
-                              ["input_ids", "token_type_ids", "attention_mask"])
+    special = {
+        "bos_token": "[CLS]",
+        "cls_token": "[CLS]",
+        "eos_token": "[SEP]",
+        "sep_token": "[SEP]",
+        "pad_token": "[PAD]",
+        "unk_token": "[UNK]",
+        "mask_token": "[MASK]",
+    }
+    return template_tokenizer(
+        bert_vocab(),
+        special,
+        "[CLS] $A [SEP]",
+        "[CLS] $A [SEP] $B:1 [SEP]:1",
+        ["input_ids", "token_type_ids", "attention_mask"],
+    )
 
 
 def wordpiece_tokenizer(class_name: str):
@@ -69,22 +89,37 @@ def family_config(family: str, tokenizer):
     pad = tokenizer.pad_token_id
     shared = {"vocab_size": len(bert_vocab()), "pad_token_id": pad}
     if family == "distilbert":
-        return transformers.DistilBertConfig(dim=HIDDEN, n_layers=LAYERS, n_heads=HEADS, hidden_dim=2 * HIDDEN,
-                                             max_position_embeddings=512, **shared)
-    common = {"hidden_size": HIDDEN, "num_hidden_layers": LAYERS, "num_attention_heads": HEADS,
-              "intermediate_size": 2 * HIDDEN, **shared}
+        return transformers.DistilBertConfig(
+            dim=HIDDEN, n_layers=LAYERS, n_heads=HEADS, hidden_dim=2 * HIDDEN, max_position_embeddings=512, **shared
+        )
+    common = {
+        "hidden_size": HIDDEN,
+        "num_hidden_layers": LAYERS,
+        "num_attention_heads": HEADS,
+        "intermediate_size": 2 * HIDDEN,
+        **shared,
+    }
     if family == "bert":
         return transformers.BertConfig(max_position_embeddings=512, **common)
     if family == "roberta":  # positions start after the padding index, as in roberta-base
-        return transformers.RobertaConfig(max_position_embeddings=514, type_vocab_size=1,
-                                          bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-                                          **common)
+        return transformers.RobertaConfig(
+            max_position_embeddings=514,
+            type_vocab_size=1,
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            **common,
+        )
     if family == "electra":
         return transformers.ElectraConfig(embedding_size=HIDDEN, max_position_embeddings=512, **common)
     if family == "deberta-v2":  # relative attention, no absolute positions, token types ignored (type_vocab_size 0)
-        return transformers.DebertaV2Config(max_position_embeddings=512, relative_attention=True,
-                                            position_buckets=32, pos_att_type=["p2c", "c2p"],
-                                            position_biased_input=False, **common)
+        return transformers.DebertaV2Config(
+            max_position_embeddings=512,
+            relative_attention=True,
+            position_buckets=32,
+            pos_att_type=["p2c", "c2p"],
+            position_biased_input=False,
+            **common,
+        )
     raise ValueError(f"unknown family {family!r}; known: {', '.join(FAMILIES)}")
 
 

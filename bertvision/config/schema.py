@@ -23,15 +23,27 @@ def _head_spec_schema(node: dict) -> dict:
     """One head of heads.models: a registered type and only that type's options, each with its
     registered type, range and default."""
     per_type = [
-        {"if": {"required": ["type"], "properties": {"type": {"const": name}}},
-         "then": {"additionalProperties": False,
-                  "properties": {"type": {}, **{k: o.json_schema() for k, o in head_type.options.items()}}}}
+        {
+            "if": {"required": ["type"], "properties": {"type": {"const": name}}},
+            "then": {
+                "additionalProperties": False,
+                "properties": {"type": {}, **{k: o.json_schema() for k, o in head_type.options.items()}},
+            },
+        }
         for name, head_type in HEAD_TYPES.items()
     ]
-    return {"description": node.get("description", ""), "type": "object", "required": ["type"],
-            "properties": {"type": {"enum": list(HEAD_TYPES),
-                                    "description": "; ".join(f"{n}: {t.help}" for n, t in HEAD_TYPES.items())}},
-            "allOf": per_type}
+    return {
+        "description": node.get("description", ""),
+        "type": "object",
+        "required": ["type"],
+        "properties": {
+            "type": {
+                "enum": list(HEAD_TYPES),
+                "description": "; ".join(f"{n}: {t.help}" for n, t in HEAD_TYPES.items()),
+            }
+        },
+        "allOf": per_type,
+    }
 
 
 REGISTRY_NODES = {

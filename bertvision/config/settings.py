@@ -92,10 +92,12 @@ def _typed(value, hint, where: str):
         if not isinstance(value, dict):
             raise SettingsError(f"{where}: expected an object, got {value!r}")
         return value
-    ok = {bool: lambda v: isinstance(v, bool),
-          int: lambda v: isinstance(v, int) and not isinstance(v, bool),
-          float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
-          str: lambda v: isinstance(v, str)}[hint](value)
+    ok = {
+        bool: lambda v: isinstance(v, bool),
+        int: lambda v: isinstance(v, int) and not isinstance(v, bool),
+        float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+        str: lambda v: isinstance(v, str),
+    }[hint](value)
     if not ok:
         raise SettingsError(f"{where}: expected {hint.__name__}, got {value!r}")
     return float(value) if hint is float else value

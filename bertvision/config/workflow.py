@@ -40,7 +40,7 @@ class WorkflowSettings:
         self._check()
 
     @classmethod
-    def from_file(cls, path: Path) -> "WorkflowSettings":
+    def from_file(cls, path: Path) -> WorkflowSettings:
         return cls(load_config(path), str(path))
 
     # --- names ---------------------------------------------------------------------------
@@ -90,8 +90,13 @@ class WorkflowSettings:
 
     def runs(self, tasks=None, fractions=None) -> list[Run]:
         """Every model x task x fine-tuning seed x checkpoint (of ``tasks`` / ``fractions`` only, when given)."""
-        return [Run(m, t, s, f, self.store(t)) for m in self.models for t in (self.tasks if tasks is None else tasks)
-                for s in self.ft_seeds for f in (self.fractions if fractions is None else fractions)]
+        return [
+            Run(m, t, s, f, self.store(t))
+            for m in self.models
+            for t in (self.tasks if tasks is None else tasks)
+            for s in self.ft_seeds
+            for f in (self.fractions if fractions is None else fractions)
+        ]
 
     def task_overrides(self, task: str) -> dict:
         return self.config["tasks"].get(task) or {}
@@ -181,8 +186,13 @@ class WorkflowSettings:
 
     def shared_pairs(self) -> list[tuple[str, SharedEncoder, int, str]]:
         """Every (model, encoder, fine-tuning seed, task) whose heads the shared mode trains."""
-        return [(m, enc, s, t) for m in self.models for enc in self.shared_encoders().values()
-                for s in self.shared_ft_seeds for t in self.shared_tasks]
+        return [
+            (m, enc, s, t)
+            for m in self.models
+            for enc in self.shared_encoders().values()
+            for s in self.shared_ft_seeds
+            for t in self.shared_tasks
+        ]
 
     def shared_heads(self, task: str) -> dict[str, dict]:
         heads, wanted = self.task_heads(task), self.config["shared"]["heads"]
@@ -200,16 +210,21 @@ class WorkflowSettings:
     def mixture(self, model: str, name: str) -> MixtureSettings:
         merged = {**schema_default("finetune.settings"), **self.config["finetune"]["settings"]}
         mixture = self.config["shared"]["mixtures"][name]
-        return MixtureSettings.pick(merged, backbone=self.pretrained(model), tasks=tuple(mixture["tasks"]),
-                                    epochs=float(mixture["epochs"]))
+        return MixtureSettings.pick(
+            merged, backbone=self.pretrained(model), tasks=tuple(mixture["tasks"]), epochs=float(mixture["epochs"])
+        )
 
     def label_transfer_pairs(self) -> list[tuple[str, str]]:
         """(source, target) shared tasks whose labels mean the same: the source's heads are
         applied to the target as they are."""
         if self.config["shared"]["checkpoint"] is None:
             return []
-        return [(a, b) for a in self.shared_tasks for b in self.shared_tasks
-                if a != b and get_task(a).shares_labels_with(get_task(b))]
+        return [
+            (a, b)
+            for a in self.shared_tasks
+            for b in self.shared_tasks
+            if a != b and get_task(a).shares_labels_with(get_task(b))
+        ]
 
     def head_work(self, names) -> float:
         """Head trainings of the heads ``names`` (heads.models keys), each weighted by its type's
@@ -220,8 +235,10 @@ class WorkflowSettings:
     # --- typed settings per stage ----------------------------------------------------------
     def download(self, task: str) -> DownloadSettings:
         over = self.task_overrides(task)
-        return DownloadSettings.pick(self.config["data"], **{k: over.get(k) for k in (
-            "train_size", "selection_size", "eval_size", "article_split")})
+        return DownloadSettings.pick(
+            self.config["data"],
+            **{k: over.get(k) for k in ("train_size", "selection_size", "eval_size", "article_split")},
+        )
 
     def tokenize(self, model: str, task: str) -> TokenizeSettings:
         spec = get_task(task)
@@ -230,10 +247,16 @@ class WorkflowSettings:
 
     def finetune(self, model: str, task: str) -> FinetuneSettings:
         ft = self.config["finetune"]
-        merged = {**schema_default("finetune.settings"), **ft["settings"],
-                  **self.task_overrides(task).get("finetune", {})}
-        return FinetuneSettings.pick(merged, backbone=self.pretrained(model),
-                                     epoch_fractions=tuple(float(f) for f in sorted(ft["epoch_fractions"])))
+        merged = {
+            **schema_default("finetune.settings"),
+            **ft["settings"],
+            **self.task_overrides(task).get("finetune", {}),
+        }
+        return FinetuneSettings.pick(
+            merged,
+            backbone=self.pretrained(model),
+            epoch_fractions=tuple(float(f) for f in sorted(ft["epoch_fractions"])),
+        )
 
     @property
     def baseline_seeds(self) -> list[int]:
@@ -243,8 +266,12 @@ class WorkflowSettings:
 
     def baseline(self, model: str, task: str) -> BaselineSettings:
         """The fine-tuning settings of ``task`` with the baseline's own changes on top."""
-        merged = {**schema_default("finetune.settings"), **self.config["finetune"]["settings"],
-                  **self.task_overrides(task).get("finetune", {}), **self.config["baseline"]["settings"]}
+        merged = {
+            **schema_default("finetune.settings"),
+            **self.config["finetune"]["settings"],
+            **self.task_overrides(task).get("finetune", {}),
+            **self.config["baseline"]["settings"],
+        }
         return BaselineSettings.pick(merged, backbone=self.pretrained(model), epochs=self.config["baseline"]["epochs"])
 
     def finetune_compute(self) -> FinetuneCompute:
@@ -257,8 +284,11 @@ class WorkflowSettings:
         return ExtractCompute.pick(self.config["extract"])
 
     def head_training(self, task: str) -> HeadTrainingSettings:
-        merged = {**schema_default("heads.training"), **self.config["heads"]["training"],
-                  **self.task_overrides(task).get("head_training", {})}
+        merged = {
+            **schema_default("heads.training"),
+            **self.config["heads"]["training"],
+            **self.task_overrides(task).get("head_training", {}),
+        }
         return HeadTrainingSettings.pick(merged)
 
     def head_runtime(self) -> HeadRuntimeSettings:
@@ -269,10 +299,15 @@ class WorkflowSettings:
 
     def extract_attrs(self, run: Run) -> dict:
         """What each feature shard records about where it came from."""
-        return {"model": run.model, "task": run.task, "checkpoint": run.frac, "ft_seed": int(run.ftseed),
-                "label_kind": get_task(run.task).kind,
-                # only when every token is stored for an example task, so [CLS] extractions keep their params
-                **({"features": "tokens"} if self.token_features(run.task) else {})}
+        return {
+            "model": run.model,
+            "task": run.task,
+            "checkpoint": run.frac,
+            "ft_seed": int(run.ftseed),
+            "label_kind": get_task(run.task).kind,
+            # only when every token is stored for an example task, so [CLS] extractions keep their params
+            **({"features": "tokens"} if self.token_features(run.task) else {}),
+        }
 
     def shared_extract_attrs(self, model: str, encoder: str, ftseed: int, task: str) -> dict:
         """The shard attributes of ``task``'s states of a shared encoder."""
@@ -296,29 +331,43 @@ class WorkflowSettings:
                 problems.append(f"tasks.{task}.heads: {unknown} are not in heads.models ({self.heads})")
                 broken.add(task)
                 continue
-            misplaced = [key for key, ok in (("doc_stride", spec.windowed), ("article_split", spec.squad))
-                         if key in over and not ok]
+            misplaced = [
+                key
+                for key, ok in (("doc_stride", spec.windowed), ("article_split", spec.squad))
+                if key in over and not ok
+            ]
             if misplaced:
                 problems.append(f"tasks.{task}: {misplaced} only apply to tasks over SQuAD context windows")
             if over.get("token_features") and spec.kind == "span":
-                problems.append(f"tasks.{task}.token_features: span tasks always store every token; token-level "
-                                "example heads are for classification / regression tasks")
+                problems.append(
+                    f"tasks.{task}.token_features: span tasks always store every token; token-level "
+                    "example heads are for classification / regression tasks"
+                )
                 continue
             token = [n for n in listed if is_token_head(models[n])]
             if token and not self.token_features(task):
-                why = ("span tasks train per-token span heads" if spec.kind == "span"
-                       else f"set tasks.{task}.token_features: true to extract them")
-                problems.append(f"tasks.{task}.heads: {token} are token-level heads; they need every token's "
-                                f"features, which {task} does not store ({why})")
+                why = (
+                    "span tasks train per-token span heads"
+                    if spec.kind == "span"
+                    else f"set tasks.{task}.token_features: true to extract them"
+                )
+                problems.append(
+                    f"tasks.{task}.heads: {token} are token-level heads; they need every token's "
+                    f"features, which {task} does not store ({why})"
+                )
                 continue
             if not self.task_heads(task):
-                problems.append(f"tasks.{task}: every head in heads.models is token-level, but the task has no token "
-                                f"features; set tasks.{task}.token_features: true or list [CLS] heads")
+                problems.append(
+                    f"tasks.{task}: every head in heads.models is token-level, but the task has no token "
+                    f"features; set tasks.{task}.token_features: true or list [CLS] heads"
+                )
                 continue
             unsearched = [n for n in self.search_heads(task) if n not in self.task_heads(task)]
             if unsearched:
-                problems.append(f"tasks.{task}.search_heads: {unsearched} are not among the task's heads "
-                                f"({list(self.task_heads(task))})")
+                problems.append(
+                    f"tasks.{task}.search_heads: {unsearched} are not among the task's heads "
+                    f"({list(self.task_heads(task))})"
+                )
         for name in ("data_fraction", "transfer"):
             unknown = [t for t in self.config["experiments"][name]["tasks"] if t not in self.tasks]
             if unknown:
@@ -342,12 +391,16 @@ class WorkflowSettings:
             problems.append(f"shared.tasks: {unknown} are not configured tasks ({self.tasks})")
         streamed = [t for t in self.shared_tasks if t in self.tasks and not self.store(t)]
         if streamed:
-            problems.append(f"shared.tasks: {streamed} stream their states (store: false); shared encoders read "
-                            "stored features, so list only stored tasks")
+            problems.append(
+                f"shared.tasks: {streamed} stream their states (store: false); shared encoders read "
+                "stored features, so list only stored tasks"
+            )
         windowed = [t for t in self.shared_tasks if t in self.tasks and get_task(t).answerability]
         if windowed:
-            problems.append(f"shared.tasks: {windowed} classify questions from several context windows; a bundle "
-                            "serves one window per request, so answerability tasks are not shared")
+            problems.append(
+                f"shared.tasks: {windowed} classify questions from several context windows; a bundle "
+                "serves one window per request, so answerability tasks are not shared"
+            )
         for name, mixture in shared["mixtures"].items():
             missing = [t for t in mixture["tasks"] if t not in self.tasks]
             if missing:
@@ -357,21 +410,26 @@ class WorkflowSettings:
         if not self.shared_tasks or problems:
             return problems
         if shared["frozen"] and "0" not in self.fractions:
-            problems.append("shared.frozen: needs 0 in finetune.epoch_fractions (the frozen encoder's features are "
-                            "the main pipeline's checkpoint 0)")
+            problems.append(
+                "shared.frozen: needs 0 in finetune.epoch_fractions (the frozen encoder's features are "
+                "the main pipeline's checkpoint 0)"
+            )
         if shared["checkpoint"] is not None and fraction_name(shared["checkpoint"]) not in self.fractions:
-            problems.append(f"shared.checkpoint: {shared['checkpoint']} is not in finetune.epoch_fractions "
-                            f"({self.fractions})")
+            problems.append(
+                f"shared.checkpoint: {shared['checkpoint']} is not in finetune.epoch_fractions ({self.fractions})"
+            )
         unknown = [s for s in self.shared_ft_seeds if s not in self.ft_seeds]
         if unknown:
             problems.append(f"shared.ft_seeds: {unknown} are not in finetune.seeds ({self.ft_seeds})")
         if not self.shared_encoders():
             problems.append("shared: no encoder (frozen false, checkpoint null and no mixtures)")
         elif shared["serve"] is not None and shared["serve"] not in self.shared_encoders():
-            problems.append(f"shared.serve: {shared['serve']!r} is not a shared encoder "
-                            f"({list(self.shared_encoders())})")
+            problems.append(
+                f"shared.serve: {shared['serve']!r} is not a shared encoder ({list(self.shared_encoders())})"
+            )
         for task in set(self.shared_tasks) - broken:
             if shared["heads"] is not None and not self.shared_heads(task):
-                problems.append(f"shared.heads: none of {shared['heads']} is among {task}'s heads "
-                                f"({list(self.task_heads(task))})")
+                problems.append(
+                    f"shared.heads: none of {shared['heads']} is among {task}'s heads ({list(self.task_heads(task))})"
+                )
         return problems

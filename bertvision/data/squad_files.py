@@ -30,11 +30,16 @@ def locate(squad_dir: Path, files: dict[str, str], split: str) -> Path:
 
 def from_hub_records(df: pd.DataFrame) -> pd.DataFrame:
     """The hub's squad_v2 rows (answers as {text: [...], answer_start: [...]}) in our columns."""
-    out = pd.DataFrame({
-        "id": df["id"], "title": df["title"], "context": df["context"], "question": df["question"],
-        "answer_texts": [list(a["text"]) for a in df["answers"]],
-        "answer_starts": [[int(x) for x in a["answer_start"]] for a in df["answers"]],
-    })
+    out = pd.DataFrame(
+        {
+            "id": df["id"],
+            "title": df["title"],
+            "context": df["context"],
+            "question": df["question"],
+            "answer_texts": [list(a["text"]) for a in df["answers"]],
+            "answer_starts": [[int(x) for x in a["answer_start"]] for a in df["answers"]],
+        }
+    )
     out["is_impossible"] = [len(t) == 0 for t in out["answer_texts"]]
     out.insert(0, "idx", np.arange(len(out), dtype=np.int64))
     return out[COLUMNS]
@@ -67,9 +72,17 @@ def parse_squad(path: Path) -> pd.DataFrame:
                         raise DataFormatError(
                             f"{path}: question {qa['id']}: answer {text!r} is not at character {start} of its context"
                         )
-                rows.append({"id": qa["id"], "title": article["title"], "context": context,
-                             "question": qa["question"], "answer_texts": texts, "answer_starts": starts,
-                             "is_impossible": impossible})
+                rows.append(
+                    {
+                        "id": qa["id"],
+                        "title": article["title"],
+                        "context": context,
+                        "question": qa["question"],
+                        "answer_texts": texts,
+                        "answer_starts": starts,
+                        "is_impossible": impossible,
+                    }
+                )
     df = pd.DataFrame(rows)
     if df["id"].duplicated().any():
         raise DataFormatError(f"{path}: duplicated question id {df['id'][df['id'].duplicated()].iloc[0]!r}")

@@ -50,14 +50,16 @@ def build_windows(df: pd.DataFrame, tokenizer, max_length: int, stride: int) -> 
         start, end = answer_positions(offsets, char_start, char_end)
         window = window_counter.get(example, 0)
         window_counter[example] = window + 1
-        rows.append({
-            "example": example,
-            "window": window,
-            "input_ids": np.asarray(enc["input_ids"][i], dtype=np.int32),
-            "token_type_ids": np.asarray(enc["token_type_ids"][i], dtype=np.int8),
-            "offsets": offsets.reshape(-1),
-            "length": len(offsets),
-            "start": start,
-            "end": end,
-        })
+        rows.append(
+            {
+                "example": example,
+                "window": window,
+                "input_ids": np.asarray(enc["input_ids"][i], dtype=np.int32),
+                "token_type_ids": np.asarray(enc["token_type_ids"][i], dtype=np.int8),
+                "offsets": offsets.reshape(-1),
+                "length": len(offsets),
+                "start": start,
+                "end": end,
+            }
+        )
     return pd.DataFrame(rows)

@@ -30,7 +30,7 @@ class TokenizedSplit:
             self.offsets = None
 
     @classmethod
-    def read(cls, path: Path) -> "TokenizedSplit":
+    def read(cls, path: Path) -> TokenizedSplit:
         return cls(pd.read_parquet(path))
 
     def __len__(self) -> int:

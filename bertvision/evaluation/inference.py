@@ -3,7 +3,7 @@ fine-tuning evaluation and the feature extraction."""
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import torch

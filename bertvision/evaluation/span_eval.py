@@ -40,10 +40,17 @@ def evaluate_span(task: TaskSpec, logits: dict, windows: dict, questions: dict) 
     for split in logits:
         preds = apply_threshold(cands[split], threshold)
         metrics[split] = {**squad_v2_metrics(gold[split], preds), "null_threshold": threshold}
-        tables.append(pd.DataFrame({
-            "split": split, "id": questions[split]["id"], "prediction": preds,
-            "best_span": [c.text for c in cands[split]], "score_diff": [c.score_diff for c in cands[split]],
-        }))
+        tables.append(
+            pd.DataFrame(
+                {
+                    "split": split,
+                    "id": questions[split]["id"],
+                    "prediction": preds,
+                    "best_span": [c.text for c in cands[split]],
+                    "score_diff": [c.score_diff for c in cands[split]],
+                }
+            )
+        )
     return metrics, pd.concat(tables, ignore_index=True)
 
 

@@ -62,8 +62,11 @@ def squad_v2_metrics(gold_texts: list, predictions: list[str]) -> dict[str, floa
             sums[key + "exact"] += em
             sums[key + "f1"] += f
             counts[key] += 1
-    out = {"exact": 100.0 * sums["exact"] / max(counts[""], 1), "f1": 100.0 * sums["f1"] / max(counts[""], 1),
-           "total": counts[""]}
+    out = {
+        "exact": 100.0 * sums["exact"] / max(counts[""], 1),
+        "f1": 100.0 * sums["f1"] / max(counts[""], 1),
+        "total": counts[""],
+    }
     for group in ("HasAns", "NoAns"):
         if counts[group + "_"]:
             out[f"{group}_exact"] = 100.0 * sums[f"{group}_exact"] / counts[group + "_"]

@@ -25,15 +25,27 @@ class StreamSource:
     attrs: dict
 
     def to_json(self) -> str:
-        return json.dumps({"checkpoint": self.checkpoint, "tokens_dir": self.tokens_dir,
-                           "settings": json.loads(self.settings.to_json()),
-                           "compute": json.loads(self.compute.to_json()), "attrs": self.attrs}, sort_keys=True)
+        return json.dumps(
+            {
+                "checkpoint": self.checkpoint,
+                "tokens_dir": self.tokens_dir,
+                "settings": json.loads(self.settings.to_json()),
+                "compute": json.loads(self.compute.to_json()),
+                "attrs": self.attrs,
+            },
+            sort_keys=True,
+        )
 
     @classmethod
-    def from_json(cls, text: str) -> "StreamSource":
+    def from_json(cls, text: str) -> StreamSource:
         d = json.loads(text)
-        return cls(d["checkpoint"], d["tokens_dir"], ExtractSettings.from_dict(d["settings"], "--features"),
-                   ExtractCompute.from_dict(d["compute"], "--features"), d["attrs"])
+        return cls(
+            d["checkpoint"],
+            d["tokens_dir"],
+            ExtractSettings.from_dict(d["settings"], "--features"),
+            ExtractCompute.from_dict(d["compute"], "--features"),
+            d["attrs"],
+        )
 
     @property
     def level(self) -> str:

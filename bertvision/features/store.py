@@ -38,8 +38,6 @@ def chunk_rows(n_rows: int, row_bytes: int) -> int:
     return -(-n_rows // n_chunks)
 
 
-
-
 def shard_rows(n_rows: int, n_shards: int, shard: int) -> tuple[int, int]:
     """Contiguous row range of shard ``shard`` (0-based) out of ``n_shards``."""
     if not 0 <= shard < n_shards:
@@ -111,13 +109,23 @@ class TokenShardWriter(ShardWriter):
     - ``labels``: (n, 2) gold (start, end) token positions for span tasks, or (n,) example
       labels (``label_shape=()``, ``label_dtype``); ``idx``: (n,) question / example rows;
     - ``cls`` (``store_cls=True``, example tasks): (n, layers, hidden), each row's summary token
-      (``encoder_io.SUMMARY_POSITION``), so that [CLS] readers (``read_shard``, ``BatchStream``) need not touch ``states``.
+      (``encoder_io.SUMMARY_POSITION``), so that [CLS] readers (``read_shard``, ``BatchStream``) need
+    not touch ``states``.
     Rows are windows (or examples); blocks of them arrive in order.
     """
 
-    def __init__(self, path: Path, window_lengths: np.ndarray, layers: int, hidden: int, attrs: dict,
-                 label_shape: tuple = (2,), label_dtype="int64", char_offsets: bool = True,
-                 store_cls: bool = False):
+    def __init__(
+        self,
+        path: Path,
+        window_lengths: np.ndarray,
+        layers: int,
+        hidden: int,
+        attrs: dict,
+        label_shape: tuple = (2,),
+        label_dtype="int64",
+        char_offsets: bool = True,
+        store_cls: bool = False,
+    ):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.tmp = self.path.with_name(f".{self.path.name}.tmp")
@@ -126,14 +134,19 @@ class TokenShardWriter(ShardWriter):
         rows = chunk_rows(n_tokens, layers * hidden * 2)
         chunked = {"chunks": (rows, layers, hidden), "fletcher32": True} if n_tokens else {}
         self.states = self.file.create_dataset("states", shape=(n_tokens, layers, hidden), dtype="float16", **chunked)
-        self.char_offsets = (self.file.create_dataset("char_offsets", shape=(n_tokens, 2), dtype="int32")
-                             if char_offsets else None)
+        self.char_offsets = (
+            self.file.create_dataset("char_offsets", shape=(n_tokens, 2), dtype="int32") if char_offsets else None
+        )
         self.cls = None
         n = len(window_lengths)
         if store_cls:
             rows = chunk_rows(n, layers * hidden * 2)
-            self.cls = self.file.create_dataset("cls", shape=(n, layers, hidden), dtype="float16",
-                                                **({"chunks": (rows, layers, hidden), "fletcher32": True} if n else {}))
+            self.cls = self.file.create_dataset(
+                "cls",
+                shape=(n, layers, hidden),
+                dtype="float16",
+                **({"chunks": (rows, layers, hidden), "fletcher32": True} if n else {}),
+            )
         offsets = np.concatenate([[0], np.cumsum(window_lengths)]).astype(np.int64)
         self.file.create_dataset("window_offsets", data=offsets)
         self.window_offsets = offsets
@@ -182,8 +195,7 @@ def write_manifest(shard_dirs: list[Path], manifest_path: Path, splits: list[str
     root = Path(manifest_path).parent
     per_split, source, layers, hidden = {}, None, None, None
     for split in splits:
-        shards = sorted((shard_summary(shard_file(d, split), root) for d in shard_dirs),
-                        key=lambda s: s["rows"][0])
+        shards = sorted((shard_summary(shard_file(d, split), root) for d in shard_dirs), key=lambda s: s["rows"][0])
         expected = 0
         for s in shards:
             if s["rows"][0] != expected:
@@ -192,7 +204,9 @@ def write_manifest(shard_dirs: list[Path], manifest_path: Path, splits: list[str
             if layers is None:
                 layers, hidden, source = s["shape"][1], s["shape"][2], s["attrs"]
             if s["shape"][1:] != [layers, hidden]:
-                raise FeatureError(f"{manifest_path}: {s['file']} has shape {s['shape']}, expected (n, {layers}, {hidden})")
+                raise FeatureError(
+                    f"{manifest_path}: {s['file']} has shape {s['shape']}, expected (n, {layers}, {hidden})"
+                )
         n_total = int(shards[0]["attrs"]["split_rows"])
         if expected != n_total:
             raise FeatureError(f"{manifest_path}: {split} shards cover {expected} rows, the split has {n_total}")
@@ -224,7 +238,7 @@ class FeatureSet:
     split: str
 
     @classmethod
-    def open(cls, manifest_path: Path, split: str, verify: str = "sha256") -> "FeatureSet":
+    def open(cls, manifest_path: Path, split: str, verify: str = "sha256") -> FeatureSet:
         """``verify``: 'sha256' (full checksum), 'size' (cheap), or 'none'."""
         manifest_path = Path(manifest_path)
         if not manifest_path.exists():
@@ -276,8 +290,10 @@ class FeatureSet:
         """Token-level features of the whole split (span windows, or examples of a task with
         ``token_features``), in row order."""
         if self.feature != "tokens":
-            raise FeatureError(f"{self.manifest_path}: holds [CLS] features only, not every token "
-                               f"(set tasks.{self.manifest['source']['task']}.token_features: true)")
+            raise FeatureError(
+                f"{self.manifest_path}: holds [CLS] features only, not every token "
+                f"(set tasks.{self.manifest['source']['task']}.token_features: true)"
+            )
         return concat_windows([read_token_shard(p) for p in self.shard_paths()])
 
     def bytes_on_disk(self) -> int:
@@ -334,8 +350,9 @@ def read_token_shard(path: Path) -> WindowStates:
     try:
         with h5py.File(path, "r") as f:
             char_offsets = f["char_offsets"][...] if "char_offsets" in f else None
-            return WindowStates(f["states"][...], f["window_offsets"][...], char_offsets, f["labels"][...],
-                                f["idx"][...])
+            return WindowStates(
+                f["states"][...], f["window_offsets"][...], char_offsets, f["labels"][...], f["idx"][...]
+            )
     except OSError as err:
         raise FeatureError(f"{path}: unreadable HDF5 shard ({err})") from err
 
@@ -345,7 +362,13 @@ def concat_windows(parts: list[WindowStates]) -> WindowStates:
     for p in parts:
         offsets.append(p.window_offsets[1:] + base)
         base += int(p.window_offsets[-1])
-    char_offsets = None if any(p.char_offsets is None for p in parts) else np.concatenate(
-        [p.char_offsets for p in parts])
-    return WindowStates(np.concatenate([p.states for p in parts]), np.concatenate(offsets), char_offsets,
-                        np.concatenate([p.labels for p in parts]), np.concatenate([p.idx for p in parts]))
+    char_offsets = (
+        None if any(p.char_offsets is None for p in parts) else np.concatenate([p.char_offsets for p in parts])
+    )
+    return WindowStates(
+        np.concatenate([p.states for p in parts]),
+        np.concatenate(offsets),
+        char_offsets,
+        np.concatenate([p.labels for p in parts]),
+        np.concatenate([p.idx for p in parts]),
+    )

@@ -56,8 +56,16 @@ class BatchStream(Prefetched):
     ``buffer_rows``. ``wait_seconds`` accumulates the time the consumer spent blocked.
     """
 
-    def __init__(self, features: FeatureSet, batch_size: int, seed: int, buffer_rows: int = 65536,
-                 block_rows: int = 4096, prefetch: int = 8, pin_memory: bool = False):
+    def __init__(
+        self,
+        features: FeatureSet,
+        batch_size: int,
+        seed: int,
+        buffer_rows: int = 65536,
+        block_rows: int = 4096,
+        prefetch: int = 8,
+        pin_memory: bool = False,
+    ):
         self.features = features
         self.batch_size = batch_size
         self.rng = np.random.default_rng(seed)

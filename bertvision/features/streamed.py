@@ -46,8 +46,10 @@ class StreamedEncoder:
             if level == "cls":
                 out = as_stored(cls_states(self.model, batch, self.device, self.source.compute.precision))
             else:
-                out = (as_stored(token_states(self.model, batch, self.device, self.source.compute.precision)),
-                       batch["attention_mask"].bool())
+                out = (
+                    as_stored(token_states(self.model, batch, self.device, self.source.compute.precision)),
+                    batch["attention_mask"].bool(),
+                )
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         self.seconds += time.perf_counter() - t0
@@ -80,8 +82,12 @@ class StreamedSplit:
         self.encoder = streamed_encoder(source)
         self.tokens = TokenizedSplit.read(split_file(Path(source.tokens_dir), split))
         self.manifest_path = Path(source.checkpoint)  # named in messages, as a manifest would be
-        self.manifest = {"source": {k: source.attrs[k] for k in SOURCE_KEYS if k in source.attrs},
-                         "encoder_parameters": self.encoder.parameters, "feature": source.level, "stream": True}
+        self.manifest = {
+            "source": {k: source.attrs[k] for k in SOURCE_KEYS if k in source.attrs},
+            "encoder_parameters": self.encoder.parameters,
+            "feature": source.level,
+            "stream": True,
+        }
 
     @property
     def n_examples(self) -> int:
@@ -133,7 +139,7 @@ class StreamedSplit:
         char_offsets = None if self.tokens.offsets is None else np.concatenate(self.tokens.offsets)
         return WindowStates(states, offsets, char_offsets, self.tokens.labels, self.tokens.idx)
 
-    def windows(self, rows: np.ndarray | None = None) -> "StreamedWindows":
+    def windows(self, rows: np.ndarray | None = None) -> StreamedWindows:
         return StreamedWindows(self, np.arange(len(self.tokens)) if rows is None else np.asarray(rows))
 
 
@@ -156,7 +162,7 @@ class StreamedWindows:
         x, mask = self.split.encoder.encode(self.split.tokens, self.rows[rows], "tokens")
         return x, mask, torch.from_numpy(self.labels[rows])
 
-    def subset(self, rows: np.ndarray) -> "StreamedWindows":
+    def subset(self, rows: np.ndarray) -> StreamedWindows:
         return StreamedWindows(self.split, self.rows[rows])
 
     def token_chunks(self, batch_size: int):

@@ -31,8 +31,9 @@ def resolve_pretrained(ref: str) -> str:
         package, _, subdir = ref[len(PACKAGE_PREFIX) :].partition("/")
         spec = importlib.util.find_spec(package)
         if spec is None or spec.origin is None:
-            raise MissingError(f"{ref}: Python package {package!r} is not installed "
-                                f"(pip install {package.replace('_', '-')})")
+            raise MissingError(
+                f"{ref}: Python package {package!r} is not installed (pip install {package.replace('_', '-')})"
+            )
         path = Path(spec.origin).parent / subdir
         if not (path / "config.json").exists():
             raise MissingError(f"{ref}: {path} has no config.json")
@@ -54,8 +55,10 @@ def missing_safetensors(folder: Path) -> str | None:
         return None
     pickles = sorted(p.name for p in folder.iterdir() if p.suffix in PICKLE_SUFFIXES)
     if pickles:
-        return (f"{folder}: holds only pickle weights ({', '.join(pickles)}); bertvision loads safetensors only "
-                "(model.safetensors): re-save it with save_pretrained(safe_serialization=True)")
+        return (
+            f"{folder}: holds only pickle weights ({', '.join(pickles)}); bertvision loads safetensors only "
+            "(model.safetensors): re-save it with save_pretrained(safe_serialization=True)"
+        )
     return f"{folder / 'model.safetensors'}: missing"
 
 
@@ -69,13 +72,16 @@ def load_pretrained(class_name: str, ref: str, **kwargs):
     if local and (problem := missing_safetensors(Path(path))):
         raise MissingError(problem if Path(ref).expanduser().resolve() == Path(path) else f"{ref}: {problem}")
     try:
-        return getattr(transformers, class_name).from_pretrained(path, use_safetensors=True, trust_remote_code=False,
-                                                                 **kwargs)
+        return getattr(transformers, class_name).from_pretrained(
+            path, use_safetensors=True, trust_remote_code=False, **kwargs
+        )
     except OSError as err:
         if local:
             raise
-        raise MissingError(f"{ref}: no safetensors weights from the hub or its cache ({err}); bertvision never "
-                           "loads pickle checkpoints") from None
+        raise MissingError(
+            f"{ref}: no safetensors weights from the hub or its cache ({err}); bertvision never "
+            "loads pickle checkpoints"
+        ) from None
 
 
 def load_tokenizer(ref: str):

@@ -61,8 +61,19 @@ class ConvHead(nn.Module):
     front = L + 1 (lp) + H·A + A (adapter). MiniLM (L 7, H 384), C 2, defaults (K 3, F 16):
     336 + 16 + 12,288 + 2 = 12,642."""
 
-    def __init__(self, layers: int, hidden: int, outputs: int, *, kernel: int, channels: int, dilation: int,
-                 pool: str, adapter_width: int, dropout: float):
+    def __init__(
+        self,
+        layers: int,
+        hidden: int,
+        outputs: int,
+        *,
+        kernel: int,
+        channels: int,
+        dilation: int,
+        pool: str,
+        adapter_width: int,
+        dropout: float,
+    ):
         super().__init__()
         self.front = ConvFront("cnn", layers, hidden, pool=pool, adapter_width=adapter_width)
         self.conv = nn.Conv1d(self.front.channels, channels, kernel, dilation=dilation, padding="same")
@@ -79,8 +90,10 @@ class SeparableConv1d(nn.Sequential):
     pointwise one. Parameters: in·K + in·out."""
 
     def __init__(self, inputs: int, outputs: int, kernel: int):
-        super().__init__(nn.Conv1d(inputs, inputs, kernel, padding="same", groups=inputs, bias=False),
-                         nn.Conv1d(inputs, outputs, 1, bias=False))
+        super().__init__(
+            nn.Conv1d(inputs, inputs, kernel, padding="same", groups=inputs, bias=False),
+            nn.Conv1d(inputs, outputs, 1, bias=False),
+        )
 
 
 def _bn_relu(channels: int) -> list[nn.Module]:
@@ -107,23 +120,38 @@ class XceptionHead(nn.Module):
     # Every BatchNorm then sees at least 2 positions, so a training batch of one example works.
     MIN_WIDTH = 15
 
-    def __init__(self, layers: int, hidden: int, outputs: int, *, cls_residual: bool, pool: str,
-                 adapter_width: int, dropout: float):
+    def __init__(
+        self,
+        layers: int,
+        hidden: int,
+        outputs: int,
+        *,
+        cls_residual: bool,
+        pool: str,
+        adapter_width: int,
+        dropout: float,
+    ):
         super().__init__()
         self.front = ConvFront("xception", layers, hidden, pool=pool, adapter_width=adapter_width)
         if self.front.width < self.MIN_WIDTH:
             what = f"adapter_width {adapter_width}" if adapter_width > 0 else f"hidden size {hidden}"
-            raise ValueError(f"xception head: its strided convolutions need a width of at least {self.MIN_WIDTH} "
-                             f"(the hidden size, or adapter_width when set), got {what}")
+            raise ValueError(
+                f"xception head: its strided convolutions need a width of at least {self.MIN_WIDTH} "
+                f"(the hidden size, or adapter_width when set), got {what}"
+            )
         self.cls_residual = cls_residual
         self.entry = nn.Sequential(
-            nn.Conv1d(self.front.channels, 64, 3, stride=3, bias=False), *_bn_relu(64),
-            nn.Conv1d(64, 128, 3, bias=False), *_bn_relu(128),
+            nn.Conv1d(self.front.channels, 64, 3, stride=3, bias=False),
+            *_bn_relu(64),
+            nn.Conv1d(64, 128, 3, bias=False),
+            *_bn_relu(128),
         )
         self.residual = nn.Sequential(nn.Conv1d(128, 512, 1, stride=2, bias=False), nn.BatchNorm1d(512))
         self.main = nn.Sequential(
-            SeparableConv1d(128, 256, 3), *_bn_relu(256),
-            SeparableConv1d(256, 512, 3), nn.BatchNorm1d(512),
+            SeparableConv1d(128, 256, 3),
+            *_bn_relu(256),
+            SeparableConv1d(256, 512, 3),
+            nn.BatchNorm1d(512),
             nn.AvgPool1d(3, stride=2, padding=1, count_include_pad=False),
         )
         self.dropout = nn.Dropout(dropout)

@@ -52,8 +52,7 @@ def load_encoder(ref: str):
 def uses_token_types(tokenizer, config) -> bool:
     """Token type ids go into the model: the tokenizer produces them (they are in its
     ``model_input_names``: not RoBERTa's or DistilBERT's) and the encoder's forward takes them."""
-    return ("token_type_ids" in tokenizer.model_input_names
-            and _accepts(encoder_class(config).forward, "token_type_ids"))
+    return "token_type_ids" in tokenizer.model_input_names and _accepts(encoder_class(config).forward, "token_type_ids")
 
 
 def summary_position(tokenizer) -> int:
@@ -64,12 +63,16 @@ def summary_position(tokenizer) -> int:
     token_id = getattr(tokenizer, f"{name}_id")
     ids = tokenizer("a", "b")["input_ids"]
     if token_id is None or token_id not in ids:
-        raise UnsupportedEncoderError(f"{type(tokenizer).__name__}: its pairs have no cls or bos token to summarise "
-                                      "them; bertvision reads the summary token's states")
+        raise UnsupportedEncoderError(
+            f"{type(tokenizer).__name__}: its pairs have no cls or bos token to summarise "
+            "them; bertvision reads the summary token's states"
+        )
     if ids.index(token_id) != SUMMARY_POSITION:
-        raise UnsupportedEncoderError(f"{type(tokenizer).__name__}: its {name} ({getattr(tokenizer, name)}) is at "
-                                      f"position {ids.index(token_id)} of a pair, not first; bertvision supports "
-                                      "encoders whose summary token comes first")
+        raise UnsupportedEncoderError(
+            f"{type(tokenizer).__name__}: its {name} ({getattr(tokenizer, name)}) is at "
+            f"position {ids.index(token_id)} of a pair, not first; bertvision supports "
+            "encoders whose summary token comes first"
+        )
     return SUMMARY_POSITION
 
 

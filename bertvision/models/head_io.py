@@ -16,8 +16,11 @@ from bertvision.runtime.io import atomic_path, read_json
 def save_head(head: nn.Module, head_name: str, spec: dict, run_dir: Path) -> None:
     Path(run_dir).mkdir(parents=True, exist_ok=True)
     with atomic_path(Path(run_dir) / HEAD_WEIGHTS) as tmp:
-        save_file({k: v.contiguous().cpu() for k, v in head.state_dict().items()}, str(tmp),
-                  metadata={"head": head_name, "type": spec["type"]})
+        save_file(
+            {k: v.contiguous().cpu() for k, v in head.state_dict().items()},
+            str(tmp),
+            metadata={"head": head_name, "type": spec["type"]},
+        )
 
 
 def load_head(run_dir: Path, layers: int, hidden: int, outputs: int) -> nn.Module:

@@ -54,14 +54,13 @@ class LayerMeanHead(nn.Module):
 
 
 class AdapterPoolerHead(nn.Module):
-    def __init__(self, layers: int, hidden: int, outputs: int, *, width: int, shared: bool, skip: bool,
-                 dropout: float):
+    def __init__(self, layers: int, hidden: int, outputs: int, *, width: int, shared: bool, skip: bool, dropout: float):
         super().__init__()
         self.shared, self.skip = shared, skip
         if shared:
             self.adapter = nn.Linear(hidden, width)
         else:
-            bound = hidden ** -0.5  # nn.Linear's default uniform init, per layer
+            bound = hidden**-0.5  # nn.Linear's default uniform init, per layer
             self.weight = nn.Parameter(torch.empty(layers, hidden, width).uniform_(-bound, bound))
             self.bias = nn.Parameter(torch.empty(layers, width).uniform_(-bound, bound))
         self.dropout = nn.Dropout(dropout)
@@ -102,8 +101,10 @@ class TokenPoolHead(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         if x.dim() != 4:
-            raise ValueError(f"token-pool head: expected (batch, tokens, layers, hidden), got {tuple(x.shape)} "
-                             "([CLS] features? the task needs token_features)")
+            raise ValueError(
+                f"token-pool head: expected (batch, tokens, layers, hidden), got {tuple(x.shape)} "
+                "([CLS] features? the task needs token_features)"
+            )
         if mask is None:
             mask = torch.ones(x.shape[:-2], dtype=torch.bool, device=x.device)
         # Padding positions are zeroed first, so whatever they hold (even inf/nan) cannot leak.

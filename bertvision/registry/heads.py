@@ -83,8 +83,11 @@ def complete_spec(spec: dict) -> dict:
     unknown = sorted(set(spec) - {"type"} - set(head_type.options))
     if unknown:
         raise ValueError(f"head type {head_type.name!r} has no option(s) {unknown}; it has {sorted(head_type.options)}")
-    return {"type": head_type.name, **{k: o.default for k, o in head_type.options.items()},
-            **{k: v for k, v in spec.items() if k != "type"}}
+    return {
+        "type": head_type.name,
+        **{k: o.default for k, o in head_type.options.items()},
+        **{k: v for k, v in spec.items() if k != "type"},
+    }
 
 
 def is_token_head(spec: dict) -> bool:
@@ -102,69 +105,100 @@ def searchable_parameters() -> dict[str, type]:
 
 DROPOUT = Option(float, 0.0, "Dropout before the output layer.", minimum=0, maximum=1, searchable=True)
 
-register(HeadType(
-    "lp", "bertvision.models.heads:ScalarMixHead",
-    "Learned pooling (ScalarMix): gamma * sum_l softmax(w)_l X[l], then a linear layer.",
-    {"dropout": DROPOUT},
-))
-register(HeadType(
-    "mean", "bertvision.models.heads:LayerMeanHead",
-    "Average pooling (AP): the mean over layers, then a linear layer.",
-    {"dropout": DROPOUT},
-))
-register(HeadType(
-    "adapter", "bertvision.models.heads:AdapterPoolerHead",
-    "AdapterPooler: GELU(W X[l] + b) per layer, flattened, then a linear layer.",
-    {
-        "width": Option(int, 64, "Adapter width A (W is A x hidden).", minimum=1, searchable=True),
-        "shared": Option(bool, True, "One W for every layer (true) or one per layer (false)."),
-        "skip": Option(bool, False, "Concatenate the last layer's state before the output layer."),
-        "dropout": DROPOUT,
-    },
-))
-register(HeadType(
-    "token-pool", "bertvision.models.heads:TokenPoolHead",
-    "Every real token of an example (tasks with token_features): a layer mix per token, then "
-    "position-free pooling over the real tokens, then a linear layer.",
-    {
-        "pool": Option(str, "attention-mean", "How the real tokens are pooled: attention (learned query) "
-                       "and masked mean concatenated, or one of them.",
-                       choices=("attention-mean", "attention", "mean")),
-        "dropout": DROPOUT,
-    },
-    token_level=True,
-))
+register(
+    HeadType(
+        "lp",
+        "bertvision.models.heads:ScalarMixHead",
+        "Learned pooling (ScalarMix): gamma * sum_l softmax(w)_l X[l], then a linear layer.",
+        {"dropout": DROPOUT},
+    )
+)
+register(
+    HeadType(
+        "mean",
+        "bertvision.models.heads:LayerMeanHead",
+        "Average pooling (AP): the mean over layers, then a linear layer.",
+        {"dropout": DROPOUT},
+    )
+)
+register(
+    HeadType(
+        "adapter",
+        "bertvision.models.heads:AdapterPoolerHead",
+        "AdapterPooler: GELU(W X[l] + b) per layer, flattened, then a linear layer.",
+        {
+            "width": Option(int, 64, "Adapter width A (W is A x hidden).", minimum=1, searchable=True),
+            "shared": Option(bool, True, "One W for every layer (true) or one per layer (false)."),
+            "skip": Option(bool, False, "Concatenate the last layer's state before the output layer."),
+            "dropout": DROPOUT,
+        },
+    )
+)
+register(
+    HeadType(
+        "token-pool",
+        "bertvision.models.heads:TokenPoolHead",
+        "Every real token of an example (tasks with token_features): a layer mix per token, then "
+        "position-free pooling over the real tokens, then a linear layer.",
+        {
+            "pool": Option(
+                str,
+                "attention-mean",
+                "How the real tokens are pooled: attention (learned query) "
+                "and masked mean concatenated, or one of them.",
+                choices=("attention-mean", "attention", "mean"),
+            ),
+            "dropout": DROPOUT,
+        },
+        token_level=True,
+    )
+)
 
 # The front of the convolutional heads: what their 1xN "image" is (channels x width).
-CNN_POOL = Option(str, "none", "The convolutions' input channels: none = every layer is a channel; lp = a learned "
-                  "scalar mix of the layers (1 channel); mean = the layer mean (1 channel).",
-                  choices=("none", "lp", "mean"))
-CNN_ADAPTER_WIDTH = Option(int, 0, "0 = no adapter; A > 0 = a shared AdapterPooler GELU(W x + b) maps the hidden "
-                           "axis to A first (after the pooling), so the convolutions run over A positions.", minimum=0)
+CNN_POOL = Option(
+    str,
+    "none",
+    "The convolutions' input channels: none = every layer is a channel; lp = a learned "
+    "scalar mix of the layers (1 channel); mean = the layer mean (1 channel).",
+    choices=("none", "lp", "mean"),
+)
+CNN_ADAPTER_WIDTH = Option(
+    int,
+    0,
+    "0 = no adapter; A > 0 = a shared AdapterPooler GELU(W x + b) maps the hidden "
+    "axis to A first (after the pooling), so the convolutions run over A positions.",
+    minimum=0,
+)
 
-register(HeadType(
-    "cnn", "bertvision.models.cnn_heads:ConvHead",
-    "Gen-1's 1xN CNN: a convolution along the hidden axis with the layers as channels ('same' padding), "
-    "ReLU, flattened, then a linear layer.",
-    {
-        "kernel": Option(int, 3, "Kernel size N of the 1xN convolution.", minimum=1, searchable=True),
-        "channels": Option(int, 16, "Output channels (filters) of the convolution.", minimum=1, searchable=True),
-        "dilation": Option(int, 1, "Dilation of the convolution ('same' padding keeps the width).", minimum=1),
-        "pool": CNN_POOL,
-        "adapter_width": CNN_ADAPTER_WIDTH,
-        "dropout": Option(float, 0.1, "Dropout before the output layer.", minimum=0, maximum=1, searchable=True),
-    },
-    relative_cost=4.0,  # 0.068 vs 0.019 ms per row and epoch
-))
-register(HeadType(
-    "xception", "bertvision.models.cnn_heads:XceptionHead",
-    "Gen-1's abbreviated Xception along the hidden axis (layers as channels): two strided convolutions, a "
-    "separable-convolution block with a residual branch, global average pooling, then a linear layer.",
-    {
-        "cls_residual": Option(bool, False, "Concatenate the last layer's state before the output layer."),
-        "pool": CNN_POOL,
-        "adapter_width": CNN_ADAPTER_WIDTH,
-        "dropout": DROPOUT,
-    },
-    relative_cost=130.0,  # 2.4 vs 0.019 ms per row and epoch
-))
+register(
+    HeadType(
+        "cnn",
+        "bertvision.models.cnn_heads:ConvHead",
+        "Gen-1's 1xN CNN: a convolution along the hidden axis with the layers as channels ('same' padding), "
+        "ReLU, flattened, then a linear layer.",
+        {
+            "kernel": Option(int, 3, "Kernel size N of the 1xN convolution.", minimum=1, searchable=True),
+            "channels": Option(int, 16, "Output channels (filters) of the convolution.", minimum=1, searchable=True),
+            "dilation": Option(int, 1, "Dilation of the convolution ('same' padding keeps the width).", minimum=1),
+            "pool": CNN_POOL,
+            "adapter_width": CNN_ADAPTER_WIDTH,
+            "dropout": Option(float, 0.1, "Dropout before the output layer.", minimum=0, maximum=1, searchable=True),
+        },
+        relative_cost=4.0,  # 0.068 vs 0.019 ms per row and epoch
+    )
+)
+register(
+    HeadType(
+        "xception",
+        "bertvision.models.cnn_heads:XceptionHead",
+        "Gen-1's abbreviated Xception along the hidden axis (layers as channels): two strided convolutions, a "
+        "separable-convolution block with a residual branch, global average pooling, then a linear layer.",
+        {
+            "cls_residual": Option(bool, False, "Concatenate the last layer's state before the output layer."),
+            "pool": CNN_POOL,
+            "adapter_width": CNN_ADAPTER_WIDTH,
+            "dropout": DROPOUT,
+        },
+        relative_cost=130.0,  # 2.4 vs 0.019 ms per row and epoch
+    )
+)

@@ -7,8 +7,8 @@ scale."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
@@ -78,17 +78,22 @@ class Metric:
     aggregation: str | None = None
 
 
-EXAMPLE_METRICS = {m.name: m for m in [
-    Metric("accuracy", accuracy),
-    Metric("f1", f1),
-    Metric("mcc", mcc, zero_is_chance=True),
-    Metric("pearson", pearson, zero_is_chance=True),
-    Metric("spearman", spearman, zero_is_chance=True),
-    Metric("accuracy_any_no", accuracy, aggregation="any-no"),
-    Metric("f1_any_no", f1, aggregation="any-no"),
-]}
-SPAN_METRICS = {name: Metric(name, None, scale=100.0) for name in
-                ("f1", "exact", "HasAns_f1", "HasAns_exact", "NoAns_f1", "NoAns_exact")}
+EXAMPLE_METRICS = {
+    m.name: m
+    for m in [
+        Metric("accuracy", accuracy),
+        Metric("f1", f1),
+        Metric("mcc", mcc, zero_is_chance=True),
+        Metric("pearson", pearson, zero_is_chance=True),
+        Metric("spearman", spearman, zero_is_chance=True),
+        Metric("accuracy_any_no", accuracy, aggregation="any-no"),
+        Metric("f1_any_no", f1, aggregation="any-no"),
+    ]
+}
+SPAN_METRICS = {
+    name: Metric(name, None, scale=100.0)
+    for name in ("f1", "exact", "HasAns_f1", "HasAns_exact", "NoAns_f1", "NoAns_exact")
+}
 
 # Task kind -> the metrics a task of that kind may report.
 METRICS: dict[str, dict[str, Metric]] = {

@@ -98,11 +98,14 @@ class TaskSpec:
     def meanings(self) -> tuple[str, ...]:
         return self.label_meanings or self.label_names
 
-    def shares_labels_with(self, other: "TaskSpec") -> bool:
-        return (self.kind == other.kind == "classification" and len(self.meanings) == len(other.meanings)
-                and sorted(self.meanings) == sorted(other.meanings))
+    def shares_labels_with(self, other: TaskSpec) -> bool:
+        return (
+            self.kind == other.kind == "classification"
+            and len(self.meanings) == len(other.meanings)
+            and sorted(self.meanings) == sorted(other.meanings)
+        )
 
-    def label_order_from(self, source: "TaskSpec") -> list[int]:
+    def label_order_from(self, source: TaskSpec) -> list[int]:
         """For each of this task's label ids, the id of ``source``'s label that means the same."""
         return [source.meanings.index(m) for m in self.meanings]
 
@@ -142,10 +145,18 @@ def _glue(name, **kw) -> TaskSpec:
 
 def _squad(name, **kw) -> TaskSpec:
     """A task over SQuAD 2.0 questions (official JSON files or the hub's squad_v2)."""
-    return TaskSpec(name=name, text_fields=("question", "context"), max_length=384, train_rows=130319,
-                    eval_splits=("dev",), hub_id="rajpurkar/squad_v2", hub_config="squad_v2",
-                    hub_splits={"train": "train", "dev": "validation"},
-                    squad=SquadFileLayout(files={"train": "train-v2.0.json", "dev": "dev-v2.0.json"}), **kw)
+    return TaskSpec(
+        name=name,
+        text_fields=("question", "context"),
+        max_length=384,
+        train_rows=130319,
+        eval_splits=("dev",),
+        hub_id="rajpurkar/squad_v2",
+        hub_config="squad_v2",
+        hub_splits={"train": "train", "dev": "validation"},
+        squad=SquadFileLayout(files={"train": "train-v2.0.json", "dev": "dev-v2.0.json"}),
+        **kw,
+    )
 
 
 TASKS: dict[str, TaskSpec] = {}
@@ -159,8 +170,11 @@ def register(task: TaskSpec) -> TaskSpec:
     if task.kind not in METRICS:
         problems.append(f"kind {task.kind!r} is not one of {sorted(METRICS)}")
     else:
-        problems += [f"metric {m!r} is not a {task.kind} metric ({sorted(METRICS[task.kind])})"
-                     for m in task.metrics if m not in METRICS[task.kind]]
+        problems += [
+            f"metric {m!r} is not a {task.kind} metric ({sorted(METRICS[task.kind])})"
+            for m in task.metrics
+            if m not in METRICS[task.kind]
+        ]
     if not task.metrics:
         problems.append("no metrics")
     if task.kind == "classification" and (len(task.label_names) < 2 or len(task.raw_labels) != len(task.label_names)):
@@ -171,9 +185,14 @@ def register(task: TaskSpec) -> TaskSpec:
         problems.append("span settings exactly for span tasks")
     if task.answerability and (task.kind != "classification" or not task.squad):
         problems.append("answerability settings only for a classification task over SQuAD files")
-    problems += [f"metric {m!r} aggregates windows: only for answerability tasks" for m in task.metrics
-                 if task.kind in METRICS and m in METRICS[task.kind] and METRICS[task.kind][m].aggregation
-                 and not task.answerability]
+    problems += [
+        f"metric {m!r} aggregates windows: only for answerability tasks"
+        for m in task.metrics
+        if task.kind in METRICS
+        and m in METRICS[task.kind]
+        and METRICS[task.kind][m].aggregation
+        and not task.answerability
+    ]
     if not (task.glue or task.squad):
         problems.append("no local file layout (glue or squad)")
     missing = [s for s in ("train", *task.eval_splits) if s not in task.hub_splits]

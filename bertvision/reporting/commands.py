@@ -58,14 +58,22 @@ def add_reporting_commands(sub, subcommand, json_arg) -> None:
     s.add_argument("--baseline-metrics", type=Path, nargs="*", default=[], help="full fine-tuning records (summary)")
     s.add_argument("--head-dirs", type=Path, nargs="*", default=[], help="train_heads output directories")
     s.add_argument("--manifests", type=Path, nargs="*", default=[], help="feature manifests (cost table)")
-    s.add_argument("--runs", type=json_arg, required=True,
-                   help="every run, [{model, task, ftseed, frac}, ...]: their jobs' benchmark files give the times")
+    s.add_argument(
+        "--runs",
+        type=json_arg,
+        required=True,
+        help="every run, [{model, task, ftseed, frac}, ...]: their jobs' benchmark files give the times",
+    )
     s.add_argument("--shards", type=int, required=True, help="extraction shards per checkpoint")
     s.add_argument("--heads", nargs="*", default=[], help="head names in table order")
     s.add_argument("--out-dir", type=Path, required=True)
 
-    s = subcommand(sub, "experiment-tables", cmd_experiment_tables,
-                   "search, data-fraction and transfer tables (rule experiment_tables)")
+    s = subcommand(
+        sub,
+        "experiment-tables",
+        cmd_experiment_tables,
+        "search, data-fraction and transfer tables (rule experiment_tables)",
+    )
     s.add_argument("--search", type=Path, nargs="*", default=[], help="best.json of every study")
     s.add_argument("--subset-dirs", type=Path, nargs="*", default=[], help="train_heads_subset outputs")
     s.add_argument("--head-dirs", type=Path, nargs="*", default=[], help="train_heads outputs (the full data)")
@@ -80,7 +88,8 @@ def add_reporting_commands(sub, subcommand, json_arg) -> None:
     s.add_argument("--tasks", nargs="+", required=True)
     s.add_argument("--out-dir", type=Path, required=True)
 
-    s = subcommand(sub, "plot-data-fraction", cmd_plot_data_fraction,
-                   "score vs share of training data (rule plot_data_fraction)")
+    s = subcommand(
+        sub, "plot-data-fraction", cmd_plot_data_fraction, "score vs share of training data (rule plot_data_fraction)"
+    )
     s.add_argument("--table", type=Path, required=True, help="data_fraction.csv")
     s.add_argument("--out", type=Path, required=True)

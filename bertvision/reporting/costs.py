@@ -53,21 +53,40 @@ def storage_cost(record: dict, extract: dict, sizes: dict) -> tuple[float, float
 def cost_table(bert_metrics, head_metrics, manifests, jobs: list[Job]) -> pd.DataFrame:
     extract = extract_seconds(jobs)
     sizes = feature_bytes(manifests)
-    bert = pd.DataFrame([
-        {"model_name": r["model"], "task": r["task"], "ft_seed": r["seed"], "epoch_fraction": float(r["epoch_fraction"]),
-         "finetune_s": r["train_seconds"], "score": get_task(r["task"]).headline(r["metrics"]),
-         "selection": get_task(r["task"]).primary_score(r["metrics"], "selection"), "device": r["device"]}
-        for r in map(read_json, bert_metrics)
-    ])
-    heads = pd.DataFrame([
-        {"task": r["task"], "model_name": r["source"]["model"], "ft_seed": int(r["source"]["ft_seed"]),
-         "epoch_fraction": float(r["source"]["checkpoint"]), "model": r["head"], "head_s": r["seconds"],
-         "score": get_task(r["task"]).headline(r["metrics"]), "trainable_params": r["parameters"],
-         "parameter_percent": r["parameter_percent"], "encoder_params": r["encoder_parameters"],
-         "features": "stored" if r.get("features_stored", True) else "streamed",
-         **dict(zip(("extract_s", "feature_bytes"), storage_cost(r, extract, sizes)))}
-        for r in map(read_json, head_metrics)
-    ])
+    bert = pd.DataFrame(
+        [
+            {
+                "model_name": r["model"],
+                "task": r["task"],
+                "ft_seed": r["seed"],
+                "epoch_fraction": float(r["epoch_fraction"]),
+                "finetune_s": r["train_seconds"],
+                "score": get_task(r["task"]).headline(r["metrics"]),
+                "selection": get_task(r["task"]).primary_score(r["metrics"], "selection"),
+                "device": r["device"],
+            }
+            for r in map(read_json, bert_metrics)
+        ]
+    )
+    heads = pd.DataFrame(
+        [
+            {
+                "task": r["task"],
+                "model_name": r["source"]["model"],
+                "ft_seed": int(r["source"]["ft_seed"]),
+                "epoch_fraction": float(r["source"]["checkpoint"]),
+                "model": r["head"],
+                "head_s": r["seconds"],
+                "score": get_task(r["task"]).headline(r["metrics"]),
+                "trainable_params": r["parameters"],
+                "parameter_percent": r["parameter_percent"],
+                "encoder_params": r["encoder_parameters"],
+                "features": "stored" if r.get("features_stored", True) else "streamed",
+                **dict(zip(("extract_s", "feature_bytes"), storage_cost(r, extract, sizes))),
+            }
+            for r in map(read_json, head_metrics)
+        ]
+    )
     if heads.empty or bert.empty:
         return pd.DataFrame()
     rows = []
@@ -79,43 +98,94 @@ def cost_table(bert_metrics, head_metrics, manifests, jobs: list[Job]) -> pd.Dat
         best = b.loc[b["selection"].idxmax()] if b["selection"].notna().any() else b.loc[b["epoch_fraction"].idxmax()]
         ext = float(g["extract_s"].iloc[0])
         head_s = float(g["head_s"].mean())
-        rows.append({
-            "backbone": model_name, "task": task, "ft_seed": ft, "epoch_fraction": frac, "model": head,
-            "score": float(g["score"].mean()),
-            "trainable_params": int(g["trainable_params"].iloc[0]),
-            "parameter_percent": float(g["parameter_percent"].iloc[0]),
-            "finetune_s": float(at["finetune_s"]), "extract_s": ext, "head_s": head_s,
-            "bertvision_s": float(at["finetune_s"]) + ext + head_s,
-            "feature_bytes": float(g["feature_bytes"].iloc[0]), "features": g["features"].iloc[0],
-            "bert_score": float(at["score"]), "bert_pick_fraction": float(best["epoch_fraction"]),
-            "bert_pick_score": float(best["score"]), "bert_pick_finetune_s": float(best["finetune_s"]),
-            "device": at["device"],
-        })
-    return pd.DataFrame(rows).sort_values(["backbone", "task", "ft_seed", "epoch_fraction", "model"]).reset_index(
-        drop=True)
+        rows.append(
+            {
+                "backbone": model_name,
+                "task": task,
+                "ft_seed": ft,
+                "epoch_fraction": frac,
+                "model": head,
+                "score": float(g["score"].mean()),
+                "trainable_params": int(g["trainable_params"].iloc[0]),
+                "parameter_percent": float(g["parameter_percent"].iloc[0]),
+                "finetune_s": float(at["finetune_s"]),
+                "extract_s": ext,
+                "head_s": head_s,
+                "bertvision_s": float(at["finetune_s"]) + ext + head_s,
+                "feature_bytes": float(g["feature_bytes"].iloc[0]),
+                "features": g["features"].iloc[0],
+                "bert_score": float(at["score"]),
+                "bert_pick_fraction": float(best["epoch_fraction"]),
+                "bert_pick_score": float(best["score"]),
+                "bert_pick_finetune_s": float(best["finetune_s"]),
+                "device": at["device"],
+            }
+        )
+    return (
+        pd.DataFrame(rows)
+        .sort_values(["backbone", "task", "ft_seed", "epoch_fraction", "model"])
+        .reset_index(drop=True)
+    )
 
 
 def cost_markdown(costs: pd.DataFrame) -> str:
-    parts = ["# Cost of each result", "",
-             "Seconds of wall time on the device in the last column (a GPU's time when it ran on one). "
-             "BERTVision = fine-tuning to the checkpoint + extracting its features + training the head "
-             "(one head seed's mean). Streamed states (`store: false`) are extracted by nobody: the "
-             "head's seconds include its share of the encoder's passes, and no bytes are stored. It is set against BERT's own head at the checkpoint with the best "
-             "**selection** score (`BERT's pick`). The comparison with full fine-tuning is `summary.md`'s.", ""]
+    parts = [
+        "# Cost of each result",
+        "",
+        "Seconds of wall time on the device in the last column (a GPU's time when it ran on one). "
+        "BERTVision = fine-tuning to the checkpoint + extracting its features + training the head "
+        "(one head seed's mean). Streamed states (`store: false`) are extracted by nobody: the "
+        "head's seconds include its share of the encoder's passes, and no bytes are stored. "
+        "It is set against BERT's own head at the checkpoint with the best "
+        "**selection** score (`BERT's pick`). The comparison with full fine-tuning is `summary.md`'s.",
+        "",
+    ]
     if costs.empty:
         return "\n".join(parts + ["No head results yet.", ""])
     for (backbone, task, ft), block in costs.groupby(["backbone", "task", "ft_seed"], sort=False):
         metric = get_task(task).primary_metric
         first = block.iloc[0]
-        parts.append(f"## {task} ({backbone}, fine-tuning seed {ft}; {metric}; BERT's pick: "
-                     f"{first['bert_pick_score']:.3f} at {first['bert_pick_fraction']:g} epochs, "
-                     f"{first['bert_pick_finetune_s']:.1f} s of fine-tuning)")
+        parts.append(
+            f"## {task} ({backbone}, fine-tuning seed {ft}; {metric}; BERT's pick: "
+            f"{first['bert_pick_score']:.3f} at {first['bert_pick_fraction']:g} epochs, "
+            f"{first['bert_pick_finetune_s']:.1f} s of fine-tuning)"
+        )
         parts.append("")
-        rows = [[f"{r.epoch_fraction:g}", r.model, f"{r.score:.3f}", f"{r.bert_score:.3f}", f"{r.parameter_percent:.3f}",
-                 f"{r.finetune_s:.1f}", f"{r.extract_s:.1f}", f"{r.head_s:.1f}", f"{r.bertvision_s:.1f}",
-                 f"{r.feature_bytes / 2**20:.1f}", r.features, r.device] for r in block.itertuples()]
-        parts.append(markdown_table(["epochs", "head", "head score", "BERT score", "% params", "fine-tune s",
-                                     "extract s", "head s", "BERTVision s", "features MiB", "states", "device"],
-                                    rows))
+        rows = [
+            [
+                f"{r.epoch_fraction:g}",
+                r.model,
+                f"{r.score:.3f}",
+                f"{r.bert_score:.3f}",
+                f"{r.parameter_percent:.3f}",
+                f"{r.finetune_s:.1f}",
+                f"{r.extract_s:.1f}",
+                f"{r.head_s:.1f}",
+                f"{r.bertvision_s:.1f}",
+                f"{r.feature_bytes / 2**20:.1f}",
+                r.features,
+                r.device,
+            ]
+            for r in block.itertuples()
+        ]
+        parts.append(
+            markdown_table(
+                [
+                    "epochs",
+                    "head",
+                    "head score",
+                    "BERT score",
+                    "% params",
+                    "fine-tune s",
+                    "extract s",
+                    "head s",
+                    "BERTVision s",
+                    "features MiB",
+                    "states",
+                    "device",
+                ],
+                rows,
+            )
+        )
         parts.append("")
     return "\n".join(parts)

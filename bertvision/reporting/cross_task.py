@@ -18,8 +18,22 @@ from bertvision.reporting.markdown import fmt, markdown_table
 from bertvision.runtime.io import read_json
 
 OWN, FROZEN, OTHER, MIXTURE, AS_IS = "own encoder", "frozen", "other task's encoder", "mixture", "source head as is"
-COLUMNS = ["backbone", "task", "encoder", "role", "trained_on", "head", "metric", "dev_mean", "dev_std", "n",
-           "selection_mean", "parameters", "diff_vs_own", "diff_vs_frozen"]
+COLUMNS = [
+    "backbone",
+    "task",
+    "encoder",
+    "role",
+    "trained_on",
+    "head",
+    "metric",
+    "dev_mean",
+    "dev_std",
+    "n",
+    "selection_mean",
+    "parameters",
+    "diff_vs_own",
+    "diff_vs_frozen",
+]
 
 
 def role(encoder: SharedEncoder, task: str) -> str:
@@ -44,8 +58,13 @@ def _points(task: str) -> float:
     return 100.0 / get_task(task).metric_scale()
 
 
-def head_runs_on_encoders(encoders: list[SharedEncoder], models: list[str], ft_seeds: list[int],
-                          heads: dict[str, list[str]], epochs: dict[str, float]) -> pd.DataFrame:
+def head_runs_on_encoders(
+    encoders: list[SharedEncoder],
+    models: list[str],
+    ft_seeds: list[int],
+    heads: dict[str, list[str]],
+    epochs: dict[str, float],
+) -> pd.DataFrame:
     """One row per trained head run on a shared encoder's states (``heads``: task -> the head
     names the shared mode trains for it)."""
     rows = []
@@ -58,10 +77,19 @@ def head_runs_on_encoders(encoders: list[SharedEncoder], models: list[str], ft_s
                         r = read_json(path)
                         if r["head"] not in names:
                             continue
-                        rows.append({"backbone": model, "task": task_name, "encoder": enc.name,
-                                     "role": role(enc, task_name), "trained_on": trained_on(enc, epochs),
-                                     "head": r["head"], "selection": task.primary_score(r["metrics"], "selection"),
-                                     "dev": task.headline(r["metrics"]), "parameters": r["parameters"]})
+                        rows.append(
+                            {
+                                "backbone": model,
+                                "task": task_name,
+                                "encoder": enc.name,
+                                "role": role(enc, task_name),
+                                "trained_on": trained_on(enc, epochs),
+                                "head": r["head"],
+                                "selection": task.primary_score(r["metrics"], "selection"),
+                                "dev": task.headline(r["metrics"]),
+                                "parameters": r["parameters"],
+                            }
+                        )
     return pd.DataFrame(rows)
 
 
@@ -72,10 +100,19 @@ def heads_applied_as_is(transfer_files: list[Path]) -> pd.DataFrame:
     for path in transfer_files:
         for r in read_json(path)["records"]:
             task = get_task(r["task"])
-            rows.append({"backbone": r["backbone"], "task": r["task"], "encoder": r["source_task"], "role": AS_IS,
-                         "trained_on": f"{r['source_task']} head on {r['source_task']}'s encoder",
-                         "head": r["head"], "selection": r["source_selection"], "dev": task.headline(r["metrics"]),
-                         "parameters": r["parameters"]})
+            rows.append(
+                {
+                    "backbone": r["backbone"],
+                    "task": r["task"],
+                    "encoder": r["source_task"],
+                    "role": AS_IS,
+                    "trained_on": f"{r['source_task']} head on {r['source_task']}'s encoder",
+                    "head": r["head"],
+                    "selection": r["source_selection"],
+                    "dev": task.headline(r["metrics"]),
+                    "parameters": r["parameters"],
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -85,12 +122,20 @@ def cross_task_table(runs: pd.DataFrame) -> pd.DataFrame:
     if runs.empty:
         return pd.DataFrame(columns=COLUMNS)
     keys = ["backbone", "task", "encoder", "role", "trained_on"]
-    per_head = (runs.groupby([*keys, "head"], sort=False)
-                    .agg(dev_mean=("dev", "mean"), dev_std=("dev", lambda v: v.std(ddof=1) if len(v) > 1 else np.nan),
-                         n=("dev", "size"), selection_mean=("selection", "mean"), parameters=("parameters", "first"))
-                    .reset_index())
-    ranked = per_head.sort_values(["selection_mean", "parameters", "head"], ascending=[False, True, True],
-                                  kind="stable", na_position="last")
+    per_head = (
+        runs.groupby([*keys, "head"], sort=False)
+        .agg(
+            dev_mean=("dev", "mean"),
+            dev_std=("dev", lambda v: v.std(ddof=1) if len(v) > 1 else np.nan),
+            n=("dev", "size"),
+            selection_mean=("selection", "mean"),
+            parameters=("parameters", "first"),
+        )
+        .reset_index()
+    )
+    ranked = per_head.sort_values(
+        ["selection_mean", "parameters", "head"], ascending=[False, True, True], kind="stable", na_position="last"
+    )
     picked = ranked.groupby(keys, sort=False).head(1).copy()
     picked["metric"] = [get_task(t).primary_metric for t in picked["task"]]
     for ref, column in ((OWN, "diff_vs_own"), (FROZEN, "diff_vs_frozen")):
@@ -108,17 +153,24 @@ def _diff(value: float) -> str:
 
 
 def cross_task_markdown(table: pd.DataFrame) -> str:
-    parts = ["# Cross-task transfer\n",
-             "Rows: the task scored (dev, mean ± std over fine-tuning × head seeds). Columns: the encoder whose "
-             "states the task's heads were trained on; the head is picked per cell on the selection split. In "
-             "brackets: points against the task's own encoder (the diagonal). `frozen` is the pretrained encoder; "
-             "a mixture was fine-tuned on several tasks at once.\n"]
+    parts = [
+        "# Cross-task transfer\n",
+        "Rows: the task scored (dev, mean ± std over fine-tuning × head seeds). Columns: the encoder whose "
+        "states the task's heads were trained on; the head is picked per cell on the selection split. In "
+        "brackets: points against the task's own encoder (the diagonal). `frozen` is the pretrained encoder; "
+        "a mixture was fine-tuned on several tasks at once.\n",
+    ]
     if table.empty:
         return "\n".join(parts + ["No shared encoders configured (`shared.tasks`).\n"])
     for backbone, block in table.groupby("backbone", sort=True):
         trained = block[block["role"] != AS_IS]
-        encoders = list(dict.fromkeys(trained.sort_values("role", key=lambda r: r.map(
-            {FROZEN: 0, OWN: 1, OTHER: 1, MIXTURE: 2}), kind="stable")["encoder"]))
+        encoders = list(
+            dict.fromkeys(
+                trained.sort_values(
+                    "role", key=lambda r: r.map({FROZEN: 0, OWN: 1, OTHER: 1, MIXTURE: 2}), kind="stable"
+                )["encoder"]
+            )
+        )
         tasks = list(dict.fromkeys(block["task"]))
         rows = []
         for task in tasks:
@@ -135,19 +187,37 @@ def cross_task_markdown(table: pd.DataFrame) -> str:
                 row.append(f"{mark}{fmt(c['dev_mean'], c['dev_std'], scale)}{mark}{diff}")
             rows.append(row)
         parts += [f"## {backbone}\n", markdown_table(["task", "metric", *encoders], rows), ""]
-        picks = [[r.task, r.encoder, r.role, r.trained_on, r.head, f"{r.parameters:,}",
-                  f"{r.selection_mean:.3f}"] for r in trained.itertuples()]
-        parts += ["Heads picked (on selection):\n",
-                  markdown_table(["task", "encoder", "role", "encoder trained on", "head", "params",
-                                  "selection"], picks), ""]
+        picks = [
+            [r.task, r.encoder, r.role, r.trained_on, r.head, f"{r.parameters:,}", f"{r.selection_mean:.3f}"]
+            for r in trained.itertuples()
+        ]
+        parts += [
+            "Heads picked (on selection):\n",
+            markdown_table(["task", "encoder", "role", "encoder trained on", "head", "params", "selection"], picks),
+            "",
+        ]
         as_is = block[block["role"] == AS_IS]
         if len(as_is):
-            rows = [[r.task, r.encoder, r.head, fmt(r.dev_mean, r.dev_std, get_task(r.task).metric_scale()),
-                     str(int(r.n)), f"{r.diff_vs_own:+.1f}", f"{r.diff_vs_frozen:+.1f}"] for r in as_is.itertuples()]
-            parts += ["Heads of a task with the same labels, applied as they are (trained on the source task, "
-                      "picked on its selection split; the target's states of the source's encoder):\n",
-                      markdown_table(["task", "source task", "head", "dev", "n", "vs own (points)",
-                                      "vs frozen (points)"], rows), ""]
+            rows = [
+                [
+                    r.task,
+                    r.encoder,
+                    r.head,
+                    fmt(r.dev_mean, r.dev_std, get_task(r.task).metric_scale()),
+                    str(int(r.n)),
+                    f"{r.diff_vs_own:+.1f}",
+                    f"{r.diff_vs_frozen:+.1f}",
+                ]
+                for r in as_is.itertuples()
+            ]
+            parts += [
+                "Heads of a task with the same labels, applied as they are (trained on the source task, "
+                "picked on its selection split; the target's states of the source's encoder):\n",
+                markdown_table(
+                    ["task", "source task", "head", "dev", "n", "vs own (points)", "vs frozen (points)"], rows
+                ),
+                "",
+            ]
     return "\n".join(parts)
 
 
@@ -160,9 +230,15 @@ def cross_task_heatmap(table: pd.DataFrame, out: Path) -> None:
 
     trained = table[table["role"] != AS_IS]
     backbones = sorted(trained["backbone"].unique()) or ["(none)"]
-    fig, axes = plt.subplots(1, len(backbones), figsize=(2.5 + 1.3 * max(1, trained["encoder"].nunique()) *
-                                                             len(backbones), 1.5 + 0.6 * max(1, trained["task"].nunique())),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        1,
+        len(backbones),
+        figsize=(
+            2.5 + 1.3 * max(1, trained["encoder"].nunique()) * len(backbones),
+            1.5 + 0.6 * max(1, trained["task"].nunique()),
+        ),
+        squeeze=False,
+    )
     for ax, backbone in zip(axes[0], backbones):
         block = trained[trained["backbone"] == backbone]
         if block.empty:
@@ -170,8 +246,13 @@ def cross_task_heatmap(table: pd.DataFrame, out: Path) -> None:
             ax.axis("off")
             continue
         tasks = list(dict.fromkeys(block["task"]))
-        encoders = list(dict.fromkeys(block.sort_values("role", key=lambda r: r.map(
-            {FROZEN: 0, OWN: 1, OTHER: 1, MIXTURE: 2}), kind="stable")["encoder"]))
+        encoders = list(
+            dict.fromkeys(
+                block.sort_values(
+                    "role", key=lambda r: r.map({FROZEN: 0, OWN: 1, OTHER: 1, MIXTURE: 2}), kind="stable"
+                )["encoder"]
+            )
+        )
         grid = np.full((len(tasks), len(encoders)), np.nan)
         labels = [["" for _ in encoders] for _ in tasks]
         for r in block.itertuples():

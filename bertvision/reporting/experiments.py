@@ -28,10 +28,16 @@ def _cell(block: pd.DataFrame, key) -> str:
 
 def _over_seeds(df: pd.DataFrame, keys: list[str], sort: bool = False, **extra) -> pd.DataFrame:
     """Mean, sample std and count of ``value`` per ``keys``, plus the task's primary metric name."""
-    out = (df.groupby(keys, sort=sort)
-             .agg(**extra, mean=("value", "mean"), std=("value", lambda v: v.std(ddof=1) if len(v) > 1 else np.nan),
-                  n=("value", "count"))
-             .reset_index())
+    out = (
+        df.groupby(keys, sort=sort)
+        .agg(
+            **extra,
+            mean=("value", "mean"),
+            std=("value", lambda v: v.std(ddof=1) if len(v) > 1 else np.nan),
+            n=("value", "count"),
+        )
+        .reset_index()
+    )
     out["metric"] = [get_task(t).primary_metric for t in out["task"]]
     return out
 
@@ -47,15 +53,39 @@ def search_table(best_files: list[Path]) -> pd.DataFrame:
     rows = []
     for path in best_files:
         r = read_json(path)
-        rows.append({"backbone": r["keys"]["model"], "task": r["keys"]["task"], "checkpoint": r["keys"]["frac"], "head": r["keys"]["head"],
-                     "complete": r["trials"]["COMPLETE"], "pruned": r["trials"]["PRUNED"],
-                     "failed": r["trials"]["FAIL"],
-                     "searched": "; ".join(f"{k} {_range(v)}" for k, v in r["space"].items()),
-                     "best": "; ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
-                                       for k, v in r["best_params"].items()),
-                     "best_selection_score": r["best_value"], "study": r["study"]})
-    return pd.DataFrame(rows, columns=["backbone", "task", "checkpoint", "head", "complete", "pruned", "failed", "searched",
-                                       "best", "best_selection_score", "study"])
+        rows.append(
+            {
+                "backbone": r["keys"]["model"],
+                "task": r["keys"]["task"],
+                "checkpoint": r["keys"]["frac"],
+                "head": r["keys"]["head"],
+                "complete": r["trials"]["COMPLETE"],
+                "pruned": r["trials"]["PRUNED"],
+                "failed": r["trials"]["FAIL"],
+                "searched": "; ".join(f"{k} {_range(v)}" for k, v in r["space"].items()),
+                "best": "; ".join(
+                    f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in r["best_params"].items()
+                ),
+                "best_selection_score": r["best_value"],
+                "study": r["study"],
+            }
+        )
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "backbone",
+            "task",
+            "checkpoint",
+            "head",
+            "complete",
+            "pruned",
+            "failed",
+            "searched",
+            "best",
+            "best_selection_score",
+            "study",
+        ],
+    )
 
 
 def _page(title: str, unconfigured: str):
@@ -75,13 +105,44 @@ def _page(title: str, unconfigured: str):
 
 @_page("Hyperparameter search (optuna)", "search configured (tasks.<task>.search_heads)")
 def search_markdown(table: pd.DataFrame) -> list[str]:
-    parts = ["One study per task, checkpoint and head; the objective is the primary metric on the "
-              "selection split (dev is never seen). The best trial's parameters train the final heads "
-              "(marked † in the result tables).", ""]
-    rows = [[r.backbone, r.task, r.checkpoint, r.head, str(r.complete), str(r.pruned), str(r.failed), r.searched, r.best,
-             f"{r.best_selection_score:.4f}"] for r in table.itertuples()]
-    parts.append(markdown_table(["backbone", "task", "epochs", "head", "complete", "pruned", "failed", "searched", "best",
-                                 "selection score"], rows))
+    parts = [
+        "One study per task, checkpoint and head; the objective is the primary metric on the "
+        "selection split (dev is never seen). The best trial's parameters train the final heads "
+        "(marked † in the result tables).",
+        "",
+    ]
+    rows = [
+        [
+            r.backbone,
+            r.task,
+            r.checkpoint,
+            r.head,
+            str(r.complete),
+            str(r.pruned),
+            str(r.failed),
+            r.searched,
+            r.best,
+            f"{r.best_selection_score:.4f}",
+        ]
+        for r in table.itertuples()
+    ]
+    parts.append(
+        markdown_table(
+            [
+                "backbone",
+                "task",
+                "epochs",
+                "head",
+                "complete",
+                "pruned",
+                "failed",
+                "searched",
+                "best",
+                "selection score",
+            ],
+            rows,
+        )
+    )
     return parts + [""]
 
 
@@ -98,25 +159,48 @@ def data_fraction_table(subset_runs: list[Path], full_runs: list[Path], bert_met
         m = read_json(path)
         key = (m["source"]["model"], m["task"], str(m["source"]["checkpoint"]), m["head"])
         if key in wanted:
-            rows.append({"backbone": key[0], "task": key[1], "checkpoint": key[2], "model": key[3],
-                         "fraction": m["train_fraction"], "train_examples": m["train_examples"],
-                         "value": _primary(m["task"], m["metrics"])})
+            rows.append(
+                {
+                    "backbone": key[0],
+                    "task": key[1],
+                    "checkpoint": key[2],
+                    "model": key[3],
+                    "fraction": m["train_fraction"],
+                    "train_examples": m["train_examples"],
+                    "value": _primary(m["task"], m["metrics"]),
+                }
+            )
     checkpoints = {(b, t, c) for b, t, c, _ in wanted}
     for path in bert_metrics:
         m = read_json(path)
         if (m["model"], m["task"], f"{m['epoch_fraction']:g}") in checkpoints:
-            rows.append({"backbone": m["model"], "task": m["task"], "checkpoint": f"{m['epoch_fraction']:g}",
-                         "model": BERT, "fraction": 1.0, "train_examples": np.nan,
-                         "value": _primary(m["task"], m["metrics"])})
+            rows.append(
+                {
+                    "backbone": m["model"],
+                    "task": m["task"],
+                    "checkpoint": f"{m['epoch_fraction']:g}",
+                    "model": BERT,
+                    "fraction": 1.0,
+                    "train_examples": np.nan,
+                    "value": _primary(m["task"], m["metrics"]),
+                }
+            )
     df = pd.DataFrame(rows, columns=["backbone", "task", "checkpoint", "model", "fraction", "train_examples", "value"])
-    return _over_seeds(df, ["backbone", "task", "checkpoint", "model", "fraction"], sort=True,
-                       train_examples=("train_examples", "first"))
+    return _over_seeds(
+        df,
+        ["backbone", "task", "checkpoint", "model", "fraction"],
+        sort=True,
+        train_examples=("train_examples", "first"),
+    )
 
 
 @_page("Data fraction", "data-fraction experiment configured (experiments.data_fraction.tasks)")
 def data_fraction_markdown(table: pd.DataFrame) -> list[str]:
-    parts = ["Heads trained on nested random subsets of the training features (selection and dev whole), "
-              "against BERT fine-tuned on all of them to the same checkpoint. Dev, mean ± std over seeds.", ""]
+    parts = [
+        "Heads trained on nested random subsets of the training features (selection and dev whole), "
+        "against BERT fine-tuned on all of them to the same checkpoint. Dev, mean ± std over seeds.",
+        "",
+    ]
     for (backbone, task, ckpt), block in table.groupby(["backbone", "task", "checkpoint"], sort=True):
         fractions = sorted(block.loc[block["model"] != BERT, "fraction"].unique())
         parts += [f"## {task} ({backbone}), {ckpt} epochs ({block['metric'].iloc[0]})", ""]
@@ -139,41 +223,71 @@ def transfer_table(transfer_files: list[Path], bert_metrics: list[Path]) -> pd.D
     rows = []
     for path in transfer_files:
         for r in read_json(path)["records"]:
-            rows.append({"backbone": r["backbone"], "task": r["task"], "model": r["head"],
-                         "standardization": r["standardization"],
-                         "trained_on": r["trained_on"], "evaluated_on": r["evaluated_on"],
-                         "value": _primary(r["task"], r["metrics"])})
+            rows.append(
+                {
+                    "backbone": r["backbone"],
+                    "task": r["task"],
+                    "model": r["head"],
+                    "standardization": r["standardization"],
+                    "trained_on": r["trained_on"],
+                    "evaluated_on": r["evaluated_on"],
+                    "value": _primary(r["task"], r["metrics"]),
+                }
+            )
     tasks = {(r["backbone"], r["task"]) for r in rows}
     for path in bert_metrics:
         m = read_json(path)
         if (m["model"], m["task"]) in tasks:
             ckpt = f"{m['epoch_fraction']:g}"
-            rows.append({"backbone": m["model"], "task": m["task"], "model": BERT, "standardization": "", "trained_on": ckpt,
-                         "evaluated_on": ckpt, "value": _primary(m["task"], m["metrics"])})
-    df = pd.DataFrame(rows, columns=["backbone", "task", "model", "standardization", "trained_on", "evaluated_on",
-                                     "value"])
+            rows.append(
+                {
+                    "backbone": m["model"],
+                    "task": m["task"],
+                    "model": BERT,
+                    "standardization": "",
+                    "trained_on": ckpt,
+                    "evaluated_on": ckpt,
+                    "value": _primary(m["task"], m["metrics"]),
+                }
+            )
+    df = pd.DataFrame(
+        rows, columns=["backbone", "task", "model", "standardization", "trained_on", "evaluated_on", "value"]
+    )
     return _over_seeds(df, ["backbone", "task", "model", "standardization", "trained_on", "evaluated_on"])
 
 
 @_page("Cross-checkpoint transfer", "transfer experiment configured (experiments.transfer.tasks)")
 def transfer_markdown(table: pd.DataFrame) -> list[str]:
-    parts = ["Each head trained on the hidden states of one checkpoint (rows), evaluated unchanged on the "
-              "states of every checkpoint of the same fine-tuning run (columns). The diagonal is the head on "
-              "its own features; `BERT` is the backbone's own head at each checkpoint. `input standardized "
-              "with`: the train-split statistics of the checkpoint the head was trained on (the head "
-              "unchanged), or of the checkpoint it is evaluated on (no labels needed). Dev, mean ± std over "
-              "seeds.", ""]
+    parts = [
+        "Each head trained on the hidden states of one checkpoint (rows), evaluated unchanged on the "
+        "states of every checkpoint of the same fine-tuning run (columns). The diagonal is the head on "
+        "its own features; `BERT` is the backbone's own head at each checkpoint. `input standardized "
+        "with`: the train-split statistics of the checkpoint the head was trained on (the head "
+        "unchanged), or of the checkpoint it is evaluated on (no labels needed). Dev, mean ± std over "
+        "seeds.",
+        "",
+    ]
     for (backbone, task), block in table.groupby(["backbone", "task"], sort=True):
         ckpts = sorted(block["evaluated_on"].unique(), key=float)
         parts += [f"## {task} ({backbone}; {block['metric'].iloc[0]})", ""]
         rows = []
         for (model, how, source), g in block.groupby(["model", "standardization", "trained_on"], sort=False):
             by = g.set_index("evaluated_on")
-            rows.append([model, source, {"source": "trained on", "target": "evaluated on"}.get(how, ""),
-                         *[_cell(by, c) for c in ckpts]])
+            rows.append(
+                [
+                    model,
+                    source,
+                    {"source": "trained on", "target": "evaluated on"}.get(how, ""),
+                    *[_cell(by, c) for c in ckpts],
+                ]
+            )
         bert = [r for r in rows if r[0] == BERT]
         bert_row = [BERT, "(own)", "", *[next((r[3 + i] for r in bert if r[1] == c), "") for i, c in enumerate(ckpts)]]
         rows = sorted((r for r in rows if r[0] != BERT), key=lambda r: (r[2] != "trained on", r[0], float(r[1])))
-        parts += [markdown_table(["head", "trained on", "input standardized with", *[f"on {c} ep" for c in ckpts]],
-                                 rows + [bert_row]), ""]
+        parts += [
+            markdown_table(
+                ["head", "trained on", "input standardized with", *[f"on {c} ep" for c in ckpts]], rows + [bert_row]
+            ),
+            "",
+        ]
     return parts

@@ -41,8 +41,12 @@ def _save(fig, path: Path) -> None:
 def primary_rows(summary: pd.DataFrame, task: str) -> pd.DataFrame:
     """The task's primary metric on its first evaluation split, without ensemble rows."""
     spec = get_task(task)
-    rows = summary[(summary["task"] == task) & (summary["metric"] == spec.primary_metric)
-                   & (summary["split"] == spec.eval_splits[0]) & ~summary["ensemble"].astype(bool)].copy()
+    rows = summary[
+        (summary["task"] == task)
+        & (summary["metric"] == spec.primary_metric)
+        & (summary["split"] == spec.eval_splits[0])
+        & ~summary["ensemble"].astype(bool)
+    ].copy()
     several = rows["backbone"].nunique() > 1
     rows["label"] = [f"{b}: {m}" if several else m for b, m in zip(rows["backbone"], rows["model"])]
     return rows
@@ -70,11 +74,17 @@ def score_vs_params(summary: pd.DataFrame, tasks: list[str], path: Path) -> None
         rows = primary_rows(summary, task)
         last = rows[rows["epoch_fraction"] == rows["epoch_fraction"].max()]
         for _, r in last.iterrows():
-            ax.errorbar(r["parameter_percent"], r["mean"], yerr=0 if np.isnan(r["std"]) else r["std"],
-                        marker="s" if r["model"] == BERT else "o", capsize=3,
-                        color="black" if r["model"] == BERT else None)
-            ax.annotate(r["label"], (r["parameter_percent"], r["mean"]), fontsize=7, xytext=(3, 3),
-                        textcoords="offset points")
+            ax.errorbar(
+                r["parameter_percent"],
+                r["mean"],
+                yerr=0 if np.isnan(r["std"]) else r["std"],
+                marker="s" if r["model"] == BERT else "o",
+                capsize=3,
+                color="black" if r["model"] == BERT else None,
+            )
+            ax.annotate(
+                r["label"], (r["parameter_percent"], r["mean"]), fontsize=7, xytext=(3, 3), textcoords="offset points"
+            )
         ax.set_xscale("log")
         ax.set_xlabel("trainable parameters (% of the encoder)")
         ax.set_ylabel(get_task(task).primary_metric)
@@ -89,8 +99,12 @@ def layer_weights(head_metrics: list[Path], path: Path, head: str = "lp") -> Non
     records = [r for r in records if r["head"] == head and "layer_weights" in r]
     fig, ax = plt.subplots(figsize=(6, 1 + 0.5 * max(1, len({r["task"] for r in records}))))
     if records:
-        frame = pd.DataFrame([{"task": r["task"], "ckpt": float(r["source"]["checkpoint"]),
-                               "weights": r["layer_weights"]} for r in records])
+        frame = pd.DataFrame(
+            [
+                {"task": r["task"], "ckpt": float(r["source"]["checkpoint"]), "weights": r["layer_weights"]}
+                for r in records
+            ]
+        )
         matrix, labels = [], []
         for task, g in frame.groupby("task"):
             g = g[g["ckpt"] == g["ckpt"].max()]
@@ -105,8 +119,9 @@ def layer_weights(head_metrics: list[Path], path: Path, head: str = "lp") -> Non
     _save(fig, path)
 
 
-def build_plots(summary_csvs: list[Path], head_metrics: list[Path], tasks: list[str], out_dir: Path,
-                verdict_csv: Path | None = None) -> None:
+def build_plots(
+    summary_csvs: list[Path], head_metrics: list[Path], tasks: list[str], out_dir: Path, verdict_csv: Path | None = None
+) -> None:
     summary = pd.concat([pd.read_csv(p) for p in summary_csvs if Path(p).stat().st_size], ignore_index=True)
     if verdict_csv is not None:
         score_vs_seconds(verdict_csv, Path(plot("score-vs-seconds", out_dir)))
@@ -116,12 +131,17 @@ def build_plots(summary_csvs: list[Path], head_metrics: list[Path], tasks: list[
     layer_weights(head_metrics, Path(plot("layer-weights", out_dir)))
 
 
-ROW_STYLES = dict(zip(ROW_KINDS, (  # summary row kind -> marker style
-    {"marker": "*", "s": 220, "color": "black", "zorder": 3},
-    {"marker": "s", "s": 60, "color": "tab:gray"},
-    {"marker": "o", "s": 90, "color": "tab:red", "zorder": 3},
-    {"marker": "D", "s": 60, "color": "tab:blue"},
-)))
+ROW_STYLES = dict(
+    zip(
+        ROW_KINDS,
+        (  # summary row kind -> marker style
+            {"marker": "*", "s": 220, "color": "black", "zorder": 3},
+            {"marker": "s", "s": 60, "color": "tab:gray"},
+            {"marker": "o", "s": 90, "color": "tab:red", "zorder": 3},
+            {"marker": "D", "s": 60, "color": "tab:blue"},
+        ),
+    )
+)
 
 
 def score_vs_seconds(summary_csv: Path, path: Path) -> None:
@@ -132,12 +152,27 @@ def score_vs_seconds(summary_csv: Path, path: Path) -> None:
     fig, axes = _panels(len(blocks), 4.2)
     for ax, ((backbone, task), block) in zip(axes, blocks):
         for r in block.itertuples():
-            ax.scatter(r.seconds, r.dev_mean, label=r.row if r.row not in ax.get_legend_handles_labels()[1] else None,
-                       **ROW_STYLES.get(r.row, {}))
-            ax.errorbar(r.seconds, r.dev_mean, yerr=0 if np.isnan(r.dev_std) else r.dev_std, color="gray",
-                        capsize=2, linewidth=0.8)
-            ax.annotate("full FT" if np.isnan(r.epoch_fraction) else f"{r.model} @{r.epoch_fraction:g}",
-                        (r.seconds, r.dev_mean), fontsize=6, xytext=(3, 3), textcoords="offset points")
+            ax.scatter(
+                r.seconds,
+                r.dev_mean,
+                label=r.row if r.row not in ax.get_legend_handles_labels()[1] else None,
+                **ROW_STYLES.get(r.row, {}),
+            )
+            ax.errorbar(
+                r.seconds,
+                r.dev_mean,
+                yerr=0 if np.isnan(r.dev_std) else r.dev_std,
+                color="gray",
+                capsize=2,
+                linewidth=0.8,
+            )
+            ax.annotate(
+                "full FT" if np.isnan(r.epoch_fraction) else f"{r.model} @{r.epoch_fraction:g}",
+                (r.seconds, r.dev_mean),
+                fontsize=6,
+                xytext=(3, 3),
+                textcoords="offset points",
+            )
             if r.row == FULL_FT and not np.isnan(r.dev_std):
                 ax.axhspan(r.dev_mean - r.dev_std, r.dev_mean + r.dev_std, color="black", alpha=0.08)
         ax.set_xscale("log")
@@ -156,8 +191,9 @@ def data_fraction_curves(table_csv: Path, path: Path) -> None:
     """Score vs share of training data, one panel per (task, checkpoint); BERT (all the data,
     same checkpoint) as a dashed line."""
     table = pd.read_csv(table_csv, dtype={"checkpoint": str}) if Path(table_csv).stat().st_size else pd.DataFrame()
-    panels = sorted({(b, t, c) for b, t, c in zip(table.get("backbone", []), table.get("task", []),
-                                                  table.get("checkpoint", []))})
+    panels = sorted(
+        {(b, t, c) for b, t, c in zip(table.get("backbone", []), table.get("task", []), table.get("checkpoint", []))}
+    )
     fig, axes = _panels(len(panels), 4.5)
     for ax, (backbone, task, ckpt) in zip(axes, panels):
         block = table[(table["backbone"] == backbone) & (table["task"] == task) & (table["checkpoint"] == ckpt)]
@@ -169,8 +205,9 @@ def data_fraction_curves(table_csv: Path, path: Path) -> None:
             ax.errorbar(100 * g["fraction"], g["mean"], yerr=g["std"].fillna(0), marker="o", capsize=3, label=model)
         ax.set_xlabel("training data used by the head (%)")
         ax.set_ylabel(f"{block['metric'].iloc[0]} (dev)")
-        ax.set_title(f"{task}, features at {ckpt} epochs" + ("" if len({p[0] for p in panels}) == 1
-                                                              else f" ({backbone})"))
+        ax.set_title(
+            f"{task}, features at {ckpt} epochs" + ("" if len({p[0] for p in panels}) == 1 else f" ({backbone})")
+        )
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     if not panels:

@@ -25,10 +25,20 @@ def ensemble_name(head: str, how: str) -> str:
 def _rows(task: TaskSpec, metrics: dict, run_flags: dict, **columns) -> list[dict]:
     """One row per evaluation split and metric of ``task`` (span tasks also score selection,
     which is left out), flagged by the run's predictions or a chance-level score."""
-    return [{"task": task.name, "split": split, "metric": metric, "value": value, **columns,
-             "flag": run_flags.get(split) or metric_flag(task, metric, value)}
-            for split, values in metrics.items() if split in task.eval_splits
-            for metric, value in values.items() if metric in task.metrics]
+    return [
+        {
+            "task": task.name,
+            "split": split,
+            "metric": metric,
+            "value": value,
+            **columns,
+            "flag": run_flags.get(split) or metric_flag(task, metric, value),
+        }
+        for split, values in metrics.items()
+        if split in task.eval_splits
+        for metric, value in values.items()
+        if metric in task.metrics
+    ]
 
 
 def long_records(bert_metrics: list[Path], head_metrics: list[Path]) -> pd.DataFrame:
@@ -38,20 +48,42 @@ def long_records(bert_metrics: list[Path], head_metrics: list[Path]) -> pd.DataF
         m = read_json(path)
         task = get_task(m["task"])
         flags = prediction_flags(Path(path).with_name(BERT_PREDICTIONS), task)
-        rows += _rows(task, m["metrics"], flags, backbone=m["model"], epoch_fraction=m["epoch_fraction"], model=BERT,
-                      seed=m["seed"], parameter_percent=100.0, tuned=False, ensemble=False)
+        rows += _rows(
+            task,
+            m["metrics"],
+            flags,
+            backbone=m["model"],
+            epoch_fraction=m["epoch_fraction"],
+            model=BERT,
+            seed=m["seed"],
+            parameter_percent=100.0,
+            tuned=False,
+            ensemble=False,
+        )
     for path in head_metrics:
         m = read_json(path)
         task = get_task(m["task"])
-        run = {"backbone": m["source"]["model"], "epoch_fraction": float(m["source"]["checkpoint"]),
-               "seed": f"{m['source'].get('ft_seed', '')}/{m['seed']}", "tuned": m.get("search") is not None}
+        run = {
+            "backbone": m["source"]["model"],
+            "epoch_fraction": float(m["source"]["checkpoint"]),
+            "seed": f"{m['source'].get('ft_seed', '')}/{m['seed']}",
+            "tuned": m.get("search") is not None,
+        }
         flags = prediction_flags(Path(path).with_name(HEAD_PREDICTIONS), task)
-        rows += _rows(task, m["metrics"], flags, model=m["head"], parameter_percent=m["parameter_percent"],
-                      ensemble=False, **run)
+        rows += _rows(
+            task, m["metrics"], flags, model=m["head"], parameter_percent=m["parameter_percent"], ensemble=False, **run
+        )
         for how in ensemble_rules(task):  # the distinct ones: max = mean for two classes
             if how in m.get("ensembles", {}):
-                rows += _rows(task, m["ensembles"][how], {}, model=ensemble_name(m["head"], how),
-                              parameter_percent=100.0 + m["parameter_percent"], ensemble=True, **run)
+                rows += _rows(
+                    task,
+                    m["ensembles"][how],
+                    {},
+                    model=ensemble_name(m["head"], how),
+                    parameter_percent=100.0 + m["parameter_percent"],
+                    ensemble=True,
+                    **run,
+                )
     return pd.DataFrame(rows)
 
 
@@ -70,9 +102,11 @@ def summarize(records: pd.DataFrame, head_order: list[str]) -> pd.DataFrame:
     order = {name: i for i, name in enumerate(names)}
     out["_model_order"] = out["model"].map(order)
     out["_metric_order"] = [get_task(t).metrics.index(m) for t, m in zip(out["task"], out["metric"])]
-    return out.sort_values(["backbone", "task", "split", "epoch_fraction", "_model_order", "_metric_order"]).drop(
-        columns=["_model_order", "_metric_order"]
-    ).reset_index(drop=True)
+    return (
+        out.sort_values(["backbone", "task", "split", "epoch_fraction", "_model_order", "_metric_order"])
+        .drop(columns=["_model_order", "_metric_order"])
+        .reset_index(drop=True)
+    )
 
 
 def _section(block: pd.DataFrame, metrics: list[str], scale: float) -> str:
@@ -82,37 +116,59 @@ def _section(block: pd.DataFrame, metrics: list[str], scale: float) -> str:
         n = int(g["n"].iloc[0])
         flagged = int(g["flagged"].max())
         reasons = "; ".join(sorted({r for f in g["flags"] for r in f.split("; ") if r}))
-        rows.append([f"{frac:g}", model + (" †" if g["tuned"].any() else ""),
-                     f"{g['parameter_percent'].iloc[0]:.3f}",
-                     *[fmt(by_metric.loc[m, "mean"], by_metric.loc[m, "std"], scale) if m in by_metric.index
-                       else "—" for m in metrics],  # e.g. HasAns on a slice with no answerable question
-                     str(n), f"⚠ {flagged}/{n}: {reasons}" if flagged else ""])
+        rows.append(
+            [
+                f"{frac:g}",
+                model + (" †" if g["tuned"].any() else ""),
+                f"{g['parameter_percent'].iloc[0]:.3f}",
+                *[
+                    fmt(by_metric.loc[m, "mean"], by_metric.loc[m, "std"], scale) if m in by_metric.index else "—"
+                    for m in metrics
+                ],  # e.g. HasAns on a slice with no answerable question
+                str(n),
+                f"⚠ {flagged}/{n}: {reasons}" if flagged else "",
+            ]
+        )
     return markdown_table(["epochs", "model", "% params", *metrics, "n", "degenerate runs"], rows)
 
 
 def results_markdown(summary: pd.DataFrame, title: str) -> str:
-    parts = [f"# {title}", "",
-             "Dev scores as mean ± sample std over seeds (n = number of runs). `BERT` is the backbone "
-             "with its own classification head at that checkpoint (at 0 epochs the head is untrained); "
-             "the other rows are heads trained on that checkpoint's frozen hidden states. Head + BERT "
-             "ensembles have their own section below. "
-             "% params = trainable parameters as a share of the encoder's. `degenerate runs` counts runs "
-             "that predict one class for every example, give a constant output, abstain on every question, "
-             "or score MCC / correlation ≈ 0; their numbers are in the mean, read them with that in mind.", ""]
+    parts = [
+        f"# {title}",
+        "",
+        "Dev scores as mean ± sample std over seeds (n = number of runs). `BERT` is the backbone "
+        "with its own classification head at that checkpoint (at 0 epochs the head is untrained); "
+        "the other rows are heads trained on that checkpoint's frozen hidden states. Head + BERT "
+        "ensembles have their own section below. "
+        "% params = trainable parameters as a share of the encoder's. `degenerate runs` counts runs "
+        "that predict one class for every example, give a constant output, abstain on every question, "
+        "or score MCC / correlation ≈ 0; their numbers are in the mean, read them with that in mind.",
+        "",
+    ]
     keys = ["backbone", "task", "split"]
-    for part, heading in ((summary[~summary["ensemble"].astype(bool)], None),
-                          (summary[summary["ensemble"].astype(bool)], "Head + BERT ensembles")):
+    for part, heading in (
+        (summary[~summary["ensemble"].astype(bool)], None),
+        (summary[summary["ensemble"].astype(bool)], "Head + BERT ensembles"),
+    ):
         if part.empty:
             continue
         if heading:
-            parts += [f"# {heading}", "",
-                      "The head's and BERT's output distributions at the same checkpoint, combined by their "
-                      "element-wise max or mean (two-class tasks: one row, as both pick the same class; "
-                      "regression: the mean of the two predictions). % params counts the fine-tuned encoder.", ""]
+            parts += [
+                f"# {heading}",
+                "",
+                "The head's and BERT's output distributions at the same checkpoint, combined by their "
+                "element-wise max or mean (two-class tasks: one row, as both pick the same class; "
+                "regression: the mean of the two predictions). % params counts the fine-tuned encoder.",
+                "",
+            ]
         for (backbone, task, split), block in part.groupby(keys, sort=False):
             spec = get_task(task)
-            parts += [f"## {task} ({backbone}, {split})", "", _section(block, list(spec.metrics), spec.metric_scale()),
-                      ""]
+            parts += [
+                f"## {task} ({backbone}, {split})",
+                "",
+                _section(block, list(spec.metrics), spec.metric_scale()),
+                "",
+            ]
     if summary["tuned"].any():
         parts.append("† hyperparameters chosen by the optuna search on the selection split (see search.md).")
         parts.append("")
@@ -124,8 +180,19 @@ TABLES = {
     "glue": ("GLUE results", lambda task: task.glue is not None),
     "squad": ("SQuAD 2.0 results (span extraction and answerability)", lambda task: task.squad is not None),
 }
-SUMMARY_COLUMNS = ["backbone", "task", "split", "epoch_fraction", "model", "metric", "mean", "std", "n",
-                   "parameter_percent", "ensemble"]
+SUMMARY_COLUMNS = [
+    "backbone",
+    "task",
+    "split",
+    "epoch_fraction",
+    "model",
+    "metric",
+    "mean",
+    "std",
+    "n",
+    "parameter_percent",
+    "ensemble",
+]
 
 
 def result_tables(records: pd.DataFrame, head_order: list[str]) -> dict[str, tuple[pd.DataFrame, str]]:
@@ -134,6 +201,8 @@ def result_tables(records: pd.DataFrame, head_order: list[str]) -> dict[str, tup
     for name, (title, holds) in TABLES.items():
         part = records[[holds(get_task(t)) for t in records["task"]]] if len(records) else records
         summary = summarize(part, head_order) if len(part) else pd.DataFrame(columns=SUMMARY_COLUMNS)
-        out[name] = summary, (results_markdown(summary, title) if len(summary)
-                              else f"# {title}\n\nNo such task configured.\n")
+        out[name] = (
+            summary,
+            (results_markdown(summary, title) if len(summary) else f"# {title}\n\nNo such task configured.\n"),
+        )
     return out

@@ -27,33 +27,79 @@ from bertvision.runtime.io import read_json
 FULL_FT = "full fine-tuning"
 # Row kinds, in the order a block lists them.
 ROW_KINDS = (FULL_FT, "BERT at a checkpoint", "BERTVision (picked)", "frozen encoder (best head)")
-SUMMARY_COLUMNS = ["backbone", "task", "row", "epoch_fraction", "model", "metric", "dev_mean", "dev_std", "n",
-                   "selection_mean", "trainable_params", "parameter_percent", "seconds", "feature_bytes",
-                   "score_diff", "score_diff_std_units", "cost_ratio", "device"]
+SUMMARY_COLUMNS = [
+    "backbone",
+    "task",
+    "row",
+    "epoch_fraction",
+    "model",
+    "metric",
+    "dev_mean",
+    "dev_std",
+    "n",
+    "selection_mean",
+    "trainable_params",
+    "parameter_percent",
+    "seconds",
+    "feature_bytes",
+    "score_diff",
+    "score_diff_std_units",
+    "cost_ratio",
+    "device",
+]
 
 
-def candidate_runs(baseline_metrics: list[Path], bert_metrics: list[Path], head_metrics: list[Path],
-                   manifests: list[Path], jobs: list[Job]) -> pd.DataFrame:
+def candidate_runs(
+    baseline_metrics: list[Path],
+    bert_metrics: list[Path],
+    head_metrics: list[Path],
+    manifests: list[Path],
+    jobs: list[Job],
+) -> pd.DataFrame:
     """One row per trained model (and seed): its selection and dev score on the task's primary
     metric, trainable parameters, seconds to produce it and feature bytes."""
     rows = []
     for r in map(read_json, baseline_metrics):
         task = get_task(r["task"])
-        rows.append({"backbone": r["model"], "task": task.name, "kind": FULL_FT, "epoch_fraction": np.nan,
-                     "model": FULL_FT, "selection": task.primary_score(r["metrics"], "selection"),
-                     "dev": task.headline(r["metrics"]), "trainable_params": r["encoder_parameters"],
-                     "encoder_params": r["encoder_parameters"], "seconds": r["train_seconds"],
-                     "feature_bytes": 0.0, "device": r["device"], "kept_epoch": r["best_epoch"], "epochs": r["epochs"]})
+        rows.append(
+            {
+                "backbone": r["model"],
+                "task": task.name,
+                "kind": FULL_FT,
+                "epoch_fraction": np.nan,
+                "model": FULL_FT,
+                "selection": task.primary_score(r["metrics"], "selection"),
+                "dev": task.headline(r["metrics"]),
+                "trainable_params": r["encoder_parameters"],
+                "encoder_params": r["encoder_parameters"],
+                "seconds": r["train_seconds"],
+                "feature_bytes": 0.0,
+                "device": r["device"],
+                "kept_epoch": r["best_epoch"],
+                "epochs": r["epochs"],
+            }
+        )
     bert = {}
     for r in map(read_json, bert_metrics):
         task = get_task(r["task"])
         key = (r["model"], task.name, int(r["seed"]), float(r["epoch_fraction"]))
         bert[key] = r
-        rows.append({"backbone": r["model"], "task": task.name, "kind": BERT, "epoch_fraction": key[3],
-                     "model": BERT, "selection": task.primary_score(r["metrics"], "selection"),
-                     "dev": task.headline(r["metrics"]), "trainable_params": r["encoder_parameters"],
-                     "encoder_params": r["encoder_parameters"], "seconds": r["train_seconds"],
-                     "feature_bytes": 0.0, "device": r["device"]})
+        rows.append(
+            {
+                "backbone": r["model"],
+                "task": task.name,
+                "kind": BERT,
+                "epoch_fraction": key[3],
+                "model": BERT,
+                "selection": task.primary_score(r["metrics"], "selection"),
+                "dev": task.headline(r["metrics"]),
+                "trainable_params": r["encoder_parameters"],
+                "encoder_params": r["encoder_parameters"],
+                "seconds": r["train_seconds"],
+                "feature_bytes": 0.0,
+                "device": r["device"],
+            }
+        )
     extract = extract_seconds(jobs)
     sizes = feature_bytes(manifests)
     for r in map(read_json, head_metrics):
@@ -62,17 +108,38 @@ def candidate_runs(baseline_metrics: list[Path], bert_metrics: list[Path], head_
         at = bert.get(key)
         extract_s, stored_bytes = storage_cost(r, extract, sizes)
         seconds = (at["train_seconds"] if at else np.nan) + extract_s + r["seconds"]
-        common = {"backbone": key[0], "task": task.name, "epoch_fraction": key[3], "seconds": seconds,
-                  "feature_bytes": stored_bytes, "encoder_params": r["encoder_parameters"],
-                  "device": r["device"] if at is None else at["device"]}
-        rows.append({**common, "kind": "head", "model": r["head"], "dev": task.headline(r["metrics"]),
-                     "selection": task.primary_score(r["metrics"], "selection"), "trainable_params": r["parameters"]})
+        common = {
+            "backbone": key[0],
+            "task": task.name,
+            "epoch_fraction": key[3],
+            "seconds": seconds,
+            "feature_bytes": stored_bytes,
+            "encoder_params": r["encoder_parameters"],
+            "device": r["device"] if at is None else at["device"],
+        }
+        rows.append(
+            {
+                **common,
+                "kind": "head",
+                "model": r["head"],
+                "dev": task.headline(r["metrics"]),
+                "selection": task.primary_score(r["metrics"], "selection"),
+                "trainable_params": r["parameters"],
+            }
+        )
         for how in ensemble_rules(task):
             ens = r.get("ensembles", {}).get(how)
             if ens:
-                rows.append({**common, "kind": "ensemble", "model": ensemble_name(r["head"], how),
-                             "selection": task.primary_score(ens, "selection"), "dev": task.headline(ens),
-                             "trainable_params": r["parameters"] + r["encoder_parameters"]})
+                rows.append(
+                    {
+                        **common,
+                        "kind": "ensemble",
+                        "model": ensemble_name(r["head"], how),
+                        "selection": task.primary_score(ens, "selection"),
+                        "dev": task.headline(ens),
+                        "trainable_params": r["parameters"] + r["encoder_parameters"],
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -80,10 +147,17 @@ def _configs(runs: pd.DataFrame) -> pd.DataFrame:
     """Runs averaged over seeds, per (kind, checkpoint, model)."""
     keys = ["kind", "epoch_fraction", "model"]
     g = runs.groupby(keys, sort=False, dropna=False)  # full fine-tuning has no checkpoint
-    out = g.agg(dev_mean=("dev", "mean"), dev_std=("dev", lambda v: v.std(ddof=1) if len(v) > 1 else np.nan),
-                n=("dev", "size"), selection_mean=("selection", "mean"), trainable_params=("trainable_params", "first"),
-                encoder_params=("encoder_params", "first"), seconds=("seconds", "mean"),
-                feature_bytes=("feature_bytes", "mean"), device=("device", "first")).reset_index()
+    out = g.agg(
+        dev_mean=("dev", "mean"),
+        dev_std=("dev", lambda v: v.std(ddof=1) if len(v) > 1 else np.nan),
+        n=("dev", "size"),
+        selection_mean=("selection", "mean"),
+        trainable_params=("trainable_params", "first"),
+        encoder_params=("encoder_params", "first"),
+        seconds=("seconds", "mean"),
+        feature_bytes=("feature_bytes", "mean"),
+        device=("device", "first"),
+    ).reset_index()
     if "kept_epoch" in runs:  # full fine-tuning: name the row by the epochs each seed kept
         full = runs[runs["kind"] == FULL_FT]
         if len(full):
@@ -98,8 +172,11 @@ def pick(configs: pd.DataFrame) -> pd.Series | None:
     ranked = configs.dropna(subset=["selection_mean"])
     if ranked.empty:
         return None
-    order = ranked.sort_values(["selection_mean", "trainable_params", "epoch_fraction", "model"],
-                               ascending=[False, True, True, True], kind="stable")
+    order = ranked.sort_values(
+        ["selection_mean", "trainable_params", "epoch_fraction", "model"],
+        ascending=[False, True, True, True],
+        kind="stable",
+    )
     return order.iloc[0]
 
 
@@ -127,15 +204,28 @@ def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
         for label, r in chosen:
             diff = r["dev_mean"] - ref["dev_mean"] if ref is not None else np.nan
             ref_std = ref["dev_std"] if ref is not None else np.nan
-            out.append({
-                "backbone": backbone, "task": task_name, "row": label, "epoch_fraction": r["epoch_fraction"],
-                "model": r["model"], "metric": task.primary_metric, "dev_mean": r["dev_mean"], "dev_std": r["dev_std"],
-                "n": int(r["n"]), "selection_mean": r["selection_mean"], "trainable_params": int(r["trainable_params"]),
-                "parameter_percent": 100.0 * r["trainable_params"] / r["encoder_params"], "seconds": r["seconds"],
-                "feature_bytes": r["feature_bytes"], "score_diff": diff,
-                "score_diff_std_units": diff / ref_std if ref_std and ref_std > 0 else np.nan,
-                "cost_ratio": r["seconds"] / ref["seconds"] if ref is not None else np.nan, "device": r["device"],
-            })
+            out.append(
+                {
+                    "backbone": backbone,
+                    "task": task_name,
+                    "row": label,
+                    "epoch_fraction": r["epoch_fraction"],
+                    "model": r["model"],
+                    "metric": task.primary_metric,
+                    "dev_mean": r["dev_mean"],
+                    "dev_std": r["dev_std"],
+                    "n": int(r["n"]),
+                    "selection_mean": r["selection_mean"],
+                    "trainable_params": int(r["trainable_params"]),
+                    "parameter_percent": 100.0 * r["trainable_params"] / r["encoder_params"],
+                    "seconds": r["seconds"],
+                    "feature_bytes": r["feature_bytes"],
+                    "score_diff": diff,
+                    "score_diff_std_units": diff / ref_std if ref_std and ref_std > 0 else np.nan,
+                    "cost_ratio": r["seconds"] / ref["seconds"] if ref is not None else np.nan,
+                    "device": r["device"],
+                }
+            )
     return pd.DataFrame(out, columns=SUMMARY_COLUMNS)
 
 
@@ -148,7 +238,9 @@ def verdict(block: pd.DataFrame) -> str:
     p = picked.iloc[0]
     what = f"`{p['model']}` on the {p['epoch_fraction']:g}-epoch checkpoint"
     if block["row"].eq(ROW_KINDS[0]).sum() == 0:
-        return f"The pipeline picks {what}; no full fine-tuning baseline ran (baseline.enabled), so there is no verdict."
+        return (
+            f"The pipeline picks {what}; no full fine-tuning baseline ran (baseline.enabled), so there is no verdict."
+        )
     points = p["score_diff"] * 100.0 / task.metric_scale()
     units = p["score_diff_std_units"]
     cost = f"{p['cost_ratio']:.2f}× its seconds"
@@ -157,19 +249,27 @@ def verdict(block: pd.DataFrame) -> str:
     elif points >= 0:
         head = f"**beats full fine-tuning by {points:.1f} points**" + ("" if np.isnan(units) else f" ({units:.1f} std)")
     else:
-        head = f"**trails full fine-tuning by {-points:.1f} points**" + ("" if np.isnan(units) else f" ({-units:.1f} std)")
-    return f"The pipeline picks {what}: {head}, at {cost} and {p['parameter_percent']:.3g}% of its trainable parameters."
+        head = f"**trails full fine-tuning by {-points:.1f} points**" + (
+            "" if np.isnan(units) else f" ({-units:.1f} std)"
+        )
+    return (
+        f"The pipeline picks {what}: {head}, at {cost} and {p['parameter_percent']:.3g}% of its trainable parameters."
+    )
 
 
 def summary_markdown(table: pd.DataFrame) -> str:
-    parts = ["# Summary: does the BERTVision path pay off?", "",
-             "Per task: the encoder fine-tuned the standard way (full fine-tuning, the epoch kept chosen on the "
-             "selection split), BERT's own head after the short partial fine-tuning, the BERTVision path the "
-             "pipeline picks (checkpoint, head, alone or with BERT: the best mean **selection** score), and the "
-             "best head on the untouched encoder. Dev scores are mean ± sample std over seeds (n runs: fine-tuning "
-             "seeds × head seeds). Seconds: full fine-tuning's training to its kept epoch; a head's path = "
-             "fine-tuning to its checkpoint + extracting its features + training the head. Δ = dev score minus full "
-             "fine-tuning's, in points and in full fine-tuning's std; cost = seconds / full fine-tuning's.", ""]
+    parts = [
+        "# Summary: does the BERTVision path pay off?",
+        "",
+        "Per task: the encoder fine-tuned the standard way (full fine-tuning, the epoch kept chosen on the "
+        "selection split), BERT's own head after the short partial fine-tuning, the BERTVision path the "
+        "pipeline picks (checkpoint, head, alone or with BERT: the best mean **selection** score), and the "
+        "best head on the untouched encoder. Dev scores are mean ± sample std over seeds (n runs: fine-tuning "
+        "seeds × head seeds). Seconds: full fine-tuning's training to its kept epoch; a head's path = "
+        "fine-tuning to its checkpoint + extracting its features + training the head. Δ = dev score minus full "
+        "fine-tuning's, in points and in full fine-tuning's std; cost = seconds / full fine-tuning's.",
+        "",
+    ]
     if table.empty:
         return "\n".join(parts + ["No results yet.", ""])
     for (backbone, task_name), block in table.groupby(["backbone", "task"], sort=False):
@@ -180,14 +280,43 @@ def summary_markdown(table: pd.DataFrame) -> str:
         for r in block.itertuples():
             frac = "" if np.isnan(r.epoch_fraction) else f"{r.epoch_fraction:g}"
             reference = r.row == ROW_KINDS[0]
-            delta = "" if reference or np.isnan(r.score_diff) else f"{r.score_diff * 100 / scale:+.1f}" + (
-                "" if np.isnan(r.score_diff_std_units) else f" ({r.score_diff_std_units:+.1f} std)")
-            rows.append([r.row, frac, r.model, fmt(r.dev_mean, r.dev_std, scale), str(r.n),
-                         f"{r.parameter_percent:.3g}", f"{r.seconds:.1f}",
-                         "" if np.isnan(r.feature_bytes) or not r.feature_bytes else f"{r.feature_bytes / 2**20:.1f}",
-                         delta, "" if reference or np.isnan(r.cost_ratio) else f"{r.cost_ratio:.2f}×"])
-        parts.append(markdown_table(["", "epochs", "model", f"dev {task.primary_metric}", "n", "% params", "seconds",
-                                     "features MiB", "Δ vs full FT", "cost"], rows))
+            delta = (
+                ""
+                if reference or np.isnan(r.score_diff)
+                else f"{r.score_diff * 100 / scale:+.1f}"
+                + ("" if np.isnan(r.score_diff_std_units) else f" ({r.score_diff_std_units:+.1f} std)")
+            )
+            rows.append(
+                [
+                    r.row,
+                    frac,
+                    r.model,
+                    fmt(r.dev_mean, r.dev_std, scale),
+                    str(r.n),
+                    f"{r.parameter_percent:.3g}",
+                    f"{r.seconds:.1f}",
+                    "" if np.isnan(r.feature_bytes) or not r.feature_bytes else f"{r.feature_bytes / 2**20:.1f}",
+                    delta,
+                    "" if reference or np.isnan(r.cost_ratio) else f"{r.cost_ratio:.2f}×",
+                ]
+            )
+        parts.append(
+            markdown_table(
+                [
+                    "",
+                    "epochs",
+                    "model",
+                    f"dev {task.primary_metric}",
+                    "n",
+                    "% params",
+                    "seconds",
+                    "features MiB",
+                    "Δ vs full FT",
+                    "cost",
+                ],
+                rows,
+            )
+        )
         parts += ["", verdict(block), ""]
     devices = sorted(set(table["device"].dropna()))
     parts += [f"Devices: {', '.join(devices)}.", ""]

@@ -63,8 +63,9 @@ SIMULATE_OOM_ENV = "BERTVISION_SIMULATE_OOM_ABOVE"
 def check_simulated_oom(batch_rows: int) -> None:
     limit = os.environ.get(SIMULATE_OOM_ENV)
     if limit and batch_rows > int(limit):
-        raise torch.OutOfMemoryError(f"simulated CUDA out of memory: a batch of {batch_rows} rows > "
-                                     f"{SIMULATE_OOM_ENV}={limit}")
+        raise torch.OutOfMemoryError(
+            f"simulated CUDA out of memory: a batch of {batch_rows} rows > {SIMULATE_OOM_ENV}={limit}"
+        )
 
 
 OUT_OF_MEMORY_EXIT = 3  # a job's exit status after CUDA ran out of memory

@@ -31,7 +31,7 @@ class Ranks:
         return self.rank == 0
 
     @classmethod
-    def from_env(cls, device: torch.device) -> tuple["Ranks", torch.device]:
+    def from_env(cls, device: torch.device) -> tuple[Ranks, torch.device]:
         """Join the process group that torchrun set up (WORLD_SIZE > 1); return the ranks and
         this rank's device."""
         world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -62,8 +62,11 @@ class Ranks:
             return module
         from torch.nn.parallel import DistributedDataParallel
 
-        net = DistributedDataParallel(module, device_ids=[self.device.index] if self.device.type == "cuda" else None,
-                                      find_unused_parameters=find_unused_parameters)
+        net = DistributedDataParallel(
+            module,
+            device_ids=[self.device.index] if self.device.type == "cuda" else None,
+            find_unused_parameters=find_unused_parameters,
+        )
         net.broadcast_buffers = False  # (the constructor's argument of that name is deprecated in torch 2.13)
         return net
 

@@ -29,7 +29,7 @@ class EncoderShape:
 
     @classmethod
     @functools.cache
-    def of(cls, pretrained: str) -> "EncoderShape":
+    def of(cls, pretrained: str) -> EncoderShape:
         """From the model's config (local dir, installed package or the hub cache), read by
         transformers, which maps each architecture's names (DistilBERT's n_layers and dim); a
         bert-large or bert-base guess from the name when it is nowhere on disk."""
@@ -38,8 +38,9 @@ class EncoderShape:
         from bertvision.models.backbone import resolve_pretrained
 
         try:
-            config = AutoConfig.from_pretrained(resolve_pretrained(pretrained), local_files_only=True,
-                                                trust_remote_code=False)
+            config = AutoConfig.from_pretrained(
+                resolve_pretrained(pretrained), local_files_only=True, trust_remote_code=False
+            )
             return cls(config.num_hidden_layers, config.hidden_size, getattr(config, "vocab_size", 30522))
         except (OSError, AttributeError, ValueError):
             return cls(24, 1024, 30522) if "large" in pretrained else cls(12, 768, 30522)
@@ -53,8 +54,9 @@ def _mb(nbytes: float) -> int:
     return int(math.ceil((BASE_MB + 1.2 * nbytes / 2**20) / 100) * 100)
 
 
-def finetune_request(shape: EncoderShape, batch_size: int, max_length: int, rows: int, epochs: float,
-                     gpus: int, attempt: int) -> dict:
+def finetune_request(
+    shape: EncoderShape, batch_size: int, max_length: int, rows: int, epochs: float, gpus: int, attempt: int
+) -> dict:
     """Host memory: on CPU, weights, gradients and two AdamW moments (16 B/parameter) plus the
     activations of one micro-batch (attempt n splits batches into 2^(n-1)) that autograd keeps
     for the backward; with GPUs those live on the device and the host holds the weights while
@@ -63,12 +65,24 @@ def finetune_request(shape: EncoderShape, batch_size: int, max_length: int, rows
     activations = micro * max_length * shape.layers * shape.hidden * 4 * 16
     host = 8 * shape.parameters if gpus else 16 * shape.parameters + activations
     tokens = rows * (epochs + EVAL_SHARE * (1 + epochs)) * max_length * MEAN_FILL
-    return {"mem_mb": attempt * _mb(host),
-            "runtime": _minutes(6 * shape.parameters * tokens, "gpu" if gpus else "cpu", attempt)}
+    return {
+        "mem_mb": attempt * _mb(host),
+        "runtime": _minutes(6 * shape.parameters * tokens, "gpu" if gpus else "cpu", attempt),
+    }
 
 
-def extract_request(shape: EncoderShape, batch_size: int, block_rows: int, block_tokens: int, max_length: int,
-                    rows: int, shards: int, token_level: bool, gpus: int, attempt: int) -> dict:
+def extract_request(
+    shape: EncoderShape,
+    batch_size: int,
+    block_rows: int,
+    block_tokens: int,
+    max_length: int,
+    rows: int,
+    shards: int,
+    token_level: bool,
+    gpus: int,
+    attempt: int,
+) -> dict:
     """Host memory: weights, every layer's states of one batch (in float32 on CPU; the
     float16 copy of what is kept with GPUs), and up to 5 blocks of float16 features (one being
     filled, four queued for the writer). Attempt n divides the batch by 2^(n-1)."""
@@ -78,12 +92,24 @@ def extract_request(shape: EncoderShape, batch_size: int, block_rows: int, block
     kept = batch * (max_length if token_level else 1) * states * shape.hidden * 2
     activations = kept if gpus else batch * max_length * states * shape.hidden * 4 * 2
     tokens = rows * (1 + EVAL_SHARE) / shards * max_length * MEAN_FILL
-    return {"mem_mb": attempt * _mb(4 * shape.parameters + activations + 5 * block),
-            "runtime": _minutes(2 * shape.parameters * tokens, "gpu" if gpus else "cpu", attempt)}
+    return {
+        "mem_mb": attempt * _mb(4 * shape.parameters + activations + 5 * block),
+        "runtime": _minutes(2 * shape.parameters * tokens, "gpu" if gpus else "cpu", attempt),
+    }
 
 
-def heads_request(shape: EncoderShape, rows: int, max_length: int, token_level: bool, in_memory_max_mb: float,
-                  n_runs: int, max_epochs: int, attempt: int, streamed: bool = False, gpus: int = 0) -> dict:
+def heads_request(
+    shape: EncoderShape,
+    rows: int,
+    max_length: int,
+    token_level: bool,
+    in_memory_max_mb: float,
+    n_runs: int,
+    max_epochs: int,
+    attempt: int,
+    streamed: bool = False,
+    gpus: int = 0,
+) -> dict:
     """The training features as float32 (at most ``in_memory_max_mb``; larger ones stream) twice
     (the data and the next epoch's shuffled copy), plus the held-out splits. ``streamed``
     (``store: false``): no training features are held; instead the frozen encoder (its weights
@@ -93,11 +119,18 @@ def heads_request(shape: EncoderShape, rows: int, max_length: int, token_level: 
     held = min(in_memory_max_mb * 2**20, rows * per_row)
     work = n_runs * max_epochs * rows * per_row * 64  # ~ an adapter of width 64 per float, forward + backward
     if not streamed:
-        return {"mem_mb": attempt * _mb(2 * held + EVAL_SHARE * rows * per_row),
-                "runtime": _minutes(work, "cpu", attempt)}
+        return {
+            "mem_mb": attempt * _mb(2 * held + EVAL_SHARE * rows * per_row),
+            "runtime": _minutes(work, "cpu", attempt),
+        }
     encoder_tokens = rows * (max_epochs + 1 + EVAL_SHARE) * max_length * MEAN_FILL
     batch_states = 64 * max_length * (shape.layers + 1) * shape.hidden * 4 * 2
     device = "gpu" if gpus else "cpu"
-    return {"mem_mb": attempt * _mb(4 * shape.parameters + batch_states + min(held, EVAL_SHARE * rows * per_row)),
-            "runtime": attempt * max(MIN_MINUTES, math.ceil(3 * (2 * shape.parameters * encoder_tokens / FLOPS[device]
-                                                                 + work / FLOPS[device]) / 60))}
+    return {
+        "mem_mb": attempt * _mb(4 * shape.parameters + batch_states + min(held, EVAL_SHARE * rows * per_row)),
+        "runtime": attempt
+        * max(
+            MIN_MINUTES,
+            math.ceil(3 * (2 * shape.parameters * encoder_tokens / FLOPS[device] + work / FLOPS[device]) / 60),
+        ),
+    }

@@ -82,19 +82,33 @@ class QAInput(BaseModel):
 
 
 class PredictRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
-        {"texts": [["The cat sat.", "A cat was sitting."]], "tasks": ["mrpc", "stsb"]},
-        {"qa": [{"question": "Who sat?", "context": "The cat sat on the mat."}]},
-    ]})
-    texts: list[TextInput] | None = Field(None, description=(
-        "Inputs of the classification and regression tasks: each a string (single-text tasks such as sst2) or "
-        "a pair [a, b] (pair tasks such as mrpc, stsb). Each is tokenized once and encoded once for all tasks."))
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {"texts": [["The cat sat.", "A cat was sitting."]], "tasks": ["mrpc", "stsb"]},
+                {"qa": [{"question": "Who sat?", "context": "The cat sat on the mat."}]},
+            ]
+        },
+    )
+    texts: list[TextInput] | None = Field(
+        None,
+        description=(
+            "Inputs of the classification and regression tasks: each a string (single-text tasks such as sst2) or "
+            "a pair [a, b] (pair tasks such as mrpc, stsb). Each is tokenized once and encoded once for all tasks."
+        ),
+    )
     qa: list[QAInput] | None = Field(None, description="Inputs of the span (question answering) tasks such as squad2.")
-    tasks: list[str] | None = Field(None, description=(
-        "Tasks to answer (GET /tasks lists them). Default: for each text, every example task that takes its "
-        "number of texts; for qa items, every span task."))
-    heads: dict[str, str] | None = Field(None, description=(
-        "task -> head to use instead of the task's default head (the best on the selection split)."))
+    tasks: list[str] | None = Field(
+        None,
+        description=(
+            "Tasks to answer (GET /tasks lists them). Default: for each text, every example task that takes its "
+            "number of texts; for qa items, every span task."
+        ),
+    )
+    heads: dict[str, str] | None = Field(
+        None, description=("task -> head to use instead of the task's default head (the best on the selection split).")
+    )
 
 
 class ExampleAnswer(BaseModel):
@@ -146,8 +160,9 @@ def check_sizes(body: PredictRequest, settings: ServeSettings) -> None:
         raise RequestError("texts", "no inputs: give texts (classification / regression) or qa (span tasks)")
     n = len(texts or []) + len(qa or [])
     if n > settings.max_texts_per_request:
-        raise RequestError("texts" if texts else "qa", f"{n} inputs, at most {settings.max_texts_per_request} per "
-                           "request", status=413)
+        raise RequestError(
+            "texts" if texts else "qa", f"{n} inputs, at most {settings.max_texts_per_request} per request", status=413
+        )
     for field, text in strings(body):
         if len(text) > settings.max_text_chars:
             raise RequestError(field, f"{len(text)} characters, at most {settings.max_text_chars}", status=413)
@@ -171,8 +186,11 @@ def chosen_tasks(body: PredictRequest, engine: Engine) -> tuple[list[str] | None
     if example and not body.texts:
         raise RequestError("texts", f"tasks {', '.join(example)} need texts")
     if span and not body.qa:
-        raise RequestError("qa", f"{', '.join(span)} {'is a span task' if len(span) == 1 else 'are span tasks'}: "
-                           "give question/context items in qa")
+        raise RequestError(
+            "qa",
+            f"{', '.join(span)} {'is a span task' if len(span) == 1 else 'are span tasks'}: "
+            "give question/context items in qa",
+        )
     if body.texts and not example:
         raise RequestError("texts", f"none of the tasks asked ({', '.join(names)}) takes texts (span tasks take qa)")
     if body.qa and not span:
@@ -186,8 +204,9 @@ def head_choices(body: PredictRequest, engine: Engine, asked: set[str] | None) -
     for name, head in (body.heads or {}).items():
         task = engine.task(name, f"heads.{name}")
         if asked is not None and name not in asked:
-            raise RequestError(f"heads.{name}", f"task {name} is not among the tasks asked "
-                               f"({', '.join(sorted(asked))})")
+            raise RequestError(
+                f"heads.{name}", f"task {name} is not among the tasks asked ({', '.join(sorted(asked))})"
+            )
         chosen[name] = engine.head(task, head, f"heads.{name}")
     return chosen
 
@@ -196,14 +215,17 @@ def default_tasks(engine: Engine, arity: int, field: str) -> list[str]:
     names = [n for n, t in engine.tasks.items() if not t.is_span and len(t.text_fields) == arity]
     if not names:
         kind = "a pair of texts" if arity == 2 else "a single text"
-        raise RequestError(field, f"no task of this bundle takes {kind}; its example tasks take "
-                           + ", ".join(f"{n} ({len(t.text_fields)} text(s))" for n, t in engine.tasks.items()
-                                       if not t.is_span))
+        raise RequestError(
+            field,
+            f"no task of this bundle takes {kind}; its example tasks take "
+            + ", ".join(f"{n} ({len(t.text_fields)} text(s))" for n, t in engine.tasks.items() if not t.is_span),
+        )
     return names
 
 
-def build_items(body: PredictRequest, engine: Engine, settings: ServeSettings
-                ) -> tuple[list[TextItem], list[QuestionItem]]:
+def build_items(
+    body: PredictRequest, engine: Engine, settings: ServeSettings
+) -> tuple[list[TextItem], list[QuestionItem]]:
     """The request as engine inputs, every check done (RequestError names the field at fault)."""
     check_not_empty(body)
     example, span = chosen_tasks(body, engine)
@@ -290,8 +312,9 @@ def validation_error(_: Request, err: RequestValidationError) -> JSONResponse:
         message = str(e.get("msg", "invalid")).removeprefix("Value error, ")
         problems.append({"field": where, "message": message})
     detail = "; ".join(f"{p['field']}: {p['message']}" for p in problems) or "invalid request"
-    return JSONResponse({"detail": detail, "field": problems[0]["field"] if problems else "body",
-                         "errors": problems}, status_code=422)
+    return JSONResponse(
+        {"detail": detail, "field": problems[0]["field"] if problems else "body", "errors": problems}, status_code=422
+    )
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -302,8 +325,9 @@ def install_error_handlers(app: FastAPI) -> None:
 
     def unexpected(_: Request, err: Exception) -> JSONResponse:
         log.error("unexpected error: %s: %s", type(err).__name__, err, exc_info=err)
-        return JSONResponse({"detail": f"internal error ({type(err).__name__}); the service keeps running"},
-                            status_code=500)
+        return JSONResponse(
+            {"detail": f"internal error ({type(err).__name__}); the service keeps running"}, status_code=500
+        )
 
     app.add_exception_handler(Exception, unexpected)
 
@@ -312,22 +336,34 @@ def install_error_handlers(app: FastAPI) -> None:
 def tasks_summary(engine: Engine) -> dict:
     bundle = engine.bundle
     return {
-        "keys": bundle.keys, "precision": bundle.precision, "layers": bundle.layers, "hidden": bundle.hidden,
-        "tasks": {name: {"kind": t.kind, "text_fields": list(t.text_fields), "label_names": list(t.label_names),
-                         "primary_metric": t.primary_metric, "max_length": t.max_length, "doc_stride": t.doc_stride,
-                         "feature_level": t.feature_level, "picked": t.picked,
-                         "heads": {h: e.summary() for h, e in t.heads.items()}}
-                  for name, t in bundle.tasks.items()},
+        "keys": bundle.keys,
+        "precision": bundle.precision,
+        "layers": bundle.layers,
+        "hidden": bundle.hidden,
+        "tasks": {
+            name: {
+                "kind": t.kind,
+                "text_fields": list(t.text_fields),
+                "label_names": list(t.label_names),
+                "primary_metric": t.primary_metric,
+                "max_length": t.max_length,
+                "doc_stride": t.doc_stride,
+                "feature_level": t.feature_level,
+                "picked": t.picked,
+                "heads": {h: e.summary() for h, e in t.heads.items()},
+            }
+            for name, t in bundle.tasks.items()
+        },
     }
 
 
-def create_app(bundle_path: Path | str, settings: ServeSettings | None = None, engine: Engine | None = None
-               ) -> FastAPI:
+def create_app(bundle_path: Path | str, settings: ServeSettings | None = None, engine: Engine | None = None) -> FastAPI:
     """The service for the bundle at ``bundle_path`` (loaded now, so a broken bundle fails at
     startup). ``engine``: an already loaded one (tests, benchmarks)."""
     settings = settings or ServeSettings()
-    engine = engine or Engine(Path(bundle_path), settings.device, settings.max_windows, settings.threads,
-                              settings.max_batch_tokens)
+    engine = engine or Engine(
+        Path(bundle_path), settings.device, settings.max_windows, settings.threads, settings.max_batch_tokens
+    )
     batcher = Batcher(engine.predict, settings.max_batch_size, settings.max_wait_ms, settings.max_queued)
 
     @asynccontextmanager
@@ -338,31 +374,51 @@ def create_app(bundle_path: Path | str, settings: ServeSettings | None = None, e
         finally:
             await batcher.stop()
 
-    app = FastAPI(title="bertvision serve", lifespan=lifespan, description=(
-        "Every task of a bundle (one encoder, tiny heads per task) answered from one encoder pass per batch."))
+    app = FastAPI(
+        title="bertvision serve",
+        lifespan=lifespan,
+        description=(
+            "Every task of a bundle (one encoder, tiny heads per task) answered from one encoder pass per batch."
+        ),
+    )
     app.state.engine, app.state.batcher, app.state.settings = engine, batcher, settings
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     install_error_handlers(app)
 
-    @app.post("/predict", response_model=PredictResponse, responses={
-        413: {"description": "Body, inputs or a text too large"},
-        422: {"description": "Invalid input; `detail` names the field"},
-        503: {"description": "Too many requests waiting"}})
+    @app.post(
+        "/predict",
+        response_model=PredictResponse,
+        responses={
+            413: {"description": "Body, inputs or a text too large"},
+            422: {"description": "Invalid input; `detail` names the field"},
+            503: {"description": "Too many requests waiting"},
+        },
+    )
     async def predict(body: PredictRequest) -> dict:
         """Answer every requested task for every input; see the request fields."""
         texts, questions = build_items(body, engine, settings)
         text_results, question_results = await batcher.submit(texts, questions)
-        return {"predictions": [{t: asdict(r) for t, r in per.items()} for per in text_results],
-                "answers": [{t: asdict(r) for t, r in per.items()} for per in question_results]}
+        return {
+            "predictions": [{t: asdict(r) for t, r in per.items()} for per in text_results],
+            "answers": [{t: asdict(r) for t, r in per.items()} for per in question_results],
+        }
 
     @app.get("/health")
     async def health() -> dict:
         """Liveness, and how much batching happened: encoder passes vs requests."""
         stats = batcher.stats
-        return {"status": "ok", "bundle": str(engine.bundle.root), "device": str(engine.device),
-                "pid": os.getpid(), "tasks": list(engine.tasks), "encoder_passes": engine.encoder_passes,
-                "batches": stats.batches, "requests": stats.requests, "failed": stats.failed,
-                "largest_batch": stats.largest}
+        return {
+            "status": "ok",
+            "bundle": str(engine.bundle.root),
+            "device": str(engine.device),
+            "pid": os.getpid(),
+            "tasks": list(engine.tasks),
+            "encoder_passes": engine.encoder_passes,
+            "batches": stats.batches,
+            "requests": stats.requests,
+            "failed": stats.failed,
+            "largest_batch": stats.largest,
+        }
 
     @app.get("/tasks")
     async def tasks() -> dict:

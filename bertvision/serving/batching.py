@@ -146,8 +146,12 @@ class Batcher:
             self.stats.batches += 1
             self.stats.busy_seconds += time.perf_counter() - t0
             if len(jobs) > 1:
-                log.warning("a batch of %d requests failed (%s: %s); retrying them one by one", len(jobs),
-                            type(err).__name__, err)
+                log.warning(
+                    "a batch of %d requests failed (%s: %s); retrying them one by one",
+                    len(jobs),
+                    type(err).__name__,
+                    err,
+                )
                 for job in jobs:
                     await self._run([job])
                 return
@@ -155,13 +159,18 @@ class Batcher:
             self.stats.requests += 1
             self.stats.failed += 1
             if not jobs[0].future.done():
-                jobs[0].future.set_exception(BatchFailed(f"the model failed on this request ({type(err).__name__}: "
-                                                         f"{str(err).splitlines()[0] if str(err) else ''})"))
+                jobs[0].future.set_exception(
+                    BatchFailed(
+                        f"the model failed on this request ({type(err).__name__}: "
+                        f"{str(err).splitlines()[0] if str(err) else ''})"
+                    )
+                )
             return
         self.stats.record(len(jobs), time.perf_counter() - t0)
         t = q = 0
         for job in jobs:
             if not job.future.done():
-                job.future.set_result((text_results[t : t + len(job.texts)],
-                                       question_results[q : q + len(job.questions)]))
+                job.future.set_result(
+                    (text_results[t : t + len(job.texts)], question_results[q : q + len(job.questions)])
+                )
             t, q = t + len(job.texts), q + len(job.questions)

@@ -54,9 +54,16 @@ class HeadEntry:
     source: dict
 
     def summary(self) -> dict:
-        return {"seed": self.seed, "seeds": list(self.seeds), "spec": self.spec, "level": self.level,
-                "parameters": self.parameters, "mean_selection_score": self.mean_selection_score,
-                "selection_metrics": self.selection_metrics, "eval_metrics": self.eval_metrics}
+        return {
+            "seed": self.seed,
+            "seeds": list(self.seeds),
+            "spec": self.spec,
+            "level": self.level,
+            "parameters": self.parameters,
+            "mean_selection_score": self.mean_selection_score,
+            "selection_metrics": self.selection_metrics,
+            "eval_metrics": self.eval_metrics,
+        }
 
 
 @dataclass(frozen=True)
@@ -124,13 +131,20 @@ def _head_entry(root: Path, task: str, name: str, data: dict) -> HeadEntry:
             _require(head_dir / file)
         threshold = data.get("null_threshold")
         mean = data.get("mean_selection_score")
-        return HeadEntry(name=name, dir=head_dir, seed=int(data["seed"]),
-                         seeds=tuple(data.get("seeds", [data["seed"]])),
-                         spec=dict(data["spec"]), level=str(data["level"]), parameters=int(data["parameters"]),
-                         mean_selection_score=float("nan") if mean is None else float(mean),
-                         selection_metrics=dict(data.get("selection_metrics", {})),
-                         eval_metrics=dict(data.get("eval_metrics", {})),
-                         null_threshold=None if threshold is None else float(threshold), source=data.get("source", {}))
+        return HeadEntry(
+            name=name,
+            dir=head_dir,
+            seed=int(data["seed"]),
+            seeds=tuple(data.get("seeds", [data["seed"]])),
+            spec=dict(data["spec"]),
+            level=str(data["level"]),
+            parameters=int(data["parameters"]),
+            mean_selection_score=float("nan") if mean is None else float(mean),
+            selection_metrics=dict(data.get("selection_metrics", {})),
+            eval_metrics=dict(data.get("eval_metrics", {})),
+            null_threshold=None if threshold is None else float(threshold),
+            source=data.get("source", {}),
+        )
     except (KeyError, TypeError, ValueError) as err:
         if isinstance(err, BundleError):
             raise
@@ -141,11 +155,20 @@ def _task_entry(root: Path, name: str, data: dict) -> TaskEntry:
     where = f"{root / BUNDLE_INDEX}: tasks.{name}"
     try:
         heads = {head: _head_entry(root, name, head, h) for head, h in data["heads"].items()}
-        entry = TaskEntry(name=name, kind=data["kind"], text_fields=tuple(data["text_fields"]),
-                          label_names=tuple(data.get("label_names", ())), primary_metric=data["primary_metric"],
-                          max_length=int(data["max_length"]), doc_stride=data.get("doc_stride"),
-                          max_answer_length=data.get("max_answer_length"), n_best=data.get("n_best"),
-                          feature_level=data["feature_level"], picked=data["picked"], heads=heads)
+        entry = TaskEntry(
+            name=name,
+            kind=data["kind"],
+            text_fields=tuple(data["text_fields"]),
+            label_names=tuple(data.get("label_names", ())),
+            primary_metric=data["primary_metric"],
+            max_length=int(data["max_length"]),
+            doc_stride=data.get("doc_stride"),
+            max_answer_length=data.get("max_answer_length"),
+            n_best=data.get("n_best"),
+            feature_level=data["feature_level"],
+            picked=data["picked"],
+            heads=heads,
+        )
     except (KeyError, TypeError, ValueError) as err:
         if isinstance(err, BundleError):
             raise
@@ -190,7 +213,13 @@ def load_bundle(path: Path) -> Bundle:
     if not tasks:
         raise BundleError(f"{meta_path}: no tasks")
     try:
-        return Bundle(root=root, keys=dict(meta.get("keys") or {}), precision=meta["precision"],
-                      layers=int(meta["layers"]), hidden=int(meta["hidden"]), tasks=tasks)
+        return Bundle(
+            root=root,
+            keys=dict(meta.get("keys") or {}),
+            precision=meta["precision"],
+            layers=int(meta["layers"]),
+            hidden=int(meta["hidden"]),
+            tasks=tasks,
+        )
     except (KeyError, TypeError, ValueError) as err:
         raise BundleError(f"{meta_path}: malformed ({type(err).__name__}: {err})") from None

@@ -74,14 +74,17 @@ def collect_runs(task: TaskSpec, heads_dirs: list[Path]) -> list[HeadRun]:
         for run_dir in found:
             record = read_json(run_dir / HEAD_METRICS)
             if record.get("task") != task.name:
-                raise BundleError(f"{run_dir / HEAD_METRICS}: a head of task {record.get('task')!r}, "
-                                  f"given for {task.name}")
+                raise BundleError(
+                    f"{run_dir / HEAD_METRICS}: a head of task {record.get('task')!r}, given for {task.name}"
+                )
             if not (run_dir / HEAD_WEIGHTS).exists():
                 raise BundleError(f"{run_dir / HEAD_WEIGHTS}: missing")
             run = HeadRun(run_dir, record)
             if (run.head, run.seed) in seen:
-                raise BundleError(f"{task.name}: head {run.head} seed {run.seed} is in both {seen[run.head, run.seed]} "
-                                  f"and {run_dir}; give each trained head once")
+                raise BundleError(
+                    f"{task.name}: head {run.head} seed {run.seed} is in both {seen[run.head, run.seed]} "
+                    f"and {run_dir}; give each trained head once"
+                )
             seen[run.head, run.seed] = run_dir
             runs.append(run)
     return runs
@@ -100,8 +103,10 @@ def head_entry_json(task: TaskSpec, run: HeadRun, seeds: list[int], mean: float)
     record = run.record
     threshold = null_threshold(run)
     if task.kind == "span" and threshold is None:
-        raise BundleError(f"{run.dir / HEAD_METRICS}: no metrics.selection.null_threshold (span heads need the "
-                          "threshold tuned on the selection split)")
+        raise BundleError(
+            f"{run.dir / HEAD_METRICS}: no metrics.selection.null_threshold (span heads need the "
+            "threshold tuned on the selection split)"
+        )
     return {
         "path": BUNDLE_HEAD.format(task=task.name, head=run.head),
         "seed": run.seed,
@@ -167,12 +172,15 @@ def check_head_fits(run: HeadRun, layers: int, hidden: int, outputs: int) -> Non
     try:
         load_head(run.dir, layers, hidden, outputs)
     except RuntimeError as err:  # shape mismatches in load_state_dict
-        raise BundleError(f"{run.dir / HEAD_WEIGHTS}: does not fit this encoder's states (layers {layers}, hidden "
-                          f"{hidden}); was it trained on another encoder's features? ({str(err).splitlines()[0]})")
+        raise BundleError(
+            f"{run.dir / HEAD_WEIGHTS}: does not fit this encoder's states (layers {layers}, hidden "
+            f"{hidden}); was it trained on another encoder's features? ({str(err).splitlines()[0]})"
+        ) from None
 
 
-def write_bundle(out_dir: Path, encoder_dir: Path, tokenizer_source: str, tasks: dict[str, dict], keys: dict,
-                 precision: str) -> Bundle:
+def write_bundle(
+    out_dir: Path, encoder_dir: Path, tokenizer_source: str, tasks: dict[str, dict], keys: dict, precision: str
+) -> Bundle:
     """Build a bundle in ``out_dir`` (replacing one there). ``tasks``: {task: {"heads_dirs": [train_heads
     output dirs], "max_length": int, "doc_stride": int | None}} (missing settings: the registry's);
     ``precision``: the extraction precision of the heads' features. Written into a scratch
@@ -202,8 +210,17 @@ def write_bundle(out_dir: Path, encoder_dir: Path, tokenizer_source: str, tasks:
                 target.mkdir(parents=True)
                 for file in (HEAD_WEIGHTS, HEAD_METRICS):
                     shutil.copy2(kept[head].dir / file, target / file)
-        atomic_write_json({"format": FORMAT, "keys": keys, "precision": precision, "layers": layers,
-                           "hidden": hidden, "tasks": described}, scratch / BUNDLE_INDEX)
+        atomic_write_json(
+            {
+                "format": FORMAT,
+                "keys": keys,
+                "precision": precision,
+                "layers": layers,
+                "hidden": hidden,
+                "tasks": described,
+            },
+            scratch / BUNDLE_INDEX,
+        )
         replace_dir(scratch, out_dir)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from bertvision.errors import SettingsError
 from bertvision.serving.bundle import PRECISIONS
+
 BUNDLE_TASK_SETTINGS = {"max_length", "doc_stride"}
 
 
@@ -23,8 +24,9 @@ def cmd_bundle(a):
             raise SettingsError(f"--task-settings: {name} has no --heads {name}=DIR")
         unknown = sorted(set(settings) - BUNDLE_TASK_SETTINGS) if isinstance(settings, dict) else ["(not an object)"]
         if unknown or not all(v is None or isinstance(v, int) for v in settings.values()):
-            raise SettingsError(f"--task-settings: {name}: expected integers for {sorted(BUNDLE_TASK_SETTINGS)}, "
-                                f"got {settings}")
+            raise SettingsError(
+                f"--task-settings: {name}: expected integers for {sorted(BUNDLE_TASK_SETTINGS)}, got {settings}"
+            )
         tasks[name].update({k: v for k, v in settings.items() if v is not None})
     bundle = write_bundle(a.out, a.encoder_dir, a.tokenizer, tasks, a.keys, a.precision)
     for name, task in bundle.tasks.items():
@@ -42,33 +44,59 @@ def cmd_serve(a):
     from bertvision.serving.bundle import load_bundle
 
     bundle = load_bundle(a.bundle)  # a broken bundle fails here, in one line, before any worker starts
-    given = {"max_batch_size": a.max_batch_size, "max_wait_ms": a.max_wait_ms, "max_texts_per_request": a.max_texts,
-             "max_body_bytes": a.max_body_bytes, "max_text_chars": a.max_text_chars, "device": a.device,
-             # several workers on one CPU would otherwise each start a thread per core
-             "threads": a.threads or (max(1, (os.cpu_count() or 1) // a.workers) if a.workers > 1 else None)}
+    given = {
+        "max_batch_size": a.max_batch_size,
+        "max_wait_ms": a.max_wait_ms,
+        "max_texts_per_request": a.max_texts,
+        "max_body_bytes": a.max_body_bytes,
+        "max_text_chars": a.max_text_chars,
+        "device": a.device,
+        # several workers on one CPU would otherwise each start a thread per core
+        "threads": a.threads or (max(1, (os.cpu_count() or 1) // a.workers) if a.workers > 1 else None),
+    }
     settings = ServeSettings(**{k: v for k, v in given.items() if v is not None})
     # uvicorn's factory mode: every worker process builds its own app from these
     os.environ[BUNDLE_ENV], os.environ[SETTINGS_ENV] = str(bundle.root), settings.to_json()
     uvicorn.run("bertvision.serving.app:app_from_env", factory=True, host=a.host, port=a.port, workers=a.workers)
 
 
-
 def add_serving_commands(sub, subcommand, json_arg, name_path_arg) -> None:
     """Add ``bundle`` and ``serve`` to the subparsers ``sub``; ``subcommand``, ``json_arg`` and
     ``name_path_arg`` are the command line's own parser helpers."""
-    s = subcommand(sub, "bundle", cmd_bundle,
-             "one encoder checkpoint, its tokenizer and every task's best heads, for bertvision serve (rule bundle)")
-    s.add_argument("--encoder-dir", type=Path, required=True,
-                   help="a checkpoint (model.safetensors + config.json) the heads' features were extracted from")
+    s = subcommand(
+        sub,
+        "bundle",
+        cmd_bundle,
+        "one encoder checkpoint, its tokenizer and every task's best heads, for bertvision serve (rule bundle)",
+    )
+    s.add_argument(
+        "--encoder-dir",
+        type=Path,
+        required=True,
+        help="a checkpoint (model.safetensors + config.json) the heads' features were extracted from",
+    )
     s.add_argument("--tokenizer", required=True, help="the backbone reference (backbones.<model>.pretrained)")
-    s.add_argument("--heads", type=name_path_arg, nargs="+", required=True,
-                   help="TASK=DIR: a train_heads output of TASK on this encoder (repeat TASK for several)")
-    s.add_argument("--task-settings", type=json_arg, default={},
-                   help='{"task": {"max_length": N, "doc_stride": N}}: the tokenization the features used '
-                        "(default: the registry's)")
+    s.add_argument(
+        "--heads",
+        type=name_path_arg,
+        nargs="+",
+        required=True,
+        help="TASK=DIR: a train_heads output of TASK on this encoder (repeat TASK for several)",
+    )
+    s.add_argument(
+        "--task-settings",
+        type=json_arg,
+        default={},
+        help='{"task": {"max_length": N, "doc_stride": N}}: the tokenization the features used '
+        "(default: the registry's)",
+    )
     s.add_argument("--keys", type=json_arg, default={}, help='provenance, e.g. {"backbone", "encoder", "ft_seed"}')
-    s.add_argument("--precision", required=True, choices=PRECISIONS,
-                   help="extract.precision of the features (serving reproduces it)")
+    s.add_argument(
+        "--precision",
+        required=True,
+        choices=PRECISIONS,
+        help="extract.precision of the features (serving reproduces it)",
+    )
     s.add_argument("--out", type=Path, required=True)
 
     s = subcommand(sub, "serve", cmd_serve, "answer every task of a bundle over HTTP from one encoder pass per batch")
@@ -82,5 +110,6 @@ def add_serving_commands(sub, subcommand, json_arg, name_path_arg) -> None:
     s.add_argument("--max-body-bytes", type=int, help="request body size (default 1000000)")
     s.add_argument("--max-text-chars", type=int, help="characters per text, question or context (default 20000)")
     s.add_argument("--device", choices=["auto", "cpu", "cuda"], help="default auto (a GPU when there is one)")
-    s.add_argument("--threads", type=int,
-                   help="torch threads per worker (default: CPU cores / workers when --workers > 1)")
+    s.add_argument(
+        "--threads", type=int, help="torch threads per worker (default: CPU cores / workers when --workers > 1)"
+    )

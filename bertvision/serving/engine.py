@@ -123,10 +123,15 @@ class Sequences:
     def split(self, token_types: bool) -> TokenizedSplit:
         """The sequences as a split; ``token_types``: whether the encoder takes token type ids."""
         n = len(self)
-        frame = pd.DataFrame({
-            "idx": np.arange(n), "input_ids": self.input_ids, "token_type_ids": self.token_type_ids,
-            "length": np.array([len(x) for x in self.input_ids], dtype=np.int64), "label": np.zeros(n, np.int64),
-        })
+        frame = pd.DataFrame(
+            {
+                "idx": np.arange(n),
+                "input_ids": self.input_ids,
+                "token_type_ids": self.token_type_ids,
+                "length": np.array([len(x) for x in self.input_ids], dtype=np.int64),
+                "label": np.zeros(n, np.int64),
+            }
+        )
         return TokenizedSplit(frame if token_types else frame.drop(columns="token_type_ids"))
 
 
@@ -155,8 +160,14 @@ class Engine:
     ``encoder_passes`` counts encoder forward calls: one per ``predict`` call unless its
     sequences hold more than ``max_batch_tokens`` padded tokens."""
 
-    def __init__(self, bundle: Bundle | Path, device: str = "auto", max_windows: int = 64, threads: int | None = None,
-                 max_batch_tokens: int = 8192):
+    def __init__(
+        self,
+        bundle: Bundle | Path,
+        device: str = "auto",
+        max_windows: int = 64,
+        threads: int | None = None,
+        max_batch_tokens: int = 8192,
+    ):
         from transformers import AutoTokenizer
         from transformers.utils import logging as hf_logging
 
@@ -179,12 +190,19 @@ class Engine:
         self.pad_id = pad_id(self.encoder)
         self.token_types = uses_token_types(self.tokenizer, self.encoder.config)
         layers, hidden = self.bundle.layers, self.bundle.hidden
-        self.heads = {(task.name, name): load_head(entry.dir, layers, hidden, task.outputs).to(self.device)
-                      for task in self.bundle.tasks.values() for name, entry in task.heads.items()}
+        self.heads = {
+            (task.name, name): load_head(entry.dir, layers, hidden, task.outputs).to(self.device)
+            for task in self.bundle.tasks.values()
+            for name, entry in task.heads.items()
+        }
         self.encoder_passes = 0
         self.sequences_encoded = 0
-        log.info("serving %s on %s: %s", self.bundle.root, self.device,
-                 {t: list(e.heads) for t, e in self.bundle.tasks.items()})
+        log.info(
+            "serving %s on %s: %s",
+            self.bundle.root,
+            self.device,
+            {t: list(e.heads) for t, e in self.bundle.tasks.items()},
+        )
 
     # --- what may be asked --------------------------------------------------------------------
     @property
@@ -230,16 +248,24 @@ class Engine:
             budget = task.max_length - q_len - tok.num_special_tokens_to_add(pair=True)
             if budget <= task.doc_stride:
                 most = task.max_length - tok.num_special_tokens_to_add(pair=True) - task.doc_stride - 1
-                raise RequestError(f"{field}.question", f"too long for task {name}: {q_len} tokens, at most {most} "
-                                   f"(max_length {task.max_length}, doc_stride {task.doc_stride})")
+                raise RequestError(
+                    f"{field}.question",
+                    f"too long for task {name}: {q_len} tokens, at most {most} "
+                    f"(max_length {task.max_length}, doc_stride {task.doc_stride})",
+                )
             windows = 1 if c_len <= budget else 1 + math.ceil((c_len - budget) / (budget - task.doc_stride))
             if windows > self.max_windows:
-                raise RequestError(f"{field}.context", f"too long for task {name}: about {windows} windows of "
-                                   f"{task.max_length} tokens, at most {self.max_windows} per question", status=413)
+                raise RequestError(
+                    f"{field}.context",
+                    f"too long for task {name}: about {windows} windows of "
+                    f"{task.max_length} tokens, at most {self.max_windows} per question",
+                    status=413,
+                )
 
     # --- answering ------------------------------------------------------------------------------
-    def predict(self, texts: list[TextItem], questions: list[QuestionItem] | None = None
-                ) -> tuple[list[dict[str, ExampleResult]], list[dict[str, SpanResult]]]:
+    def predict(
+        self, texts: list[TextItem], questions: list[QuestionItem] | None = None
+    ) -> tuple[list[dict[str, ExampleResult]], list[dict[str, SpanResult]]]:
         """Per text, task -> its result; per question, span task -> its answer; from one encoder pass."""
         questions = questions or []
         sequences = Sequences()
@@ -248,11 +274,15 @@ class Engine:
         if not len(sequences):
             return [{} for _ in texts], [{} for _ in questions]
         encoded = self._encode(sequences, self._token_readers(texts, text_rows, questions, span_groups))
-        return (self._example_results(texts, text_rows, encoded),
-                self._span_results(questions, span_groups, encoded))
+        return (self._example_results(texts, text_rows, encoded), self._span_results(questions, span_groups, encoded))
 
-    def _token_readers(self, texts: list[TextItem], text_rows: list[dict[str, int]], questions: list[QuestionItem],
-                       span_groups: list[SpanGroup]) -> dict[int, set[tuple[str, str]]]:
+    def _token_readers(
+        self,
+        texts: list[TextItem],
+        text_rows: list[dict[str, int]],
+        questions: list[QuestionItem],
+        span_groups: list[SpanGroup],
+    ) -> dict[int, set[tuple[str, str]]]:
         """Row -> the (task, head) pairs that read every token of it."""
         readers: dict[int, set[tuple[str, str]]] = {}
         for i, item in enumerate(texts):
@@ -270,14 +300,16 @@ class Engine:
         rows: list[dict[str, int]] = [{} for _ in texts]
         lengths = sorted({self.tasks[t].max_length for item in texts for t in item.heads})
         for max_length in lengths:
-            wanted = [i for i, item in enumerate(texts)
-                      if any(self.tasks[t].max_length == max_length for t in item.heads)]
+            wanted = [
+                i for i, item in enumerate(texts) if any(self.tasks[t].max_length == max_length for t in item.heads)
+            ]
             for fields, arity in ((SINGLE, 1), (PAIR, 2)):
                 items = [i for i in wanted if len(texts[i].texts) == arity]
                 if not items:
                     continue
-                frame = pd.DataFrame({name: [texts[i].texts[k] for i in items]
-                                      for k, name in enumerate(fields.text_fields)})
+                frame = pd.DataFrame(
+                    {name: [texts[i].texts[k] for i in items] for k, name in enumerate(fields.text_fields)}
+                )
                 frame["idx"], frame["label"] = np.arange(len(items)), 0
                 encoded = tokenize_frame(frame, fields, self.tokenizer, max_length)
                 for i, ids, types in zip(items, encoded["input_ids"], encoded["token_type_ids"]):
@@ -293,9 +325,14 @@ class Engine:
         out = []
         for (max_length, stride), tasks in groups.items():
             items = [i for i, item in enumerate(questions) if any(t in item.heads for t in tasks)]
-            frame = pd.DataFrame({"question": [questions[i].question for i in items],
-                                  "context": [questions[i].context for i in items],
-                                  "answer_texts": [[] for _ in items], "answer_starts": [[] for _ in items]})
+            frame = pd.DataFrame(
+                {
+                    "question": [questions[i].question for i in items],
+                    "context": [questions[i].context for i in items],
+                    "answer_texts": [[] for _ in items],
+                    "answer_starts": [[] for _ in items],
+                }
+            )
             windows = TokenizedSplit(build_windows(frame, self.tokenizer, max_length, stride))
             rows = [sequences.add(ids, types) for ids, types in zip(windows.input_ids, windows.token_type_ids)]
             out.append(SpanGroup(tasks, items, windows, rows))
@@ -318,14 +355,21 @@ class Engine:
                 cls[rows] = summary.to("cpu", torch.float16).numpy()
                 reading = [j for j, row in enumerate(rows) if int(row) in readers]
                 if reading:
-                    self._apply_token_heads(hidden, rows[reading], split.lengths, readers, outputs,
-                                            torch.as_tensor(reading, device=self.device))
+                    self._apply_token_heads(
+                        hidden,
+                        rows[reading],
+                        split.lengths,
+                        readers,
+                        outputs,
+                        torch.as_tensor(reading, device=self.device),
+                    )
             self.encoder_passes += 1
         self.sequences_encoded += len(split)
         return Encoded(cls, outputs)
 
-    def _apply_token_heads(self, hidden, rows: np.ndarray, lengths: np.ndarray, readers: dict, outputs: dict,
-                           index: torch.Tensor) -> None:
+    def _apply_token_heads(
+        self, hidden, rows: np.ndarray, lengths: np.ndarray, readers: dict, outputs: dict, index: torch.Tensor
+    ) -> None:
         """Heads reading every token of ``rows`` (at ``index`` in the chunk): the states of the
         real tokens, float16 as stored, read back as float32, padding zeroed as training pads."""
         real = torch.as_tensor(lengths[rows])
@@ -348,8 +392,9 @@ class Engine:
             args = (x.to(self.device),) if mask is None else (x.to(self.device), mask.to(self.device))
             return module(*args).float().cpu().numpy()
 
-    def _example_results(self, texts: list[TextItem], text_rows: list[dict[str, int]], encoded: Encoded
-                         ) -> list[dict[str, ExampleResult]]:
+    def _example_results(
+        self, texts: list[TextItem], text_rows: list[dict[str, int]], encoded: Encoded
+    ) -> list[dict[str, ExampleResult]]:
         results: list[dict[str, ExampleResult]] = [{} for _ in texts]
         for task_name, head in dict.fromkeys((t, h) for item in texts for t, h in item.heads.items()):
             task = self.tasks[task_name]
@@ -364,8 +409,9 @@ class Engine:
         # the order the tasks were asked in
         return [{t: results[i][t] for t in item.heads} for i, item in enumerate(texts)]
 
-    def _span_results(self, questions: list[QuestionItem], groups: list[SpanGroup], encoded: Encoded
-                      ) -> list[dict[str, SpanResult]]:
+    def _span_results(
+        self, questions: list[QuestionItem], groups: list[SpanGroup], encoded: Encoded
+    ) -> list[dict[str, SpanResult]]:
         """Per question, its windows' logits decoded as evaluation decodes them."""
         results: list[dict[str, SpanResult]] = [{} for _ in questions]
         for group in groups:
@@ -378,13 +424,20 @@ class Engine:
                     if head is None:
                         continue
                     task, logits = self.tasks[task_name], encoded.token_outputs[task_name, head]
-                    windows = [(logits[group.rows[w]][:, 0], logits[group.rows[w]][:, 1], group.windows.offsets[w])
-                               for w in by_question.get(q, [])]
+                    windows = [
+                        (logits[group.rows[w]][:, 0], logits[group.rows[w]][:, 1], group.windows.offsets[w])
+                        for w in by_question.get(q, [])
+                    ]
                     best = decode_question(windows, questions[i].context, task.n_best, task.max_answer_length)
                     threshold = task.heads[head].null_threshold
-                    results[i][task_name] = SpanResult(head, apply_threshold([best], threshold)[0],
-                                                       bool(best.score_diff > threshold), best.text,
-                                                       finite(best.score_diff), threshold)
+                    results[i][task_name] = SpanResult(
+                        head,
+                        apply_threshold([best], threshold)[0],
+                        bool(best.score_diff > threshold),
+                        best.text,
+                        finite(best.score_diff),
+                        threshold,
+                    )
         return [{t: results[i][t] for t in item.heads} for i, item in enumerate(questions)]
 
 
@@ -395,5 +448,10 @@ def example_result(task: TaskEntry, head: str, outputs: np.ndarray) -> ExampleRe
     label_id = int(predictions_from_outputs(outputs[None], task.kind)[0])
     shifted = np.exp(outputs.astype(np.float64) - np.max(outputs))
     probabilities = shifted / shifted.sum()
-    return ExampleResult(head, values, label=task.label_names[label_id], label_id=label_id,
-                         probabilities={name: finite(p) for name, p in zip(task.label_names, probabilities)})
+    return ExampleResult(
+        head,
+        values,
+        label=task.label_names[label_id],
+        label_id=label_id,
+        probabilities={name: finite(p) for name, p in zip(task.label_names, probabilities)},
+    )

@@ -48,10 +48,19 @@ def full_finetune(
     selection = evals.only("selection")
     model = load_classifier(task, settings.backbone, seed).to(device)
     epoch_steps = steps_per_epoch(len(train), settings.batch_size)
-    trainer = EncoderTrainer(task, model, train, settings, settings.epochs * epoch_steps, device,
-                             compute.precision, ranks, micro_batches)
-    log.info("%s on %s: full fine-tuning, %d train examples, %d epochs of %d steps (warmup %d), device %s",
-             task.name, settings.backbone, len(train), settings.epochs, epoch_steps, trainer.warmup, device)
+    trainer = EncoderTrainer(
+        task, model, train, settings, settings.epochs * epoch_steps, device, compute.precision, ranks, micro_batches
+    )
+    log.info(
+        "%s on %s: full fine-tuning, %d train examples, %d epochs of %d steps (warmup %d), device %s",
+        task.name,
+        settings.backbone,
+        len(train),
+        settings.epochs,
+        epoch_steps,
+        trainer.warmup,
+        device,
+    )
 
     rng = np.random.default_rng(seed)
     history, best, best_state = [], None, None
@@ -64,8 +73,15 @@ def full_finetune(
         if ranks.main:
             metrics = trainer.evaluate(selection)[0]["selection"]
             score = float(metrics[task.primary_metric])
-            history.append({"epoch": epoch, "step": trainer.step, "train_seconds": train_seconds,
-                            "train_loss_recent": trainer.recent_loss, "selection": metrics})
+            history.append(
+                {
+                    "epoch": epoch,
+                    "step": trainer.step,
+                    "train_seconds": train_seconds,
+                    "train_loss_recent": trainer.recent_loss,
+                    "selection": metrics,
+                }
+            )
             log.info("epoch %d: selection %s = %.4f", epoch, task.primary_metric, score)
             if best is None or score > best["score"]:
                 best = {"epoch": epoch, "score": score, "train_seconds": train_seconds}
@@ -98,5 +114,11 @@ def full_finetune(
         },
         out_dir / BASELINE_METRICS,
     )
-    log.info("%s: kept epoch %d of %d (selection %.4f); eval %s", task.name, best["epoch"], settings.epochs,
-             best["score"], {s: metrics[s] for s in task.eval_splits})
+    log.info(
+        "%s: kept epoch %d of %d (selection %.4f); eval %s",
+        task.name,
+        best["epoch"],
+        settings.epochs,
+        best["score"],
+        {s: metrics[s] for s in task.eval_splits},
+    )

@@ -25,12 +25,25 @@ def shared_encoder(data: dict) -> SharedEncoder:
     return SharedEncoder(**{**data, "tasks": tuple(data.get("tasks") or ())})
 
 
-def build_cross_task(encoders: list[dict], models: list[str], ft_seeds: list[int], heads: dict[str, list[str]],
-                     epochs: dict[str, float], transfer_files: list[Path], tables_dir: Path, plot: Path) -> pd.DataFrame:
+def build_cross_task(
+    encoders: list[dict],
+    models: list[str],
+    ft_seeds: list[int],
+    heads: dict[str, list[str]],
+    epochs: dict[str, float],
+    transfer_files: list[Path],
+    tables_dir: Path,
+    plot: Path,
+) -> pd.DataFrame:
     """``encoders``: the shared encoders as records; ``heads``: task -> the head names trained on
     them; ``epochs``: mixture name -> its epochs."""
-    runs = pd.concat([head_runs_on_encoders([shared_encoder(e) for e in encoders], models, ft_seeds, heads, epochs),
-                      heads_applied_as_is(transfer_files)], ignore_index=True)
+    runs = pd.concat(
+        [
+            head_runs_on_encoders([shared_encoder(e) for e in encoders], models, ft_seeds, heads, epochs),
+            heads_applied_as_is(transfer_files),
+        ],
+        ignore_index=True,
+    )
     frame = cross_task_table(runs)
     write_csv(frame, table(TABLE_NAME, "csv", tables_dir))
     write_text(cross_task_markdown(frame), table(TABLE_NAME, "md", tables_dir))

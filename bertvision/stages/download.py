@@ -83,8 +83,9 @@ def download_squad(task: TaskSpec, settings: DownloadSettings, out_dir: Path) ->
         parts = squad_files.split_by_article(source, {k: article_split[k] for k in ("train", "selection", "dev")}, seed)
     else:
         fraction = float(settings.selection_fraction)
-        parts = squad_files.split_by_article(load_squad_split(task, "train", settings),
-                                             {"train": 1 - fraction, "selection": fraction}, seed)
+        parts = squad_files.split_by_article(
+            load_squad_split(task, "train", settings), {"train": 1 - fraction, "selection": fraction}, seed
+        )
         parts["dev"] = load_squad_split(task, "dev", settings)
     frames = {
         "train": subsample(parts["train"], settings.train_size, seed),
@@ -92,8 +93,12 @@ def download_squad(task: TaskSpec, settings: DownloadSettings, out_dir: Path) ->
         "dev": subsample(parts["dev"], settings.eval_size, seed),
     }
     counts = write_splits(task, frames, out_dir)
-    log.info("%s: questions written %s (articles: %s)", task.name, counts,
-             {k: int(v["title"].nunique()) for k, v in frames.items()})
+    log.info(
+        "%s: questions written %s (articles: %s)",
+        task.name,
+        counts,
+        {k: int(v["title"].nunique()) for k, v in frames.items()},
+    )
     return counts
 
 

@@ -19,13 +19,20 @@ from bertvision.reporting.markdown import write_csv, write_text
 TABLE_NAMES = ("search", "data_fraction", "transfer")
 
 
-def build_experiment_tables(best_files: list[Path], subset_dirs: list[Path], head_dirs: list[Path],
-                            bert_metrics: list[Path], transfer_files: list[Path], out_dir: Path) -> None:
+def build_experiment_tables(
+    best_files: list[Path],
+    subset_dirs: list[Path],
+    head_dirs: list[Path],
+    bert_metrics: list[Path],
+    transfer_files: list[Path],
+    out_dir: Path,
+) -> None:
     tables = {
         "search": (search_table(best_files), search_markdown),
-        "data_fraction": (data_fraction_table(head_metrics_files(subset_dirs), head_metrics_files(head_dirs),
-                                              bert_metrics),
-                          data_fraction_markdown),
+        "data_fraction": (
+            data_fraction_table(head_metrics_files(subset_dirs), head_metrics_files(head_dirs), bert_metrics),
+            data_fraction_markdown,
+        ),
         "transfer": (transfer_table(transfer_files, bert_metrics), transfer_markdown),
     }
     for name, (frame, markdown) in tables.items():

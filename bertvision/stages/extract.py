@@ -35,8 +35,9 @@ from bertvision.runtime.device import pick_device, set_threads, to_device
 log = logging.getLogger(__name__)
 
 
-def iter_blocks(split: TokenizedSplit, start: int, end: int, block_rows: int, batch_size: int,
-                block_tokens: int | None = None):
+def iter_blocks(
+    split: TokenizedSplit, start: int, end: int, block_rows: int, batch_size: int, block_tokens: int | None = None
+):
     """Yield (block_start, block_end, batches) with batches as row indices into ``split``.
     A block holds at most ``block_rows`` rows and (if given) about ``block_tokens`` tokens."""
     b0 = start
@@ -59,6 +60,7 @@ def on_replicas(replicas, batches, run):
             run(rows, *replicas[0])
             yield rows
         return
+
     def run_without_grad(rows, model, device):  # inference mode is per thread
         with torch.inference_mode():
             run(rows, model, device)
@@ -74,8 +76,12 @@ def extraction_devices(preference: str) -> list[torch.device]:
     """Every GPU this job may use (a job given several GPUs spreads its batches over them),
     else the one device ``pick_device`` chooses."""
     device = pick_device(preference)
-    if device.type == "cuda" and "LOCAL_RANK" not in os.environ and torch.cuda.device_count() > 1 \
-            and "CUDA_VISIBLE_DEVICES" in os.environ:
+    if (
+        device.type == "cuda"
+        and "LOCAL_RANK" not in os.environ
+        and torch.cuda.device_count() > 1
+        and "CUDA_VISIBLE_DEVICES" in os.environ
+    ):
         return [torch.device("cuda", i) for i in range(torch.cuda.device_count())]
     return [device]
 
@@ -113,14 +119,31 @@ class BackgroundWriter:
 
 def _shard_attrs(model, split, attrs, shard, n_shards, start, end, precision, device) -> dict:
     layers, hidden = hidden_state_shape(model)
-    return {**attrs, "shard": shard, "n_shards": n_shards, "row_start": start, "row_end": end,
-            "split_rows": len(split), "layers": layers,
-            "hidden": hidden, "encoder_parameters": encoder_parameter_count(model),
-            "precision": precision, "device": str(device)}
+    return {
+        **attrs,
+        "shard": shard,
+        "n_shards": n_shards,
+        "row_start": start,
+        "row_end": end,
+        "split_rows": len(split),
+        "layers": layers,
+        "hidden": hidden,
+        "encoder_parameters": encoder_parameter_count(model),
+        "precision": precision,
+        "device": str(device),
+    }
 
 
-def extract_split_cls(replicas, split: TokenizedSplit, out_path: Path, shard: int, n_shards: int,
-                      settings: ExtractSettings, precision: str, attrs: dict) -> dict:
+def extract_split_cls(
+    replicas,
+    split: TokenizedSplit,
+    out_path: Path,
+    shard: int,
+    n_shards: int,
+    settings: ExtractSettings,
+    precision: str,
+    attrs: dict,
+) -> dict:
     """Rows of shard ``shard`` of one split -> ``out_path``: [CLS] states of every layer.
     ``replicas``: (model, device) pairs; batches are spread over them."""
     model, device = replicas[0]
@@ -135,14 +158,13 @@ def extract_split_cls(replicas, split: TokenizedSplit, out_path: Path, shard: in
     with ShardWriter(out_path, end - start, layers, hidden, label_dtype, shard_attrs) as writer:
         background = BackgroundWriter(writer.write_block)
         n_batches = sum(-(-min(block_rows, end - b) // batch_size) for b in range(start, end, block_rows))
-        progress = tqdm(total=n_batches, desc=f"extract {attrs['split']} shard {shard}", mininterval=10,
-                        unit="batch")
+        progress = tqdm(total=n_batches, desc=f"extract {attrs['split']} shard {shard}", mininterval=10, unit="batch")
         try:
             with torch.inference_mode():
                 for b0, b1, batches in iter_blocks(split, start, end, block_rows, batch_size):
                     block = np.empty((b1 - b0, layers, hidden), dtype=np.float16)
 
-                    def run(rows, model, device):
+                    def run(rows, model, device, block=block, b0=b0):
                         states = cls_states(model, to_device(collate(split, rows, padding), device), device, precision)
                         block[rows - b0] = states.to("cpu", torch.float16).numpy()
 
@@ -159,8 +181,16 @@ def extract_split_cls(replicas, split: TokenizedSplit, out_path: Path, shard: in
     return stats
 
 
-def extract_split_tokens(replicas, split: TokenizedSplit, out_path: Path, shard: int, n_shards: int,
-                         settings: ExtractSettings, precision: str, attrs: dict) -> dict:
+def extract_split_tokens(
+    replicas,
+    split: TokenizedSplit,
+    out_path: Path,
+    shard: int,
+    n_shards: int,
+    settings: ExtractSettings,
+    precision: str,
+    attrs: dict,
+) -> dict:
     """Windows of shard ``shard`` of one split -> ``out_path``: the states of every real token
     of every layer, ragged; span tasks with the windows' character offsets, example tasks
     (``token_features``) with each example's label and its [CLS] rows kept apart as well."""
@@ -174,21 +204,33 @@ def extract_split_tokens(replicas, split: TokenizedSplit, out_path: Path, shard:
     padded = real = 0
     shard_attrs = _shard_attrs(model, split, attrs, shard, n_shards, start, end, precision, device)
     span = attrs["label_kind"] == "span"
-    labels = {} if span else {"label_shape": (), "char_offsets": False, "store_cls": True,
-                              "label_dtype": "float32" if attrs["label_kind"] == "regression" else "int64"}
+    labels = (
+        {}
+        if span
+        else {
+            "label_shape": (),
+            "char_offsets": False,
+            "store_cls": True,
+            "label_dtype": "float32" if attrs["label_kind"] == "regression" else "int64",
+        }
+    )
     with TokenShardWriter(out_path, lengths, layers, hidden, shard_attrs, **labels) as writer:
         background = BackgroundWriter(writer.write_windows)
-        progress = tqdm(total=end - start, desc=f"extract {attrs['split']} shard {shard}", mininterval=10,
-                        unit="window")
+        progress = tqdm(
+            total=end - start, desc=f"extract {attrs['split']} shard {shard}", mininterval=10, unit="window"
+        )
         try:
             with torch.inference_mode():
                 for b0, b1, batches in iter_blocks(split, start, end, block_rows, batch_size, block_tokens):
                     local = np.concatenate([[0], np.cumsum(split.lengths[b0:b1])])
                     block = np.empty((int(local[-1]), layers, hidden), dtype=np.float16)
 
-                    def run(rows, model, device):
-                        states = token_states(model, to_device(collate(split, rows, padding), device), device,
-                                              precision).to("cpu", torch.float16).numpy()
+                    def run(rows, model, device, block=block, local=local, b0=b0):
+                        states = (
+                            token_states(model, to_device(collate(split, rows, padding), device), device, precision)
+                            .to("cpu", torch.float16)
+                            .numpy()
+                        )
                         for j, i in enumerate(rows):
                             block[local[i - b0] : local[i - b0 + 1]] = states[j, : split.lengths[i]]
 
@@ -201,8 +243,13 @@ def extract_split_tokens(replicas, split: TokenizedSplit, out_path: Path, shard:
         finally:
             background.close()
             progress.close()
-    stats = {"rows": end - start, "tokens": int(lengths.sum()), "seconds": time.perf_counter() - t0,
-             "padded_tokens": padded, "real_tokens": real}
+    stats = {
+        "rows": end - start,
+        "tokens": int(lengths.sum()),
+        "seconds": time.perf_counter() - t0,
+        "padded_tokens": padded,
+        "real_tokens": real,
+    }
     log.info("wrote %s: %s", out_path, stats)
     return stats
 
@@ -224,8 +271,9 @@ def extractor(attrs: dict):
     return extract_split_tokens if feature_level(attrs) == "tokens" else EXTRACTORS[attrs["label_kind"]]
 
 
-def planned_bytes(split: TokenizedSplit, shard: int, n_shards: int, layers: int, hidden: int, kind: str,
-                  level: str | None = None) -> int:
+def planned_bytes(
+    split: TokenizedSplit, shard: int, n_shards: int, layers: int, hidden: int, kind: str, level: str | None = None
+) -> int:
     start, end = shard_rows(len(split), n_shards, shard)
     tokens = int(split.lengths[start:end].sum())
     if (level or ("tokens" if kind == "span" else "cls")) == "cls":
@@ -237,11 +285,17 @@ def planned_bytes(split: TokenizedSplit, shard: int, n_shards: int, layers: int,
 
 def check_disk_space(out_dir: Path, needed: int, headroom: float = 1.05) -> None:
     free = shutil.disk_usage(out_dir).free
-    log.info("planned feature bytes for this shard: %s (%.1f MiB); free on disk: %.1f MiB",
-             f"{needed:,}", needed / 2**20, free / 2**20)
+    log.info(
+        "planned feature bytes for this shard: %s (%.1f MiB); free on disk: %.1f MiB",
+        f"{needed:,}",
+        needed / 2**20,
+        free / 2**20,
+    )
     if free < needed * headroom:
-        raise DiskSpaceError(f"{out_dir}: this shard needs about {needed / 2**30:.2f} GiB of features but only "
-                      f"{free / 2**30:.2f} GiB is free; free space or use more shards on other disks")
+        raise DiskSpaceError(
+            f"{out_dir}: this shard needs about {needed / 2**30:.2f} GiB of features but only "
+            f"{free / 2**30:.2f} GiB is free; free space or use more shards on other disks"
+        )
 
 
 def extract_shard(
@@ -260,7 +314,8 @@ def extract_shard(
 ) -> dict:
     """Shard ``shard`` of every split -> one HDF5 file per split in ``out_dir``. The files are
     written into a scratch directory beside it, renamed to ``out_dir`` at the end, so a killed
-    job leaves no ``out_dir`` behind; the next attempt clears the scratch directory first. ``micro_batches`` > 1 (a retry after running out of GPU memory)
+    job leaves no ``out_dir`` behind; the next attempt clears the scratch directory first.
+    ``micro_batches`` > 1 (a retry after running out of GPU memory)
     divides the batch size; the features do not depend on it. ``devices``: run a replica of
     the encoder on each (default: every GPU the job was given, else one device)."""
     set_threads(threads)
@@ -278,11 +333,20 @@ def extract_shard(
     stats = {}
     try:
         level = feature_level(attrs)
-        check_disk_space(tmp_dir, sum(planned_bytes(t, shard, n_shards, layers, hidden, kind, level)
-                                      for t in tokens.values()))
+        check_disk_space(
+            tmp_dir, sum(planned_bytes(t, shard, n_shards, layers, hidden, kind, level) for t in tokens.values())
+        )
         for split in splits:
-            stats[split] = extractor(attrs)(replicas, tokens[split], shard_file(tmp_dir, split), shard, n_shards,
-                                            settings, compute.precision, {**attrs, "split": split})
+            stats[split] = extractor(attrs)(
+                replicas,
+                tokens[split],
+                shard_file(tmp_dir, split),
+                shard,
+                n_shards,
+                settings,
+                compute.precision,
+                {**attrs, "split": split},
+            )
         if out_dir.exists():  # an empty directory left by the scheduler
             out_dir.rmdir()
         os.replace(tmp_dir, out_dir)

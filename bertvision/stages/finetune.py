@@ -80,15 +80,23 @@ def finetune(
     epoch_steps = steps_per_epoch(len(train), settings.batch_size)
     schedule_epochs = settings.schedule_epochs or max(fractions[-1], 1e-9)
     total_steps = max(1, math.ceil(schedule_epochs * epoch_steps))
-    trainer = EncoderTrainer(task, model, train, settings, total_steps, device, compute.precision, ranks,
-                             micro_batches)
+    trainer = EncoderTrainer(task, model, train, settings, total_steps, device, compute.precision, ranks, micro_batches)
     to_save = checkpoint_steps(fractions, epoch_steps)
     last_step = max(to_save)
     log.info(
         "%s on %s: %d train examples, %d steps/epoch, %d scheduled steps (warmup %d), checkpoints at steps %s, "
         "device %s (rank %d of %d), %d micro-batch(es) per batch",
-        task.name, backbone, len(train), epoch_steps, total_steps, trainer.warmup, dict(sorted(to_save.items())),
-        device, ranks.rank, ranks.world, micro_batches,
+        task.name,
+        backbone,
+        len(train),
+        epoch_steps,
+        total_steps,
+        trainer.warmup,
+        dict(sorted(to_save.items())),
+        device,
+        ranks.rank,
+        ranks.world,
+        micro_batches,
     )
 
     rng = np.random.default_rng(seed)
@@ -140,5 +148,11 @@ def finetune(
     progress.close()
     ranks.close()
     elapsed = time.perf_counter() - started
-    log.info("trained %d steps, %d examples in %.1fs (%.1f ex/s incl. evaluation), padding ratio %.3f",
-             trainer.step, trainer.seen, elapsed, trainer.seen / max(elapsed, 1e-9), trainer.padding_ratio or 0.0)
+    log.info(
+        "trained %d steps, %d examples in %.1fs (%.1f ex/s incl. evaluation), padding ratio %.3f",
+        trainer.step,
+        trainer.seen,
+        elapsed,
+        trainer.seen / max(elapsed, 1e-9),
+        trainer.padding_ratio or 0.0,
+    )

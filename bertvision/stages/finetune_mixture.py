@@ -71,19 +71,40 @@ def finetune_mixture(
     missing = [t.name for t in tasks if t.name not in tokens_dirs]
     if missing:
         raise ValueError(f"--tokens-dirs lacks {missing}")
-    models = {name: model.to(device) for name, model in models_sharing_one_encoder(tasks, settings.backbone,
-                                                                                  seed).items()}
+    models = {
+        name: model.to(device) for name, model in models_sharing_one_encoder(tasks, settings.backbone, seed).items()
+    }
     trains = {t.name: TokenizedSplit.read(split_file(tokens_dirs[t.name], "train")) for t in tasks}
     epoch_steps = sum(steps_per_epoch(len(train), settings.batch_size) for train in trains.values())
     total_steps = max(1, math.ceil(settings.epochs * epoch_steps))
     # one AdamW over every model (shared parameters once); with several ranks, one DDP over them
     step_state = optimizer_step_state(models, settings, total_steps, device, compute.precision, ranks)
-    trainers = {t.name: EncoderTrainer(t, models[t.name], trains[t.name], settings, total_steps, device,
-                                       compute.precision, ranks, micro_batches, shared_step=step_state)
-                for t in tasks}
-    log.info("mixture %s on %s: %s training rows, %d steps per pass, %d steps, device %s (rank %d of %d)",
-             encoder_name, settings.backbone, {n: len(t) for n, t in trains.items()}, epoch_steps, total_steps,
-             device, ranks.rank, ranks.world)
+    trainers = {
+        t.name: EncoderTrainer(
+            t,
+            models[t.name],
+            trains[t.name],
+            settings,
+            total_steps,
+            device,
+            compute.precision,
+            ranks,
+            micro_batches,
+            shared_step=step_state,
+        )
+        for t in tasks
+    }
+    log.info(
+        "mixture %s on %s: %s training rows, %d steps per pass, %d steps, device %s (rank %d of %d)",
+        encoder_name,
+        settings.backbone,
+        {n: len(t) for n, t in trains.items()},
+        epoch_steps,
+        total_steps,
+        device,
+        ranks.rank,
+        ranks.world,
+    )
 
     rng = np.random.default_rng(seed)
     started, step = time.perf_counter(), 0
@@ -99,11 +120,24 @@ def finetune_mixture(
     train_seconds = time.perf_counter() - started
     encoder = next(iter(models.values())).base_model
     record = {
-        "encoder": encoder_name, "model": model_name, "backbone": settings.backbone, "seed": seed,
-        "epochs": settings.epochs, "steps": step, "train_seconds": train_seconds,
-        "encoder_parameters": encoder_parameter_count(encoder), "device": str(device),
-        "tasks": {name: {"train_rows": len(trains[name]), "steps": t.step, "examples_seen": t.seen,
-                         "train_loss_recent": t.recent_loss} for name, t in trainers.items()},
+        "encoder": encoder_name,
+        "model": model_name,
+        "backbone": settings.backbone,
+        "seed": seed,
+        "epochs": settings.epochs,
+        "steps": step,
+        "train_seconds": train_seconds,
+        "encoder_parameters": encoder_parameter_count(encoder),
+        "device": str(device),
+        "tasks": {
+            name: {
+                "train_rows": len(trains[name]),
+                "steps": t.step,
+                "examples_seen": t.seen,
+                "train_loss_recent": t.recent_loss,
+            }
+            for name, t in trainers.items()
+        },
     }
     if ranks.main:
         save_checkpoint(encoder, Path(out_dir))

@@ -35,14 +35,24 @@ class RelabeledHead(nn.Module):
         return self.head(x, *args).index_select(-1, self.order)
 
 
-def apply_heads_across_tasks(source: TaskSpec, target: TaskSpec, head_dir: Path, heads: list[str], manifest: Path,
-                             raw_dir: Path, runtime: HeadRuntimeSettings, in_memory_max_mb: float, out: Path,
-                             threads: int | None = None) -> list[dict]:
+def apply_heads_across_tasks(
+    source: TaskSpec,
+    target: TaskSpec,
+    head_dir: Path,
+    heads: list[str],
+    manifest: Path,
+    raw_dir: Path,
+    runtime: HeadRuntimeSettings,
+    in_memory_max_mb: float,
+    out: Path,
+    threads: int | None = None,
+) -> list[dict]:
     """Score every run of ``heads`` in ``head_dir`` (``source``'s heads) on ``target``'s
     features in ``manifest`` (the same encoder's states); write the records to ``out``."""
     if not target.shares_labels_with(source):
-        raise ValueError(f"{source.name} and {target.name} do not share a label space "
-                         f"({source.meanings} vs {target.meanings})")
+        raise ValueError(
+            f"{source.name} and {target.name} do not share a label space ({source.meanings} vs {target.meanings})"
+        )
     set_threads(threads)
     problems = Problems(target, manifest, runtime, in_memory_max_mb, raw_dir)
     order = target.label_order_from(source)
@@ -56,11 +66,20 @@ def apply_heads_across_tasks(source: TaskSpec, target: TaskSpec, head_dir: Path,
         head = load_head(run, layers, hidden, source.num_labels)
         model = RelabeledHead(head, order).to(problems.device).eval()
         metrics, _, _ = problem.evaluate(model, None)
-        records.append({"backbone": record["source"]["model"], "source_task": source.name, "task": target.name,
-                        "head": record["head"], "ft_seed": record["source"]["ft_seed"], "seed": record["seed"],
-                        "checkpoint": str(record["source"]["checkpoint"]), "parameters": record["parameters"],
-                        "source_selection": source.primary_score(record["metrics"], "selection"),
-                        "metrics": metrics})
+        records.append(
+            {
+                "backbone": record["source"]["model"],
+                "source_task": source.name,
+                "task": target.name,
+                "head": record["head"],
+                "ft_seed": record["source"]["ft_seed"],
+                "seed": record["seed"],
+                "checkpoint": str(record["source"]["checkpoint"]),
+                "parameters": record["parameters"],
+                "source_selection": source.primary_score(record["metrics"], "selection"),
+                "metrics": metrics,
+            }
+        )
     log.info("%s heads on %s: %d runs scored", source.name, target.name, len(records))
     atomic_write_json({"source_task": source.name, "task": target.name, "records": records}, out)
     return records

@@ -40,13 +40,15 @@ def suggest(trial: optuna.Trial, name: str, dist: dict):
     return trial.suggest_float(name, float(dist["low"]), float(dist["high"]), log=bool(dist.get("log", False)))
 
 
-def study_name(label: str, spec: dict, settings: HeadTrainingSettings, search: SearchSettings,
-               manifest: Path | StreamSource) -> str:
+def study_name(
+    label: str, spec: dict, settings: HeadTrainingSettings, search: SearchSettings, manifest: Path | StreamSource
+) -> str:
     """``label`` plus a digest of everything the trials depend on, so a changed setting or
     re-extracted features start a new study while a rerun of the same one resumes it."""
     digest = hashlib.sha256()
-    digest.update(json.dumps([spec, settings.to_dict(), search.space, search.pruner, search.seed],
-                             sort_keys=True).encode())
+    digest.update(
+        json.dumps([spec, settings.to_dict(), search.space, search.pruner, search.seed], sort_keys=True).encode()
+    )
     if isinstance(manifest, StreamSource):  # streamed: the source and its checkpoint's weights file
         weights = Path(manifest.checkpoint) / "model.safetensors"
         digest.update(manifest.to_json().encode())
@@ -79,17 +81,29 @@ def build_pruner(config: dict) -> optuna.pruners.BasePruner:
     """``config``: search.pruner."""
     if config["type"] == "none":
         return optuna.pruners.NopPruner()
-    return optuna.pruners.MedianPruner(n_startup_trials=int(config["startup_trials"]),
-                                       n_warmup_steps=int(config["warmup_epochs"]))
+    return optuna.pruners.MedianPruner(
+        n_startup_trials=int(config["startup_trials"]), n_warmup_steps=int(config["warmup_epochs"])
+    )
 
 
 def finished_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
     return study.get_trials(deepcopy=False, states=FINISHED)
 
 
-def run_worker(task: TaskSpec, keys: dict, spec: dict, settings: HeadTrainingSettings, runtime: HeadRuntimeSettings,
-               search: SearchSettings, manifest: Path | StreamSource, raw_dir: Path, storage: str, worker: int, out: Path,
-               threads: int | None = None) -> dict:
+def run_worker(
+    task: TaskSpec,
+    keys: dict,
+    spec: dict,
+    settings: HeadTrainingSettings,
+    runtime: HeadRuntimeSettings,
+    search: SearchSettings,
+    manifest: Path | StreamSource,
+    raw_dir: Path,
+    storage: str,
+    worker: int,
+    out: Path,
+    threads: int | None = None,
+) -> dict:
     """Run this worker's share of the study's trials and write what it ran to ``out``. ``keys``:
     the study's model, task, ftseed, frac and head (its record carries them)."""
     name = study_name(STUDY_LABEL.format(**keys), spec, settings, search, manifest)
@@ -100,7 +114,10 @@ def run_worker(task: TaskSpec, keys: dict, spec: dict, settings: HeadTrainingSet
     moments = problems.moments(spec) if settings.standardize else None
     space = applicable_space(search.space, spec)
     study = optuna.create_study(
-        storage=open_storage(storage), study_name=name, direction="maximize", load_if_exists=True,
+        storage=open_storage(storage),
+        study_name=name,
+        direction="maximize",
+        load_if_exists=True,
         sampler=optuna.samplers.TPESampler(seed=search.seed + worker, n_startup_trials=search.startup_trials),
         pruner=build_pruner(search.pruner),
     )
@@ -122,14 +139,21 @@ def run_worker(task: TaskSpec, keys: dict, spec: dict, settings: HeadTrainingSet
         return float(best["score"])
 
     if budget > 0:
-        study.optimize(objective, n_trials=budget, callbacks=[
-            optuna.study.MaxTrialsCallback(search.trials, states=FINISHED)])
+        study.optimize(
+            objective, n_trials=budget, callbacks=[optuna.study.MaxTrialsCallback(search.trials, states=FINISHED)]
+        )
     mine = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("worker") == worker]
     trials = [{"number": t.number, "state": t.state.name, "value": t.value, "params": t.params} for t in mine]
     record = {"study": name, "storage": storage, "worker": worker, "keys": keys, "space": space, "trials": trials}
     atomic_write_json(record, out)
-    log.info("%s worker %d: %d trials of this worker in %s (%d finished in the study)", name, worker, len(mine),
-             storage, len(finished_trials(study)))
+    log.info(
+        "%s worker %d: %d trials of this worker in %s (%d finished in the study)",
+        name,
+        worker,
+        len(mine),
+        storage,
+        len(finished_trials(study)),
+    )
     return record
 
 
@@ -144,17 +168,26 @@ def summarize_study(worker_records: list[Path], out: Path) -> dict:
     trials = study.get_trials(deepcopy=False)
     complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
     if not complete:
-        raise RuntimeError(f"study {name} in {storage}: no trial completed "
-                           f"({len(trials)} trials: {sorted({t.state.name for t in trials})}); see the worker logs")
+        raise RuntimeError(
+            f"study {name} in {storage}: no trial completed "
+            f"({len(trials)} trials: {sorted({t.state.name for t in trials})}); see the worker logs"
+        )
     numbers = [t.number for t in trials]
     if len(numbers) != len(set(numbers)):
         raise RuntimeError(f"study {name} in {storage}: duplicated trial numbers {numbers}")
     best = study.best_trial
-    record = {"study": name, "storage": storage, "keys": workers[0]["keys"], "space": space,
-              "best_params": best.params,
-              "best_value": best.value, "best_trial": best.number,
-              "trials": {state: sum(t.state.name == state for t in trials)
-                         for state in ("COMPLETE", "PRUNED", "FAIL", "RUNNING")},
-              "trial_numbers": sorted(numbers)}
+    record = {
+        "study": name,
+        "storage": storage,
+        "keys": workers[0]["keys"],
+        "space": space,
+        "best_params": best.params,
+        "best_value": best.value,
+        "best_trial": best.number,
+        "trials": {
+            state: sum(t.state.name == state for t in trials) for state in ("COMPLETE", "PRUNED", "FAIL", "RUNNING")
+        },
+        "trial_numbers": sorted(numbers),
+    }
     atomic_write_json(record, out)
     return record

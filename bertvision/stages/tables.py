@@ -25,8 +25,16 @@ def _write(name: str, frame: pd.DataFrame, markdown: str, out_dir: Path) -> None
     write_text(markdown, table(name, "md", out_dir))
 
 
-def build_tables(bert_metrics: list[Path], head_dirs: list[Path], manifests: list[Path], runs: list[Run],
-                 n_shards: int, head_order: list[str], out_dir: Path, baseline_metrics: list[Path] = ()) -> None:
+def build_tables(
+    bert_metrics: list[Path],
+    head_dirs: list[Path],
+    manifests: list[Path],
+    runs: list[Run],
+    n_shards: int,
+    head_order: list[str],
+    out_dir: Path,
+    baseline_metrics: list[Path] = (),
+) -> None:
     """``runs``: every run the workflow made, whose jobs' benchmark files give the times;
     ``baseline_metrics``: the full fine-tuning runs (the summary's reference)."""
     head_metrics = head_metrics_files(head_dirs)

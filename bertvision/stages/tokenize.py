@@ -45,12 +45,15 @@ def tokenize_frame(df: pd.DataFrame, task: TaskSpec, tokenizer, max_length: int)
 def answerability_windows(df: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     """Span windows as classification rows: ``idx`` is the window's question, ``label`` 1 where
     the window holds no whole answer (the question has none, or it lies elsewhere)."""
-    return pd.DataFrame({
-        "idx": df["idx"].to_numpy()[windows["example"].to_numpy()],
-        "input_ids": windows["input_ids"], "token_type_ids": windows["token_type_ids"],
-        "length": windows["length"].astype(np.int32),
-        "label": ((windows["start"] == 0) & (windows["end"] == 0)).astype(np.int64).to_numpy(),
-    })
+    return pd.DataFrame(
+        {
+            "idx": df["idx"].to_numpy()[windows["example"].to_numpy()],
+            "input_ids": windows["input_ids"],
+            "token_type_ids": windows["token_type_ids"],
+            "length": windows["length"].astype(np.int32),
+            "label": ((windows["start"] == 0) & (windows["end"] == 0)).astype(np.int64).to_numpy(),
+        }
+    )
 
 
 def answer_in_no_window(df: pd.DataFrame, rows: pd.DataFrame) -> int:
@@ -81,8 +84,11 @@ def tokenize_task(task: TaskSpec, settings: TokenizeSettings, raw_dir: Path, out
         truncated = int((tokens["length"] >= max_length).sum())
         stats[split] = {
             "rows": len(tokens),
-            **({"questions": len(df), "answerable_without_whole_answer_window": answer_in_no_window(df, tokens)}
-               if task.answerability else {}),
+            **(
+                {"questions": len(df), "answerable_without_whole_answer_window": answer_in_no_window(df, tokens)}
+                if task.answerability
+                else {}
+            ),
             "mean_length": float(tokens["length"].mean()),
             "max_length": int(tokens["length"].max()),
             "at_max_length": truncated,

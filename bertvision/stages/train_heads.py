@@ -70,8 +70,9 @@ def train_heads(
     plans = []
     for head_name, configured in heads.items():
         search = read_json(searched[head_name]) if head_name in searched else None
-        spec, head_settings = apply_params(configured, settings, search["best_params"]) if search else (configured,
-                                                                                                        settings)
+        spec, head_settings = (
+            apply_params(configured, settings, search["best_params"]) if search else (configured, settings)
+        )
         problem = problems.get(spec)
         moments = problems.moments(spec) if settings.standardize else None
         plans += [Plan(HeadRun(head_name, spec, head_settings, seed, moments), problem, search) for seed in seeds]
@@ -106,26 +107,44 @@ def _train_group(task: TaskSpec, group: list[Plan], order_seed: int, problems: P
         metrics, predictions, ensembles = problem.evaluate(head, bert)
         params = count_parameters(head)
         record = {
-            "task": task.name, "head": run.name, "head_spec": run.spec, "seed": run.seed,
-            "source": train_source["source"], "parameters": params,
+            "task": task.name,
+            "head": run.name,
+            "head_spec": run.spec,
+            "seed": run.seed,
+            "source": train_source["source"],
+            "parameters": params,
             "encoder_parameters": train_source["encoder_parameters"],
             "parameter_percent": 100.0 * params / train_source["encoder_parameters"],
-            "train_fraction": problems.train_fraction, "train_examples": problem.n_train,
-            "training_settings": {k: getattr(run.settings, k) for k in ("learning_rate", "batch_size",
-                                                                        "max_epochs", "weight_decay")},
-            "search": None if search is None else {k: search[k] for k in (
-                "study", "best_params", "best_value", "trials")},
-            "best_epoch": best["epoch"], "selection_metrics": best["metrics"], "metrics": metrics,
-            "ensembles": ensembles, "history": history, **timing,
-            "data_in_memory": problem.data_in_memory, "features_stored": not problems.streamed,
+            "train_fraction": problems.train_fraction,
+            "train_examples": problem.n_train,
+            "training_settings": {
+                k: getattr(run.settings, k) for k in ("learning_rate", "batch_size", "max_epochs", "weight_decay")
+            },
+            "search": None
+            if search is None
+            else {k: search[k] for k in ("study", "best_params", "best_value", "trials")},
+            "best_epoch": best["epoch"],
+            "selection_metrics": best["metrics"],
+            "metrics": metrics,
+            "ensembles": ensembles,
+            "history": history,
+            **timing,
+            "data_in_memory": problem.data_in_memory,
+            "features_stored": not problems.streamed,
             "device": str(problems.device),
         }
         core = head.head if isinstance(head, Standardized) else head
         if hasattr(core, "layer_weights"):  # the learned layer mix (LP, token-pool)
             record["layer_weights"] = core.layer_weights().detach().cpu().tolist()
             record["gamma"] = float(core.gamma.detach())
-        finished.append({"record": record, "head": head, "predictions": predictions,
-                         "own": timing["own_seconds"] + time.perf_counter() - t0})
+        finished.append(
+            {
+                "record": record,
+                "head": head,
+                "predictions": predictions,
+                "own": timing["own_seconds"] + time.perf_counter() - t0,
+            }
+        )
     return finished
 
 
@@ -135,7 +154,16 @@ def _write(task: TaskSpec, finished: dict, out_root: Path) -> None:
     save_head(finished["head"], record["head"], record["head_spec"], out)
     atomic_write_parquet(finished["predictions"], out / HEAD_PREDICTIONS)
     atomic_write_json(record, out / HEAD_METRICS)
-    log.info("%s %s seed %d: best epoch %d, eval %s, data wait %.2f%%", task.name, record["head"], record["seed"],
-             record["best_epoch"], {s: {k: round(v, 4) for k, v in m.items() if k in task.metrics}
-                                    for s, m in record["metrics"].items() if s in task.eval_splits},
-             100 * record["data_wait_share"])
+    log.info(
+        "%s %s seed %d: best epoch %d, eval %s, data wait %.2f%%",
+        task.name,
+        record["head"],
+        record["seed"],
+        record["best_epoch"],
+        {
+            s: {k: round(v, 4) for k, v in m.items() if k in task.metrics}
+            for s, m in record["metrics"].items()
+            if s in task.eval_splits
+        },
+        100 * record["data_wait_share"],
+    )

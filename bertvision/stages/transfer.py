@@ -21,8 +21,16 @@ from bertvision.training.problems import Problems
 log = logging.getLogger(__name__)
 
 
-def transfer(task: TaskSpec, head_dirs: list[Path], manifests: list[Path], raw_dir: Path, out: Path,
-             runtime: HeadRuntimeSettings, in_memory_max_mb: float, threads: int | None = None) -> list[dict]:
+def transfer(
+    task: TaskSpec,
+    head_dirs: list[Path],
+    manifests: list[Path],
+    raw_dir: Path,
+    out: Path,
+    runtime: HeadRuntimeSettings,
+    in_memory_max_mb: float,
+    threads: int | None = None,
+) -> list[dict]:
     """Evaluate every head run under ``head_dirs`` (one train_heads output per checkpoint) on
     every checkpoint's features in ``manifests``; write the records to ``out``."""
     set_threads(threads)
@@ -44,11 +52,19 @@ def transfer(task: TaskSpec, head_dirs: list[Path], manifests: list[Path], raw_d
                 variants["target"] = Standardized(head.head, *problems.moments(spec)).to(problems.device).eval()
             for standardization, model in variants.items():
                 metrics, _, _ = problem.evaluate(model, None)
-                records.append({"backbone": record["source"]["model"], "task": task.name, "head": record["head"],
-                                "ft_seed": record["source"]["ft_seed"], "seed": record["seed"],
-                                "trained_on": str(record["source"]["checkpoint"]), "evaluated_on": target,
-                                "standardization": standardization,
-                                "metrics": {s: m for s, m in metrics.items() if s in task.eval_splits}})
+                records.append(
+                    {
+                        "backbone": record["source"]["model"],
+                        "task": task.name,
+                        "head": record["head"],
+                        "ft_seed": record["source"]["ft_seed"],
+                        "seed": record["seed"],
+                        "trained_on": str(record["source"]["checkpoint"]),
+                        "evaluated_on": target,
+                        "standardization": standardization,
+                        "metrics": {s: m for s, m in metrics.items() if s in task.eval_splits},
+                    }
+                )
         log.info("evaluated %d heads on checkpoint %s", len(runs), target)
     atomic_write_json({"task": task.name, "records": records}, out)
     return records

@@ -29,8 +29,11 @@ from bertvision.runtime.distributed import Ranks, accumulating
 def _model_kwargs(task: TaskSpec) -> dict:
     if task.kind == "regression":
         return {"num_labels": 1, "problem_type": "regression"}
-    return {"num_labels": task.num_labels, "id2label": dict(enumerate(task.label_names)),
-            "label2id": {name: i for i, name in enumerate(task.label_names)}}
+    return {
+        "num_labels": task.num_labels,
+        "id2label": dict(enumerate(task.label_names)),
+        "label2id": {name: i for i, name in enumerate(task.label_names)},
+    }
 
 
 # Task kind -> (Hugging Face auto class name, its from_pretrained keyword arguments).
@@ -63,8 +66,10 @@ def evaluate_labels(task, model, evals, questions, batch_size, device, precision
 def evaluate_spans(task, model, evals, questions, batch_size, device, precision, pad_id):
     from bertvision.evaluation.span_eval import evaluate_span
 
-    logits = {name: predict_span(model, split, batch_size, device, precision, pad_id, desc=f"evaluate {name}")
-              for name, split in evals.items()}
+    logits = {
+        name: predict_span(model, split, batch_size, device, precision, pad_id, desc=f"evaluate {name}")
+        for name, split in evals.items()
+    }
     return (*evaluate_span(task, logits, evals, questions), logits)
 
 
@@ -92,11 +97,13 @@ class EvalData:
     questions: dict[str, pd.DataFrame]
 
     @classmethod
-    def read(cls, tokens_dir: Path, raw_dir: Path, splits) -> "EvalData":
-        return cls({s: TokenizedSplit.read(split_file(tokens_dir, s)) for s in splits},
-                   {s: pd.read_parquet(split_file(raw_dir, s)) for s in splits})
+    def read(cls, tokens_dir: Path, raw_dir: Path, splits) -> EvalData:
+        return cls(
+            {s: TokenizedSplit.read(split_file(tokens_dir, s)) for s in splits},
+            {s: pd.read_parquet(split_file(raw_dir, s)) for s in splits},
+        )
 
-    def only(self, *names: str) -> "EvalData":
+    def only(self, *names: str) -> EvalData:
         return EvalData({s: self.splits[s] for s in names}, {s: self.questions[s] for s in names})
 
 
@@ -145,8 +152,9 @@ class StepState:
     scaler: torch.amp.GradScaler
 
 
-def optimizer_step_state(models: dict[str, torch.nn.Module], settings, total_steps: int, device, precision: str,
-                         ranks: Ranks) -> StepState:
+def optimizer_step_state(
+    models: dict[str, torch.nn.Module], settings, total_steps: int, device, precision: str, ranks: Ranks
+) -> StepState:
     """The step state of ``models`` (task name -> model): AdamW, transformers' linear
     warmup-decay schedule over ``total_steps`` and the fp16 loss scaler (inactive in other
     precisions). Several models (a mixture): a step trains one task's output layer, so DDP
@@ -188,11 +196,15 @@ class EncoderTrainer:
         self.pad_id = pad_id(self.model)
         self.warmup = int(round(self.settings.warmup_ratio * self.total_steps))
         if self.shared_step is None:
-            self.shared_step = optimizer_step_state({self.task.name: self.model}, self.settings, self.total_steps,
-                                                    self.device, self.precision, self.ranks)
+            self.shared_step = optimizer_step_state(
+                {self.task.name: self.model}, self.settings, self.total_steps, self.device, self.precision, self.ranks
+            )
         self.net = self.shared_step.net
-        self.optimizer, self.scheduler, self.scaler = (self.shared_step.optimizer, self.shared_step.scheduler,
-                                                       self.shared_step.scaler)
+        self.optimizer, self.scheduler, self.scaler = (
+            self.shared_step.optimizer,
+            self.shared_step.scheduler,
+            self.shared_step.scaler,
+        )
 
     def batches(self, rng: np.random.Generator):
         """One epoch of length-bucketed batches (row indices)."""
@@ -208,8 +220,11 @@ class EncoderTrainer:
         self.net.train()
         loss = 0.0
         mine = self.ranks.my_rows(rows)
-        parts = ([(part, len(part) / len(rows)) for part in np.array_split(mine, min(self.micro_batches, len(mine)))]
-                 if len(mine) else [(rows[:1], 0.0)])
+        parts = (
+            [(part, len(part) / len(rows)) for part in np.array_split(mine, min(self.micro_batches, len(mine)))]
+            if len(mine)
+            else [(rows[:1], 0.0)]
+        )
         for i, (part, weight) in enumerate(parts):
             with contextlib.nullcontext() if i == len(parts) - 1 else accumulating(self.net):
                 check_simulated_oom(len(part))
@@ -240,5 +255,13 @@ class EncoderTrainer:
 
     def evaluate(self, data: EvalData):
         """(metrics per split, predictions table, logits per split) of the model as it is now."""
-        return EVALUATORS[self.task.kind](self.task, self.model, data.splits, data.questions,
-                                          self.settings.eval_batch_size, self.device, self.precision, self.pad_id)
+        return EVALUATORS[self.task.kind](
+            self.task,
+            self.model,
+            data.splits,
+            data.questions,
+            self.settings.eval_batch_size,
+            self.device,
+            self.precision,
+            self.pad_id,
+        )

@@ -45,8 +45,10 @@ class TrainingData:
         fp32_mb = features.n_examples * layers * hidden * 4 / 2**20
         self.in_memory = fp32_mb <= in_memory_max_mb
         if rows is not None and not self.in_memory:
-            raise SettingsError(f"training on a subset of {features.manifest_path}'s rows needs the features in "
-                             f"memory ({fp32_mb:.0f} MiB > heads.training.in_memory_max_mb {in_memory_max_mb:g})")
+            raise SettingsError(
+                f"training on a subset of {features.manifest_path}'s rows needs the features in "
+                f"memory ({fp32_mb:.0f} MiB > heads.training.in_memory_max_mb {in_memory_max_mb:g})"
+            )
         if self.in_memory:
             x, y, _ = features.read_all()
             if rows is not None:
@@ -60,8 +62,7 @@ class TrainingData:
         """Per-(layer, dimension) mean and std of the training features."""
         if self.in_memory:
             return self.x.mean(dim=0), self.x.std(dim=0)
-        return moments((read_shard(p)[0] for p in self.features.shard_paths()), self.features.n_examples,
-                        self.device)
+        return moments((read_shard(p)[0] for p in self.features.shard_paths()), self.features.n_examples, self.device)
 
     def _shuffled(self, seed: int):
         order = torch.randperm(len(self.x), generator=torch.Generator().manual_seed(seed)).to(self.device)
@@ -115,8 +116,10 @@ class StreamedTrainingData:
     def moments(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-(layer, dimension) mean and std of the training states (one encoder pass)."""
         batch = self.features.source.settings.batch_size
-        chunks = (self.features.cls_batch(self.rows[i : i + batch]).to("cpu", torch.float16).numpy()
-                  for i in range(0, len(self.rows), batch))
+        chunks = (
+            self.features.cls_batch(self.rows[i : i + batch]).to("cpu", torch.float16).numpy()
+            for i in range(0, len(self.rows), batch)
+        )
         return moments(chunks, len(self.rows), self.features.encoder.device)
 
     def epoch(self, seed: int, batch_size: int):
@@ -138,13 +141,23 @@ class ExampleProblem:
     """Classification / regression on per-example [CLS] features. ``train_fraction`` < 1 trains
     on a nested random subset of the training rows (data-fraction experiments)."""
 
-    def __init__(self, task: TaskSpec, feats: dict[str, FeatureSet], device, in_memory_max_mb: float,
-                 raw_dir=None, train_fraction: float = 1.0):
+    def __init__(
+        self,
+        task: TaskSpec,
+        feats: dict[str, FeatureSet],
+        device,
+        in_memory_max_mb: float,
+        raw_dir=None,
+        train_fraction: float = 1.0,
+    ):
         self.task, self.device = task, device
         self.shape = feats["train"].shape
         rows = nested_subset(feats["train"].n_examples, train_fraction)
-        self.data = (StreamedTrainingData(feats["train"], rows) if is_streamed(feats["train"])
-                     else TrainingData(feats["train"], device, in_memory_max_mb, rows))
+        self.data = (
+            StreamedTrainingData(feats["train"], rows)
+            if is_streamed(feats["train"])
+            else TrainingData(feats["train"], device, in_memory_max_mb, rows)
+        )
         self.n_train = len(self.data)
         self.held = {split: fs.read_all() for split, fs in feats.items() if split != "train"}
         self.data_in_memory = self.data.in_memory
@@ -180,10 +193,17 @@ class ExampleProblem:
             metrics[split], outputs = self._score(head, split)
             _, labels, idx = self.held[split]
             if split != "selection":
-                tables.append(pd.DataFrame({
-                    "split": split, "idx": idx, "label": labels,
-                    "prediction": predictions_from_outputs(outputs, self.task.kind), "outputs": list(outputs),
-                }))
+                tables.append(
+                    pd.DataFrame(
+                        {
+                            "split": split,
+                            "idx": idx,
+                            "label": labels,
+                            "prediction": predictions_from_outputs(outputs, self.task.kind),
+                            "outputs": list(outputs),
+                        }
+                    )
+                )
             if bert_logits is not None and split in bert_logits:  # checkpoints from before selection was scored lack it
                 bert = np.concatenate(bert_logits[split])
                 for how in hows:

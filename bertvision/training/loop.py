@@ -55,8 +55,9 @@ class RunState:
             head = Standardized(head, *run.moments)
         self.head = head.to(device)
         total = run.settings.max_epochs * steps_per_epoch
-        self.opt = torch.optim.AdamW(self.head.parameters(), lr=run.settings.learning_rate,
-                                     weight_decay=run.settings.weight_decay)
+        self.opt = torch.optim.AdamW(
+            self.head.parameters(), lr=run.settings.learning_rate, weight_decay=run.settings.weight_decay
+        )
         self.sched = get_linear_schedule_with_warmup(self.opt, int(round(run.settings.warmup_ratio * total)), total)
         self.best = {"score": -np.inf, "epoch": 0, "state": copy.deepcopy(self.head.state_dict()), "metrics": None}
         self.history, self.stale, self.losses, self.done, self.stopped_early = [], 0, [], False, False
@@ -83,8 +84,7 @@ class RunState:
         self.history.append({"epoch": epoch, "train_loss": float(torch.stack(self.losses).mean()), "selection": sel})
         self.losses = []
         if score > self.best["score"]:
-            self.best = {"score": score, "epoch": epoch, "state": copy.deepcopy(self.head.state_dict()),
-                         "metrics": sel}
+            self.best = {"score": score, "epoch": epoch, "state": copy.deepcopy(self.head.state_dict()), "metrics": sel}
             self.stale = 0
         else:
             self.stale += 1
@@ -125,15 +125,19 @@ def train_together(task: TaskSpec, runs: list[HeadRun], problem, device, order_s
     results = []
     for s in states:
         s.head.load_state_dict(s.best["state"])
-        timing = {"train_loop_seconds": loop_seconds, "data_wait_seconds": wait,
-                  "data_wait_share": wait / loop_seconds if loop_seconds else 0.0,
-                  "own_seconds": s.step_seconds + s.own_seconds}
+        timing = {
+            "train_loop_seconds": loop_seconds,
+            "data_wait_seconds": wait,
+            "data_wait_share": wait / loop_seconds if loop_seconds else 0.0,
+            "own_seconds": s.step_seconds + s.own_seconds,
+        }
         results.append((s.head, s.best, s.history, timing))
     return results
 
 
-def train_one(task: TaskSpec, spec: dict, settings: HeadTrainingSettings, problem, seed: int, device, moments=None,
-              on_epoch=None):
+def train_one(
+    task: TaskSpec, spec: dict, settings: HeadTrainingSettings, problem, seed: int, device, moments=None, on_epoch=None
+):
     """Train one head with one seed; return it with the best epoch (by selection score) restored.
     ``moments``: (mean, std) of the training features to standardize the input with, or None.
     ``on_epoch(epoch, selection_score)`` is called after each epoch (the search prunes there)."""

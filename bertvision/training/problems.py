@@ -33,8 +33,15 @@ class Problems:
     [CLS], token-level, span), each built (and its input moments computed) when a head first
     needs it. ``in_memory_max_mb``: heads.training.in_memory_max_mb."""
 
-    def __init__(self, task: TaskSpec, source: Path | StreamSource, runtime: HeadRuntimeSettings,
-                 in_memory_max_mb: float, raw_dir=None, train_fraction: float = 1.0):
+    def __init__(
+        self,
+        task: TaskSpec,
+        source: Path | StreamSource,
+        runtime: HeadRuntimeSettings,
+        in_memory_max_mb: float,
+        raw_dir=None,
+        train_fraction: float = 1.0,
+    ):
         self.task, self.raw_dir, self.train_fraction = task, raw_dir, train_fraction
         self.in_memory_max_mb = in_memory_max_mb
         self.streamed = isinstance(source, StreamSource)
@@ -48,8 +55,9 @@ class Problems:
     def get(self, spec: dict):
         cls = problem_class(self.task, spec)
         if cls not in self._problems:
-            self._problems[cls] = cls(self.task, self.feats, self.device, self.in_memory_max_mb, self.raw_dir,
-                                      self.train_fraction)
+            self._problems[cls] = cls(
+                self.task, self.feats, self.device, self.in_memory_max_mb, self.raw_dir, self.train_fraction
+            )
         return self._problems[cls]
 
     def moments(self, spec: dict):

@@ -38,19 +38,28 @@ class SpanProblem:
     """Question answering on per-token features of context windows: start/end logits per
     token, padding masked out, answers decoded per question and scored with SQuAD 2.0 EM/F1."""
 
-    def __init__(self, task: TaskSpec, feats: dict[str, FeatureSet], device, in_memory_max_mb: float,
-                 raw_dir=None, train_fraction: float = 1.0):
+    def __init__(
+        self,
+        task: TaskSpec,
+        feats: dict[str, FeatureSet],
+        device,
+        in_memory_max_mb: float,
+        raw_dir=None,
+        train_fraction: float = 1.0,
+    ):
         self.task, self.device = task, device
         self.shape = feats["train"].shape
         # Stored: every split in memory. Streamed: the training windows are recomputed every epoch,
         # the others held in memory when they fit.
-        self.windows = {split: windows_of(fs, None if split == "train" else in_memory_max_mb)
-                        for split, fs in feats.items()}
+        self.windows = {
+            split: windows_of(fs, None if split == "train" else in_memory_max_mb) for split, fs in feats.items()
+        }
         questions = np.unique(self.windows["train"].idx)
         keep = nested_subset(len(questions), train_fraction)
         if keep is not None:  # whole questions, with all their windows
-            self.windows["train"] = select_windows(self.windows["train"],
-                                                   np.flatnonzero(np.isin(self.windows["train"].idx, questions[keep])))
+            self.windows["train"] = select_windows(
+                self.windows["train"], np.flatnonzero(np.isin(self.windows["train"].idx, questions[keep]))
+            )
         self.n_train = len(self.windows["train"])
         self.questions = {split: pd.read_parquet(split_file(raw_dir, split)) for split in feats}
         self.data_in_memory = True
@@ -66,8 +75,10 @@ class SpanProblem:
         # Only the real tokens go through the head: padding would enter a BatchNorm's batch statistics.
         logits = torch.full((*mask.shape, 2), -1e4, device=x.device)
         logits[mask] = head(x[mask])
-        return (torch.nn.functional.cross_entropy(logits[..., 0], y[:, 0])
-                + torch.nn.functional.cross_entropy(logits[..., 1], y[:, 1])) / 2
+        return (
+            torch.nn.functional.cross_entropy(logits[..., 0], y[:, 0])
+            + torch.nn.functional.cross_entropy(logits[..., 1], y[:, 1])
+        ) / 2
 
     def window_logits(self, head, split: str) -> list[np.ndarray]:
         windows = self.windows[split]
@@ -84,8 +95,9 @@ class SpanProblem:
         return out
 
     def selection_metrics(self, head) -> dict:
-        return best_selection_f1(self.task, self.window_logits(head, "selection"), self.windows["selection"],
-                                 self.questions["selection"])
+        return best_selection_f1(
+            self.task, self.window_logits(head, "selection"), self.windows["selection"], self.questions["selection"]
+        )
 
     def evaluate(self, head, bert_logits=None) -> tuple[dict, pd.DataFrame, dict]:
         """Metrics, predictions and (given BERT's window logits) the ensembles' metrics; every

@@ -66,31 +66,50 @@ class TokenExampleProblem(ExampleProblem):
     ensembles (``self.held[split]`` = (examples, labels, idx), ``_score`` from token outputs).
     ``moments``: per-(layer, dimension) mean and std over every real training token."""
 
-    def __init__(self, task: TaskSpec, feats: dict[str, FeatureSet], device, in_memory_max_mb: float,
-                 raw_dir=None, train_fraction: float = 1.0):
+    def __init__(
+        self,
+        task: TaskSpec,
+        feats: dict[str, FeatureSet],
+        device,
+        in_memory_max_mb: float,
+        raw_dir=None,
+        train_fraction: float = 1.0,
+    ):
         if task.kind not in ("classification", "regression"):
             raise ValueError(f"{task.name}: token-level example heads need a classification or regression task")
         if feats["train"].feature != "tokens":
-            raise FeatureError(f"{feats['train'].manifest_path}: {task.name} was extracted with [CLS] features only; "
-                               f"token-level heads need tasks.{task.name}.token_features: true")
+            raise FeatureError(
+                f"{feats['train'].manifest_path}: {task.name} was extracted with [CLS] features only; "
+                f"token-level heads need tasks.{task.name}.token_features: true"
+            )
         self.task, self.device = task, device
         self.shape = feats["train"].shape
         held_mb = sum(fs.bytes_on_disk() for fs in feats.values()) / 2**20
         if held_mb > in_memory_max_mb:  # no streaming reader for stored token features yet
-            log.warning("%s: token-level heads hold every split's token features in memory (about %.0f MiB as "
-                        "float16), more than heads.training.in_memory_max_mb = %g", task.name, held_mb,
-                        in_memory_max_mb)
-        examples = {split: windows_of(fs, None if split == "train" else in_memory_max_mb)
-                    for split, fs in feats.items()}
+            log.warning(
+                "%s: token-level heads hold every split's token features in memory (about %.0f MiB as "
+                "float16), more than heads.training.in_memory_max_mb = %g",
+                task.name,
+                held_mb,
+                in_memory_max_mb,
+            )
+        examples = {
+            split: windows_of(fs, None if split == "train" else in_memory_max_mb) for split, fs in feats.items()
+        }
         rows = nested_subset(len(examples["train"]), train_fraction)
         self.train = examples["train"] if rows is None else select_windows(examples["train"], rows)
         self.n_train = len(self.train)
         self.held = {split: (ex, ex.labels, ex.idx) for split, ex in examples.items() if split != "train"}
         self.data_in_memory = not is_streamed(feats["train"])
         tokens = int(self.train.lengths.sum())
-        log.info("%s: token features of %d training examples (%d tokens, %.1f MiB as float16) %s", task.name,
-                 self.n_train, tokens, tokens * self.shape[0] * self.shape[1] * 2 / 2**20,
-                 "in memory" if self.data_in_memory else "streamed from the encoder")
+        log.info(
+            "%s: token features of %d training examples (%d tokens, %.1f MiB as float16) %s",
+            task.name,
+            self.n_train,
+            tokens,
+            tokens * self.shape[0] * self.shape[1] * 2 / 2**20,
+            "in memory" if self.data_in_memory else "streamed from the encoder",
+        )
 
     def moments(self):
         return token_moments(self.train, self.device)
