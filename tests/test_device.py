@@ -1,5 +1,8 @@
 """The GPU code paths (autocast, device choice) also run on CPU, with close results."""
 
+import logging
+import os
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -7,7 +10,9 @@ import torch
 
 from bertvision.config.settings import ExtractCompute, ExtractSettings
 from bertvision.features.store import read_shard
-from bertvision.runtime.device import autocast_dtype, pick_device
+from bertvision.runtime import device as device_module
+from bertvision.runtime.device import autocast_dtype, cpu_has_native_bf16, pick_device, resolve_precision
+from bertvision.runtime.precision import AUTO_PRECISION_ENV, choose_precision, cpu_flags
 from bertvision.stages.extract import extract_shard
 
 ATTRS = {"model": "tiny", "task": "sst2", "checkpoint": "0", "ft_seed": 1, "label_kind": "classification"}
@@ -17,9 +22,56 @@ def test_auto_device_is_cpu_without_cuda():
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")
     assert pick_device("auto").type == "cpu"
-    assert autocast_dtype(torch.device("cpu"), "auto") is None
+    cpu = torch.device("cpu")
+    expected = choose_precision("auto", "cpu", False, cpu_has_native_bf16(), os.environ.get(AUTO_PRECISION_ENV))
+    assert resolve_precision(cpu, "auto") == expected
+    assert autocast_dtype(cpu, "auto") == {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[expected]
     with pytest.raises(RuntimeError, match="no CUDA device is visible"):
         pick_device("cuda")
+
+
+@pytest.mark.parametrize(
+    ("device_type", "cuda_bf16", "cpu_bf16", "expected"),
+    [
+        ("cpu", False, True, "bf16"),  # AVX512-BF16 / AMX: native, fast
+        ("cpu", False, False, "fp32"),  # emulated bf16 is several times slower than fp32
+        ("cuda", True, False, "bf16"),
+        ("cuda", False, False, "fp16"),  # a GPU without bf16
+    ],
+)
+def test_auto_precision_is_what_the_hardware_runs_fast(device_type, cuda_bf16, cpu_bf16, expected):
+    assert choose_precision("auto", device_type, cuda_bf16, cpu_bf16) == expected
+    for explicit in ("fp32", "bf16", "fp16"):  # an explicit precision is kept, whatever the hardware
+        assert choose_precision(explicit, device_type, cuda_bf16, cpu_bf16) == explicit
+    assert choose_precision("auto", device_type, cuda_bf16, cpu_bf16, forced="fp32") == "fp32"
+    with pytest.raises(ValueError, match=AUTO_PRECISION_ENV):
+        choose_precision("auto", device_type, cuda_bf16, cpu_bf16, forced="int8")
+    with pytest.raises(ValueError, match="expected one of"):
+        choose_precision("half", device_type, cuda_bf16, cpu_bf16)
+
+
+def test_native_bf16_is_read_from_the_cpu():
+    flags = cpu_flags()
+    if not flags:
+        pytest.skip("/proc/cpuinfo has no flags here")
+    native = bool({"avx512_bf16", "amx_bf16", "bf16"} & flags)
+    assert cpu_has_native_bf16() == native
+
+
+def test_explicit_bf16_on_a_cpu_without_it_warns_once(monkeypatch, caplog):
+    """No CPU without native bf16 is at hand in CI, so the hardware check is what is replaced."""
+    monkeypatch.setattr(device_module, "cpu_has_native_bf16", lambda: False)
+    monkeypatch.delenv(AUTO_PRECISION_ENV, raising=False)
+    device_module._resolve.cache_clear()
+    try:
+        with caplog.at_level(logging.WARNING, logger="bertvision.runtime.device"):
+            cpu = torch.device("cpu")
+            assert [resolve_precision(cpu, "bf16") for _ in range(3)] == ["bf16"] * 3
+            assert resolve_precision(cpu, "auto") == "fp32"
+        warnings = [r for r in caplog.records if "without native bf16" in r.getMessage()]
+        assert len(warnings) == 1 and "slower than fp32" in warnings[0].getMessage()
+    finally:
+        device_module._resolve.cache_clear()
 
 
 def write_tokens(tmp_path):

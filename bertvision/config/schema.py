@@ -15,6 +15,7 @@ import yaml
 from bertvision.errors import ConfigError
 from bertvision.registry.heads import HEAD_TYPES, searchable_parameters
 from bertvision.registry.tasks import TASKS
+from bertvision.runtime.precision import PRECISIONS
 
 SCHEMA_FILE = Path(str(resources.files("bertvision.config") / "schema.yaml"))
 
@@ -50,6 +51,7 @@ REGISTRY_NODES = {
     "tasks": lambda node: {"enum": list(TASKS)},
     "head-spec": _head_spec_schema,
     "searchable": lambda node: {"enum": sorted(searchable_parameters())},
+    "precisions": lambda node: {**{k: v for k, v in node.items() if k != "x-registry"}, "enum": list(PRECISIONS)},
 }
 
 

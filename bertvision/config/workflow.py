@@ -85,6 +85,10 @@ class WorkflowSettings:
         return int(self.config["resources"]["threads"])
 
     @property
+    def warm_start(self) -> bool:
+        return bool(self.config["resources"]["warm_start"])
+
+    @property
     def gpu_rules(self) -> int:
         return int(self.config["resources"]["gpu_rules"])
 

@@ -223,6 +223,9 @@ def write_manifest(shard_dirs: list[Path], manifest_path: Path, splits: list[str
         "source": {k: source[k] for k in ("model", "task", "checkpoint", "ft_seed", "encoder") if k in source},
         "encoder_parameters": int(source["encoder_parameters"]),
         "label_kind": source["label_kind"],
+        # where and how the states were computed (older shards: unknown)
+        "precision": source.get("precision"),
+        "device": source.get("device"),
         "splits": per_split,
     }
     atomic_write_json(manifest, manifest_path)

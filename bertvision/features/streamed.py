@@ -21,7 +21,7 @@ from bertvision.features.store import FeatureSet, WindowStates
 from bertvision.layout import split_file
 from bertvision.models.backbone import encoder_parameter_count
 from bertvision.models.encoder_io import SUMMARY_POSITION, hidden_state_shape, pad_id
-from bertvision.runtime.device import pick_device, to_device
+from bertvision.runtime.device import pick_device, resolve_precision, to_device
 
 
 class StreamedEncoder:
@@ -32,6 +32,7 @@ class StreamedEncoder:
         self.source = source
         self.device = pick_device(source.compute.device)
         self.model = frozen_encoder(Path(source.checkpoint), self.device)
+        self.precision = resolve_precision(self.device, source.compute.precision)
         self.pad_id = pad_id(self.model)
         self.shape = hidden_state_shape(self.model)
         self.parameters = encoder_parameter_count(self.model)
@@ -44,10 +45,10 @@ class StreamedEncoder:
         batch = to_device(collate(split, rows, self.pad_id), self.device)
         with torch.no_grad():  # not inference mode: the heads keep these for their backward pass
             if level == "cls":
-                out = as_stored(cls_states(self.model, batch, self.device, self.source.compute.precision))
+                out = as_stored(cls_states(self.model, batch, self.device, self.precision))
             else:
                 out = (
-                    as_stored(token_states(self.model, batch, self.device, self.source.compute.precision)),
+                    as_stored(token_states(self.model, batch, self.device, self.precision)),
                     batch["attention_mask"].bool(),
                 )
         if self.device.type == "cuda":
@@ -87,6 +88,8 @@ class StreamedSplit:
             "encoder_parameters": self.encoder.parameters,
             "feature": source.level,
             "stream": True,
+            "precision": self.encoder.precision,
+            "device": str(self.encoder.device),
         }
 
     @property

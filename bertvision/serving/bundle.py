@@ -28,10 +28,10 @@ from pathlib import Path
 from bertvision.errors import BertvisionError
 from bertvision.layout import BUNDLE_ENCODER, BUNDLE_INDEX, HEAD_METRICS, HEAD_WEIGHTS
 from bertvision.models.backbone import missing_safetensors
+from bertvision.runtime.precision import PRECISIONS
 
 FORMAT = 1
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
-PRECISIONS = ("fp32", "bf16", "fp16", "auto")
 
 
 class BundleError(BertvisionError, ValueError):

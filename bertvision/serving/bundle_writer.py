@@ -15,7 +15,8 @@ from bertvision.layout import BUNDLE_ENCODER, BUNDLE_HEAD, BUNDLE_INDEX, HEAD_ME
 from bertvision.registry.heads import is_token_head
 from bertvision.registry.tasks import TaskSpec, get_task
 from bertvision.runtime.io import atomic_write_json, read_json
-from bertvision.serving.bundle import FORMAT, PRECISIONS, Bundle, BundleError, check_safetensors_dir, load_bundle
+from bertvision.runtime.precision import PRECISIONS
+from bertvision.serving.bundle import FORMAT, Bundle, BundleError, check_safetensors_dir, load_bundle
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bertvision.errors import SettingsError
-from bertvision.serving.bundle import PRECISIONS
+from bertvision.runtime.precision import PRECISIONS
 
 BUNDLE_TASK_SETTINGS = {"max_length", "doc_stride"}
 

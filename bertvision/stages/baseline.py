@@ -21,7 +21,7 @@ from bertvision.data.tokenized import TokenizedSplit
 from bertvision.layout import BASELINE_METRICS, BASELINE_PREDICTIONS, split_file
 from bertvision.models.backbone import encoder_parameter_count
 from bertvision.registry.tasks import TaskSpec
-from bertvision.runtime.device import pick_device, set_threads
+from bertvision.runtime.device import pick_device, resolve_precision, set_threads
 from bertvision.runtime.distributed import Ranks
 from bertvision.runtime.io import atomic_write_json, atomic_write_parquet
 from bertvision.training.encoder import EncoderTrainer, EvalData, load_classifier, scored_splits, steps_per_epoch
@@ -48,8 +48,9 @@ def full_finetune(
     selection = evals.only("selection")
     model = load_classifier(task, settings.backbone, seed).to(device)
     epoch_steps = steps_per_epoch(len(train), settings.batch_size)
+    precision = resolve_precision(device, compute.precision)
     trainer = EncoderTrainer(
-        task, model, train, settings, settings.epochs * epoch_steps, device, compute.precision, ranks, micro_batches
+        task, model, train, settings, settings.epochs * epoch_steps, device, precision, ranks, micro_batches
     )
     log.info(
         "%s on %s: full fine-tuning, %d train examples, %d epochs of %d steps (warmup %d), device %s",
@@ -111,6 +112,7 @@ def full_finetune(
             "encoder_parameters": encoder_parameter_count(model),
             "settings": settings.to_dict(),
             "device": str(device),
+            "precision": precision,
         },
         out_dir / BASELINE_METRICS,
     )

@@ -30,7 +30,7 @@ from bertvision.features.store import ShardWriter, TokenShardWriter, shard_rows
 from bertvision.layout import shard_file, split_file
 from bertvision.models.backbone import encoder_parameter_count
 from bertvision.models.encoder_io import hidden_state_shape, pad_id
-from bertvision.runtime.device import pick_device, set_threads, to_device
+from bertvision.runtime.device import pick_device, resolve_precision, set_threads, to_device
 
 log = logging.getLogger(__name__)
 
@@ -321,7 +321,7 @@ def extract_shard(
     set_threads(threads)
     settings = settings.replace(batch_size=max(1, -(-settings.batch_size // micro_batches)))
     replicas = [(frozen_encoder(checkpoint_dir, d), d) for d in (devices or extraction_devices(compute.device))]
-    model = replicas[0][0]
+    model, model_device = replicas[0]
     log.info("extracting on %s", ", ".join(str(d) for _, d in replicas))
     layers, hidden = hidden_state_shape(model)
     kind = attrs["label_kind"]
@@ -344,7 +344,7 @@ def extract_shard(
                 shard,
                 n_shards,
                 settings,
-                compute.precision,
+                resolve_precision(model_device, compute.precision),
                 {**attrs, "split": split},
             )
         if out_dir.exists():  # an empty directory left by the scheduler

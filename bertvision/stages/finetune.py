@@ -19,7 +19,7 @@ from bertvision.evaluation.ensemble import save_logits
 from bertvision.layout import BERT_LOGITS, BERT_METRICS, BERT_PREDICTIONS, checkpoint_dir, fraction_name, split_file
 from bertvision.models.backbone import encoder_parameter_count
 from bertvision.registry.tasks import TaskSpec
-from bertvision.runtime.device import pick_device, set_threads
+from bertvision.runtime.device import pick_device, resolve_precision, set_threads
 from bertvision.runtime.distributed import Ranks
 from bertvision.runtime.io import atomic_path, atomic_write_json, atomic_write_parquet
 from bertvision.training.encoder import EncoderTrainer, EvalData, load_classifier, scored_splits, steps_per_epoch
@@ -80,7 +80,8 @@ def finetune(
     epoch_steps = steps_per_epoch(len(train), settings.batch_size)
     schedule_epochs = settings.schedule_epochs or max(fractions[-1], 1e-9)
     total_steps = max(1, math.ceil(schedule_epochs * epoch_steps))
-    trainer = EncoderTrainer(task, model, train, settings, total_steps, device, compute.precision, ranks, micro_batches)
+    precision = resolve_precision(device, compute.precision)
+    trainer = EncoderTrainer(task, model, train, settings, total_steps, device, precision, ranks, micro_batches)
     to_save = checkpoint_steps(fractions, epoch_steps)
     last_step = max(to_save)
     log.info(
@@ -128,6 +129,7 @@ def finetune(
                     "train_padding_ratio": trainer.padding_ratio,
                     "encoder_parameters": encoder_params,
                     "device": str(device),
+                    "precision": precision,
                 },
                 ckpt / BERT_METRICS,
             )

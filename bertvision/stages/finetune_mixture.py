@@ -23,7 +23,7 @@ from bertvision.data.tokenized import TokenizedSplit
 from bertvision.layout import MIXTURE_RECORD, split_file
 from bertvision.models.backbone import encoder_parameter_count
 from bertvision.registry.tasks import get_task
-from bertvision.runtime.device import pick_device, set_threads
+from bertvision.runtime.device import pick_device, resolve_precision, set_threads
 from bertvision.runtime.distributed import Ranks
 from bertvision.runtime.io import atomic_write_json
 from bertvision.stages.finetune import save_checkpoint
@@ -78,7 +78,8 @@ def finetune_mixture(
     epoch_steps = sum(steps_per_epoch(len(train), settings.batch_size) for train in trains.values())
     total_steps = max(1, math.ceil(settings.epochs * epoch_steps))
     # one AdamW over every model (shared parameters once); with several ranks, one DDP over them
-    step_state = optimizer_step_state(models, settings, total_steps, device, compute.precision, ranks)
+    precision = resolve_precision(device, compute.precision)
+    step_state = optimizer_step_state(models, settings, total_steps, device, precision, ranks)
     trainers = {
         t.name: EncoderTrainer(
             t,
@@ -87,7 +88,7 @@ def finetune_mixture(
             settings,
             total_steps,
             device,
-            compute.precision,
+            precision,
             ranks,
             micro_batches,
             shared_step=step_state,
@@ -129,6 +130,7 @@ def finetune_mixture(
         "train_seconds": train_seconds,
         "encoder_parameters": encoder_parameter_count(encoder),
         "device": str(device),
+        "precision": precision,
         "tasks": {
             name: {
                 "train_rows": len(trains[name]),

@@ -132,6 +132,8 @@ def _train_group(task: TaskSpec, group: list[Plan], order_seed: int, problems: P
             "data_in_memory": problem.data_in_memory,
             "features_stored": not problems.streamed,
             "device": str(problems.device),
+            # the precision of the states the head read (extraction's, or the stream's)
+            "states_precision": train_source.get("precision"),
         }
         core = head.head if isinstance(head, Standardized) else head
         if hasattr(core, "layer_weights"):  # the learned layer mix (LP, token-pool)

@@ -123,7 +123,7 @@ def build_optimizer(model, lr: float, weight_decay: float):
     for name, param in model.named_parameters():
         (decay if name in decayed else no_decay).append(param)
     groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=lr, foreach=True, fused=False)
+    return torch.optim.AdamW(groups, lr=lr, fused=True)
 
 
 class TaskModels(torch.nn.Module):
