@@ -38,6 +38,23 @@ except BertvisionError as err:
 os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
+# --- warm start (resources.warm_start): local jobs fork from one process that has imported torch
+# and transformers once (bertvision/runtime/warm.py); started by the Snakefile's onstart hook.
+WARM_POOL = []
+
+
+def start_warm_pool():
+    from bertvision.runtime.warm import start_pool
+
+    if S.warm_start and workflow.local_exec:
+        WARM_POOL.append(start_pool([S.pretrained(m) for m in S.models], L.log("warm_pool")))
+
+
+def stop_warm_pool():
+    while WARM_POOL:
+        WARM_POOL.pop().stop()
+
+
 wildcard_constraints:
     model=r"[A-Za-z0-9_.-]+",
     task=r"[a-z0-9][a-z0-9-]*",

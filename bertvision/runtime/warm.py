@@ -1,0 +1,372 @@
+"""Warm start for local jobs: one process imports torch, transformers and the stages once, and
+every `bertvision` command of a local Snakemake run is forked from it instead of starting a new
+interpreter.
+
+Why by hand: a model job spends 4-6 s importing torch and transformers (5 s idle on the 2-core
+CPU this project is measured on, more under load; transformers 5 pulls torch._dynamo and
+torch.distributed.tensor in when it loads a model), and the default run has about 70 of them: a
+quarter of its job-seconds. No library forks preloaded Python processes for Snakemake's shell
+jobs; the pieces here are the standard ones (a Unix socket, SCM_RIGHTS to pass the job's stdin,
+stdout and stderr, fork).
+
+- ``serve_pool(socket_path, backbones)``: the warm process (``python -m bertvision.runtime.warm``).
+  It imports everything, then listens; per connection it checks the peer is this user, and
+  forks: the child takes the job's standard streams, working directory and environment and runs
+  ``bertvision.cli.main``; the client gets the child's pid, then its exit status. It never runs
+  a tensor operation itself (torch's thread pool does not exist when it forks; the idle BLAS and
+  allocator threads that numpy, scipy and pyarrow start have fork handlers, as multiprocessing's
+  fork relies on too) and exits when its parent (Snakemake) is gone.
+- ``run_in_pool(argv)``: what the `bertvision` command does first (``bertvision.launch``): with
+  ``BERTVISION_WARM_SOCKET`` set and the pool answering, the command runs in a forked child and
+  this process relays signals and the exit status; otherwise (no pool, not ready yet, or an
+  environment the pool was not started with) it returns None and the command runs here.
+- ``start_pool``/``WarmPool.stop``: the Snakefile's onstart/onsuccess/onerror hooks.
+
+What a job loses under the pool: Snakemake's benchmark file measures the client process, so its
+``max_rss`` and ``cpu_time`` are the client's (wall seconds are right); the child's peak memory
+and CPU seconds go to the job's log. Cluster jobs never use the pool.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import struct
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+SOCKET_ENV = "BERTVISION_WARM_SOCKET"
+# Environment variables read when modules are imported: a job whose values differ from the
+# pool's runs on its own, since the pool's imports saw other values.
+IMPORT_TIME_PREFIXES = (
+    "HF_",
+    "HUGGINGFACE_",
+    "TRANSFORMERS_",
+    "TORCH",
+    "PYTORCH_",
+    "OMP_",
+    "MKL_",
+    "KMP_",
+    "CUDA_",
+    "NCCL_",
+    "TOKENIZERS_",
+    "PYTHON",
+    "LD_",
+    "MALLOC_",
+    "GLIBC_",
+)
+# Thread counts Snakemake sets per job: applied in the child (torch's pool is created there).
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+# Commands that keep running (a server) or are the pool itself stay in their own process.
+OWN_PROCESS_COMMANDS = ("serve", "warm-pool")
+_HEADER = struct.Struct("!I")
+
+
+def _import_time_env(env: dict) -> dict:
+    return {k: v for k, v in env.items() if k.startswith(IMPORT_TIME_PREFIXES) and k not in THREAD_VARIABLES}
+
+
+# --- the client: the `bertvision` command --------------------------------------------------------
+def run_in_pool(argv: list[str]) -> int | None:
+    """Run ``bertvision argv`` in a child of the warm pool; its exit status, or None when no
+    pool takes it (the caller then runs the command itself)."""
+    path = os.environ.get(SOCKET_ENV)
+    if not path or not argv or argv[0] in OWN_PROCESS_COMMANDS or argv[0].startswith("-"):
+        return None
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(path)
+    except OSError:  # no pool, or not listening yet: it listens once its imports are done
+        conn.close()
+        return None
+    request = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)}).encode()
+    message = _HEADER.pack(len(request)) + request
+    job = {"pid": None, "signals": []}
+
+    def relay(signum, _frame):  # to the job once its pid is known; until then, kept
+        job["signals"].append(signum)
+        if job["pid"]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(job["pid"], signum)
+
+    relayed = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+    previous = {signum: signal.signal(signum, relay) for signum in relayed}
+    with conn:
+        try:
+            sent = socket.send_fds(conn, [message], [0, 1, 2])
+            if sent < len(message):
+                conn.sendall(message[sent:])
+            replies = conn.makefile("r")
+            first = json.loads(replies.readline() or "{}")
+        except (OSError, ValueError):
+            first = {}
+        if "pid" not in first:  # the pool went away or refused: run here, as if it never answered
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+            for signum in job["signals"]:
+                os.kill(os.getpid(), signum)
+            return None
+        job["pid"] = first["pid"]
+        for signum in job["signals"]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(job["pid"], signum)
+        last = replies.readline()
+    if last:
+        return int(json.loads(last)["exit"])
+    if job["signals"]:
+        return 128 + job["signals"][-1]
+    print(f"bertvision: the job's process (pid {job['pid']}) ended without an exit status", file=sys.stderr)
+    return 1
+
+
+# --- the warm process ----------------------------------------------------------------------------
+def preload(backbones: list[str]) -> None:
+    """Import what the commands use: torch, transformers with each backbone's model and tokenizer
+    modules, the data libraries and every stage. Nothing here runs a tensor operation."""
+    import importlib
+
+    import bertvision.cli  # noqa: F401
+    from bertvision.models.backbone import resolve_pretrained
+
+    for name in (
+        "torch",
+        "transformers",
+        "transformers.modeling_utils",
+        "pandas",
+        "pyarrow.parquet",
+        "h5py",
+        "safetensors.torch",
+        "optuna",
+        "matplotlib.pyplot",
+    ):
+        importlib.import_module(name)
+    from transformers import AutoConfig
+    from transformers.models.auto import modeling_auto, tokenization_auto
+
+    for backbone in backbones:
+        try:
+            model_type = AutoConfig.from_pretrained(resolve_pretrained(backbone)).model_type
+        except Exception:  # a hub id not cached here: its job loads it when it runs
+            continue
+        for mapping in (modeling_auto.MODEL_MAPPING_NAMES, tokenization_auto.TOKENIZER_MAPPING_NAMES):
+            for class_name in _names(mapping.get(model_type)):
+                try:
+                    getattr(importlib.import_module("transformers"), class_name)
+                except (AttributeError, ImportError):
+                    pass
+        for module in (f"modeling_{model_type}", f"tokenization_{model_type}_fast"):
+            try:
+                importlib.import_module(f"transformers.models.{model_type}.{module}")
+            except ImportError:
+                pass
+    for module in _stage_modules():
+        importlib.import_module(module)
+
+
+def _names(entry) -> list[str]:
+    if entry is None:
+        return []
+    return [n for n in (entry if isinstance(entry, (list, tuple)) else [entry]) if n]
+
+
+def _stage_modules() -> list[str]:
+    import bertvision
+
+    root = Path(bertvision.__file__).parent
+    return [
+        f"bertvision.{folder}.{p.stem}"
+        for folder in ("stages", "reporting", "training", "features", "evaluation")
+        for p in sorted((root / folder).glob("*.py"))
+        if p.stem != "__init__"
+    ]
+
+
+def serve_pool(socket_path: str, backbones: list[str]) -> None:
+    """Preload, then fork one child per request until the parent process is gone or SIGTERM."""
+    import gc
+
+    parent = os.getppid()
+    t0 = time.perf_counter()
+    started_with = dict(os.environ)
+    preload(backbones)
+    # what the imports set themselves (torch sets TORCHINDUCTOR_CACHE_DIR): kept in the children
+    set_by_imports = {k: v for k, v in os.environ.items() if k not in started_with}
+    if threading.active_count() > 1:  # a Python thread could hold a lock the children would inherit
+        print(f"warm pool: {threading.active_count()} Python threads after the imports; not forking", file=sys.stderr)
+        return
+    gc.collect()
+    gc.freeze()  # the children's garbage collection then leaves the shared pages alone
+    own_env = _import_time_env(started_with)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(socket_path)
+    listener.listen(64)
+    listener.settimeout(2.0)
+    signal.signal(signal.SIGCHLD, _reap)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    print(f"warm pool: ready after {time.perf_counter() - t0:.1f} s, pid {os.getpid()}", file=sys.stderr, flush=True)
+    forked = 0
+    try:
+        while os.getppid() == parent:
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                conn.settimeout(None)
+                forked += _answer(conn, listener, own_env, set_by_imports)
+    finally:
+        listener.close()
+        print(f"warm pool: {forked} jobs forked; exiting", file=sys.stderr, flush=True)
+
+
+def _reap(_signum, _frame) -> None:
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+    except ChildProcessError:
+        pass
+
+
+def _answer(conn: socket.socket, listener: socket.socket, own_env: dict, set_by_imports: dict) -> int:
+    """Read one request and fork its child; 1 if a child was forked."""
+    fds: list[int] = []
+    try:
+        uid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[1]
+        data, fds, _, _ = socket.recv_fds(conn, 1 << 16, 3)
+        if uid != os.getuid() or len(fds) != 3 or len(data) < _HEADER.size:
+            print(f"warm pool: refused a request (uid {uid}, {len(fds)} descriptors)", file=sys.stderr, flush=True)
+            return 0
+        size = _HEADER.unpack_from(data)[0]
+        while len(data) < _HEADER.size + size:
+            more = conn.recv(1 << 16)
+            if not more:
+                return 0
+            data += more
+        request = json.loads(data[_HEADER.size : _HEADER.size + size])
+        differs = sorted(
+            k for k in set(own_env) | set(_import_time_env(request["env"])) if own_env.get(k) != request["env"].get(k)
+        )
+        if differs:
+            print(
+                f"warm pool: runs a job on its own, its environment differs in {differs}", file=sys.stderr, flush=True
+            )
+            conn.sendall((json.dumps({"refused": f"environment differs in {differs}"}) + "\n").encode())
+            return 0
+        if os.fork() == 0:  # the child never returns from here
+            _run_child(conn, listener, fds, request, set_by_imports)
+        return 1
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _run_child(
+    conn: socket.socket, listener: socket.socket, fds: list[int], request: dict, set_by_imports: dict
+) -> None:
+    code = 1
+    try:
+        listener.close()
+        for signum in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(signum, signal.SIG_DFL)
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update({**set_by_imports, **request["env"]})
+        tempfile.tempdir = None  # read TMPDIR again
+        if os.environ.get("OMP_NUM_THREADS", "").isdigit():  # as a fresh process would start
+            import torch
+
+            torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+        sys.argv = ["bertvision", *request["argv"]]
+        conn.sendall((json.dumps({"pid": os.getpid()}) + "\n").encode())
+        # the client gone (killed): so is the job
+        threading.Thread(target=_exit_when_closed, args=(conn,), daemon=True).start()
+        from bertvision.cli import main
+
+        code = _exit_code(main, request["argv"])
+    except BaseException:  # noqa: BLE001 - the child must always report and exit
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        try:
+            import resource
+
+            usage = resource.getrusage(resource.RUSAGE_SELF)
+            logging.getLogger("bertvision.runtime.warm").info(
+                "forked from the warm pool: peak memory %.0f MiB, cpu %.1f s",
+                usage.ru_maxrss / 1024,
+                usage.ru_utime + usage.ru_stime,
+            )
+            sys.stdout.flush()
+            sys.stderr.flush()
+            conn.sendall((json.dumps({"exit": code}) + "\n").encode())
+        finally:
+            os._exit(code)
+
+
+def _exit_code(main, argv: list[str]) -> int:
+    try:
+        return int(main(argv) or 0)
+    except SystemExit as stop:
+        if stop.code is None or isinstance(stop.code, int):
+            return int(stop.code or 0)
+        print(stop.code, file=sys.stderr)
+        return 1
+
+
+def _exit_when_closed(conn: socket.socket) -> None:
+    try:
+        while conn.recv(1):
+            pass
+    except OSError:
+        pass
+    os._exit(1)
+
+
+# --- started and stopped by the workflow ---------------------------------------------------------
+class WarmPool:
+    """A running warm process; ``stop()`` ends it and removes its socket."""
+
+    def __init__(self, process, socket_dir: Path):
+        self.process, self.socket_dir = process, socket_dir
+
+    def stop(self) -> None:
+        os.environ.pop(SOCKET_ENV, None)
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except Exception:
+                self.process.kill()
+        for p in self.socket_dir.glob("*"):
+            p.unlink(missing_ok=True)
+        self.socket_dir.rmdir()
+
+
+def start_pool(backbones: list[str], log_path: Path) -> WarmPool:
+    """Start the warm process and point this process's environment (which the jobs inherit) at
+    it. The socket lives in a private directory (mode 0700) of the temporary folder."""
+    import subprocess
+
+    socket_dir = Path(tempfile.mkdtemp(prefix="bertvision-warm-"))
+    path = socket_dir / "pool.sock"
+    log_path = Path(log_path)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        cmd = [sys.executable, "-m", "bertvision.runtime.warm", str(path), *backbones]
+        process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+    os.environ[SOCKET_ENV] = str(path)
+    return WarmPool(process, socket_dir)
+
+
+if __name__ == "__main__":
+    serve_pool(sys.argv[1], sys.argv[2:])

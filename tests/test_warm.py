@@ -1,0 +1,182 @@
+"""Warm start: `bertvision` commands forked from a process that imported everything once behave as
+commands run on their own: the same output on the same streams, the same exit status, the job's
+working directory and environment; a killed or signalled client takes its job with it; an
+environment the pool did not import under runs on its own; the pool ends with its parent."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+
+from bertvision.runtime.warm import SOCKET_ENV, start_pool
+from tests.conftest import REPO, SHIPPED_GLUE
+
+FORKED = "forked from the warm pool"
+BERTVISION = [sys.executable, "-m", "bertvision.launch"]
+
+
+@pytest.fixture(scope="module")
+def pool(tiny_bert, tmp_path_factory):
+    log = tmp_path_factory.mktemp("warm") / "warm_pool.log"
+    saved = os.environ.get(SOCKET_ENV)
+    handle = start_pool([str(tiny_bert)], log)
+    socket_path = os.environ[SOCKET_ENV]
+    if saved is None:
+        os.environ.pop(SOCKET_ENV)
+    deadline = time.monotonic() + 180
+    while "ready" not in (log.read_text() if log.exists() else ""):
+        assert handle.process.poll() is None, log.read_text()
+        assert time.monotonic() < deadline, "the warm pool did not get ready"
+        time.sleep(0.2)
+    yield handle, socket_path, log
+    handle.stop()
+
+
+def config_file(directory: Path, tiny_bert: Path) -> Path:
+    path = directory / "config.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "backbones": {"tiny": {"pretrained": str(tiny_bert)}},
+                "data": {"glue_dir": str(SHIPPED_GLUE)},
+                "tasks": {"mrpc": None},
+            }
+        )
+    )
+    return path
+
+
+def run(args, socket_path=None, cwd=None, env=None, **kw) -> subprocess.CompletedProcess:
+    env = {**os.environ, **(env or {})}
+    env.pop(SOCKET_ENV, None)
+    if socket_path:
+        env[SOCKET_ENV] = socket_path
+    return subprocess.run([*BERTVISION, *args], cwd=cwd, env=env, capture_output=True, text=True, **kw)
+
+
+def test_a_forked_command_answers_as_one_run_on_its_own(pool, tiny_bert, tmp_path):
+    _, socket_path, _ = pool
+    config_file(tmp_path, tiny_bert)
+    alone = run(["validate-config", "config.yaml", "--show"], cwd=tmp_path)
+    warm = run(["validate-config", "config.yaml", "--show"], socket_path, cwd=tmp_path)  # a relative path: its cwd
+    assert alone.returncode == warm.returncode == 0
+    assert warm.stdout == alone.stdout and "backbones:" in warm.stdout
+    assert FORKED in warm.stderr and FORKED not in alone.stderr
+
+    bad = run(["validate-config", "missing.yaml"], socket_path, cwd=tmp_path)
+    assert bad.returncode == 2, bad.stderr
+    errors = [line for line in bad.stderr.splitlines() if "error:" in line]
+    assert errors == [
+        "bertvision validate-config: error: missing.yaml: cannot read the config (No such file or directory)"
+    ]
+
+
+def test_a_model_job_runs_forked_with_its_own_environment(pool, tiny_bert, tmp_path):
+    """An extraction through the pool writes its shard; the same job with the simulated
+    out-of-memory variable set (read when it runs, not at import) fails as out of memory."""
+    from bertvision.runtime.device import OUT_OF_MEMORY_EXIT, SIMULATE_OOM_ENV
+    from tests.test_device import ATTRS, write_tokens
+
+    _, socket_path, _ = pool
+    write_tokens(tmp_path)
+    for split in ("selection", "dev"):  # the command extracts every split of the task
+        shutil.copy(tmp_path / "tokens" / "train.parquet", tmp_path / "tokens" / f"{split}.parquet")
+
+    def extract(out: str, env=None):
+        return run(
+            [
+                "extract", "--task", "sst2", "--checkpoint", str(tiny_bert), "--tokens-dir", "tokens",
+                "--out-dir", out, "--shard", "0", "--shards", "1", "--threads", "1",
+                "--settings", '{"batch_size": 8, "block_rows": 16, "block_tokens": 65536}',
+                "--compute", '{"device": "cpu", "precision": "fp32"}', "--attrs", json.dumps(ATTRS),
+            ],
+            socket_path,
+            cwd=tmp_path,
+            env=env,
+        )  # fmt: skip
+
+    ok = extract("shard-ok")
+    assert ok.returncode == 0, ok.stderr
+    assert FORKED in ok.stderr and (tmp_path / "shard-ok" / "train.h5").exists()
+    oom = extract("shard-oom", env={SIMULATE_OOM_ENV: "4"})
+    assert oom.returncode == OUT_OF_MEMORY_EXIT, oom.stderr
+    assert FORKED in oom.stderr and "out of memory" in oom.stderr and not (tmp_path / "shard-oom").exists()
+
+
+def test_an_environment_the_pool_did_not_import_under_runs_on_its_own(pool, tiny_bert, tmp_path, caplog):
+    _, socket_path, log = pool
+    config_file(tmp_path, tiny_bert)
+    proc = run(["validate-config", "config.yaml"], socket_path, cwd=tmp_path, env={"HF_HUB_OFFLINE": "0"})
+    assert proc.returncode == 0 and "config.yaml: valid" in proc.stdout
+    assert FORKED not in proc.stderr
+    assert "environment differs in ['HF_HUB_OFFLINE']" in log.read_text()
+
+
+def children(pool_process) -> set[int]:
+    return {p.pid for p in psutil.Process(pool_process.pid).children()}
+
+
+def blocked_job(pool, tmp_path) -> tuple[subprocess.Popen, int]:
+    """A forked job blocked reading a FIFO nobody writes: (its client, its pid)."""
+    handle, socket_path, _ = pool
+    fifo = tmp_path / "config.fifo"
+    os.mkfifo(fifo)
+    before = children(handle.process)
+    env = {**os.environ, SOCKET_ENV: socket_path}
+    client = subprocess.Popen([*BERTVISION, "validate-config", str(fifo)], env=env, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not (children(handle.process) - before):
+        assert time.monotonic() < deadline, "no job was forked"
+        time.sleep(0.05)
+    (child,) = children(handle.process) - before
+    return client, child
+
+
+def gone(pid: int, timeout: float = 10) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_signal_to_the_client_reaches_its_job(pool, tmp_path):
+    client, child = blocked_job(pool, tmp_path)
+    client.send_signal(signal.SIGTERM)
+    assert client.wait(timeout=30) == 128 + signal.SIGTERM
+    assert gone(child)
+
+
+def test_a_killed_client_takes_its_job_with_it(pool, tmp_path):
+    client, child = blocked_job(pool, tmp_path)
+    client.kill()
+    client.wait(timeout=30)
+    assert gone(child)
+
+
+def test_the_pool_ends_with_its_parent(tiny_bert, tmp_path):
+    """A Snakemake killed without its hooks (SIGKILL) leaves no warm process behind."""
+    script = (
+        "import sys, time; from bertvision.runtime.warm import start_pool; "
+        f"p = start_pool([], {str(tmp_path / 'pool.log')!r}); print(p.process.pid, flush=True); time.sleep(600)"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=REPO)
+    pid = int(parent.stdout.readline())
+    deadline = time.monotonic() + 180
+    while "ready" not in ((tmp_path / "pool.log").read_text() if (tmp_path / "pool.log").exists() else ""):
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    parent.kill()
+    parent.wait()
+    assert gone(pid, timeout=20)
