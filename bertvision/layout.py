@@ -137,7 +137,8 @@ def log(rule: str) -> str:
 
 
 def benchmark(rule: str) -> str:
-    return _job_file("benchmarks", rule, "tsv")
+    """The benchmark file pattern of a rule (a rule with no wildcards: ``benchmarks/{rule}.tsv``)."""
+    return _job_file("benchmarks", rule, "tsv") if rule in JOB_KEYS else f"benchmarks/{rule}.tsv"
 
 
 def table(name: str, ext: str, tables_dir: str = TABLES_DIR) -> str:

@@ -26,6 +26,8 @@ rule plots:
         out_dir=lambda wc, output: os.path.dirname(output.params),
     log:
         L.log("plots"),
+    benchmark:
+        L.benchmark("plots")
     shell:
         "bertvision plots --tables {input.tables} --summary {input.summary} --head-dirs {input.heads} "
         "--tasks {params.tasks} "
@@ -40,5 +42,7 @@ rule plot_data_fraction:
         report(L.plot("data-fraction"), category="Plots", caption="../workflow/report/data_fraction_plot.rst"),
     log:
         L.log("plot_data_fraction"),
+    benchmark:
+        L.benchmark("plot_data_fraction")
     shell:
         "bertvision plot-data-fraction --table {input} --out {output} > {log} 2>&1"

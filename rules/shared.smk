@@ -134,6 +134,8 @@ rule cross_task:
         out_dir=lambda wc, output: os.path.dirname(output.cross_task_md),
     log:
         L.log("cross_task"),
+    benchmark:
+        L.benchmark("cross_task")
     shell:
         "bertvision cross-task --encoders {params.encoders:q} --models {params.models} --ft-seeds {params.ft_seeds} "
         "--heads {params.heads:q} --epochs {params.epochs:q} --transfer {input.transfer} "
@@ -158,6 +160,8 @@ rule bundle:
         precision=S.extract_compute().precision,
     log:
         L.log("bundle"),
+    benchmark:
+        L.benchmark("bundle")
     resources:
         mem_mb=4000,
         runtime=lambda wc, attempt: 15 * attempt,

@@ -21,6 +21,8 @@ rule tables:
         out_dir=lambda wc, output: os.path.dirname(output.summary_md),
     log:
         L.log("tables"),
+    benchmark:
+        L.benchmark("tables")
     shell:
         "bertvision tables --bert-metrics {input.bert} --baseline-metrics {input.baselines} --head-dirs {input.heads} --manifests {input.manifests} "
         "--runs {params.runs:q} --shards {params.shards} --heads {params.heads} --out-dir {params.out_dir} "
@@ -41,6 +43,8 @@ rule experiment_tables:
         out_dir=lambda wc, output: os.path.dirname(output.search_md),
     log:
         L.log("experiment_tables"),
+    benchmark:
+        L.benchmark("experiment_tables")
     shell:
         "bertvision experiment-tables --search {input.search} --subset-dirs {input.subsets} --head-dirs {input.heads} "
         "--bert-metrics {input.bert} --transfer {input.transfer} --out-dir {params.out_dir} > {log} 2>&1"
