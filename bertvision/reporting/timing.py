@@ -20,13 +20,49 @@ def read_benchmark(job: Job) -> dict:
     }
 
 
-def timing_table(jobs: list[Job]) -> pd.DataFrame:
-    """Jobs, wall seconds (summed) and peak memory per (task, stage)."""
-    rows = [{"stage": job.rule, "task": job.keys["task"], **read_benchmark(job)} for job in jobs]
-    df = pd.DataFrame(rows, columns=["stage", "task", "seconds", "max_rss_mb"])
+def stage_precisions(bert_records, baseline_records, head_records, manifests) -> dict[tuple[str, str], str]:
+    """(task, stage) -> the precision the encoder computed in there, with its device ("bf16 on
+    cpu"): fine-tuning and full fine-tuning from their records, extraction from the feature
+    manifests, a streamed task's head jobs (which run the encoder) from their records. Records
+    written before precisions were recorded say "unknown"."""
+    found: dict[tuple[str, str], set] = {}
+
+    def add(task: str, stage: str, precision, device) -> None:
+        found.setdefault((task, stage), set()).add(f"{precision or 'unknown'} on {device or 'unknown'}")
+
+    for r in bert_records:
+        add(r["task"], "finetune", r.get("precision"), r.get("device"))
+    for r in baseline_records:
+        add(r["task"], "baseline", r.get("precision"), r.get("device"))
+    for m in manifests:
+        add(m["source"]["task"], "extract", m.get("precision"), m.get("device"))
+    for r in head_records:
+        if not r.get("features_stored", True):
+            add(r["task"], "train_heads", r.get("states_precision"), r.get("device"))
+    return {key: ", ".join(sorted(values)) for key, values in found.items()}
+
+
+def timing_table(jobs: list[Job], precisions: dict[tuple[str, str], str] | None = None) -> pd.DataFrame:
+    """Jobs, wall seconds (summed), peak memory and the encoder's precision per (task, stage)."""
+    precisions = precisions or {}
+    rows = [
+        {
+            "stage": job.rule,
+            "task": job.keys["task"],
+            **read_benchmark(job),
+            "precision": precisions.get((job.keys["task"], job.rule), ""),
+        }
+        for job in jobs
+    ]
+    df = pd.DataFrame(rows, columns=["stage", "task", "seconds", "max_rss_mb", "precision"])
     return (
         df.groupby(["task", "stage"], sort=True)
-        .agg(jobs=("seconds", "size"), seconds=("seconds", "sum"), max_rss_mb=("max_rss_mb", "max"))
+        .agg(
+            jobs=("seconds", "size"),
+            seconds=("seconds", "sum"),
+            max_rss_mb=("max_rss_mb", "max"),
+            precision=("precision", "first"),
+        )
         .reset_index()
     )
 
@@ -40,6 +76,12 @@ def timing_markdown(timing: pd.DataFrame) -> str:
     ]
     total = pivot.sum(axis=0)
     rows.append(["**all**", *[f"{v:.1f}" for v in total], f"{total.sum():.1f}"])
+    used = timing[timing["precision"].fillna("") != ""]
+    precision = [
+        f"- {stage}: {', '.join(sorted(set(block['precision'])))}"
+        for stage in stages
+        if len(block := used[used["stage"] == stage])
+    ]
     return "\n".join(
         [
             "# Wall time per stage (seconds, summed over jobs)",
@@ -47,6 +89,10 @@ def timing_markdown(timing: pd.DataFrame) -> str:
             "From Snakemake `benchmark:` files; jobs ran in parallel, so the sum exceeds the elapsed time.",
             "",
             markdown_table(["task", *stages, "total"], rows),
+            "",
+            "The precision the encoder computed in (heads themselves train in fp32):",
+            "",
+            *precision,
             "",
         ]
     )

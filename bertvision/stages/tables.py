@@ -13,7 +13,7 @@ from bertvision.reporting.costs import cost_markdown, cost_table
 from bertvision.reporting.markdown import write_csv, write_text
 from bertvision.reporting.results import long_records, result_tables
 from bertvision.reporting.summary import candidate_runs, summary_markdown, summary_table
-from bertvision.reporting.timing import timing_markdown, timing_table
+from bertvision.reporting.timing import stage_precisions, timing_markdown, timing_table
 from bertvision.runtime.io import read_json
 
 # Every table this stage writes (each as .md and .csv).
@@ -46,5 +46,9 @@ def build_tables(
         _write(name, summary, markdown, out_dir)
     costs = cost_table(bert_metrics, head_metrics, manifests, jobs)
     _write("cost", costs, cost_markdown(costs), out_dir)
-    timing = timing_table(jobs)
+    precisions = stage_precisions(
+        map(read_json, bert_metrics), map(read_json, baseline_metrics), map(read_json, head_metrics),
+        map(read_json, manifests),
+    )  # fmt: skip
+    timing = timing_table(jobs, precisions)
     _write("timing", timing, timing_markdown(timing), out_dir)
