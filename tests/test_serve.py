@@ -550,3 +550,14 @@ def test_serve_command_names_a_broken_bundle_in_one_line(bundle, tmp_path, capsy
     assert main(["serve", str(copy), "--port", "1"]) == 2
     errors = [line for line in capsys.readouterr().err.splitlines() if ": error: " in line]
     assert len(errors) == 1 and f"{copy / 'encoder'}: " in errors[0] and "safetensors only" in errors[0]
+
+
+def test_an_auto_bundle_computes_states_in_the_precision_its_heads_were_trained_on(run, tiny_bert, tmp_path):
+    """The heads' states were extracted in fp32 (their records say so): a bundle written with
+    precision auto serves in fp32, whatever auto would pick on the machine that serves it."""
+    records = [read_json(p) for p in (run / "heads").rglob("metrics.json")]
+    assert records and {r["states_precision"] for r in records} == {"fp32"}
+    bundle = write_bundle(
+        tmp_path / "auto-bundle", run / "ft" / "ckpt-1", str(tiny_bert), bundle_tasks(run), {"backbone": "tiny"}, "auto"
+    )
+    assert bundle.precision == "fp32" and read_json(bundle.root / "bundle.json")["precision"] == "fp32"

@@ -184,7 +184,9 @@ def write_bundle(
 ) -> Bundle:
     """Build a bundle in ``out_dir`` (replacing one there). ``tasks``: {task: {"heads_dirs": [train_heads
     output dirs], "max_length": int, "doc_stride": int | None}} (missing settings: the registry's);
-    ``precision``: the extraction precision of the heads' features. Written into a scratch
+    ``precision``: the extraction precision of the heads' features; ``auto`` takes the precision
+    the heads' records say their states were computed in (serving then computes states as the
+    evaluation did, whatever the serving machine's own auto would pick). Written into a scratch
     directory and renamed into place, so a failed build leaves nothing that looks complete."""
     if precision not in PRECISIONS:
         raise BundleError(f"precision {precision!r}: expected one of {', '.join(PRECISIONS)}")
@@ -196,13 +198,14 @@ def write_bundle(
     scratch.mkdir(parents=True)
     try:
         layers, hidden = save_bare_encoder(Path(encoder_dir), tokenizer_source, scratch / BUNDLE_ENCODER)
-        described = {}
+        described, recorded = {}, set()
         for name, settings in tasks.items():
             try:
                 task = get_task(name)
             except KeyError as err:
                 raise BundleError(err.args[0]) from None
             runs = collect_runs(task, [Path(d) for d in settings.get("heads_dirs", [])])
+            recorded |= {r.record["states_precision"] for r in runs if r.record.get("states_precision")}
             described[name] = task_json(task, settings, runs)
             kept = keep_best_seeds(task, runs)
             for head, entry in described[name]["heads"].items():
@@ -211,6 +214,8 @@ def write_bundle(
                 target.mkdir(parents=True)
                 for file in (HEAD_WEIGHTS, HEAD_METRICS):
                     shutil.copy2(kept[head].dir / file, target / file)
+        if precision == "auto" and len(recorded) == 1:
+            precision = recorded.pop()
         atomic_write_json(
             {
                 "format": FORMAT,
