@@ -197,7 +197,7 @@ def all_runs_json():
     return as_json([{**run.keys, "stored": run.stored} for run in S.runs()])
 
 
-# Cluster settings from the environment (README, "Run on a cluster"). The GPU rules ask for
+# Cluster settings from the environment (docs/operations.md, "On a cluster"). The GPU rules ask for
 # --gpus=<model>:<n> when BERTVISION_SLURM_GPU_MODEL is set, --gpus=<n> otherwise; rules that
 # ask for no GPU never get a model (the slurm plugin would turn a model alone into one GPU).
 GPU = S.gpu_rules
