@@ -87,7 +87,7 @@ def evaluate_labels(task, model, evals, questions, batch_size, device, precision
     metrics, tables, logits = {}, [], {}
     for name, split in evals.items():
         logits[name] = predict(model, split, batch_size, device, precision, pad_id, desc=f"evaluate {name}")
-        metrics[name], table = evaluate_outputs(logits[name], split, task)
+        metrics[name], table = evaluate_outputs(logits[name], split, task, questions.get(name))
         tables.append(pd.DataFrame(table).assign(split=name))
     return metrics, pd.concat(tables, ignore_index=True), logits
 
