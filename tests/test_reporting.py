@@ -106,17 +106,18 @@ def test_no_winner_is_named_where_every_model_is_at_the_all_abstain_score(tmp_pa
     table = r.summary()
     assert (table["constant_score"] == 52.0).all()
     words = verdict(table)
-    assert "No model learned this task" in words and "beats" not in words and "no winner" in words
+    assert "**no model learned this task**" in words and "no winner" in words
+    assert "beats full fine-tuning" not in words and "within noise" not in words
     md = summary_markdown(table)
     assert "abstaining on every question scores 52.00 f1" in md
     # one model clear of the bar (by more than 2 points) and the task is learned
     r.bert_at("squad2", 0.3, {"f1": 54.5}, 7.0, dev)
-    assert "No model learned" not in verdict(r.summary())
+    assert "no model learned" not in verdict(r.summary())
 
 
 def test_a_classification_task_at_the_majority_class_names_no_winner(tmp_path):
     table = mrpc(tmp_path, [0.69], [0.684, 0.68, 0.70]).summary()  # BERT at 1 epoch: 0.70 ≤ 0.684 + 0.02
-    assert "No model learned" in verdict(table)
+    assert "**no model learned this task**: no row beats predicting the same class" in verdict(table)
     assert "predicting the same class every time scores 0.684" in summary_markdown(table)
 
 

@@ -265,7 +265,7 @@ def verdict(block: pd.DataFrame) -> str:
     p = picked.iloc[0]
     what = f"`{p['model']}` on the {p['epoch_fraction']:g}-epoch checkpoint"
     if learned_nothing(task, block, block["constant_score"].iloc[0]):
-        return nothing_learned(task, block["constant_score"].iloc[0], what)
+        return nothing_learned(task, what)
     full = block[block["row"] == ROW_KINDS[0]]
     if full.empty:
         return (

@@ -62,10 +62,10 @@ def comparison(task, picked: pd.Series, reference: pd.Series) -> str:
     return f"**trails full fine-tuning by {-points:.1f} points** (beyond the seeds' spread{std})"
 
 
-def nothing_learned(task, base: float, what: str) -> str:
-    margin = LEARNING_MARGIN * task.metric_scale()
-    value = f"{margin:.0f} points" if task.metric_scale() > 1 else f"{margin:.2f}"
+def nothing_learned(task, what: str) -> str:
+    """The words for a task no model learned: the pick is named, no winner is."""
     return (
-        f"**No model learned this task**: every row is within {value} of {CONSTANT_PREDICTION[task.kind]}, "
-        f"so there is no winner to name (the pipeline would pick {what}; its Δ is noise)."
+        f"The pipeline picks {what}, but **no model learned this task**: no row beats "
+        f"{CONSTANT_PREDICTION[task.kind]} by more than {100 * LEARNING_MARGIN:g} points, so there is no winner "
+        "and the Δ column is noise."
     )
