@@ -166,6 +166,8 @@ def test_answerable_questions_without_a_whole_answer_window_are_reported(tmp_pat
     assert set(summary["answerable_no_window"]) == {3}
     glue, _ = result_tables(long_records(mrpc(tmp_path / "glue", [0.8], [0.8]).bert, []), ["lp"])["glue"]
     assert "answerable_no_window" not in glue.columns  # the counts are answerability's
+    table = r.summary().assign(answerable_no_window=0)
+    assert "Every answerable dev question has a window that holds its whole answer." in summary_markdown(table)
 
 
 def test_search_table_gives_mean_and_std_over_the_fine_tuning_seeds_studies(tmp_path):

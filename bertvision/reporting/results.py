@@ -191,6 +191,11 @@ def no_window_note(block: pd.DataFrame) -> str:
     questions, missed = block["questions"].max(), block["answerable_no_window"].max()
     if np.isnan(missed):
         return "Answerable questions without a whole-answer window: not counted in these records (rerun to count)."
+    if missed == 0:
+        return (
+            f"Gold labels are the data's (a question is answerable when it has an answer). Every answerable one "
+            f"of the {int(questions)} questions has a window that holds its whole answer."
+        )
     return (
         f"Gold labels are the data's (a question is answerable when it has an answer). {int(missed)} of the "
         f"{int(questions)} questions are answerable but no window holds the whole answer (a doc_stride "

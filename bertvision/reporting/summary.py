@@ -282,6 +282,8 @@ def no_window_line(block: pd.DataFrame) -> str:
     missed = block["answerable_no_window"].iloc[0]
     if np.isnan(missed):
         return ""
+    if missed == 0:
+        return "Every answerable dev question has a window that holds its whole answer."
     return (
         f"{int(missed)} answerable dev questions have no window that holds the whole answer; they are scored "
         'as answerable (the data\'s label), though every window of theirs trains as "no answer".'
