@@ -2,13 +2,14 @@
 dev file, the two ways a question's windows become one prediction, and the config checks."""
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from bertvision.data.squad_files import parse_squad
 from bertvision.data.squad_windows import build_windows
 from bertvision.errors import ConfigError
 from bertvision.models.backbone import load_tokenizer
-from bertvision.registry.metrics import any_window_says_no, best_window, question_labels, score
+from bertvision.registry.metrics import any_window_says_no, best_window, question_gold, question_labels, score
 from bertvision.registry.tasks import get_task
 from bertvision.stages.tokenize import answer_in_no_window, answerability_windows
 from tests.conftest import REPO, workflow_settings
@@ -59,16 +60,59 @@ def test_the_best_window_answers_where_the_original_rule_says_no():
     assert best_window(outputs, idx).tolist() == [0, 0, 1]
     assert any_window_says_no(outputs, idx).tolist() == [1, 1, 1]
     assert question_labels(labels, idx).tolist() == [0, 1, 1]
-    metrics = score(TASK, outputs, labels, idx)
+    questions = pd.DataFrame({"idx": [3, 7, 9], "answer_texts": [[], ["an answer"], []]})
+    metrics = score(TASK, outputs, labels, idx, questions)
     assert metrics["accuracy"] == pytest.approx(2 / 3)  # q3 wrong
     assert metrics["accuracy_any_no"] == pytest.approx(2 / 3)  # q7 wrong
     assert metrics["f1"] == pytest.approx(2 / 3)  # no-answer F1: tp 1 (q9), fn 1 (q3)
     assert metrics["f1_any_no"] == pytest.approx(0.8)  # tp 2, fp 1
+    assert metrics["questions"] == 3 and metrics["answerable_no_window"] == 0
+    assert metrics["constant_score"] == pytest.approx(2 / 3)  # "no answer" for all three
+
+
+def test_a_question_is_answerable_when_the_data_says_so_whatever_its_windows_hold():
+    # question 3 has an answer that neither of its windows wholly holds (both labelled "no answer"):
+    # still answerable, and counted; the best window (margin 1) rightly calls it answerable
+    outputs = np.array([[2.0, 0.0], [0.0, 3.0], [0.0, 1.0], [1.0, 0.0], [0.0, 5.0]])
+    idx = np.array([7, 7, 3, 3, 9])
+    labels = np.array([0, 1, 1, 1, 1])
+    questions = pd.DataFrame({"idx": [3, 7, 9], "answer_texts": [["a long answer"], ["an answer"], []]})
+    assert question_gold(questions) == {3: 0, 7: 0, 9: 1}
+    assert question_labels(labels, idx).tolist() == [0, 1, 1]  # the windows' view: q3 has none
+    metrics = score(TASK, outputs, labels, idx, questions)
+    assert metrics["answerable_no_window"] == 1
+    assert metrics["accuracy"] == pytest.approx(1.0)  # q7 and q3 answerable, q9 not
+    assert metrics["accuracy_any_no"] == pytest.approx(1 / 3)  # says "no" for q7 and q3
+    with pytest.raises(ValueError, match="needs the split's questions"):
+        score(TASK, outputs, labels, idx)
+    with pytest.raises(ValueError, match="not in the split's questions"):
+        score(TASK, outputs, labels, idx, questions[questions["idx"] != 9])
+
+
+def test_on_real_windows_the_gold_labels_are_the_datas(questions, tokenizer):
+    """Windows too narrow for some answers: those questions stay answerable in the gold labels,
+    and the record counts them as the tokenize stage does."""
+    narrow = answerability_windows(questions, build_windows(questions, tokenizer, max_length=96, stride=2))
+    missed = answer_in_no_window(questions, narrow)
+    assert missed > 0
+    idx, labels = narrow["idx"].to_numpy(), narrow["label"].to_numpy()
+    says_answerable = np.tile([1.0, 0.0], (len(narrow), 1))  # every window: "it holds the answer"
+    metrics = score(TASK, says_answerable, labels, idx, questions)
+    answerable_share = float((~questions["is_impossible"]).mean())
+    assert metrics["accuracy"] == pytest.approx(answerable_share)  # the data's share, not the windows'
+    assert metrics["answerable_no_window"] == missed and metrics["questions"] == len(questions)
+    assert metrics["constant_score"] == pytest.approx(max(answerable_share, 1 - answerable_share))
 
 
 def test_a_tie_counts_as_answerable_and_order_follows_first_windows():
     outputs = np.array([[0.0, 1.0], [1.0, 1.0], [0.0, 2.0]])
     assert best_window(outputs, np.array([5, 2, 5])).tolist() == [1, 0]
+    # questions 9, 2, 5 in that order of first windows (a permutation that is not its own inverse)
+    outputs = np.array([[0.0, 1.0], [1.0, 0.0], [0.0, 2.0], [3.0, 0.0], [0.0, 1.0]])
+    idx = np.array([9, 2, 5, 9, 2])
+    assert best_window(outputs, idx).tolist() == [0, 0, 1]
+    assert any_window_says_no(outputs, idx).tolist() == [1, 1, 1]
+    assert question_labels(np.array([1, 0, 1, 1, 1]), idx).tolist() == [1, 0, 1]
 
 
 def test_registry_and_config_checks():

@@ -43,10 +43,10 @@ ATOL = 1e-6
 
 
 def synthetic_split(kind: str, n: int = 32, seed: int = 0) -> TokenizedSplit:
-    """Random rows of the task kind. The span rows all have one length: Hugging Face's span loss
-    is a softmax over every position, padding included, so it depends on how a batch is split."""
+    """Random rows of the task kind, of different lengths (span rows too: the span loss is a
+    softmax over each window's real tokens, whatever a rank's slice is padded to)."""
     rng = np.random.default_rng(seed)
-    lengths = np.full(n, 12) if kind == "span" else rng.integers(6, 20, n)
+    lengths = rng.integers(6, 20, n)
     df = pd.DataFrame(
         {
             "input_ids": [np.r_[101, rng.integers(1000, 5000, k - 2), 102] for k in lengths],

@@ -168,3 +168,21 @@ def test_extraction_refuses_when_the_disk_is_too_small(tmp_path):
     check_disk_space(tmp_path, 1000)
     with pytest.raises(OSError, match=r"needs about .* GiB of features but only .* GiB is free"):
         check_disk_space(tmp_path, 10**18)
+
+
+def test_span_records_carry_what_abstaining_everywhere_scores(dev):
+    """``constant_score``: the all-abstain F1 (the share of unanswerable questions), the bar a
+    model that learned nothing sits at; the summary flags tasks where every model is near it."""
+    from bertvision.data.tokenized import TokenizedSplit
+    from bertvision.evaluation.span_eval import evaluate_span
+    from bertvision.registry.tasks import get_task
+
+    tok = load_tokenizer(DEFAULT_BACKBONE)
+    parts = {"selection": dev.iloc[:30].reset_index(drop=True), "dev": dev.iloc[30:70].reset_index(drop=True)}
+    windows = {s: TokenizedSplit(build_windows(q, tok, 128, 64)) for s, q in parts.items()}
+    rng = np.random.default_rng(0)
+    logits = {s: [rng.normal(size=(n, 2)).astype(np.float32) for n in w.lengths] for s, w in windows.items()}
+    metrics, _ = evaluate_span(get_task("squad2"), logits, windows, parts)
+    for split, questions in parts.items():
+        assert 0 < questions["is_impossible"].mean() < 1
+        assert metrics[split]["constant_score"] == pytest.approx(100 * float(questions["is_impossible"].mean()))

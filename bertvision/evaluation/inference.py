@@ -53,9 +53,10 @@ def predict_span(model, split: TokenizedSplit, batch_size, device, precision, pa
     return out_logits
 
 
-def evaluate_outputs(outputs: np.ndarray, split: TokenizedSplit, task) -> tuple[dict, dict]:
-    """Metrics and a predictions table for one split of an example ``task``."""
+def evaluate_outputs(outputs: np.ndarray, split: TokenizedSplit, task, questions=None) -> tuple[dict, dict]:
+    """Metrics and a predictions table for one split of an example ``task``; ``questions``: the
+    split's raw rows (answerability tasks take each question's gold label from them)."""
     pred = predictions_from_outputs(outputs, task.kind)
-    metrics = score(task, outputs, split.labels, split.idx)
+    metrics = score(task, outputs, split.labels, split.idx, questions)
     table = {"idx": split.idx, "label": split.labels, "prediction": pred, "outputs": list(outputs)}
     return metrics, table

@@ -32,14 +32,20 @@ def candidates(window_logits: list[np.ndarray], windows: TokenizedSplit, questio
 def evaluate_span(task: TaskSpec, logits: dict, windows: dict, questions: dict) -> tuple[dict, pd.DataFrame]:
     """``logits``/``windows``/``questions``: split -> window logits / TokenizedSplit / raw frame,
     for the selection split and the evaluation splits. Returns metrics per split (plus the
-    threshold) and a predictions table."""
+    threshold, and ``constant_score``: what abstaining on every question scores on the primary
+    metric, the mark of a model that learned nothing) and a predictions table."""
     cands = {split: candidates(logits[split], windows[split], questions[split], task) for split in logits}
     gold = {split: questions[split]["answer_texts"].tolist() for split in logits}
     threshold = tune_threshold(cands["selection"], gold["selection"])
     metrics, tables = {}, []
     for split in logits:
         preds = apply_threshold(cands[split], threshold)
-        metrics[split] = {**squad_v2_metrics(gold[split], preds), "null_threshold": threshold}
+        abstain = squad_v2_metrics(gold[split], [""] * len(gold[split]))[task.primary_metric]
+        metrics[split] = {
+            **squad_v2_metrics(gold[split], preds),
+            "null_threshold": threshold,
+            "constant_score": abstain,
+        }
         tables.append(
             pd.DataFrame(
                 {

@@ -128,7 +128,7 @@ def _by_question(values: np.ndarray, idx: np.ndarray, reduce) -> np.ndarray:
     questions, first, inverse = np.unique(idx, return_index=True, return_inverse=True)
     out = np.full(len(questions), -np.inf if reduce is np.maximum else np.inf, dtype=np.float64)
     reduce.at(out, inverse.reshape(-1), values.astype(np.float64))
-    return out[np.argsort(np.argsort(first))] if len(first) else out
+    return out[np.argsort(first)]
 
 
 def best_window(outputs: np.ndarray, idx: np.ndarray) -> np.ndarray:
@@ -150,20 +150,61 @@ PRIMARY_AGGREGATION = "best-window"
 
 
 def question_labels(labels: np.ndarray, idx: np.ndarray) -> np.ndarray:
-    """A question has no answer (1) when none of its windows holds one."""
+    """1 where none of a question's windows holds its whole answer (every window labelled "no
+    answer"), per question in the order of their first windows. Windows are the training
+    target; a question's gold label is the data's (``question_gold``)."""
     return _by_question(np.asarray(labels), idx, np.minimum).astype(np.int64)
 
 
-def score(task, outputs, labels, idx) -> dict[str, float]:
+def question_gold(questions) -> dict[int, int]:
+    """A split's questions (raw rows: ``idx``, ``answer_texts``) -> their gold label: no answer
+    (1) where the data gives the question no answer, else answerable (0). Not from the windows:
+    a question whose answer no window wholly holds (a doc_stride shorter than the answer) is
+    still answerable."""
+    return {int(i): int(len(texts) == 0) for i, texts in zip(questions["idx"], questions["answer_texts"])}
+
+
+def constant_score(task, gold) -> float:
+    """The primary metric of the best constant prediction on these gold labels: every example the
+    same class (the best class on this split: a ceiling for guessing, used to flag runs that learned
+    nothing, never to choose), or for a regression a constant, which correlates with nothing."""
+    gold = np.asarray(gold)
+    metric = get_metric(task.kind, task.primary_metric)
+    constants = np.unique(gold) if task.kind == "classification" else [0.0]
+    return max((metric.compute(np.full(len(gold), c), gold) for c in constants), default=float("nan"))
+
+
+def score(task, outputs, labels, idx, questions=None) -> dict[str, float]:
     """Every metric of an example ``task`` from model ``outputs`` (N, C) for the rows with these
-    gold ``labels`` and example ids ``idx``. Answerability tasks score questions: each metric
-    aggregates a question's windows by its rule first."""
+    gold ``labels`` and example ids ``idx``, and ``constant_score``. Answerability tasks score
+    questions against their gold label from ``questions`` (the split's raw rows; see
+    ``question_gold``): each metric aggregates a question's windows by its rule first; the record
+    adds the number of questions and ``answerable_no_window``, the answerable questions none of
+    whose windows holds the whole answer (all their windows are "no answer" training targets)."""
     outputs = np.asarray(outputs)
     if not task.answerability:
-        return compute_metrics(task, predictions_from_outputs(outputs, task.kind), labels)
-    idx, gold = np.asarray(idx), question_labels(labels, np.asarray(idx))
+        out = compute_metrics(task, predictions_from_outputs(outputs, task.kind), labels)
+        return {**out, "constant_score": constant_score(task, labels)}
+    if questions is None:
+        raise ValueError(f"{task.name}: scoring answerability needs the split's questions (their gold answers)")
+    idx = np.asarray(idx)
+    ids = np.unique(idx, return_index=True)
+    ids = ids[0][np.argsort(ids[1])]  # questions in the order of their first windows, as AGGREGATIONS give them
+    by_data = question_gold(questions)
+    missing = [int(i) for i in ids if int(i) not in by_data]
+    if missing:
+        raise ValueError(
+            f"{task.name}: {len(missing)} scored questions are not in the split's questions, e.g. {missing[0]}"
+        )
+    gold = np.array([by_data[int(i)] for i in ids], dtype=np.int64)
     out = {}
     for name in task.metrics:
         metric = get_metric(task.kind, name)
         out[name] = metric.compute(AGGREGATIONS[metric.aggregation or PRIMARY_AGGREGATION](outputs, idx), gold)
-    return out
+    no_window = (gold == 0) & (question_labels(labels, idx) == 1)
+    return {
+        **out,
+        "constant_score": constant_score(task, gold),
+        "questions": len(ids),
+        "answerable_no_window": int(no_window.sum()),
+    }

@@ -50,6 +50,15 @@ def storage_cost(record: dict, extract: dict, sizes: dict) -> tuple[float, float
     return extract.get(key, np.nan), sizes.get(key, np.nan)
 
 
+def _std(values: pd.Series) -> float:
+    """Sample std over head seeds; NaN for one seed."""
+    return float(values.std(ddof=1)) if len(values) > 1 else np.nan
+
+
+def _mean_std(mean: float, std: float, digits: int) -> str:
+    return f"{mean:.{digits}f}" if np.isnan(std) else f"{mean:.{digits}f} ± {std:.{digits}f}"
+
+
 def cost_table(bert_metrics, head_metrics, manifests, jobs: list[Job]) -> pd.DataFrame:
     extract = extract_seconds(jobs)
     sizes = feature_bytes(manifests)
@@ -98,6 +107,7 @@ def cost_table(bert_metrics, head_metrics, manifests, jobs: list[Job]) -> pd.Dat
         best = b.loc[b["selection"].idxmax()] if b["selection"].notna().any() else b.loc[b["epoch_fraction"].idxmax()]
         ext = float(g["extract_s"].iloc[0])
         head_s = float(g["head_s"].mean())
+        head_s_std = _std(g["head_s"])
         rows.append(
             {
                 "backbone": model_name,
@@ -105,13 +115,17 @@ def cost_table(bert_metrics, head_metrics, manifests, jobs: list[Job]) -> pd.Dat
                 "ft_seed": ft,
                 "epoch_fraction": frac,
                 "model": head,
+                "n": len(g),
                 "score": float(g["score"].mean()),
+                "score_std": _std(g["score"]),
                 "trainable_params": int(g["trainable_params"].iloc[0]),
                 "parameter_percent": float(g["parameter_percent"].iloc[0]),
                 "finetune_s": float(at["finetune_s"]),
                 "extract_s": ext,
                 "head_s": head_s,
+                "head_s_std": head_s_std,
                 "bertvision_s": float(at["finetune_s"]) + ext + head_s,
+                "bertvision_s_std": head_s_std,  # the rest is the same for every head seed
                 "feature_bytes": float(g["feature_bytes"].iloc[0]),
                 "features": g["features"].iloc[0],
                 "bert_score": float(at["score"]),
@@ -133,9 +147,10 @@ def cost_markdown(costs: pd.DataFrame) -> str:
         "# Cost of each result",
         "",
         "Seconds of wall time on the device in the last column (a GPU's time when it ran on one). "
-        "BERTVision = fine-tuning to the checkpoint + extracting its features + training the head "
-        "(one head seed's mean). Streamed states (`store: false`) are extracted by nobody: the "
-        "head's seconds include its share of the encoder's passes, and no bytes are stored. "
+        "BERTVision = fine-tuning to the checkpoint + extracting its features + training the head. "
+        "Head scores and seconds are mean ± sample std over the head seeds (n). Streamed states "
+        "(`store: false`) are extracted by nobody: the head's seconds include its share of the encoder's "
+        "passes, and no bytes are stored. "
         "It is set against BERT's own head at the checkpoint with the best "
         "**selection** score (`BERT's pick`). The comparison with full fine-tuning is `summary.md`'s.",
         "",
@@ -144,10 +159,11 @@ def cost_markdown(costs: pd.DataFrame) -> str:
         return "\n".join(parts + ["No head results yet.", ""])
     for (backbone, task, ft), block in costs.groupby(["backbone", "task", "ft_seed"], sort=False):
         metric = get_task(task).primary_metric
+        digits = 2 if get_task(task).metric_scale() > 1 else 3
         first = block.iloc[0]
         parts.append(
             f"## {task} ({backbone}, fine-tuning seed {ft}; {metric}; BERT's pick: "
-            f"{first['bert_pick_score']:.3f} at {first['bert_pick_fraction']:g} epochs, "
+            f"{first['bert_pick_score']:.{digits}f} at {first['bert_pick_fraction']:g} epochs, "
             f"{first['bert_pick_finetune_s']:.1f} s of fine-tuning)"
         )
         parts.append("")
@@ -155,13 +171,14 @@ def cost_markdown(costs: pd.DataFrame) -> str:
             [
                 f"{r.epoch_fraction:g}",
                 r.model,
-                f"{r.score:.3f}",
-                f"{r.bert_score:.3f}",
+                str(r.n),
+                _mean_std(r.score, r.score_std, digits),
+                f"{r.bert_score:.{digits}f}",
                 f"{r.parameter_percent:.3f}",
                 f"{r.finetune_s:.1f}",
                 f"{r.extract_s:.1f}",
-                f"{r.head_s:.1f}",
-                f"{r.bertvision_s:.1f}",
+                _mean_std(r.head_s, r.head_s_std, 1),
+                _mean_std(r.bertvision_s, r.bertvision_s_std, 1),
                 f"{r.feature_bytes / 2**20:.1f}",
                 r.features,
                 r.device,
@@ -173,6 +190,7 @@ def cost_markdown(costs: pd.DataFrame) -> str:
                 [
                     "epochs",
                     "head",
+                    "n",
                     "head score",
                     "BERT score",
                     "% params",

@@ -59,6 +59,7 @@ def search_table(best_files: list[Path]) -> pd.DataFrame:
                 "task": r["keys"]["task"],
                 "checkpoint": r["keys"]["frac"],
                 "head": r["keys"]["head"],
+                "ft_seed": int(r["keys"]["ftseed"]),
                 "complete": r["trials"]["COMPLETE"],
                 "pruned": r["trials"]["PRUNED"],
                 "failed": r["trials"]["FAIL"],
@@ -77,6 +78,7 @@ def search_table(best_files: list[Path]) -> pd.DataFrame:
             "task",
             "checkpoint",
             "head",
+            "ft_seed",
             "complete",
             "pruned",
             "failed",
@@ -103,29 +105,44 @@ def _page(title: str, unconfigured: str):
     return wrap
 
 
+def _seed_cell(values: pd.Series, seeds: pd.Series) -> str:
+    """One study's value, or each fine-tuning seed's study's."""
+    if len(values) == 1:
+        return str(values.iloc[0])
+    return " / ".join(f"ft{seed}: {value}" for seed, value in zip(seeds, values))
+
+
 @_page("Hyperparameter search (optuna)", "search configured (tasks.<task>.search_heads)")
 def search_markdown(table: pd.DataFrame) -> list[str]:
     parts = [
-        "One study per task, checkpoint and head; the objective is the primary metric on the "
-        "selection split (dev is never seen). The best trial's parameters train the final heads "
-        "(marked † in the result tables).",
+        "One study per task, fine-tuning seed, checkpoint and head; the objective is the primary metric on "
+        "the selection split (dev is never seen). The best trial's parameters train the final heads (marked † "
+        "in the result tables, whose scores are mean ± std over every head seed). The best trial's score is "
+        "the best of its study's trials, each trained with one head seed: an optimistic number. With several "
+        "fine-tuning seeds, each has its own study: their trial counts are summed, their best scores given as "
+        "mean ± sample std over the studies (n).",
         "",
     ]
-    rows = [
-        [
-            r.backbone,
-            r.task,
-            r.checkpoint,
-            r.head,
-            str(r.complete),
-            str(r.pruned),
-            str(r.failed),
-            r.searched,
-            r.best,
-            f"{r.best_selection_score:.4f}",
-        ]
-        for r in table.itertuples()
-    ]
+    rows = []
+    for (backbone, task, checkpoint, head), g in table.groupby(["backbone", "task", "checkpoint", "head"], sort=False):
+        g = g.sort_values("ft_seed")
+        scores = g["best_selection_score"]
+        std = scores.std(ddof=1) if len(g) > 1 else np.nan
+        rows.append(
+            [
+                backbone,
+                task,
+                checkpoint,
+                head,
+                str(len(g)),
+                str(int(g["complete"].sum())),
+                str(int(g["pruned"].sum())),
+                str(int(g["failed"].sum())),
+                _seed_cell(g["searched"], g["ft_seed"]) if g["searched"].nunique() > 1 else g["searched"].iloc[0],
+                _seed_cell(g["best"], g["ft_seed"]),
+                f"{scores.mean():.4f}" if np.isnan(std) else f"{scores.mean():.4f} ± {std:.4f}",
+            ]
+        )
     parts.append(
         markdown_table(
             [
@@ -133,12 +150,13 @@ def search_markdown(table: pd.DataFrame) -> list[str]:
                 "task",
                 "epochs",
                 "head",
+                "n",
                 "complete",
                 "pruned",
                 "failed",
                 "searched",
                 "best",
-                "selection score",
+                "best trial's selection score",
             ],
             rows,
         )

@@ -145,8 +145,8 @@ ROW_STYLES = dict(
 
 
 def score_vs_seconds(summary_csv: Path, path: Path) -> None:
-    """Per task: each summary row's dev score against the seconds it took, full fine-tuning
-    marked (a star, with its ± std band)."""
+    """Per task: each summary row's dev score against the seconds it took (± std over seeds
+    both ways), full fine-tuning marked (a star, with its ± std band)."""
     table = pd.read_csv(summary_csv) if Path(summary_csv).stat().st_size else pd.DataFrame()
     blocks = list(table.groupby(["backbone", "task"], sort=False)) if len(table) else []
     fig, axes = _panels(len(blocks), 4.2)
@@ -162,6 +162,7 @@ def score_vs_seconds(summary_csv: Path, path: Path) -> None:
                 r.seconds,
                 r.dev_mean,
                 yerr=0 if np.isnan(r.dev_std) else r.dev_std,
+                xerr=0 if np.isnan(getattr(r, "seconds_std", np.nan)) else r.seconds_std,
                 color="gray",
                 capsize=2,
                 linewidth=0.8,

@@ -22,6 +22,10 @@ def ensemble_name(head: str, how: str) -> str:
     return f"{head} + BERT ({how})"
 
 
+# What an answerability record counts besides its metrics (registry.metrics.score).
+QUESTION_COUNTS = ("questions", "answerable_no_window")
+
+
 def _rows(task: TaskSpec, metrics: dict, run_flags: dict, **columns) -> list[dict]:
     """One row per evaluation split and metric of ``task`` (span tasks also score selection,
     which is left out), flagged by the run's predictions or a chance-level score."""
@@ -33,6 +37,8 @@ def _rows(task: TaskSpec, metrics: dict, run_flags: dict, **columns) -> list[dic
             "value": value,
             **columns,
             "flag": run_flags.get(split) or metric_flag(task, metric, value),
+            # answerability: the scored questions, and the answerable ones no window wholly holds
+            **{key: values.get(key, np.nan) for key in QUESTION_COUNTS},
         }
         for split, values in metrics.items()
         if split in task.eval_splits
@@ -97,6 +103,8 @@ def summarize(records: pd.DataFrame, head_order: list[str]) -> pd.DataFrame:
     out["ensemble"] = grouped["ensemble"].first()
     out["flagged"] = grouped["flag"].count()
     out["flags"] = grouped["flag"].agg(lambda f: "; ".join(sorted(set(f.dropna()))))
+    for key in QUESTION_COUNTS:
+        out[key] = grouped[key].max() if key in records else np.nan
     out = out.reset_index()
     names = [BERT, *head_order, *(ensemble_name(h, how) for how in ENSEMBLES for h in head_order)]
     order = {name: i for i, name in enumerate(names)}
@@ -169,10 +177,30 @@ def results_markdown(summary: pd.DataFrame, title: str) -> str:
                 _section(block, list(spec.metrics), spec.metric_scale()),
                 "",
             ]
+            if spec.answerability and heading is None:
+                parts += [no_window_note(block), ""]
     if summary["tuned"].any():
         parts.append("† hyperparameters chosen by the optuna search on the selection split (see search.md).")
         parts.append("")
     return "\n".join(parts)
+
+
+def no_window_note(block: pd.DataFrame) -> str:
+    """The answerability section's count of answerable questions none of whose windows holds the
+    whole answer (records from before the count: a line that says so)."""
+    questions, missed = block["questions"].max(), block["answerable_no_window"].max()
+    if np.isnan(missed):
+        return "Answerable questions without a whole-answer window: not counted in these records (rerun to count)."
+    if missed == 0:
+        return (
+            f"Gold labels are the data's (a question is answerable when it has an answer). Every answerable one "
+            f"of the {int(questions)} questions has a window that holds its whole answer."
+        )
+    return (
+        f"Gold labels are the data's (a question is answerable when it has an answer). {int(missed)} of the "
+        f"{int(questions)} questions are answerable but no window holds the whole answer (a doc_stride "
+        'shorter than the answer): scored as answerable, while each of their windows trains as "no answer".'
+    )
 
 
 # The result tables: name -> (title, which tasks it holds).
@@ -201,8 +229,8 @@ def result_tables(records: pd.DataFrame, head_order: list[str]) -> dict[str, tup
     for name, (title, holds) in TABLES.items():
         part = records[[holds(get_task(t)) for t in records["task"]]] if len(records) else records
         summary = summarize(part, head_order) if len(part) else pd.DataFrame(columns=SUMMARY_COLUMNS)
-        out[name] = (
-            summary,
-            (results_markdown(summary, title) if len(summary) else f"# {title}\n\nNo such task configured.\n"),
-        )
+        markdown = results_markdown(summary, title) if len(summary) else f"# {title}\n\nNo such task configured.\n"
+        if len(summary):  # the question counts in the CSV: for answerability tasks only
+            summary = summary.drop(columns=[k for k in QUESTION_COUNTS if summary[k].isna().all()])
+        out[name] = (summary, markdown)
     return out

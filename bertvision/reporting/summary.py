@@ -22,6 +22,13 @@ from bertvision.registry.tasks import get_task
 from bertvision.reporting.costs import extract_seconds, feature_bytes, storage_cost
 from bertvision.reporting.markdown import fmt, markdown_table
 from bertvision.reporting.results import BERT, ensemble_name
+from bertvision.reporting.verdict import (
+    LEARNING_MARGIN,
+    comparison,
+    constant_line,
+    learned_nothing,
+    nothing_learned,
+)
 from bertvision.runtime.io import read_json
 
 FULL_FT = "full fine-tuning"
@@ -41,12 +48,23 @@ SUMMARY_COLUMNS = [
     "trainable_params",
     "parameter_percent",
     "seconds",
+    "seconds_std",
     "feature_bytes",
     "score_diff",
     "score_diff_std_units",
     "cost_ratio",
+    # what a constant prediction scores on dev (the bar for having learned anything), and for
+    # answerability the answerable dev questions no window wholly holds
+    "constant_score",
+    "answerable_no_window",
     "device",
 ]
+
+
+def _dev_facts(task, metrics: dict) -> dict:
+    """The reported split's constant score and (answerability) uncovered-question count."""
+    dev = metrics.get(task.eval_splits[0], {})
+    return {k: dev.get(k, np.nan) for k in ("constant_score", "answerable_no_window")}
 
 
 def candidate_runs(
@@ -77,6 +95,7 @@ def candidate_runs(
                 "device": r["device"],
                 "kept_epoch": r["best_epoch"],
                 "epochs": r["epochs"],
+                **_dev_facts(task, r["metrics"]),
             }
         )
     bert = {}
@@ -98,6 +117,7 @@ def candidate_runs(
                 "seconds": r["train_seconds"],
                 "feature_bytes": 0.0,
                 "device": r["device"],
+                **_dev_facts(task, r["metrics"]),
             }
         )
     extract = extract_seconds(jobs)
@@ -116,6 +136,7 @@ def candidate_runs(
             "feature_bytes": stored_bytes,
             "encoder_params": r["encoder_parameters"],
             "device": r["device"] if at is None else at["device"],
+            **_dev_facts(task, r["metrics"]),
         }
         rows.append(
             {
@@ -155,6 +176,7 @@ def _configs(runs: pd.DataFrame) -> pd.DataFrame:
         trainable_params=("trainable_params", "first"),
         encoder_params=("encoder_params", "first"),
         seconds=("seconds", "mean"),
+        seconds_std=("seconds", lambda v: v.std(ddof=1) if len(v) > 1 else np.nan),
         feature_bytes=("feature_bytes", "mean"),
         device=("device", "first"),
     ).reset_index()
@@ -201,6 +223,8 @@ def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
         if frozen is not None:
             chosen.append((ROW_KINDS[3], frozen))
         ref = full.iloc[0] if len(full) else None
+        # the same for every run on the task's dev split (NaN: records from before they were kept)
+        facts = {k: block[k].max() if k in block else np.nan for k in ("constant_score", "answerable_no_window")}
         for label, r in chosen:
             diff = r["dev_mean"] - ref["dev_mean"] if ref is not None else np.nan
             ref_std = ref["dev_std"] if ref is not None else np.nan
@@ -219,10 +243,12 @@ def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
                     "trainable_params": int(r["trainable_params"]),
                     "parameter_percent": 100.0 * r["trainable_params"] / r["encoder_params"],
                     "seconds": r["seconds"],
+                    "seconds_std": r["seconds_std"],
                     "feature_bytes": r["feature_bytes"],
                     "score_diff": diff,
                     "score_diff_std_units": diff / ref_std if ref_std and ref_std > 0 else np.nan,
                     "cost_ratio": r["seconds"] / ref["seconds"] if ref is not None else np.nan,
+                    **facts,
                     "device": r["device"],
                 }
             )
@@ -230,30 +256,37 @@ def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def verdict(block: pd.DataFrame) -> str:
-    """Plain words for a block: how the picked path compares with full fine-tuning."""
+    """Plain words for a block: whether any model learned the task and, if so, how the picked
+    path compares with full fine-tuning (``reporting.verdict``)."""
     task = get_task(block["task"].iloc[0])
     picked = block[block["row"] == ROW_KINDS[2]]
     if picked.empty:
         return "No BERTVision path has a selection score yet."
     p = picked.iloc[0]
     what = f"`{p['model']}` on the {p['epoch_fraction']:g}-epoch checkpoint"
-    if block["row"].eq(ROW_KINDS[0]).sum() == 0:
+    if learned_nothing(task, block, block["constant_score"].iloc[0]):
+        return nothing_learned(task, what)
+    full = block[block["row"] == ROW_KINDS[0]]
+    if full.empty:
         return (
             f"The pipeline picks {what}; no full fine-tuning baseline ran (baseline.enabled), so there is no verdict."
         )
-    points = p["score_diff"] * 100.0 / task.metric_scale()
-    units = p["score_diff_std_units"]
-    cost = f"{p['cost_ratio']:.2f}× its seconds"
-    if not np.isnan(units) and abs(units) <= 1:
-        head = f"**within 1 std of full fine-tuning** ({points:+.1f} points, {units:+.1f} std)"
-    elif points >= 0:
-        head = f"**beats full fine-tuning by {points:.1f} points**" + ("" if np.isnan(units) else f" ({units:.1f} std)")
-    else:
-        head = f"**trails full fine-tuning by {-points:.1f} points**" + (
-            "" if np.isnan(units) else f" ({-units:.1f} std)"
-        )
     return (
-        f"The pipeline picks {what}: {head}, at {cost} and {p['parameter_percent']:.3g}% of its trainable parameters."
+        f"The pipeline picks {what}: {comparison(task, p, full.iloc[0])}, at {p['cost_ratio']:.2f}× its seconds "
+        f"and {p['parameter_percent']:.3g}% of its trainable parameters."
+    )
+
+
+def no_window_line(block: pd.DataFrame) -> str:
+    """Answerability: the answerable dev questions none of whose windows holds the whole answer."""
+    missed = block["answerable_no_window"].iloc[0]
+    if np.isnan(missed):
+        return ""
+    if missed == 0:
+        return "Every answerable dev question has a window that holds its whole answer."
+    return (
+        f"{int(missed)} answerable dev questions have no window that holds the whole answer; they are scored "
+        'as answerable (the data\'s label), though every window of theirs trains as "no answer".'
     )
 
 
@@ -264,10 +297,13 @@ def summary_markdown(table: pd.DataFrame) -> str:
         "Per task: the encoder fine-tuned the standard way (full fine-tuning, the epoch kept chosen on the "
         "selection split), BERT's own head after the short partial fine-tuning, the BERTVision path the "
         "pipeline picks (checkpoint, head, alone or with BERT: the best mean **selection** score), and the "
-        "best head on the untouched encoder. Dev scores are mean ± sample std over seeds (n runs: fine-tuning "
-        "seeds × head seeds). Seconds: full fine-tuning's training to its kept epoch; a head's path = "
+        "best head on the untouched encoder. Dev scores and seconds are mean ± sample std over seeds (n runs: "
+        "fine-tuning seeds × head seeds). Seconds: full fine-tuning's training to its kept epoch; a head's path = "
         "fine-tuning to its checkpoint + extracting its features + training the head. Δ = dev score minus full "
-        "fine-tuning's, in points and in full fine-tuning's std; cost = seconds / full fine-tuning's.",
+        "fine-tuning's, in points and in full fine-tuning's std; cost = mean seconds / full fine-tuning's. The "
+        "verdict calls a difference noise when the two mean ± std ranges overlap or either side ran one seed, "
+        f"and names no winner where no row beats a constant prediction (the same class every time, or "
+        f"abstaining on every question) by more than {100 * LEARNING_MARGIN:g} points.",
         "",
     ]
     if table.empty:
@@ -294,7 +330,7 @@ def summary_markdown(table: pd.DataFrame) -> str:
                     fmt(r.dev_mean, r.dev_std, scale),
                     str(r.n),
                     f"{r.parameter_percent:.3g}",
-                    f"{r.seconds:.1f}",
+                    f"{r.seconds:.1f}" + ("" if np.isnan(r.seconds_std) else f" ± {r.seconds_std:.1f}"),
                     "" if np.isnan(r.feature_bytes) or not r.feature_bytes else f"{r.feature_bytes / 2**20:.1f}",
                     delta,
                     "" if reference or np.isnan(r.cost_ratio) else f"{r.cost_ratio:.2f}×",
@@ -317,7 +353,8 @@ def summary_markdown(table: pd.DataFrame) -> str:
                 rows,
             )
         )
-        parts += ["", verdict(block), ""]
+        notes = " ".join(n for n in (constant_line(task, block["constant_score"].iloc[0]), no_window_line(block)) if n)
+        parts += ["", verdict(block), ""] + ([notes, ""] if notes else [])
     devices = sorted(set(table["device"].dropna()))
     parts += [f"Devices: {', '.join(devices)}.", ""]
     return "\n".join(parts)

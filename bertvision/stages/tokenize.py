@@ -14,6 +14,7 @@ from bertvision.data.squad_windows import build_windows
 from bertvision.layout import split_file
 from bertvision.models.backbone import load_tokenizer
 from bertvision.models.encoder_io import load_config, summary_position, uses_token_types
+from bertvision.registry.metrics import question_gold
 from bertvision.registry.tasks import TaskSpec, splits_of
 from bertvision.runtime.io import atomic_write_parquet
 
@@ -57,11 +58,11 @@ def answerability_windows(df: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFra
 
 
 def answer_in_no_window(df: pd.DataFrame, rows: pd.DataFrame) -> int:
-    """Answerable questions none of whose windows holds the whole answer (scored as no answer,
-    as their windows say): a doc_stride shorter than the answer."""
-    holds = rows.groupby("idx")["label"].min() == 0
-    answerable = ~df.set_index("idx")["is_impossible"].astype(bool)
-    return int((answerable & ~holds.reindex(answerable.index, fill_value=False)).sum())
+    """Answerable questions none of whose windows holds the whole answer (a doc_stride shorter
+    than the answer): every window of theirs trains as "no answer", but they are scored as the
+    answerable questions they are."""
+    holds = set(rows.loc[rows["label"] == 0, "idx"].tolist())
+    return sum(1 for idx, no_answer in question_gold(df).items() if not no_answer and idx not in holds)
 
 
 def tokenize_task(task: TaskSpec, settings: TokenizeSettings, raw_dir: Path, out_dir: Path) -> dict:

@@ -44,6 +44,35 @@ MODEL_CLASSES = {
 }
 
 
+def span_loss(out, batch: dict) -> torch.Tensor:
+    """The batch's mean of (start + end cross-entropy) / 2, each a softmax over the window's real
+    tokens only. Transformers' own QA loss takes the softmax over the padded positions too, so a
+    window's loss would depend on the longest window batched with it, and micro-batches (the
+    out-of-memory retry) would change the update."""
+    padding = batch["attention_mask"] == 0
+    lowest = torch.finfo(torch.float32).min
+
+    def cross_entropy(logits, positions):
+        return torch.nn.functional.cross_entropy(logits.float().masked_fill(padding, lowest), positions)
+
+    return (
+        cross_entropy(out.start_logits, batch["start_positions"])
+        + cross_entropy(out.end_logits, batch["end_positions"])
+    ) / 2
+
+
+# Labels the span loss reads from the batch instead of the model (``batch_loss``).
+SPAN_LABELS = ("start_positions", "end_positions")
+
+
+def batch_loss(task: TaskSpec, net, batch: dict) -> torch.Tensor:
+    """The mean loss of a collated batch (labels included): the model's own for example tasks
+    (per example, independent of padding), ``span_loss`` for span tasks."""
+    if task.kind != "span":
+        return net(task.name, **batch).loss
+    return span_loss(net(task.name, **{k: v for k, v in batch.items() if k not in SPAN_LABELS}), batch)
+
+
 def load_classifier(task: TaskSpec, backbone: str, seed: int):
     """The backbone with the task kind's head (freshly initialised with ``seed``)."""
     from transformers.utils import logging as hf_logging
@@ -58,7 +87,7 @@ def evaluate_labels(task, model, evals, questions, batch_size, device, precision
     metrics, tables, logits = {}, [], {}
     for name, split in evals.items():
         logits[name] = predict(model, split, batch_size, device, precision, pad_id, desc=f"evaluate {name}")
-        metrics[name], table = evaluate_outputs(logits[name], split, task)
+        metrics[name], table = evaluate_outputs(logits[name], split, task, questions.get(name))
         tables.append(pd.DataFrame(table).assign(split=name))
     return metrics, pd.concat(tables, ignore_index=True), logits
 
@@ -230,7 +259,7 @@ class EncoderTrainer:
                 check_simulated_oom(len(part))
                 batch = to_device(collate(self.train, part, self.pad_id, self.task.kind), self.device)
                 with autocast(self.device, self.precision):
-                    part_loss = self.net(self.task.name, **batch).loss * weight
+                    part_loss = batch_loss(self.task, self.net, batch) * weight
                 self.scaler.scale(part_loss * self.ranks.world).backward()
             loss += part_loss.detach()
             self.padded_tokens += int(self.train.lengths[part].max()) * len(part) if weight else 0

@@ -15,6 +15,7 @@ from bertvision.evaluation.ensemble import ensemble_examples, ensemble_rules
 from bertvision.features.store import FeatureSet, read_shard
 from bertvision.features.stream import BatchStream, Prefetched
 from bertvision.features.streamed import is_streamed
+from bertvision.layout import split_file
 from bertvision.registry.metrics import predictions_from_outputs, score
 from bertvision.registry.tasks import TaskSpec
 from bertvision.training.statistics import moments, nested_subset
@@ -137,6 +138,16 @@ def predict_arrays(head, x: np.ndarray, device, batch_size: int = 1024) -> np.nd
     return np.concatenate(outs)
 
 
+def held_questions(task: TaskSpec, raw_dir, splits) -> dict[str, pd.DataFrame]:
+    """The raw rows of the held-out ``splits`` of an answerability task (each question's gold
+    label comes from them, not from its windows); no rows for other tasks."""
+    if not task.answerability:
+        return {}
+    if raw_dir is None:
+        raise SettingsError(f"{task.name}: scoring answerability needs the task's raw splits (--raw-dir)")
+    return {split: pd.read_parquet(split_file(raw_dir, split)) for split in splits if split != "train"}
+
+
 class ExampleProblem:
     """Classification / regression on per-example [CLS] features. ``train_fraction`` < 1 trains
     on a nested random subset of the training rows (data-fraction experiments)."""
@@ -160,6 +171,7 @@ class ExampleProblem:
         )
         self.n_train = len(self.data)
         self.held = {split: fs.read_all() for split, fs in feats.items() if split != "train"}
+        self.questions = held_questions(task, raw_dir, self.held)
         self.data_in_memory = self.data.in_memory
 
     def moments(self):
@@ -181,7 +193,7 @@ class ExampleProblem:
     def _score(self, head, split: str) -> tuple[dict, np.ndarray]:
         x, y, idx = self.held[split]
         outputs = predict_arrays(head, x, self.device)
-        return score(self.task, outputs, y, idx), outputs
+        return score(self.task, outputs, y, idx, self.questions.get(split)), outputs
 
     def selection_metrics(self, head) -> dict:
         return self._score(head, "selection")[0]
@@ -208,5 +220,7 @@ class ExampleProblem:
                 bert = np.concatenate(bert_logits[split])
                 for how in hows:
                     combined = ensemble_examples(outputs, bert, how, self.task.kind)
-                    ensembles.setdefault(how, {})[split] = score(self.task, combined, labels, idx)
+                    ensembles.setdefault(how, {})[split] = score(
+                        self.task, combined, labels, idx, self.questions.get(split)
+                    )
         return metrics, pd.concat(tables, ignore_index=True), ensembles

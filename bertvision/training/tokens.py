@@ -21,7 +21,7 @@ from bertvision.features.stream import Prefetched
 from bertvision.features.streamed import is_streamed, windows_of
 from bertvision.registry.metrics import score
 from bertvision.registry.tasks import TaskSpec
-from bertvision.training.example import ExampleProblem
+from bertvision.training.example import ExampleProblem, held_questions
 from bertvision.training.statistics import nested_subset, token_moments
 from bertvision.training.windows import length_batches, select_windows
 
@@ -100,6 +100,7 @@ class TokenExampleProblem(ExampleProblem):
         self.train = examples["train"] if rows is None else select_windows(examples["train"], rows)
         self.n_train = len(self.train)
         self.held = {split: (ex, ex.labels, ex.idx) for split, ex in examples.items() if split != "train"}
+        self.questions = held_questions(task, raw_dir, self.held)
         self.data_in_memory = not is_streamed(feats["train"])
         tokens = int(self.train.lengths.sum())
         log.info(
@@ -124,4 +125,4 @@ class TokenExampleProblem(ExampleProblem):
     def _score(self, head, split: str) -> tuple[dict, np.ndarray]:
         examples, labels, idx = self.held[split]
         outputs = predict_tokens(head, examples, self.device)
-        return score(self.task, outputs, labels, idx), outputs
+        return score(self.task, outputs, labels, idx, self.questions.get(split)), outputs

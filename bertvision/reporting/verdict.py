@@ -1,0 +1,71 @@
+"""The summary's plain words for one task: whether any model learned it, and whether the picked
+BERTVision path differs from full fine-tuning by more than the seeds' noise. A task where every
+row scores within ``LEARNING_MARGIN`` of a constant prediction (``constant_score`` in the
+records: the best single class, a constant regression output, or abstaining on every
+question) gets no winner; a difference inside the seeds' spread, or measured on one seed, is
+called noise."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+# A model "learned something" when it beats the constant prediction by more than this share of
+# the metric's scale (2 points of accuracy or F1); the degenerate-run flags use the same tolerance.
+LEARNING_MARGIN = 0.02
+
+# Task kind -> what the constant prediction is, in words.
+CONSTANT_PREDICTION = {
+    "classification": "predicting the same class every time",
+    "regression": "a constant prediction",
+    "span": "abstaining on every question",
+}
+
+
+def constant_line(task, base: float) -> str:
+    """One sentence: what a constant prediction scores on this task's reported split."""
+    if np.isnan(base):
+        return ""
+    value = f"{base:.2f}" if task.metric_scale() > 1 else f"{base:.3f}"
+    return f"For reference, {CONSTANT_PREDICTION[task.kind]} scores {value} {task.primary_metric} here."
+
+
+def learned_nothing(task, block: pd.DataFrame, base: float) -> bool:
+    """Whether no row of the block beats the constant prediction by more than the margin."""
+    if np.isnan(base) or block["dev_mean"].isna().all():
+        return False
+    return bool((block["dev_mean"].dropna() <= base + LEARNING_MARGIN * task.metric_scale()).all())
+
+
+def noise_reason(picked: pd.Series, reference: pd.Series) -> str | None:
+    """Why the picked path's difference from full fine-tuning cannot be told from seed noise
+    (None when it can): one seed on either side, or the two mean ± std ranges overlap."""
+    single = [name for name, row in (("full fine-tuning", reference), ("the picked path", picked)) if row["n"] < 2]
+    if single:
+        return f"{' and '.join(single)} ran one seed, so its spread is unknown"
+    spread = picked["dev_std"] + reference["dev_std"]
+    if abs(picked["dev_mean"] - reference["dev_mean"]) <= spread:
+        return "inside the seeds' spread: the two mean ± std ranges overlap"
+    return None
+
+
+def comparison(task, picked: pd.Series, reference: pd.Series) -> str:
+    """The bold phrase: within noise of, beats or trails full fine-tuning, with the points."""
+    points = (picked["dev_mean"] - reference["dev_mean"]) * 100.0 / task.metric_scale()
+    reason = noise_reason(picked, reference)
+    if reason:
+        return f"**within noise of full fine-tuning** ({points:+.1f} points; {reason})"
+    units = picked["score_diff_std_units"]
+    std = "" if np.isnan(units) else f", {abs(units):.1f} of full fine-tuning's std"
+    if points >= 0:
+        return f"**beats full fine-tuning by {points:.1f} points** (beyond the seeds' spread{std})"
+    return f"**trails full fine-tuning by {-points:.1f} points** (beyond the seeds' spread{std})"
+
+
+def nothing_learned(task, what: str) -> str:
+    """The words for a task no model learned: the pick is named, no winner is."""
+    return (
+        f"The pipeline picks {what}, but **no model learned this task**: no row beats "
+        f"{CONSTANT_PREDICTION[task.kind]} by more than {100 * LEARNING_MARGIN:g} points, so there is no winner "
+        "and the Δ column is noise."
+    )

@@ -1,0 +1,193 @@
+"""What the tables and the summary's plain words claim, from records written as the stages
+write them: mean ± std wherever seeds exist (scores and seconds), no winner named where no model
+learned the task, "within noise" where the seeds cannot tell the difference, and the answerable
+questions that no window wholly holds."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from bertvision.layout import BERT_PREDICTIONS, HEAD_PREDICTIONS
+from bertvision.reporting.costs import cost_markdown, cost_table
+from bertvision.reporting.experiments import search_markdown, search_table
+from bertvision.reporting.results import long_records, result_tables
+from bertvision.reporting.summary import candidate_runs, summary_markdown, summary_table, verdict
+
+
+class Records:
+    """Metrics files of one backbone ("tiny") and fine-tuning seed 1 under ``root``."""
+
+    def __init__(self, root: Path):
+        self.root, self.bert, self.heads, self.baselines = root, [], [], []
+
+    def _write(self, path: Path, record: dict, predictions: str | None = None) -> Path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(record))
+        if predictions:  # the degenerate-run flags read them
+            pd.DataFrame({"split": ["dev", "dev"], "prediction": [0, 1]}).to_parquet(path.with_name(predictions))
+        return path
+
+    def bert_at(self, task, frac, dev, seconds, extra=None):
+        record = {
+            "model": "tiny",
+            "task": task,
+            "seed": 1,
+            "epoch_fraction": frac,
+            "metrics": {"selection": {"x": 0}, "dev": {**dev, **(extra or {})}},
+            "train_seconds": seconds,
+            "encoder_parameters": 1000,
+            "device": "cpu",
+        }
+        record["metrics"]["selection"] = dict(record["metrics"]["dev"])
+        self.bert.append(self._write(self.root / f"bert/{task}/{frac}/eval_metrics.json", record, BERT_PREDICTIONS))
+
+    def head(self, task, frac, name, seed, dev, seconds, selection=None, extra=None):
+        record = {
+            "task": task,
+            "source": {"model": "tiny", "ft_seed": 1, "checkpoint": frac},
+            "head": name,
+            "seed": seed,
+            "metrics": {"selection": selection or dev, "dev": {**dev, **(extra or {})}},
+            "parameters": 10,
+            "parameter_percent": 1.0,
+            "encoder_parameters": 1000,
+            "seconds": seconds,
+            "device": "cpu",
+            "features_stored": False,
+            "ensembles": {},
+        }
+        path = self.root / f"heads/{task}/{frac}/{name}/seed{seed}/metrics.json"
+        self.heads.append(self._write(path, record, HEAD_PREDICTIONS))
+
+    def baseline(self, task, seed, dev, seconds, extra=None):
+        record = {
+            "model": "tiny",
+            "task": task,
+            "metrics": {"selection": dev, "dev": {**dev, **(extra or {})}},
+            "encoder_parameters": 1000,
+            "train_seconds": seconds,
+            "device": "cpu",
+            "best_epoch": 1,
+            "epochs": 2,
+        }
+        self.baselines.append(self._write(self.root / f"baselines/{task}/seed{seed}/metrics.json", record))
+
+    def summary(self) -> pd.DataFrame:
+        return summary_table(candidate_runs(self.baselines, self.bert, self.heads, [], []))
+
+
+def mrpc(root, full: list[float], heads: list[float], constant=0.684) -> Records:
+    """MRPC with full fine-tuning over ``full`` (one seed each) and an lp head over ``heads``."""
+    r = Records(root)
+    extra = {"constant_score": constant}
+    for seed, acc in enumerate(full, 1):
+        r.baseline("mrpc", seed, {"accuracy": acc, "f1": acc}, 60.0, extra)
+    r.bert_at("mrpc", 0.0, {"accuracy": 0.5, "f1": 0.5}, 0.0, extra)
+    r.bert_at("mrpc", 1.0, {"accuracy": 0.7, "f1": 0.7}, 20.0, extra)
+    for seed, acc in enumerate(heads, 1):
+        r.head("mrpc", 1.0, "lp", seed, {"accuracy": acc, "f1": acc}, 8.0 + 2 * seed, extra=extra)
+    return r
+
+
+def test_no_winner_is_named_where_every_model_is_at_the_all_abstain_score(tmp_path):
+    """The default run's SQuAD slice: 52% unanswerable, every model abstains (F1 ≈ 52), and full
+    fine-tuning ran one seed; the old words said the head "beats full fine-tuning by 1.2 points"."""
+    r = Records(tmp_path)
+    dev = {"constant_score": 52.0}
+    r.baseline("squad2", 1, {"f1": 50.17}, 61.1, dev)
+    r.bert_at("squad2", 0.0, {"f1": 50.0}, 0.0, dev)
+    r.bert_at("squad2", 1.0, {"f1": 52.0}, 21.8, dev)
+    for seed, f1 in enumerate([51.0, 51.5, 51.64], 1):
+        r.head("squad2", 0.0, "lp", seed, {"f1": f1}, 12.0, extra=dev)
+    table = r.summary()
+    assert (table["constant_score"] == 52.0).all()
+    words = verdict(table)
+    assert "**no model learned this task**" in words and "no winner" in words
+    assert "beats full fine-tuning" not in words and "within noise" not in words
+    md = summary_markdown(table)
+    assert "abstaining on every question scores 52.00 f1" in md
+    # one model clear of the bar (by more than 2 points) and the task is learned
+    r.bert_at("squad2", 0.3, {"f1": 54.5}, 7.0, dev)
+    assert "no model learned" not in verdict(r.summary())
+
+
+def test_a_classification_task_at_the_majority_class_names_no_winner(tmp_path):
+    table = mrpc(tmp_path, [0.69], [0.684, 0.68, 0.70]).summary()  # BERT at 1 epoch: 0.70 ≤ 0.684 + 0.02
+    assert "**no model learned this task**: no row beats predicting the same class" in verdict(table)
+    assert "predicting the same class every time scores 0.684" in summary_markdown(table)
+
+
+def test_one_seed_of_full_fine_tuning_makes_any_difference_noise(tmp_path):
+    words = verdict(mrpc(tmp_path, [0.80], [0.75, 0.76, 0.77]).summary())
+    assert "**within noise of full fine-tuning** (-4.0 points; full fine-tuning ran one seed" in words
+    assert "trails" not in words
+
+
+def test_overlapping_seed_ranges_are_noise_and_separate_ones_are_not(tmp_path):
+    words = verdict(mrpc(tmp_path / "a", [0.80, 0.82], [0.79, 0.80, 0.81]).summary())
+    assert "within noise" in words and "inside the seeds' spread" in words
+    words = verdict(mrpc(tmp_path / "b", [0.80, 0.82], [0.70, 0.71, 0.72]).summary())
+    assert "**trails full fine-tuning by 10.0 points** (beyond the seeds' spread" in words
+    words = verdict(mrpc(tmp_path / "c", [0.70, 0.71], [0.80, 0.81, 0.82]).summary())
+    assert "**beats full fine-tuning by 10.5 points**" in words
+
+
+def test_seconds_are_mean_and_std_over_seeds_in_the_summary_and_the_cost_table(tmp_path):
+    r = mrpc(tmp_path, [0.80, 0.82], [0.79, 0.80, 0.81])
+    table = r.summary()
+    picked = table.set_index("row").loc["BERTVision (picked)"]
+    # a head's path: fine-tuning to its checkpoint (20 s) + its own seconds 10, 12, 14
+    assert picked["seconds"] == pytest.approx(32.0) and picked["seconds_std"] == pytest.approx(2.0)
+    assert "| 32.0 ± 2.0 |" in summary_markdown(table)
+    costs = cost_table(r.bert, r.heads, [], [])
+    row = costs.iloc[0]
+    assert row["n"] == 3 and row["score_std"] == pytest.approx(0.01)
+    assert row["head_s_std"] == pytest.approx(2.0) and row["bertvision_s_std"] == pytest.approx(2.0)
+    md = cost_markdown(costs)
+    assert "| 1 | lp | 3 | 0.800 ± 0.010 |" in md and "| 12.0 ± 2.0 | 32.0 ± 2.0 |" in md
+
+
+def test_answerable_questions_without_a_whole_answer_window_are_reported(tmp_path):
+    r = Records(tmp_path)
+    counts = {"constant_score": 0.52, "questions": 100, "answerable_no_window": 3}
+    dev = {"accuracy": 0.6, "f1": 0.6, "accuracy_any_no": 0.55, "f1_any_no": 0.5}
+    r.baseline("squad2-answerable", 1, dev, 20.0, counts)
+    r.bert_at("squad2-answerable", 0.0, dev, 0.0, counts)
+    r.bert_at("squad2-answerable", 1.0, dev, 20.0, counts)
+    r.head("squad2-answerable", 1.0, "lp", 1, dev, 5.0, extra=counts)
+    md = summary_markdown(r.summary())
+    assert "3 answerable dev questions have no window that holds the whole answer" in md
+    summary, squad_md = result_tables(long_records(r.bert, r.heads), ["lp"])["squad"]
+    assert "3 of the 100 questions are answerable but no window holds the whole answer" in squad_md
+    assert set(summary["answerable_no_window"]) == {3}
+    glue, _ = result_tables(long_records(mrpc(tmp_path / "glue", [0.8], [0.8]).bert, []), ["lp"])["glue"]
+    assert "answerable_no_window" not in glue.columns  # the counts are answerability's
+    table = r.summary().assign(answerable_no_window=0)
+    assert "Every answerable dev question has a window that holds its whole answer." in summary_markdown(table)
+
+
+def test_search_table_gives_mean_and_std_over_the_fine_tuning_seeds_studies(tmp_path):
+    paths = []
+    for seed, value in ((1, 0.80), (2, 0.82)):
+        path = tmp_path / f"ft{seed}" / "best.json"
+        path.parent.mkdir()
+        keys = {"model": "tiny", "task": "stsb", "ftseed": seed, "frac": "1", "head": "adapter8"}
+        record = {
+            "keys": keys,
+            "trials": {"COMPLETE": 3, "PRUNED": 1, "FAIL": 0},
+            "space": {"learning_rate": {"low": 1e-3, "high": 1e-2, "log": True}},
+            "best_params": {"learning_rate": 0.002 * seed},
+            "best_value": value,
+            "study": f"s{seed}",
+        }
+        path.write_text(json.dumps(record))
+        paths.append(path)
+    table = search_table(paths)
+    assert list(table["ft_seed"]) == [1, 2]
+    md = search_markdown(table)
+    assert "| tiny | stsb | 1 | adapter8 | 2 | 6 | 2 | 0 |" in md
+    assert "ft1: learning_rate=0.002 / ft2: learning_rate=0.004" in md and "| 0.8100 ± 0.0141 |" in md
