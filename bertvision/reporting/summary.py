@@ -58,6 +58,7 @@ SUMMARY_COLUMNS = [
     "constant_score",
     "answerable_no_window",
     "device",
+    "precision",
 ]
 
 
@@ -93,6 +94,7 @@ def candidate_runs(
                 "seconds": r["train_seconds"],
                 "feature_bytes": 0.0,
                 "device": r["device"],
+                "precision": r.get("precision"),
                 "kept_epoch": r["best_epoch"],
                 "epochs": r["epochs"],
                 **_dev_facts(task, r["metrics"]),
@@ -117,6 +119,7 @@ def candidate_runs(
                 "seconds": r["train_seconds"],
                 "feature_bytes": 0.0,
                 "device": r["device"],
+                "precision": r.get("precision"),
                 **_dev_facts(task, r["metrics"]),
             }
         )
@@ -136,6 +139,7 @@ def candidate_runs(
             "feature_bytes": stored_bytes,
             "encoder_params": r["encoder_parameters"],
             "device": r["device"] if at is None else at["device"],
+            "precision": r.get("states_precision"),  # of the encoder that computed the head's states
             **_dev_facts(task, r["metrics"]),
         }
         rows.append(
@@ -179,6 +183,7 @@ def _configs(runs: pd.DataFrame) -> pd.DataFrame:
         seconds_std=("seconds", lambda v: v.std(ddof=1) if len(v) > 1 else np.nan),
         feature_bytes=("feature_bytes", "mean"),
         device=("device", "first"),
+        precision=("precision", "first"),
     ).reset_index()
     if "kept_epoch" in runs:  # full fine-tuning: name the row by the epochs each seed kept
         full = runs[runs["kind"] == FULL_FT]
@@ -250,6 +255,7 @@ def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
                     "cost_ratio": r["seconds"] / ref["seconds"] if ref is not None else np.nan,
                     **facts,
                     "device": r["device"],
+                    "precision": r["precision"],
                 }
             )
     return pd.DataFrame(out, columns=SUMMARY_COLUMNS)
@@ -288,6 +294,20 @@ def no_window_line(block: pd.DataFrame) -> str:
         f"{int(missed)} answerable dev questions have no window that holds the whole answer; they are scored "
         'as answerable (the data\'s label), though every window of theirs trains as "no answer".'
     )
+
+
+def devices_line(table: pd.DataFrame) -> str:
+    """Where each kind of row computed, and the encoder's precision there (records from before
+    precisions were recorded: unknown)."""
+    used = []
+    for label, rows in (("full fine-tuning", table[table["row"] == ROW_KINDS[0]]),
+                        ("BERT", table[table["row"] == ROW_KINDS[1]]),
+                        ("the heads' states", table[table["row"].isin(ROW_KINDS[2:])])):  # fmt: skip
+        pairs = sorted({f"{d} {p if isinstance(p, str) else 'precision unknown'}" for d, p in
+                        zip(rows["device"], rows["precision"]) if isinstance(d, str)})  # fmt: skip
+        if pairs:
+            used.append(f"{label} on {', '.join(pairs)}")
+    return f"Devices and precision: {'; '.join(used)}." if used else ""
 
 
 def summary_markdown(table: pd.DataFrame) -> str:
@@ -355,6 +375,5 @@ def summary_markdown(table: pd.DataFrame) -> str:
         )
         notes = " ".join(n for n in (constant_line(task, block["constant_score"].iloc[0]), no_window_line(block)) if n)
         parts += ["", verdict(block), ""] + ([notes, ""] if notes else [])
-    devices = sorted(set(table["device"].dropna()))
-    parts += [f"Devices: {', '.join(devices)}.", ""]
+    parts += [devices_line(table), ""]
     return "\n".join(parts)
