@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import subprocess
 import sys
 
@@ -116,3 +117,67 @@ def test_help_lists_every_settings_key_with_its_config_key():
     out = bertvision("finetune", "--help").stdout
     assert "learning_rate (config finetune.settings.learning_rate): Peak AdamW learning rate." in out
     assert "device (config finetune.device)" in out
+
+
+def test_version_is_the_package_version():
+    import importlib.metadata
+
+    from bertvision import __version__
+
+    proc = bertvision("--version")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == f"bertvision {__version__}"
+    assert importlib.metadata.version("bertvision") == __version__  # pyproject.toml reads it from there
+
+
+def subcommand_parsers() -> dict:
+    import argparse
+
+    from bertvision.cli import build_parser
+
+    (sub,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    return sub.choices
+
+
+def test_no_help_text_repeats_a_default():
+    """A default shown in --help is the option's own (``%(default)s``, set from its owner), never
+    a number written into the text."""
+    repeated = {
+        f"{name} {action.option_strings}": action.help
+        for name, parser in subcommand_parsers().items()
+        for action in parser._actions
+        if action.help and re.search(r"default:? \d", action.help)
+    }
+    assert repeated == {}
+
+
+def test_serve_help_shows_the_service_defaults(monkeypatch):
+    """ServeSettings owns the service's defaults: serve's options take them (and --help shows them)."""
+    from dataclasses import dataclass
+
+    from bertvision.serving import commands
+    from bertvision.serving.settings import ServeSettings
+
+    parser = subcommand_parsers()["serve"]
+    args = parser.parse_args(["bundle-dir"])
+    given = {k: getattr(args, k) for k in commands.SERVE_FLAGS}
+    assert ServeSettings(**given, device=args.device) == ServeSettings()
+
+    @dataclass(frozen=True)
+    class Changed(ServeSettings):
+        max_batch_size: int = 7
+        device: str = "cpu"
+
+    monkeypatch.setattr(commands, "ServeSettings", Changed)
+    text = subcommand_parsers()["serve"].format_help()
+    assert "inputs per encoder pass (default 7)" in text and "(default cpu)" in text
+
+
+def test_micro_batches_default_has_one_owner(monkeypatch):
+    from bertvision import arguments
+
+    monkeypatch.setattr(arguments, "MICRO_BATCHES", 3)
+    for name in ("finetune", "baseline", "finetune-mixture", "extract"):
+        parser = subcommand_parsers()[name]
+        assert "(default 3)" in parser.format_help()
+        assert parser.get_default("micro_batches") == 3
