@@ -181,3 +181,17 @@ def test_micro_batches_default_has_one_owner(monkeypatch):
         parser = subcommand_parsers()[name]
         assert "(default 3)" in parser.format_help()
         assert parser.get_default("micro_batches") == 3
+
+
+@pytest.mark.parametrize(
+    "task_settings, message",
+    [
+        ({"mrpc": {"max_length": True}}, "--task-settings: mrpc: max_length: input should be a valid integer"),
+        ({"mrpc": {"max_len": 64}}, "--task-settings: mrpc: max_len: extra inputs are not permitted"),
+        ({"stsb": {"max_length": 64}}, "--task-settings: stsb has no --heads stsb=DIR"),
+    ],
+)
+def test_bad_bundle_task_settings_name_the_task_and_key(tmp_path, task_settings, message):
+    args = ["--encoder-dir", str(tmp_path), "--tokenizer", "t", "--heads", f"mrpc={tmp_path}", "--precision", "fp32"]
+    proc = bertvision("bundle", *args, "--task-settings", json.dumps(task_settings), "--out", str(tmp_path / "b"))
+    assert message in one_error_line(proc)

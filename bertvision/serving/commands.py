@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from bertvision.errors import SettingsError
 from bertvision.serving.bundle import PRECISIONS
-from bertvision.serving.settings import ServeSettings
+from bertvision.serving.settings import BUNDLE_TASK_SETTINGS, ServeSettings
 
-BUNDLE_TASK_SETTINGS = {"max_length", "doc_stride"}
 # serve's flags that set a ServeSettings field (ServeSettings owns their defaults; --device too)
 SERVE_FLAGS = {
     "max_batch_size": ("--max-batch-size", "inputs per encoder pass"),
@@ -26,17 +27,16 @@ def cmd_bundle(a):
     tasks: dict[str, dict] = {}
     for name, path in a.heads:
         tasks.setdefault(name, {"heads_dirs": []})["heads_dirs"].append(path)
-    if not isinstance(a.task_settings, dict):
-        raise SettingsError("--task-settings: expected {task: {max_length, doc_stride}}")
-    for name, settings in a.task_settings.items():
+    try:
+        task_settings = BUNDLE_TASK_SETTINGS.validate_python(a.task_settings)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where, what = "".join(f"{p}: " for p in first["loc"]), first["msg"][0].lower() + first["msg"][1:]
+        raise SettingsError(f"--task-settings: {where}{what} (expected {{task: {{max_length, doc_stride}}}})") from None
+    for name, settings in task_settings.items():
         if name not in tasks:
             raise SettingsError(f"--task-settings: {name} has no --heads {name}=DIR")
-        unknown = sorted(set(settings) - BUNDLE_TASK_SETTINGS) if isinstance(settings, dict) else ["(not an object)"]
-        if unknown or not all(v is None or isinstance(v, int) for v in settings.values()):
-            raise SettingsError(
-                f"--task-settings: {name}: expected integers for {sorted(BUNDLE_TASK_SETTINGS)}, got {settings}"
-            )
-        tasks[name].update({k: v for k, v in settings.items() if v is not None})
+        tasks[name].update(settings.model_dump(exclude_none=True))
     bundle = write_bundle(a.out, a.encoder_dir, a.tokenizer, tasks, a.keys, a.precision)
     for name, task in bundle.tasks.items():
         kept = ", ".join(f"{h} (seed {e.seed})" for h, e in task.heads.items())

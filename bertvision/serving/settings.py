@@ -1,11 +1,13 @@
 """What ``bertvision serve`` runs with: the one owner of the service's defaults (the app reads
-them, and ``bertvision serve --help`` shows them). Kept free of FastAPI so that the command line
-builds its help cheaply."""
+them, and ``bertvision serve --help`` shows them); and what ``bertvision bundle`` records of each
+task's tokenization. Kept free of FastAPI so that the command line builds its help cheaply."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, fields
+
+from pydantic import BaseModel, ConfigDict, TypeAdapter
 
 
 @dataclass(frozen=True)
@@ -31,3 +33,16 @@ class ServeSettings:
         if unknown:
             raise ValueError(f"serve settings: unknown keys {unknown}")
         return cls(**data)
+
+
+class BundleTaskSettings(BaseModel):
+    """One task's tokenization as its features used it (``bertvision bundle --task-settings``);
+    a key left out, or null, is the task registry's."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+    max_length: int | None = None
+    doc_stride: int | None = None
+
+
+# --task-settings: {task: BundleTaskSettings}
+BUNDLE_TASK_SETTINGS = TypeAdapter(dict[str, BundleTaskSettings])
