@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -27,7 +28,7 @@ from bertvision.arguments import (
     task_arg,
 )
 from bertvision.config import settings as typed
-from bertvision.errors import BertvisionError
+from bertvision.errors import BertvisionError, DiskFullError
 from bertvision.reporting.commands import add_reporting_commands
 from bertvision.serving.commands import add_serving_commands
 from bertvision.training.encoder_commands import add_encoder_commands
@@ -176,6 +177,11 @@ def main(argv=None) -> int:
     except BertvisionError as err:
         for line in str(err).splitlines():
             print(f"bertvision {args.command}: error: {line}", file=sys.stderr)
+        if isinstance(err, DiskFullError):  # a file HDF5 cannot close: freeing it would crash the process
+            logging.shutdown()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(USAGE_ERROR)
         return USAGE_ERROR
     return 0
 
