@@ -113,10 +113,17 @@ def test_validate_config_names_each_bad_key(tmp_path):
     assert "c.yaml: backbones.m.pretrained: ./nope/model: no such local directory" in line
 
 
-def test_help_lists_every_settings_key_with_its_config_key():
+def test_help_lists_every_settings_key_with_its_config_key_and_default():
+    """Each key with the config key that sets it, that key's default and description: the schema's."""
+    from bertvision.config.schema import schema_default, schema_node
+
     out = bertvision("finetune", "--help").stdout
-    assert "learning_rate (config finetune.settings.learning_rate): Peak AdamW learning rate." in out
-    assert "device (config finetune.device)" in out
+    lr = json.dumps(schema_default("finetune.settings")["learning_rate"])
+    assert f"learning_rate (config finetune.settings.learning_rate, default {lr}): Peak AdamW learning rate." in out
+    device = schema_node("finetune.device")
+    assert f'device (config finetune.device, default "{device["default"]}"): {device["description"]}' in out
+    tokens = bertvision("tokenize", "--help").stdout  # a per-task key: the registry's value when left out
+    assert "max_length (config tasks.<task>.max_length): " in tokens
 
 
 def test_version_is_the_package_version():

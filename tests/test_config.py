@@ -201,7 +201,7 @@ def test_stage_settings_round_trip_strictly():
     with pytest.raises(SettingsError, match=r"--settings: not valid JSON"):
         FinetuneSettings.from_json("{not json")
     help_text = HeadTrainingSettings.describe()
-    assert "patience (config heads.training.patience): Stop after this many epochs" in help_text
+    assert "patience (config heads.training.patience, default 5): Stop after this many epochs" in help_text
 
 
 def test_settings_json_keeps_the_numbers_the_config_gives():

@@ -8,12 +8,13 @@ names the config key it comes from, and its help text is that key's schema descr
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from bertvision.config.schema import schema_node
+from bertvision.config.schema import documented_default, schema_node
 from bertvision.errors import ConfigError, SettingsError
 
 # A JSON number: an int or a float, kept as given (so the JSON of a config's settings, and the
@@ -86,12 +87,16 @@ class StageSettings(BaseModel):
 
     @classmethod
     def describe(cls) -> str:
-        """Help text: each key with the config key that sets it and that key's description."""
+        """Help text: each key with the config key that sets it, that key's default and its
+        description, all from the schema."""
         lines = []
         for name in cls.keys():
             key = cls.config_key(name)
+            where = [f"config {key}"] if key else []
+            with contextlib.suppress(KeyError):
+                where.append(f"default {json.dumps(documented_default(key))}")
             text = (schema_node(key) if key else {}).get("description", "").strip()
-            lines.append(f"  {name}" + (f" (config {key})" if key else "") + (f": {text}" if text else ""))
+            lines.append(f"  {name}" + (f" ({', '.join(where)})" if where else "") + (f": {text}" if text else ""))
         return f"JSON object ({cls.__name__}) with keys:\n" + "\n".join(lines)
 
     @classmethod
