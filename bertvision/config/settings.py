@@ -3,7 +3,7 @@ once from the validated config; the rules pass them to the stages as JSON (so a 
 reruns exactly the jobs that read it), and the stages parse that JSON back with the same model,
 strictly: every key present, no unknown key, no bool for a number, no string for an int. No
 defaults here: every value comes from the config, whose defaults live in the schema. Each field
-names the config key it comes from, and its help text is that key's schema description.
+names the config key it comes from; its help text is that key's default and description.
 """
 
 from __future__ import annotations
@@ -107,11 +107,9 @@ class StageSettings(BaseModel):
             return f"{source}: not valid JSON ({errors[0]['ctx']['error']})"
         if errors[0]["type"] == "model_type":
             return f"{source}: expected a JSON object of {cls.__name__} ({', '.join(cls.keys())})"
-        keys = [
-            f"{what} key(s) {names}"
-            for what, kind in (("unknown", "extra_forbidden"), ("missing", "missing"))
-            if (names := sorted(str(e["loc"][0]) for e in errors if e["type"] == kind))
-        ]
+        unknown = sorted(str(e["loc"][0]) for e in errors if e["type"] == "extra_forbidden")
+        missing = [str(e["loc"][0]) for e in errors if e["type"] == "missing"]  # in field order
+        keys = [f"{what} key(s) {names}" for what, names in (("unknown", unknown), ("missing", missing)) if names]
         wrong: dict[str, tuple[list[str], Any]] = {}  # where -> (what was expected, the value)
         for e in errors:
             if e["type"] not in ("extra_forbidden", "missing"):
