@@ -28,3 +28,9 @@ class MissingError(BertvisionError, FileNotFoundError):
 
 class DiskSpaceError(BertvisionError, OSError):
     """The disk has less room than a job's outputs need."""
+
+
+class DiskFullError(DiskSpaceError):
+    """The disk filled up while a job wrote to it. HDF5 can neither close nor free a file whose
+    write found no room (h5py issue 914), so the command line ends the process at once, without
+    finalizing it (``features.store.UNCLOSABLE``)."""

@@ -47,6 +47,7 @@ from bertvision.data.glue_files import locate, parse_split
 from bertvision.registry.tasks import get_task
 from bertvision.serving.bundle import load_bundle
 from bertvision.serving.engine import Engine, TextItem
+from bertvision.serving.settings import ServeSettings
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -232,8 +233,9 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=20.0, help="seconds per concurrency level, at most")
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
     p.add_argument("--workers", type=int, nargs="+", default=[1], help="uvicorn worker counts to compare")
-    p.add_argument("--max-batch-size", type=int, default=32)
-    p.add_argument("--max-wait-ms", type=float, default=5.0)
+    serve = ServeSettings()  # the server's own defaults
+    p.add_argument("--max-batch-size", type=int, default=serve.max_batch_size)
+    p.add_argument("--max-wait-ms", type=float, default=serve.max_wait_ms)
     p.add_argument("--batch", type=int, default=32, help="texts in the shared-versus-separate comparison")
     p.add_argument("--repeats", type=int, default=5)
     args = p.parse_args()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import subprocess
 import sys
 
@@ -112,7 +113,92 @@ def test_validate_config_names_each_bad_key(tmp_path):
     assert "c.yaml: backbones.m.pretrained: ./nope/model: no such local directory" in line
 
 
-def test_help_lists_every_settings_key_with_its_config_key():
+def test_help_lists_every_settings_key_with_its_config_key_and_default():
+    """Each key with the config key that sets it, that key's default and description: the schema's."""
+    from bertvision.config.schema import schema_default, schema_node
+
     out = bertvision("finetune", "--help").stdout
-    assert "learning_rate (config finetune.settings.learning_rate): Peak AdamW learning rate." in out
-    assert "device (config finetune.device)" in out
+    lr = json.dumps(schema_default("finetune.settings")["learning_rate"])
+    assert f"learning_rate (config finetune.settings.learning_rate, default {lr}): Peak AdamW learning rate." in out
+    device = schema_node("finetune.device")
+    assert f'device (config finetune.device, default "{device["default"]}"): {device["description"]}' in out
+    tokens = bertvision("tokenize", "--help").stdout  # a per-task key: the registry's value when left out
+    assert "max_length (config tasks.<task>.max_length): " in tokens
+
+
+def test_version_is_the_package_version():
+    import importlib.metadata
+
+    from bertvision import __version__
+
+    proc = bertvision("--version")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == f"bertvision {__version__}"
+    assert importlib.metadata.version("bertvision") == __version__  # pyproject.toml reads it from there
+
+
+def subcommand_parsers() -> dict:
+    import argparse
+
+    from bertvision.cli import build_parser
+
+    (sub,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    return sub.choices
+
+
+def test_no_help_text_repeats_a_default():
+    """A default shown in --help is the option's own (``%(default)s``, set from its owner), never
+    a number written into the text."""
+    repeated = {
+        f"{name} {action.option_strings}": action.help
+        for name, parser in subcommand_parsers().items()
+        for action in parser._actions
+        if action.help and re.search(r"default:? \d", action.help)
+    }
+    assert repeated == {}
+
+
+def test_serve_help_shows_the_service_defaults(monkeypatch):
+    """ServeSettings owns the service's defaults: serve's options take them (and --help shows them)."""
+    from dataclasses import dataclass
+
+    from bertvision.serving import commands
+    from bertvision.serving.settings import ServeSettings
+
+    parser = subcommand_parsers()["serve"]
+    args = parser.parse_args(["bundle-dir"])
+    given = {k: getattr(args, k) for k in commands.SERVE_FLAGS}
+    assert ServeSettings(**given, device=args.device) == ServeSettings()
+
+    @dataclass(frozen=True)
+    class Changed(ServeSettings):
+        max_batch_size: int = 7
+        device: str = "cpu"
+
+    monkeypatch.setattr(commands, "ServeSettings", Changed)
+    text = subcommand_parsers()["serve"].format_help()
+    assert "inputs per encoder pass (default 7)" in text and "(default cpu)" in text
+
+
+def test_micro_batches_default_has_one_owner(monkeypatch):
+    from bertvision import arguments
+
+    monkeypatch.setattr(arguments, "MICRO_BATCHES", 3)
+    for name in ("finetune", "baseline", "finetune-mixture", "extract"):
+        parser = subcommand_parsers()[name]
+        assert "(default 3)" in parser.format_help()
+        assert parser.get_default("micro_batches") == 3
+
+
+@pytest.mark.parametrize(
+    "task_settings, message",
+    [
+        ({"mrpc": {"max_length": True}}, "--task-settings: mrpc: max_length: input should be a valid integer"),
+        ({"mrpc": {"max_len": 64}}, "--task-settings: mrpc: max_len: extra inputs are not permitted"),
+        ({"stsb": {"max_length": 64}}, "--task-settings: stsb has no --heads stsb=DIR"),
+    ],
+)
+def test_bad_bundle_task_settings_name_the_task_and_key(tmp_path, task_settings, message):
+    args = ["--encoder-dir", str(tmp_path), "--tokenizer", "t", "--heads", f"mrpc={tmp_path}", "--precision", "fp32"]
+    proc = bertvision("bundle", *args, "--task-settings", json.dumps(task_settings), "--out", str(tmp_path / "b"))
+    assert message in one_error_line(proc)

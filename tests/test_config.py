@@ -3,6 +3,7 @@ values with the key path; the cross-key checks fail at load time; every shipped 
 validates; each stage's typed settings round-trip strictly."""
 
 import copy
+import json
 
 import pytest
 import yaml
@@ -56,10 +57,16 @@ def test_the_schema_follows_the_registries():
 def test_task_overrides_merge_over_global_settings():
     config = minimal()
     config["finetune"] = {"settings": {"learning_rate": 3e-5}}
-    config["tasks"]["mrpc"] = {"finetune": {"batch_size": 16}, "max_length": 100}
+    config["tasks"]["mrpc"] = {"finetune": {"batch_size": 16}, "max_length": 100, "head_training": {"patience": 2}}
+    config["tasks"]["sst2"] = None
+    config["baseline"] = {"settings": {"learning_rate": 2e-5}}
     settings = WorkflowSettings(validate_config(config))
     ft = settings.finetune("m", "mrpc")
     assert ft.learning_rate == 3e-5 and ft.batch_size == 16 and ft.warmup_ratio == 0.1
+    base = settings.baseline("m", "mrpc")  # the task's fine-tuning settings, the baseline's own on top
+    assert base.learning_rate == 2e-5 and base.batch_size == 16 and base.max_grad_norm == 1.0
+    heads = settings.head_training("mrpc")
+    assert heads.patience == 2 and heads.batch_size == 32 and settings.head_training("sst2").patience == 5
     assert ft.backbone == "bert-base-uncased" and ft.epoch_fractions == (0.0, 0.3, 1.0)
     assert settings.max_length("mrpc") == 100
     assert settings.fractions == ["0", "0.3", "1"]
@@ -185,8 +192,38 @@ def test_stage_settings_round_trip_strictly():
         FinetuneSettings.from_dict({**data, "lr": 1})
     with pytest.raises(SettingsError, match=r"--settings: batch_size: expected int, got '32'"):
         FinetuneSettings.from_dict({**data, "batch_size": "32"})
+    with pytest.raises(SettingsError, match=r"--compute: learning_rate: expected a number, got True"):
+        FinetuneSettings.from_json(json.dumps({**data, "learning_rate": True}), "--compute")
+    with pytest.raises(SettingsError, match=r"epoch_fractions\[1\]: expected float, got 'x'"):
+        FinetuneSettings.from_dict({**data, "epoch_fractions": [0, "x"]})
+    with pytest.raises(SettingsError, match=r"--settings: expected a JSON object of FinetuneSettings \(backbone, "):
+        FinetuneSettings.from_json("[1]")
+    with pytest.raises(SettingsError, match=r"--settings: not valid JSON"):
+        FinetuneSettings.from_json("{not json")
     help_text = HeadTrainingSettings.describe()
-    assert "patience (config heads.training.patience): Stop after this many epochs" in help_text
+    assert "patience (config heads.training.patience, default 5): Stop after this many epochs" in help_text
+
+
+def test_settings_json_keeps_the_numbers_the_config_gives():
+    """An int given for a number stays an int (and a float a float), so a job's JSON params, and
+    whether Snakemake reruns it, follow the config alone."""
+    config = minimal()
+    config["heads"] = {"training": {"in_memory_max_mb": 4096, "weight_decay": 0.0, "learning_rate": 1}}
+    heads = WorkflowSettings(validate_config(config)).head_training("mrpc")
+    data = json.loads(heads.to_json())
+    assert (data["in_memory_max_mb"], data["weight_decay"], data["learning_rate"]) == (4096, 0.0, 1)
+    assert '"in_memory_max_mb": 4096,' in heads.to_json()
+    assert HeadTrainingSettings.from_json(heads.to_json()) == heads
+
+
+def test_a_value_the_stage_cannot_take_fails_when_the_config_is_read():
+    """JSON Schema's integer takes 32.0; the stage's int does not, and says so at the dry run,
+    naming the config key, not in the middle of a job."""
+    config = minimal()
+    config["heads"] = {"training": {"batch_size": 32.0}}
+    settings = WorkflowSettings(validate_config(config), source="x.yaml")
+    with pytest.raises(ConfigError, match=r"^x.yaml: batch_size \(config heads.training.batch_size\): expected int"):
+        settings.head_training("mrpc")
 
 
 def test_every_shipped_config_builds_its_settings():

@@ -4,6 +4,7 @@ in place) and of the help text of every setting."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 from importlib import resources
@@ -138,3 +139,16 @@ def _resolve(node: dict, root: dict) -> dict:
 def schema_default(key: str):
     """The default the schema gives a config key (a copy)."""
     return copy.deepcopy(schema_node(key)["default"])
+
+
+def documented_default(key: str):
+    """The default a config key takes when left out: its own schema default, or its entry in its
+    parent's (``finetune.settings`` holds those of its keys). KeyError when it has none (a
+    per-task key, say: the task registry's value applies)."""
+    with contextlib.suppress(KeyError):
+        return schema_default(key)
+    parent, _, name = key.rpartition(".")
+    default = schema_node(parent).get("default") if parent else None
+    if isinstance(default, dict) and name in default:
+        return copy.deepcopy(default[name])
+    raise KeyError(key)

@@ -1,12 +1,13 @@
 """The validated workflow config as the rules see it: the names to expand over (models, tasks,
 checkpoints, heads, seeds), every run, and each stage's typed settings per task (global
 settings overridden per task). Everything that can be wrong across keys is checked when it is
-built, so a bad config fails the dry run with the key at fault."""
+built (``config/checks.py``), so a bad config fails the dry run with the key at fault."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from bertvision.config.checks import check
 from bertvision.config.schema import read_config, schema_default, validate_config
 from bertvision.config.settings import (
     BaselineSettings,
@@ -21,11 +22,12 @@ from bertvision.config.settings import (
     SearchSettings,
     TokenizeSettings,
 )
-from bertvision.errors import ConfigError, MissingError
 from bertvision.layout import Run, SharedEncoder, fraction_name
-from bertvision.models.backbone import resolve_pretrained
 from bertvision.registry.heads import get_head_type, is_token_head
 from bertvision.registry.tasks import get_task
+
+# the section of tasks.<task> that changes a settings block for that task
+TASK_LAYERS = {"finetune.settings": "finetune", "heads.training": "head_training"}
 
 
 def load_config(path: Path) -> dict:
@@ -37,7 +39,7 @@ class WorkflowSettings:
 
     def __init__(self, config: dict, source: str = "config"):
         self.config, self.source = config, source
-        self._check()
+        check(self)
 
     @classmethod
     def from_file(cls, path: Path) -> WorkflowSettings:
@@ -212,10 +214,13 @@ class WorkflowSettings:
         return self.config["shared"]["serve"] or (mixtures[0] if mixtures else next(iter(encoders)))
 
     def mixture(self, model: str, name: str) -> MixtureSettings:
-        merged = {**schema_default("finetune.settings"), **self.config["finetune"]["settings"]}
         mixture = self.config["shared"]["mixtures"][name]
         return MixtureSettings.pick(
-            merged, backbone=self.pretrained(model), tasks=tuple(mixture["tasks"]), epochs=float(mixture["epochs"])
+            self.layered("finetune.settings"),
+            self.source,
+            backbone=self.pretrained(model),
+            tasks=mixture["tasks"],
+            epochs=float(mixture["epochs"]),
         )
 
     def label_transfer_pairs(self) -> list[tuple[str, str]]:
@@ -237,10 +242,24 @@ class WorkflowSettings:
         return sum(get_head_type(models[n]["type"]).relative_cost for n in names)
 
     # --- typed settings per stage ----------------------------------------------------------
+    def layered(self, block: str, task: str | None = None, *more: dict) -> dict:
+        """A settings block (``finetune.settings``, ``heads.training``): the schema's defaults, the
+        config's block, ``task``'s own changes (``tasks.<task>.finetune`` / ``head_training``),
+        then ``more``; each layer's keys win over the ones before."""
+        section, name = block.split(".")
+        layers = [self.config[section][name]]
+        if task is not None:
+            layers.append(self.task_overrides(task).get(TASK_LAYERS[block], {}))
+        merged = schema_default(block)
+        for layer in [*layers, *more]:
+            merged.update(layer)
+        return merged
+
     def download(self, task: str) -> DownloadSettings:
         over = self.task_overrides(task)
         return DownloadSettings.pick(
             self.config["data"],
+            self.source,
             **{k: over.get(k) for k in ("train_size", "selection_size", "eval_size", "article_split")},
         )
 
@@ -250,16 +269,11 @@ class WorkflowSettings:
         return TokenizeSettings(backbone=self.pretrained(model), max_length=self.max_length(task), doc_stride=stride)
 
     def finetune(self, model: str, task: str) -> FinetuneSettings:
-        ft = self.config["finetune"]
-        merged = {
-            **schema_default("finetune.settings"),
-            **ft["settings"],
-            **self.task_overrides(task).get("finetune", {}),
-        }
         return FinetuneSettings.pick(
-            merged,
+            self.layered("finetune.settings", task),
+            self.source,
             backbone=self.pretrained(model),
-            epoch_fractions=tuple(float(f) for f in sorted(ft["epoch_fractions"])),
+            epoch_fractions=sorted(self.config["finetune"]["epoch_fractions"]),
         )
 
     @property
@@ -270,36 +284,27 @@ class WorkflowSettings:
 
     def baseline(self, model: str, task: str) -> BaselineSettings:
         """The fine-tuning settings of ``task`` with the baseline's own changes on top."""
-        merged = {
-            **schema_default("finetune.settings"),
-            **self.config["finetune"]["settings"],
-            **self.task_overrides(task).get("finetune", {}),
-            **self.config["baseline"]["settings"],
-        }
-        return BaselineSettings.pick(merged, backbone=self.pretrained(model), epochs=self.config["baseline"]["epochs"])
+        base = self.config["baseline"]
+        merged = self.layered("finetune.settings", task, base["settings"])
+        return BaselineSettings.pick(merged, self.source, backbone=self.pretrained(model), epochs=base["epochs"])
 
     def finetune_compute(self) -> FinetuneCompute:
-        return FinetuneCompute.pick(self.config["finetune"])
+        return FinetuneCompute.pick(self.config["finetune"], self.source)
 
     def extract(self) -> ExtractSettings:
-        return ExtractSettings.pick(self.config["extract"])
+        return ExtractSettings.pick(self.config["extract"], self.source)
 
     def extract_compute(self) -> ExtractCompute:
-        return ExtractCompute.pick(self.config["extract"])
+        return ExtractCompute.pick(self.config["extract"], self.source)
 
     def head_training(self, task: str) -> HeadTrainingSettings:
-        merged = {
-            **schema_default("heads.training"),
-            **self.config["heads"]["training"],
-            **self.task_overrides(task).get("head_training", {}),
-        }
-        return HeadTrainingSettings.pick(merged)
+        return HeadTrainingSettings.pick(self.layered("heads.training", task), self.source)
 
     def head_runtime(self) -> HeadRuntimeSettings:
-        return HeadRuntimeSettings.pick(self.config["heads"])
+        return HeadRuntimeSettings.pick(self.config["heads"], self.source)
 
     def search(self) -> SearchSettings:
-        return SearchSettings.pick(self.config["search"], head_seed=self.head_seeds[0])
+        return SearchSettings.pick(self.config["search"], self.source, head_seed=self.head_seeds[0])
 
     def extract_attrs(self, run: Run) -> dict:
         """What each feature shard records about where it came from."""
@@ -317,123 +322,3 @@ class WorkflowSettings:
         """The shard attributes of ``task``'s states of a shared encoder."""
         enc = self.shared_encoders()[encoder]
         return {**self.extract_attrs(Run(model, task, ftseed, enc.frac or enc.kind)), "encoder": encoder}
-
-    # --- cross-key checks --------------------------------------------------------------------
-    def _check(self) -> None:
-        problems, broken = [], set()  # broken: tasks whose heads cannot be listed
-        for model in self.models:
-            try:
-                resolve_pretrained(self.pretrained(model))
-            except MissingError as err:
-                problems.append(f"backbones.{model}.pretrained: {err}")
-        models = self.config["heads"]["models"]
-        for task in self.tasks:
-            spec, over = get_task(task), self.task_overrides(task)
-            listed = over.get("heads") or []
-            unknown = [n for n in listed if n not in models]
-            if unknown:
-                problems.append(f"tasks.{task}.heads: {unknown} are not in heads.models ({self.heads})")
-                broken.add(task)
-                continue
-            misplaced = [
-                key
-                for key, ok in (("doc_stride", spec.windowed), ("article_split", spec.squad))
-                if key in over and not ok
-            ]
-            if misplaced:
-                problems.append(f"tasks.{task}: {misplaced} only apply to tasks over SQuAD context windows")
-            if over.get("token_features") and spec.kind == "span":
-                problems.append(
-                    f"tasks.{task}.token_features: span tasks always store every token; token-level "
-                    "example heads are for classification / regression tasks"
-                )
-                continue
-            token = [n for n in listed if is_token_head(models[n])]
-            if token and not self.token_features(task):
-                why = (
-                    "span tasks train per-token span heads"
-                    if spec.kind == "span"
-                    else f"set tasks.{task}.token_features: true to extract them"
-                )
-                problems.append(
-                    f"tasks.{task}.heads: {token} are token-level heads; they need every token's "
-                    f"features, which {task} does not store ({why})"
-                )
-                continue
-            if not self.task_heads(task):
-                problems.append(
-                    f"tasks.{task}: every head in heads.models is token-level, but the task has no token "
-                    f"features; set tasks.{task}.token_features: true or list [CLS] heads"
-                )
-                continue
-            unsearched = [n for n in self.search_heads(task) if n not in self.task_heads(task)]
-            if unsearched:
-                problems.append(
-                    f"tasks.{task}.search_heads: {unsearched} are not among the task's heads "
-                    f"({list(self.task_heads(task))})"
-                )
-        for name in ("data_fraction", "transfer"):
-            unknown = [t for t in self.config["experiments"][name]["tasks"] if t not in self.tasks]
-            if unknown:
-                problems.append(f"experiments.{name}.tasks: {unknown} are not configured tasks ({self.tasks})")
-        wanted = self.config["experiments"]["data_fraction"]["heads"] or []
-        for task in set(self.data_fraction_tasks()) & set(self.tasks) - broken:
-            missing = [n for n in wanted if n not in self.task_heads(task)]
-            if missing:
-                problems.append(f"experiments.data_fraction.heads: {missing} are not among {task}'s heads")
-        unknown = [c for c in self.data_fraction_checkpoints() if c not in self.fractions]
-        if unknown:
-            problems.append(f"experiments.data_fraction.checkpoints: {unknown} are not in finetune.epoch_fractions")
-        problems += self._shared_problems(broken)
-        if problems:
-            raise ConfigError("\n".join(f"{self.source}: {p}" for p in problems))
-
-    def _shared_problems(self, broken: set) -> list[str]:
-        shared, problems = self.config["shared"], []
-        unknown = [t for t in self.shared_tasks if t not in self.tasks]
-        if unknown:
-            problems.append(f"shared.tasks: {unknown} are not configured tasks ({self.tasks})")
-        streamed = [t for t in self.shared_tasks if t in self.tasks and not self.store(t)]
-        if streamed:
-            problems.append(
-                f"shared.tasks: {streamed} stream their states (store: false); shared encoders read "
-                "stored features, so list only stored tasks"
-            )
-        windowed = [t for t in self.shared_tasks if t in self.tasks and get_task(t).answerability]
-        if windowed:
-            problems.append(
-                f"shared.tasks: {windowed} classify questions from several context windows; a bundle "
-                "serves one window per request, so answerability tasks are not shared"
-            )
-        for name, mixture in shared["mixtures"].items():
-            missing = [t for t in mixture["tasks"] if t not in self.tasks]
-            if missing:
-                problems.append(f"shared.mixtures.{name}.tasks: {missing} are not configured tasks ({self.tasks})")
-            if name == "frozen" or name in self.tasks:
-                problems.append(f"shared.mixtures.{name}: the name is taken (frozen and task names name encoders)")
-        if not self.shared_tasks or problems:
-            return problems
-        if shared["frozen"] and "0" not in self.fractions:
-            problems.append(
-                "shared.frozen: needs 0 in finetune.epoch_fractions (the frozen encoder's features are "
-                "the main pipeline's checkpoint 0)"
-            )
-        if shared["checkpoint"] is not None and fraction_name(shared["checkpoint"]) not in self.fractions:
-            problems.append(
-                f"shared.checkpoint: {shared['checkpoint']} is not in finetune.epoch_fractions ({self.fractions})"
-            )
-        unknown = [s for s in self.shared_ft_seeds if s not in self.ft_seeds]
-        if unknown:
-            problems.append(f"shared.ft_seeds: {unknown} are not in finetune.seeds ({self.ft_seeds})")
-        if not self.shared_encoders():
-            problems.append("shared: no encoder (frozen false, checkpoint null and no mixtures)")
-        elif shared["serve"] is not None and shared["serve"] not in self.shared_encoders():
-            problems.append(
-                f"shared.serve: {shared['serve']!r} is not a shared encoder ({list(self.shared_encoders())})"
-            )
-        for task in set(self.shared_tasks) - broken:
-            if shared["heads"] is not None and not self.shared_heads(task):
-                problems.append(
-                    f"shared.heads: none of {shared['heads']} is among {task}'s heads ({list(self.task_heads(task))})"
-                )
-        return problems

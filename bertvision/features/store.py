@@ -14,6 +14,7 @@ The checkpoint's manifest lists, per split, every shard file with its row range,
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,10 +25,14 @@ import numpy as np
 from bertvision.errors import FeatureError
 from bertvision.layout import shard_file
 from bertvision.models.encoder_io import SUMMARY_POSITION
-from bertvision.runtime.io import atomic_write_json, read_json, sha256_file
+from bertvision.runtime.io import atomic_write_json, disk_full, read_json, sha256_file
 
 FORMAT = "bertvision-features/1"
 CHUNK_BYTES = 1 << 20
+# Shard writers whose file found no room. HDF5 can then neither flush nor close the file, and
+# freeing it crashes the process (h5py issue 914): they stay here, open and never freed, and
+# the command line ends such a process without finalizing it (errors.DiskFullError).
+UNCLOSABLE: list = []
 
 
 def chunk_rows(n_rows: int, row_bytes: int) -> int:
@@ -53,21 +58,40 @@ class ShardWriter:
     """
 
     def __init__(self, path: Path, n_rows: int, layers: int, hidden: int, label_dtype, attrs: dict):
+        with self._opened(path):
+            # fletcher32 needs chunked storage, and HDF5 refuses chunks on an empty dataset.
+            rows = chunk_rows(n_rows, layers * hidden * 2)
+            chunked = {"chunks": (rows, layers, hidden), "fletcher32": True} if n_rows else {}
+            self.cls = self.file.create_dataset("cls", shape=(n_rows, layers, hidden), dtype="float16", **chunked)
+            self.labels = self.file.create_dataset("labels", shape=(n_rows,), dtype=label_dtype)
+            self.idx = self.file.create_dataset("idx", shape=(n_rows,), dtype="int64")
+            self._set_attrs(attrs)
+        self.n_rows = n_rows
+        self.rows_written = 0
+
+    @contextlib.contextmanager
+    def _opened(self, path: Path):
+        """Open the temporary file of ``path``; an error inside the block aborts it."""
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.tmp = self.path.with_name(f".{self.path.name}.tmp")
-        self.file = h5py.File(self.tmp, "w")
-        # fletcher32 needs chunked storage, and HDF5 refuses chunks on an empty dataset.
-        rows = chunk_rows(n_rows, layers * hidden * 2)
-        chunked = {"chunks": (rows, layers, hidden), "fletcher32": True} if n_rows else {}
-        self.cls = self.file.create_dataset("cls", shape=(n_rows, layers, hidden), dtype="float16", **chunked)
-        self.labels = self.file.create_dataset("labels", shape=(n_rows,), dtype=label_dtype)
-        self.idx = self.file.create_dataset("idx", shape=(n_rows,), dtype="int64")
+        self.file = None
+        with self._aborted_on_error():
+            self.file = h5py.File(self.tmp, "w")
+            yield
+
+    @contextlib.contextmanager
+    def _aborted_on_error(self):
+        try:
+            yield
+        except BaseException as err:
+            self.abort(err)
+            raise
+
+    def _set_attrs(self, attrs: dict) -> None:
         for key, value in attrs.items():
             self.file.attrs[key] = value
         self.file.attrs["format"] = FORMAT
-        self.n_rows = n_rows
-        self.rows_written = 0
 
     def write_block(self, start: int, cls: np.ndarray, labels: np.ndarray, idx: np.ndarray) -> None:
         end = start + len(cls)
@@ -77,16 +101,20 @@ class ShardWriter:
         self.rows_written += len(cls)
 
     def commit(self) -> None:
-        if self.rows_written != self.n_rows:
-            raise FeatureError(f"{self.path}: {self.rows_written} of {self.n_rows} rows written")
-        self.file.close()
+        with self._aborted_on_error():  # closing flushes what HDF5 still holds: the disk may fill up here
+            if self.rows_written != self.n_rows:
+                raise FeatureError(f"{self.path}: {self.rows_written} of {self.n_rows} rows written")
+            self.file.close()
         os.replace(self.tmp, self.path)
 
-    def abort(self) -> None:
-        if self.file.id.valid:
+    def abort(self, err: BaseException | None = None) -> None:
+        """Remove the temporary file. After ``err``, a write that found no room, the file is not
+        closed (see UNCLOSABLE); only its name goes, and its space comes back when the process ends."""
+        if err is not None and disk_full(err):
+            UNCLOSABLE.append(self)
+        elif self.file is not None and self.file.id.valid:
             self.file.close()
-        if self.tmp.exists():
-            self.tmp.unlink()
+        self.tmp.unlink(missing_ok=True)
 
     def __enter__(self):
         return self
@@ -95,7 +123,7 @@ class ShardWriter:
         if exc_type is None:
             self.commit()
         else:
-            self.abort()
+            self.abort(exc)
         return False
 
 
@@ -126,35 +154,32 @@ class TokenShardWriter(ShardWriter):
         char_offsets: bool = True,
         store_cls: bool = False,
     ):
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.tmp = self.path.with_name(f".{self.path.name}.tmp")
-        self.file = h5py.File(self.tmp, "w")
-        n_tokens = int(window_lengths.sum())
-        rows = chunk_rows(n_tokens, layers * hidden * 2)
-        chunked = {"chunks": (rows, layers, hidden), "fletcher32": True} if n_tokens else {}
-        self.states = self.file.create_dataset("states", shape=(n_tokens, layers, hidden), dtype="float16", **chunked)
-        self.char_offsets = (
-            self.file.create_dataset("char_offsets", shape=(n_tokens, 2), dtype="int32") if char_offsets else None
-        )
-        self.cls = None
-        n = len(window_lengths)
-        if store_cls:
-            rows = chunk_rows(n, layers * hidden * 2)
-            self.cls = self.file.create_dataset(
-                "cls",
-                shape=(n, layers, hidden),
-                dtype="float16",
-                **({"chunks": (rows, layers, hidden), "fletcher32": True} if n else {}),
+        with self._opened(path):
+            n_tokens = int(window_lengths.sum())
+            rows = chunk_rows(n_tokens, layers * hidden * 2)
+            chunked = {"chunks": (rows, layers, hidden), "fletcher32": True} if n_tokens else {}
+            self.states = self.file.create_dataset(
+                "states", shape=(n_tokens, layers, hidden), dtype="float16", **chunked
             )
-        offsets = np.concatenate([[0], np.cumsum(window_lengths)]).astype(np.int64)
-        self.file.create_dataset("window_offsets", data=offsets)
-        self.window_offsets = offsets
-        self.labels = self.file.create_dataset("labels", shape=(n, *label_shape), dtype=label_dtype)
-        self.idx = self.file.create_dataset("idx", shape=(len(window_lengths),), dtype="int64")
-        for key, value in attrs.items():
-            self.file.attrs[key] = value
-        self.file.attrs["format"] = FORMAT
+            self.char_offsets = (
+                self.file.create_dataset("char_offsets", shape=(n_tokens, 2), dtype="int32") if char_offsets else None
+            )
+            self.cls = None
+            n = len(window_lengths)
+            if store_cls:
+                rows = chunk_rows(n, layers * hidden * 2)
+                self.cls = self.file.create_dataset(
+                    "cls",
+                    shape=(n, layers, hidden),
+                    dtype="float16",
+                    **({"chunks": (rows, layers, hidden), "fletcher32": True} if n else {}),
+                )
+            offsets = np.concatenate([[0], np.cumsum(window_lengths)]).astype(np.int64)
+            self.file.create_dataset("window_offsets", data=offsets)
+            self.window_offsets = offsets
+            self.labels = self.file.create_dataset("labels", shape=(n, *label_shape), dtype=label_dtype)
+            self.idx = self.file.create_dataset("idx", shape=(len(window_lengths),), dtype="int64")
+            self._set_attrs(attrs)
         self.n_rows = len(window_lengths)
         self.rows_written = 0
 

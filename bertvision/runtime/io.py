@@ -5,12 +5,15 @@ writes each artifact), so a rerun after a kill replaces what the killed job left
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
 from pathlib import Path
 
 import pandas as pd
+
+NO_ROOM = (errno.ENOSPC, errno.EDQUOT)  # a write found the disk full, or the user's quota spent
 
 
 @contextlib.contextmanager
@@ -47,3 +50,9 @@ def sha256_file(path: Path, block: int = 1 << 22) -> str:
         while chunk := fh.read(block):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def disk_full(err: BaseException) -> bool:
+    """Whether ``err`` is a write that found no room: an OSError with errno ENOSPC (or EDQUOT),
+    or an h5py error, which carries the errno in its message only."""
+    return getattr(err, "errno", None) in NO_ROOM or any(f"errno = {code}," in str(err) for code in NO_ROOM)

@@ -16,11 +16,10 @@ worker process builds its own).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from contextlib import asynccontextmanager
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -31,36 +30,12 @@ from pydantic import BaseModel, ConfigDict, Field, PlainValidator
 
 from bertvision.serving.batching import Batcher, BatchFailed, Overloaded
 from bertvision.serving.engine import Engine, QuestionItem, RequestError, TextItem
+from bertvision.serving.settings import ServeSettings
 
 log = logging.getLogger(__name__)
 
 BUNDLE_ENV = "BERTVISION_SERVE_BUNDLE"
 SETTINGS_ENV = "BERTVISION_SERVE_SETTINGS"
-
-
-@dataclass(frozen=True)
-class ServeSettings:
-    max_batch_size: int = 32  # inputs (texts + questions) per model call
-    max_wait_ms: float = 5.0  # how long the first request of a batch waits for company
-    max_texts_per_request: int = 64
-    max_body_bytes: int = 1_000_000
-    max_text_chars: int = 20_000  # per text, question or context
-    max_windows: int = 64  # span tasks: context windows per question
-    max_batch_tokens: int = 8192  # padded tokens per encoder forward call (bounds memory; a batch above it is split)
-    max_queued: int = 1024  # waiting requests; more get 503
-    device: str = "auto"
-    threads: int | None = None  # torch threads per worker process (None: torch's default)
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self))
-
-    @classmethod
-    def from_json(cls, text: str) -> ServeSettings:
-        data = json.loads(text)
-        unknown = sorted(set(data) - {f.name for f in fields(cls)})
-        if unknown:
-            raise ValueError(f"serve settings: unknown keys {unknown}")
-        return cls(**data)
 
 
 # --- request and response bodies ---------------------------------------------------------------

@@ -5,10 +5,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from bertvision.errors import SettingsError
 from bertvision.runtime.precision import PRECISIONS
+from bertvision.serving.settings import BUNDLE_TASK_SETTINGS, ServeSettings
 
-BUNDLE_TASK_SETTINGS = {"max_length", "doc_stride"}
+# serve's flags that set a ServeSettings field (ServeSettings owns their defaults; --device too)
+SERVE_FLAGS = {
+    "max_batch_size": ("--max-batch-size", "inputs per encoder pass"),
+    "max_wait_ms": ("--max-wait-ms", "how long a batch waits to fill"),
+    "max_texts_per_request": ("--max-texts", "inputs per request"),
+    "max_body_bytes": ("--max-body-bytes", "request body size"),
+    "max_text_chars": ("--max-text-chars", "characters per text, question or context"),
+}
 
 
 def cmd_bundle(a):
@@ -17,17 +27,16 @@ def cmd_bundle(a):
     tasks: dict[str, dict] = {}
     for name, path in a.heads:
         tasks.setdefault(name, {"heads_dirs": []})["heads_dirs"].append(path)
-    if not isinstance(a.task_settings, dict):
-        raise SettingsError("--task-settings: expected {task: {max_length, doc_stride}}")
-    for name, settings in a.task_settings.items():
+    try:
+        task_settings = BUNDLE_TASK_SETTINGS.validate_python(a.task_settings)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where, what = "".join(f"{p}: " for p in first["loc"]), first["msg"][0].lower() + first["msg"][1:]
+        raise SettingsError(f"--task-settings: {where}{what} (expected {{task: {{max_length, doc_stride}}}})") from None
+    for name, settings in task_settings.items():
         if name not in tasks:
             raise SettingsError(f"--task-settings: {name} has no --heads {name}=DIR")
-        unknown = sorted(set(settings) - BUNDLE_TASK_SETTINGS) if isinstance(settings, dict) else ["(not an object)"]
-        if unknown or not all(v is None or isinstance(v, int) for v in settings.values()):
-            raise SettingsError(
-                f"--task-settings: {name}: expected integers for {sorted(BUNDLE_TASK_SETTINGS)}, got {settings}"
-            )
-        tasks[name].update({k: v for k, v in settings.items() if v is not None})
+        tasks[name].update(settings.model_dump(exclude_none=True))
     bundle = write_bundle(a.out, a.encoder_dir, a.tokenizer, tasks, a.keys, a.precision)
     for name, task in bundle.tasks.items():
         kept = ", ".join(f"{h} (seed {e.seed})" for h, e in task.heads.items())
@@ -40,21 +49,14 @@ def cmd_serve(a):
 
     import uvicorn
 
-    from bertvision.serving.app import BUNDLE_ENV, SETTINGS_ENV, ServeSettings
+    from bertvision.serving.app import BUNDLE_ENV, SETTINGS_ENV
     from bertvision.serving.bundle import load_bundle
 
     bundle = load_bundle(a.bundle)  # a broken bundle fails here, in one line, before any worker starts
-    given = {
-        "max_batch_size": a.max_batch_size,
-        "max_wait_ms": a.max_wait_ms,
-        "max_texts_per_request": a.max_texts,
-        "max_body_bytes": a.max_body_bytes,
-        "max_text_chars": a.max_text_chars,
-        "device": a.device,
-        # several workers on one CPU would otherwise each start a thread per core
-        "threads": a.threads or (max(1, (os.cpu_count() or 1) // a.workers) if a.workers > 1 else None),
-    }
-    settings = ServeSettings(**{k: v for k, v in given.items() if v is not None})
+    given = {k: getattr(a, k) for k in SERVE_FLAGS}
+    # several workers on one CPU would otherwise each start a thread per core
+    threads = a.threads or (max(1, (os.cpu_count() or 1) // a.workers) if a.workers > 1 else None)
+    settings = ServeSettings(**given, device=a.device, threads=threads)
     # uvicorn's factory mode: every worker process builds its own app from these
     os.environ[BUNDLE_ENV], os.environ[SETTINGS_ENV] = str(bundle.root), settings.to_json()
     uvicorn.run("bertvision.serving.app:app_from_env", factory=True, host=a.host, port=a.port, workers=a.workers)
@@ -101,15 +103,23 @@ def add_serving_commands(sub, subcommand, json_arg, name_path_arg) -> None:
 
     s = subcommand(sub, "serve", cmd_serve, "answer every task of a bundle over HTTP from one encoder pass per batch")
     s.add_argument("bundle", type=Path, help="a bundle directory (bertvision bundle)")
-    s.add_argument("--host", default="127.0.0.1")
-    s.add_argument("--port", type=int, default=8000)
-    s.add_argument("--workers", type=int, default=1, help="uvicorn worker processes, each with its own model")
-    s.add_argument("--max-batch-size", type=int, help="inputs per encoder pass (default 32)")
-    s.add_argument("--max-wait-ms", type=float, help="how long a batch waits to fill (default 5)")
-    s.add_argument("--max-texts", type=int, help="inputs per request (default 64)")
-    s.add_argument("--max-body-bytes", type=int, help="request body size (default 1000000)")
-    s.add_argument("--max-text-chars", type=int, help="characters per text, question or context (default 20000)")
-    s.add_argument("--device", choices=["auto", "cpu", "cuda"], help="default auto (a GPU when there is one)")
+    s.add_argument("--host", default="127.0.0.1", help="(default %(default)s)")
+    s.add_argument("--port", type=int, default=8000, help="(default %(default)s)")
+    s.add_argument(
+        "--workers", type=int, default=1, help="uvicorn worker processes, each with its own model (default %(default)s)"
+    )
+    default = ServeSettings()
+    for key, (flag, what) in SERVE_FLAGS.items():
+        value, metavar = getattr(default, key), flag.removeprefix("--").upper().replace("-", "_")
+        s.add_argument(
+            flag, dest=key, type=type(value), default=value, metavar=metavar, help=f"{what} (default %(default)s)"
+        )
+    s.add_argument(
+        "--device",
+        choices=["auto", "cpu", "cuda"],
+        default=default.device,
+        help="auto: a GPU when there is one (default %(default)s)",
+    )
     s.add_argument(
         "--threads", type=int, help="torch threads per worker (default: CPU cores / workers when --workers > 1)"
     )

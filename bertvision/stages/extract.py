@@ -24,13 +24,14 @@ from tqdm import tqdm
 
 from bertvision.config.settings import ExtractCompute, ExtractSettings
 from bertvision.data.tokenized import TokenizedSplit, collate, sorted_batches
-from bertvision.errors import DiskSpaceError
+from bertvision.errors import DiskFullError, DiskSpaceError
 from bertvision.features.encode import cls_states, frozen_encoder, token_states
 from bertvision.features.store import ShardWriter, TokenShardWriter, shard_rows
 from bertvision.layout import shard_file, split_file
 from bertvision.models.backbone import encoder_parameter_count
 from bertvision.models.encoder_io import hidden_state_shape, pad_id
 from bertvision.runtime.device import pick_device, resolve_precision, set_threads, to_device
+from bertvision.runtime.io import disk_full
 
 log = logging.getLogger(__name__)
 
@@ -174,8 +175,8 @@ def extract_split_cls(
                         progress.update(1)
                     background.put((b0 - start, block, split.labels[b0:b1], split.idx[b0:b1]))
         finally:
+            progress.close()  # first: a writer's error ends the log on a line of its own
             background.close()
-            progress.close()
     stats = {"rows": end - start, "seconds": time.perf_counter() - t0, "padded_tokens": padded, "real_tokens": real}
     log.info("wrote %s: %s", out_path, stats)
     return stats
@@ -241,8 +242,8 @@ def extract_split_tokens(
                     char_offsets = np.concatenate([split.offsets[i] for i in range(b0, b1)]) if span else None
                     background.put((b0 - start, block, char_offsets, split.labels[b0:b1], split.idx[b0:b1]))
         finally:
+            progress.close()  # first: a writer's error ends the log on a line of its own
             background.close()
-            progress.close()
     stats = {
         "rows": end - start,
         "tokens": int(lengths.sum()),
@@ -283,7 +284,12 @@ def planned_bytes(
     return units * layers * hidden * 2
 
 
-def check_disk_space(out_dir: Path, needed: int, headroom: float = 1.05) -> None:
+def readable_size(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**28 else f"{n / 2**20:.1f} MiB"
+
+
+def check_disk_space(out_dir: Path, needed: int, headroom: float = 1.05) -> int:
+    """The bytes free on ``out_dir``'s disk; DiskSpaceError if fewer than ``needed`` (with ``headroom``)."""
     free = shutil.disk_usage(out_dir).free
     log.info(
         "planned feature bytes for this shard: %s (%.1f MiB); free on disk: %.1f MiB",
@@ -293,9 +299,10 @@ def check_disk_space(out_dir: Path, needed: int, headroom: float = 1.05) -> None
     )
     if free < needed * headroom:
         raise DiskSpaceError(
-            f"{out_dir}: this shard needs about {needed / 2**30:.2f} GiB of features but only "
-            f"{free / 2**30:.2f} GiB is free; free space or use more shards on other disks"
+            f"{out_dir}: this shard needs about {readable_size(needed)} of features but only "
+            f"{readable_size(free)} is free; free space or use more shards on other disks"
         )
+    return free
 
 
 def extract_shard(
@@ -333,20 +340,28 @@ def extract_shard(
     stats = {}
     try:
         level = feature_level(attrs)
-        check_disk_space(
-            tmp_dir, sum(planned_bytes(t, shard, n_shards, layers, hidden, kind, level) for t in tokens.values())
-        )
+        needed = sum(planned_bytes(t, shard, n_shards, layers, hidden, kind, level) for t in tokens.values())
+        free = check_disk_space(tmp_dir, needed)
         for split in splits:
-            stats[split] = extractor(attrs)(
-                replicas,
-                tokens[split],
-                shard_file(tmp_dir, split),
-                shard,
-                n_shards,
-                settings,
-                resolve_precision(model_device, compute.precision),
-                {**attrs, "split": split},
-            )
+            try:
+                stats[split] = extractor(attrs)(
+                    replicas,
+                    tokens[split],
+                    shard_file(tmp_dir, split),
+                    shard,
+                    n_shards,
+                    settings,
+                    resolve_precision(model_device, compute.precision),
+                    {**attrs, "split": split},
+                )
+            except Exception as err:  # the writer thread's errors come back here too
+                if not disk_full(err):
+                    raise
+                raise DiskFullError(
+                    f"{shard_file(out_dir, split)}: the disk filled up while it was written (nothing of the shard "
+                    f"is kept): the shard needs about {readable_size(needed)} of features and "
+                    f"{readable_size(free)} was free when it began; free space or use more shards on other disks"
+                ) from None
         if out_dir.exists():  # an empty directory left by the scheduler
             out_dir.rmdir()
         os.replace(tmp_dir, out_dir)

@@ -1,0 +1,133 @@
+"""The checks across config keys that the schema cannot express (a head a task lists must be in
+heads.models, a shared task must be configured, ...), run when ``WorkflowSettings`` is built so
+that a bad config fails the dry run with the key at fault. ``workflow``: the
+``WorkflowSettings`` being built."""
+
+from __future__ import annotations
+
+from bertvision.errors import ConfigError, MissingError
+from bertvision.layout import fraction_name
+from bertvision.models.backbone import resolve_pretrained
+from bertvision.registry.heads import is_token_head
+from bertvision.registry.tasks import get_task
+
+
+def check(workflow) -> None:
+    """Raise one ConfigError listing every problem, one line each, naming the config file and the key."""
+    problems, broken = [], set()  # broken: tasks whose heads cannot be listed
+    for model in workflow.models:
+        try:
+            resolve_pretrained(workflow.pretrained(model))
+        except MissingError as err:
+            problems.append(f"backbones.{model}.pretrained: {err}")
+    models = workflow.config["heads"]["models"]
+    for task in workflow.tasks:
+        spec, over = get_task(task), workflow.task_overrides(task)
+        listed = over.get("heads") or []
+        unknown = [n for n in listed if n not in models]
+        if unknown:
+            problems.append(f"tasks.{task}.heads: {unknown} are not in heads.models ({workflow.heads})")
+            broken.add(task)
+            continue
+        misplaced = [
+            key for key, ok in (("doc_stride", spec.windowed), ("article_split", spec.squad)) if key in over and not ok
+        ]
+        if misplaced:
+            problems.append(f"tasks.{task}: {misplaced} only apply to tasks over SQuAD context windows")
+        if over.get("token_features") and spec.kind == "span":
+            problems.append(
+                f"tasks.{task}.token_features: span tasks always store every token; token-level "
+                "example heads are for classification / regression tasks"
+            )
+            continue
+        token = [n for n in listed if is_token_head(models[n])]
+        if token and not workflow.token_features(task):
+            why = (
+                "span tasks train per-token span heads"
+                if spec.kind == "span"
+                else f"set tasks.{task}.token_features: true to extract them"
+            )
+            problems.append(
+                f"tasks.{task}.heads: {token} are token-level heads; they need every token's "
+                f"features, which {task} does not store ({why})"
+            )
+            continue
+        if not workflow.task_heads(task):
+            problems.append(
+                f"tasks.{task}: every head in heads.models is token-level, but the task has no token "
+                f"features; set tasks.{task}.token_features: true or list [CLS] heads"
+            )
+            continue
+        unsearched = [n for n in workflow.search_heads(task) if n not in workflow.task_heads(task)]
+        if unsearched:
+            problems.append(
+                f"tasks.{task}.search_heads: {unsearched} are not among the task's heads "
+                f"({list(workflow.task_heads(task))})"
+            )
+    for name in ("data_fraction", "transfer"):
+        unknown = [t for t in workflow.config["experiments"][name]["tasks"] if t not in workflow.tasks]
+        if unknown:
+            problems.append(f"experiments.{name}.tasks: {unknown} are not configured tasks ({workflow.tasks})")
+    wanted = workflow.config["experiments"]["data_fraction"]["heads"] or []
+    for task in set(workflow.data_fraction_tasks()) & set(workflow.tasks) - broken:
+        missing = [n for n in wanted if n not in workflow.task_heads(task)]
+        if missing:
+            problems.append(f"experiments.data_fraction.heads: {missing} are not among {task}'s heads")
+    unknown = [c for c in workflow.data_fraction_checkpoints() if c not in workflow.fractions]
+    if unknown:
+        problems.append(f"experiments.data_fraction.checkpoints: {unknown} are not in finetune.epoch_fractions")
+    problems += shared_problems(workflow, broken)
+    if problems:
+        raise ConfigError("\n".join(f"{workflow.source}: {p}" for p in problems))
+
+
+def shared_problems(workflow, broken: set) -> list[str]:
+    """The problems of the ``shared`` section (``broken``: tasks whose heads cannot be listed)."""
+    shared, problems = workflow.config["shared"], []
+    unknown = [t for t in workflow.shared_tasks if t not in workflow.tasks]
+    if unknown:
+        problems.append(f"shared.tasks: {unknown} are not configured tasks ({workflow.tasks})")
+    streamed = [t for t in workflow.shared_tasks if t in workflow.tasks and not workflow.store(t)]
+    if streamed:
+        problems.append(
+            f"shared.tasks: {streamed} stream their states (store: false); shared encoders read "
+            "stored features, so list only stored tasks"
+        )
+    windowed = [t for t in workflow.shared_tasks if t in workflow.tasks and get_task(t).answerability]
+    if windowed:
+        problems.append(
+            f"shared.tasks: {windowed} classify questions from several context windows; a bundle "
+            "serves one window per request, so answerability tasks are not shared"
+        )
+    for name, mixture in shared["mixtures"].items():
+        missing = [t for t in mixture["tasks"] if t not in workflow.tasks]
+        if missing:
+            problems.append(f"shared.mixtures.{name}.tasks: {missing} are not configured tasks ({workflow.tasks})")
+        if name == "frozen" or name in workflow.tasks:
+            problems.append(f"shared.mixtures.{name}: the name is taken (frozen and task names name encoders)")
+    if not workflow.shared_tasks or problems:
+        return problems
+    if shared["frozen"] and "0" not in workflow.fractions:
+        problems.append(
+            "shared.frozen: needs 0 in finetune.epoch_fractions (the frozen encoder's features are "
+            "the main pipeline's checkpoint 0)"
+        )
+    if shared["checkpoint"] is not None and fraction_name(shared["checkpoint"]) not in workflow.fractions:
+        problems.append(
+            f"shared.checkpoint: {shared['checkpoint']} is not in finetune.epoch_fractions ({workflow.fractions})"
+        )
+    unknown = [s for s in workflow.shared_ft_seeds if s not in workflow.ft_seeds]
+    if unknown:
+        problems.append(f"shared.ft_seeds: {unknown} are not in finetune.seeds ({workflow.ft_seeds})")
+    if not workflow.shared_encoders():
+        problems.append("shared: no encoder (frozen false, checkpoint null and no mixtures)")
+    elif shared["serve"] is not None and shared["serve"] not in workflow.shared_encoders():
+        problems.append(
+            f"shared.serve: {shared['serve']!r} is not a shared encoder ({list(workflow.shared_encoders())})"
+        )
+    for task in set(workflow.shared_tasks) - broken:
+        if shared["heads"] is not None and not workflow.shared_heads(task):
+            problems.append(
+                f"shared.heads: none of {shared['heads']} is among {task}'s heads ({list(workflow.task_heads(task))})"
+            )
+    return problems

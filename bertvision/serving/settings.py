@@ -1,0 +1,48 @@
+"""What ``bertvision serve`` runs with: the one owner of the service's defaults (the app reads
+them, and ``bertvision serve --help`` shows them); and what ``bertvision bundle`` records of each
+task's tokenization. Kept free of FastAPI so that the command line builds its help cheaply."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+
+from pydantic import BaseModel, ConfigDict, TypeAdapter
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    max_batch_size: int = 32  # inputs (texts + questions) per model call
+    max_wait_ms: float = 5.0  # how long the first request of a batch waits for company
+    max_texts_per_request: int = 64
+    max_body_bytes: int = 1_000_000
+    max_text_chars: int = 20_000  # per text, question or context
+    max_windows: int = 64  # span tasks: context windows per question
+    max_batch_tokens: int = 8192  # padded tokens per encoder forward call (bounds memory; a batch above it is split)
+    max_queued: int = 1024  # waiting requests; more get 503
+    device: str = "auto"
+    threads: int | None = None  # torch threads per worker process (None: torch's default)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> ServeSettings:
+        data = json.loads(text)
+        unknown = sorted(set(data) - {f.name for f in fields(cls)})
+        if unknown:
+            raise ValueError(f"serve settings: unknown keys {unknown}")
+        return cls(**data)
+
+
+class BundleTaskSettings(BaseModel):
+    """One task's tokenization as its features used it (``bertvision bundle --task-settings``);
+    a key left out, or null, is the task registry's."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+    max_length: int | None = None
+    doc_stride: int | None = None
+
+
+# --task-settings: {task: BundleTaskSettings}
+BUNDLE_TASK_SETTINGS = TypeAdapter(dict[str, BundleTaskSettings])
