@@ -33,4 +33,4 @@ class DiskSpaceError(BertvisionError, OSError):
 class DiskFullError(DiskSpaceError):
     """The disk filled up while a job wrote to it. HDF5 can neither close nor free a file whose
     write found no room (h5py issue 914), so the command line ends the process at once, without
-    finalizing it (``features.store.UNCLOSABLE``)."""
+    finalizing it (``features.shard_writer.UNCLOSABLE``)."""

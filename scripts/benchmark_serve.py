@@ -46,7 +46,8 @@ import numpy as np
 from bertvision.data.glue_files import locate, parse_split
 from bertvision.registry.tasks import get_task
 from bertvision.serving.bundle import load_bundle
-from bertvision.serving.engine import Engine, TextItem
+from bertvision.serving.engine import Engine
+from bertvision.serving.items import TextItem
 from bertvision.serving.settings import ServeSettings
 
 REPO = Path(__file__).resolve().parents[1]

@@ -303,7 +303,8 @@ def roberta_span_run(encoders, tmp_path_factory):
 @pytest.mark.slow
 def test_roberta_learns_spans_and_its_bundle_answers_as_the_pipeline(roberta_span_run):
     from bertvision.layout import HEAD_PREDICTIONS, head_run_dir
-    from bertvision.serving.engine import Engine, QuestionItem, TextItem
+    from bertvision.serving.engine import Engine
+    from bertvision.serving.items import QuestionItem, TextItem
 
     root, bundle = roberta_span_run
     ckpt = root / "ft" / "ckpt-1"

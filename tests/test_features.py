@@ -13,7 +13,8 @@ import pandas as pd
 import pytest
 
 from bertvision.errors import FeatureError
-from bertvision.features.store import FeatureSet, ShardWriter, shard_rows, write_manifest
+from bertvision.features.shard_writer import ShardWriter, shard_rows
+from bertvision.features.store import FeatureSet, write_manifest
 from bertvision.features.stream import BatchStream
 from tests.conftest import REPO
 
@@ -133,7 +134,7 @@ def test_failed_writer_leaves_no_file(tmp_path):
 
 
 def test_chunks_tile_the_rows():
-    from bertvision.features.store import chunk_rows
+    from bertvision.features.shard_writer import chunk_rows
 
     for n in (1, 100, 900, 1408, 100_000):
         for row_bytes in (5376, 19968, 51200):

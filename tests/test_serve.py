@@ -328,7 +328,8 @@ def test_tasks_and_health(server, bundle):
 
 
 def test_a_batch_cut_into_chunks_gives_the_same_answers(run, bundle):
-    from bertvision.serving.engine import Engine, QuestionItem, TextItem
+    from bertvision.serving.engine import Engine
+    from bertvision.serving.items import QuestionItem, TextItem
 
     rows, questions = dev_rows(run, "mrpc"), dev_rows(run, "squad2")
     texts = [TextItem((a, b), {"mrpc": "tok", "stsb": "lp"}) for a, b in zip(rows["sentence1"], rows["sentence2"])]
@@ -455,7 +456,7 @@ def test_concurrent_requests_share_encoder_passes_and_get_their_own_answers(run,
 
 def test_a_failing_request_fails_alone_and_the_worker_keeps_running():
     from bertvision.serving.batching import Batcher, BatchFailed
-    from bertvision.serving.engine import TextItem
+    from bertvision.serving.items import TextItem
 
     calls = []
 

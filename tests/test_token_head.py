@@ -15,7 +15,8 @@ from bertvision.config.schema import validate_config
 from bertvision.config.settings import ExtractCompute, ExtractSettings, HeadRuntimeSettings, HeadTrainingSettings
 from bertvision.config.workflow import WorkflowSettings
 from bertvision.errors import ConfigError, FeatureError
-from bertvision.features.store import FeatureSet, TokenShardWriter, shard_rows, write_manifest
+from bertvision.features.shard_writer import TokenShardWriter, shard_rows
+from bertvision.features.store import FeatureSet, write_manifest
 from bertvision.models.heads import Standardized, TokenPoolHead, build_head, count_parameters
 from bertvision.registry.heads import HEAD_TYPES, get_head_type, is_token_head
 from bertvision.registry.tasks import get_task

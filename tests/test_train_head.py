@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from bertvision.config.settings import HeadRuntimeSettings, HeadTrainingSettings
-from bertvision.features.store import ShardWriter, shard_rows, write_manifest
+from bertvision.features.shard_writer import ShardWriter, shard_rows
+from bertvision.features.store import write_manifest
 from bertvision.registry.tasks import get_task
 from bertvision.stages.train_heads import train_heads
 

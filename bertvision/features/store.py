@@ -7,15 +7,13 @@ file holds rows ``[row_start, row_end)`` of its split:
 - ``labels``: (n,) int64 or float32; ``idx``: (n,) int64, the example ids;
 - attributes describing where it came from.
 Token-level shards (span tasks, and example tasks with ``token_features``) hold every real
-token instead (``TokenShardWriter``); example-task token shards keep the ``cls`` rows too, so
+token instead (``shard_writer.TokenShardWriter``); example-task token shards keep the ``cls`` rows too, so
 the [CLS] heads read them exactly like a [CLS] shard.
 The checkpoint's manifest lists, per split, every shard file with its row range, byte size and sha256.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,179 +22,9 @@ import numpy as np
 
 from bertvision.errors import FeatureError
 from bertvision.layout import shard_file
-from bertvision.models.encoder_io import SUMMARY_POSITION
-from bertvision.runtime.io import atomic_write_json, disk_full, read_json, sha256_file
+from bertvision.runtime.io import atomic_write_json, read_json, sha256_file
 
 FORMAT = "bertvision-features/1"
-CHUNK_BYTES = 1 << 20
-# Shard writers whose file found no room. HDF5 can then neither flush nor close the file, and
-# freeing it crashes the process (h5py issue 914): they stay here, open and never freed, and
-# the command line ends such a process without finalizing it (errors.DiskFullError).
-UNCLOSABLE: list = []
-
-
-def chunk_rows(n_rows: int, row_bytes: int) -> int:
-    """Rows per HDF5 chunk: about CHUNK_BYTES each, balanced so the chunks tile ``n_rows``
-    (HDF5 stores the last chunk whole, so a ragged tail would be padding on disk)."""
-    target = max(1, CHUNK_BYTES // row_bytes)
-    n_chunks = -(-n_rows // target)
-    return -(-n_rows // n_chunks)
-
-
-def shard_rows(n_rows: int, n_shards: int, shard: int) -> tuple[int, int]:
-    """Contiguous row range of shard ``shard`` (0-based) out of ``n_shards``."""
-    if not 0 <= shard < n_shards:
-        raise ValueError(f"shard {shard} outside 0..{n_shards - 1}")
-    return shard * n_rows // n_shards, (shard + 1) * n_rows // n_shards
-
-
-class ShardWriter:
-    """Write one shard to a temporary file; ``commit()`` renames it into place.
-
-    Rows arrive in contiguous blocks (``write_block``). Used as a context manager, an
-    exception (or a kill) leaves only the temporary file, which no reader ever opens.
-    """
-
-    def __init__(self, path: Path, n_rows: int, layers: int, hidden: int, label_dtype, attrs: dict):
-        with self._opened(path):
-            # fletcher32 needs chunked storage, and HDF5 refuses chunks on an empty dataset.
-            rows = chunk_rows(n_rows, layers * hidden * 2)
-            chunked = {"chunks": (rows, layers, hidden), "fletcher32": True} if n_rows else {}
-            self.cls = self.file.create_dataset("cls", shape=(n_rows, layers, hidden), dtype="float16", **chunked)
-            self.labels = self.file.create_dataset("labels", shape=(n_rows,), dtype=label_dtype)
-            self.idx = self.file.create_dataset("idx", shape=(n_rows,), dtype="int64")
-            self._set_attrs(attrs)
-        self.n_rows = n_rows
-        self.rows_written = 0
-
-    @contextlib.contextmanager
-    def _opened(self, path: Path):
-        """Open the temporary file of ``path``; an error inside the block aborts it."""
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.tmp = self.path.with_name(f".{self.path.name}.tmp")
-        self.file = None
-        with self._aborted_on_error():
-            self.file = h5py.File(self.tmp, "w")
-            yield
-
-    @contextlib.contextmanager
-    def _aborted_on_error(self):
-        try:
-            yield
-        except BaseException as err:
-            self.abort(err)
-            raise
-
-    def _set_attrs(self, attrs: dict) -> None:
-        for key, value in attrs.items():
-            self.file.attrs[key] = value
-        self.file.attrs["format"] = FORMAT
-
-    def write_block(self, start: int, cls: np.ndarray, labels: np.ndarray, idx: np.ndarray) -> None:
-        end = start + len(cls)
-        self.cls[start:end] = cls.astype(np.float16, copy=False)
-        self.labels[start:end] = labels
-        self.idx[start:end] = idx
-        self.rows_written += len(cls)
-
-    def commit(self) -> None:
-        with self._aborted_on_error():  # closing flushes what HDF5 still holds: the disk may fill up here
-            if self.rows_written != self.n_rows:
-                raise FeatureError(f"{self.path}: {self.rows_written} of {self.n_rows} rows written")
-            self.file.close()
-        os.replace(self.tmp, self.path)
-
-    def abort(self, err: BaseException | None = None) -> None:
-        """Remove the temporary file. After ``err``, a write that found no room, the file is not
-        closed (see UNCLOSABLE); only its name goes, and its space comes back when the process ends."""
-        if err is not None and disk_full(err):
-            UNCLOSABLE.append(self)
-        elif self.file is not None and self.file.id.valid:
-            self.file.close()
-        self.tmp.unlink(missing_ok=True)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        if exc_type is None:
-            self.commit()
-        else:
-            self.abort(exc)
-        return False
-
-
-class TokenShardWriter(ShardWriter):
-    """A shard of token-level states: only real tokens, no padding.
-
-    - ``states``: (total_tokens, layers, hidden) float16, the windows' tokens back to back;
-    - ``window_offsets``: (n + 1,) start of each window in ``states``;
-    - ``char_offsets``: (total_tokens, 2) character offsets, -1 outside the context (span
-      tasks; ``char_offsets=False`` leaves it out);
-    - ``labels``: (n, 2) gold (start, end) token positions for span tasks, or (n,) example
-      labels (``label_shape=()``, ``label_dtype``); ``idx``: (n,) question / example rows;
-    - ``cls`` (``store_cls=True``, example tasks): (n, layers, hidden), each row's summary token
-      (``encoder_io.SUMMARY_POSITION``), so that [CLS] readers (``read_shard``, ``BatchStream``) need
-    not touch ``states``.
-    Rows are windows (or examples); blocks of them arrive in order.
-    """
-
-    def __init__(
-        self,
-        path: Path,
-        window_lengths: np.ndarray,
-        layers: int,
-        hidden: int,
-        attrs: dict,
-        label_shape: tuple = (2,),
-        label_dtype="int64",
-        char_offsets: bool = True,
-        store_cls: bool = False,
-    ):
-        with self._opened(path):
-            n_tokens = int(window_lengths.sum())
-            rows = chunk_rows(n_tokens, layers * hidden * 2)
-            chunked = {"chunks": (rows, layers, hidden), "fletcher32": True} if n_tokens else {}
-            self.states = self.file.create_dataset(
-                "states", shape=(n_tokens, layers, hidden), dtype="float16", **chunked
-            )
-            self.char_offsets = (
-                self.file.create_dataset("char_offsets", shape=(n_tokens, 2), dtype="int32") if char_offsets else None
-            )
-            self.cls = None
-            n = len(window_lengths)
-            if store_cls:
-                rows = chunk_rows(n, layers * hidden * 2)
-                self.cls = self.file.create_dataset(
-                    "cls",
-                    shape=(n, layers, hidden),
-                    dtype="float16",
-                    **({"chunks": (rows, layers, hidden), "fletcher32": True} if n else {}),
-                )
-            offsets = np.concatenate([[0], np.cumsum(window_lengths)]).astype(np.int64)
-            self.file.create_dataset("window_offsets", data=offsets)
-            self.window_offsets = offsets
-            self.labels = self.file.create_dataset("labels", shape=(n, *label_shape), dtype=label_dtype)
-            self.idx = self.file.create_dataset("idx", shape=(len(window_lengths),), dtype="int64")
-            self._set_attrs(attrs)
-        self.n_rows = len(window_lengths)
-        self.rows_written = 0
-
-    def write_windows(self, start: int, states: np.ndarray, char_offsets: np.ndarray | None, labels, idx) -> None:
-        """Windows ``start .. start + len(labels)``; ``states``/``char_offsets`` hold their tokens
-        (``char_offsets`` None when the shard stores none)."""
-        end = start + len(labels)
-        t0, t1 = self.window_offsets[start], self.window_offsets[end]
-        states = states.astype(np.float16, copy=False)
-        self.states[t0:t1] = states
-        if self.char_offsets is not None:
-            self.char_offsets[t0:t1] = char_offsets
-        if self.cls is not None:
-            self.cls[start:end] = states[self.window_offsets[start:end] - t0 + SUMMARY_POSITION]
-        self.labels[start:end] = labels
-        self.idx[start:end] = idx
-        self.rows_written += len(labels)
 
 
 def shard_summary(path: Path, root: Path) -> dict:

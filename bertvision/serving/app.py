@@ -21,15 +21,15 @@ import os
 from contextlib import asynccontextmanager
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated, Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, PlainValidator
 
 from bertvision.serving.batching import Batcher, BatchFailed, Overloaded
-from bertvision.serving.engine import Engine, QuestionItem, RequestError, TextItem
+from bertvision.serving.engine import Engine
+from bertvision.serving.items import RequestError
+from bertvision.serving.requests import PredictRequest, PredictResponse, build_items
 from bertvision.serving.settings import ServeSettings
 
 log = logging.getLogger(__name__)
@@ -38,191 +38,6 @@ BUNDLE_ENV = "BERTVISION_SERVE_BUNDLE"
 SETTINGS_ENV = "BERTVISION_SERVE_SETTINGS"
 
 
-# --- request and response bodies ---------------------------------------------------------------
-def _text_input(value: Any) -> str | tuple[str, str]:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, (list, tuple)) and len(value) == 2 and all(isinstance(v, str) for v in value):
-        return (value[0], value[1])
-    raise ValueError("a text is a string, or a pair [a, b] of two strings for pair tasks")
-
-
-TextInput = Annotated[str | tuple[str, str], PlainValidator(_text_input, json_schema_input_type=str | tuple[str, str])]
-
-
-class QAInput(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    question: str = Field(description="The question.")
-    context: str = Field(description="The passage the answer is taken from (long ones span several windows).")
-
-
-class PredictRequest(BaseModel):
-    model_config = ConfigDict(
-        extra="forbid",
-        json_schema_extra={
-            "examples": [
-                {"texts": [["The cat sat.", "A cat was sitting."]], "tasks": ["mrpc", "stsb"]},
-                {"qa": [{"question": "Who sat?", "context": "The cat sat on the mat."}]},
-            ]
-        },
-    )
-    texts: list[TextInput] | None = Field(
-        None,
-        description=(
-            "Inputs of the classification and regression tasks: each a string (single-text tasks such as sst2) or "
-            "a pair [a, b] (pair tasks such as mrpc, stsb). Each is tokenized once and encoded once for all tasks."
-        ),
-    )
-    qa: list[QAInput] | None = Field(None, description="Inputs of the span (question answering) tasks such as squad2.")
-    tasks: list[str] | None = Field(
-        None,
-        description=(
-            "Tasks to answer (GET /tasks lists them). Default: for each text, every example task that takes its "
-            "number of texts; for qa items, every span task."
-        ),
-    )
-    heads: dict[str, str] | None = Field(
-        None, description=("task -> head to use instead of the task's default head (the best on the selection split).")
-    )
-
-
-class ExampleAnswer(BaseModel):
-    head: str = Field(description="The head that answered.")
-    label: str | None = Field(None, description="Classification: the predicted label's name.")
-    label_id: int | None = None
-    probabilities: dict[str, float | None] | None = Field(None, description="Classification: softmax per label.")
-    score: float | None = Field(None, description="Regression: the predicted value.")
-    outputs: list[float | None] = Field(description="The head's raw outputs (logits, or the regression value).")
-
-
-class SpanAnswer(BaseModel):
-    head: str
-    answer: str = Field(description='The answer, "" when the question is judged unanswerable.')
-    has_answer: bool
-    best_span: str = Field(description="The best span, whatever the null threshold says.")
-    score_diff: float | None = Field(description="Best span score - null score (null: no valid span).")
-    null_threshold: float = Field(description="Answered when score_diff exceeds it (tuned on the selection split).")
-
-
-class PredictResponse(BaseModel):
-    predictions: list[dict[str, ExampleAnswer]] = Field(description="Per text (in order): task -> answer.")
-    answers: list[dict[str, SpanAnswer]] = Field(description="Per qa item (in order): span task -> answer.")
-
-
-# --- checking a request --------------------------------------------------------------------------
-def check_not_empty(body: PredictRequest) -> None:
-    if body.texts is not None and not body.texts:
-        raise RequestError("texts", "empty list; give at least one text (or leave it out and give qa)")
-    if body.qa is not None and not body.qa:
-        raise RequestError("qa", "empty list; give at least one question/context item (or leave it out)")
-
-
-def strings(body: PredictRequest):
-    """(field, string) of every text, question and context of the request."""
-    for i, text in enumerate(body.texts or []):
-        if isinstance(text, str):
-            yield f"texts[{i}]", text
-        else:
-            yield from ((f"texts[{i}][{k}]", part) for k, part in enumerate(text))
-    for i, item in enumerate(body.qa or []):
-        yield f"qa[{i}].question", item.question
-        yield f"qa[{i}].context", item.context
-
-
-def check_sizes(body: PredictRequest, settings: ServeSettings) -> None:
-    texts, qa = body.texts, body.qa
-    if not texts and not qa:
-        raise RequestError("texts", "no inputs: give texts (classification / regression) or qa (span tasks)")
-    n = len(texts or []) + len(qa or [])
-    if n > settings.max_texts_per_request:
-        raise RequestError(
-            "texts" if texts else "qa", f"{n} inputs, at most {settings.max_texts_per_request} per request", status=413
-        )
-    for field, text in strings(body):
-        if len(text) > settings.max_text_chars:
-            raise RequestError(field, f"{len(text)} characters, at most {settings.max_text_chars}", status=413)
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:  # JSON may carry lone surrogates ("\ud800"); the tokenizer cannot read them
-            raise RequestError(field, "not valid Unicode (a lone surrogate)") from None
-
-
-def chosen_tasks(body: PredictRequest, engine: Engine) -> tuple[list[str] | None, list[str]]:
-    """(example tasks asked by name, or None for each text's default; span tasks)."""
-    if body.tasks is None:
-        return None, ([n for n, t in engine.tasks.items() if t.is_span] if body.qa else [])
-    if not body.tasks:
-        raise RequestError("tasks", "empty list; leave it out to answer every task that fits the inputs")
-    names = list(dict.fromkeys(body.tasks))
-    for i, name in enumerate(body.tasks):
-        engine.task(name, f"tasks[{i}]")
-    example = [n for n in names if not engine.tasks[n].is_span]
-    span = [n for n in names if engine.tasks[n].is_span]
-    if example and not body.texts:
-        raise RequestError("texts", f"tasks {', '.join(example)} need texts")
-    if span and not body.qa:
-        raise RequestError(
-            "qa",
-            f"{', '.join(span)} {'is a span task' if len(span) == 1 else 'are span tasks'}: "
-            "give question/context items in qa",
-        )
-    if body.texts and not example:
-        raise RequestError("texts", f"none of the tasks asked ({', '.join(names)}) takes texts (span tasks take qa)")
-    if body.qa and not span:
-        raise RequestError("qa", f"none of the tasks asked ({', '.join(names)}) is a span task")
-    return example, span
-
-
-def head_choices(body: PredictRequest, engine: Engine, asked: set[str] | None) -> dict[str, str]:
-    """task -> head for every task the request names in ``heads`` (checked)."""
-    chosen = {}
-    for name, head in (body.heads or {}).items():
-        task = engine.task(name, f"heads.{name}")
-        if asked is not None and name not in asked:
-            raise RequestError(
-                f"heads.{name}", f"task {name} is not among the tasks asked ({', '.join(sorted(asked))})"
-            )
-        chosen[name] = engine.head(task, head, f"heads.{name}")
-    return chosen
-
-
-def default_tasks(engine: Engine, arity: int, field: str) -> list[str]:
-    names = [n for n, t in engine.tasks.items() if not t.is_span and len(t.text_fields) == arity]
-    if not names:
-        kind = "a pair of texts" if arity == 2 else "a single text"
-        raise RequestError(
-            field,
-            f"no task of this bundle takes {kind}; its example tasks take "
-            + ", ".join(f"{n} ({len(t.text_fields)} text(s))" for n, t in engine.tasks.items() if not t.is_span),
-        )
-    return names
-
-
-def build_items(
-    body: PredictRequest, engine: Engine, settings: ServeSettings
-) -> tuple[list[TextItem], list[QuestionItem]]:
-    """The request as engine inputs, every check done (RequestError names the field at fault)."""
-    check_not_empty(body)
-    example, span = chosen_tasks(body, engine)
-    check_sizes(body, settings)
-    asked = None if example is None and body.texts else set((example or []) + span)
-    heads = head_choices(body, engine, asked)
-    texts = []
-    for i, text in enumerate(body.texts or []):
-        parts = (text,) if isinstance(text, str) else tuple(text)
-        names = example if example is not None else default_tasks(engine, len(parts), f"texts[{i}]")
-        item = TextItem(parts, {n: heads.get(n, engine.tasks[n].picked) for n in names})
-        engine.check_text(item, f"texts[{i}]")
-        texts.append(item)
-    questions = []
-    for i, qa in enumerate(body.qa or []):
-        item = QuestionItem(qa.question, qa.context, {n: heads.get(n, engine.tasks[n].picked) for n in span})
-        engine.check_question(item, f"qa[{i}]")
-        questions.append(item)
-    return texts, questions
-
-
-# --- limits and errors ---------------------------------------------------------------------------
 class BodyLimit:
     """Refuses (413) a body over ``max_bytes``: by its Content-Length, and by the bytes that
     actually arrive (chunked bodies, or a header that lies). The body is read here and replayed."""

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from bertvision.serving.engine import QuestionItem, TextItem
+from bertvision.serving.items import QuestionItem, TextItem
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from bertvision.config.settings import ExtractCompute, ExtractSettings
 from bertvision.data.tokenized import TokenizedSplit, collate, sorted_batches
 from bertvision.errors import DiskFullError, DiskSpaceError
 from bertvision.features.encode import cls_states, frozen_encoder, token_states
-from bertvision.features.store import ShardWriter, TokenShardWriter, shard_rows
+from bertvision.features.shard_writer import ShardWriter, TokenShardWriter, shard_rows
 from bertvision.layout import shard_file, split_file
 from bertvision.models.backbone import encoder_parameter_count
 from bertvision.models.encoder_io import hidden_state_shape, pad_id
