@@ -63,6 +63,30 @@ def test_a_missing_local_model_folder_is_named(tmp_path):
     assert f"{tmp_path / 'no-such-model'}: no such local directory" in line
 
 
+def test_a_doc_stride_that_leaves_no_context_is_named(tmp_path):
+    split = {"from": "dev", "train": 0.6, "selection": 0.1, "dev": 0.3}
+    task = {"article_split": split, "train_size": 4, "selection_size": 2, "eval_size": 4, "max_length": 64}
+    settings = workflow_settings(tasks={"squad2": {**task, "doc_stride": 60}})
+    raw = tmp_path / "raw"
+    assert bertvision("download", "--task", "squad2", "--settings", settings.download("squad2").to_json(),
+                      "--out-dir", str(raw)).returncode == 0  # fmt: skip
+    line = one_error_line(
+        bertvision(
+            "tokenize",
+            "--task",
+            "squad2",
+            "--settings",
+            settings.tokenize("m", "squad2").to_json(),
+            "--raw-dir",
+            str(raw),
+            "--out-dir",
+            str(tmp_path / "tokens"),
+        )  # fmt: skip
+    )
+    assert "tasks.squad2: doc_stride 60 does not fit" in line and "max_length 64" in line
+    assert not (tmp_path / "tokens").exists()
+
+
 @pytest.mark.parametrize(
     "settings, message",
     [

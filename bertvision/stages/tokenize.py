@@ -11,6 +11,7 @@ import pandas as pd
 
 from bertvision.config.settings import TokenizeSettings
 from bertvision.data.squad_windows import build_windows
+from bertvision.errors import ConfigError
 from bertvision.layout import split_file
 from bertvision.models.backbone import load_tokenizer
 from bertvision.models.encoder_io import load_config, summary_position, uses_token_types
@@ -65,6 +66,20 @@ def answer_in_no_window(df: pd.DataFrame, rows: pd.DataFrame) -> int:
     return sum(1 for idx, no_answer in question_gold(df).items() if not no_answer and idx not in holds)
 
 
+def check_windows_fit(task: TaskSpec, df: pd.DataFrame, tokenizer, max_length: int, stride: int, split: str) -> None:
+    """A window holds the question, the special tokens and at least one context token more than
+    the stride that the next window repeats; else the tokenizer cannot cut the context."""
+    questions = [q.lstrip() for q in df["question"]]
+    longest = max((len(ids) for ids in tokenizer(questions, add_special_tokens=False)["input_ids"]), default=0)
+    room = max_length - longest - tokenizer.num_special_tokens_to_add(pair=True)
+    if room <= stride:
+        raise ConfigError(
+            f"tasks.{task.name}: doc_stride {stride} does not fit: the longest {split} question takes {longest} "
+            f"tokens, which leaves {room} context tokens per window of max_length {max_length}; set "
+            f"tasks.{task.name}.doc_stride below {max(room, 1)} or raise tasks.{task.name}.max_length"
+        )
+
+
 def tokenize_task(task: TaskSpec, settings: TokenizeSettings, raw_dir: Path, out_dir: Path) -> dict:
     """Every split of the task: examples (or, for span tasks, context windows) as token ids."""
     tokenizer = load_tokenizer(settings.backbone)
@@ -74,6 +89,8 @@ def tokenize_task(task: TaskSpec, settings: TokenizeSettings, raw_dir: Path, out
     stats = {}
     for split in splits_of(task):
         df = pd.read_parquet(split_file(raw_dir, split))
+        if task.windowed:
+            check_windows_fit(task, df, tokenizer, max_length, settings.doc_stride, split)
         if task.kind == "span":
             tokens = build_windows(df, tokenizer, max_length, settings.doc_stride)
         elif task.answerability:
