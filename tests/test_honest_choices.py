@@ -15,8 +15,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from tests.conftest import REPO, SHIPPED_GLUE
-from tests.test_workflow import snakemake
+from tests.conftest import REPO, SHIPPED_GLUE, snakemake
 
 pytestmark = pytest.mark.slow
 
@@ -41,6 +40,7 @@ def config(tiny_bert: Path, glue_dir: Path, squad_dir: Path) -> dict:
         "finetune": {"epoch_fractions": [0, 0.5, 1.0], "settings": {"batch_size": 8}},
         "baseline": {"epochs": 3, "seeds": [1, 2]},
         "extract": {"batch_size": 16},
+        "resources": {"threads": 1},  # one thread per fine-tuning job too: two jobs share the 2 cores
         # one worker: the trials run in order, so the study is a function of its objective values
         "search": {"trials": 4, "workers": 1, "space": {"learning_rate": {"low": 1e-3, "high": 3e-2, "log": True}}},
         "heads": {

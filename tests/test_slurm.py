@@ -22,8 +22,7 @@ import pytest
 import yaml
 
 from bertvision.runtime.device import SIMULATE_OOM_ENV
-from tests.conftest import REPO
-from tests.test_workflow import SNAKEFILE, snakemake, tiny_config
+from tests.conftest import REPO, SNAKEFILE, snakemake, tiny_config
 
 pytestmark = pytest.mark.slurm
 SLURM_PROFILE = REPO / "profiles" / "slurm"
