@@ -1,10 +1,13 @@
-# make run   - set up the environment and run the workflow on the default config
-# make test  - set up the environment and run the test suite
+# make run       - set up the environment and run the workflow on the default config
+# make test      - set up the environment and run the fast tier of the tests (units and small
+#                  integration tests, a few minutes): everything not marked slow or slurm
+# make test-all  - every test: the fast tier, the end-to-end Snakemake runs (slow) and the SLURM
+#                  run (slurm; skipped without a cluster), with the 25 slowest listed (CI runs it)
 VENV ?= .venv
 PYTHON ?= python3
 PY := $(VENV)/bin/python
 
-.PHONY: setup run test report benchmark benchmark-serve serve clean
+.PHONY: setup run test test-all report benchmark benchmark-serve serve clean
 
 setup: $(VENV)/.installed
 
@@ -22,7 +25,10 @@ run: setup
 	$(VENV)/bin/snakemake
 
 test: setup
-	$(PY) -m pytest
+	$(PY) -m pytest -m "not slow and not slurm"
+
+test-all: setup
+	$(PY) -m pytest --durations=25
 
 benchmark: setup
 	$(PY) scripts/benchmark.py

@@ -13,8 +13,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from tests.conftest import REPO, SHIPPED_GLUE, workflow_settings
-from tests.test_workflow import snakemake
+from tests.conftest import REPO, SHIPPED_GLUE, snakemake, workflow_settings
 from tests.tiny_encoders import FAMILIES, HIDDEN, LAYERS, make_tiny_encoder, template_tokenizer
 
 SQUAD = REPO / "resources" / "squad2"
@@ -303,8 +302,10 @@ def roberta_span_run(encoders, tmp_path_factory):
 @pytest.mark.slow
 def test_roberta_learns_spans_and_its_bundle_answers_as_the_pipeline(roberta_span_run):
     from bertvision.layout import HEAD_PREDICTIONS, head_run_dir
+    from bertvision.models.head_io import load_head
     from bertvision.serving.engine import Engine
     from bertvision.serving.items import QuestionItem, TextItem
+    from tests.rounding import assert_close_within_rounding, float32_states, rounding_bound, span_tolerances
 
     root, bundle = roberta_span_run
     ckpt = root / "ft" / "ckpt-1"
@@ -324,8 +325,19 @@ def test_roberta_learns_spans_and_its_bundle_answers_as_the_pipeline(roberta_spa
         [QuestionItem(q, c, {"squad2": "lp"}) for q, c in zip(questions["question"], questions["context"])],
     )
     assert engine.encoder_passes == 1
-    np.testing.assert_allclose(
-        [t["rte"].outputs for t in texts], np.stack(labels["outputs"].to_numpy()), rtol=1e-4, atol=1e-4
+    # one batch here, length-sorted batches of 8 in the pipeline: equal up to float16 rounding
+    tokens = {task: root / "tokens" / task / "dev.parquet" for task in ("rte", "squad2")}
+    head = {task: load_head(bundle.tasks[task].heads["lp"].dir, LAYERS + 1, HIDDEN, 2) for task in tokens}
+    bound = rounding_bound(head["rte"], *float32_states(bundle.encoder_dir, tokens["rte"], "cls"))
+    position = {int(i): k for k, i in enumerate(pd.read_parquet(tokens["rte"], columns=["idx"])["idx"])}
+    bound = bound[[position[int(i)] for i in pairs["idx"]]]
+    want = np.stack(labels["outputs"].to_numpy())
+    assert_close_within_rounding([t["rte"].outputs for t in texts], want, bound, rtol=1e-4, atol=1e-4, what="rte")
+    squad = bundle.tasks["squad2"]
+    contexts = list(questions["context"])
+    tolerances = span_tolerances(
+        head["squad2"], bundle.encoder_dir, tokens["squad2"], contexts, squad.max_answer_length, atol=1e-4
     )
-    assert [a["squad2"].best_span for a in answers] == list(spans["best_span"])
-    np.testing.assert_allclose([a["squad2"].score_diff for a in answers], spans["score_diff"], atol=1e-4)
+    for answer, best, diff, (tolerance, near_best) in zip(answers, spans["best_span"], spans["score_diff"], tolerances):
+        assert answer["squad2"].best_span == best or {answer["squad2"].best_span, best} <= near_best
+        assert answer["squad2"].score_diff == pytest.approx(diff, abs=tolerance)

@@ -94,6 +94,8 @@ def test_a_new_task_and_a_new_head_run_through_the_whole_workflow(tmp_path, tiny
         "data": {"glue_dir": str(glue_folder(tmp_path / "glue"))},
         "tasks": {"sst2b": {"train_size": 100}},
         "finetune": {"epoch_fractions": [0, 1.0], "settings": {"batch_size": 16}},
+        "baseline": {"epochs": 1, "seeds": [1]},  # not what this test is about: the smallest
+        "resources": {"threads": 1},  # two jobs share the 2 cores
         "heads": {
             "seeds": [1],
             "training": {"max_epochs": 2, "patience": 1},

@@ -165,4 +165,7 @@ def test_the_readme_commands_are_make_targets_and_ci_runs_the_tests():
     assert "make run" in readme and "make test" in readme
     makefile = (REPO / "Makefile").read_text()
     assert re.search(r"^run: setup$", makefile, re.M) and re.search(r"^test: setup$", makefile, re.M)
-    assert "make test" in (REPO / ".ci" / "run").read_text()
+    # `make test` is the fast tier; `make test-all` (every tier) is what CI runs
+    assert re.search(r'^test: setup\n\t\$\(PY\) -m pytest -m "not slow and not slurm"$', makefile, re.M)
+    assert re.search(r"^test-all: setup\n\t\$\(PY\) -m pytest --durations=25$", makefile, re.M)
+    assert re.search(r"^make test-all$", (REPO / ".ci" / "run").read_text(), re.M)

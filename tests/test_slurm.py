@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pandas as pd
@@ -22,8 +23,7 @@ import pytest
 import yaml
 
 from bertvision.runtime.device import SIMULATE_OOM_ENV
-from tests.conftest import REPO
-from tests.test_workflow import SNAKEFILE, snakemake, tiny_config
+from tests.conftest import REPO, SNAKEFILE, snakemake, tiny_config
 
 pytestmark = pytest.mark.slurm
 SLURM_PROFILE = REPO / "profiles" / "slurm"
@@ -89,16 +89,42 @@ def sacct_jobs(run_id: str) -> pd.DataFrame:
     return jobs
 
 
-@pytest.fixture(scope="module")
-def slurm_run(cluster, tiny_bert, tmp_path_factory):
+def retry_config(tiny_bert: Path) -> dict:
+    """MRPC run with batches of 8 (which a simulated memory limit of 4 rows will not fit) and an
+    optuna search of lp whose 2 workers are SLURM jobs."""
     config = slurm_config(tiny_bert)
+    config["finetune"]["settings"]["batch_size"] = 8
+    config["extract"] = {"shards": 1, "batch_size": 8}
+    config["heads"]["models"] = {"lp": {"type": "lp"}}
+    config["tasks"]["mrpc"] = {**config["tasks"]["mrpc"], "token_features": False, "search_heads": ["lp"]}
+    config["search"] = {"trials": 4, "workers": 2, "space": {"learning_rate": {"low": 1e-3, "high": 1e-2, "log": True}}}
+    return config
 
+
+@pytest.fixture(scope="module")
+def runs(cluster, tiny_bert, tmp_path_factory) -> dict:
+    """The local run, the SLURM run of the same config and the retry run (``retry_run``), side
+    by side: the SLURM runs spend most of their time waiting on the scheduler's status checks."""
+    config, retry = slurm_config(tiny_bert), retry_config(tiny_bert)
     local = tmp_path_factory.mktemp("local")
     (local / "config.yaml").write_text(yaml.safe_dump(config))
-    snakemake(local, timeout=600)
+    workdirs = {"slurm": tmp_path_factory.mktemp("slurm"), "retry": tmp_path_factory.mktemp("slurm-retry")}
+    with ThreadPoolExecutor(3) as pool:
+        started = {
+            "local": pool.submit(snakemake, local, timeout=600),
+            "slurm": pool.submit(run_on_slurm, workdirs["slurm"], config, cluster),
+            "retry": pool.submit(run_on_slurm, workdirs["retry"], retry, cluster, {SIMULATE_OOM_ENV: "4"}),
+        }
+        done = {name: future.result() for name, future in started.items()}
+    return {
+        "slurm": {"local": local, "slurm": workdirs["slurm"], "config": config, **done["slurm"]},
+        "retry": {"slurm": workdirs["retry"], **done["retry"]},
+    }
 
-    workdir = tmp_path_factory.mktemp("slurm")
-    return {"local": local, "slurm": workdir, "config": config, **run_on_slurm(workdir, config, cluster)}
+
+@pytest.fixture(scope="module")
+def slurm_run(runs):
+    return runs["slurm"]
 
 
 def run_on_slurm(workdir: Path, config: dict, cluster: dict, extra_env: dict | None = None) -> dict:
@@ -202,17 +228,10 @@ def test_results_equal_a_local_run(slurm_run):
 
 
 @pytest.fixture(scope="module")
-def retry_run(cluster, tiny_bert, tmp_path_factory):
+def retry_run(runs):
     """MRPC with a simulated GPU memory limit of 4 rows per forward pass (batches of 8 do not
     fit), and an optuna search of lp whose 2 workers are SLURM jobs."""
-    config = slurm_config(tiny_bert)
-    config["finetune"]["settings"]["batch_size"] = 8
-    config["extract"] = {"shards": 1, "batch_size": 8}
-    config["heads"]["models"] = {"lp": {"type": "lp"}}
-    config["tasks"]["mrpc"] = {**config["tasks"]["mrpc"], "token_features": False, "search_heads": ["lp"]}
-    config["search"] = {"trials": 4, "workers": 2, "space": {"learning_rate": {"low": 1e-3, "high": 1e-2, "log": True}}}
-    workdir = tmp_path_factory.mktemp("slurm-retry")
-    return {"slurm": workdir, **run_on_slurm(workdir, config, cluster, {SIMULATE_OOM_ENV: "4"})}
+    return runs["retry"]
 
 
 def test_out_of_memory_is_resubmitted_with_micro_batches_and_more_memory(retry_run):

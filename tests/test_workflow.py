@@ -1,140 +1,28 @@
 """End to end through Snakemake on a tiny random BERT (real vocab) and a few dozen examples per
 task: the tables, a second run with nothing to do, and a head change that reruns only head
-training and the tables."""
+training and the tables. Every test reads the session's one run of ``tiny_config``
+(tests/conftest.py: ``tiny_workflow``); the ones that change something change a copy of it."""
 
 from __future__ import annotations
 
 import copy
 import json
-import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
 
 from bertvision import layout as L
-from tests.conftest import REPO, SHIPPED_GLUE
+from tests.conftest import REPO, copy_workdir, job_counts, snakemake
 
 pytestmark = pytest.mark.slow
-SNAKEFILE = REPO / "workflow" / "Snakefile"
 
 
-def snakemake(workdir: Path, *args: str, timeout: int = 1800) -> subprocess.CompletedProcess:
-    cmd = [
-        "timeout",
-        "-s",
-        "KILL",
-        str(timeout),
-        sys.executable,
-        "-m",
-        "snakemake",
-        "-s",
-        str(SNAKEFILE),
-        "-d",
-        str(workdir),
-        "--configfile",
-        str(workdir / "config.yaml"),
-        "--cores",
-        "2",
-        *args,
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        logs = "\n".join(f"--- {p}\n{p.read_text()[-2000:]}" for p in sorted((workdir / "logs").rglob("*.log"))[-3:])
-        raise AssertionError(
-            f"snakemake failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}\n{logs}"
-        )
-    return proc
-
-
-def job_counts(dry_run_output: str) -> dict[str, int]:
-    """Rule -> job count from a dry run's 'Job stats' table."""
-    block = dry_run_output.split("Job stats:")[1]
-    counts = {}
-    for line in block.splitlines()[3:]:
-        match = re.match(r"^(\w+)\s+(\d+)$", line.strip())
-        if not match:
-            break
-        counts[match.group(1)] = int(match.group(2))
-    counts.pop("total", None)
-    return counts
-
-
-def tiny_config(tiny_bert: Path) -> dict:
-    return {
-        "backbones": {"tiny": {"pretrained": str(tiny_bert)}},
-        "data": {
-            "glue_dir": str(SHIPPED_GLUE),
-            "squad_dir": str(REPO / "resources" / "squad2"),
-            "selection_fraction": 0.2,
-        },
-        "tasks": {
-            # every token's states, so mrpc also trains the token-level head (stsb leaves it out)
-            "mrpc": {"train_size": 50, "eval_size": 30, "token_features": True},
-            # states streamed into its head jobs (store: false): search, data fraction and
-            # transfer run on them too
-            "stsb": {"train_size": 50, "eval_size": 30, "search_heads": ["adapter8"], "store": False},
-            "squad2": {
-                "article_split": {"from": "dev", "train": 0.6, "selection": 0.1, "dev": 0.3},
-                "train_size": 30,
-                "selection_size": 20,
-                "eval_size": 30,
-                "max_length": 128,
-                "doc_stride": 64,
-                "heads": ["lp"],
-            },
-            # the same questions' answerability, from each window's [CLS] states
-            "squad2-answerable": {
-                "article_split": {"from": "dev", "train": 0.6, "selection": 0.1, "dev": 0.3},
-                "train_size": 30,
-                "selection_size": 20,
-                "eval_size": 30,
-                "max_length": 128,
-                "doc_stride": 64,
-            },
-            # RTE and WNLI share their labels: RTE's heads answer WNLI as they are (head_transfer)
-            "rte": {"train_size": 40, "eval_size": 30},
-            "wnli": {"train_size": 40, "eval_size": 30},
-        },
-        "shared": {
-            "tasks": ["rte", "wnli", "squad2"],
-            "heads": ["lp"],
-            "mixtures": {"mix": {"tasks": ["rte", "squad2"], "epochs": 1}},
-        },
-        "finetune": {"epoch_fractions": [0, 1.0], "settings": {"batch_size": 8}},
-        "baseline": {"epochs": 2, "seeds": [1, 2]},
-        "extract": {"shards": 2, "batch_size": 16},
-        "search": {
-            "trials": 3,
-            "workers": 2,
-            "space": {"learning_rate": {"low": 1e-3, "high": 1e-2, "log": True}, "width": {"choices": [4, 8]}},
-        },
-        "experiments": {
-            "data_fraction": {"tasks": ["stsb"], "heads": ["lp"], "fractions": [0.5], "checkpoints": [1.0]},
-            "transfer": {"tasks": ["mrpc", "stsb"]},
-        },
-        "heads": {
-            "seeds": [1, 2],
-            "training": {"max_epochs": 3, "patience": 2, "batch_size": 16},
-            "models": {
-                "lp": {"type": "lp"},
-                "adapter8": {"type": "adapter", "width": 8, "skip": True},
-                "tokpool": {"type": "token-pool"},
-            },
-        },
-    }
-
-
-@pytest.fixture(scope="module")
-def workflow_run(tiny_bert, tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("wf")
-    config = tiny_config(tiny_bert)
-    (workdir / "config.yaml").write_text(yaml.safe_dump(config))
-    snakemake(workdir)
-    return workdir, config
+@pytest.fixture
+def workflow_run(tiny_workflow):
+    """The session's tiny run (tests/conftest.py): its working directory, shared (tests that
+    change it work on a copy), and a copy of its config of their own."""
+    return tiny_workflow.workdir, tiny_workflow.config
 
 
 def test_tables_have_every_row(workflow_run):
@@ -429,7 +317,7 @@ def test_cross_task_table_reads_every_shared_encoder_and_reuses_the_main_pipelin
     assert (workdir / "bundles/tiny/mix/encoder/model.safetensors").exists()
 
 
-def test_a_head_applied_across_tasks_to_its_own_task_reproduces_its_score(workflow_run):
+def test_a_head_applied_across_tasks_to_its_own_task_reproduces_its_score(workflow_run, tmp_path):
     """The head-transfer path (relabelling included) on the source task itself is the identity."""
     from bertvision.config.settings import HeadRuntimeSettings
     from bertvision.registry.tasks import get_task
@@ -446,7 +334,7 @@ def test_a_head_applied_across_tasks_to_its_own_task_reproduces_its_score(workfl
         workdir / "data/raw/rte",
         HeadRuntimeSettings(device="cpu", verify="size"),
         100.0,
-        workdir / "head-transfer-check.json",
+        tmp_path / "head-transfer-check.json",
     )
     assert len(records) == 2
     for r in records:
@@ -454,8 +342,11 @@ def test_a_head_applied_across_tasks_to_its_own_task_reproduces_its_score(workfl
         assert r["metrics"]["dev"]["accuracy"] == pytest.approx(own["metrics"]["dev"]["accuracy"], abs=1e-6)
 
 
-def test_rerun_has_nothing_to_do_and_a_head_change_reruns_only_heads(workflow_run):
-    workdir, config = workflow_run
+def test_rerun_has_nothing_to_do_and_a_head_change_reruns_only_heads(workflow_run, tmp_path):
+    shared, config = workflow_run
+    assert "Nothing to be done" in snakemake(shared, "-n").stdout
+    # the head change runs on a copy of the run, which Snakemake takes for the same finished run
+    workdir = copy_workdir(shared, tmp_path / "wf")
     assert "Nothing to be done" in snakemake(workdir, "-n").stdout
 
     untouched = [
@@ -495,17 +386,17 @@ def test_rerun_has_nothing_to_do_and_a_head_change_reruns_only_heads(workflow_ru
     assert head_after["parameters"] < head_before["parameters"]
 
 
-def test_turning_on_token_features_reruns_that_tasks_extraction(workflow_run):
+def test_turning_on_token_features_reruns_that_tasks_extraction(workflow_run, tmp_path):
     workdir, config = workflow_run
     changed = copy.deepcopy(config)
     changed["tasks"]["squad2-answerable"]["token_features"] = True
-    (workdir / "config-tokens.yaml").write_text(yaml.safe_dump(changed))
-    counts = job_counts(snakemake(workdir, "-n", "--configfile", str(workdir / "config-tokens.yaml")).stdout)
+    (tmp_path / "config-tokens.yaml").write_text(yaml.safe_dump(changed))
+    counts = job_counts(snakemake(workdir, "-n", "--configfile", str(tmp_path / "config-tokens.yaml")).stdout)
     assert counts["extract"] == 4 and counts["feature_manifest"] == 2  # 2 checkpoints x 2 shards
     assert "finetune" not in counts and "tokenize" not in counts
 
 
-def test_a_streamed_task_stores_no_features_and_its_heads_match_the_tables(workflow_run):
+def test_a_streamed_task_stores_no_features_and_its_heads_match_the_tables(workflow_run, tmp_path):
     workdir, config = workflow_run
     assert not (workdir / "features/tiny/stsb").exists()  # no extract or manifest job ran for it
     assert (workdir / "features/tiny/mrpc").exists()
@@ -526,8 +417,8 @@ def test_a_streamed_task_stores_no_features_and_its_heads_match_the_tables(workf
     # turning storage back on adds exactly its extraction and reruns its heads' consumers
     changed = copy.deepcopy(config)
     changed["tasks"]["stsb"]["store"] = True
-    (workdir / "config-stored.yaml").write_text(yaml.safe_dump(changed))
-    counts = job_counts(snakemake(workdir, "-n", "--configfile", str(workdir / "config-stored.yaml")).stdout)
+    (tmp_path / "config-stored.yaml").write_text(yaml.safe_dump(changed))
+    counts = job_counts(snakemake(workdir, "-n", "--configfile", str(tmp_path / "config-stored.yaml")).stdout)
     assert counts["extract"] == 4 and counts["feature_manifest"] == 2
     assert "finetune" not in counts and "tokenize" not in counts
 
