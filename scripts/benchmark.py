@@ -9,7 +9,7 @@
    seconds, head-training seconds, seconds per head-epoch and the data-wait share
 6. extraction throughput of the frozen forward pass (sequences/s) and MFU at a bert-base shape
    (random weights, 128 tokens) - the GPU figure (goal >= 8,000 seq/s on an H100); it runs on a
-   CPU too, where MFU needs --peak-tflops
+   CPU too, where MFU is n/a (PEAK_TFLOPS knows GPUs only)
 
     python scripts/benchmark.py [--task mrpc] [--rows 1000]
     python scripts/benchmark.py --task squad2 --rows 300     # token-level features of windows

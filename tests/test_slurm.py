@@ -1,6 +1,7 @@
 """The tiny workflow through a real SLURM with the project's profile (profiles/slurm): every
-heavy rule is its own SLURM job, the GPU rules (finetune, extract) request gres/gpu and no other
-job does, and the tables equal those of a local run of the same config.
+heavy rule is its own SLURM job, the GPU rules of this config (finetune, baseline, extract; the
+config has no shared encoder and no streamed task, whose rules ask for GPUs too) request
+gres/gpu and no other job does, and the tables equal those of a local run of the same config.
 
 Needs a running cluster whose node has a GPU GRES, e.g. the fake one from
 `scripts/slurm/start-local-cluster.sh` (run as root; `.ci/run` does it). Skipped when `sinfo` is

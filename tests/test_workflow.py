@@ -452,3 +452,25 @@ def test_shipped_configs_plan_the_full_dag(tmp_path, config):
         * len(data_fraction.get("checkpoints") or [])
         * len(data_fraction.get("fractions", []))
     )
+
+
+def test_model_jobs_record_the_precision_auto_picks_here_and_fork_from_the_warm_pool(workflow_run):
+    """precision auto everywhere (the tiny config sets none): every encoder stage's records,
+    the timing table and the summary say what auto resolves to on this CPU; and every model job
+    of the local run was forked from the warm pool instead of importing torch anew."""
+    import torch
+
+    from bertvision.runtime.device import resolve_precision
+
+    workdir, _ = workflow_run
+    expected = f"{resolve_precision(torch.device('cpu'), 'auto')} on cpu"
+    timing = pd.read_csv(workdir / "results" / "tables" / "timing.csv").fillna("")
+    encoder_stages = timing[timing["stage"].isin(["finetune", "baseline", "extract", "train_heads"])]
+    assert set(encoder_stages["stage"]) == {"finetune", "baseline", "extract", "train_heads"}
+    assert set(encoder_stages["precision"]) == {expected}
+    summary = (workdir / "results" / "tables" / "summary.md").read_text()
+    assert f"Devices and precision: full fine-tuning on cpu {expected.split()[0]}" in summary
+    model_logs = [p for rule in ("finetune", "baseline", "extract") for p in (workdir / "logs" / rule).rglob("*.log")]
+    assert len(model_logs) >= 6
+    unforked = [p for p in model_logs if "forked from the warm pool" not in p.read_text()]
+    assert not unforked, unforked
