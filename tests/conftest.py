@@ -51,26 +51,17 @@ def shared_glue() -> Path:
 
 
 # --- end-to-end runs through Snakemake ------------------------------------------------------------
+def snakemake_command(workdir: Path, *args: str, snakefile: Path = SNAKEFILE, timeout: int | None = None) -> list[str]:
+    """The command line of the workflow in ``workdir`` on its config.yaml, killed (SIGKILL)
+    after ``timeout`` seconds when one is given."""
+    guard = ["timeout", "-s", "KILL", str(timeout)] if timeout else []
+    workflow = ["-s", str(snakefile), "-d", str(workdir), "--configfile", str(workdir / "config.yaml")]
+    return [*guard, sys.executable, "-m", "snakemake", *workflow, *args]
+
+
 def snakemake(workdir: Path, *args: str, timeout: int = 1800) -> subprocess.CompletedProcess:
     """The workflow in ``workdir`` on its config.yaml (2 cores); a failure shows the last logs."""
-    cmd = [
-        "timeout",
-        "-s",
-        "KILL",
-        str(timeout),
-        sys.executable,
-        "-m",
-        "snakemake",
-        "-s",
-        str(SNAKEFILE),
-        "-d",
-        str(workdir),
-        "--configfile",
-        str(workdir / "config.yaml"),
-        "--cores",
-        "2",
-        *args,
-    ]
+    cmd = snakemake_command(workdir, "--cores", "2", *args, timeout=timeout)
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         logs = "\n".join(f"--- {p}\n{p.read_text()[-2000:]}" for p in sorted((workdir / "logs").rglob("*.log"))[-3:])
@@ -93,6 +84,18 @@ def job_counts(dry_run_output: str) -> dict[str, int]:
     return counts
 
 
+def squad_slice(train: int, selection: int, evaluate: int, **options) -> dict:
+    """A SQuAD 2.0 task entry of a test config: that many questions from the shipped dev file,
+    split by article, plus ``options`` (max_length, doc_stride, heads, ...)."""
+    return {
+        "article_split": {"from": "dev", "train": 0.6, "selection": 0.1, "dev": 0.3},
+        "train_size": train,
+        "selection_size": selection,
+        "eval_size": evaluate,
+        **options,
+    }
+
+
 def tiny_config(tiny_bert: Path) -> dict:
     """The tiny end-to-end config: a few dozen examples per task on the tiny random BERT, every
     stage and experiment of the workflow (tests/test_workflow.py reads its run)."""
@@ -109,24 +112,9 @@ def tiny_config(tiny_bert: Path) -> dict:
             # states streamed into its head jobs (store: false): search, data fraction and
             # transfer run on them too
             "stsb": {"train_size": 50, "eval_size": 30, "search_heads": ["adapter8"], "store": False},
-            "squad2": {
-                "article_split": {"from": "dev", "train": 0.6, "selection": 0.1, "dev": 0.3},
-                "train_size": 30,
-                "selection_size": 20,
-                "eval_size": 30,
-                "max_length": 128,
-                "doc_stride": 64,
-                "heads": ["lp"],
-            },
+            "squad2": squad_slice(30, 20, 30, max_length=128, doc_stride=64, heads=["lp"]),
             # the same questions' answerability, from each window's [CLS] states
-            "squad2-answerable": {
-                "article_split": {"from": "dev", "train": 0.6, "selection": 0.1, "dev": 0.3},
-                "train_size": 30,
-                "selection_size": 20,
-                "eval_size": 30,
-                "max_length": 128,
-                "doc_stride": 64,
-            },
+            "squad2-answerable": squad_slice(30, 20, 30, max_length=128, doc_stride=64),
             # RTE and WNLI share their labels: RTE's heads answer WNLI as they are (head_transfer)
             "rte": {"train_size": 40, "eval_size": 30},
             "wnli": {"train_size": 40, "eval_size": 30},

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from tests.conftest import REPO, SHIPPED_GLUE, SNAKEFILE, snakemake
+from tests.conftest import REPO, SHIPPED_GLUE, snakemake, snakemake_command
 
 pytestmark = pytest.mark.slow
 
@@ -44,19 +43,7 @@ def crash_config(tiny_bert: Path) -> dict:
 
 def start(workdir: Path) -> subprocess.Popen:
     """Snakemake in a process group of its own, as a terminal would start it."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "snakemake",
-        "-s",
-        str(SNAKEFILE),
-        "-d",
-        str(workdir),
-        "--configfile",
-        str(workdir / "config.yaml"),
-        "--cores",
-        "2",
-    ]
+    cmd = snakemake_command(workdir, "--cores", "2")
     return subprocess.Popen(cmd, cwd=REPO, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -91,24 +78,7 @@ def test_killed_runs_finish_with_plain_snakemake_and_equal_tables(tiny_bert, tmp
     assert not (ckpt / "ckpt-1/eval_metrics.json").exists(), "fine-tuning finished before the kill"
 
     # After a SIGKILL Snakemake's lock stays: --unlock, then the plain command again.
-    locked = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "snakemake",
-            "-s",
-            str(SNAKEFILE),
-            "-d",
-            str(crashed),
-            "--configfile",
-            str(crashed / "config.yaml"),
-            "--unlock",
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-    )
-    assert locked.returncode == 0, locked.stderr[-2000:]
+    snakemake(crashed, "--unlock")
     scratch = crashed / "features/tiny/mrpc/ft1/ckpt-1/.shard-0-of-1.tmp"
     proc = start(crashed)
     kill_when(proc, lambda: (scratch / ".train.h5.tmp").exists(), "extraction of the 1-epoch checkpoint")

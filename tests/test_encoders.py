@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from tests.conftest import REPO, SHIPPED_GLUE, snakemake, workflow_settings
+from tests.conftest import REPO, SHIPPED_GLUE, snakemake, squad_slice, workflow_settings
 from tests.tiny_encoders import FAMILIES, HIDDEN, LAYERS, make_tiny_encoder, template_tokenizer
 
 SQUAD = REPO / "resources" / "squad2"
@@ -230,15 +230,7 @@ def roberta_span_run(encoders, tmp_path_factory):
     settings = workflow_settings(
         backbones={"roberta": {"pretrained": backbone}},
         tasks={
-            "squad2": {
-                "article_split": {"from": "dev", "train": 0.6, "selection": 0.1, "dev": 0.3},
-                "train_size": 40,
-                "selection_size": 16,
-                "eval_size": 16,
-                "max_length": 96,
-                "doc_stride": 32,
-                "heads": ["lp"],
-            },
+            "squad2": squad_slice(40, 16, 16, max_length=96, doc_stride=32, heads=["lp"]),
             "rte": {"train_size": 40, "eval_size": 16, "max_length": 64, "heads": ["lp"]},
         },
         finetune={"epoch_fractions": [1], "settings": {"batch_size": 8}, "device": "cpu", "precision": "fp32"},

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from tests.conftest import REPO, SHIPPED_GLUE
+from tests.conftest import REPO, SHIPPED_GLUE, snakemake_command
 
 pytestmark = pytest.mark.slow
 
@@ -105,23 +105,7 @@ def test_a_new_task_and_a_new_head_run_through_the_whole_workflow(tmp_path, tiny
     (workdir / "config.yaml").write_text(yaml.safe_dump(config))
     # The copy comes first on the path of Snakemake and of every job it starts (cwd is not the repo).
     env = {**os.environ, "PYTHONPATH": str(repo)}
-    cmd = [
-        "timeout",
-        "-s",
-        "KILL",
-        "900",
-        sys.executable,
-        "-m",
-        "snakemake",
-        "-s",
-        str(repo / "workflow/Snakefile"),
-        "-d",
-        str(workdir),
-        "--configfile",
-        str(workdir / "config.yaml"),
-        "--cores",
-        "2",
-    ]
+    cmd = snakemake_command(workdir, "--cores", "2", snakefile=repo / "workflow/Snakefile", timeout=900)
     proc = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
 

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from tests.conftest import REPO, SHIPPED_GLUE, snakemake
+from tests.conftest import REPO, SHIPPED_GLUE, snakemake, squad_slice
 
 pytestmark = pytest.mark.slow
 
@@ -28,15 +28,7 @@ def config(tiny_bert: Path, glue_dir: Path, squad_dir: Path) -> dict:
         "tasks": {
             "mrpc": {"train_size": 60, "eval_size": 40, "search_heads": ["adapter8"]},
             "stsb": {"train_size": 60, "eval_size": 40},
-            "squad2": {
-                "article_split": {"from": "dev", "train": 0.6, "selection": 0.1, "dev": 0.3},
-                "train_size": 30,
-                "selection_size": 20,
-                "eval_size": 30,
-                "max_length": 128,
-                "doc_stride": 64,
-                "heads": ["lp"],
-            },
+            "squad2": squad_slice(30, 20, 30, max_length=128, doc_stride=64, heads=["lp"]),
         },
         "finetune": {"epoch_fractions": [0, 0.5, 1.0], "settings": {"batch_size": 8}},
         "baseline": {"epochs": 3, "seeds": [1, 2]},

@@ -23,7 +23,7 @@ from bertvision.registry.tasks import get_task, splits_of
 from bertvision.runtime.io import read_json
 from bertvision.serving.bundle import BundleError, load_bundle
 from bertvision.serving.bundle_writer import write_bundle
-from tests.conftest import workflow_settings
+from tests.conftest import squad_slice, workflow_settings
 from tests.rounding import assert_close_within_rounding, float32_states, rounding_bound, span_tolerances
 
 TASKS = ("mrpc", "stsb", "squad2")
@@ -51,15 +51,7 @@ def run(tiny_bert, tmp_path_factory):
         tasks={
             "mrpc": {**sizes, "token_features": True, "heads": ["lp", "tok"]},
             "stsb": {**sizes, "heads": ["lp", "ad8"]},
-            "squad2": {
-                "article_split": {"from": "dev", "train": 0.6, "selection": 0.1, "dev": 0.3},
-                "train_size": 40,
-                "selection_size": 16,
-                "eval_size": 16,
-                "max_length": 96,
-                "doc_stride": 32,
-                "heads": ["lp"],
-            },
+            "squad2": squad_slice(40, 16, 16, max_length=96, doc_stride=32, heads=["lp"]),
         },
         finetune={"epoch_fractions": [0, 1], "settings": {"batch_size": 16}, "device": "cpu", "precision": "fp32"},
         extract={"precision": "fp32", "device": "cpu", "batch_size": 8},
@@ -543,30 +535,22 @@ def test_a_failing_request_fails_alone_and_the_worker_keeps_running():
 
 
 # --- the command line ------------------------------------------------------------------------------
+def bundle_args(run, tiny_bert, tasks, task_settings, out) -> list[str]:
+    """`bertvision bundle` on the 1-epoch checkpoint of ``run`` with its heads of ``tasks``."""
+    heads = [f"{t}={run / 'heads' / t}" for t in tasks]
+    return [
+        *("bundle", "--encoder-dir", str(run / "ft" / "ckpt-1"), "--tokenizer", str(tiny_bert), "--heads", *heads),
+        *("--task-settings", json.dumps(task_settings), "--precision", "fp32", "--out", str(out)),
+    ]
+
+
 def test_bundle_command_writes_what_write_bundle_writes(run, bundle, tiny_bert, tmp_path, capsys):
     from bertvision.cli import main
 
     out = tmp_path / "cli-bundle"
-    status = main(
-        [
-            "bundle",
-            "--encoder-dir",
-            str(run / "ft" / "ckpt-1"),
-            "--tokenizer",
-            str(tiny_bert),
-            "--heads",
-            f"mrpc={run / 'heads' / 'mrpc'}",
-            f"squad2={run / 'heads' / 'squad2'}",
-            "--task-settings",
-            json.dumps({"mrpc": {"max_length": 64}, "squad2": {"max_length": 96, "doc_stride": 32}}),
-            "--keys",
-            json.dumps({"backbone": "tiny", "encoder": "ft1/ckpt-1", "ft_seed": 1}),
-            "--precision",
-            "fp32",
-            "--out",
-            str(out),
-        ]
-    )
+    task_settings = {"mrpc": {"max_length": 64}, "squad2": {"max_length": 96, "doc_stride": 32}}
+    keys = json.dumps({"backbone": "tiny", "encoder": "ft1/ckpt-1", "ft_seed": 1})
+    status = main([*bundle_args(run, tiny_bert, ["mrpc", "squad2"], task_settings, out), "--keys", keys])
     assert status == 0, capsys.readouterr().err
     assert set(load_bundle(out).tasks) == {"mrpc", "squad2"}
     written, reference = read_json(out / "bundle.json"), read_json(bundle.root / "bundle.json")
@@ -580,23 +564,7 @@ def test_bundle_command_writes_what_write_bundle_writes(run, bundle, tiny_bert, 
 def test_bundle_command_refuses_settings_without_heads(run, tiny_bert, tmp_path, capsys):
     from bertvision.cli import main
 
-    status = main(
-        [
-            "bundle",
-            "--encoder-dir",
-            str(run / "ft" / "ckpt-1"),
-            "--tokenizer",
-            str(tiny_bert),
-            "--heads",
-            f"mrpc={run / 'heads' / 'mrpc'}",
-            "--task-settings",
-            '{"stsb": {"max_length": 64}}',
-            "--precision",
-            "fp32",
-            "--out",
-            str(tmp_path / "b"),
-        ]
-    )
+    status = main(bundle_args(run, tiny_bert, ["mrpc"], {"stsb": {"max_length": 64}}, tmp_path / "b"))
     assert status == 2 and "--task-settings: stsb" in capsys.readouterr().err
 
 

@@ -14,7 +14,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -24,7 +23,7 @@ import pytest
 import yaml
 
 from bertvision.runtime.device import SIMULATE_OOM_ENV
-from tests.conftest import REPO, SNAKEFILE, snakemake, tiny_config
+from tests.conftest import REPO, snakemake, snakemake_command, tiny_config
 
 pytestmark = pytest.mark.slurm
 SLURM_PROFILE = REPO / "profiles" / "slurm"
@@ -142,20 +141,8 @@ def run_on_slurm(workdir: Path, config: dict, cluster: dict, extra_env: dict | N
     # forever for jobs whose status it cannot get) and a first status check after 3 s instead of
     # 40 (the plugin then waits 10 s longer after every check that finds nothing finished, and
     # starts over at 3 s when one has; the jobs here take 9-22 s).
-    cmd = [
-        "timeout",
-        "-s",
-        "KILL",
-        "900",
-        sys.executable,
-        "-m",
-        "snakemake",
-        "-s",
-        str(SNAKEFILE),
-        "-d",
-        str(workdir),
-        "--configfile",
-        str(workdir / "config.yaml"),
+    cmd = snakemake_command(
+        workdir,
         "--profile",
         str(SLURM_PROFILE),
         "--jobs",
@@ -164,7 +151,8 @@ def run_on_slurm(workdir: Path, config: dict, cluster: dict, extra_env: dict | N
         "3",
         "--latency-wait",
         "10",
-    ]
+        timeout=900,
+    )
     start = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     seconds = time.monotonic() - start

@@ -68,6 +68,27 @@ def _dev_facts(task, metrics: dict) -> dict:
     return {k: dev.get(k, np.nan) for k in ("constant_score", "answerable_no_window")}
 
 
+def _encoder_row(record: dict, kind: str, epoch_fraction: float) -> dict:
+    """A summary row of a fine-tuned encoder's own head (full fine-tuning or BERT at a checkpoint)."""
+    task = get_task(record["task"])
+    return {
+        "backbone": record["model"],
+        "task": task.name,
+        "kind": kind,
+        "epoch_fraction": epoch_fraction,
+        "model": kind,
+        "selection": task.primary_score(record["metrics"], "selection"),
+        "dev": task.headline(record["metrics"]),
+        "trainable_params": record["encoder_parameters"],
+        "encoder_params": record["encoder_parameters"],
+        "seconds": record["train_seconds"],
+        "feature_bytes": 0.0,
+        "device": record["device"],
+        "precision": record.get("precision"),
+        **_dev_facts(task, record["metrics"]),
+    }
+
+
 def candidate_runs(
     baseline_metrics: list[Path],
     bert_metrics: list[Path],
@@ -77,52 +98,15 @@ def candidate_runs(
 ) -> pd.DataFrame:
     """One row per trained model (and seed): its selection and dev score on the task's primary
     metric, trainable parameters, seconds to produce it and feature bytes."""
-    rows = []
-    for r in map(read_json, baseline_metrics):
-        task = get_task(r["task"])
-        rows.append(
-            {
-                "backbone": r["model"],
-                "task": task.name,
-                "kind": FULL_FT,
-                "epoch_fraction": np.nan,
-                "model": FULL_FT,
-                "selection": task.primary_score(r["metrics"], "selection"),
-                "dev": task.headline(r["metrics"]),
-                "trainable_params": r["encoder_parameters"],
-                "encoder_params": r["encoder_parameters"],
-                "seconds": r["train_seconds"],
-                "feature_bytes": 0.0,
-                "device": r["device"],
-                "precision": r.get("precision"),
-                "kept_epoch": r["best_epoch"],
-                "epochs": r["epochs"],
-                **_dev_facts(task, r["metrics"]),
-            }
-        )
+    rows = [
+        {**_encoder_row(r, FULL_FT, np.nan), "kept_epoch": r["best_epoch"], "epochs": r["epochs"]}
+        for r in map(read_json, baseline_metrics)
+    ]
     bert = {}
     for r in map(read_json, bert_metrics):
-        task = get_task(r["task"])
-        key = (r["model"], task.name, int(r["seed"]), float(r["epoch_fraction"]))
+        key = (r["model"], get_task(r["task"]).name, int(r["seed"]), float(r["epoch_fraction"]))
         bert[key] = r
-        rows.append(
-            {
-                "backbone": r["model"],
-                "task": task.name,
-                "kind": BERT,
-                "epoch_fraction": key[3],
-                "model": BERT,
-                "selection": task.primary_score(r["metrics"], "selection"),
-                "dev": task.headline(r["metrics"]),
-                "trainable_params": r["encoder_parameters"],
-                "encoder_params": r["encoder_parameters"],
-                "seconds": r["train_seconds"],
-                "feature_bytes": 0.0,
-                "device": r["device"],
-                "precision": r.get("precision"),
-                **_dev_facts(task, r["metrics"]),
-            }
-        )
+        rows.append(_encoder_row(r, BERT, key[3]))
     extract = extract_seconds(jobs)
     sizes = feature_bytes(manifests)
     for r in map(read_json, head_metrics):

@@ -89,6 +89,16 @@ def cmd_search_best(a):
     summarize_study(a.workers, a.out)
 
 
+def _applied_heads_args(s, raw_dir_help: str) -> None:
+    """The arguments of the commands that apply trained heads to other features (transfer,
+    head-transfer): the raw splits, the head settings, the output and the threads."""
+    s.add_argument("--raw-dir", type=Path, required=True, help=raw_dir_help)
+    settings_arg(s, "--settings", typed.HeadTrainingSettings)
+    settings_arg(s, "--runtime", typed.HeadRuntimeSettings)
+    s.add_argument("--out", type=Path, required=True)
+    s.add_argument("--threads", type=int)
+
+
 def _features_arg(s) -> None:
     s.add_argument(
         "--manifest",
@@ -147,11 +157,7 @@ def add_head_commands(sub) -> None:
         required=True,
         help="feature manifests (or stream sources as JSON) of the checkpoints",
     )
-    s.add_argument("--raw-dir", type=Path, required=True)
-    settings_arg(s, "--settings", typed.HeadTrainingSettings)
-    settings_arg(s, "--runtime", typed.HeadRuntimeSettings)
-    s.add_argument("--out", type=Path, required=True)
-    s.add_argument("--threads", type=int)
+    _applied_heads_args(s, "the task's canonical splits")
 
     s = subcommand(
         sub,
@@ -164,11 +170,7 @@ def add_head_commands(sub) -> None:
     s.add_argument("--head-dir", type=Path, required=True, help="the source task's train_heads output")
     s.add_argument("--heads", nargs="+", required=True, help="head names to apply")
     s.add_argument("--manifest", type=Path, required=True, help="the target's features of the source's encoder")
-    s.add_argument("--raw-dir", type=Path, required=True, help="the target task's canonical splits")
-    settings_arg(s, "--settings", typed.HeadTrainingSettings)
-    settings_arg(s, "--runtime", typed.HeadRuntimeSettings)
-    s.add_argument("--out", type=Path, required=True)
-    s.add_argument("--threads", type=int)
+    _applied_heads_args(s, "the target task's canonical splits")
 
     s = subcommand(
         sub,
