@@ -183,6 +183,10 @@ def main(argv=None) -> int:
             sys.stderr.flush()
             os._exit(USAGE_ERROR)
         return USAGE_ERROR
+    except FileNotFoundError as err:  # an input the command was pointed at is not there
+        missing = err.filename or str(err)
+        print(f"bertvision {args.command}: error: {missing}: no such file or directory", file=sys.stderr)
+        return USAGE_ERROR
     return 0
 
 

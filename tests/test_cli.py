@@ -63,6 +63,16 @@ def test_a_missing_local_model_folder_is_named(tmp_path):
     assert f"{tmp_path / 'no-such-model'}: no such local directory" in line
 
 
+def test_a_missing_input_file_is_named_in_one_line(tiny_bert, tmp_path):
+    settings = workflow_settings().tokenize("m", "mrpc").replace(backbone=str(tiny_bert))
+    proc = bertvision(
+        *("tokenize", "--task", "mrpc", "--settings", settings.to_json()),
+        *("--raw-dir", str(tmp_path / "no-raw"), "--out-dir", str(tmp_path / "tokens")),
+    )
+    line = one_error_line(proc)
+    assert str(tmp_path / "no-raw") in line and line.endswith(": no such file or directory")
+
+
 def test_a_doc_stride_that_leaves_no_context_is_named(tmp_path):
     split = {"from": "dev", "train": 0.6, "selection": 0.1, "dev": 0.3}
     task = {"article_split": split, "train_size": 4, "selection_size": 2, "eval_size": 4, "max_length": 64}
