@@ -463,12 +463,17 @@ def test_model_jobs_record_the_precision_auto_picks_here_and_fork_from_the_warm_
 
     from bertvision.runtime.device import resolve_precision
 
-    workdir, _ = workflow_run
+    workdir, config = workflow_run
     expected = f"{resolve_precision(torch.device('cpu'), 'auto')} on cpu"
     timing = pd.read_csv(workdir / "results" / "tables" / "timing.csv").fillna("")
-    encoder_stages = timing[timing["stage"].isin(["finetune", "baseline", "extract", "train_heads"])]
-    assert set(encoder_stages["stage"]) == {"finetune", "baseline", "extract", "train_heads"}
+    encoder_stages = timing[timing["stage"].isin(["finetune", "baseline", "extract"])]
+    assert set(encoder_stages["stage"]) == {"finetune", "baseline", "extract"}
     assert set(encoder_stages["precision"]) == {expected}
+    # head jobs run the encoder only for a streamed task; on stored states the column is empty
+    streamed = [t for t, spec in config["tasks"].items() if spec.get("store") is False]
+    heads = timing[timing["stage"] == "train_heads"]
+    assert streamed and set(heads[heads["task"].isin(streamed)]["precision"]) == {expected}
+    assert set(heads[~heads["task"].isin(streamed)]["precision"]) == {""}
     summary = (workdir / "results" / "tables" / "summary.md").read_text()
     assert f"Devices and precision: full fine-tuning on cpu {expected.split()[0]}" in summary
     model_logs = [p for rule in ("finetune", "baseline", "extract") for p in (workdir / "logs" / rule).rglob("*.log")]
