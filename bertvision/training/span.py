@@ -13,6 +13,7 @@ from bertvision.features.store import FeatureSet
 from bertvision.features.stream import Prefetched
 from bertvision.features.streamed import windows_of
 from bertvision.layout import split_file
+from bertvision.models.heads import span_logits
 from bertvision.registry.tasks import TaskSpec
 from bertvision.training.statistics import nested_subset, token_moments
 from bertvision.training.windows import select_windows
@@ -72,9 +73,7 @@ class SpanProblem:
 
     def loss(self, head, batch) -> torch.Tensor:
         x, mask, y = (t.to(self.device, non_blocking=True) for t in batch)
-        # Only the real tokens go through the head: padding would enter a BatchNorm's batch statistics.
-        logits = torch.full((*mask.shape, 2), -1e4, device=x.device)
-        logits[mask] = head(x[mask])
+        logits = span_logits(head, x, mask).float()
         return (
             torch.nn.functional.cross_entropy(logits[..., 0], y[:, 0])
             + torch.nn.functional.cross_entropy(logits[..., 1], y[:, 1])
@@ -88,8 +87,8 @@ class SpanProblem:
         with torch.inference_mode():
             for i in range(0, len(order), 64):
                 rows = order[i : i + 64]
-                x, _, _ = windows.padded(rows)
-                logits = head(x.to(self.device)).float().cpu().numpy()
+                x, mask, _ = windows.padded(rows)
+                logits = span_logits(head, x.to(self.device), mask.to(self.device)).float().cpu().numpy()
                 for j, r in enumerate(rows):
                     out[r] = logits[j, : windows.lengths[r]]
         return out
