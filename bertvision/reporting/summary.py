@@ -5,9 +5,10 @@ Rows of a block: full fine-tuning (the baseline stage), BERT's own head at each 
 checkpoint, the picked BERTVision path (checkpoint, head, and head alone or head + BERT
 ensemble: the highest mean selection score over every candidate), and the best frozen-encoder
 head (0 epochs, also by selection). Every choice reads the selection split only; the dev
-scores are reported, never compared. Seconds: full fine-tuning's training time to its kept
+scores are reported, never compared. Own seconds: full fine-tuning's training time to its kept
 epoch; BERT's to its checkpoint; a head's path adds the extraction of that checkpoint's
-features (the jobs' wall time) and the head's own training."""
+features (the jobs' wall time) and the head's own training. Whole seconds: everything that had
+to run to make the row's choice (``reporting.whole_cost``); the verdict is stated on them."""
 
 from __future__ import annotations
 
@@ -20,15 +21,18 @@ from bertvision.evaluation.ensemble import ensemble_rules
 from bertvision.layout import Job
 from bertvision.registry.tasks import get_task
 from bertvision.reporting.costs import extract_seconds, feature_bytes, storage_cost
-from bertvision.reporting.markdown import fmt, markdown_table
+from bertvision.reporting.markdown import fmt, markdown_table, seconds_cell
 from bertvision.reporting.results import BERT, ensemble_name
 from bertvision.reporting.verdict import (
     LEARNING_MARGIN,
     comparison,
     constant_line,
+    cost_phrase,
     learned_nothing,
+    no_window_line,
     nothing_learned,
 )
+from bertvision.reporting.whole_cost import SelectionCost, all_epochs_seconds, head_search_seconds, search_seconds
 from bertvision.runtime.io import read_json
 
 FULL_FT = "full fine-tuning"
@@ -49,10 +53,14 @@ SUMMARY_COLUMNS = [
     "parameter_percent",
     "seconds",
     "seconds_std",
+    # everything run to make the row's choice, mean and std over fine-tuning seeds
+    "whole_seconds",
+    "whole_seconds_std",
     "feature_bytes",
     "score_diff",
     "score_diff_std_units",
     "cost_ratio",
+    "whole_cost_ratio",
     # what a constant prediction scores on dev (the bar for having learned anything), and for
     # answerability the answerable dev questions no window wholly holds
     "constant_score",
@@ -82,6 +90,8 @@ def _encoder_row(record: dict, kind: str, epoch_fraction: float) -> dict:
         "trainable_params": record["encoder_parameters"],
         "encoder_params": record["encoder_parameters"],
         "seconds": record["train_seconds"],
+        # full fine-tuning trains every epoch before it keeps one; BERT at a checkpoint chooses nothing
+        "whole_seconds": all_epochs_seconds(record) if kind == FULL_FT else record["train_seconds"],
         "feature_bytes": 0.0,
         "device": record["device"],
         "precision": record.get("precision"),
@@ -97,7 +107,9 @@ def candidate_runs(
     jobs: list[Job],
 ) -> pd.DataFrame:
     """One row per trained model (and seed): its selection and dev score on the task's primary
-    metric, trainable parameters, seconds to produce it and feature bytes."""
+    metric, trainable parameters, seconds to produce it and feature bytes; a head's run also the
+    parts of its checkpoint's whole cost (``reporting.whole_cost``). ``jobs``: the extract and
+    search worker jobs, whose benchmark files give their times."""
     rows = [
         {**_encoder_row(r, FULL_FT, np.nan), "kept_epoch": r["best_epoch"], "epochs": r["epochs"]}
         for r in map(read_json, baseline_metrics)
@@ -107,19 +119,25 @@ def candidate_runs(
         key = (r["model"], get_task(r["task"]).name, int(r["seed"]), float(r["epoch_fraction"]))
         bert[key] = r
         rows.append(_encoder_row(r, BERT, key[3]))
-    extract = extract_seconds(jobs)
+    extract, search = extract_seconds(jobs), search_seconds(jobs)
     sizes = feature_bytes(manifests)
     for r in map(read_json, head_metrics):
         task, src = get_task(r["task"]), r["source"]
         key = (src["model"], task.name, int(src["ft_seed"]), float(src["checkpoint"]))
         at = bert.get(key)
         extract_s, stored_bytes = storage_cost(r, extract, sizes)
-        seconds = (at["train_seconds"] if at else np.nan) + extract_s + r["seconds"]
+        finetune_s = at["train_seconds"] if at else np.nan
         common = {
             "backbone": key[0],
             "task": task.name,
+            "ft_seed": key[2],
             "epoch_fraction": key[3],
-            "seconds": seconds,
+            "seconds": finetune_s + extract_s + r["seconds"],
+            "finetune_s": finetune_s,
+            "extract_s": extract_s,
+            "head_s": r["seconds"],
+            "search_s": head_search_seconds(r, search),
+            "whole_seconds": np.nan,  # the row's choice decides it (summary_table)
             "feature_bytes": stored_bytes,
             "encoder_params": r["encoder_parameters"],
             "device": r["device"] if at is None else at["device"],
@@ -165,6 +183,8 @@ def _configs(runs: pd.DataFrame) -> pd.DataFrame:
         encoder_params=("encoder_params", "first"),
         seconds=("seconds", "mean"),
         seconds_std=("seconds", lambda v: v.std(ddof=1) if len(v) > 1 else np.nan),
+        whole_seconds=("whole_seconds", lambda v: v.mean(skipna=False)),
+        whole_seconds_std=("whole_seconds", lambda v: v.std(ddof=1) if len(v) > 1 else np.nan),
         feature_bytes=("feature_bytes", "mean"),
         device=("device", "first"),
         precision=("precision", "first"),
@@ -191,6 +211,17 @@ def pick(configs: pd.DataFrame) -> pd.Series | None:
     return order.iloc[0]
 
 
+def _whole_seconds(label: str, config: pd.Series, cost: SelectionCost) -> tuple[float, float]:
+    """Mean and std over fine-tuning seeds of everything run to make a row's choice: the picked
+    path's, among every checkpoint; the frozen encoder's best head's, among its checkpoint's
+    heads; full fine-tuning's and BERT's, their own runs (``reporting.whole_cost``)."""
+    if label == ROW_KINDS[2]:
+        return cost.over_checkpoints()
+    if label == ROW_KINDS[3]:
+        return cost.at_checkpoint(config["epoch_fraction"])
+    return config["whole_seconds"], config["whole_seconds_std"]
+
+
 def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
     """One block of rows (ROW_KINDS) per backbone and task, with the ratios against full
     fine-tuning where the baseline ran."""
@@ -212,9 +243,11 @@ def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
         if frozen is not None:
             chosen.append((ROW_KINDS[3], frozen))
         ref = full.iloc[0] if len(full) else None
+        cost = SelectionCost(block[block["kind"] == "head"])
         # the same for every run on the task's dev split (NaN: records from before they were kept)
         facts = {k: block[k].max() if k in block else np.nan for k in ("constant_score", "answerable_no_window")}
         for label, r in chosen:
+            whole, whole_std = _whole_seconds(label, r, cost)
             diff = r["dev_mean"] - ref["dev_mean"] if ref is not None else np.nan
             ref_std = ref["dev_std"] if ref is not None else np.nan
             out.append(
@@ -233,10 +266,13 @@ def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
                     "parameter_percent": 100.0 * r["trainable_params"] / r["encoder_params"],
                     "seconds": r["seconds"],
                     "seconds_std": r["seconds_std"],
+                    "whole_seconds": whole,
+                    "whole_seconds_std": whole_std,
                     "feature_bytes": r["feature_bytes"],
                     "score_diff": diff,
                     "score_diff_std_units": diff / ref_std if ref_std and ref_std > 0 else np.nan,
                     "cost_ratio": r["seconds"] / ref["seconds"] if ref is not None else np.nan,
+                    "whole_cost_ratio": whole / ref["whole_seconds"] if ref is not None else np.nan,
                     **facts,
                     "device": r["device"],
                     "precision": r["precision"],
@@ -262,21 +298,8 @@ def verdict(block: pd.DataFrame) -> str:
             f"The pipeline picks {what}; no full fine-tuning baseline ran (baseline.enabled), so there is no verdict."
         )
     return (
-        f"The pipeline picks {what}: {comparison(task, p, full.iloc[0])}, at {p['cost_ratio']:.2f}× its seconds "
+        f"The pipeline picks {what}: {comparison(task, p, full.iloc[0])}, at {cost_phrase(p)} "
         f"and {p['parameter_percent']:.3g}% of its trainable parameters."
-    )
-
-
-def no_window_line(block: pd.DataFrame) -> str:
-    """Answerability: the answerable dev questions none of whose windows holds the whole answer."""
-    missed = block["answerable_no_window"].iloc[0]
-    if np.isnan(missed):
-        return ""
-    if missed == 0:
-        return "Every answerable dev question has a window that holds its whole answer."
-    return (
-        f"{int(missed)} answerable dev questions have no window that holds the whole answer; they are scored "
-        'as answerable (the data\'s label), though every window of theirs trains as "no answer".'
     )
 
 
@@ -301,11 +324,16 @@ def summary_markdown(table: pd.DataFrame) -> str:
         "Per task: the encoder fine-tuned the standard way (full fine-tuning, the epoch kept chosen on the "
         "selection split), BERT's own head after the short partial fine-tuning, the BERTVision path the "
         "pipeline picks (checkpoint, head, alone or with BERT: the best mean **selection** score), and the "
-        "best head on the untouched encoder. Dev scores and seconds are mean ± sample std over seeds (n runs: "
-        "fine-tuning seeds × head seeds). Seconds: full fine-tuning's training to its kept epoch; a head's path = "
-        "fine-tuning to its checkpoint + extracting its features + training the head. Δ = dev score minus full "
-        "fine-tuning's, in points and in full fine-tuning's std; cost = mean seconds / full fine-tuning's. The "
-        "verdict calls a difference noise when the two mean ± std ranges overlap or either side ran one seed, "
+        "best head on the untouched encoder. Dev scores and own seconds are mean ± sample std over seeds (n runs: "
+        "fine-tuning seeds × head seeds). Own seconds: full fine-tuning's training to its kept epoch; a head's path "
+        "= fine-tuning to its checkpoint + extracting its features + training the head. Whole seconds (mean ± std "
+        "over fine-tuning seeds): everything run to make the row's choice. Full fine-tuning: every epoch it "
+        "trained. The picked path: fine-tuning to the largest checkpoint, every checkpoint's extraction, every head "
+        "and head seed on every checkpoint and every search trial. The frozen encoder's best head: the same at "
+        "checkpoint 0 only. BERT at a checkpoint: its fine-tuning (it chooses nothing). Data-fraction and transfer "
+        "runs are not counted. Δ = dev score minus full fine-tuning's, in points and in full fine-tuning's std; own "
+        "and whole cost = mean own or whole seconds / full fine-tuning's. The verdict is stated on the whole cost. "
+        "It calls a difference noise when the two mean ± std ranges overlap or either side ran one seed, "
         f"and names no winner where no row beats a constant prediction (the same class every time, or "
         f"abstaining on every question) by more than {100 * LEARNING_MARGIN:g} points.",
         "",
@@ -334,10 +362,12 @@ def summary_markdown(table: pd.DataFrame) -> str:
                     fmt(r.dev_mean, r.dev_std, scale),
                     str(r.n),
                     f"{r.parameter_percent:.3g}",
-                    f"{r.seconds:.1f}" + ("" if np.isnan(r.seconds_std) else f" ± {r.seconds_std:.1f}"),
+                    seconds_cell(r.seconds, r.seconds_std),
+                    seconds_cell(r.whole_seconds, r.whole_seconds_std),
                     "" if np.isnan(r.feature_bytes) or not r.feature_bytes else f"{r.feature_bytes / 2**20:.1f}",
                     delta,
                     "" if reference or np.isnan(r.cost_ratio) else f"{r.cost_ratio:.2f}×",
+                    "" if reference or np.isnan(r.whole_cost_ratio) else f"{r.whole_cost_ratio:.2f}×",
                 ]
             )
         parts.append(
@@ -349,10 +379,12 @@ def summary_markdown(table: pd.DataFrame) -> str:
                     f"dev {task.primary_metric}",
                     "n",
                     "% params",
-                    "seconds",
+                    "own seconds",
+                    "whole seconds",
                     "features MiB",
                     "Δ vs full FT",
-                    "cost",
+                    "own cost",
+                    "whole cost",
                 ],
                 rows,
             )
