@@ -30,7 +30,8 @@ from bertvision.layout import (
     head_run_dir,
     timing_jobs,
 )
-from bertvision.reporting.summary import candidate_runs, summary_markdown, summary_table, verdict
+from bertvision.reporting.candidates import candidate_runs
+from bertvision.reporting.summary import summary_markdown, summary_table, verdict
 from bertvision.stages.tables import build_tables
 
 MODEL, TASK = "tiny", "mrpc"
@@ -211,6 +212,13 @@ def test_the_whole_cost_of_the_pick_counts_everything_run_to_make_it(tables):
     assert (frozen["model"], frozen["epoch_fraction"]) == ("lp", 0.0)
     assert frozen["whole_seconds"] == pytest.approx(0 + (3 + 4) + (1 + 2 + 2 + 3) + (5 + 6))
     assert frozen["whole_seconds_std"] == pytest.approx(0.0)
+    # The same pick within a budget of 0.3 epochs (checkpoints 0 and 0.3 only): fine-tuning to
+    # 0.3, two checkpoints' extraction, heads and searches. Seed 1: 6 + (3 + 4) + (3 + 3) +
+    # 2 × 8 + 2 × 11 = 57; seed 2: 8 + (3 + 4) + (3 + 4) + 16 + 22 = 60.
+    within = summary.loc["BERTVision within a budget"]
+    assert (within["model"], within["epoch_fraction"], within["budget"]) == ("ap", 0.3, 0.3)
+    assert within["whole_seconds"] == pytest.approx((57 + 60) / 2)
+    assert within["whole_cost_ratio"] == pytest.approx(58.5 / 123, rel=1e-5)
     # BERT at a checkpoint chooses nothing: its fine-tuning to that checkpoint, 6 and 8.
     bert = summary[summary.index == "BERT at a checkpoint"].set_index("epoch_fraction")
     assert bert.loc[0.3, "whole_seconds"] == pytest.approx(7.0) == bert.loc[0.3, "seconds"]
@@ -220,6 +228,7 @@ def test_the_whole_cost_of_the_pick_counts_everything_run_to_make_it(tables):
     assert "| 16.0 ± 1.8 | 101.0 ± 4.2 |" in md  # own: std of 14, 15, 17, 18
     assert "| 103.0 ± 32.5 | 123.0 ± 4.2 |" in md  # full fine-tuning: own 80, 126; whole 120, 126
     assert "| 0.16× | 0.82× |" in md
+    assert "| BERTVision (picked, ≤ 0.3 epochs) | 0.3 | ap |" in md
     assert "at 0.82× full fine-tuning's whole compute (own seconds 0.16×)" in md
 
 

@@ -14,7 +14,8 @@ checkpoint by mean selection score. Making that pick took, per fine-tuning seed:
 - every search trial (the wall time of the search worker jobs of every searched head).
 
 Choosing among the heads of one checkpoint only (the frozen encoder's best head) costs the same
-sum at that checkpoint. BERT's own head at a checkpoint chooses nothing: its whole cost is its
+sum at that checkpoint; a pick within a budget (every checkpoint of at most c epochs), the sum
+over those checkpoints with the fine-tuning to c. BERT's own head at a checkpoint chooses nothing: its whole cost is its
 fine-tuning to the checkpoint. Full fine-tuning's whole cost is every epoch it trained
 (``train_seconds_all_epochs``), since the kept epoch is only known after all of them. The
 encoders' evaluations (full fine-tuning's selection scoring after each epoch, the checkpoints'
@@ -96,11 +97,11 @@ def checkpoint_spend(head_runs: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
-def selection_spend(checkpoints: pd.DataFrame) -> pd.DataFrame:
-    """One row per fine-tuning run: the whole cost of a pick among every checkpoint (fine-tuning
-    to the largest, every checkpoint's extraction, heads and searches)."""
+def selection_spend(checkpoints: pd.DataFrame, up_to: float = np.inf) -> pd.DataFrame:
+    """One row per fine-tuning run: the whole cost of a pick among every checkpoint of at most
+    ``up_to`` epochs (fine-tuning to the largest of them, their extraction, heads and searches)."""
     rows = []
-    for key, g in checkpoints.groupby(SEED_KEYS, sort=True):
+    for key, g in checkpoints[checkpoints["epoch_fraction"] <= up_to].groupby(SEED_KEYS, sort=True):
         last = g.loc[g["epoch_fraction"].idxmax()]
         row = dict(zip(SEED_KEYS, key))
         row["finetune_s"] = last["finetune_s"]
@@ -130,6 +131,10 @@ class SelectionCost:
     def over_checkpoints(self) -> tuple[float, float]:
         """A pick among every head on every checkpoint: mean and std over fine-tuning seeds."""
         return mean_std(self.seeds["whole_s"])
+
+    def up_to(self, fraction: float) -> tuple[float, float]:
+        """A pick among every head on the checkpoints of at most ``fraction`` epochs."""
+        return mean_std(selection_spend(self.checkpoints, fraction)["whole_s"])
 
     def at_checkpoint(self, fraction: float) -> tuple[float, float]:
         """A pick among the heads of one checkpoint: mean and std over fine-tuning seeds."""

@@ -9,10 +9,11 @@ from pathlib import Path
 import pandas as pd
 
 from bertvision.layout import Run, baseline_job, head_metrics_files, table, timing_jobs
+from bertvision.reporting.candidates import candidate_runs
 from bertvision.reporting.costs import cost_markdown, cost_table
 from bertvision.reporting.markdown import write_csv, write_text
 from bertvision.reporting.results import long_records, result_tables
-from bertvision.reporting.summary import candidate_runs, summary_markdown, summary_table
+from bertvision.reporting.summary import summary_markdown, summary_table
 from bertvision.reporting.timing import stage_precisions, timing_markdown, timing_table
 from bertvision.reporting.whole_cost import search_worker_jobs
 from bertvision.runtime.io import read_json
