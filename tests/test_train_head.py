@@ -87,3 +87,25 @@ def test_seeds_are_reproducible(tmp_path):
         train_heads(get_task("sst2"), {"lp": HEADS["lp"]}, SETTINGS, RUNTIME, manifest, [3], tmp_path / run, threads=1)
     a, b = (json.loads((tmp_path / r / "lp" / "seed3" / "metrics.json").read_text()) for r in "ab")
     assert a["metrics"] == b["metrics"] and a["layer_weights"] == b["layer_weights"]
+
+
+def test_a_head_takes_its_own_training_settings(tmp_path):
+    """heads.models.<name>.training overrides the task's settings for that head only, and the
+    record's spec is the head's architecture alone (what a bundle rebuilds it from)."""
+    from bertvision.config.schema import validate_config
+
+    config = {
+        "backbones": {"m": {"pretrained": "bert-base-uncased"}},
+        "tasks": {"sst2": None},
+        "heads": {"models": {"lp": {"type": "lp"}, "short": {"type": "lp", "training": {"max_epochs": 2}}}},
+    }
+    heads = validate_config(config)["heads"]["models"]
+    assert heads["short"]["training"] == {"max_epochs": 2} and "training" not in heads["lp"]
+    manifest = planted_features(tmp_path / "features", n_shards=1)
+    train_heads(
+        get_task("sst2"), heads, SETTINGS.replace(patience=50), RUNTIME, manifest, [1], tmp_path / "h", threads=1
+    )
+    records = {n: json.loads((tmp_path / "h" / n / "seed1" / "metrics.json").read_text()) for n in heads}
+    assert len(records["short"]["history"]) == 2 and records["short"]["training_settings"]["max_epochs"] == 2
+    assert len(records["lp"]["history"]) == SETTINGS.max_epochs
+    assert records["short"]["head_spec"] == {"type": "lp", "dropout": 0.0}

@@ -29,7 +29,14 @@ def _head_spec_schema(node: dict) -> dict:
             "if": {"required": ["type"], "properties": {"type": {"const": name}}},
             "then": {
                 "additionalProperties": False,
-                "properties": {"type": {}, **{k: o.json_schema() for k, o in head_type.options.items()}},
+                "properties": {
+                    "type": {},
+                    **{k: o.json_schema() for k, o in head_type.options.items()},
+                    "training": {
+                        "$ref": "#/$defs/head_training",
+                        "description": "This head's own training settings, over heads.training and the task's.",
+                    },
+                },
             },
         }
         for name, head_type in HEAD_TYPES.items()

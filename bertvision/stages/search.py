@@ -25,7 +25,7 @@ from bertvision.runtime.device import set_threads
 from bertvision.runtime.io import atomic_write_json, read_json
 from bertvision.training.loop import train_one
 from bertvision.training.problems import Problems
-from bertvision.training.search_space import applicable_space, apply_params
+from bertvision.training.search_space import applicable_space, apply_params, own_training
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +106,7 @@ def run_worker(
 ) -> dict:
     """Run this worker's share of the study's trials and write what it ran to ``out``. ``keys``:
     the study's model, task, ftseed, frac and head (its record carries them)."""
+    spec, settings = own_training(spec, settings)
     name = study_name(STUDY_LABEL.format(**keys), spec, settings, search, manifest)
     set_threads(threads)
     optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -22,7 +22,7 @@ from bertvision.runtime.device import set_threads
 from bertvision.runtime.io import atomic_write_json, atomic_write_parquet, read_json
 from bertvision.training.loop import HeadRun, train_together
 from bertvision.training.problems import Problems
-from bertvision.training.search_space import apply_params
+from bertvision.training.search_space import apply_params, own_training
 
 log = logging.getLogger(__name__)
 
@@ -70,9 +70,9 @@ def train_heads(
     plans = []
     for head_name, configured in heads.items():
         search = read_json(searched[head_name]) if head_name in searched else None
-        spec, head_settings = (
-            apply_params(configured, settings, search["best_params"]) if search else (configured, settings)
-        )
+        spec, head_settings = own_training(configured, settings)
+        if search:
+            spec, head_settings = apply_params(spec, head_settings, search["best_params"])
         problem = problems.get(spec)
         moments = problems.moments(spec) if settings.standardize else None
         plans += [Plan(HeadRun(head_name, spec, head_settings, seed, moments), problem, search) for seed in seeds]

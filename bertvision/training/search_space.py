@@ -18,3 +18,10 @@ def apply_params(spec: dict, settings: HeadTrainingSettings, params: dict) -> tu
     """(head spec, training settings) with the searched ``params`` put in their places."""
     training = {k: v for k, v in params.items() if k in SEARCHABLE_TRAINING}
     return {**spec, **{k: v for k, v in params.items() if k not in SEARCHABLE_TRAINING}}, settings.replace(**training)
+
+
+def own_training(spec: dict, settings: HeadTrainingSettings) -> tuple[dict, HeadTrainingSettings]:
+    """(head spec, training settings) of a configured head: its ``training`` overrides (e.g. fewer
+    epochs for a costly head) replace the task's settings, and leave the spec."""
+    own = spec.get("training") or {}
+    return {k: v for k, v in spec.items() if k != "training"}, settings.replace(**own)

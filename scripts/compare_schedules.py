@@ -1,0 +1,117 @@
+"""Heads on partial checkpoints of two fine-tuning schedules, compared on the SELECTION split.
+
+Issue 21's question: does a checkpoint at c epochs give better heads when it is a snapshot of a
+learning-rate schedule that spans more epochs (``finetune.settings.schedule_epochs``) than when
+the schedule ends at the largest checkpoint (``null``)? Give two finished run directories that
+differ only in that setting. Per task, checkpoint and head: the mean selection score over every
+fine-tuning seed x head seed of each run, BERT's own head likewise, and the dev scores beside
+them for the record (never used for the choice). The decision reads the selection columns only.
+
+    python scripts/compare_schedules.py RUN_A RUN_B --labels "schedule 1" "schedule 3" [--out FILE.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from bertvision.registry.tasks import get_task
+
+
+def records(run_dir: Path) -> pd.DataFrame:
+    """One row per head run and per BERT checkpoint (checkpoints > 0), with its keys."""
+    rows = []
+    for path in sorted((run_dir / "heads").glob("*/*/ft*/ckpt-*/*/seed*/metrics.json")):
+        r = json.loads(path.read_text())
+        task = get_task(r["task"])
+        rows.append(
+            {
+                "task": task.name,
+                "checkpoint": float(r["source"]["checkpoint"]),
+                "model": r["head"],
+                "ft_seed": int(r["source"]["ft_seed"]),
+                "selection": task.primary_score(r["metrics"], "selection"),
+                "dev": task.headline(r["metrics"]),
+            }
+        )
+    for path in sorted((run_dir / "models").glob("*/*/ft*/ckpt-*/eval_metrics.json")):
+        r = json.loads(path.read_text())
+        if float(r["epoch_fraction"]) == 0:
+            continue
+        task = get_task(r["task"])
+        rows.append(
+            {
+                "task": task.name,
+                "checkpoint": float(r["epoch_fraction"]),
+                "model": "BERT",
+                "ft_seed": int(r["seed"]),
+                "selection": task.primary_score(r["metrics"], "selection"),
+                "dev": task.headline(r["metrics"]),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def summarize(frame: pd.DataFrame) -> pd.DataFrame:
+    g = frame.groupby(["task", "checkpoint", "model"])
+    return g.agg(
+        selection=("selection", "mean"), dev=("dev", "mean"), dev_std=("dev", "std"), n=("dev", "size")
+    ).reset_index()
+
+
+def compare(a: Path, b: Path, labels: tuple[str, str]) -> tuple[pd.DataFrame, str]:
+    sa, sb = summarize(records(a)), summarize(records(b))
+    both = sa.merge(sb, on=["task", "checkpoint", "model"], suffixes=(" A", " B"))
+    both["selection B - A"] = both["selection B"] - both["selection A"]
+    heads = both[both["model"] != "BERT"]
+    wins = int((heads["selection B - A"] > 0).sum())
+    verdict = (
+        f"Over {len(heads)} (task, checkpoint, head) cells, {labels[1]} has the higher mean selection score in "
+        f"{wins} and {labels[0]} in {len(heads) - wins}; mean difference {heads['selection B - A'].mean():+.4f} "
+        f"(selection, {labels[1]} minus {labels[0]}). Best head per task and checkpoint by selection: "
+    )
+    picks = []
+    for (task, ckpt), g in heads.groupby(["task", "checkpoint"]):
+        best_a = g.loc[g["selection A"].idxmax()]
+        best_b = g.loc[g["selection B"].idxmax()]
+        better = labels[1] if best_b["selection B"] > best_a["selection A"] else labels[0]
+        picks.append(f"{task} @ {ckpt:g}: {better}")
+    return both, verdict + "; ".join(picks) + "."
+
+
+def markdown(both: pd.DataFrame, verdict: str, labels: tuple[str, str]) -> str:
+    head = ["task", "epochs", "model", f"selection {labels[0]}", f"selection {labels[1]}", "Δ selection",
+            f"dev {labels[0]}", f"dev {labels[1]}", "n"]  # fmt: skip
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+
+    def score(r, side: str) -> str:
+        std = r[f"dev_std {side}"]
+        return f"{r[f'dev {side}']:.3f} ± {0.0 if np.isnan(std) else std:.3f}"
+
+    for _, r in both.sort_values(["task", "checkpoint", "model"]).iterrows():
+        cells = [r["task"], f"{r['checkpoint']:g}", r["model"], f"{r['selection A']:.4f}", f"{r['selection B']:.4f}",
+                 f"{r['selection B - A']:+.4f}", score(r, "A"), score(r, "B"), f"{r['n A']}/{r['n B']}"]  # fmt: skip
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join([verdict, "", *lines, ""])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run_a", type=Path)
+    parser.add_argument("run_b", type=Path)
+    parser.add_argument("--labels", nargs=2, default=("A", "B"))
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    both, verdict = compare(args.run_a, args.run_b, tuple(args.labels))
+    text = markdown(both, verdict, tuple(args.labels))
+    print(text)
+    if args.out:
+        args.out.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
