@@ -205,8 +205,11 @@ class WindowStates(WindowBatching):
         return np.diff(self.window_offsets)
 
     @property
-    def offsets(self) -> list[np.ndarray]:
-        """Per window, its tokens' (T, 2) character offsets (as TokenizedSplit.offsets)."""
+    def offsets(self) -> list[np.ndarray] | None:
+        """Per window, its tokens' (T, 2) character offsets (as TokenizedSplit.offsets; None for
+        example tasks)."""
+        if self.char_offsets is None:
+            return None
         return [self.char_offsets[self.window(i)] for i in range(len(self))]
 
     def padded(self, rows: np.ndarray):

@@ -262,7 +262,7 @@ class StoredWindows:
         """Every real token's states as float16 arrays, a block at a time, in file order
         (``batch_size``: the streamed view's; reads here go by blocks)."""
         buffer_tokens = self._buffer_tokens(0, 0)
-        block_tokens = max(1, min(buffer_tokens // 2, MAX_BLOCK_BYTES // self.split.token_bytes))
+        block_tokens = max(1, min(buffer_tokens // BLOCKS_PER_BUFFER, MAX_BLOCK_BYTES // self.split.token_bytes))
         with OpenShards(self.split.paths) as shards:
             for rows in self._blocks(block_tokens):
                 yield self._read(rows, shards).states

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-SUM_VALUES = 1 << 19  # float64 values summed at once (4 MiB)
+SUM_VALUES = 1 << 18  # float64 values summed at once (2 MiB)
 
 
 def even_pieces(chunks, max_values: int):
