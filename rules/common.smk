@@ -179,6 +179,16 @@ def all_search_results():
     return [path for run in S.runs() for path in searched_best(run.keys).values()]
 
 
+def all_search_workers():
+    """Every search worker's record (the tables read their jobs' times)."""
+    return [
+        L.SEARCH_WORKER.format(**run.keys, head=head, worker=worker)
+        for run in S.runs()
+        for head in S.search_heads(run.task)
+        for worker in range(S.search_workers)
+    ]
+
+
 def all_subset_head_dirs():
     return [
         path

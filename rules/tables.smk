@@ -5,13 +5,14 @@ from bertvision.stages.tables import TABLE_NAMES as RESULT_TABLES
 rule tables:
     """The summary (full fine-tuning vs the picked BERTVision path), result tables (Markdown +
     CSV) from the metrics files, cost from the feature manifests, and wall time per stage from
-    the benchmark files."""
+    the benchmark files; the search workers' times count in the whole cost of a pick."""
     input:
         bert=all_bert_metrics(),
         baselines=all_baseline_metrics(),
         heads=all_head_dirs(),
         benchmarks=all_benchmarks(),
         manifests=all_manifests(),
+        search_workers=all_search_workers(),
     output:
         **table_outputs(RESULT_TABLES, "Tables"),
     params:
@@ -25,7 +26,7 @@ rule tables:
         L.benchmark("tables")
     shell:
         "bertvision tables --bert-metrics {input.bert} --baseline-metrics {input.baselines} --head-dirs {input.heads} --manifests {input.manifests} "
-        "--runs {params.runs:q} --shards {params.shards} --heads {params.heads} --out-dir {params.out_dir} "
+        "--search-workers {input.search_workers} --runs {params.runs:q} --shards {params.shards} --heads {params.heads} --out-dir {params.out_dir} "
         "> {log} 2>&1"
 
 

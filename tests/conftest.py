@@ -112,7 +112,7 @@ def tiny_config(tiny_bert: Path) -> dict:
             # states streamed into its head jobs (store: false): search, data fraction and
             # transfer run on them too
             "stsb": {"train_size": 50, "eval_size": 30, "search_heads": ["adapter8"], "store": False},
-            "squad2": squad_slice(30, 20, 30, max_length=128, doc_stride=64, heads=["lp"]),
+            "squad2": squad_slice(30, 20, 30, max_length=128, doc_stride=64, heads=["lp", "ladder"]),
             # the same questions' answerability, from each window's [CLS] states
             "squad2-answerable": squad_slice(30, 20, 30, max_length=128, doc_stride=64),
             # RTE and WNLI share their labels: RTE's heads answer WNLI as they are (head_transfer)
@@ -145,6 +145,7 @@ def tiny_config(tiny_bert: Path) -> dict:
                 "lp": {"type": "lp"},
                 "adapter8": {"type": "adapter", "width": 8, "skip": True},
                 "tokpool": {"type": "token-pool"},
+                "ladder": {"type": "ladder", "reduction": 4, "attention_heads": 2, "blocks": 1},
             },
         },
     }

@@ -12,10 +12,11 @@ import pandas as pd
 import pytest
 
 from bertvision.layout import BERT_PREDICTIONS, HEAD_PREDICTIONS
+from bertvision.reporting.candidates import candidate_runs
 from bertvision.reporting.costs import cost_markdown, cost_table
 from bertvision.reporting.experiments import search_markdown, search_table
 from bertvision.reporting.results import long_records, result_tables
-from bertvision.reporting.summary import candidate_runs, summary_markdown, summary_table, verdict
+from bertvision.reporting.summary import summary_markdown, summary_table, verdict
 
 
 class Records:

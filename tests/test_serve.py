@@ -49,14 +49,19 @@ def run(tiny_bert, tmp_path_factory):
     settings = workflow_settings(
         backbones={"tiny": {"pretrained": str(tiny_bert)}},
         tasks={
-            "mrpc": {**sizes, "token_features": True, "heads": ["lp", "tok"]},
+            "mrpc": {**sizes, "token_features": True, "heads": ["lp", "tok", "lad"]},
             "stsb": {**sizes, "heads": ["lp", "ad8"]},
             "squad2": squad_slice(40, 16, 16, max_length=96, doc_stride=32, heads=["lp"]),
         },
         finetune={"epoch_fractions": [0, 1], "settings": {"batch_size": 16}, "device": "cpu", "precision": "fp32"},
         extract={"precision": "fp32", "device": "cpu", "batch_size": 8},
         heads={
-            "models": {"lp": {"type": "lp"}, "ad8": {"type": "adapter", "width": 8}, "tok": {"type": "token-pool"}},
+            "models": {
+                "lp": {"type": "lp"},
+                "ad8": {"type": "adapter", "width": 8},
+                "tok": {"type": "token-pool"},
+                "lad": {"type": "ladder", "reduction": 4, "attention_heads": 2},
+            },
             "seeds": [1, 2],
             "device": "cpu",
             "training": {"max_epochs": 2},
@@ -274,7 +279,9 @@ def ask_texts(server, task: str, head: str, rows: pd.DataFrame) -> list[dict]:
     return answers
 
 
-@pytest.mark.parametrize("task, head", [("mrpc", "lp"), ("mrpc", "tok"), ("stsb", "lp"), ("stsb", "ad8")])
+@pytest.mark.parametrize(
+    "task, head", [("mrpc", "lp"), ("mrpc", "tok"), ("mrpc", "lad"), ("stsb", "lp"), ("stsb", "ad8")]
+)
 def test_example_answers_equal_the_pipelines_predictions(run, bundle, server, task, head):
     rows = dev_rows(run, task)
     expected = pd.read_parquet(kept_run(bundle, task, head) / HEAD_PREDICTIONS).set_index("idx").loc[rows["idx"]]
@@ -351,7 +358,7 @@ def test_tasks_and_health(server, bundle):
     assert set(tasks["tasks"]) == set(TASKS) and tasks["precision"] == "fp32"
     mrpc = tasks["tasks"]["mrpc"]
     assert mrpc["kind"] == "classification" and mrpc["label_names"] == ["not_equivalent", "equivalent"]
-    assert mrpc["picked"] == bundle.tasks["mrpc"].picked and set(mrpc["heads"]) == {"lp", "tok"}
+    assert mrpc["picked"] == bundle.tasks["mrpc"].picked and set(mrpc["heads"]) == {"lp", "tok", "lad"}
     assert mrpc["heads"]["lp"]["parameters"] > 0 and "accuracy" in mrpc["heads"]["lp"]["eval_metrics"]["dev"]
     assert "accuracy" in mrpc["heads"]["lp"]["selection_metrics"]
     assert server.client.get("/health").json()["status"] == "ok"

@@ -36,8 +36,17 @@ RUNTIME = HeadRuntimeSettings(device="cpu", verify="sha256")
 EXTRACT = ExtractSettings(batch_size=16, block_rows=64, block_tokens=4096)
 COMPUTE = ExtractCompute(device="cpu", precision="fp32")
 HEADS = {
-    "mrpc": {"lp": {"type": "lp"}, "adapter8": {"type": "adapter", "width": 8}, "tokpool": {"type": "token-pool"}},
-    "squad2": {"lp": {"type": "lp"}, "adapter8": {"type": "adapter", "width": 8}},
+    "mrpc": {
+        "lp": {"type": "lp"},
+        "adapter8": {"type": "adapter", "width": 8},
+        "tokpool": {"type": "token-pool"},
+        "ladder": {"type": "ladder", "reduction": 4, "attention_heads": 2},
+    },
+    "squad2": {
+        "lp": {"type": "lp"},
+        "adapter8": {"type": "adapter", "width": 8},
+        "ladder": {"type": "ladder", "reduction": 4, "attention_heads": 2},
+    },
 }
 TASKS = {
     "mrpc": {"train_size": 120, "eval_size": 60, "max_length": 64, "token_features": True},

@@ -8,7 +8,7 @@ from __future__ import annotations
 from bertvision.errors import ConfigError, MissingError
 from bertvision.layout import fraction_name
 from bertvision.models.backbone import resolve_pretrained
-from bertvision.registry.heads import is_token_head
+from bertvision.registry.heads import trains_on
 from bertvision.registry.tasks import get_task
 
 
@@ -40,16 +40,17 @@ def check(workflow) -> None:
                 "example heads are for classification / regression tasks"
             )
             continue
-        token = [n for n in listed if is_token_head(models[n])]
-        if token and not workflow.token_features(task):
-            why = (
-                "span tasks train per-token span heads"
-                if spec.kind == "span"
-                else f"set tasks.{task}.token_features: true to extract them"
-            )
+        unfit = [n for n in listed if not trains_on(models[n], spec.kind, workflow.token_features(task))]
+        if unfit and spec.kind == "span":
             problems.append(
-                f"tasks.{task}.heads: {token} are token-level heads; they need every token's "
-                f"features, which {task} does not store ({why})"
+                f"tasks.{task}.heads: {unfit} pool an example's tokens into one output; span tasks "
+                "need per-token outputs (a per-token head, or a sequence head such as ladder)"
+            )
+            continue
+        if unfit:
+            problems.append(
+                f"tasks.{task}.heads: {unfit} are token-level heads; they need every token's "
+                f"features, which {task} does not store (set tasks.{task}.token_features: true to extract them)"
             )
             continue
         if not workflow.task_heads(task):

@@ -23,7 +23,7 @@ from bertvision.config.settings import (
     TokenizeSettings,
 )
 from bertvision.layout import Run, SharedEncoder, fraction_name
-from bertvision.registry.heads import get_head_type, is_token_head
+from bertvision.registry.heads import get_head_type, trains_on
 from bertvision.registry.tasks import get_task
 
 # the section of tasks.<task> that changes a settings block for that task
@@ -135,13 +135,12 @@ class WorkflowSettings:
 
     def task_heads(self, task: str) -> dict[str, dict]:
         """The head architectures trained for ``task``: the task's ``heads`` list, or all (then
-        without token-level heads unless the task has ``token_features``)."""
+        only those that train on it: token-level heads need ``token_features``, and span tasks
+        take sequence heads but no per-example token heads)."""
         models = self.config["heads"]["models"]
-        listed = self.task_overrides(task).get("heads")
-        names = listed or self.heads
-        if not self.token_features(task):
-            names = [n for n in names if not is_token_head(models[n])]
-        return {n: dict(models[n]) for n in names}
+        names = self.task_overrides(task).get("heads") or self.heads
+        kind = get_task(task).kind
+        return {n: dict(models[n]) for n in names if trains_on(models[n], kind, self.token_features(task))}
 
     def search_heads(self, task: str) -> list[str]:
         return list(self.task_overrides(task).get("search_heads") or [])

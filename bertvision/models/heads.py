@@ -132,9 +132,26 @@ class Standardized(nn.Module):
         self.register_buffer("mean", mean)
         self.register_buffer("inv_std", 1.0 / std.clamp_min(1e-6))
 
+    @property
+    def reads_sequence(self) -> bool:
+        return getattr(self.head, "reads_sequence", False)
+
     def forward(self, x: torch.Tensor, *args) -> torch.Tensor:
         """``args`` (e.g. a token head's padding mask) pass through to the head."""
         return self.head((x - self.mean) * self.inv_std, *args)
+
+
+def span_logits(head: nn.Module, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """(B, T, outputs) per-token outputs of a span head over padded windows x (B, T, L, H):
+    a sequence head (``reads_sequence``, e.g. ladder) reads each window whole under its mask;
+    the others score the real tokens one by one (padding never enters a BatchNorm's batch
+    statistics). Padding positions get -1e4."""
+    if getattr(head, "reads_sequence", False):
+        return head(x, mask, True).masked_fill(~mask[..., None], -1e4)
+    real = head(x[mask])
+    logits = torch.full((*mask.shape, real.shape[-1]), -1e4, device=x.device, dtype=real.dtype)
+    logits[mask] = real
+    return logits
 
 
 def build_head(spec: dict, layers: int, hidden: int, outputs: int) -> nn.Module:

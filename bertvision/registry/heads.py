@@ -45,6 +45,9 @@ class HeadType:
     options: dict[str, Option] = field(default_factory=dict)
     # Trained on every real token of an example (tasks with token_features), with a padding mask.
     token_level: bool = False
+    # Reads a whole padded sequence with its mask (``forward(x, mask, per_token)``): per example,
+    # or per token for span tasks, whose windows it then also trains on.
+    sequence: bool = False
     # Training seconds per example relative to an adapter of width 64 (measured on [CLS] states
     # of MiniLM on a CPU): sizes the runtime each head-training job asks the scheduler for.
     relative_cost: float = 1.0
@@ -93,6 +96,15 @@ def complete_spec(spec: dict) -> dict:
 def is_token_head(spec: dict) -> bool:
     """Whether a head of ``spec["type"]`` needs every token's features, not only [CLS]."""
     return get_head_type(spec["type"]).token_level
+
+
+def trains_on(spec: dict, task_kind: str, token_features: bool) -> bool:
+    """Whether a head of ``spec["type"]`` can train on a task of ``task_kind`` ('span' or an
+    example kind) that stores every token's states (``token_features``; span tasks always do)."""
+    head_type = get_head_type(spec["type"])
+    if task_kind == "span":
+        return head_type.sequence or not head_type.token_level
+    return token_features or not head_type.token_level
 
 
 def searchable_parameters() -> dict[str, type]:
@@ -200,5 +212,52 @@ register(
             "dropout": DROPOUT,
         },
         relative_cost=130.0,  # 2.4 vs 0.019 ms per row and epoch
+    )
+)
+register(
+    HeadType(
+        "ladder",
+        "bertvision.models.ladder:LadderHead",
+        "Ladder side network (Ladder Side-Tuning): every chosen layer's token states projected to a "
+        "side width hidden/reduction and merged into a side stream through learned gates, with side "
+        "transformer blocks (self-attention over the real tokens, then a feed-forward) between the "
+        "merges; pooled per example, or start/end logits per token for span tasks.",
+        {
+            "reduction": Option(
+                int, 8, "Side width = hidden / reduction (MiniLM 384: 48).", minimum=1, maximum=64, searchable=True
+            ),
+            "blocks": Option(
+                int,
+                2,
+                "Side transformer blocks, spread evenly over the ladders.",
+                minimum=0,
+                maximum=24,
+                searchable=True,
+            ),
+            "top_layers": Option(
+                int, 0, "Ladders from the top K layers only; 0 = every layer (embeddings included).", minimum=0
+            ),
+            "attention_heads": Option(
+                int, 4, "Attention heads of each side block (must divide the side width).", minimum=1
+            ),
+            "pool": Option(
+                str,
+                "mean",
+                "Per-example tasks: the side stream at the summary position ([CLS]), its masked mean over "
+                "the real tokens, or attention with a learned query.",
+                choices=("mean", "summary", "attention"),
+            ),
+            "dropout": Option(
+                float,
+                0.1,
+                "Dropout in the side blocks and before the output layer.",
+                minimum=0,
+                maximum=1,
+                searchable=True,
+            ),
+        },
+        token_level=True,
+        sequence=True,
+        relative_cost=60.0,
     )
 )

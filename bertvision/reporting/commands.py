@@ -18,7 +18,8 @@ def cmd_tables(a):
     from bertvision.stages.tables import build_tables
 
     runs = [Run(**keys) for keys in a.runs]
-    build_tables(a.bert_metrics, a.head_dirs, a.manifests, runs, a.shards, a.heads, a.out_dir, a.baseline_metrics)
+    build_tables(a.bert_metrics, a.head_dirs, a.manifests, runs, a.shards, a.heads, a.out_dir, a.baseline_metrics,
+                 a.search_workers)  # fmt: skip
 
 
 def cmd_experiment_tables(a):
@@ -58,6 +59,9 @@ def add_reporting_commands(sub, subcommand, json_arg) -> None:
     s.add_argument("--baseline-metrics", type=Path, nargs="*", default=[], help="full fine-tuning records (summary)")
     s.add_argument("--head-dirs", type=Path, nargs="*", default=[], help="train_heads output directories")
     s.add_argument("--manifests", type=Path, nargs="*", default=[], help="feature manifests (cost table)")
+    s.add_argument(
+        "--search-workers", type=Path, nargs="*", default=[], help="search worker records (the whole cost of a pick)"
+    )
     s.add_argument(
         "--runs",
         type=json_arg,

@@ -2,8 +2,9 @@
 manifests and Snakemake's benchmark files. The BERTVision path to a checkpoint costs the
 partial fine-tuning up to it + the extraction of its features + the head's training; it is
 set against BERT's own head at the checkpoint with the best selection score (dev scores are
-reported, never compared). The verdict against full fine-tuning is the summary's
-(``reporting/summary.py``)."""
+reported, never compared). Beside it, the whole cost of choosing among the heads
+(``reporting.whole_cost``): at the row's checkpoint, and over every checkpoint. The verdict
+against full fine-tuning is the summary's (``reporting/summary.py``)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,13 @@ from bertvision.layout import Job
 from bertvision.registry.tasks import get_task
 from bertvision.reporting.markdown import markdown_table
 from bertvision.reporting.timing import read_benchmark
+from bertvision.reporting.whole_cost import (
+    CHECKPOINT_KEYS,
+    SEED_KEYS,
+    SelectionCost,
+    head_search_seconds,
+    search_seconds,
+)
 from bertvision.runtime.io import read_json
 
 
@@ -60,7 +68,9 @@ def _mean_std(mean: float, std: float, digits: int) -> str:
 
 
 def cost_table(bert_metrics, head_metrics, manifests, jobs: list[Job]) -> pd.DataFrame:
-    extract = extract_seconds(jobs)
+    """One row per fine-tuning seed, checkpoint and head. ``jobs``: the extract and search
+    worker jobs, whose benchmark files give their times."""
+    extract, search = extract_seconds(jobs), search_seconds(jobs)
     sizes = feature_bytes(manifests)
     bert = pd.DataFrame(
         [
@@ -86,6 +96,7 @@ def cost_table(bert_metrics, head_metrics, manifests, jobs: list[Job]) -> pd.Dat
                 "epoch_fraction": float(r["source"]["checkpoint"]),
                 "model": r["head"],
                 "head_s": r["seconds"],
+                "search_s": head_search_seconds(r, search),
                 "score": get_task(r["task"]).headline(r["metrics"]),
                 "trainable_params": r["parameters"],
                 "parameter_percent": r["parameter_percent"],
@@ -98,6 +109,11 @@ def cost_table(bert_metrics, head_metrics, manifests, jobs: list[Job]) -> pd.Dat
     )
     if heads.empty or bert.empty:
         return pd.DataFrame()
+    finetune = bert[["model_name", "task", "ft_seed", "epoch_fraction", "finetune_s"]]
+    spent = heads.merge(finetune, on=["model_name", "task", "ft_seed", "epoch_fraction"], how="left")
+    whole = SelectionCost(spent.rename(columns={"model_name": "backbone"}))
+    at_checkpoint = whole.checkpoints.set_index(CHECKPOINT_KEYS)["whole_s"]
+    over_checkpoints = whole.seeds.set_index(SEED_KEYS)["whole_s"]
     rows = []
     keys = ["task", "model_name", "ft_seed", "epoch_fraction", "model"]
     for (task, model_name, ft, frac, head), g in heads.groupby(keys, sort=False):
@@ -126,6 +142,10 @@ def cost_table(bert_metrics, head_metrics, manifests, jobs: list[Job]) -> pd.Dat
                 "head_s_std": head_s_std,
                 "bertvision_s": float(at["finetune_s"]) + ext + head_s,
                 "bertvision_s_std": head_s_std,  # the rest is the same for every head seed
+                "search_s": float(g["search_s"].iloc[0]),  # this head's study at this checkpoint
+                # everything run to choose among the heads at this checkpoint, and over every one
+                "checkpoint_whole_s": at_checkpoint.get((model_name, task, ft, frac), np.nan),
+                "selection_whole_s": over_checkpoints.get((model_name, task, ft), np.nan),
                 "feature_bytes": float(g["feature_bytes"].iloc[0]),
                 "features": g["features"].iloc[0],
                 "bert_score": float(at["score"]),
@@ -152,7 +172,11 @@ def cost_markdown(costs: pd.DataFrame) -> str:
         "(`store: false`) are extracted by nobody: the head's seconds include its share of the encoder's "
         "passes, and no bytes are stored. "
         "It is set against BERT's own head at the checkpoint with the best "
-        "**selection** score (`BERT's pick`). The comparison with full fine-tuning is `summary.md`'s.",
+        "**selection** score (`BERT's pick`). The comparison with full fine-tuning is `summary.md`'s. "
+        "`search s`: the head's optuna study at the checkpoint (its workers' jobs). `checkpoint whole s`: "
+        "everything run to choose among the heads at the checkpoint (fine-tuning to it, its extraction, every head "
+        "and head seed, every search); the heading's whole cost is that over every checkpoint, with the fine-tuning "
+        "to the largest (`summary.md` states its verdict on it).",
         "",
     ]
     if costs.empty:
@@ -164,7 +188,8 @@ def cost_markdown(costs: pd.DataFrame) -> str:
         parts.append(
             f"## {task} ({backbone}, fine-tuning seed {ft}; {metric}; BERT's pick: "
             f"{first['bert_pick_score']:.{digits}f} at {first['bert_pick_fraction']:g} epochs, "
-            f"{first['bert_pick_finetune_s']:.1f} s of fine-tuning)"
+            f"{first['bert_pick_finetune_s']:.1f} s of fine-tuning; whole cost of a pick over every checkpoint: "
+            f"{first['selection_whole_s']:.1f} s)"
         )
         parts.append("")
         rows = [
@@ -179,6 +204,8 @@ def cost_markdown(costs: pd.DataFrame) -> str:
                 f"{r.extract_s:.1f}",
                 _mean_std(r.head_s, r.head_s_std, 1),
                 _mean_std(r.bertvision_s, r.bertvision_s_std, 1),
+                f"{r.search_s:.1f}",
+                f"{r.checkpoint_whole_s:.1f}",
                 f"{r.feature_bytes / 2**20:.1f}",
                 r.features,
                 r.device,
@@ -198,6 +225,8 @@ def cost_markdown(costs: pd.DataFrame) -> str:
                     "extract s",
                     "head s",
                     "BERTVision s",
+                    "search s",
+                    "checkpoint whole s",
                     "features MiB",
                     "states",
                     "device",

@@ -16,6 +16,13 @@ def fmt(mean: float, std: float, scale: float = 1.0) -> str:
     return f"{mean:.{digits}f}" if np.isnan(std) else f"{mean:.{digits}f} ± {std:.{digits}f}"
 
 
+def seconds_cell(mean: float, std: float) -> str:
+    """``mean ± std`` seconds (the mean alone for one seed; empty when unknown)."""
+    if np.isnan(mean):
+        return ""
+    return f"{mean:.1f}" + ("" if np.isnan(std) else f" ± {std:.1f}")
+
+
 def markdown_table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(r) + " |" for r in rows]

@@ -138,6 +138,7 @@ ROW_STYLES = dict(
             {"marker": "*", "s": 220, "color": "black", "zorder": 3},
             {"marker": "s", "s": 60, "color": "tab:gray"},
             {"marker": "o", "s": 90, "color": "tab:red", "zorder": 3},
+            {"marker": "o", "s": 60, "color": "tab:orange"},
             {"marker": "D", "s": 60, "color": "tab:blue"},
         ),
     )

@@ -5,39 +5,44 @@ Rows of a block: full fine-tuning (the baseline stage), BERT's own head at each 
 checkpoint, the picked BERTVision path (checkpoint, head, and head alone or head + BERT
 ensemble: the highest mean selection score over every candidate), and the best frozen-encoder
 head (0 epochs, also by selection). Every choice reads the selection split only; the dev
-scores are reported, never compared. Seconds: full fine-tuning's training time to its kept
+scores are reported, never compared. Own seconds: full fine-tuning's training time to its kept
 epoch; BERT's to its checkpoint; a head's path adds the extraction of that checkpoint's
-features (the jobs' wall time) and the head's own training."""
+features (the jobs' wall time) and the head's own training. Whole seconds: everything that had
+to run to make the row's choice (``reporting.whole_cost``); the verdict is stated on them."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from bertvision.evaluation.ensemble import ensemble_rules
-from bertvision.layout import Job
 from bertvision.registry.tasks import get_task
-from bertvision.reporting.costs import extract_seconds, feature_bytes, storage_cost
-from bertvision.reporting.markdown import fmt, markdown_table
-from bertvision.reporting.results import BERT, ensemble_name
+from bertvision.reporting.candidates import FULL_FT
+from bertvision.reporting.markdown import fmt, markdown_table, seconds_cell
+from bertvision.reporting.results import BERT
 from bertvision.reporting.verdict import (
     LEARNING_MARGIN,
     comparison,
     constant_line,
+    cost_phrase,
     learned_nothing,
+    no_window_line,
     nothing_learned,
 )
-from bertvision.runtime.io import read_json
+from bertvision.reporting.whole_cost import SelectionCost
 
-FULL_FT = "full fine-tuning"
 # Row kinds, in the order a block lists them.
-ROW_KINDS = (FULL_FT, "BERT at a checkpoint", "BERTVision (picked)", "frozen encoder (best head)")
+ROW_KINDS = (
+    FULL_FT,
+    "BERT at a checkpoint",
+    "BERTVision (picked)",
+    "BERTVision within a budget",
+    "frozen encoder (best head)",
+)
 SUMMARY_COLUMNS = [
     "backbone",
     "task",
     "row",
+    "budget",  # a pick within a budget: the largest checkpoint it chose among
     "epoch_fraction",
     "model",
     "metric",
@@ -49,10 +54,14 @@ SUMMARY_COLUMNS = [
     "parameter_percent",
     "seconds",
     "seconds_std",
+    # everything run to make the row's choice, mean and std over fine-tuning seeds
+    "whole_seconds",
+    "whole_seconds_std",
     "feature_bytes",
     "score_diff",
     "score_diff_std_units",
     "cost_ratio",
+    "whole_cost_ratio",
     # what a constant prediction scores on dev (the bar for having learned anything), and for
     # answerability the answerable dev questions no window wholly holds
     "constant_score",
@@ -60,96 +69,6 @@ SUMMARY_COLUMNS = [
     "device",
     "precision",
 ]
-
-
-def _dev_facts(task, metrics: dict) -> dict:
-    """The reported split's constant score and (answerability) uncovered-question count."""
-    dev = metrics.get(task.eval_splits[0], {})
-    return {k: dev.get(k, np.nan) for k in ("constant_score", "answerable_no_window")}
-
-
-def _encoder_row(record: dict, kind: str, epoch_fraction: float) -> dict:
-    """A summary row of a fine-tuned encoder's own head (full fine-tuning or BERT at a checkpoint)."""
-    task = get_task(record["task"])
-    return {
-        "backbone": record["model"],
-        "task": task.name,
-        "kind": kind,
-        "epoch_fraction": epoch_fraction,
-        "model": kind,
-        "selection": task.primary_score(record["metrics"], "selection"),
-        "dev": task.headline(record["metrics"]),
-        "trainable_params": record["encoder_parameters"],
-        "encoder_params": record["encoder_parameters"],
-        "seconds": record["train_seconds"],
-        "feature_bytes": 0.0,
-        "device": record["device"],
-        "precision": record.get("precision"),
-        **_dev_facts(task, record["metrics"]),
-    }
-
-
-def candidate_runs(
-    baseline_metrics: list[Path],
-    bert_metrics: list[Path],
-    head_metrics: list[Path],
-    manifests: list[Path],
-    jobs: list[Job],
-) -> pd.DataFrame:
-    """One row per trained model (and seed): its selection and dev score on the task's primary
-    metric, trainable parameters, seconds to produce it and feature bytes."""
-    rows = [
-        {**_encoder_row(r, FULL_FT, np.nan), "kept_epoch": r["best_epoch"], "epochs": r["epochs"]}
-        for r in map(read_json, baseline_metrics)
-    ]
-    bert = {}
-    for r in map(read_json, bert_metrics):
-        key = (r["model"], get_task(r["task"]).name, int(r["seed"]), float(r["epoch_fraction"]))
-        bert[key] = r
-        rows.append(_encoder_row(r, BERT, key[3]))
-    extract = extract_seconds(jobs)
-    sizes = feature_bytes(manifests)
-    for r in map(read_json, head_metrics):
-        task, src = get_task(r["task"]), r["source"]
-        key = (src["model"], task.name, int(src["ft_seed"]), float(src["checkpoint"]))
-        at = bert.get(key)
-        extract_s, stored_bytes = storage_cost(r, extract, sizes)
-        seconds = (at["train_seconds"] if at else np.nan) + extract_s + r["seconds"]
-        common = {
-            "backbone": key[0],
-            "task": task.name,
-            "epoch_fraction": key[3],
-            "seconds": seconds,
-            "feature_bytes": stored_bytes,
-            "encoder_params": r["encoder_parameters"],
-            "device": r["device"] if at is None else at["device"],
-            "precision": r.get("states_precision"),  # of the encoder that computed the head's states
-            **_dev_facts(task, r["metrics"]),
-        }
-        rows.append(
-            {
-                **common,
-                "kind": "head",
-                "model": r["head"],
-                "dev": task.headline(r["metrics"]),
-                "selection": task.primary_score(r["metrics"], "selection"),
-                "trainable_params": r["parameters"],
-            }
-        )
-        for how in ensemble_rules(task):
-            ens = r.get("ensembles", {}).get(how)
-            if ens:
-                rows.append(
-                    {
-                        **common,
-                        "kind": "ensemble",
-                        "model": ensemble_name(r["head"], how),
-                        "selection": task.primary_score(ens, "selection"),
-                        "dev": task.headline(ens),
-                        "trainable_params": r["parameters"] + r["encoder_parameters"],
-                    }
-                )
-    return pd.DataFrame(rows)
 
 
 def _configs(runs: pd.DataFrame) -> pd.DataFrame:
@@ -165,6 +84,8 @@ def _configs(runs: pd.DataFrame) -> pd.DataFrame:
         encoder_params=("encoder_params", "first"),
         seconds=("seconds", "mean"),
         seconds_std=("seconds", lambda v: v.std(ddof=1) if len(v) > 1 else np.nan),
+        whole_seconds=("whole_seconds", lambda v: v.mean(skipna=False)),
+        whole_seconds_std=("whole_seconds", lambda v: v.std(ddof=1) if len(v) > 1 else np.nan),
         feature_bytes=("feature_bytes", "mean"),
         device=("device", "first"),
         precision=("precision", "first"),
@@ -191,6 +112,19 @@ def pick(configs: pd.DataFrame) -> pd.Series | None:
     return order.iloc[0]
 
 
+def _whole_seconds(label: str, config: pd.Series, cost: SelectionCost) -> tuple[float, float]:
+    """Mean and std over fine-tuning seeds of everything run to make a row's choice: the picked
+    path's, among every checkpoint; the frozen encoder's best head's, among its checkpoint's
+    heads; full fine-tuning's and BERT's, their own runs (``reporting.whole_cost``)."""
+    if label == ROW_KINDS[2]:
+        return cost.over_checkpoints()
+    if label == ROW_KINDS[3]:
+        return cost.up_to(config["budget"])
+    if label == ROW_KINDS[4]:
+        return cost.at_checkpoint(config["epoch_fraction"])
+    return config["whole_seconds"], config["whole_seconds_std"]
+
+
 def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
     """One block of rows (ROW_KINDS) per backbone and task, with the ratios against full
     fine-tuning where the baseline ran."""
@@ -205,16 +139,24 @@ def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
         chosen += [(ROW_KINDS[0], r) for _, r in full.iterrows()]
         partial = configs[(configs["kind"] == BERT) & (configs["epoch_fraction"] > 0)].sort_values("epoch_fraction")
         chosen += [(ROW_KINDS[1], r) for _, r in partial.iterrows()]
-        picked = pick(configs[configs["kind"].isin(["head", "ensemble"])])
+        paths = configs[configs["kind"].isin(["head", "ensemble"])]
+        picked = pick(paths)
         if picked is not None:
             chosen.append((ROW_KINDS[2], picked))
+        # the same pick among the checkpoints of at most c epochs, for each c between 0 and the largest
+        for budget in sorted(set(paths["epoch_fraction"]))[1:-1]:
+            within = pick(paths[paths["epoch_fraction"] <= budget])
+            if within is not None:
+                chosen.append((ROW_KINDS[3], pd.concat([within, pd.Series({"budget": budget})])))
         frozen = pick(configs[(configs["kind"] == "head") & (configs["epoch_fraction"] == 0)])
         if frozen is not None:
-            chosen.append((ROW_KINDS[3], frozen))
+            chosen.append((ROW_KINDS[4], frozen))
         ref = full.iloc[0] if len(full) else None
+        cost = SelectionCost(block[block["kind"] == "head"])
         # the same for every run on the task's dev split (NaN: records from before they were kept)
         facts = {k: block[k].max() if k in block else np.nan for k in ("constant_score", "answerable_no_window")}
         for label, r in chosen:
+            whole, whole_std = _whole_seconds(label, r, cost)
             diff = r["dev_mean"] - ref["dev_mean"] if ref is not None else np.nan
             ref_std = ref["dev_std"] if ref is not None else np.nan
             out.append(
@@ -222,6 +164,7 @@ def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
                     "backbone": backbone,
                     "task": task_name,
                     "row": label,
+                    "budget": r.get("budget", np.nan),
                     "epoch_fraction": r["epoch_fraction"],
                     "model": r["model"],
                     "metric": task.primary_metric,
@@ -233,10 +176,13 @@ def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
                     "parameter_percent": 100.0 * r["trainable_params"] / r["encoder_params"],
                     "seconds": r["seconds"],
                     "seconds_std": r["seconds_std"],
+                    "whole_seconds": whole,
+                    "whole_seconds_std": whole_std,
                     "feature_bytes": r["feature_bytes"],
                     "score_diff": diff,
                     "score_diff_std_units": diff / ref_std if ref_std and ref_std > 0 else np.nan,
                     "cost_ratio": r["seconds"] / ref["seconds"] if ref is not None else np.nan,
+                    "whole_cost_ratio": whole / ref["whole_seconds"] if ref is not None else np.nan,
                     **facts,
                     "device": r["device"],
                     "precision": r["precision"],
@@ -262,21 +208,8 @@ def verdict(block: pd.DataFrame) -> str:
             f"The pipeline picks {what}; no full fine-tuning baseline ran (baseline.enabled), so there is no verdict."
         )
     return (
-        f"The pipeline picks {what}: {comparison(task, p, full.iloc[0])}, at {p['cost_ratio']:.2f}× its seconds "
+        f"The pipeline picks {what}: {comparison(task, p, full.iloc[0])}, at {cost_phrase(p)} "
         f"and {p['parameter_percent']:.3g}% of its trainable parameters."
-    )
-
-
-def no_window_line(block: pd.DataFrame) -> str:
-    """Answerability: the answerable dev questions none of whose windows holds the whole answer."""
-    missed = block["answerable_no_window"].iloc[0]
-    if np.isnan(missed):
-        return ""
-    if missed == 0:
-        return "Every answerable dev question has a window that holds its whole answer."
-    return (
-        f"{int(missed)} answerable dev questions have no window that holds the whole answer; they are scored "
-        'as answerable (the data\'s label), though every window of theirs trains as "no answer".'
     )
 
 
@@ -301,11 +234,16 @@ def summary_markdown(table: pd.DataFrame) -> str:
         "Per task: the encoder fine-tuned the standard way (full fine-tuning, the epoch kept chosen on the "
         "selection split), BERT's own head after the short partial fine-tuning, the BERTVision path the "
         "pipeline picks (checkpoint, head, alone or with BERT: the best mean **selection** score), and the "
-        "best head on the untouched encoder. Dev scores and seconds are mean ± sample std over seeds (n runs: "
-        "fine-tuning seeds × head seeds). Seconds: full fine-tuning's training to its kept epoch; a head's path = "
-        "fine-tuning to its checkpoint + extracting its features + training the head. Δ = dev score minus full "
-        "fine-tuning's, in points and in full fine-tuning's std; cost = mean seconds / full fine-tuning's. The "
-        "verdict calls a difference noise when the two mean ± std ranges overlap or either side ran one seed, "
+        "best head on the untouched encoder. Dev scores and own seconds are mean ± sample std over seeds (n runs: "
+        "fine-tuning seeds × head seeds). Own seconds: full fine-tuning's training to its kept epoch; a head's path "
+        "= fine-tuning to its checkpoint + extracting its features + training the head. Whole seconds (mean ± std "
+        "over fine-tuning seeds): everything run to make the row's choice. Full fine-tuning: every epoch it "
+        "trained. The picked path: fine-tuning to the largest checkpoint, every checkpoint's extraction, every head "
+        "and head seed on every checkpoint and every search trial. The frozen encoder's best head: the same at "
+        "checkpoint 0 only. BERT at a checkpoint: its fine-tuning (it chooses nothing). Data-fraction and transfer "
+        "runs are not counted. Δ = dev score minus full fine-tuning's, in points and in full fine-tuning's std; own "
+        "and whole cost = mean own or whole seconds / full fine-tuning's. The verdict is stated on the whole cost. "
+        "It calls a difference noise when the two mean ± std ranges overlap or either side ran one seed, "
         f"and names no winner where no row beats a constant prediction (the same class every time, or "
         f"abstaining on every question) by more than {100 * LEARNING_MARGIN:g} points.",
         "",
@@ -328,16 +266,18 @@ def summary_markdown(table: pd.DataFrame) -> str:
             )
             rows.append(
                 [
-                    r.row,
+                    r.row if np.isnan(r.budget) else f"BERTVision (picked, ≤ {r.budget:g} epochs)",
                     frac,
                     r.model,
                     fmt(r.dev_mean, r.dev_std, scale),
                     str(r.n),
                     f"{r.parameter_percent:.3g}",
-                    f"{r.seconds:.1f}" + ("" if np.isnan(r.seconds_std) else f" ± {r.seconds_std:.1f}"),
+                    seconds_cell(r.seconds, r.seconds_std),
+                    seconds_cell(r.whole_seconds, r.whole_seconds_std),
                     "" if np.isnan(r.feature_bytes) or not r.feature_bytes else f"{r.feature_bytes / 2**20:.1f}",
                     delta,
                     "" if reference or np.isnan(r.cost_ratio) else f"{r.cost_ratio:.2f}×",
+                    "" if reference or np.isnan(r.whole_cost_ratio) else f"{r.whole_cost_ratio:.2f}×",
                 ]
             )
         parts.append(
@@ -349,10 +289,12 @@ def summary_markdown(table: pd.DataFrame) -> str:
                     f"dev {task.primary_metric}",
                     "n",
                     "% params",
-                    "seconds",
+                    "own seconds",
+                    "whole seconds",
                     "features MiB",
                     "Δ vs full FT",
-                    "cost",
+                    "own cost",
+                    "whole cost",
                 ],
                 rows,
             )

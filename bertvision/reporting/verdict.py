@@ -62,10 +62,32 @@ def comparison(task, picked: pd.Series, reference: pd.Series) -> str:
     return f"**trails full fine-tuning by {-points:.1f} points** (beyond the seeds' spread{std})"
 
 
+def cost_phrase(picked: pd.Series) -> str:
+    """The picked path's cost against full fine-tuning's, stated on the whole compute (everything
+    run to make the pick against every epoch full fine-tuning trained), the own seconds beside it."""
+    own, whole = picked["cost_ratio"], picked["whole_cost_ratio"]
+    if np.isnan(whole):
+        return f"{own:.2f}× full fine-tuning's own seconds (the whole compute is not in these records)"
+    return f"{whole:.2f}× full fine-tuning's whole compute (own seconds {own:.2f}×)"
+
+
 def nothing_learned(task, what: str) -> str:
     """The words for a task no model learned: the pick is named, no winner is."""
     return (
         f"The pipeline picks {what}, but **no model learned this task**: no row beats "
         f"{CONSTANT_PREDICTION[task.kind]} by more than {100 * LEARNING_MARGIN:g} points, so there is no winner "
         "and the Δ column is noise."
+    )
+
+
+def no_window_line(block: pd.DataFrame) -> str:
+    """Answerability: the answerable dev questions none of whose windows holds the whole answer."""
+    missed = block["answerable_no_window"].iloc[0]
+    if np.isnan(missed):
+        return ""
+    if missed == 0:
+        return "Every answerable dev question has a window that holds its whole answer."
+    return (
+        f"{int(missed)} answerable dev questions have no window that holds the whole answer; they are scored "
+        'as answerable (the data\'s label), though every window of theirs trains as "no answer".'
     )

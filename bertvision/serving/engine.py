@@ -30,6 +30,7 @@ from bertvision.data.tokenized import TokenizedSplit, collate, length_batches
 from bertvision.evaluation.squad_decode import apply_threshold, decode_question
 from bertvision.models.encoder_io import SUMMARY_POSITION, load_encoder, pad_id, summary_position, uses_token_types
 from bertvision.models.head_io import load_head
+from bertvision.models.heads import span_logits
 from bertvision.runtime.device import autocast, pick_device, set_threads, to_device
 from bertvision.serving.bundle import Bundle, BundleError, TaskEntry, load_bundle
 from bertvision.serving.items import (
@@ -276,17 +277,20 @@ class Engine:
         for task, head in sorted({pair for row in rows for pair in readers[int(row)]}):
             sel = [k for k, row in enumerate(rows) if (task, head) in readers[int(row)]]
             span = self.tasks[task].is_span
-            # span heads score each token on its own (no mask, as in training); the others pool the real tokens
-            out = self._run_head(task, head, x[sel]) if span else self._run_head(task, head, x[sel], mask[sel])
+            out = self._run_head(task, head, x[sel], mask[sel], span=span)
             target = outputs.setdefault((task, head), {})
             for k, values in zip(sel, out):
                 target[int(rows[k])] = values[: int(real[k])] if span else values
 
-    def _run_head(self, task: str, head: str, x: torch.Tensor, mask: torch.Tensor | None = None) -> np.ndarray:
+    def _run_head(
+        self, task: str, head: str, x: torch.Tensor, mask: torch.Tensor | None = None, span: bool = False
+    ) -> np.ndarray:
+        """Outputs per example ([CLS] heads: no mask; token heads pool the real tokens), or per
+        token for span heads (as in training: ``span_logits``)."""
         module = self.heads[task, head]
         with torch.inference_mode():
             args = (x.to(self.device),) if mask is None else (x.to(self.device), mask.to(self.device))
-            return module(*args).float().cpu().numpy()
+            return (span_logits(module, *args) if span else module(*args)).float().cpu().numpy()
 
     def _example_results(
         self, texts: list[TextItem], text_rows: list[dict[str, int]], encoded: Encoded

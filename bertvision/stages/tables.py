@@ -9,11 +9,13 @@ from pathlib import Path
 import pandas as pd
 
 from bertvision.layout import Run, baseline_job, head_metrics_files, table, timing_jobs
+from bertvision.reporting.candidates import candidate_runs
 from bertvision.reporting.costs import cost_markdown, cost_table
 from bertvision.reporting.markdown import write_csv, write_text
 from bertvision.reporting.results import long_records, result_tables
-from bertvision.reporting.summary import candidate_runs, summary_markdown, summary_table
+from bertvision.reporting.summary import summary_markdown, summary_table
 from bertvision.reporting.timing import stage_precisions, timing_markdown, timing_table
+from bertvision.reporting.whole_cost import search_worker_jobs
 from bertvision.runtime.io import read_json
 
 # Every table this stage writes (each as .md and .csv).
@@ -34,17 +36,20 @@ def build_tables(
     head_order: list[str],
     out_dir: Path,
     baseline_metrics: list[Path] = (),
+    search_workers: list[Path] = (),
 ) -> None:
     """``runs``: every run the workflow made, whose jobs' benchmark files give the times;
-    ``baseline_metrics``: the full fine-tuning runs (the summary's reference)."""
+    ``baseline_metrics``: the full fine-tuning runs (the summary's reference); ``search_workers``:
+    every search worker's record, whose job's time is part of a pick's whole cost."""
     head_metrics = head_metrics_files(head_dirs)
     baselines = tuple(baseline_job(r["model"], r["task"], r["seed"]) for r in map(read_json, baseline_metrics))
     jobs = timing_jobs(runs, n_shards, baselines)
-    verdict = summary_table(candidate_runs(list(baseline_metrics), bert_metrics, head_metrics, manifests, jobs))
+    spent = jobs + search_worker_jobs(map(read_json, search_workers))  # the summary's and cost table's
+    verdict = summary_table(candidate_runs(list(baseline_metrics), bert_metrics, head_metrics, manifests, spent))
     _write("summary", verdict, summary_markdown(verdict), out_dir)
     for name, (summary, markdown) in result_tables(long_records(bert_metrics, head_metrics), head_order).items():
         _write(name, summary, markdown, out_dir)
-    costs = cost_table(bert_metrics, head_metrics, manifests, jobs)
+    costs = cost_table(bert_metrics, head_metrics, manifests, spent)
     _write("cost", costs, cost_markdown(costs), out_dir)
     precisions = stage_precisions(
         map(read_json, bert_metrics), map(read_json, baseline_metrics), map(read_json, head_metrics),

@@ -14,6 +14,7 @@ from bertvision.features.store import FeatureSet, WindowStates
 from bertvision.features.stream import WindowBatches
 from bertvision.features.token_reader import token_windows
 from bertvision.layout import split_file
+from bertvision.models.heads import span_logits
 from bertvision.registry.tasks import TaskSpec
 from bertvision.training.statistics import nested_subset, token_moments
 
@@ -58,9 +59,7 @@ class SpanProblem:
 
     def loss(self, head, batch) -> torch.Tensor:
         x, mask, y = (t.to(self.device, non_blocking=True) for t in batch)
-        # Only the real tokens go through the head: padding would enter a BatchNorm's batch statistics.
-        logits = torch.full((*mask.shape, 2), -1e4, device=x.device)
-        logits[mask] = head(x[mask])
+        logits = span_logits(head, x, mask).float()
         return (
             torch.nn.functional.cross_entropy(logits[..., 0], y[:, 0])
             + torch.nn.functional.cross_entropy(logits[..., 1], y[:, 1])
@@ -72,8 +71,8 @@ class SpanProblem:
         longest = int(windows.lengths.max(initial=1))
         head.eval()
         with torch.inference_mode():
-            for rows, x, _ in windows.inference_batches(INFERENCE_ROWS * longest, INFERENCE_ROWS):
-                logits = head(x.to(self.device)).float().cpu().numpy()
+            for rows, x, mask in windows.inference_batches(INFERENCE_ROWS * longest, INFERENCE_ROWS):
+                logits = span_logits(head, x.to(self.device), mask.to(self.device)).float().cpu().numpy()
                 for j, r in enumerate(rows):
                     out[r] = logits[j, : windows.lengths[r]]
         return out

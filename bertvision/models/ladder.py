@@ -1,0 +1,129 @@
+"""The ladder side network (after Ladder Side-Tuning, Sung, Cho and Bansal, NeurIPS 2022), over
+the stored or streamed hidden states of a frozen encoder.
+
+Every chosen encoder layer l sends its token states down a "ladder": a linear projection from
+the encoder's width H to the side width d = H / reduction. The side stream starts from the
+lowest chosen layer's ladder and takes in each higher one through a learned gate,
+h = mu_l * down_l(X[l]) + (1 - mu_l) * h with mu_l = sigmoid(alpha_l) (alpha_l = 0: an even
+mix at the start). After every group of ladders, a side transformer block (pre-norm
+self-attention over the example's real tokens under the padding mask, then a feed-forward of
+width 2d) lets the tokens interact after the encoder, which no pooling head does. The encoder
+is never back-propagated through: its states are inputs.
+
+Outputs: per example, from the side stream pooled over the real tokens (the summary position,
+the masked mean, or attention with a learned query); or per token (``per_token=True``: span
+start/end logits). Padding positions are zeroed on entry and masked as attention keys and in
+the pooling, so padding never changes an example's output.
+
+Parameters (MiniLM: L 7, H 384, d 48, 2 blocks, 2 outputs): ladders L(Hd + d) = 129,360,
+gates L = 7, blocks 2(8d^2 + 11d) = 37,920, final norm 2d = 96, output dC + C = 98 (pool
+attention: + d): 167,481, 0.74% of the encoder.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from bertvision.registry.heads import get_head_type
+
+
+class LadderHead(nn.Module):
+    """``forward(x, mask=None, per_token=False)``: x (B, T, L, H), mask (B, T) True on real
+    tokens (None = all real); returns (B, outputs), or (B, T, outputs) with ``per_token``."""
+
+    reads_sequence = True
+
+    def __init__(
+        self,
+        layers: int,
+        hidden: int,
+        outputs: int,
+        *,
+        reduction: int,
+        blocks: int,
+        top_layers: int,
+        attention_heads: int,
+        pool: str,
+        dropout: float,
+    ):
+        super().__init__()
+        options = get_head_type("ladder").options
+        if pool not in options["pool"].choices:
+            raise ValueError(f"ladder head: pool {pool!r} not in {options['pool'].choices}")
+        width = max(1, hidden // reduction)
+        if width % attention_heads:
+            raise ValueError(
+                f"ladder head: side width {width} (hidden {hidden} / reduction {reduction}) is not "
+                f"divisible by attention_heads {attention_heads}"
+            )
+        used = layers if top_layers == 0 else min(top_layers, layers)
+        self.first_layer, self.width, self.pool = layers - used, width, pool
+        bound = hidden**-0.5  # nn.Linear's default uniform init, one projection per layer
+        self.down_weight = nn.Parameter(torch.empty(used, hidden, width).uniform_(-bound, bound))
+        self.down_bias = nn.Parameter(torch.empty(used, width).uniform_(-bound, bound))
+        self.gate_logits = nn.Parameter(torch.zeros(used))
+        # Block b runs after the ladders of group b: the used layers cut into `blocks` groups,
+        # as even as they go (the last block sees the top layer).
+        self.merge_before = [math.ceil((b + 1) * used / blocks) for b in range(blocks)] if blocks else []
+        self.blocks = nn.ModuleList(
+            nn.TransformerEncoderLayer(
+                width,
+                attention_heads,
+                dim_feedforward=2 * width,
+                dropout=dropout,
+                activation="gelu",
+                batch_first=True,
+                norm_first=True,
+            )
+            for _ in range(blocks)
+        )
+        self.norm = nn.LayerNorm(width)
+        if pool == "attention":
+            self.query = nn.Parameter(torch.zeros(width))  # zero: attention starts as the mean
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(width, outputs)
+
+    def gates(self) -> torch.Tensor:
+        return torch.sigmoid(self.gate_logits)
+
+    def side_stream(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """(B, T, d): the side network's states of every token."""
+        x = x[..., self.first_layer :, :].masked_fill(~mask[..., None, None], 0.0)
+        ladders = torch.einsum("btlh,lhd->btld", x, self.down_weight) + self.down_bias
+        gates = self.gates()
+        padding = ~mask
+        h = ladders[:, :, 0]
+        merged = 1
+        for b, block in enumerate(self.blocks):
+            for layer in range(merged, self.merge_before[b]):
+                h = gates[layer] * ladders[:, :, layer] + (1 - gates[layer]) * h
+            merged = self.merge_before[b]
+            h = block(h, src_key_padding_mask=padding)
+        for layer in range(merged, ladders.shape[2]):
+            h = gates[layer] * ladders[:, :, layer] + (1 - gates[layer]) * h
+        return self.norm(h)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, per_token: bool = False) -> torch.Tensor:
+        if x.dim() != 4:
+            raise ValueError(
+                f"ladder head: expected (batch, tokens, layers, hidden), got {tuple(x.shape)} "
+                "([CLS] features? the task needs token_features)"
+            )
+        if mask is None:
+            mask = torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
+        h = self.side_stream(x, mask)
+        if per_token:
+            return self.classifier(self.dropout(h))
+        if self.pool == "summary":
+            pooled = h[:, 0]
+        elif self.pool == "mean":
+            count = mask.sum(dim=1, keepdim=True).clamp_min(1).to(h.dtype)
+            pooled = h.masked_fill(~mask[..., None], 0.0).sum(dim=1) / count
+        else:
+            scores = (h @ self.query) * self.width**-0.5
+            attn = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+            pooled = torch.einsum("bt,btd->bd", attn, h)
+        return self.classifier(self.dropout(pooled))

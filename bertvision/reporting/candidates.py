@@ -1,0 +1,120 @@
+"""The candidates the summary chooses among: one row per trained model and seed (full
+fine-tuning, BERT at each checkpoint, every head and head + BERT ensemble) with its selection
+and dev scores, trainable parameters, own seconds and the parts of its whole cost."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from bertvision.evaluation.ensemble import ensemble_rules
+from bertvision.layout import Job
+from bertvision.registry.tasks import get_task
+from bertvision.reporting.costs import extract_seconds, feature_bytes, storage_cost
+from bertvision.reporting.results import BERT, ensemble_name
+from bertvision.reporting.whole_cost import all_epochs_seconds, head_search_seconds, search_seconds
+from bertvision.runtime.io import read_json
+
+FULL_FT = "full fine-tuning"
+
+
+def _dev_facts(task, metrics: dict) -> dict:
+    """The reported split's constant score and (answerability) uncovered-question count."""
+    dev = metrics.get(task.eval_splits[0], {})
+    return {k: dev.get(k, np.nan) for k in ("constant_score", "answerable_no_window")}
+
+
+def _encoder_row(record: dict, kind: str, epoch_fraction: float) -> dict:
+    """A summary row of a fine-tuned encoder's own head (full fine-tuning or BERT at a checkpoint)."""
+    task = get_task(record["task"])
+    return {
+        "backbone": record["model"],
+        "task": task.name,
+        "kind": kind,
+        "epoch_fraction": epoch_fraction,
+        "model": kind,
+        "selection": task.primary_score(record["metrics"], "selection"),
+        "dev": task.headline(record["metrics"]),
+        "trainable_params": record["encoder_parameters"],
+        "encoder_params": record["encoder_parameters"],
+        "seconds": record["train_seconds"],
+        # full fine-tuning trains every epoch before it keeps one; BERT at a checkpoint chooses nothing
+        "whole_seconds": all_epochs_seconds(record) if kind == FULL_FT else record["train_seconds"],
+        "feature_bytes": 0.0,
+        "device": record["device"],
+        "precision": record.get("precision"),
+        **_dev_facts(task, record["metrics"]),
+    }
+
+
+def candidate_runs(
+    baseline_metrics: list[Path],
+    bert_metrics: list[Path],
+    head_metrics: list[Path],
+    manifests: list[Path],
+    jobs: list[Job],
+) -> pd.DataFrame:
+    """One row per trained model (and seed): its selection and dev score on the task's primary
+    metric, trainable parameters, seconds to produce it and feature bytes; a head's run also the
+    parts of its checkpoint's whole cost (``reporting.whole_cost``). ``jobs``: the extract and
+    search worker jobs, whose benchmark files give their times."""
+    rows = [
+        {**_encoder_row(r, FULL_FT, np.nan), "kept_epoch": r["best_epoch"], "epochs": r["epochs"]}
+        for r in map(read_json, baseline_metrics)
+    ]
+    bert = {}
+    for r in map(read_json, bert_metrics):
+        key = (r["model"], get_task(r["task"]).name, int(r["seed"]), float(r["epoch_fraction"]))
+        bert[key] = r
+        rows.append(_encoder_row(r, BERT, key[3]))
+    extract, search = extract_seconds(jobs), search_seconds(jobs)
+    sizes = feature_bytes(manifests)
+    for r in map(read_json, head_metrics):
+        task, src = get_task(r["task"]), r["source"]
+        key = (src["model"], task.name, int(src["ft_seed"]), float(src["checkpoint"]))
+        at = bert.get(key)
+        extract_s, stored_bytes = storage_cost(r, extract, sizes)
+        finetune_s = at["train_seconds"] if at else np.nan
+        common = {
+            "backbone": key[0],
+            "task": task.name,
+            "ft_seed": key[2],
+            "epoch_fraction": key[3],
+            "seconds": finetune_s + extract_s + r["seconds"],
+            "finetune_s": finetune_s,
+            "extract_s": extract_s,
+            "head_s": r["seconds"],
+            "search_s": head_search_seconds(r, search),
+            "whole_seconds": np.nan,  # the row's choice decides it (summary_table)
+            "feature_bytes": stored_bytes,
+            "encoder_params": r["encoder_parameters"],
+            "device": r["device"] if at is None else at["device"],
+            "precision": r.get("states_precision"),  # of the encoder that computed the head's states
+            **_dev_facts(task, r["metrics"]),
+        }
+        rows.append(
+            {
+                **common,
+                "kind": "head",
+                "model": r["head"],
+                "dev": task.headline(r["metrics"]),
+                "selection": task.primary_score(r["metrics"], "selection"),
+                "trainable_params": r["parameters"],
+            }
+        )
+        for how in ensemble_rules(task):
+            ens = r.get("ensembles", {}).get(how)
+            if ens:
+                rows.append(
+                    {
+                        **common,
+                        "kind": "ensemble",
+                        "model": ensemble_name(r["head"], how),
+                        "selection": task.primary_score(ens, "selection"),
+                        "dev": task.headline(ens),
+                        "trainable_params": r["parameters"] + r["encoder_parameters"],
+                    }
+                )
+    return pd.DataFrame(rows)

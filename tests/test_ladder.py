@@ -1,0 +1,167 @@
+"""The ladder side network (type ladder): output shapes per example and per token, padding that
+never changes an output, the parameter count it reports, training on stored token features to
+a signal that needs tokens to interact, and its place in the registry and the config rules."""
+
+from __future__ import annotations
+
+import json
+import types
+
+import numpy as np
+import pytest
+import torch
+
+from bertvision.config.schema import validate_config
+from bertvision.errors import ConfigError
+from bertvision.models.heads import Standardized, build_head, count_parameters, span_logits
+from bertvision.models.ladder import LadderHead
+from bertvision.registry.heads import HEAD_TYPES, get_head_type, trains_on
+from bertvision.registry.tasks import get_task
+from bertvision.stages.train_heads import train_heads
+from bertvision.training.span import SpanProblem
+from tests.test_token_head import RUNTIME, SETTINGS, planted_token_features, settings
+
+POOLS = get_head_type("ladder").options["pool"].choices
+
+
+def randomized_ladder(pool="mean", layers=4, hidden=32, outputs=3, **options) -> LadderHead:
+    torch.manual_seed(0)
+    head = build_head({"type": "ladder", "pool": pool, "reduction": 4, **options}, layers, hidden, outputs)
+    with torch.no_grad():  # away from the even gates and the zero query
+        head.gate_logits.normal_()
+        if pool == "attention":
+            head.query.normal_(std=3.0)
+    return head.eval()
+
+
+def padded_batch(lengths, layers=4, hidden=32, extra=0, fill=0.0, seed=0):
+    """x (B, T, L, H) with every example's real tokens first; positions past a length hold ``fill``."""
+    rng = np.random.default_rng(seed)
+    width = max(lengths) + extra
+    x = torch.full((len(lengths), width, layers, hidden), fill)
+    mask = torch.zeros(len(lengths), width, dtype=torch.bool)
+    for i, n in enumerate(lengths):
+        x[i, :n] = torch.from_numpy(rng.normal(size=(n, layers, hidden)).astype(np.float32))
+        mask[i, :n] = True
+    return x, mask
+
+
+@pytest.mark.parametrize("pool", POOLS)
+def test_shapes_per_example_and_per_token(pool):
+    head = randomized_ladder(pool)
+    x, mask = padded_batch([5, 3, 7])
+    assert head(x, mask).shape == (3, 3)
+    assert head(x, mask, True).shape == (3, 7, 3)
+    assert head(x).shape == (3, 3)  # no mask: every position is real
+    with pytest.raises(ValueError, match=r"expected \(batch, tokens, layers, hidden\).*token_features"):
+        head(x[:, 0])
+
+
+@pytest.mark.parametrize("pool", POOLS)
+def test_padding_never_changes_the_output(pool):
+    """More padding, padding that holds garbage (even inf), or a different batch: the same outputs."""
+    head = randomized_ladder(pool)
+    lengths = [5, 2, 7]
+    x, mask = padded_batch(lengths)
+    with torch.no_grad():
+        alone = torch.cat([head(x[i : i + 1, :n], mask[i : i + 1, :n]) for i, n in enumerate(lengths)])
+        tokens_alone = [head(x[i : i + 1, :n], mask[i : i + 1, :n], True)[0] for i, n in enumerate(lengths)]
+        for extra, fill in ((0, 0.0), (6, 1e3), (3, float("inf"))):
+            xp, mp = padded_batch(lengths, extra=extra, fill=fill)
+            assert torch.allclose(head(xp, mp), alone, atol=1e-5), (extra, fill)
+            per_token = head(xp, mp, True)
+            for i, n in enumerate(lengths):
+                assert torch.allclose(per_token[i, :n], tokens_alone[i], atol=1e-5)
+                assert torch.isfinite(per_token[i, :n]).all()
+
+
+def test_tokens_interact_and_the_summary_pool_reads_the_first_position():
+    """Unlike a pooling head, changing one token changes the side states of the others
+    (self-attention); the summary pool reads the summary position of the side stream."""
+    head = randomized_ladder("summary")
+    x, mask = padded_batch([6])
+    changed = x.clone()
+    changed[0, 4] += 5.0
+    with torch.no_grad():
+        before, after = head(x, mask, True), head(changed, mask, True)
+        assert not torch.allclose(before[0, 0], after[0, 0])  # position 0 saw position 4
+        side = head.side_stream(x, mask)
+        assert torch.allclose(head(x, mask), head.classifier(side[:, 0]), atol=1e-6)
+
+
+def test_blocks_and_top_layers_shape_the_ladder():
+    head = build_head({"type": "ladder", "blocks": 3, "top_layers": 4}, 7, 384, 2)
+    assert head.first_layer == 3 and head.down_weight.shape == (4, 384, 48)
+    assert head.merge_before == [2, 3, 4] and len(head.blocks) == 3
+    assert len(build_head({"type": "ladder", "blocks": 0}, 7, 384, 2).blocks) == 0
+    with pytest.raises(ValueError, match="side width 48 .* not divisible by attention_heads 5"):
+        build_head({"type": "ladder", "attention_heads": 5}, 7, 384, 2)
+
+
+def test_parameters_as_reported():
+    """MiniLM-L6 (7 states of 384) with the defaults: side width d = 384 / 8 = 48;
+    ladders 7 * (384 * 48 + 48) = 129,360; gates 7; two side blocks of 8d^2 + 11d = 18,960
+    (attention 4d^2 + 4d, feed-forward of width 2d 4d^2 + 3d, two norms 4d) = 37,920; the final
+    norm 2d = 96; the output layer 48 * 2 + 2 = 98. BERT-large (25 states of 1024, d = 128):
+    25 * (1024 * 128 + 128) + 25 + 2 * (8 * 128^2 + 11 * 128) + 256 + 258."""
+    minilm = build_head({"type": "ladder"}, 7, 384, 2)
+    assert count_parameters(minilm) == 129_360 + 7 + 37_920 + 96 + 98 == 167_481
+    assert count_parameters(build_head({"type": "ladder", "pool": "attention"}, 7, 384, 2)) == 167_481 + 48
+    large = build_head({"type": "ladder"}, 25, 1024, 2)
+    assert count_parameters(large) == 3_280_000 + 25 + 264_960 + 256 + 258 == 3_545_499
+    # the issue's aim: at most 3% of the encoder (MiniLM-L6 22.7M, BERT-large 335M parameters)
+    assert count_parameters(minilm) / 22_713_216 < 0.03 and count_parameters(large) / 335_141_888 < 0.03
+
+
+def test_span_logits_mask_padding_and_padding_does_not_change_the_loss():
+    head = randomized_ladder(outputs=2)
+    x, mask = padded_batch([4, 6])
+    y = torch.tensor([[1, 2], [0, 5]])
+    wider, wider_mask = padded_batch([4, 6], extra=5, fill=7.0)
+    problem = types.SimpleNamespace(device=torch.device("cpu"))
+    with torch.no_grad():
+        logits = span_logits(head, x, mask)
+        assert logits.shape == (2, 6, 2) and (logits[0, 4:] == -1e4).all()
+        assert torch.allclose(span_logits(Standardized(head, torch.zeros(4, 32), torch.ones(4, 32)), x, mask), logits)
+        a = SpanProblem.loss(problem, head, (x, mask, y))
+        b = SpanProblem.loss(problem, head, (wider, wider_mask, y))
+    assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_trains_on_stored_token_features_and_reports_its_parameters(tmp_path):
+    manifest = planted_token_features(tmp_path / "features")  # 4 layers of 16: the signal is one token
+    heads = {"ladder": {"type": "ladder", "reduction": 2, "attention_heads": 2, "pool": "attention"}}
+    train_heads(get_task("sst2"), heads, SETTINGS, RUNTIME, manifest, [1], tmp_path / "heads", threads=1)
+    record = json.loads((tmp_path / "heads" / "ladder" / "seed1" / "metrics.json").read_text())
+    assert record["metrics"]["dev"]["accuracy"] > 0.9, record["metrics"]
+    assert record["parameters"] == count_parameters(build_head(heads["ladder"], 4, 16, 2))
+    assert record["parameter_percent"] == pytest.approx(100 * record["parameters"] / 10_000)
+
+
+# --- registry and configuration ----------------------------------------------------------------
+def test_the_registry_and_the_config_take_it():
+    assert HEAD_TYPES["ladder"].token_level and HEAD_TYPES["ladder"].sequence
+    assert trains_on({"type": "ladder"}, "span", False) and trains_on({"type": "ladder"}, "classification", True)
+    assert not trains_on({"type": "ladder"}, "regression", False)
+    assert not trains_on({"type": "token-pool"}, "span", True) and trains_on({"type": "lp"}, "span", False)
+    config = {"backbones": {"m": {"pretrained": "bert-base-uncased"}}, "tasks": {"mrpc": None}}
+    config["heads"] = {"models": {"side": {"type": "ladder", "blocks": 1}}}
+    assert validate_config(config)["heads"]["models"]["side"] == {
+        "type": "ladder",
+        "reduction": 8,
+        "blocks": 1,
+        "top_layers": 0,
+        "attention_heads": 4,
+        "pool": "mean",
+        "dropout": 0.1,
+    }
+
+
+def test_span_tasks_train_the_ladder_but_not_a_pooling_token_head():
+    models = {"lp": {"type": "lp"}, "side": {"type": "ladder"}, "tok": {"type": "token-pool"}}
+    workflow = settings({"squad2": None, "rte": None, "mrpc": {"token_features": True}}, models=models)
+    assert set(workflow.task_heads("squad2")) == {"lp", "side"}
+    assert set(workflow.task_heads("rte")) == {"lp"}
+    assert set(workflow.task_heads("mrpc")) == {"lp", "side", "tok"}
+    with pytest.raises(ConfigError, match=r"tasks\.squad2\.heads: \['tok'\] pool an example's tokens"):
+        settings({"squad2": {"heads": ["tok"]}}, models=models)

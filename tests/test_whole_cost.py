@@ -1,0 +1,323 @@
+"""The whole cost of a pick, worked by hand: records written where and as the stages write them
+(fine-tuning checkpoints, full fine-tuning, feature manifests, head runs, search workers and the
+jobs' benchmark files), the ``tables`` stage run on them, and every whole-cost figure checked
+against arithmetic spelled out here. Leaving out a head seed, a checkpoint's extraction or
+search, or full fine-tuning's epochs after the kept one changes a figure this test asserts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from bertvision.layout import (
+    BASELINE_FILE,
+    BASELINE_METRICS,
+    BERT_METRICS,
+    BERT_PREDICTIONS,
+    CHECKPOINT_FILE,
+    HEAD_METRICS,
+    HEAD_PREDICTIONS,
+    HEADS_DIR,
+    MANIFEST,
+    SEARCH_WORKER,
+    Job,
+    Run,
+    baseline_job,
+    head_run_dir,
+    timing_jobs,
+)
+from bertvision.reporting.candidates import candidate_runs
+from bertvision.reporting.summary import summary_markdown, summary_table, verdict
+from bertvision.stages.tables import build_tables
+
+MODEL, TASK = "tiny", "mrpc"
+FRACS = ("0", "0.3", "1")
+FT_SEEDS, HEAD_SEEDS, WORKERS = (1, 2), (1, 2), (0, 1)
+SHARDS = 2
+# fine-tuning seed -> checkpoint -> train_seconds there (one run passes every checkpoint)
+FINETUNE = {1: {"0": 0.0, "0.3": 6.0, "1": 20.0}, 2: {"0": 0.0, "0.3": 8.0, "1": 24.0}}
+# (fine-tuning seed, checkpoint) -> wall seconds of its two extract jobs (one per shard)
+EXTRACT = {
+    (1, "0"): (3.0, 4.0),
+    (1, "0.3"): (3.0, 3.0),
+    (1, "1"): (4.0, 4.0),
+    (2, "0"): (3.0, 4.0),
+    (2, "0.3"): (3.0, 4.0),
+    (2, "1"): (4.0, 5.0),
+}
+# head -> head seed -> its record's seconds (the same on every checkpoint and fine-tuning seed)
+HEAD_SECONDS = {"lp": {1: 1.0, 2: 2.0}, "ap": {1: 2.0, 2: 3.0}}
+SEARCH_WORKER_SECONDS = {0: 5.0, 1: 6.0}  # ap is searched on every checkpoint, by two workers
+
+
+def selection(head: str, frac: str) -> float:
+    """The pick is ap on the 0.3-epoch checkpoint (not the largest one); on the untouched
+    encoder lp beats ap."""
+    return {("ap", "0.3"): 0.80, ("lp", "0"): 0.70, ("ap", "0"): 0.68}.get((head, frac), 0.60)
+
+
+def write_json(path: Path, record: dict) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record))
+    return path
+
+
+def write_predictions(path: Path) -> None:
+    pd.DataFrame({"split": ["dev", "dev"], "prediction": [0, 1]}).to_parquet(path)
+
+
+def write_benchmark(job: Job, seconds: float) -> None:
+    """A Snakemake benchmark file, as its ``benchmark:`` directive writes one."""
+    path = Path(job.benchmark)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"s\th:m:s\tmax_rss\n{seconds}\t0:00:0{int(seconds) % 10}\t100.0\n")
+
+
+def scores(accuracy: float) -> dict:
+    dev = {"accuracy": accuracy, "f1": accuracy, "constant_score": 0.5}
+    return {"selection": dict(dev), "dev": dev}
+
+
+class HandWorked:
+    """The record set, written under the current directory (benchmark paths are relative)."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.runs = [Run(MODEL, TASK, ft, frac) for ft in FT_SEEDS for frac in FRACS]
+        self.bert, self.baselines, self.manifests, self.head_dirs, self.workers = [], [], [], [], []
+        for run in self.runs:
+            self._checkpoint(run)
+        for seed, kept, per_epoch in ((1, 2, 40.0), (2, 3, 42.0)):
+            self._baseline(seed, kept, per_epoch)
+        baselines = tuple(baseline_job(MODEL, TASK, s) for s in (1, 2))
+        for job in timing_jobs(self.runs, SHARDS, baselines):  # every job the timing table reads
+            k = job.keys
+            extract = job.rule == "extract"
+            write_benchmark(job, EXTRACT[(k["ftseed"], k["frac"])][k["shard"]] if extract else 1.0)
+
+    def _checkpoint(self, run: Run) -> None:
+        ft, frac = run.ftseed, run.frac
+        record = {
+            "model": MODEL,
+            "task": TASK,
+            "seed": ft,
+            "epoch_fraction": float(frac),
+            "metrics": scores(0.65),
+            "train_seconds": FINETUNE[ft][frac],
+            "encoder_parameters": 1000,
+            "device": "cpu",
+            "precision": "fp32",
+        }
+        path = write_json(self.root / run.format(CHECKPOINT_FILE, file=BERT_METRICS), record)
+        write_predictions(path.with_name(BERT_PREDICTIONS))
+        self.bert.append(path)
+        source = {"model": MODEL, "task": TASK, "ft_seed": ft, "checkpoint": frac}
+        shards = [{"bytes": 1000} for _ in range(SHARDS)]
+        self.manifests.append(
+            write_json(self.root / run.format(MANIFEST), {"source": source, "splits": {"train": {"shards": shards}}})
+        )
+        heads_dir = self.root / run.format(HEADS_DIR)
+        self.head_dirs.append(heads_dir)
+        for head, seeds in HEAD_SECONDS.items():
+            searched = head == "ap"
+            for seed, seconds in seeds.items():
+                record = {
+                    "task": TASK,
+                    "head": head,
+                    "seed": seed,
+                    "source": source,
+                    "parameters": 10,
+                    "encoder_parameters": 1000,
+                    "parameter_percent": 1.0,
+                    "metrics": {**scores(0.75), "selection": {"accuracy": selection(head, frac), "f1": 0.7}},
+                    "ensembles": {},
+                    "search": {"study": "s", "best_params": {}, "best_value": 0.8, "trials": {}} if searched else None,
+                    "seconds": seconds,
+                    "own_seconds": seconds,
+                    "features_stored": True,
+                    "device": "cpu",
+                    "states_precision": "fp32",
+                }
+                out = head_run_dir(heads_dir, head, seed)
+                write_predictions(write_json(out / HEAD_METRICS, record).with_name(HEAD_PREDICTIONS))
+        keys = {"model": MODEL, "task": TASK, "ftseed": str(ft), "frac": frac, "head": "ap"}
+        for worker, seconds in SEARCH_WORKER_SECONDS.items():
+            record = {"study": "s", "storage": "j", "worker": worker, "keys": keys, "space": {}, "trials": []}
+            self.workers.append(write_json(self.root / SEARCH_WORKER.format(**keys, worker=worker), record))
+            write_benchmark(Job("search_worker", {**keys, "worker": worker}), seconds)
+
+    def _baseline(self, seed: int, kept: int, per_epoch: float) -> None:
+        history = [
+            {"epoch": e, "train_seconds": per_epoch * e, "selection": {"accuracy": 0.8 + 0.01 * (e == kept)}}
+            for e in (1, 2, 3)
+        ]
+        record = {
+            "model": MODEL,
+            "task": TASK,
+            "seed": seed,
+            "best_epoch": kept,
+            "epochs": 3,
+            "history": history,
+            "metrics": scores(0.80 + 0.02 * (seed - 1)),
+            "train_seconds": per_epoch * kept,
+            "train_seconds_all_epochs": per_epoch * 3,
+            "encoder_parameters": 1000,
+            "device": "cpu",
+            "precision": "fp32",
+        }
+        path = self.root / BASELINE_FILE.format(model=MODEL, task=TASK, seed=seed, file=BASELINE_METRICS)
+        self.baselines.append(write_json(path, record))
+
+
+@pytest.fixture
+def tables(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    r = HandWorked(Path("."))
+    out = tmp_path / "results" / "tables"
+    build_tables(r.bert, r.head_dirs, r.manifests, r.runs, SHARDS, ["lp", "ap"], out, r.baselines, r.workers)
+    return out
+
+
+def test_the_whole_cost_of_the_pick_counts_everything_run_to_make_it(tables):
+    summary = pd.read_csv(tables / "summary.csv").set_index("row")
+    picked = summary.loc["BERTVision (picked)"]
+    assert (picked["model"], picked["epoch_fraction"]) == ("ap", 0.3)
+    # Fine-tuning seed 1: fine-tuning to the largest checkpoint, 1 (20), not to the pick's 0.3;
+    # extraction of every checkpoint, both shards: (3 + 4) + (3 + 3) + (4 + 4) = 21; every head
+    # and head seed on every checkpoint: 3 checkpoints × (lp 1 + 2, ap 2 + 3) = 24; every search
+    # trial: 3 checkpoints × (workers 5 + 6) = 33. 20 + 21 + 24 + 33 = 98.
+    seed1 = 20 + (3 + 4) + (3 + 3) + (4 + 4) + 3 * (1 + 2 + 2 + 3) + 3 * (5 + 6)
+    # Seed 2: 24 + ((3 + 4) + (3 + 4) + (4 + 5)) + 24 + 33 = 104.
+    seed2 = 24 + (3 + 4) + (3 + 4) + (4 + 5) + 3 * (1 + 2 + 2 + 3) + 3 * (5 + 6)
+    assert (seed1, seed2) == (98, 104)
+    assert picked["whole_seconds"] == pytest.approx(101.0)  # (98 + 104) / 2
+    # sqrt((3² + 3²) / 1); the CSV keeps 6 significant digits
+    assert picked["whole_seconds_std"] == pytest.approx(np.sqrt(18), rel=1e-5)
+    # Its own seconds, per run: fine-tuning to 0.3 + that checkpoint's extraction + ap's seconds:
+    # seed 1: 6 + 6 + (2, 3) = 14, 15; seed 2: 8 + 7 + (2, 3) = 17, 18; mean 16.
+    assert picked["seconds"] == pytest.approx(16.0)
+    # Full fine-tuning counts every epoch it trained: 3 × 40 = 120 and 3 × 42 = 126 (its own
+    # seconds stop at the kept epoch: 2 × 40 = 80 and 3 × 42 = 126).
+    full = summary.loc["full fine-tuning"]
+    assert full["whole_seconds"] == pytest.approx(123.0) and full["seconds"] == pytest.approx(103.0)
+    assert picked["whole_cost_ratio"] == pytest.approx(101 / 123, rel=1e-5)
+    assert picked["cost_ratio"] == pytest.approx(16 / 103, rel=1e-5)
+    # The frozen encoder's best head chose among checkpoint 0's heads only: 0 + 7 + 8 + 11 = 26
+    # for both fine-tuning seeds.
+    frozen = summary.loc["frozen encoder (best head)"]
+    assert (frozen["model"], frozen["epoch_fraction"]) == ("lp", 0.0)
+    assert frozen["whole_seconds"] == pytest.approx(0 + (3 + 4) + (1 + 2 + 2 + 3) + (5 + 6))
+    assert frozen["whole_seconds_std"] == pytest.approx(0.0)
+    # The same pick within a budget of 0.3 epochs (checkpoints 0 and 0.3 only): fine-tuning to
+    # 0.3, two checkpoints' extraction, heads and searches. Seed 1: 6 + (3 + 4) + (3 + 3) +
+    # 2 × 8 + 2 × 11 = 57; seed 2: 8 + (3 + 4) + (3 + 4) + 16 + 22 = 60.
+    within = summary.loc["BERTVision within a budget"]
+    assert (within["model"], within["epoch_fraction"], within["budget"]) == ("ap", 0.3, 0.3)
+    assert within["whole_seconds"] == pytest.approx((57 + 60) / 2)
+    assert within["whole_cost_ratio"] == pytest.approx(58.5 / 123, rel=1e-5)
+    # BERT at a checkpoint chooses nothing: its fine-tuning to that checkpoint, 6 and 8.
+    bert = summary[summary.index == "BERT at a checkpoint"].set_index("epoch_fraction")
+    assert bert.loc[0.3, "whole_seconds"] == pytest.approx(7.0) == bert.loc[0.3, "seconds"]
+
+    md = (tables / "summary.md").read_text()
+    assert "| own seconds | whole seconds |" in md and "| own cost | whole cost |" in md
+    assert "| 16.0 ± 1.8 | 101.0 ± 4.2 |" in md  # own: std of 14, 15, 17, 18
+    assert "| 103.0 ± 32.5 | 123.0 ± 4.2 |" in md  # full fine-tuning: own 80, 126; whole 120, 126
+    assert "| 0.16× | 0.82× |" in md
+    assert "| BERTVision (picked, ≤ 0.3 epochs) | 0.3 | ap |" in md
+    assert "at 0.82× full fine-tuning's whole compute (own seconds 0.16×)" in md
+
+
+def test_the_cost_table_gives_the_whole_cost_at_each_checkpoint_and_over_every_one(tables):
+    costs = pd.read_csv(tables / "cost.csv").set_index(["ft_seed", "epoch_fraction", "model"])
+    assert costs.loc[(1, 0.3, "ap"), "search_s"] == pytest.approx(5 + 6)
+    assert costs.loc[(1, 0.3, "lp"), "search_s"] == 0
+    # seed 1 at 0.3: fine-tuning 6 + extraction 3 + 3 + heads 1 + 2 + 2 + 3 + search 5 + 6
+    assert costs.loc[(1, 0.3, "lp"), "checkpoint_whole_s"] == pytest.approx(6 + 6 + 8 + 11)
+    assert costs.loc[(2, 1.0, "ap"), "checkpoint_whole_s"] == pytest.approx(24 + 9 + 8 + 11)
+    assert set(costs.loc[1, "selection_whole_s"]) == {98.0} and set(costs.loc[2, "selection_whole_s"]) == {104.0}
+    md = (tables / "cost.md").read_text()
+    assert "whole cost of a pick over every checkpoint: 98.0 s" in md
+    assert "| 14.5 ± 0.7 | 11.0 | 31.0 |" in md  # ap at 0.3, seed 1: BERTVision s, search s, checkpoint whole s
+
+
+def streamed_runs(tmp_path: Path, searched_without_times: bool = False) -> pd.DataFrame:
+    """One fine-tuning seed, checkpoints 0 and 1, lp streamed (``store: false``): each record's
+    seconds are its own work plus an even share of the job's encoder passes."""
+    bert, heads = [], []
+    for frac, train_seconds in (("0", 0.0), ("1", 20.0)):
+        record = {
+            "model": MODEL,
+            "task": TASK,
+            "seed": 1,
+            "epoch_fraction": float(frac),
+            "metrics": scores(0.65),
+            "train_seconds": train_seconds,
+            "encoder_parameters": 1000,
+            "device": "cpu",
+        }
+        bert.append(write_json(tmp_path / f"bert-{frac}.json", record))
+        # own 1 and 2 (checkpoint 1) or 1 and 2 with a smaller share (checkpoint 0)
+        share = 4.0 if frac == "1" else 3.0
+        for seed, own in ((1, 1.0), (2, 2.0)):
+            record = {
+                "task": TASK,
+                "head": "lp",
+                "seed": seed,
+                "source": {"model": MODEL, "task": TASK, "ft_seed": 1, "checkpoint": frac},
+                "parameters": 10,
+                "encoder_parameters": 1000,
+                "parameter_percent": 1.0,
+                "metrics": {**scores(0.75), "selection": {"accuracy": 0.7 + 0.1 * (frac == "1"), "f1": 0.7}},
+                "ensembles": {},
+                "search": {"study": "s"} if searched_without_times else None,
+                "seconds": own + share,
+                "own_seconds": own,
+                "stream": {"encoder_seconds": 2 * share, "shared_seconds_each": share, "runs_per_pass": 2},
+                "features_stored": False,
+                "device": "cpu",
+            }
+            heads.append(write_json(tmp_path / f"head-{frac}-{seed}.json", record))
+    baseline = {
+        "model": MODEL,
+        "task": TASK,
+        "seed": 1,
+        "best_epoch": 1,
+        "epochs": 2,
+        "history": [{"epoch": 1, "train_seconds": 30.0}, {"epoch": 2, "train_seconds": 60.0}],
+        "metrics": scores(0.80),
+        "train_seconds": 30.0,
+        "train_seconds_all_epochs": 60.0,
+        "encoder_parameters": 1000,
+        "device": "cpu",
+    }
+    # a stale extraction of checkpoint 1 on disk: streamed heads never read it, so it is not counted
+    stale = Job("extract", {"task": TASK, "model": MODEL, "ftseed": 1, "frac": "1", "shard": 0})
+    write_benchmark(stale, 9.0)
+    return summary_table(candidate_runs([write_json(tmp_path / "full.json", baseline)], bert, heads, [], [stale]))
+
+
+def test_streamed_states_count_the_encoder_once_and_no_extraction(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    table = streamed_runs(tmp_path)
+    picked = table.set_index("row").loc["BERTVision (picked)"]
+    assert picked["epoch_fraction"] == 1.0
+    # fine-tuning to 1 (20) + checkpoint 0's records (1 + 3) + (2 + 3) + checkpoint 1's (1 + 4)
+    # + (2 + 4): the encoder's passes once, through the shares; no extraction (not the stale 9)
+    assert picked["whole_seconds"] == pytest.approx(20 + (1 + 3) + (2 + 3) + (1 + 4) + (2 + 4))
+    assert picked["whole_cost_ratio"] == pytest.approx(40 / 60)  # full fine-tuning: both epochs
+
+
+def test_a_searched_head_without_its_workers_times_leaves_the_whole_cost_unknown(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    table = streamed_runs(tmp_path, searched_without_times=True)
+    picked = table.set_index("row").loc["BERTVision (picked)"]
+    assert np.isnan(picked["whole_seconds"]) and not np.isnan(picked["seconds"])
+    words = verdict(table)
+    assert "full fine-tuning's own seconds (the whole compute is not in these records)" in words
+    assert "whole compute (" not in words
+    assert "| 25.5 ± 0.7 |  |" in summary_markdown(table)  # own seconds 25, 26; whole unknown
