@@ -1,6 +1,6 @@
 """Stored token-level features read lazily (``features.token_reader``): the lazy view answers as
 the in-memory one on the same shards; training on it, with one buffer, gives exactly the
-in-memory results (token-pool on example tasks, lp on real SQuAD windows); and a split many
+in-memory results (token-pool on example tasks, lp and ladder on real SQuAD windows); and a split many
 times larger than ``heads.training.in_memory_max_mb`` trains within a small multiple of it,
 measured (tracemalloc traces every numpy array: reads, buffers, padded batches)."""
 
@@ -243,8 +243,16 @@ def squad_features(tiny_bert, tmp_path_factory):
     return root
 
 
-@pytest.mark.parametrize("train_fraction", [1.0, 0.5])
-def test_span_head_on_the_lazy_view_trains_exactly_as_in_memory(squad_features, train_fraction):
+@pytest.mark.parametrize(
+    "spec, train_fraction",
+    [
+        ({"type": "lp"}, 1.0),
+        ({"type": "lp"}, 0.5),
+        ({"type": "ladder", "reduction": 4, "attention_heads": 2}, 1.0),
+    ],
+    ids=["lp", "lp-half", "ladder"],
+)
+def test_span_head_on_the_lazy_view_trains_exactly_as_in_memory(squad_features, spec, train_fraction):
     task = get_task("squad2")
     feats = {split: FeatureSet.open(squad_features / "features" / "manifest.json", split) for split in splits_of(task)}
     results = []
@@ -253,7 +261,7 @@ def test_span_head_on_the_lazy_view_trains_exactly_as_in_memory(squad_features, 
         assert problem.data_in_memory is not lazy
         assert all(isinstance(w, StoredWindows if lazy else WindowStates) for w in problem.windows.values())
         moments = problem.moments()
-        head, best, history, _ = train_one(task, {"type": "lp"}, SETTINGS, problem, 1, torch.device("cpu"), moments)
+        head, best, history, _ = train_one(task, spec, SETTINGS, problem, 1, torch.device("cpu"), moments)
         metrics, predictions, _ = problem.evaluate(head)
         results.append((moments, best["epoch"], history, metrics, predictions))
     (in_memory, lazy) = results
