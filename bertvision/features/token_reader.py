@@ -32,7 +32,8 @@ INFERENCE_BATCHES_HELD = 3  # the padded batch, its standardized copy and the he
 BLOCKS_PER_BUFFER = 8
 MAX_BLOCK_BYTES = 64 << 20
 MIN_BUFFER_BYTES = CHUNK_BYTES  # less than a chunk would read every chunk several times
-CHUNK_CACHE_BYTES = 4 * CHUNK_BYTES  # per open shard: runs of windows that share a chunk read it once
+CHUNK_CACHE_BYTES = 2 * CHUNK_BYTES  # per open shard: runs of windows that share a chunk read it once
+OPEN_SHARDS = 4  # shards open at once (each with its chunk cache); blocks visit shards at random
 
 
 @contextlib.contextmanager
@@ -113,7 +114,8 @@ class StoredSplit:
 
 
 class OpenShards:
-    """A split's shards, each opened at its first read; closed together on exit."""
+    """A split's shards, opened when read, the last ``OPEN_SHARDS`` used kept open; all closed
+    on exit."""
 
     def __init__(self, paths: list[Path]):
         self.paths, self.files = paths, {}
@@ -122,7 +124,10 @@ class OpenShards:
         path = self.paths[shard]
         with shard_errors(path):
             if shard not in self.files:
+                if len(self.files) >= OPEN_SHARDS:
+                    self.files.pop(next(iter(self.files))).close()
                 self.files[shard] = h5py.File(path, "r", rdcc_nbytes=CHUNK_CACHE_BYTES)
+            self.files[shard] = self.files.pop(shard)  # the most recently used last
             self.files[shard]["states"].read_direct(into, source, dest)
 
     def __enter__(self):
