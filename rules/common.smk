@@ -289,6 +289,7 @@ def heads_request(key, runs):
             encoder_shape(wildcards.model), S.train_rows(wildcards.task), S.max_length(wildcards.task),
             S.feature_level(wildcards.task) == "tokens", training.in_memory_max_mb, runs(wildcards),
             training.max_epochs, attempt, streamed=not S.store(wildcards.task), gpus=stream_gpus(wildcards),
+            batch_size=training.batch_size,
         )[key]
 
     return request

@@ -1,7 +1,15 @@
 """Job requests computed from the config: they grow with the model, the sequence length,
 the batch, the data and the attempt."""
 
-from bertvision.runtime.resources import EncoderShape, extract_request, finetune_request, heads_request
+import pytest
+
+from bertvision.runtime.resources import (
+    TRAINING_BATCHES_HELD,
+    EncoderShape,
+    extract_request,
+    finetune_request,
+    heads_request,
+)
 from tests.tiny_bert import DEFAULT_BACKBONE
 
 BASE = EncoderShape(12, 768, 30522)
@@ -81,8 +89,36 @@ def test_streamed_head_jobs_pay_the_encoder_every_epoch_and_hold_no_training_fea
     streamed = {e: heads_request(BASE, max_epochs=e, streamed=True, gpus=1, **args) for e in (2, 4)}
     # the encoder's forward passes over 130k windows dominate: more epochs, more time
     assert streamed[4]["runtime"] > 1.5 * streamed[2]["runtime"]
-    # weights and one batch instead of 4 GiB of training features held twice
-    assert streamed[2]["mem_mb"] < stored["mem_mb"] / 10
+    # weights, one batch and the held-out states that fit the bound, against the stored job's
+    # states that fit plus its reader's buffers (both bounded by in_memory_max_mb)
+    assert streamed[2]["mem_mb"] < stored["mem_mb"]
     # without a GPU the encoder runs on the CPU: far longer than reading stored features
     on_cpu = heads_request(BASE, max_epochs=2, streamed=True, gpus=0, **args)
     assert on_cpu["runtime"] > 10 * stored["runtime"] > 100 * streamed[2]["runtime"]
+
+
+def test_stored_token_features_ask_for_the_bound_not_the_split():
+    """A job on stored token-level states holds what fits in in_memory_max_mb plus a reader's
+    buffers of that bound (features.token_reader), and the float32 batches in flight."""
+
+    def mem(rows, bound=4096, batch_size=32):
+        return heads_request(
+            BASE,
+            rows=rows,
+            max_length=384,
+            token_level=True,
+            in_memory_max_mb=bound,
+            n_runs=6,
+            max_epochs=2,
+            attempt=1,
+            batch_size=batch_size,
+        )["mem_mb"]
+
+    batches = TRAINING_BATCHES_HELD * 32 * 384 * 13 * 768 * 4 / 2**20
+    split = 1.15 * 400 * 384 * 0.6 * 13 * 768 * 2 / 2**20  # float16, train and held-out splits
+    assert mem(400) == pytest.approx(2500 + 1.2 * (split + batches), abs=100)  # fits: in memory
+    # SQuAD-sized or a hundred times larger: the same request, two bounds' worth
+    assert mem(130000) == mem(13_000_000) == pytest.approx(2500 + 1.2 * 2 * 4096, abs=100)
+    assert mem(130000, bound=1024, batch_size=8) < mem(130000) / 2
+    # the reader's batches count within its bound, unless they alone exceed it
+    assert mem(130000, batch_size=8) == mem(130000) < mem(130000, batch_size=256)

@@ -57,6 +57,27 @@ def bucketed_batches(lengths: np.ndarray, batch_size: int, rng: np.random.Genera
     return batches
 
 
+def shuffled_batches(lengths: np.ndarray, batch_size: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """Shuffled training batches: a permutation of the rows, cut in order."""
+    order = rng.permutation(len(lengths))
+    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+
+
+def length_batches(lengths: np.ndarray, max_tokens: int, max_rows: int | None = None) -> list[np.ndarray]:
+    """Rows sorted by length, cut into batches of at most ``max_tokens`` padded tokens and
+    ``max_rows`` rows (at least one row each)."""
+    order = np.argsort(lengths, kind="stable")
+    max_rows = len(order) if max_rows is None else max_rows
+    batches, i = [], 0
+    while i < len(order):
+        j = i + 1
+        while j < len(order) and j - i < max_rows and (j + 1 - i) * lengths[order[j]] <= max_tokens:
+            j += 1
+        batches.append(order[i:j])
+        i = j
+    return batches
+
+
 # How each task kind's labels enter a Hugging Face model's forward().
 LABEL_TENSORS = {
     "classification": lambda y: {"labels": torch.as_tensor(y, dtype=torch.long)},

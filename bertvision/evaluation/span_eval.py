@@ -19,9 +19,10 @@ def candidates(window_logits: list[np.ndarray], windows: TokenizedSplit, questio
     """One decoding Candidate per question (row of ``questions``), in row order.
     ``window_logits[i]``: (T_i, 2) start/end logits of window i."""
     by_question = defaultdict(list)
+    offsets = windows.offsets  # a property of the feature views: built once, not per window
     for i, q in enumerate(windows.idx):
         logits = window_logits[i]
-        by_question[int(q)].append((logits[:, 0], logits[:, 1], windows.offsets[i]))
+        by_question[int(q)].append((logits[:, 0], logits[:, 1], offsets[i]))
     contexts = questions["context"].tolist()
     return [
         decode_question(by_question[row], contexts[row], task.span.n_best, task.span.max_answer_length)

@@ -164,8 +164,28 @@ def read_shard(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         raise FeatureError(f"{path}: unreadable HDF5 shard ({err})") from err
 
 
+class WindowBatching:
+    """Padded batches of token-level rows for views that can pad any rows at any time (in
+    memory, or computed by the encoder); ``StoredWindows`` reads its own I/O-friendly order."""
+
+    def training_batches(self, batch_size: int, seed: int, make_batches):
+        """One epoch of (x, mask, labels): ``make_batches(lengths, batch_size, rng)`` (a task
+        kind's shuffled batching) with ``rng`` seeded by ``seed``."""
+        for rows in make_batches(self.lengths, batch_size, np.random.default_rng(seed)):
+            yield self.padded(rows)
+
+    def inference_batches(self, max_tokens: int, max_rows: int | None = None):
+        """(rows, x, mask) of every row once, length-sorted batches of at most ``max_tokens``
+        padded tokens and ``max_rows`` rows."""
+        from bertvision.data.tokenized import length_batches
+
+        for rows in length_batches(self.lengths, max_tokens, max_rows):
+            x, mask, _ = self.padded(rows)
+            yield rows, x, mask
+
+
 @dataclass
-class WindowStates:
+class WindowStates(WindowBatching):
     """Token-level features of a split: every window's real tokens, back to back."""
 
     states: np.ndarray  # (total_tokens, layers, hidden) float16
@@ -185,8 +205,11 @@ class WindowStates:
         return np.diff(self.window_offsets)
 
     @property
-    def offsets(self) -> list[np.ndarray]:
-        """Per window, its tokens' (T, 2) character offsets (as TokenizedSplit.offsets)."""
+    def offsets(self) -> list[np.ndarray] | None:
+        """Per window, its tokens' (T, 2) character offsets (as TokenizedSplit.offsets; None for
+        example tasks)."""
+        if self.char_offsets is None:
+            return None
         return [self.char_offsets[self.window(i)] for i in range(len(self))]
 
     def padded(self, rows: np.ndarray):
@@ -200,6 +223,19 @@ class WindowStates:
             x[j, : lengths[j]] = self.states[self.window(i)]
             mask[j, : lengths[j]] = True
         return torch.from_numpy(x), torch.from_numpy(mask), torch.from_numpy(self.labels[rows])
+
+    def subset(self, rows: np.ndarray) -> WindowStates:
+        """The windows ``rows``, in that order, as a new WindowStates (a copy)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        starts, lengths = self.window_offsets[rows], self.lengths[rows]
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        take = np.repeat(starts - offsets[:-1], lengths) + np.arange(offsets[-1])
+        char_offsets = None if self.char_offsets is None else self.char_offsets[take]
+        return WindowStates(self.states[take], offsets, char_offsets, self.labels[rows], self.idx[rows])
+
+    def token_chunks(self, batch_size: int | None = None):
+        """Every real token's states (float16), as one chunk (``batch_size``: the lazy views')."""
+        yield self.states
 
 
 def read_token_shard(path: Path) -> WindowStates:

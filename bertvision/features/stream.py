@@ -1,5 +1,6 @@
 """Background producers: items made in a thread and consumed in order, with the time the
-consumer waited measured; and the shuffled, bounded-memory batch stream over [CLS] shards."""
+consumer waited measured; the padded batches of token-level views; and the shuffled,
+bounded-memory batch stream over [CLS] shards."""
 
 from __future__ import annotations
 
@@ -46,6 +47,21 @@ class Prefetched:
                 raise item
             yield item
         thread.join()
+
+
+class WindowBatches(Prefetched):
+    """One epoch of padded token-level batches (x (B, T, L, H) float32, mask (B, T), labels)
+    from any view of windows (``training_batches``: in memory, read from the shards or computed
+    by the encoder), assembled by a background thread; ``wait_seconds`` is the trainer's wait."""
+
+    prefetch = 4  # resources.TRAINING_BATCHES_HELD counts these
+
+    def __init__(self, windows, batch_size: int, seed: int, make_batches):
+        self.windows, self.batch_size, self.seed, self.make_batches = windows, batch_size, seed, make_batches
+        self.wait_seconds = 0.0
+
+    def produce(self):
+        yield from self.windows.training_batches(self.batch_size, self.seed, self.make_batches)
 
 
 class BatchStream(Prefetched):

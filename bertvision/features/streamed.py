@@ -17,7 +17,7 @@ import torch
 from bertvision.data.tokenized import TokenizedSplit, collate, sorted_batches
 from bertvision.features.encode import as_stored, cls_states, frozen_encoder, token_states
 from bertvision.features.source import SOURCE_KEYS, StreamSource
-from bertvision.features.store import FeatureSet, WindowStates
+from bertvision.features.store import FeatureSet, WindowBatching, WindowStates
 from bertvision.layout import split_file
 from bertvision.models.backbone import encoder_parameter_count
 from bertvision.models.encoder_io import SUMMARY_POSITION, hidden_state_shape, pad_id
@@ -146,7 +146,7 @@ class StreamedSplit:
         return StreamedWindows(self, np.arange(len(self.tokens)) if rows is None else np.asarray(rows))
 
 
-class StreamedWindows:
+class StreamedWindows(WindowBatching):
     """The token-level rows ``rows`` of a streamed split, computed when a batch asks for them:
     the lazy counterpart of ``WindowStates`` (same ``idx``, ``labels``, ``lengths``,
     ``offsets`` and ``padded``)."""

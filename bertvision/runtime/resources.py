@@ -15,6 +15,9 @@ FLOPS = {"gpu": 2e13, "cpu": 5e10}  # sustained, well below peak, so that runtim
 MIN_MINUTES = 10
 MEAN_FILL = 0.6  # real tokens / max_length, on average
 EVAL_SHARE = 0.15  # selection + dev rows relative to train
+# float32 token-level batches a head job holds at once: WindowBatches' queue (4), the one being
+# padded, and the trainer's with its standardized copy and the head's activations (3)
+TRAINING_BATCHES_HELD = 8
 
 
 @dataclass(frozen=True)
@@ -109,15 +112,26 @@ def heads_request(
     attempt: int,
     streamed: bool = False,
     gpus: int = 0,
+    batch_size: int = 32,
 ) -> dict:
-    """The training features as float32 (at most ``in_memory_max_mb``; larger ones stream) twice
-    (the data and the next epoch's shuffled copy), plus the held-out splits. ``streamed``
-    (``store: false``): no training features are held; instead the frozen encoder (its weights
-    and one batch's states) runs a forward pass over the training rows every epoch, once more
-    for the input statistics, and once over the held-out splits, on a GPU when ``gpus``."""
+    """[CLS] features: the training features as float32 (at most ``in_memory_max_mb``; larger
+    ones stream) twice (the data and the next epoch's shuffled copy), plus the held-out splits.
+    Stored token-level features: every split as float16 while they fit in ``in_memory_max_mb``,
+    else what fits plus a reader's buffers of that bound (``features.token_reader``), and the
+    float32 batches in flight (``TRAINING_BATCHES_HELD`` of ``batch_size`` rows of
+    ``max_length``). ``streamed`` (``store: false``): no training features are held; instead
+    the frozen encoder (its weights and one batch's states) runs a forward pass over the
+    training rows every epoch, once more for the input statistics, and once over the held-out
+    splits, on a GPU when ``gpus``."""
     per_row = (shape.layers + 1) * shape.hidden * 4 * (max_length * MEAN_FILL if token_level else 1)
-    held = min(in_memory_max_mb * 2**20, rows * per_row)
+    bound = in_memory_max_mb * 2**20
+    held = min(bound, rows * per_row)
     work = n_runs * max_epochs * rows * per_row * 64  # ~ an adapter of width 64 per float, forward + backward
+    if token_level and not streamed:
+        stored = (1 + EVAL_SHARE) * rows * per_row / 2  # float16
+        batches = TRAINING_BATCHES_HELD * batch_size * max_length * (shape.layers + 1) * shape.hidden * 4
+        buffers = max(bound, batches) if stored > bound else batches
+        return {"mem_mb": attempt * _mb(min(stored, bound) + buffers), "runtime": _minutes(work, "cpu", attempt)}
     if not streamed:
         return {
             "mem_mb": attempt * _mb(2 * held + EVAL_SHARE * rows * per_row),

@@ -26,7 +26,7 @@ import pandas as pd
 import torch
 
 from bertvision.data.squad_windows import build_windows
-from bertvision.data.tokenized import TokenizedSplit, collate
+from bertvision.data.tokenized import TokenizedSplit, collate, length_batches
 from bertvision.evaluation.squad_decode import apply_threshold, decode_question
 from bertvision.models.encoder_io import SUMMARY_POSITION, load_encoder, pad_id, summary_position, uses_token_types
 from bertvision.models.head_io import load_head
@@ -48,7 +48,6 @@ from bertvision.serving.items import (
     finite,
 )
 from bertvision.stages.tokenize import tokenize_frame
-from bertvision.training.windows import length_batches
 
 log = logging.getLogger(__name__)
 

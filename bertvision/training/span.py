@@ -7,32 +7,18 @@ import numpy as np
 import pandas as pd
 import torch
 
+from bertvision.data.tokenized import shuffled_batches
 from bertvision.evaluation.ensemble import ensemble_rules, ensemble_windows
 from bertvision.evaluation.span_eval import best_selection_f1, evaluate_span
-from bertvision.features.store import FeatureSet
-from bertvision.features.stream import Prefetched
-from bertvision.features.streamed import windows_of
+from bertvision.features.store import FeatureSet, WindowStates
+from bertvision.features.stream import WindowBatches
+from bertvision.features.token_reader import token_windows
 from bertvision.layout import split_file
 from bertvision.models.heads import span_logits
 from bertvision.registry.tasks import TaskSpec
 from bertvision.training.statistics import nested_subset, token_moments
-from bertvision.training.windows import select_windows
 
-
-class SpanBatches(Prefetched):
-    """One epoch of padded window batches (x (B, T, L, H), mask (B, T), labels (B, 2)),
-    assembled by a background thread; ``wait_seconds`` is the time the trainer waited."""
-
-    prefetch = 4
-
-    def __init__(self, windows, batch_size: int, seed: int):
-        self.windows, self.batch_size = windows, batch_size
-        self.order = np.random.default_rng(seed).permutation(len(windows))
-        self.wait_seconds = 0.0
-
-    def produce(self):
-        for i in range(0, len(self.order), self.batch_size):
-            yield self.windows.padded(self.order[i : i + self.batch_size])
+INFERENCE_ROWS = 64  # windows per inference batch
 
 
 class SpanProblem:
@@ -47,29 +33,29 @@ class SpanProblem:
         in_memory_max_mb: float,
         raw_dir=None,
         train_fraction: float = 1.0,
+        lazy: bool = False,
     ):
+        """``lazy``: read every stored split from the shards, however small (``token_windows``)."""
         self.task, self.device = task, device
         self.shape = feats["train"].shape
-        # Stored: every split in memory. Streamed: the training windows are recomputed every epoch,
-        # the others held in memory when they fit.
-        self.windows = {
-            split: windows_of(fs, None if split == "train" else in_memory_max_mb) for split, fs in feats.items()
-        }
+        # Stored: in memory while they fit, else read in bounded buffers. Streamed: the training
+        # windows are recomputed every epoch, the others held in memory when they fit.
+        self.windows = token_windows(feats, in_memory_max_mb, lazy)
         questions = np.unique(self.windows["train"].idx)
         keep = nested_subset(len(questions), train_fraction)
         if keep is not None:  # whole questions, with all their windows
-            self.windows["train"] = select_windows(
-                self.windows["train"], np.flatnonzero(np.isin(self.windows["train"].idx, questions[keep]))
+            self.windows["train"] = self.windows["train"].subset(
+                np.flatnonzero(np.isin(self.windows["train"].idx, questions[keep]))
             )
         self.n_train = len(self.windows["train"])
         self.questions = {split: pd.read_parquet(split_file(raw_dir, split)) for split in feats}
-        self.data_in_memory = True
+        self.data_in_memory = isinstance(self.windows["train"], WindowStates)
 
     def moments(self):
         return token_moments(self.windows["train"], self.device)
 
     def epoch(self, seed: int, batch_size: int):
-        return SpanBatches(self.windows["train"], batch_size, seed)
+        return WindowBatches(self.windows["train"], batch_size, seed, shuffled_batches)
 
     def loss(self, head, batch) -> torch.Tensor:
         x, mask, y = (t.to(self.device, non_blocking=True) for t in batch)
@@ -82,12 +68,10 @@ class SpanProblem:
     def window_logits(self, head, split: str) -> list[np.ndarray]:
         windows = self.windows[split]
         out: list = [None] * len(windows)
-        order = np.argsort(windows.lengths, kind="stable")
+        longest = int(windows.lengths.max(initial=1))
         head.eval()
         with torch.inference_mode():
-            for i in range(0, len(order), 64):
-                rows = order[i : i + 64]
-                x, mask, _ = windows.padded(rows)
+            for rows, x, mask in windows.inference_batches(INFERENCE_ROWS * longest, INFERENCE_ROWS):
                 logits = span_logits(head, x.to(self.device), mask.to(self.device)).float().cpu().numpy()
                 for j, r in enumerate(rows):
                     out[r] = logits[j, : windows.lengths[r]]

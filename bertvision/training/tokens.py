@@ -1,10 +1,12 @@
 """Classification / regression from every real token of each example (token-level heads such as
 ``token-pool``), for tasks extracted with ``token_features``.
 
-The features are the ragged token shards (``FeatureSet.read_windows``: one "window" per
-example). Training batches are padded per batch, with a mask, from length-bucketed rows so
-padding stays small; they are assembled in a background thread. Scoring, predictions and the
-head + BERT ensembles are ExampleProblem's: only how the head's outputs are computed differs.
+The features are the ragged token shards (one "window" per example), held in memory when they
+fit in ``heads.training.in_memory_max_mb`` and read from the shards in bounded buffers
+otherwise (``features.token_reader``). Training batches are padded per batch, with a mask,
+from length-bucketed rows so padding stays small; they are assembled in a background thread.
+Scoring, predictions and the head + BERT ensembles are ExampleProblem's: only how the head's
+outputs are computed differs.
 """
 
 from __future__ import annotations
@@ -16,33 +18,16 @@ import torch
 
 from bertvision.data.tokenized import bucketed_batches
 from bertvision.errors import FeatureError
-from bertvision.features.store import FeatureSet
-from bertvision.features.stream import Prefetched
-from bertvision.features.streamed import is_streamed, windows_of
+from bertvision.features.store import FeatureSet, WindowStates
+from bertvision.features.stream import WindowBatches
+from bertvision.features.streamed import is_streamed
+from bertvision.features.token_reader import token_windows
 from bertvision.registry.metrics import score
 from bertvision.registry.tasks import TaskSpec
 from bertvision.training.example import ExampleProblem, held_questions
 from bertvision.training.statistics import nested_subset, token_moments
-from bertvision.training.windows import length_batches, select_windows
 
 log = logging.getLogger(__name__)
-
-
-class TokenBatches(Prefetched):
-    """One epoch of padded example batches (x (B, T, L, H) float32, mask (B, T), labels (B,)):
-    shuffled, length-bucketed rows, assembled by a background thread; ``wait_seconds`` is the
-    time the trainer waited for them."""
-
-    prefetch = 4
-
-    def __init__(self, examples, batch_size: int, seed: int):
-        self.examples = examples
-        self.batches = bucketed_batches(examples.lengths, batch_size, np.random.default_rng(seed))
-        self.wait_seconds = 0.0
-
-    def produce(self):
-        for rows in self.batches:
-            yield self.examples.padded(rows)
 
 
 def predict_tokens(head, examples, device, max_tokens: int = 4096) -> np.ndarray:
@@ -51,8 +36,7 @@ def predict_tokens(head, examples, device, max_tokens: int = 4096) -> np.ndarray
     head.eval()
     outputs: np.ndarray | None = None
     with torch.inference_mode():
-        for rows in length_batches(examples.lengths, max_tokens):
-            x, mask, _ = examples.padded(rows)
+        for rows, x, mask in examples.inference_batches(max_tokens):
             out = head(x.to(device), mask.to(device)).float().cpu().numpy()
             if outputs is None:
                 outputs = np.empty((len(examples), out.shape[1]), dtype=np.float32)
@@ -74,7 +58,9 @@ class TokenExampleProblem(ExampleProblem):
         in_memory_max_mb: float,
         raw_dir=None,
         train_fraction: float = 1.0,
+        lazy: bool = False,
     ):
+        """``lazy``: read every stored split from the shards, however small (``token_windows``)."""
         if task.kind not in ("classification", "regression"):
             raise ValueError(f"{task.name}: token-level example heads need a classification or regression task")
         if feats["train"].feature != "tokens":
@@ -84,24 +70,13 @@ class TokenExampleProblem(ExampleProblem):
             )
         self.task, self.device = task, device
         self.shape = feats["train"].shape
-        held_mb = sum(fs.bytes_on_disk() for fs in feats.values()) / 2**20
-        if held_mb > in_memory_max_mb:  # no streaming reader for stored token features yet
-            log.warning(
-                "%s: token-level heads hold every split's token features in memory (about %.0f MiB as "
-                "float16), more than heads.training.in_memory_max_mb = %g",
-                task.name,
-                held_mb,
-                in_memory_max_mb,
-            )
-        examples = {
-            split: windows_of(fs, None if split == "train" else in_memory_max_mb) for split, fs in feats.items()
-        }
+        examples = token_windows(feats, in_memory_max_mb, lazy)
         rows = nested_subset(len(examples["train"]), train_fraction)
-        self.train = examples["train"] if rows is None else select_windows(examples["train"], rows)
+        self.train = examples["train"] if rows is None else examples["train"].subset(rows)
         self.n_train = len(self.train)
         self.held = {split: (ex, ex.labels, ex.idx) for split, ex in examples.items() if split != "train"}
         self.questions = held_questions(task, raw_dir, self.held)
-        self.data_in_memory = not is_streamed(feats["train"])
+        self.data_in_memory = isinstance(self.train, WindowStates)
         tokens = int(self.train.lengths.sum())
         log.info(
             "%s: token features of %d training examples (%d tokens, %.1f MiB as float16) %s",
@@ -109,14 +84,18 @@ class TokenExampleProblem(ExampleProblem):
             self.n_train,
             tokens,
             tokens * self.shape[0] * self.shape[1] * 2 / 2**20,
-            "in memory" if self.data_in_memory else "streamed from the encoder",
+            "in memory"
+            if self.data_in_memory
+            else "streamed from the encoder"
+            if is_streamed(feats["train"])
+            else f"read from the shards in buffers of at most {in_memory_max_mb:g} MiB",
         )
 
     def moments(self):
         return token_moments(self.train, self.device)
 
     def epoch(self, seed: int, batch_size: int):
-        return TokenBatches(self.train, batch_size, seed)
+        return WindowBatches(self.train, batch_size, seed, bucketed_batches)
 
     def loss(self, head, batch) -> torch.Tensor:
         x, mask, y = (t.to(self.device, non_blocking=True) for t in batch)
