@@ -1,0 +1,131 @@
+"""Per task: full fine-tuning, the best existing head (picked on the selection split among the
+heads other than the new one, on every checkpoint) and the new head at each checkpoint, with
+dev mean ± std over every fine-tuning seed x head seed and each path's whole cost against full
+fine-tuning's.
+
+A head path's whole cost here is what that path alone took, per fine-tuning seed: the
+fine-tuning to its checkpoint, the checkpoint's extraction and every seed of that head (the
+summary's picks add every other candidate too: ``summary.md``). Full fine-tuning's is every
+epoch it trained. The goal of issue 21 is checked per row: within one std of full fine-tuning
+(or above it) at no more than 0.30x its whole compute.
+
+    python scripts/head_paths.py RUN_DIR --new ladder [--out FILE.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from bertvision.registry.tasks import get_task
+
+GOAL_COST = 0.30
+
+
+def head_records(run_dir: Path) -> pd.DataFrame:
+    rows = []
+    for path in sorted((run_dir / "heads").glob("*/*/ft*/ckpt-*/*/seed*/metrics.json")):
+        r = json.loads(path.read_text())
+        task = get_task(r["task"])
+        rows.append(
+            {
+                "task": task.name,
+                "epoch_fraction": float(r["source"]["checkpoint"]),
+                "model": r["head"],
+                "selection": task.primary_score(r["metrics"], "selection"),
+                "dev": task.headline(r["metrics"]),
+                "percent": r["parameter_percent"],
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def fmt(mean: float, std: float, scale: float) -> str:
+    return f"{mean * scale:.1f} ± {0.0 if np.isnan(std) else std * scale:.1f}"
+
+
+def path_cell(configs: pd.DataFrame, key: tuple, seconds: float, full: pd.Series, scale: float) -> tuple[str, bool]:
+    """A head at a checkpoint (``key``: (epoch fraction, model)): dev ± std, whole cost ratio,
+    and whether it meets the goal."""
+    if key not in configs.index:
+        return "", False
+    c = configs.loc[key]
+    ratio = seconds / full["whole_seconds"]
+    within = c["dev"] >= full["dev_mean"] - (0 if np.isnan(full["dev_std"]) else full["dev_std"])
+    met = bool(within and ratio <= GOAL_COST)
+    return f"{fmt(c['dev'], c['std'], scale)} ({ratio:.2f}×){' ✓' if met else ''}", met
+
+
+def table(run_dir: Path, new: str) -> str:
+    tables = run_dir / "results" / "tables"
+    summary = pd.read_csv(tables / "summary.csv")
+    costs = pd.read_csv(tables / "cost.csv")
+    costs["path_s"] = costs["finetune_s"] + costs["extract_s"] + costs["head_s"] * costs["n"]
+    path_s = costs.groupby(["task", "epoch_fraction", "model"])["path_s"].mean()
+    heads = head_records(run_dir)
+    lines = [
+        "| task | metric | full FT (whole s) | best existing head (selection) | "
+        f"{new} at 0 | {new} at 0.3 | {new} at 1 | goal met by |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    met_tasks = 0
+    for task_name, block in heads.groupby("task", sort=True):
+        task = get_task(task_name)
+        scale = 100 / task.metric_scale()
+        full = summary[(summary["task"] == task_name) & (summary["row"] == "full fine-tuning")]
+        if full.empty:
+            continue
+        full = full.iloc[0]
+        configs = block.groupby(["epoch_fraction", "model"]).agg(
+            selection=("selection", "mean"), dev=("dev", "mean"), std=("dev", "std"), n=("dev", "size")
+        )
+
+        existing = configs[configs.index.get_level_values("model") != new]
+        best = existing["selection"].idxmax()
+
+        def cell(key: tuple, task_name=task_name, configs=configs, full=full, scale=scale) -> tuple[str, bool]:
+            return path_cell(configs, key, path_s.get((task_name, *key), np.nan), full, scale)
+
+        best_cell, best_met = cell(best)
+        new_cells = [cell((frac, new)) for frac in (0.0, 0.3, 1.0)]
+        met = [f"{best[1]} at {best[0]:g}"] * best_met + [
+            f"{new} at {frac:g}" for frac, (_, ok) in zip((0, 0.3, 1), new_cells) if ok
+        ]
+        met_tasks += bool(met)
+        lines.append(
+            f"| {task_name} | {task.primary_metric} | {fmt(full['dev_mean'], full['dev_std'], scale)} "
+            f"({full['whole_seconds']:.0f} s) | {best[1]} at {best[0]:g}: {best_cell} | "
+            + " | ".join(c for c, _ in new_cells)
+            + f" | {', '.join(met) or 'none'} |"
+        )
+    return "\n".join(
+        [
+            f"Dev scores (× 100) mean ± std over fine-tuning seeds × head seeds; in brackets each path's whole "
+            f"cost / full fine-tuning's (fine-tuning to the checkpoint + its extraction + every seed of that "
+            f"head; full fine-tuning: every epoch). ✓: within one std of full fine-tuning (or above) at "
+            f"≤ {GOAL_COST:.2f}× its whole compute. Tasks where some path meets it: {met_tasks}.",
+            "",
+            *lines,
+            "",
+        ]
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("--new", default="ladder", help="the head to show at each checkpoint")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    text = table(args.run_dir, args.new)
+    print(text)
+    if args.out:
+        args.out.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
