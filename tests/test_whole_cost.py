@@ -210,6 +210,12 @@ def test_the_whole_cost_of_the_pick_counts_everything_run_to_make_it(tables):
     # for both fine-tuning seeds.
     frozen = summary.loc["frozen encoder (best head)"]
     assert (frozen["model"], frozen["epoch_fraction"]) == ("lp", 0.0)
+    # The untouched encoder is the same for both fine-tuning seeds: its two head seeds' runs are
+    # counted once in n (and in the dev tables), though each fine-tuning seed's run paid for them.
+    assert frozen["n"] == 2 and picked["n"] == 4
+    glue = pd.read_csv(tables / "glue.csv")
+    at = glue[(glue["split"] == "dev") & (glue["model"] == "lp")].drop_duplicates("epoch_fraction")
+    assert dict(zip(at["epoch_fraction"], at["n"])) == {0.0: 2, 0.3: 4, 1.0: 4}
     assert frozen["whole_seconds"] == pytest.approx(0 + (3 + 4) + (1 + 2 + 2 + 3) + (5 + 6))
     assert frozen["whole_seconds_std"] == pytest.approx(0.0)
     # The same pick within a budget of 0.3 epochs (checkpoints 0 and 0.3 only): fine-tuning to

@@ -13,7 +13,7 @@ from bertvision.evaluation.ensemble import ensemble_rules
 from bertvision.layout import Job
 from bertvision.registry.tasks import get_task
 from bertvision.reporting.costs import extract_seconds, feature_bytes, storage_cost
-from bertvision.reporting.results import BERT, ensemble_name
+from bertvision.reporting.results import BERT, ensemble_name, repeats_frozen_run
 from bertvision.reporting.whole_cost import all_epochs_seconds, head_search_seconds, search_seconds
 from bertvision.runtime.io import read_json
 
@@ -71,9 +71,12 @@ def candidate_runs(
         rows.append(_encoder_row(r, BERT, key[3]))
     extract, search = extract_seconds(jobs), search_seconds(jobs)
     sizes = feature_bytes(manifests)
-    for r in map(read_json, head_metrics):
+    records = sorted(map(read_json, head_metrics), key=lambda r: int(r["source"]["ft_seed"]))
+    frozen_seen: set[tuple] = set()
+    for r in records:
         task, src = get_task(r["task"]), r["source"]
         key = (src["model"], task.name, int(src["ft_seed"]), float(src["checkpoint"]))
+        repeat = repeats_frozen_run(r, frozen_seen)
         at = bert.get(key)
         extract_s, stored_bytes = storage_cost(r, extract, sizes)
         finetune_s = at["train_seconds"] if at else np.nan
@@ -99,6 +102,7 @@ def candidate_runs(
                 **common,
                 "kind": "head",
                 "model": r["head"],
+                "repeat": repeat,
                 "dev": task.headline(r["metrics"]),
                 "selection": task.primary_score(r["metrics"], "selection"),
                 "trainable_params": r["parameters"],

@@ -47,6 +47,20 @@ def _rows(task: TaskSpec, metrics: dict, run_flags: dict, **columns) -> list[dic
     ]
 
 
+def repeats_frozen_run(record: dict, seen: set) -> bool:
+    """Whether a head record repeats an earlier one on the untouched encoder: checkpoint 0 is the
+    same encoder, with the same states, for every fine-tuning seed, so its head runs with one
+    head seed are copies, not new samples (they count once in means, stds and n, but each
+    fine-tuning seed's run paid for its own; records are visited fine-tuning seed first)."""
+    if float(record["source"]["checkpoint"]) != 0:
+        return False
+    key = (record["source"]["model"], record["task"], record["head"], record["seed"], record.get("train_fraction"))
+    if key in seen:
+        return True
+    seen.add(key)
+    return False
+
+
 def long_records(bert_metrics: list[Path], head_metrics: list[Path]) -> pd.DataFrame:
     """One row per (run, eval split, metric), with the run's degenerate-run flag if any."""
     rows = []
@@ -66,8 +80,9 @@ def long_records(bert_metrics: list[Path], head_metrics: list[Path]) -> pd.DataF
             tuned=False,
             ensemble=False,
         )
-    for path in head_metrics:
-        m = read_json(path)
+    frozen_seen: set[tuple] = set()
+    records = sorted(((read_json(p), p) for p in head_metrics), key=lambda mp: int(mp[0]["source"].get("ft_seed", 0)))
+    for m, path in records:
         task = get_task(m["task"])
         run = {
             "backbone": m["source"]["model"],
@@ -75,10 +90,17 @@ def long_records(bert_metrics: list[Path], head_metrics: list[Path]) -> pd.DataF
             "seed": f"{m['source'].get('ft_seed', '')}/{m['seed']}",
             "tuned": m.get("search") is not None,
         }
-        flags = prediction_flags(Path(path).with_name(HEAD_PREDICTIONS), task)
-        rows += _rows(
-            task, m["metrics"], flags, model=m["head"], parameter_percent=m["parameter_percent"], ensemble=False, **run
-        )
+        if not repeats_frozen_run(m, frozen_seen):  # an untouched encoder's head counts once
+            flags = prediction_flags(Path(path).with_name(HEAD_PREDICTIONS), task)
+            rows += _rows(
+                task,
+                m["metrics"],
+                flags,
+                model=m["head"],
+                parameter_percent=m["parameter_percent"],
+                ensemble=False,
+                **run,
+            )
         for how in ensemble_rules(task):  # the distinct ones: max = mean for two classes
             if how in m.get("ensembles", {}):
                 rows += _rows(

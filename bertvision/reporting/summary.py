@@ -133,7 +133,8 @@ def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=SUMMARY_COLUMNS)
     for (backbone, task_name), block in runs.groupby(["backbone", "task"], sort=True):
         task = get_task(task_name)
-        configs = _configs(block)
+        # the untouched encoder's head runs repeated for every fine-tuning seed count once
+        configs = _configs(block[block["repeat"] != True] if "repeat" in block else block)  # noqa: E712
         chosen = []
         full = configs[configs["kind"] == FULL_FT]
         chosen += [(ROW_KINDS[0], r) for _, r in full.iterrows()]
