@@ -29,7 +29,8 @@ def test_tables_have_every_row(workflow_run):
     workdir, config = workflow_run
     table = pd.read_csv(workdir / "results" / "tables" / "glue.csv")
     for task, metrics in (("mrpc", {"f1", "accuracy"}), ("stsb", {"pearson", "spearman"})):
-        heads = ("lp", "adapter8", "tokpool") if task == "mrpc" else ("lp", "adapter8")  # token features: mrpc only
+        # token features: mrpc only (the token-level heads)
+        heads = ("lp", "adapter8", "tokpool", "ladder") if task == "mrpc" else ("lp", "adapter8")
         expected_models = {"BERT", *heads, *(f"{h} + BERT (mean)" for h in heads)}
         rows = table[table["task"] == task]
         assert set(rows["split"]) == {"dev"}
@@ -47,7 +48,11 @@ def test_tables_have_every_row(workflow_run):
     assert md.index("# Head + BERT ensembles") > md.rindex("| BERT |")  # ensembles in their own section
     both = pd.read_csv(workdir / "results" / "tables" / "squad.csv")
     squad = both[both["task"] == "squad2"]
-    assert set(squad["model"]) == {"BERT", "lp", "lp + BERT (max)", "lp + BERT (mean)"}
+    # the ladder reads whole windows: start/end logits per token
+    assert set(squad["model"]) == {
+        "BERT",
+        *(f"{h}{e}" for h in ("lp", "ladder") for e in ("", " + BERT (max)", " + BERT (mean)")),
+    }
     assert set(squad["epoch_fraction"]) == {0.0, 1.0}
     assert {"f1", "exact", "HasAns_f1", "NoAns_exact"} <= set(squad["metric"])
     assert "## squad2 (tiny, dev)" in (workdir / "results" / "tables" / "squad.md").read_text()
@@ -238,7 +243,7 @@ def test_transfer_diagonal_reproduces_each_heads_own_score(workflow_run):
     for task, metric in (("mrpc", "accuracy"), ("stsb", "pearson")):
         rows = transfer[transfer["task"] == task].set_index(["model", "standardization", "trained_on", "evaluated_on"])
         for ckpt in ("0", "1"):
-            for head in ("lp", "adapter8", *(("tokpool",) if task == "mrpc" else ())):
+            for head in ("lp", "adapter8", *(("tokpool", "ladder") if task == "mrpc" else ())):
                 own = glue.loc[(task, float(ckpt), head, metric), "mean"]
                 # On its own checkpoint both standardizations use the head's own statistics.
                 assert rows.loc[(head, "source", ckpt, ckpt), "mean"] == pytest.approx(own, abs=1e-5)
@@ -436,7 +441,9 @@ def test_shipped_configs_plan_the_full_dag(tmp_path, config):
     n_ckpts = len(spec["finetune"]["epoch_fractions"])
     assert counts["download"] == n_tasks
     assert counts["finetune"] == n_tasks * n_seeds
-    assert counts["baseline"] == n_tasks * len(spec.get("baseline", {}).get("seeds", [1, 2, 3]))
+    baseline = spec.get("baseline", {})
+    n_baselines = len(baseline.get("seeds", [1, 2, 3])) if baseline.get("enabled", True) else 0
+    assert counts.get("baseline", 0) == n_tasks * n_baselines
     assert counts["extract"] == n_tasks * n_seeds * n_ckpts * spec.get("extract", {}).get("shards", 1)
     assert counts["train_heads"] == n_tasks * n_seeds * n_ckpts
     n_searched = sum(len(t.get("search_heads", [])) for t in spec["tasks"].values())
