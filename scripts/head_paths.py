@@ -22,14 +22,20 @@ import numpy as np
 import pandas as pd
 
 from bertvision.registry.tasks import get_task
+from bertvision.reporting.results import repeats_frozen_run
 
 GOAL_COST = 0.30
 
 
-def head_records(run_dir: Path) -> pd.DataFrame:
-    rows = []
-    for path in sorted((run_dir / "heads").glob("*/*/ft*/ckpt-*/*/seed*/metrics.json")):
-        r = json.loads(path.read_text())
+def head_records(run_dir: Path, runs: set) -> pd.DataFrame:
+    """The head records of the runs the tables cover (``runs``: (task, ft seed, checkpoint))."""
+    rows, frozen_seen = [], set()
+    records = [json.loads(p.read_text()) for p in (run_dir / "heads").glob("*/*/ft*/ckpt-*/*/seed*/metrics.json")]
+    for r in sorted(records, key=lambda r: int(r["source"]["ft_seed"])):
+        if (r["task"], int(r["source"]["ft_seed"]), float(r["source"]["checkpoint"])) not in runs:
+            continue
+        if repeats_frozen_run(r, frozen_seen):  # the untouched encoder's runs count once
+            continue
         task = get_task(r["task"])
         rows.append(
             {
@@ -60,13 +66,13 @@ def path_cell(configs: pd.DataFrame, key: tuple, seconds: float, full: pd.Series
     return f"{fmt(c['dev'], c['std'], scale)} ({ratio:.2f}×){' ✓' if met else ''}", met
 
 
-def table(run_dir: Path, new: str) -> str:
-    tables = run_dir / "results" / "tables"
+def table(run_dir: Path, new: str, tables: Path | None = None) -> str:
+    tables = tables or run_dir / "results" / "tables"
     summary = pd.read_csv(tables / "summary.csv")
     costs = pd.read_csv(tables / "cost.csv")
     costs["path_s"] = costs["finetune_s"] + costs["extract_s"] + costs["head_s"] * costs["n"]
     path_s = costs.groupby(["task", "epoch_fraction", "model"])["path_s"].mean()
-    heads = head_records(run_dir)
+    heads = head_records(run_dir, set(zip(costs["task"], costs["ft_seed"], costs["epoch_fraction"])))
     lines = [
         "| task | metric | full FT (whole s) | best existing head (selection) | "
         f"{new} at 0 | {new} at 0.3 | {new} at 1 | goal met by |",
@@ -119,9 +125,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--new", default="ladder", help="the head to show at each checkpoint")
+    parser.add_argument("--tables", type=Path, help="the tables directory (default: RUN_DIR/results/tables)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    text = table(args.run_dir, args.new)
+    text = table(args.run_dir, args.new, args.tables)
     print(text)
     if args.out:
         args.out.write_text(text)
