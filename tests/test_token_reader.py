@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import torch
 
-from bertvision.config.settings import ExtractCompute, ExtractSettings, HeadRuntimeSettings, HeadTrainingSettings
+from bertvision.config.settings import ExtractCompute, ExtractSettings
 from bertvision.data.tokenized import bucketed_batches, shuffled_batches
 from bertvision.features.shard_writer import TokenShardWriter, shard_rows
 from bertvision.features.store import FeatureSet, WindowStates, write_manifest
@@ -25,18 +25,10 @@ from bertvision.training.loop import train_one
 from bertvision.training.span import SpanProblem
 from bertvision.training.statistics import token_moments
 from bertvision.training.tokens import TokenExampleProblem
+from tests.test_token_head import RUNTIME
+from tests.test_token_head import SETTINGS as TOKEN_HEAD_SETTINGS
 
-RUNTIME = HeadRuntimeSettings(device="cpu", verify="size")
-SETTINGS = HeadTrainingSettings(
-    learning_rate=1e-2,
-    batch_size=16,
-    max_epochs=3,
-    patience=3,
-    weight_decay=0.0,
-    warmup_ratio=0.0,
-    in_memory_max_mb=4096,
-    standardize=True,
-)
+SETTINGS = TOKEN_HEAD_SETTINGS.replace(max_epochs=3, patience=3)
 MiB = 2**20
 
 
