@@ -30,6 +30,7 @@ from bertvision.arguments import (
 from bertvision.config import settings as typed
 from bertvision.errors import BertvisionError, DiskFullError
 from bertvision.reporting.commands import add_reporting_commands
+from bertvision.runtime.usage import log_usage
 from bertvision.serving.commands import add_serving_commands
 from bertvision.training.encoder_commands import add_encoder_commands
 from bertvision.training.head_commands import add_head_commands
@@ -174,6 +175,7 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         args.func(args)
+        log_usage(logging.getLogger("bertvision"))
     except BertvisionError as err:
         for line in str(err).splitlines():
             print(f"bertvision {args.command}: error: {line}", file=sys.stderr)

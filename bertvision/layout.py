@@ -258,6 +258,10 @@ class Job:
     def benchmark(self) -> str:
         return benchmark(self.rule).format(**self.keys)
 
+    @property
+    def log(self) -> str:
+        return log(self.rule).format(**self.keys)
+
 
 def baseline_job(model: str, task: str, seed: int) -> Job:
     return Job("baseline", {"task": task, "model": model, "seed": seed})

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from bertvision.errors import ConfigError, MissingError
 from bertvision.layout import fraction_name
-from bertvision.models.backbone import resolve_pretrained
+from bertvision.models.backbone import check_pretrained
 from bertvision.registry.heads import trains_on
 from bertvision.registry.tasks import get_task
 
@@ -17,7 +17,7 @@ def check(workflow) -> None:
     problems, broken = [], set()  # broken: tasks whose heads cannot be listed
     for model in workflow.models:
         try:
-            resolve_pretrained(workflow.pretrained(model))
+            check_pretrained(workflow.pretrained(model))
         except MissingError as err:
             problems.append(f"backbones.{model}.pretrained: {err}")
     models = workflow.config["heads"]["models"]

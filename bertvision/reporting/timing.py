@@ -7,17 +7,19 @@ import pandas as pd
 
 from bertvision.layout import Job
 from bertvision.reporting.markdown import markdown_table
+from bertvision.runtime.usage import read_usage
 
 STAGE_ORDER = ["download", "tokenize", "finetune", "baseline", "extract", "feature_manifest", "train_heads"]
 
 
 def read_benchmark(job: Job) -> dict:
-    """Wall seconds and peak memory of one job, from its benchmark file."""
+    """Wall seconds of one job from its benchmark file; its peak memory (MiB) from the usage line
+    its log ends with (exact, and right for jobs forked from the warm pool), else the benchmark
+    file's sampled ``max_rss``."""
     bench = pd.read_csv(job.benchmark, sep="\t")
-    return {
-        "seconds": float(bench["s"].iloc[0]),
-        "max_rss_mb": float(pd.to_numeric(bench["max_rss"], errors="coerce").iloc[0]),
-    }
+    usage = read_usage(job.log)
+    sampled = float(pd.to_numeric(bench["max_rss"], errors="coerce").iloc[0])
+    return {"seconds": float(bench["s"].iloc[0]), "max_rss_mb": usage.peak_mib if usage else sampled}
 
 
 def stage_precisions(bert_records, baseline_records, head_records, manifests) -> dict[tuple[str, str], str]:

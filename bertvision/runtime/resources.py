@@ -35,11 +35,16 @@ class EncoderShape:
     def of(cls, pretrained: str) -> EncoderShape:
         """From the model's config (local dir, installed package or the hub cache), read by
         transformers, which maps each architecture's names (DistilBERT's n_layers and dim); a
-        bert-large or bert-base guess from the name when it is nowhere on disk."""
+        bert-large or bert-base guess from the name when it is nowhere on disk. A random
+        encoder's shape comes from its reference, without building it."""
         from transformers import AutoConfig
 
         from bertvision.models.backbone import resolve_pretrained
+        from bertvision.models.random_encoder import VOCAB_SIZE, is_random, parse_random
 
+        if is_random(pretrained):
+            shape = parse_random(pretrained)
+            return cls(shape.layers, shape.hidden, VOCAB_SIZE)
         try:
             config = AutoConfig.from_pretrained(
                 resolve_pretrained(pretrained), local_files_only=True, trust_remote_code=False

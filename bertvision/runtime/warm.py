@@ -24,7 +24,8 @@ stdout and stderr, fork).
 
 What a job loses under the pool: Snakemake's benchmark file measures the client process, so its
 ``max_rss`` and ``cpu_time`` are the client's (wall seconds are right); the child's peak memory
-and CPU seconds go to the job's log. Cluster jobs never use the pool.
+and CPU seconds are the usage line every command ends its log with (``runtime.usage``), which
+the reports read. Cluster jobs never use the pool.
 """
 
 from __future__ import annotations
@@ -298,14 +299,7 @@ def _run_child(
         traceback.print_exc()
     finally:
         try:
-            import resource
-
-            usage = resource.getrusage(resource.RUSAGE_SELF)
-            logging.getLogger("bertvision.runtime.warm").info(
-                "forked from the warm pool: peak memory %.0f MiB, cpu %.1f s",
-                usage.ru_maxrss / 1024,
-                usage.ru_utime + usage.ru_stime,
-            )
+            logging.getLogger("bertvision.runtime.warm").info("forked from the warm pool")
             sys.stdout.flush()
             sys.stderr.flush()
             conn.sendall((json.dumps({"exit": code}) + "\n").encode())

@@ -1,0 +1,57 @@
+"""Every job's memory request beside its measured peak, for a finished run (issue 22).
+
+The requests are what Snakemake would ask a cluster for on the first attempt: this script runs
+the workflow's dry run over every job (``-n --forceall``) with the run's config and reads the
+``resources:`` of each. The peaks are the usage line each job's log ends with
+(``bertvision.runtime.usage``). ``--check`` fails when a peak exceeds its request or a request
+is more than 3x its peak.
+
+    python scripts/requests_vs_measured.py --configfile configs/paper-shape-smoke.yaml \\
+        [-d RUN_DIR] [--out docs/results/paper-shape-requests.md] [--check]
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+from bertvision.reporting.requests import WASTE_LIMIT, planned_jobs, report, requests_table
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--configfile", nargs="+", required=True)
+    parser.add_argument("-d", "--directory", type=Path, default=Path("."))
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--check", action="store_true")
+    parser.add_argument("--profile", help="e.g. profiles/slurm: the requests that profile's defaults give")
+    args = parser.parse_args()
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "workflow" / "Snakefile"), "-d", str(args.directory)]
+    cmd += ["-n", "--forceall", "--cores", "all", "--configfile", *args.configfile]
+    if args.profile:
+        cmd += ["--profile", args.profile]
+    dry = subprocess.run(cmd, capture_output=True, text=True)
+    if dry.returncode != 0:
+        print(dry.stdout[-3000:], dry.stderr[-3000:], sep="\n", file=sys.stderr)
+        return dry.returncode
+    table = requests_table(planned_jobs(dry.stdout), args.directory)
+    text = report(table)
+    if args.out:
+        args.out.write_text(text)
+    print(text)
+    if args.check:
+        bad = table[table["verdict"].isin(["OVER", "wasteful", "not run"])]
+        for row in bad.itertuples(index=False):
+            print(f"{row.verdict}: {row.rule} {row.job}: request {row.request_mib} MiB, peak {row.peak_mib} MiB", file=sys.stderr)
+        if len(bad):
+            print(f"{len(bad)} of {len(table)} jobs over their request, above {WASTE_LIMIT}x it, or not run", file=sys.stderr)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,157 @@
+"""Paper scale that runs (issue 22): random encoders of a named shape, the paper-shape smoke
+config kept in step with the paper config, every job's usage line, and each job's request
+against its measured peak."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bertvision.errors import MissingError
+from bertvision.models.backbone import check_pretrained, load_pretrained, load_tokenizer, resolve_pretrained
+from bertvision.models.random_encoder import NAMED_SHAPES, RandomShape, parse_random
+from bertvision.reporting.requests import planned_jobs, requests_table
+from bertvision.runtime.resources import EncoderShape
+from bertvision.runtime.usage import log_usage, read_usage
+from tests.conftest import REPO, job_counts, snakemake, snakemake_command
+
+SMOKE = REPO / "configs" / "paper-shape-smoke.yaml"
+PAPER = REPO / "configs" / "paper-bert-large.yaml"
+
+
+@pytest.fixture
+def random_cache(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("BERTVISION_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+# --- random encoders --------------------------------------------------------------------------------
+def test_random_shapes_parse_named_and_miniature_references():
+    assert parse_random("random:bert-large") == RandomShape(24, 1024, 16, 4096)
+    assert parse_random("random:bert-base") == NAMED_SHAPES["bert-base"]
+    assert parse_random("random:L-4_H-256_A-4") == RandomShape(4, 256, 4, 1024)
+    for bad in ("random:bert-huge", "random:L-4_H-250_A-3", "random:L-0_H-64_A-2"):
+        with pytest.raises(MissingError, match=bad.replace("random:", "")):
+            parse_random(bad)
+
+
+def test_a_random_encoder_is_built_once_and_loads_like_a_hub_model(random_cache):
+    ref = "random:L-2_H-32_A-2"
+    check_pretrained(ref)
+    assert not random_cache.exists(), "checking a reference must not build the encoder"
+    assert EncoderShape.of("random:bert-large") == EncoderShape(24, 1024, 30522)
+    assert not random_cache.exists(), "a job request must not build the encoder"
+
+    path = Path(resolve_pretrained(ref))
+    assert path.parent.parent == random_cache and (path / "model.safetensors").exists()
+    built = (path / "model.safetensors").stat().st_mtime_ns
+    assert resolve_pretrained(ref) == str(path)
+    assert (path / "model.safetensors").stat().st_mtime_ns == built, "a second use rebuilt the encoder"
+    assert [p.name for p in path.parent.iterdir()] == [path.name], "a staging folder was left behind"
+
+    model = load_pretrained("AutoModel", ref)
+    assert (model.config.num_hidden_layers, model.config.hidden_size, model.config.num_attention_heads) == (2, 32, 2)
+    assert model.config.intermediate_size == 128
+    tokens = load_tokenizer(ref)("Is this the uncased vocabulary?")["input_ids"]
+    assert len(tokens) > 3 and tokens[0] == 101  # [CLS] of bert-base-uncased's vocabulary
+
+
+def test_concurrent_jobs_build_one_random_encoder(random_cache):
+    code = "from bertvision.models.backbone import resolve_pretrained; print(resolve_pretrained('random:L-1_H-16_A-1'))"
+    env = {**os.environ, "BERTVISION_CACHE": str(random_cache)}
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env) for _ in range(2)]
+    paths = {p.communicate(timeout=300)[0].strip() for p in procs}
+    assert all(p.returncode == 0 for p in procs)
+    assert len(paths) == 1
+    folder = Path(paths.pop())
+    assert [p.name for p in folder.parent.iterdir()] == [folder.name]
+    load_pretrained("AutoModel", str(folder))
+
+
+# --- the smoke config follows the paper config --------------------------------------------------------
+def test_the_smoke_config_keeps_the_paper_configs_shapes_settings_and_heads():
+    smoke, paper = yaml.safe_load(SMOKE.read_text()), yaml.safe_load(PAPER.read_text())
+    assert smoke["backbones"].keys() == paper["backbones"].keys()
+    (name,) = paper["backbones"]
+    assert EncoderShape.of(smoke["backbones"][name]["pretrained"]) == EncoderShape.of(paper["backbones"][name]["pretrained"])
+    for head, spec in paper["heads"]["models"].items():
+        assert smoke["heads"]["models"][head] == spec, head
+    assert {k: paper["heads"]["training"][k] for k in ("learning_rate", "batch_size")} == {
+        k: smoke["heads"]["training"][k] for k in ("learning_rate", "batch_size")
+    }
+    assert smoke["finetune"]["settings"] == paper["finetune"]["settings"]
+    assert smoke["finetune"]["precision"] == paper["finetune"]["precision"]
+    for task, over in smoke["tasks"].items():
+        for key in ("max_length", "doc_stride", "finetune", "search_heads"):
+            assert over.get(key) == paper["tasks"][task].get(key), f"tasks.{task}.{key}"
+        for head in paper["tasks"][task].get("heads", []):
+            assert head in over["heads"], f"tasks.{task}.heads lacks {head}"
+    listed = {h for over in smoke["tasks"].values() for h in over.get("heads") or smoke["heads"]["models"]}
+    assert set(paper["heads"]["models"]) <= listed, "a paper head type is trained nowhere in the smoke run"
+    for section in ("search", "experiments", "shared"):
+        assert smoke[section].keys() == paper[section].keys(), section
+
+
+# --- usage lines and requests ----------------------------------------------------------------------------
+def test_every_command_ends_its_log_with_its_usage(tmp_path, caplog):
+    with caplog.at_level(logging.INFO):
+        logged = log_usage(logging.getLogger("bertvision"))
+    log = tmp_path / "job.log"
+    log.write_text("earlier line\n" + caplog.text)
+    read = read_usage(log)  # the line rounds to whole MiB and tenths of a second
+    assert read.peak_mib == pytest.approx(logged.peak_mib, abs=1)
+    assert read.cpu_seconds == pytest.approx(logged.cpu_seconds, abs=0.1)
+    assert read_usage(tmp_path / "missing.log") is None
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "bertvision", "validate-config", str(REPO / "config.yaml")],
+        capture_output=True, text=True, cwd=REPO,
+    )
+    assert proc.returncode == 0, proc.stderr
+    (tmp_path / "cmd.log").write_text(proc.stderr)
+    usage = read_usage(tmp_path / "cmd.log")
+    assert usage is not None and usage.peak_mib > 50  # an interpreter with pandas and yaml loaded
+
+
+def test_the_dry_run_lists_every_job_with_its_request(tmp_path):
+    (tmp_path / "resources").symlink_to(REPO / "resources")
+    cmd = snakemake_command(tmp_path, "-n", "--forceall", "--cores", "2")
+    cmd[cmd.index("--configfile") + 1] = str(REPO / "config.yaml")
+    dry = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path)
+    assert dry.returncode == 0, dry.stderr[-2000:]
+    jobs = planned_jobs(dry.stdout)
+    counts = job_counts(dry.stdout)
+    assert len(jobs) == sum(counts.values()) - counts["all"]
+    assert {j.rule for j in jobs} == set(counts) - {"all"}
+    heads = [j for j in jobs if j.rule == "train_heads"]
+    assert heads and all(j.mem_mib and j.runtime_min and j.log.startswith("logs/") for j in heads)
+    table = requests_table(jobs, tmp_path)
+    assert set(table["verdict"]) == {"not run"}
+
+
+@pytest.mark.slow
+def test_a_reduced_paper_shape_run_stays_within_every_request(tmp_path, random_cache):
+    """The smoke config on a 2-layer random encoder and a handful of rows: every stage of the
+    paper config runs, and no job's peak memory goes above what it asked for."""
+    config = yaml.safe_load(SMOKE.read_text())
+    (name,) = config["backbones"]
+    config["backbones"][name]["pretrained"] = "random:L-2_H-64_A-2"
+    for over in config["tasks"].values():
+        over.update(train_size=12, selection_size=8, eval_size=8)
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    (tmp_path / "resources").symlink_to(REPO / "resources")
+    snakemake(tmp_path, timeout=3000)
+    dry = subprocess.run(
+        snakemake_command(tmp_path, "-n", "--forceall", "--cores", "2"), capture_output=True, text=True, cwd=tmp_path
+    )
+    table = requests_table(planned_jobs(dry.stdout), tmp_path)
+    assert (table["verdict"] != "not run").all(), table[table["verdict"] == "not run"]
+    over = table[table["verdict"] == "OVER"]
+    assert over.empty, over.to_string()
+    assert (tmp_path / "results" / "tables" / "summary.md").exists()
