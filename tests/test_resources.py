@@ -122,3 +122,24 @@ def test_stored_token_features_ask_for_the_bound_not_the_split():
     assert mem(130000, bound=1024, batch_size=8) < mem(130000) / 2
     # the reader's batches count within its bound, unless they alone exceed it
     assert mem(130000, batch_size=8) == mem(130000) < mem(130000, batch_size=256)
+
+
+def test_small_slices_ask_for_what_their_rows_can_fill():
+    """A smoke run's few rows never fill the writer's five blocks or a batch of 64 windows: the
+    requests of BERT-large on 24 SQuAD questions follow the rows, and grow back to the full
+    buffers as the rows do."""
+    args = dict(batch_size=16, block_rows=8192, block_tokens=65536, max_length=384, shards=2, token_level=True, gpus=0, attempt=1)
+    states = 25 * 1024 * 2  # float16 bytes per token
+    five_blocks = 5 * 65536 * states / 2**20
+    few, many = extract_request(LARGE, rows=24, **args)["mem_mb"], extract_request(LARGE, rows=130000, **args)["mem_mb"]
+    assert many - few > 1.2 * five_blocks * 0.8
+    assert few < 2500 + 1.2 * (4 * LARGE.parameters + 2 * 24 * 1.15 / 2 * 384 * states * 5) / 2**20
+
+    def heads(rows):
+        return heads_request(
+            LARGE, rows=rows, max_length=384, token_level=True, in_memory_max_mb=4096, n_runs=3, max_epochs=2, attempt=1, batch_size=64
+        )["mem_mb"]
+
+    full_batches = TRAINING_BATCHES_HELD * 64 * 384 * 25 * 1024 * 4 / 2**20
+    assert heads(24) < heads(32) < heads(1000) and heads(32) > 1.2 * full_batches  # 32 questions: up to 64 windows
+    assert heads(24) < 2500 + 1.2 * (TRAINING_BATCHES_HELD * 48 + 1.15 * 24 * 0.6) * 384 * 25 * 1024 * 4 / 2**20 + 100

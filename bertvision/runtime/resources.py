@@ -18,6 +18,9 @@ EVAL_SHARE = 0.15  # selection + dev rows relative to train
 # float32 token-level batches a head job holds at once: WindowBatches' queue (4), the one being
 # padded, and the trainer's with its standardized copy and the head's activations (3)
 TRAINING_BATCHES_HELD = 8
+# Rows the encoder sees per configured row at most: a SQuAD question may take more than one
+# window; small slices (a smoke run) cap every buffer at what their rows can fill.
+WINDOWS_PER_ROW = 2
 
 
 @dataclass(frozen=True)
@@ -93,15 +96,18 @@ def extract_request(
 ) -> dict:
     """Host memory: weights, every layer's states of one batch (in float32 on CPU; the
     float16 copy of what is kept with GPUs), and up to 5 blocks of float16 features (one being
-    filled, four queued for the writer). Attempt n divides the batch by 2^(n-1)."""
+    filled, four queued for the writer), never more than the shard's rows can fill. Attempt n
+    divides the batch by 2^(n-1)."""
     states = shape.layers + 1
     block = (block_tokens if token_level else block_rows) * states * shape.hidden * 2
-    batch = math.ceil(batch_size / 2 ** (attempt - 1))
+    shard_rows = WINDOWS_PER_ROW * rows * (1 + EVAL_SHARE) / shards
+    shard_bytes = shard_rows * (max_length if token_level else 1) * states * shape.hidden * 2
+    batch = math.ceil(min(batch_size, shard_rows) / 2 ** (attempt - 1))
     kept = batch * (max_length if token_level else 1) * states * shape.hidden * 2
     activations = kept if gpus else batch * max_length * states * shape.hidden * 4 * 2
     tokens = rows * (1 + EVAL_SHARE) / shards * max_length * MEAN_FILL
     return {
-        "mem_mb": attempt * _mb(4 * shape.parameters + activations + 5 * block),
+        "mem_mb": attempt * _mb(4 * shape.parameters + activations + min(5 * block, shard_bytes)),
         "runtime": _minutes(2 * shape.parameters * tokens, "gpu" if gpus else "cpu", attempt),
     }
 
@@ -134,7 +140,8 @@ def heads_request(
     work = n_runs * max_epochs * rows * per_row * 64  # ~ an adapter of width 64 per float, forward + backward
     if token_level and not streamed:
         stored = (1 + EVAL_SHARE) * rows * per_row / 2  # float16
-        batches = TRAINING_BATCHES_HELD * batch_size * max_length * (shape.layers + 1) * shape.hidden * 4
+        batch_rows = min(batch_size, WINDOWS_PER_ROW * rows)
+        batches = TRAINING_BATCHES_HELD * batch_rows * max_length * (shape.layers + 1) * shape.hidden * 4
         buffers = max(bound, batches) if stored > bound else batches
         return {"mem_mb": attempt * _mb(min(stored, bound) + buffers), "runtime": _minutes(work, "cpu", attempt)}
     if not streamed:
@@ -143,7 +150,7 @@ def heads_request(
             "runtime": _minutes(work, "cpu", attempt),
         }
     encoder_tokens = rows * (max_epochs + 1 + EVAL_SHARE) * max_length * MEAN_FILL
-    batch_states = 64 * max_length * (shape.layers + 1) * shape.hidden * 4 * 2
+    batch_states = min(64, WINDOWS_PER_ROW * rows) * max_length * (shape.layers + 1) * shape.hidden * 4 * 2
     device = "gpu" if gpus else "cpu"
     return {
         "mem_mb": attempt * _mb(4 * shape.parameters + batch_states + min(held, EVAL_SHARE * rows * per_row)),
