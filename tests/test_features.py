@@ -142,6 +142,16 @@ def test_chunks_tile_the_rows():
             n_chunks = -(-n // rows)
             assert n_chunks * rows - n < n_chunks  # waste below one row per chunk
             assert rows * row_bytes <= 2 * (1 << 20) or rows == 1
+    assert chunk_rows(0, 5376) == 1  # a shard left empty (more shards than rows)
+
+
+def test_a_shard_with_no_rows_is_written_and_read(tmp_path):
+    """Two shards of a one-row split: the first holds nothing, and both read back."""
+    data = np.ones((1, 2, 3), dtype=np.float16)
+    write_split(tmp_path, "selection", data, np.zeros(1, int), n_shards=2)
+    write_manifest(sorted(tmp_path.glob("shard-*")), tmp_path / "manifest.json", ["selection"])
+    x, y, idx = FeatureSet.open(tmp_path / "manifest.json", "selection").read_all()
+    assert x.shape == (1, 2, 3) and list(idx) == [100]
 
 
 def test_bytes_on_disk_near_minimum(tmp_path):

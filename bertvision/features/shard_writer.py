@@ -24,10 +24,11 @@ UNCLOSABLE: list = []
 
 def chunk_rows(n_rows: int, row_bytes: int) -> int:
     """Rows per HDF5 chunk: about CHUNK_BYTES each, balanced so the chunks tile ``n_rows``
-    (HDF5 stores the last chunk whole, so a ragged tail would be padding on disk)."""
+    (HDF5 stores the last chunk whole, so a ragged tail would be padding on disk). An empty
+    shard (more shards than rows) gets 1; it is stored unchunked anyway."""
     target = max(1, CHUNK_BYTES // row_bytes)
-    n_chunks = -(-n_rows // target)
-    return -(-n_rows // n_chunks)
+    n_chunks = max(1, -(-n_rows // target))
+    return max(1, -(-n_rows // n_chunks))
 
 
 def shard_rows(n_rows: int, n_shards: int, shard: int) -> tuple[int, int]:

@@ -135,6 +135,7 @@ def preload(backbones: list[str]) -> None:
 
     import bertvision.cli  # noqa: F401
     from bertvision.models.backbone import resolve_pretrained
+    from bertvision.models.random_encoder import is_random
 
     for name in (
         "torch",
@@ -152,10 +153,13 @@ def preload(backbones: list[str]) -> None:
     from transformers.models.auto import modeling_auto, tokenization_auto
 
     for backbone in backbones:
-        try:
-            model_type = AutoConfig.from_pretrained(resolve_pretrained(backbone)).model_type
-        except Exception:  # a hub id not cached here: its job loads it when it runs
-            continue
+        if is_random(backbone):  # a BERT, built by the first job that needs it (not here: no threads)
+            model_type = "bert"
+        else:
+            try:
+                model_type = AutoConfig.from_pretrained(resolve_pretrained(backbone)).model_type
+            except Exception:  # a hub id not cached here: its job loads it when it runs
+                continue
         for mapping in (modeling_auto.MODEL_MAPPING_NAMES, tokenization_auto.TOKENIZER_MAPPING_NAMES):
             for class_name in _names(mapping.get(model_type)):
                 try:
