@@ -240,6 +240,14 @@ def encoder_shape(model):
     return requests.EncoderShape.of(S.pretrained(model))
 
 
+def data_request(key, tokens):
+    def request(wildcards, attempt):
+        rows = S.train_rows(wildcards.task)
+        return requests.data_request(rows, S.max_length(wildcards.task) if tokens else 0, attempt)[key]
+
+    return request
+
+
 def finetune_request(key):
     def request(wildcards, attempt):
         ft = S.finetune(wildcards.model, wildcards.task)

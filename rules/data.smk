@@ -12,8 +12,8 @@ rule download:
     benchmark:
         L.benchmark("download")
     resources:
-        mem_mb=lambda wc, attempt: 4000 * attempt,
-        runtime=lambda wc, attempt: 30 * attempt,
+        mem_mb=data_request("mem_mb", tokens=False),
+        runtime=data_request("runtime", tokens=False),
     shell:
         "bertvision download --task {wildcards.task} --settings {params.settings:q} --out-dir {output} > {log} 2>&1"
 
@@ -31,8 +31,8 @@ rule tokenize:
     benchmark:
         L.benchmark("tokenize")
     resources:
-        mem_mb=lambda wc, attempt: 4000 * attempt,
-        runtime=lambda wc, attempt: 30 * attempt,
+        mem_mb=data_request("mem_mb", tokens=True),
+        runtime=data_request("runtime", tokens=True),
     shell:
         "bertvision tokenize --task {wildcards.task} --settings {params.settings:q} --raw-dir {input} "
         "--out-dir {output} > {log} 2>&1"

@@ -4,6 +4,7 @@ the batch, the data and the attempt."""
 import pytest
 
 from bertvision.runtime.resources import (
+    BASE_MB,
     TRAINING_BATCHES_HELD,
     EncoderShape,
     extract_request,
@@ -56,7 +57,7 @@ def test_extract_and_head_requests():
     big = heads_request(
         BASE, rows=360000, max_length=128, token_level=False, in_memory_max_mb=4096, n_runs=15, max_epochs=20, attempt=1
     )
-    assert small["mem_mb"] < big["mem_mb"] <= 2500 + 1.2 * (2 * 4096 + 0.15 * 360000 * 13 * 768 * 4 / 2**20) + 100
+    assert small["mem_mb"] < big["mem_mb"] <= BASE_MB + 1.2 * (2 * 4096 + 0.15 * 360000 * 13 * 768 * 4 / 2**20) + 100
 
 
 def test_head_jobs_ask_for_time_by_what_their_heads_cost():
@@ -116,9 +117,9 @@ def test_stored_token_features_ask_for_the_bound_not_the_split():
 
     batches = TRAINING_BATCHES_HELD * 32 * 384 * 13 * 768 * 4 / 2**20
     split = 1.15 * 400 * 384 * 0.6 * 13 * 768 * 2 / 2**20  # float16, train and held-out splits
-    assert mem(400) == pytest.approx(2500 + 1.2 * (split + batches), abs=100)  # fits: in memory
+    assert mem(400) == pytest.approx(BASE_MB + 1.2 * (split + batches), abs=100)  # fits: in memory
     # SQuAD-sized or a hundred times larger: the same request, two bounds' worth
-    assert mem(130000) == mem(13_000_000) == pytest.approx(2500 + 1.2 * 2 * 4096, abs=100)
+    assert mem(130000) == mem(13_000_000) == pytest.approx(BASE_MB + 1.2 * 2 * 4096, abs=100)
     assert mem(130000, bound=1024, batch_size=8) < mem(130000) / 2
     # the reader's batches count within its bound, unless they alone exceed it
     assert mem(130000, batch_size=8) == mem(130000) < mem(130000, batch_size=256)
@@ -133,7 +134,7 @@ def test_small_slices_ask_for_what_their_rows_can_fill():
     five_blocks = 5 * 65536 * states / 2**20
     few, many = extract_request(LARGE, rows=24, **args)["mem_mb"], extract_request(LARGE, rows=130000, **args)["mem_mb"]
     assert many - few > 1.2 * five_blocks * 0.8
-    assert few < 2500 + 1.2 * (4 * LARGE.parameters + 2 * 24 * 1.15 / 2 * 384 * states * 5) / 2**20
+    assert few < BASE_MB + 1.2 * (4 * LARGE.parameters + 2 * 24 * 1.15 / 2 * 384 * states * 5) / 2**20
 
     def heads(rows):
         return heads_request(
@@ -142,4 +143,4 @@ def test_small_slices_ask_for_what_their_rows_can_fill():
 
     full_batches = TRAINING_BATCHES_HELD * 64 * 384 * 25 * 1024 * 4 / 2**20
     assert heads(24) < heads(32) < heads(1000) and heads(32) > 1.2 * full_batches  # 32 questions: up to 64 windows
-    assert heads(24) < 2500 + 1.2 * (TRAINING_BATCHES_HELD * 48 + 1.15 * 24 * 0.6) * 384 * 25 * 1024 * 4 / 2**20 + 100
+    assert heads(24) < BASE_MB + 1.2 * (TRAINING_BATCHES_HELD * 48 + 1.15 * 24 * 0.6) * 384 * 25 * 1024 * 4 / 2**20 + 100

@@ -1,7 +1,8 @@
 """Each job's request beside what it used: the memory and runtime Snakemake asks a cluster for
 (as its dry run prints them, attempt 1) against the job's measured peak memory (the usage line
 its log ends with, ``runtime.usage``; else its benchmark file's sampled ``max_rss``) and wall
-seconds. A request must cover the peak, and should not be far above it (``WASTE_LIMIT``)."""
+seconds. A request must cover the peak, and should not be far above it (``WASTE_LIMIT``,
+above ``WASTE_FLOOR_MIB``)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ from bertvision.reporting.markdown import markdown_table
 from bertvision.runtime.usage import read_usage
 
 WASTE_LIMIT = 3.0  # request / measured peak above this: asking for memory the job never touches
+# Requests up to this are never called wasteful: a job's floor differs by 3x between a fresh
+# interpreter and a child of the warm pool, and a cluster's default memory per CPU is often more.
+WASTE_FLOOR_MIB = 2048
 _RULE = re.compile(r"^(?:local)?rule (\w+):$")
 _FIELD = re.compile(r"^\s+(\w+): (.*)$")
 
@@ -92,7 +96,9 @@ def requests_table(jobs: list[PlannedJob], workdir: Path) -> pd.DataFrame:
             verdict = "not run"
         elif m["peak_mib"] > job.mem_mib:
             verdict = "OVER"
-        elif ratio > WASTE_LIMIT:
+        elif job.runtime_min and m["seconds"] and m["seconds"] > 60 * job.runtime_min:
+            verdict = "over runtime"
+        elif ratio > WASTE_LIMIT and job.mem_mib > WASTE_FLOOR_MIB:
             verdict = "wasteful"
         else:
             verdict = "ok"

@@ -10,7 +10,10 @@ import functools
 import math
 from dataclasses import dataclass
 
-BASE_MB = 2500  # interpreter, torch, tokenizer, pandas
+# Interpreter, torch, transformers, pandas: a job's resident floor. Measured (the usage line of
+# docs/results/paper-shape-requests.md): 130-700 MB, more when forked from the warm pool, whose
+# pages count in the child's resident set.
+BASE_MB = 1000
 FLOPS = {"gpu": 2e13, "cpu": 5e10}  # sustained, well below peak, so that runtimes are upper bounds
 MIN_MINUTES = 10
 MEAN_FILL = 0.6  # real tokens / max_length, on average
@@ -23,11 +26,26 @@ TRAINING_BATCHES_HELD = 8
 WINDOWS_PER_ROW = 2
 
 
+# Floats kept for the backward per token and layer: ACTIVATION_FLOATS per hidden unit (the
+# projections, the 4x feed-forward, norms, dropout masks, bf16 copies) and ATTENTION_FLOATS per
+# attention score (scores, softmax, dropout). Set from measured peaks: all-MiniLM-L6-v2's
+# fine-tuning at 64, 128 and 256 tokens needs at least 5.25 (RTE), BERT-large's at 384 tokens
+# stays within 3x of its peak up to 6.2 (docs/results/cpu-glue-requests.md,
+# docs/results/paper-shape-requests.md).
+ACTIVATION_FLOATS = 16
+ATTENTION_FLOATS = 5.5
+
+
 @dataclass(frozen=True)
 class EncoderShape:
     layers: int
     hidden: int
     vocab: int
+    heads: int = 0  # attention heads; 0: unknown, hidden / 64 as in BERT
+
+    @property
+    def attention_heads(self) -> int:
+        return self.heads or max(1, self.hidden // 64)
 
     @property
     def parameters(self) -> int:
@@ -47,12 +65,17 @@ class EncoderShape:
 
         if is_random(pretrained):
             shape = parse_random(pretrained)
-            return cls(shape.layers, shape.hidden, VOCAB_SIZE)
+            return cls(shape.layers, shape.hidden, VOCAB_SIZE, shape.heads)
         try:
             config = AutoConfig.from_pretrained(
                 resolve_pretrained(pretrained), local_files_only=True, trust_remote_code=False
             )
-            return cls(config.num_hidden_layers, config.hidden_size, getattr(config, "vocab_size", 30522))
+            return cls(
+                config.num_hidden_layers,
+                config.hidden_size,
+                getattr(config, "vocab_size", 30522),
+                getattr(config, "num_attention_heads", 0),
+            )
         except (OSError, AttributeError, ValueError):
             return cls(24, 1024, 30522) if "large" in pretrained else cls(12, 768, 30522)
 
@@ -68,18 +91,25 @@ def _mb(nbytes: float) -> int:
 def finetune_request(
     shape: EncoderShape, batch_size: int, max_length: int, rows: int, epochs: float, gpus: int, attempt: int
 ) -> dict:
-    """Host memory: on CPU, weights, gradients and two AdamW moments (16 B/parameter) plus the
-    activations of one micro-batch (attempt n splits batches into 2^(n-1)) that autograd keeps
-    for the backward; with GPUs those live on the device and the host holds the weights while
+    """Host memory: on CPU, weights, gradients, two AdamW moments and a copy of the best
+    weights (20 B/parameter) plus the activations of one micro-batch (attempt n splits batches
+    into 2^(n-1)) that autograd keeps for the backward; with GPUs those live on the device and the host holds the weights while
     loading and saving checkpoints."""
-    micro = math.ceil(batch_size / 2 ** (attempt - 1))
-    activations = micro * max_length * shape.layers * shape.hidden * 4 * 16
-    host = 8 * shape.parameters if gpus else 16 * shape.parameters + activations
+    micro = math.ceil(min(batch_size, rows) / 2 ** (attempt - 1))
+    per_token = ACTIVATION_FLOATS * shape.hidden + ATTENTION_FLOATS * shape.attention_heads * max_length
+    activations = micro * max_length * shape.layers * per_token * 4
+    # weights, gradients, two AdamW moments and the best epoch's weights (full fine-tuning keeps them)
+    host = 8 * shape.parameters if gpus else 20 * shape.parameters + activations
     tokens = rows * (epochs + EVAL_SHARE * (1 + epochs)) * max_length * MEAN_FILL
     return {
         "mem_mb": attempt * _mb(host),
         "runtime": _minutes(6 * shape.parameters * tokens, "gpu" if gpus else "cpu", attempt),
     }
+
+
+def data_request(rows: int, max_length: int, attempt: int) -> dict:
+    """Downloading or tokenizing a task: its rows' text and token ids in pandas / numpy."""
+    return {"mem_mb": attempt * _mb(rows * (2048 + 16 * max_length)), "runtime": attempt * 30}
 
 
 def extract_request(
