@@ -251,7 +251,7 @@ def data_request(key, tokens):
 def finetune_request(key):
     def request(wildcards, attempt):
         ft = S.finetune(wildcards.model, wildcards.task)
-        epochs = ft.schedule_epochs or max(ft.epoch_fractions)
+        epochs = max(ft.epoch_fractions)  # training stops at the last checkpoint, whatever the schedule
         return requests.finetune_request(
             encoder_shape(wildcards.model), ft.batch_size, S.max_length(wildcards.task),
             S.train_rows(wildcards.task), epochs, GPU, attempt,

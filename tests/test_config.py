@@ -25,6 +25,26 @@ def test_shipped_configs_validate(path):
     assert config["tasks"]
 
 
+OVERLAYS = sorted((REPO / "configs" / "overlays").glob("*.yaml"))
+
+
+def _merged(base: dict, over: dict) -> dict:
+    """Snakemake's layering of several --configfile files: nested keys of later files win."""
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+@pytest.mark.parametrize("path", OVERLAYS, ids=lambda p: p.name)
+def test_overlays_validate_on_the_config_they_name(path):
+    """An overlay's first line names the config it goes on (``# Overlay on configs/X.yaml``)."""
+    from bertvision.config.workflow import WorkflowSettings
+
+    base = REPO / path.read_text().split("Overlay on ", 1)[1].split(":", 1)[0].split()[0]
+    WorkflowSettings(validate_config(_merged(yaml.safe_load(base.read_text()), yaml.safe_load(path.read_text()))))
+
+
 def minimal():
     return {"backbones": {"m": {"pretrained": "bert-base-uncased"}}, "tasks": {"mrpc": None}}
 
@@ -256,3 +276,17 @@ def test_shared_encoders_follow_the_config():
     # RTE and WNLI mean the same labels (in opposite id orders); MRPC's are its own
     assert sorted(s.label_transfer_pairs()) == [("rte", "wnli"), ("wnli", "rte")]
     assert len(s.shared_pairs()) == 5 * 3
+
+
+def test_a_schedule_shorter_than_the_last_checkpoint_is_refused():
+    """Checkpoints are snapshots of the learning-rate schedule: one past its end would train at
+    rate 0, so the config names the key that sets the short schedule."""
+    from bertvision.errors import ConfigError
+    from tests.conftest import workflow_settings
+
+    assert workflow_settings().finetune("m", "mrpc").schedule_epochs == 3
+    with pytest.raises(ConfigError, match=r"finetune\.settings\.schedule_epochs: 1 epochs .* last checkpoint \(2 epochs"):
+        workflow_settings(finetune={"epoch_fractions": [0, 2.0], "settings": {"schedule_epochs": 1}})
+    with pytest.raises(ConfigError, match=r"tasks\.mrpc\.finetune\.schedule_epochs"):
+        workflow_settings(tasks={"mrpc": {"finetune": {"schedule_epochs": 0.5}}})
+    workflow_settings(finetune={"epoch_fractions": [0, 4.0], "settings": {"schedule_epochs": None}})

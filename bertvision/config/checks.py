@@ -77,9 +77,26 @@ def check(workflow) -> None:
     unknown = [c for c in workflow.data_fraction_checkpoints() if c not in workflow.fractions]
     if unknown:
         problems.append(f"experiments.data_fraction.checkpoints: {unknown} are not in finetune.epoch_fractions")
+    problems += schedule_problems(workflow)
     problems += shared_problems(workflow, broken)
     if problems:
         raise ConfigError("\n".join(f"{workflow.source}: {p}" for p in problems))
+
+
+def schedule_problems(workflow) -> list[str]:
+    """A learning-rate schedule shorter than the last checkpoint would train past it at rate 0."""
+    last = max(float(f) for f in workflow.config["finetune"]["epoch_fractions"])
+    problems = []
+    for task in workflow.tasks:
+        own = (workflow.task_overrides(task).get("finetune") or {}).get("schedule_epochs")
+        schedule = workflow.layered("finetune.settings", task)["schedule_epochs"]
+        if schedule is not None and schedule < last:
+            key = f"tasks.{task}.finetune.schedule_epochs" if own is not None else "finetune.settings.schedule_epochs"
+            problems.append(
+                f"{key}: {schedule:g} epochs of learning-rate schedule end before the last checkpoint "
+                f"({last:g} epochs in finetune.epoch_fractions); set it to at least {last:g}, or null"
+            )
+    return sorted(set(problems))
 
 
 def shared_problems(workflow, broken: set) -> list[str]:
