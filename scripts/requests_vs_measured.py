@@ -46,9 +46,16 @@ def main() -> int:
     if args.check:
         bad = table[table["verdict"] != "ok"]
         for row in bad.itertuples(index=False):
-            print(f"{row.verdict}: {row.rule} {row.job}: request {row.request_mib} MiB, peak {row.peak_mib} MiB", file=sys.stderr)
+            print(
+                f"{row.verdict}: {row.rule} {row.job}: request {row.request_mib} MiB, peak {row.peak_mib} MiB",
+                file=sys.stderr,
+            )
         if len(bad):
-            print(f"{len(bad)} of {len(table)} jobs over their request (memory or runtime), above {WASTE_LIMIT}x it, or not run", file=sys.stderr)
+            print(
+                f"{len(bad)} of {len(table)} jobs over their request (memory or runtime), "
+                f"above {WASTE_LIMIT}x it, or not run",
+                file=sys.stderr,
+            )
             return 1
     return 0
 

@@ -285,7 +285,9 @@ def test_a_schedule_shorter_than_the_last_checkpoint_is_refused():
     from tests.conftest import workflow_settings
 
     assert workflow_settings().finetune("m", "mrpc").schedule_epochs == 3
-    with pytest.raises(ConfigError, match=r"finetune\.settings\.schedule_epochs: 1 epochs .* last checkpoint \(2 epochs"):
+    with pytest.raises(
+        ConfigError, match=r"finetune\.settings\.schedule_epochs: 1 epochs .* last checkpoint \(2 epochs"
+    ):
         workflow_settings(finetune={"epoch_fractions": [0, 2.0], "settings": {"schedule_epochs": 1}})
     with pytest.raises(ConfigError, match=r"tasks\.mrpc\.finetune\.schedule_epochs"):
         workflow_settings(tasks={"mrpc": {"finetune": {"schedule_epochs": 0.5}}})

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO, SHIPPED_GLUE, snakemake, squad_slice, workflow_settings
-from tests.tiny_encoders import FAMILIES, HIDDEN, LAYERS, make_tiny_encoder, template_tokenizer
+from tests.tiny_encoders import FAMILIES, HEADS, HIDDEN, LAYERS, make_tiny_encoder, template_tokenizer
 
 SQUAD = REPO / "resources" / "squad2"
 # family -> (its model classes' prefix, whether token type ids go in)
@@ -132,7 +132,7 @@ def test_the_scheduler_reads_distilberts_config_names(encoders):
 
     assert json.loads((encoders["distilbert"] / "config.json").read_text())["n_layers"] == LAYERS
     for family in FAMILIES:
-        assert EncoderShape.of(str(encoders[family])) == EncoderShape(LAYERS, HIDDEN, 30522)
+        assert EncoderShape.of(str(encoders[family])) == EncoderShape(LAYERS, HIDDEN, 30522, HEADS)
 
 
 def test_layer_norms_are_not_decayed_whatever_their_name(encoders):

@@ -45,7 +45,7 @@ def test_a_random_encoder_is_built_once_and_loads_like_a_hub_model(random_cache)
     ref = "random:L-2_H-32_A-2"
     check_pretrained(ref)
     assert not random_cache.exists(), "checking a reference must not build the encoder"
-    assert EncoderShape.of("random:bert-large") == EncoderShape(24, 1024, 30522)
+    assert EncoderShape.of("random:bert-large") == EncoderShape(24, 1024, 30522, 16)
     assert not random_cache.exists(), "a job request must not build the encoder"
 
     path = Path(resolve_pretrained(ref))
@@ -65,7 +65,9 @@ def test_a_random_encoder_is_built_once_and_loads_like_a_hub_model(random_cache)
 def test_concurrent_jobs_build_one_random_encoder(random_cache):
     code = "from bertvision.models.backbone import resolve_pretrained; print(resolve_pretrained('random:L-1_H-16_A-1'))"
     env = {**os.environ, "BERTVISION_CACHE": str(random_cache)}
-    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env) for _ in range(2)]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env) for _ in range(2)
+    ]
     paths = {p.communicate(timeout=300)[0].strip() for p in procs}
     assert all(p.returncode == 0 for p in procs)
     assert len(paths) == 1
@@ -79,7 +81,9 @@ def test_the_smoke_config_keeps_the_paper_configs_shapes_settings_and_heads():
     smoke, paper = yaml.safe_load(SMOKE.read_text()), yaml.safe_load(PAPER.read_text())
     assert smoke["backbones"].keys() == paper["backbones"].keys()
     (name,) = paper["backbones"]
-    assert EncoderShape.of(smoke["backbones"][name]["pretrained"]) == EncoderShape.of(paper["backbones"][name]["pretrained"])
+    assert EncoderShape.of(smoke["backbones"][name]["pretrained"]) == EncoderShape.of(
+        paper["backbones"][name]["pretrained"]
+    )
     for head, spec in paper["heads"]["models"].items():
         assert smoke["heads"]["models"][head] == spec, head
     assert {k: paper["heads"]["training"][k] for k in ("learning_rate", "batch_size")} == {
@@ -111,7 +115,9 @@ def test_every_command_ends_its_log_with_its_usage(tmp_path, caplog):
 
     proc = subprocess.run(
         [sys.executable, "-m", "bertvision", "validate-config", str(REPO / "config.yaml")],
-        capture_output=True, text=True, cwd=REPO,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
     )
     assert proc.returncode == 0, proc.stderr
     (tmp_path / "cmd.log").write_text(proc.stderr)

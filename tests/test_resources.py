@@ -21,7 +21,7 @@ def test_encoder_shape_from_config_json_and_from_the_name():
     minilm = EncoderShape.of(DEFAULT_BACKBONE)
     assert (minilm.layers, minilm.hidden) == (6, 384)
     assert 20e6 < minilm.parameters < 25e6  # all-MiniLM-L6-v2 has 22.7M
-    assert EncoderShape.of("some-org/not-on-disk-large") == LARGE
+    assert EncoderShape.of("some-org/not-on-disk-large") == EncoderShape(24, 1024, 30522, 16)
     assert 100e6 < BASE.parameters < 120e6
 
 
@@ -129,7 +129,16 @@ def test_small_slices_ask_for_what_their_rows_can_fill():
     """A smoke run's few rows never fill the writer's five blocks or a batch of 64 windows: the
     requests of BERT-large on 24 SQuAD questions follow the rows, and grow back to the full
     buffers as the rows do."""
-    args = dict(batch_size=16, block_rows=8192, block_tokens=65536, max_length=384, shards=2, token_level=True, gpus=0, attempt=1)
+    args = dict(
+        batch_size=16,
+        block_rows=8192,
+        block_tokens=65536,
+        max_length=384,
+        shards=2,
+        token_level=True,
+        gpus=0,
+        attempt=1,
+    )
     states = 25 * 1024 * 2  # float16 bytes per token
     five_blocks = 5 * 65536 * states / 2**20
     few, many = extract_request(LARGE, rows=24, **args)["mem_mb"], extract_request(LARGE, rows=130000, **args)["mem_mb"]
@@ -138,9 +147,19 @@ def test_small_slices_ask_for_what_their_rows_can_fill():
 
     def heads(rows):
         return heads_request(
-            LARGE, rows=rows, max_length=384, token_level=True, in_memory_max_mb=4096, n_runs=3, max_epochs=2, attempt=1, batch_size=64
+            LARGE,
+            rows=rows,
+            max_length=384,
+            token_level=True,
+            in_memory_max_mb=4096,
+            n_runs=3,
+            max_epochs=2,
+            attempt=1,
+            batch_size=64,
         )["mem_mb"]
 
     full_batches = TRAINING_BATCHES_HELD * 64 * 384 * 25 * 1024 * 4 / 2**20
     assert heads(24) < heads(32) < heads(1000) and heads(32) > 1.2 * full_batches  # 32 questions: up to 64 windows
-    assert heads(24) < BASE_MB + 1.2 * (TRAINING_BATCHES_HELD * 48 + 1.15 * 24 * 0.6) * 384 * 25 * 1024 * 4 / 2**20 + 100
+    assert (
+        heads(24) < BASE_MB + 1.2 * (TRAINING_BATCHES_HELD * 48 + 1.15 * 24 * 0.6) * 384 * 25 * 1024 * 4 / 2**20 + 100
+    )

@@ -77,7 +77,7 @@ class EncoderShape:
                 getattr(config, "num_attention_heads", 0),
             )
         except (OSError, AttributeError, ValueError):
-            return cls(24, 1024, 30522) if "large" in pretrained else cls(12, 768, 30522)
+            return cls(24, 1024, 30522, 16) if "large" in pretrained else cls(12, 768, 30522, 12)
 
 
 def _minutes(flops: float, device: str, attempt: int) -> int:
@@ -93,8 +93,8 @@ def finetune_request(
 ) -> dict:
     """Host memory: on CPU, weights, gradients, two AdamW moments and a copy of the best
     weights (20 B/parameter) plus the activations of one micro-batch (attempt n splits batches
-    into 2^(n-1)) that autograd keeps for the backward; with GPUs those live on the device and the host holds the weights while
-    loading and saving checkpoints."""
+    into 2^(n-1)) that autograd keeps for the backward; with GPUs those live on the device and
+    the host holds the weights while loading and saving checkpoints."""
     micro = math.ceil(min(batch_size, rows) / 2 ** (attempt - 1))
     per_token = ACTIVATION_FLOATS * shape.hidden + ATTENTION_FLOATS * shape.attention_heads * max_length
     activations = micro * max_length * shape.layers * per_token * 4
