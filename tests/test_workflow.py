@@ -444,7 +444,9 @@ def test_shipped_configs_plan_the_full_dag(tmp_path, config):
     baseline = spec.get("baseline", {})
     n_baselines = len(baseline.get("seeds", [1, 2, 3])) if baseline.get("enabled", True) else 0
     assert counts.get("baseline", 0) == n_tasks * n_baselines
-    assert counts["extract"] == n_tasks * n_seeds * n_ckpts * spec.get("extract", {}).get("shards", 1)
+    store = spec.get("extract", {}).get("store", True)
+    n_stored = sum(1 for over in spec["tasks"].values() if (over or {}).get("store", store))
+    assert counts.get("extract", 0) == n_stored * n_seeds * n_ckpts * spec.get("extract", {}).get("shards", 1)
     assert counts["train_heads"] == n_tasks * n_seeds * n_ckpts
     n_searched = sum(len(t.get("search_heads", [])) for t in spec["tasks"].values())
     workers = spec.get("search", {}).get("workers", 2)
