@@ -3,6 +3,7 @@ as JSON params, target lists and what each job asks the scheduler for."""
 
 import dataclasses
 import json
+import math
 import os
 import shlex
 import sys
@@ -288,16 +289,18 @@ def extract_request(key):
     return request
 
 
-def heads_request(key, runs):
-    """``runs(wildcards)``: head trainings the job does (heads x seeds, or trials)."""
+def heads_request(key, runs, training=True):
+    """``runs(wildcards)``: head trainings the job does (heads x seeds, or trials); ``training``
+    False: a job that only evaluates trained heads. A data-fraction job trains on its {pct}."""
 
     def request(wildcards, attempt):
-        training = S.head_training(wildcards.task)
+        settings = S.head_training(wildcards.task)
+        rows = math.ceil(S.train_rows(wildcards.task) * float(getattr(wildcards, "pct", 1)))
         return requests.heads_request(
-            encoder_shape(wildcards.model), S.train_rows(wildcards.task), S.max_length(wildcards.task),
-            S.feature_level(wildcards.task) == "tokens", training.in_memory_max_mb, runs(wildcards),
-            training.max_epochs, attempt, streamed=not S.store(wildcards.task), gpus=stream_gpus(wildcards),
-            batch_size=training.batch_size,
+            encoder_shape(wildcards.model), rows, S.max_length(wildcards.task),
+            S.feature_level(wildcards.task) == "tokens", settings.in_memory_max_mb, runs(wildcards),
+            settings.max_epochs, attempt, streamed=not S.store(wildcards.task), gpus=stream_gpus(wildcards),
+            batch_size=settings.batch_size, training=training,
         )[key]
 
     return request

@@ -85,8 +85,8 @@ rule transfer:
     threads: 1
     resources:
         gpu=stream_gpus,
-        mem_mb=heads_request("mem_mb", one_run),
-        runtime=heads_request("runtime", one_run),
+        mem_mb=heads_request("mem_mb", one_run, training=False),
+        runtime=heads_request("runtime", one_run, training=False),
     shell:
         "bertvision transfer --task {wildcards.task} --head-dirs {input.heads} --manifests {params.features} "
         "--raw-dir {input.raw} --settings {params.settings:q} --runtime {params.runtime:q} --out {output} "

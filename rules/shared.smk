@@ -108,8 +108,8 @@ rule head_transfer:
         L.benchmark("head_transfer")
     threads: 1
     resources:
-        mem_mb=heads_request("mem_mb", one_run),
-        runtime=heads_request("runtime", one_run),
+        mem_mb=heads_request("mem_mb", one_run, training=False),
+        runtime=heads_request("runtime", one_run, training=False),
     shell:
         "bertvision head-transfer --source-task {wildcards.encoder} --task {wildcards.task} --head-dir {input.heads} "
         "--heads {params.heads} --manifest {input.manifest} --raw-dir {input.raw} --settings {params.settings:q} "

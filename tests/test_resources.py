@@ -158,8 +158,8 @@ def test_small_slices_ask_for_what_their_rows_can_fill():
             batch_size=64,
         )["mem_mb"]
 
-    full_batches = TRAINING_BATCHES_HELD * 64 * 384 * 25 * 1024 * 4 / 2**20
-    assert heads(24) < heads(32) < heads(1000) and heads(32) > 1.2 * full_batches  # 32 questions: up to 64 windows
-    assert (
-        heads(24) < BASE_MB + 1.2 * (TRAINING_BATCHES_HELD * 48 + 1.15 * 24 * 0.6) * 384 * 25 * 1024 * 4 / 2**20 + 100
-    )
+    batch = 64 * 384 * 25 * 1024 * 4 / 2**20  # one float32 batch of 64 windows, MiB
+    # 32 questions: up to 64 windows, one batch an epoch, so three in flight; many: the full queue
+    assert heads(24) < heads(32) < heads(1000)
+    assert heads(32) > 1.2 * 3 * batch and heads(1000) > 1.2 * TRAINING_BATCHES_HELD * batch
+    assert heads(24) < BASE_MB + 1.2 * (3 * 48 + 1.15 * 24 * 0.6) * 384 * 25 * 1024 * 4 / 2**20 + 100

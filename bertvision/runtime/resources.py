@@ -14,7 +14,7 @@ from dataclasses import dataclass
 # docs/results/paper-shape-requests.md): 130-700 MB, more when forked from the warm pool, whose
 # pages count in the child's resident set.
 BASE_MB = 1000
-FLOPS = {"gpu": 2e13, "cpu": 5e10}  # sustained, well below peak, so that runtimes are upper bounds
+FLOPS = {"gpu": 2e13, "cpu": 2.5e10}  # sustained, well below peak, so that runtimes are upper bounds
 MIN_MINUTES = 10
 MEAN_FILL = 0.6  # real tokens / max_length, on average
 EVAL_SHARE = 0.15  # selection + dev rows relative to train
@@ -29,10 +29,10 @@ WINDOWS_PER_ROW = 2
 # Floats kept for the backward per token and layer: ACTIVATION_FLOATS per hidden unit (the
 # projections, the 4x feed-forward, norms, dropout masks, bf16 copies) and ATTENTION_FLOATS per
 # attention score (scores, softmax, dropout). Set from measured peaks: all-MiniLM-L6-v2's
-# fine-tuning at 64, 128 and 256 tokens needs at least 5.25 (RTE), BERT-large's at 384 tokens
-# stays within 3x of its peak up to 6.2 (docs/results/cpu-glue-requests.md,
+# fine-tuning at 64, 128 and 256 tokens needs 14 and 5.5 (RTE), BERT-large's at 128-384 tokens
+# stays within about 3x of its peak with them (docs/results/cpu-glue-requests.md,
 # docs/results/paper-shape-requests.md).
-ACTIVATION_FLOATS = 16
+ACTIVATION_FLOATS = 14
 ATTENTION_FLOATS = 5.5
 
 
@@ -154,13 +154,15 @@ def heads_request(
     streamed: bool = False,
     gpus: int = 0,
     batch_size: int = 32,
+    training: bool = True,
 ) -> dict:
     """[CLS] features: the training features as float32 (at most ``in_memory_max_mb``; larger
     ones stream) twice (the data and the next epoch's shuffled copy), plus the held-out splits.
     Stored token-level features: every split as float16 while they fit in ``in_memory_max_mb``,
     else what fits plus a reader's buffers of that bound (``features.token_reader``), and the
     float32 batches in flight (``TRAINING_BATCHES_HELD`` of ``batch_size`` rows of
-    ``max_length``). ``streamed`` (``store: false``): no training features are held; instead
+    ``max_length``, no more than an epoch's batches and two; one for a job that only evaluates,
+    ``training`` False). ``streamed`` (``store: false``): no training features are held; instead
     the frozen encoder (its weights and one batch's states) runs a forward pass over the
     training rows every epoch, once more for the input statistics, and once over the held-out
     splits, on a GPU when ``gpus``."""
@@ -170,8 +172,10 @@ def heads_request(
     work = n_runs * max_epochs * rows * per_row * 64  # ~ an adapter of width 64 per float, forward + backward
     if token_level and not streamed:
         stored = (1 + EVAL_SHARE) * rows * per_row / 2  # float16
-        batch_rows = min(batch_size, WINDOWS_PER_ROW * rows)
-        batches = TRAINING_BATCHES_HELD * batch_rows * max_length * (shape.layers + 1) * shape.hidden * 4
+        windows = WINDOWS_PER_ROW * rows
+        batch_rows = min(batch_size, windows)
+        in_flight = min(TRAINING_BATCHES_HELD, math.ceil(windows / batch_size) + 2) if training else 1
+        batches = in_flight * batch_rows * max_length * (shape.layers + 1) * shape.hidden * 4
         buffers = max(bound, batches) if stored > bound else batches
         return {"mem_mb": attempt * _mb(min(stored, bound) + buffers), "runtime": _minutes(work, "cpu", attempt)}
     if not streamed:
@@ -183,7 +187,8 @@ def heads_request(
     batch_states = min(64, WINDOWS_PER_ROW * rows) * max_length * (shape.layers + 1) * shape.hidden * 4 * 2
     device = "gpu" if gpus else "cpu"
     return {
-        "mem_mb": attempt * _mb(4 * shape.parameters + batch_states + min(held, EVAL_SHARE * rows * per_row)),
+        # the encoder's weights twice: loaded from a checkpoint while the model is built
+        "mem_mb": attempt * _mb(8 * shape.parameters + batch_states + min(held, EVAL_SHARE * rows * per_row)),
         "runtime": attempt
         * max(
             MIN_MINUTES,
