@@ -15,6 +15,8 @@ from tests.tiny_bert import DEFAULT_BACKBONE
 
 BASE = EncoderShape(12, 768, 30522)
 LARGE = EncoderShape(24, 1024, 30522)
+# an extraction job of SQuAD-length windows, token-level (what the tests vary is overridden)
+EXTRACT = dict(batch_size=256, block_rows=8192, block_tokens=65536, max_length=384, shards=8, token_level=True)
 
 
 def test_encoder_shape_from_config_json_and_from_the_name():
@@ -37,17 +39,7 @@ def test_finetune_request_scales_with_model_length_batch_data_and_attempt():
 
 
 def test_extract_and_head_requests():
-    args = dict(
-        batch_size=256,
-        block_rows=8192,
-        block_tokens=65536,
-        max_length=384,
-        rows=130000,
-        shards=8,
-        token_level=True,
-        gpus=1,
-        attempt=1,
-    )
+    args = dict(EXTRACT, rows=130000, gpus=1, attempt=1)
     tokens = extract_request(BASE, **args)
     assert extract_request(BASE, **{**args, "token_level": False})["mem_mb"] < tokens["mem_mb"]
     assert extract_request(BASE, **{**args, "shards": 1})["runtime"] >= tokens["runtime"]
@@ -129,16 +121,7 @@ def test_small_slices_ask_for_what_their_rows_can_fill():
     """A smoke run's few rows never fill the writer's five blocks or a batch of 64 windows: the
     requests of BERT-large on 24 SQuAD questions follow the rows, and grow back to the full
     buffers as the rows do."""
-    args = dict(
-        batch_size=16,
-        block_rows=8192,
-        block_tokens=65536,
-        max_length=384,
-        shards=2,
-        token_level=True,
-        gpus=0,
-        attempt=1,
-    )
+    args = dict(EXTRACT, batch_size=16, shards=2, gpus=0, attempt=1)
     states = 25 * 1024 * 2  # float16 bytes per token
     five_blocks = 5 * 65536 * states / 2**20
     few, many = extract_request(LARGE, rows=24, **args)["mem_mb"], extract_request(LARGE, rows=130000, **args)["mem_mb"]

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from bertvision.reporting.markdown import markdown_table
-from bertvision.runtime.usage import read_usage
+from bertvision.reporting.timing import job_usage
 
 WASTE_LIMIT = 3.0  # request / measured peak above this: asking for memory the job never touches
 # Requests up to this are never called wasteful: a job's floor differs by 3x between a fresh
@@ -71,17 +71,12 @@ def planned_jobs(dry_run: str) -> list[PlannedJob]:
 
 
 def measured(job: PlannedJob, workdir: Path) -> dict:
-    """Wall seconds and peak MiB of a finished job, and where the peak came from."""
-    seconds, peak, source = None, None, None
-    if job.benchmark and (workdir / job.benchmark).exists():
-        bench = pd.read_csv(workdir / job.benchmark, sep="\t")
-        seconds = float(bench["s"].iloc[0])
-        peak = float(pd.to_numeric(bench["max_rss"], errors="coerce").iloc[0])
-        source = "benchmark"
-    usage = read_usage(workdir / job.log) if job.log else None
-    if usage is not None:
-        peak, source = usage.peak_mib, "log"
-    return {"seconds": seconds, "peak_mib": peak, "peak_from": source}
+    """Wall seconds and peak MiB of a finished job (``timing.job_usage``); Nones when it has no
+    benchmark file (not run)."""
+    if not job.benchmark or not (workdir / job.benchmark).exists():
+        return {"seconds": None, "peak_mib": None, "peak_from": None}
+    found = job_usage(workdir / job.benchmark, workdir / job.log if job.log else None)
+    return {"seconds": found["seconds"], "peak_mib": found["max_rss_mb"], "peak_from": found["peak_from"]}
 
 
 def requests_table(jobs: list[PlannedJob], workdir: Path) -> pd.DataFrame:

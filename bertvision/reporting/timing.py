@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 
@@ -12,14 +14,22 @@ from bertvision.runtime.usage import read_usage
 STAGE_ORDER = ["download", "tokenize", "finetune", "baseline", "extract", "feature_manifest", "train_heads"]
 
 
-def read_benchmark(job: Job) -> dict:
+def job_usage(benchmark: str | Path, log: str | Path | None) -> dict:
     """Wall seconds of one job from its benchmark file; its peak memory (MiB) from the usage line
     its log ends with (exact, and right for jobs forked from the warm pool), else the benchmark
-    file's sampled ``max_rss``."""
-    bench = pd.read_csv(job.benchmark, sep="\t")
-    usage = read_usage(job.log)
+    file's sampled ``max_rss``; ``peak_from`` says which."""
+    bench = pd.read_csv(benchmark, sep="\t")
+    usage = read_usage(log) if log else None
+    if usage is not None:
+        return {"seconds": float(bench["s"].iloc[0]), "max_rss_mb": usage.peak_mib, "peak_from": "log"}
     sampled = float(pd.to_numeric(bench["max_rss"], errors="coerce").iloc[0])
-    return {"seconds": float(bench["s"].iloc[0]), "max_rss_mb": usage.peak_mib if usage else sampled}
+    return {"seconds": float(bench["s"].iloc[0]), "max_rss_mb": sampled, "peak_from": "benchmark"}
+
+
+def read_benchmark(job: Job) -> dict:
+    """Wall seconds and peak memory of one job of the main pipeline (``job_usage``)."""
+    found = job_usage(job.benchmark, job.log)
+    return {"seconds": found["seconds"], "max_rss_mb": found["max_rss_mb"]}
 
 
 def stage_precisions(bert_records, baseline_records, head_records, manifests) -> dict[tuple[str, str], str]:
