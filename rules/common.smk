@@ -99,7 +99,12 @@ def run_source(run):
 
 
 def features_input(wildcards):
-    return run_features(run_of(wildcards))
+    """A head job's states and, for a head that starts from the encoder's own layers
+    (init: encoder), its checkpoint's weights (a streamed task's are there already)."""
+    run = run_of(wildcards)
+    if run.stored and S.heads_read_encoder(wildcards.task):
+        return run_features(run) + [run.format(L.CHECKPOINT_FILE, file="model.safetensors")]
+    return run_features(run)
 
 
 def features_arg(wildcards):

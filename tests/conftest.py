@@ -145,7 +145,7 @@ def tiny_config(tiny_bert: Path) -> dict:
                 "lp": {"type": "lp"},
                 "adapter8": {"type": "adapter", "width": 8, "skip": True},
                 "tokpool": {"type": "token-pool"},
-                "ladder": {"type": "ladder", "reduction": 4, "attention_heads": 2, "blocks": 1},
+                "ladder": {"type": "ladder", "reduction": 4, "attention_heads": 2, "blocks": 1, "init": "encoder"},
             },
         },
     }

@@ -14,11 +14,13 @@ import torch
 from bertvision.config.schema import validate_config
 from bertvision.errors import ConfigError
 from bertvision.models.heads import Standardized, build_head, count_parameters, span_logits
+from bertvision.models.encoder_io import encoder_layers, load_encoder
 from bertvision.models.ladder import LadderHead
 from bertvision.registry.heads import HEAD_TYPES, get_head_type, trains_on
 from bertvision.registry.tasks import get_task
 from bertvision.stages.train_heads import train_heads
 from bertvision.training.span import SpanProblem
+from tests.tiny_bert import make_tiny_bert
 from tests.test_token_head import RUNTIME, SETTINGS, planted_token_features, settings
 
 POOLS = get_head_type("ladder").options["pool"].choices
@@ -138,6 +140,63 @@ def test_trains_on_stored_token_features_and_reports_its_parameters(tmp_path):
     assert record["parameter_percent"] == pytest.approx(100 * record["parameters"] / 10_000)
 
 
+# --- init: encoder (the side network cut from the encoder's own layers) ------------------------
+def test_at_full_width_each_block_attends_exactly_as_its_encoder_layer(tmp_path):
+    """reduction 1 and the encoder's heads: nothing is pruned, so a side block's attention must
+    compute what the encoder layer it was cut from computes (same heads, order and scale)."""
+    model = load_encoder(str(make_tiny_bert(tmp_path / "bert", layers=2, hidden=32))).eval()
+    head = build_head({"type": "ladder", "reduction": 1, "attention_heads": 2, "blocks": 3, "init": "encoder"}, 3, 32, 2)
+    head.init_from_encoder(encoder_layers(model))
+    head.eval()
+    assert head.source_layers(2) == [0, 1, 1]
+    assert torch.equal(head.down_weight[1], torch.eye(32)) and not head.down_bias.any()
+    y = torch.randn(2, 5, 32)
+    for block, index in zip(head.blocks, head.source_layers(2)):
+        layer = model.encoder.layer[index]
+        with torch.no_grad():
+            expected = layer.attention.output.dense(layer.attention.self(y)[0])
+            side = block.self_attn(y, y, y, need_weights=False)[0]
+        assert torch.allclose(side, expected, atol=1e-5)
+        assert torch.equal(block.norm2.weight, layer.attention.output.LayerNorm.weight)
+    assert torch.equal(head.blocks[0].norm1.weight, model.embeddings.LayerNorm.weight)
+    assert torch.equal(head.blocks[1].norm1.weight, model.encoder.layer[0].output.LayerNorm.weight)
+
+
+def test_pruned_ladders_select_one_set_of_dimensions_and_padding_still_never_matters(tmp_path):
+    model = load_encoder(str(make_tiny_bert(tmp_path / "bert", layers=2, hidden=32))).eval()
+    spec = {"type": "ladder", "reduction": 4, "attention_heads": 2, "init": "encoder"}
+    head = build_head(spec, 3, 32, 2)
+    random_start = {name: p.clone() for name, p in head.named_parameters()}
+    head.init_from_encoder(encoder_layers(model))
+    assert count_parameters(head) == count_parameters(build_head({**spec, "init": "random"}, 3, 32, 2))
+    cut = [n for n, p in head.named_parameters() if n.startswith("blocks.") and n.endswith("weight") and p.dim() == 2]
+    assert len(cut) == 8 and all(not torch.equal(head.get_parameter(n), random_start[n]) for n in cut)
+    # each ladder: a selection matrix (one 1 per side dimension), the same rows for every layer
+    assert torch.equal(head.down_weight.sum(dim=1), torch.ones(3, 8)) and set(head.down_weight.unique().tolist()) == {0.0, 1.0}
+    rows = head.down_weight.argmax(dim=1)
+    assert (rows == rows[0]).all() and len(set(rows[0].tolist())) == 8
+    head.eval()
+    x, mask = padded_batch([3, 6], layers=3, hidden=32)
+    wider, wider_mask = padded_batch([3, 6], layers=3, hidden=32, extra=4, fill=5.0)
+    with torch.no_grad():
+        assert torch.allclose(head(x, mask), head(wider, wider_mask), atol=1e-5)
+    with pytest.raises(ValueError, match="at most 2 attention_heads"):
+        build_head({**spec, "attention_heads": 4, "reduction": 2}, 3, 32, 2).init_from_encoder(encoder_layers(model))
+
+
+def test_trains_from_the_encoder_its_features_name_and_refuses_features_that_name_none(tmp_path):
+    bert = make_tiny_bert(tmp_path / "bert", layers=3, hidden=16)
+    heads = {"side": {"type": "ladder", "reduction": 2, "attention_heads": 2, "init": "encoder"}}
+    manifest = planted_token_features(tmp_path / "features", encoder_dir=bert)
+    train_heads(get_task("sst2"), heads, SETTINGS, RUNTIME, manifest, [1], tmp_path / "heads", threads=1)
+    record = json.loads((tmp_path / "heads" / "side" / "seed1" / "metrics.json").read_text())
+    assert record["head_spec"]["init"] == "encoder"
+    assert record["metrics"]["dev"]["accuracy"] > 0.9, record["metrics"]
+    unnamed = planted_token_features(tmp_path / "old-features")
+    with pytest.raises(ValueError, match="head side: init encoder needs the checkpoint's weights"):
+        train_heads(get_task("sst2"), heads, SETTINGS, RUNTIME, unnamed, [1], tmp_path / "old-heads", threads=1)
+
+
 # --- registry and configuration ----------------------------------------------------------------
 def test_the_registry_and_the_config_take_it():
     assert HEAD_TYPES["ladder"].token_level and HEAD_TYPES["ladder"].sequence
@@ -154,6 +213,7 @@ def test_the_registry_and_the_config_take_it():
         "attention_heads": 4,
         "pool": "mean",
         "dropout": 0.1,
+        "init": "random",
     }
 
 

@@ -143,9 +143,10 @@ SETTINGS = HeadTrainingSettings(
 RUNTIME = HeadRuntimeSettings(device="cpu", verify="size")
 
 
-def planted_token_features(root, kind="classification", n_shards=2):
+def planted_token_features(root, kind="classification", n_shards=2, encoder_dir=None):
     """Per example 4..16 tokens of noise; one token at a random position (never [CLS]) carries a
-    marker (layer 2, dim 1) and the label (layer 2, dim 0). [CLS] holds no signal."""
+    marker (layer 2, dim 1) and the label (layer 2, dim 0). [CLS] holds no signal.
+    ``encoder_dir``: the checkpoint the shards say they were extracted from."""
     rng = np.random.default_rng(0)
     layers, hidden = 4, 16
     sizes = {"train": 300, "selection": 100, "dev": 200}
@@ -175,6 +176,7 @@ def planted_token_features(root, kind="classification", n_shards=2):
                 "row_start": a,
                 "row_end": b,
                 "split_rows": n,
+                **({"encoder_dir": str(encoder_dir)} if encoder_dir else {}),
             }
             with TokenShardWriter(
                 root / f"shard-{shard}-of-{n_shards}" / f"{split}.h5",

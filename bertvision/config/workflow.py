@@ -142,6 +142,11 @@ class WorkflowSettings:
         kind = get_task(task).kind
         return {n: dict(models[n]) for n in names if trains_on(models[n], kind, self.token_features(task))}
 
+    def heads_read_encoder(self, task: str) -> bool:
+        """Some head of ``task`` starts from the encoder's own layers (ladder ``init: encoder``):
+        its job reads the checkpoint's weights as well as the states."""
+        return any(spec.get("init") == "encoder" for spec in self.task_heads(task).values())
+
     def search_heads(self, task: str) -> list[str]:
         return list(self.task_overrides(task).get("search_heads") or [])
 

@@ -76,6 +76,7 @@ def write_manifest(shard_dirs: list[Path], manifest_path: Path, splits: list[str
         "source": {k: source[k] for k in ("model", "task", "checkpoint", "ft_seed", "encoder") if k in source},
         "encoder_parameters": int(source["encoder_parameters"]),
         "label_kind": source["label_kind"],
+        "encoder_dir": source.get("encoder_dir"),  # the checkpoint extracted (older shards: unknown)
         # where and how the states were computed (older shards: unknown)
         "precision": source.get("precision"),
         "device": source.get("device"),

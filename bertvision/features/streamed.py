@@ -88,6 +88,7 @@ class StreamedSplit:
             "encoder_parameters": self.encoder.parameters,
             "feature": source.level,
             "stream": True,
+            "encoder_dir": source.checkpoint,
             "precision": self.encoder.precision,
             "device": str(self.encoder.device),
         }

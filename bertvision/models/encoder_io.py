@@ -91,3 +91,76 @@ def hidden_state_shape(model) -> tuple[int, int]:
 def pad_id(model) -> int:
     """The id padding is filled with: the model's (RoBERTa's position ids skip it)."""
     return model.config.pad_token_id or 0
+
+
+# Where each architecture keeps a transformer layer's weights: (layers path, attention q/k/v/out,
+# the norm after attention, feed-forward in/out, the norm after the feed-forward). BERT's naming
+# is shared by RoBERTa, ELECTRA and their kin; DistilBERT has its own.
+_LAYER_NAMES = {
+    "bert": (
+        "encoder.layer",
+        ("attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense"),
+        "attention.output.LayerNorm",
+        ("intermediate.dense", "output.dense"),
+        "output.LayerNorm",
+    ),
+    "distilbert": (
+        "transformer.layer",
+        ("attention.q_lin", "attention.k_lin", "attention.v_lin", "attention.out_lin"),
+        "sa_layer_norm",
+        ("ffn.lin1", "ffn.lin2"),
+        "output_layer_norm",
+    ),
+}
+
+
+def encoder_layers(model) -> list[dict]:
+    """Every transformer layer of a bare (post-norm) encoder as plain tensors: ``q``, ``k``,
+    ``v``, ``out``, ``ff_in``, ``ff_out`` (each ``(weight, bias)``, weights (out, in)), the norm
+    on the layer's input ``norm_in`` (the embeddings' or the previous layer's output norm), the
+    norm between attention and feed-forward ``norm_mid``, its output norm ``norm_out``, and
+    ``heads``. Architectures laid out otherwise (DeBERTa's disentangled attention) are refused."""
+    from operator import attrgetter
+
+    for path, attention, norm_mid, feed_forward, norm_out in _LAYER_NAMES.values():
+        try:
+            layers = attrgetter(path)(model)
+            norm_in = model.embeddings.LayerNorm
+            for name in (*attention, norm_mid, *feed_forward, norm_out):
+                attrgetter(name)(layers[0])
+        except AttributeError:
+            continue
+
+        def pair(module):
+            return module.weight.detach().float(), module.bias.detach().float()
+
+        read = []
+        for layer in layers:
+            q, k, v, out = (pair(attrgetter(name)(layer)) for name in attention)
+            ff_in, ff_out = (pair(attrgetter(name)(layer)) for name in feed_forward)
+            read.append(
+                {
+                    **{"q": q, "k": k, "v": v, "out": out, "ff_in": ff_in, "ff_out": ff_out},
+                    "norm_in": pair(norm_in),
+                    "norm_mid": pair(attrgetter(norm_mid)(layer)),
+                    "norm_out": pair(attrgetter(norm_out)(layer)),
+                    "heads": int(model.config.num_attention_heads),
+                }
+            )
+            norm_in = attrgetter(norm_out)(layer)
+        return read
+    raise UnsupportedEncoderError(
+        f"{type(model).__name__}: its layers are not laid out as BERT's or DistilBERT's; "
+        "a ladder head's init: encoder cannot read them (use init: random)"
+    )
+
+
+_LAYER_CACHE: dict[str, list[dict]] = {}
+
+
+def checkpoint_layers(checkpoint_dir: str) -> list[dict]:
+    """``encoder_layers`` of a checkpoint's encoder, read once per process (every seed and head
+    of a job initialises from the same checkpoint)."""
+    if checkpoint_dir not in _LAYER_CACHE:
+        _LAYER_CACHE[checkpoint_dir] = encoder_layers(load_encoder(checkpoint_dir))
+    return _LAYER_CACHE[checkpoint_dir]

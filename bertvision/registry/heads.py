@@ -255,6 +255,13 @@ register(
                 maximum=1,
                 searchable=True,
             ),
+            "init": Option(
+                str,
+                "random",
+                "The side network's start: random, or the encoder's own layers cut down to the side width "
+                "(LST's structured pruning, by weight magnitude; BERT- and DistilBERT-style encoders).",
+                choices=("random", "encoder"),
+            ),
         },
         token_level=True,
         sequence=True,

@@ -332,6 +332,7 @@ def extract_shard(
     log.info("extracting on %s", ", ".join(str(d) for _, d in replicas))
     layers, hidden = hidden_state_shape(model)
     kind = attrs["label_kind"]
+    attrs = {**attrs, "encoder_dir": str(checkpoint_dir)}
     out_dir = Path(out_dir)
     tmp_dir = out_dir.with_name(f".{out_dir.name}.tmp")
     shutil.rmtree(tmp_dir, ignore_errors=True)

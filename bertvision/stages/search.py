@@ -136,7 +136,9 @@ def run_worker(
             if trial.should_prune():
                 raise optuna.TrialPruned()
 
-        _, best, _, _ = train_one(task, trial_spec, trial_settings, problem, seed, device, moments, on_epoch=report)
+        _, best, _, _ = train_one(
+            task, trial_spec, trial_settings, problem, seed, device, moments, report, problems.encoder_dir
+        )
         return float(best["score"])
 
     if budget > 0:

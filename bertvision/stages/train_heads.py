@@ -75,7 +75,10 @@ def train_heads(
             spec, head_settings = apply_params(spec, head_settings, search["best_params"])
         problem = problems.get(spec)
         moments = problems.moments(spec) if settings.standardize else None
-        plans += [Plan(HeadRun(head_name, spec, head_settings, seed, moments), problem, search) for seed in seeds]
+        plans += [
+            Plan(HeadRun(head_name, spec, head_settings, seed, moments, problems.encoder_dir), problem, search)
+            for seed in seeds
+        ]
     if problems.streamed:
         groups: dict = {}
         for plan in plans:

@@ -18,6 +18,7 @@ import torch
 from transformers import get_linear_schedule_with_warmup
 
 from bertvision.config.settings import HeadTrainingSettings
+from bertvision.models.encoder_io import checkpoint_layers
 from bertvision.models.heads import Standardized, build_head
 from bertvision.registry.tasks import TaskSpec
 
@@ -31,6 +32,7 @@ class HeadRun:
     settings: HeadTrainingSettings
     seed: int
     moments: tuple | None = None  # (mean, std) to standardize the input with
+    encoder_dir: str | None = None  # the checkpoint whose states it reads (heads with init: encoder)
 
 
 def _rng_state(device) -> tuple:
@@ -51,6 +53,13 @@ class RunState:
         torch.manual_seed(run.seed)
         layers, hidden = problem.shape
         head = build_head(run.spec, layers, hidden, task.num_labels)
+        if getattr(head, "init", "random") == "encoder":
+            if run.encoder_dir is None:
+                raise ValueError(
+                    f"head {run.name}: init encoder needs the checkpoint's weights, but its features record "
+                    "no encoder directory (extracted by an older bertvision: rerun the extraction)"
+                )
+            head.init_from_encoder(checkpoint_layers(run.encoder_dir))
         if run.moments is not None:
             head = Standardized(head, *run.moments)
         self.head = head.to(device)
@@ -136,9 +145,18 @@ def train_together(task: TaskSpec, runs: list[HeadRun], problem, device, order_s
 
 
 def train_one(
-    task: TaskSpec, spec: dict, settings: HeadTrainingSettings, problem, seed: int, device, moments=None, on_epoch=None
+    task: TaskSpec,
+    spec: dict,
+    settings: HeadTrainingSettings,
+    problem,
+    seed: int,
+    device,
+    moments=None,
+    on_epoch=None,
+    encoder_dir: str | None = None,
 ):
     """Train one head with one seed; return it with the best epoch (by selection score) restored.
     ``moments``: (mean, std) of the training features to standardize the input with, or None.
     ``on_epoch(epoch, selection_score)`` is called after each epoch (the search prunes there)."""
-    return train_together(task, [HeadRun("", spec, settings, seed, moments)], problem, device, seed, on_epoch)[0]
+    run = HeadRun("", spec, settings, seed, moments, encoder_dir)
+    return train_together(task, [run], problem, device, seed, on_epoch)[0]

@@ -49,6 +49,8 @@ class Problems:
         self.device = streamed_encoder(source).device if self.streamed else pick_device(runtime.device)
         self.feats = {split: open_split(source, split, verify=runtime.verify) for split in splits_of(task)}
         self.encoder = streamed_encoder(source) if self.streamed else None
+        # the checkpoint the states come from (heads initialised from the encoder's own layers)
+        self.encoder_dir = self.feats["train"].manifest.get("encoder_dir")
         self._problems: dict = {}
         self._moments: dict = {}
 
