@@ -117,9 +117,18 @@ def checkpoint_runs(wildcards):
             for f in S.fractions]
 
 
-def stream_gpus(wildcards):
-    """GPUs a head job asks for: the extraction's when it runs the encoder itself."""
-    return 0 if S.store(wildcards.task) else GPU
+def head_gpus(runs, training=True):
+    """GPUs a head job asks for (``heads_request``'s arguments): the extraction's when it streams
+    the encoder, or when on a CPU it would ask for more than ``HEAD_GPU_MINUTES`` (token-level
+    heads, span windows, the CNN heads at paper scale); none for the small ones."""
+
+    def gpus(wildcards):
+        if GPU == 0 or not S.store(wildcards.task):
+            return GPU
+        on_cpu = heads_estimate(wildcards, 1, runs, 0, training)["runtime"]
+        return GPU if on_cpu > requests.HEAD_GPU_MINUTES else 0
+
+    return gpus
 
 
 def source_files(wildcards):
@@ -294,19 +303,25 @@ def extract_request(key):
     return request
 
 
+def heads_estimate(wildcards, attempt, runs, gpus, training):
+    settings = S.head_training(wildcards.task)
+    rows = math.ceil(S.train_rows(wildcards.task) * float(getattr(wildcards, "pct", 1)))
+    return requests.heads_request(
+        encoder_shape(wildcards.model), rows, S.max_length(wildcards.task),
+        S.feature_level(wildcards.task) == "tokens", settings.in_memory_max_mb, runs(wildcards),
+        settings.max_epochs, attempt, streamed=not S.store(wildcards.task), gpus=gpus,
+        batch_size=settings.batch_size, training=training,
+    )
+
+
 def heads_request(key, runs, training=True):
     """``runs(wildcards)``: head trainings the job does (heads x seeds, or trials); ``training``
-    False: a job that only evaluates trained heads. A data-fraction job trains on its {pct}."""
+    False: a job that only evaluates trained heads. A data-fraction job trains on its {pct}. On
+    the GPUs ``head_gpus`` gives the job."""
 
     def request(wildcards, attempt):
-        settings = S.head_training(wildcards.task)
-        rows = math.ceil(S.train_rows(wildcards.task) * float(getattr(wildcards, "pct", 1)))
-        return requests.heads_request(
-            encoder_shape(wildcards.model), rows, S.max_length(wildcards.task),
-            S.feature_level(wildcards.task) == "tokens", settings.in_memory_max_mb, runs(wildcards),
-            settings.max_epochs, attempt, streamed=not S.store(wildcards.task), gpus=stream_gpus(wildcards),
-            batch_size=settings.batch_size, training=training,
-        )[key]
+        gpus = head_gpus(runs, training)(wildcards)
+        return heads_estimate(wildcards, attempt, runs, gpus, training)[key]
 
     return request
 

@@ -22,7 +22,7 @@ rule train_heads:
         L.benchmark("train_heads")
     threads: 1
     resources:
-        gpu=stream_gpus,
+        gpu=head_gpus(head_runs),
         mem_mb=heads_request("mem_mb", head_runs),
         runtime=heads_request("runtime", head_runs),
     shell:
@@ -55,7 +55,7 @@ rule train_heads_subset:
         L.benchmark("train_heads_subset")
     threads: 1
     resources:
-        gpu=stream_gpus,
+        gpu=head_gpus(subset_runs),
         mem_mb=heads_request("mem_mb", subset_runs),
         runtime=heads_request("runtime", subset_runs),
     shell:
@@ -84,7 +84,7 @@ rule transfer:
         L.benchmark("transfer")
     threads: 1
     resources:
-        gpu=stream_gpus,
+        gpu=head_gpus(one_run, training=False),
         mem_mb=heads_request("mem_mb", one_run, training=False),
         runtime=heads_request("runtime", one_run, training=False),
     shell:

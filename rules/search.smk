@@ -20,7 +20,7 @@ rule search_worker:
         L.benchmark("search_worker")
     threads: 1
     resources:
-        gpu=stream_gpus,
+        gpu=head_gpus(trials_per_worker),
         mem_mb=heads_request("mem_mb", trials_per_worker),
         runtime=heads_request("runtime", trials_per_worker),
     shell:

@@ -85,6 +85,7 @@ use rule train_heads as train_heads_shared with:
     benchmark:
         L.benchmark("train_heads_shared")
     resources:
+        gpu=head_gpus(shared_head_runs),
         mem_mb=heads_request("mem_mb", shared_head_runs),
         runtime=heads_request("runtime", shared_head_runs),
 
@@ -108,6 +109,7 @@ rule head_transfer:
         L.benchmark("head_transfer")
     threads: 1
     resources:
+        gpu=head_gpus(one_run, training=False),
         mem_mb=heads_request("mem_mb", one_run, training=False),
         runtime=heads_request("runtime", one_run, training=False),
     shell:

@@ -1,11 +1,13 @@
 """A small grid of ladder heads, scored on the SELECTION split only (never dev): every variant
-trains in lockstep on one streamed encoder pass per epoch of a finished run's checkpoint, with
-one seed, and the selection score of every epoch is printed. It reads the run's config for the
-extraction and head-training settings.
+trains in lockstep on one streamed encoder pass per epoch of a run's checkpoint, with one seed,
+and the selection score of every epoch is printed. It reads the run's config for the
+extraction and head-training settings. Checkpoint 0 is the untouched backbone: read from the
+backbone itself when the run has not fine-tuned yet (only the task's tokens are needed).
 
-    python scripts/ladder_grid.py RUN_DIR CONFIG TASK FT_SEED CHECKPOINT OUT_DIR [MAX_EPOCHS]
+    python scripts/ladder_grid.py RUN_DIR CONFIG TASK FT_SEED CHECKPOINT OUT_DIR [MAX_EPOCHS [GRID]]
 
-docs/results/ladder-grid.md holds its output for MRPC's untouched encoder in the cpu-glue run.
+GRID: ``shape`` (side width, blocks, layers, pooling; docs/results/ladder-grid.md) or ``init``
+(random vs the encoder's own layers, at three learning rates; docs/results/ladder-init-grid.md).
 """
 
 import json
@@ -18,6 +20,7 @@ import yaml
 from bertvision.config.schema import validate_config
 from bertvision.config.workflow import WorkflowSettings
 from bertvision.features.source import StreamSource
+from bertvision.models.backbone import resolve_pretrained
 from bertvision.layout import CHECKPOINT_DIR, RAW_DIR, TOKENS_DIR, Run
 from bertvision.registry.tasks import get_task
 from bertvision.stages.train_heads import train_heads
@@ -25,18 +28,22 @@ from bertvision.stages.train_heads import train_heads
 root, config = Path(sys.argv[1]), Path(sys.argv[2])
 task, ftseed, ckpt, out = sys.argv[3], int(sys.argv[4]), sys.argv[5], Path(sys.argv[6])
 max_epochs = int(sys.argv[7]) if len(sys.argv) > 7 else 12
+grid_name = sys.argv[8] if len(sys.argv) > 8 else "shape"
 S = WorkflowSettings(validate_config(yaml.safe_load(config.read_text())))
 model = S.models[0]
 run = Run(model, task, ftseed, ckpt)
+checkpoint = root / CHECKPOINT_DIR.format(model=model, task=task, ftseed=ftseed, frac=ckpt)
+if ckpt == "0" and not checkpoint.exists():
+    checkpoint = Path(resolve_pretrained(S.finetune(model, task).backbone))
 source = StreamSource(
-    str(root / CHECKPOINT_DIR.format(model=model, task=task, ftseed=ftseed, frac=ckpt)),
+    str(checkpoint),
     str(root / TOKENS_DIR.format(model=model, task=task)),
     S.extract(),
     S.extract_compute(),
     S.extract_attrs(run),
 )
 base = {"type": "ladder"}
-grid = {
+shape_grid = {
     "r8b2-mean": {},
     "r8b2-attn": {"pool": "attention"},
     "r8b2-summary": {"pool": "summary"},
@@ -46,6 +53,12 @@ grid = {
     "r8b2-top4": {"top_layers": 4},
     "r16b2": {"reduction": 16},
 }
+init_grid = {
+    f"{init}-lr{lr:g}": {"init": init, "training": {"learning_rate": lr}}
+    for lr in (1e-3, 3e-4, 1e-4)
+    for init in ("random", "encoder")
+}
+grid = {"shape": shape_grid, "init": init_grid}[grid_name]
 heads = {k: {**base, **v} for k, v in grid.items()}
 settings = S.head_training(task).replace(max_epochs=max_epochs, patience=3)
 t0 = time.time()

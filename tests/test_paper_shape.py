@@ -17,6 +17,7 @@ from bertvision.errors import MissingError
 from bertvision.models.backbone import check_pretrained, load_pretrained, load_tokenizer, resolve_pretrained
 from bertvision.models.random_encoder import NAMED_SHAPES, RandomShape, parse_random
 from bertvision.reporting.requests import planned_jobs, requests_table
+from bertvision.runtime.resources import HEAD_GPU_MINUTES
 from bertvision.runtime.resources import EncoderShape
 from bertvision.runtime.usage import log_usage, read_usage
 from tests.conftest import REPO, job_counts, snakemake, snakemake_command
@@ -139,6 +140,22 @@ def test_the_dry_run_lists_every_job_with_its_request(tmp_path):
     assert heads and all(j.mem_mib and j.runtime_min and j.log.startswith("logs/") for j in heads)
     table = requests_table(jobs, tmp_path)
     assert set(table["verdict"]) == {"not run"}
+
+
+def test_paper_scale_head_jobs_take_a_gpu_where_a_cpu_would_take_hours(tmp_path):
+    """The paper config's dry run: heads on BERT-large's MNLI states (CNN heads included) and
+    on SQuAD windows ask for the GPU, and their runtimes are then hours, not months; every head
+    job left on a CPU asks for no more than HEAD_GPU_MINUTES."""
+    cmd = snakemake_command(tmp_path, "-n", "--forceall", "--cores", "2")
+    cmd[cmd.index("--configfile") + 1] = str(REPO / "configs" / "paper-bert-large.yaml")
+    dry = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert dry.returncode == 0, dry.stderr[-2000:]
+    jobs = planned_jobs(dry.stdout)
+    heads = [j for j in jobs if j.rule in ("train_heads", "train_heads_subset", "search_worker", "transfer")]
+    big = [j for j in heads if "task=mnli" in j.wildcards or "task=squad2," in j.wildcards + ","]
+    assert big and all(j.gpus == 1 and j.runtime_min < 24 * 60 for j in big), big[:3]
+    on_cpu = [j for j in heads if j.gpus == 0]
+    assert on_cpu and all(j.runtime_min <= HEAD_GPU_MINUTES for j in on_cpu), max(j.runtime_min for j in on_cpu)
 
 
 @pytest.mark.slow

@@ -32,6 +32,7 @@ class PlannedJob:
     benchmark: str | None
     mem_mib: int | None
     runtime_min: int | None
+    gpus: int = 0
 
 
 def planned_jobs(dry_run: str) -> list[PlannedJob]:
@@ -51,6 +52,7 @@ def planned_jobs(dry_run: str) -> list[PlannedJob]:
                     benchmark=block.get("benchmark"),
                     mem_mib=int(resources["mem_mib"]) if "mem_mib" in resources else None,
                     runtime_min=int(resources["runtime"]) if "runtime" in resources else None,
+                    gpus=int(resources.get("gpu", 0)),
                 )
             )
 
@@ -105,6 +107,7 @@ def requests_table(jobs: list[PlannedJob], workdir: Path) -> pd.DataFrame:
                 "peak_mib": m["peak_mib"],
                 "request/peak": ratio,
                 "runtime_min": job.runtime_min,
+                "gpus": job.gpus,
                 "seconds": m["seconds"],
                 "verdict": verdict,
             }
@@ -113,17 +116,23 @@ def requests_table(jobs: list[PlannedJob], workdir: Path) -> pd.DataFrame:
 
 
 def per_rule(table: pd.DataFrame) -> pd.DataFrame:
-    """Per rule: jobs, request and peak ranges, the largest and smallest ratio, and verdicts."""
+    """Per rule: jobs, request and peak ranges, the largest and smallest ratio, GPUs asked for
+    and verdicts."""
+
+    def span(s) -> str:
+        return f"{s.min()}–{s.max()}" if s.min() != s.max() else f"{s.min()}"
+
     return (
         table.groupby("rule", sort=True)
         .agg(
             jobs=("rule", "size"),
-            request_mib=("request_mib", lambda s: f"{s.min()}–{s.max()}" if s.min() != s.max() else f"{s.min()}"),
+            request_mib=("request_mib", span),
             peak_mib=("peak_mib", lambda s: f"{s.min():.0f}–{s.max():.0f}" if s.notna().any() else "not run"),
             min_ratio=("request/peak", "min"),
             max_ratio=("request/peak", "max"),
             longest_s=("seconds", "max"),
             runtime_min=("runtime_min", "max"),
+            gpus=("gpus", span),
             verdicts=("verdict", lambda s: ", ".join(f"{v} {n}" for v, n in s.value_counts().items())),
         )
         .reset_index()

@@ -16,6 +16,9 @@ from dataclasses import dataclass
 BASE_MB = 1000
 FLOPS = {"gpu": 2e13, "cpu": 2.5e10}  # sustained, well below peak, so that runtimes are upper bounds
 MIN_MINUTES = 10
+# A head job that would ask for more than this on a CPU asks for a GPU when the GPU rules get one
+# (token-level heads, span windows and the CNN heads at paper scale; not an MRPC of lp heads).
+HEAD_GPU_MINUTES = 120
 MEAN_FILL = 0.6  # real tokens / max_length, on average
 EVAL_SHARE = 0.15  # selection + dev rows relative to train
 # float32 token-level batches a head job holds at once: WindowBatches' queue (4), the one being
@@ -165,11 +168,12 @@ def heads_request(
     ``training`` False). ``streamed`` (``store: false``): no training features are held; instead
     the frozen encoder (its weights and one batch's states) runs a forward pass over the
     training rows every epoch, once more for the input statistics, and once over the held-out
-    splits, on a GPU when ``gpus``."""
+    splits. ``gpus``: the job trains (and streams) on a GPU."""
     per_row = (shape.layers + 1) * shape.hidden * 4 * (max_length * MEAN_FILL if token_level else 1)
     bound = in_memory_max_mb * 2**20
     held = min(bound, rows * per_row)
     work = n_runs * max_epochs * rows * per_row * 64  # ~ an adapter of width 64 per float, forward + backward
+    device = "gpu" if gpus else "cpu"
     if token_level and not streamed:
         stored = (1 + EVAL_SHARE) * rows * per_row / 2  # float16
         windows = WINDOWS_PER_ROW * rows
@@ -177,15 +181,14 @@ def heads_request(
         in_flight = min(TRAINING_BATCHES_HELD, math.ceil(windows / batch_size) + 2) if training else 1
         batches = in_flight * batch_rows * max_length * (shape.layers + 1) * shape.hidden * 4
         buffers = max(bound, batches) if stored > bound else batches
-        return {"mem_mb": attempt * _mb(min(stored, bound) + buffers), "runtime": _minutes(work, "cpu", attempt)}
+        return {"mem_mb": attempt * _mb(min(stored, bound) + buffers), "runtime": _minutes(work, device, attempt)}
     if not streamed:
         return {
             "mem_mb": attempt * _mb(2 * held + EVAL_SHARE * rows * per_row),
-            "runtime": _minutes(work, "cpu", attempt),
+            "runtime": _minutes(work, device, attempt),
         }
     encoder_tokens = rows * (max_epochs + 1 + EVAL_SHARE) * max_length * MEAN_FILL
     batch_states = min(64, WINDOWS_PER_ROW * rows) * max_length * (shape.layers + 1) * shape.hidden * 4 * 2
-    device = "gpu" if gpus else "cpu"
     return {
         # the encoder's weights twice: loaded from a checkpoint while the model is built
         "mem_mb": attempt * _mb(8 * shape.parameters + batch_states + min(held, EVAL_SHARE * rows * per_row)),
