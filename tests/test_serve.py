@@ -436,6 +436,22 @@ def test_bad_input_is_a_4xx_naming_the_field(server, body, status, field):
     assert response.json()["field"] == field and detail.startswith(f"{field}: "), detail
 
 
+def test_questions_to_a_bundle_without_a_span_task_are_a_4xx_naming_qa(run, tiny_bert, server):
+    """Not an empty 200: a qa item, alone or beside texts, that no task of the bundle answers."""
+    from bertvision.serving.app import create_app
+
+    tasks = {k: v for k, v in bundle_tasks(run).items() if k != "squad2"}
+    meta = {"backbone": "tiny", "encoder": "ft1/ckpt-1", "ft_seed": 1}
+    texts_only = write_bundle(run / "bundle-texts", run / "ft" / "ckpt-1", str(tiny_bert), tasks, meta, "fp32")
+    question = {"question": "Who sat?", "context": "The cat sat."}
+    with Server(create_app(texts_only.root, server.app.state.settings)) as running:
+        for body in ({"qa": [question]}, {"texts": [PAIR], "qa": [question]}):
+            response = httpx.post(f"{running.url}/predict", json=body, timeout=60)
+            assert response.status_code == 422, response.text
+            assert response.json()["field"] == "qa" and "no span task" in response.json()["detail"]
+        assert httpx.post(f"{running.url}/predict", json={"texts": [PAIR]}, timeout=60).status_code == 200
+
+
 @pytest.mark.parametrize(
     "content, headers, status, field",
     [

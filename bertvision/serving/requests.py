@@ -125,7 +125,14 @@ def check_sizes(body: PredictRequest, settings: ServeSettings) -> None:
 def chosen_tasks(body: PredictRequest, engine: Engine) -> tuple[list[str] | None, list[str]]:
     """(example tasks asked by name, or None for each text's default; span tasks)."""
     if body.tasks is None:
-        return None, ([n for n, t in engine.tasks.items() if t.is_span] if body.qa else [])
+        span = [n for n, t in engine.tasks.items() if t.is_span] if body.qa else []
+        if body.qa and not span:
+            raise RequestError(
+                "qa",
+                "this bundle has no span task to answer questions; its tasks "
+                f"({', '.join(engine.tasks)}) take texts",
+            )
+        return None, span
     if not body.tasks:
         raise RequestError("tasks", "empty list; leave it out to answer every task that fits the inputs")
     names = list(dict.fromkeys(body.tasks))
