@@ -4,8 +4,15 @@
   string (single-text tasks) or a pair ``[a, b]`` (pair tasks); a ``qa`` item is
   ``{"question", "context"}`` (span tasks). Answers per text per task (label, probabilities,
   score, raw outputs, the head used) and per question per span task (answer, has_answer).
-- ``GET /health``, ``GET /tasks`` (tasks, default heads, every head's size and scores),
-  ``GET /docs`` (OpenAPI).
+- ``GET /health`` (liveness), ``GET /ready`` (503 until the model is loaded and warmed),
+  ``GET /tasks`` (tasks, default heads, every head's size and scores), ``GET /docs`` (OpenAPI).
+- The Open Inference Protocol (KServe v2 REST) under ``/v2`` (``serving/v2.py``): every task a
+  model.
+- ``GET /metrics``: Prometheus metrics; one JSON access-log line per request
+  (``serving/metrics.py``).
+
+Shutting down (SIGTERM, SIGINT) stops taking connections, answers every request already queued,
+then ends.
 
 Bad input is always a 4xx JSON ``{"detail": "FIELD: what is wrong", ...}`` and is refused before
 it reaches the model; an unexpected failure is a 5xx JSON; no request stops the server.
@@ -16,6 +23,7 @@ worker process builds its own).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from contextlib import asynccontextmanager
@@ -26,11 +34,15 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
+from fastapi.responses import Response
+
 from bertvision.serving.batching import Batcher, BatchFailed, Overloaded
 from bertvision.serving.engine import Engine
-from bertvision.serving.items import RequestError
+from bertvision.serving.items import QuestionItem, RequestError, TextItem
+from bertvision.serving.metrics import Observed, ServiceMetrics
 from bertvision.serving.requests import PredictRequest, PredictResponse, build_items
 from bertvision.serving.settings import ServeSettings
+from bertvision.serving.v2 import v2_router
 
 log = logging.getLogger(__name__)
 
@@ -154,14 +166,24 @@ def create_app(bundle_path: Path | str, settings: ServeSettings | None = None, e
     engine = engine or Engine(
         Path(bundle_path), settings.device, settings.max_windows, settings.threads, settings.max_batch_tokens
     )
+    state = {"ready": False}
+
+    def is_ready() -> bool:
+        return state["ready"]
+
     batcher = Batcher(engine.predict, settings.max_batch_size, settings.max_wait_ms, settings.max_queued)
+    metrics = ServiceMetrics(engine, batcher, is_ready)
+    batcher.observer = metrics.observe_batch
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
         await batcher.start()
+        await asyncio.to_thread(warm_up, engine)
+        state["ready"] = True
         try:
             yield
         finally:
+            state["ready"] = False
             await batcher.stop()
 
     app = FastAPI(
@@ -172,8 +194,11 @@ def create_app(bundle_path: Path | str, settings: ServeSettings | None = None, e
         ),
     )
     app.state.engine, app.state.batcher, app.state.settings = engine, batcher, settings
+    app.state.metrics = metrics
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(Observed, metrics=metrics)
     install_error_handlers(app)
+    app.include_router(v2_router(engine, batcher.submit, settings, is_ready))
 
     @app.post(
         "/predict",
@@ -210,12 +235,37 @@ def create_app(bundle_path: Path | str, settings: ServeSettings | None = None, e
             "largest_batch": stats.largest,
         }
 
+    @app.get("/ready")
+    async def ready():
+        """Readiness: 200 once the model is loaded and warmed (one pass over every task), 503 before
+        and while shutting down."""
+        return {"ready": True} if is_ready() else JSONResponse({"ready": False}, status_code=503)
+
+    @app.get("/metrics")
+    async def prometheus_metrics() -> Response:
+        """Prometheus metrics (text exposition format)."""
+        return Response(metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
     @app.get("/tasks")
     async def tasks() -> dict:
         """Every task: kind, text fields, labels, the default head and every head's parameters and scores."""
         return tasks_summary(engine)
 
     return app
+
+
+def warm_up(engine: Engine) -> None:
+    """One pass over every task with its default head, so that the first request does not pay
+    for lazy initialisation (and a model that cannot answer fails at startup)."""
+    texts = [
+        TextItem(("Warm up.",) * len(t.text_fields), {name: t.picked}) for name, t in engine.tasks.items() if not t.is_span
+    ]
+    questions = [
+        QuestionItem("What warms up?", "The service warms up.", {name: t.picked})
+        for name, t in engine.tasks.items()
+        if t.is_span
+    ]
+    engine.predict(texts, questions)
 
 
 def app_from_env() -> FastAPI:

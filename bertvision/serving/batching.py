@@ -5,7 +5,8 @@ accepting requests meanwhile), and hands each request its own slice of the resul
 
 While a batch runs, the next one fills up, so under load batches grow by themselves. A batch
 that fails is retried request by request, so one bad request fails alone, with its error, and
-the worker keeps running whatever happens.
+the worker keeps running whatever happens. ``stop`` answers what is queued before it ends (a
+graceful shutdown), up to ``drain_seconds``.
 """
 
 from __future__ import annotations
@@ -61,11 +62,20 @@ class BatchStats:
 
 
 class Batcher:
-    def __init__(self, run: RunBatch, max_batch_size: int = 32, max_wait_ms: float = 5.0, max_queued: int = 1024):
+    def __init__(
+        self,
+        run: RunBatch,
+        max_batch_size: int = 32,
+        max_wait_ms: float = 5.0,
+        max_queued: int = 1024,
+        observer: Callable[[int, int, float], None] | None = None,
+    ):
+        """``observer(requests, inputs, seconds)`` is told of every model call that succeeded."""
         if max_batch_size < 1:
             raise ValueError("max_batch_size must be at least 1")
         self.run, self.max_batch_size, self.max_wait = run, max_batch_size, max(0.0, max_wait_ms) / 1000
-        self.max_queued = max_queued
+        self.max_queued, self.observer = max_queued, observer
+        self._busy = False
         self.stats = BatchStats()
         self._queue: asyncio.Queue[Job] | None = None
         self._held: Job | None = None  # taken from the queue but left for the next batch (it did not fit)
@@ -75,7 +85,15 @@ class Batcher:
         self._queue = asyncio.Queue(maxsize=self.max_queued)
         self._worker = asyncio.create_task(self._loop(), name="bertvision-batcher")
 
-    async def stop(self) -> None:
+    def queued(self) -> int:
+        """Requests waiting for a batch."""
+        return (self._queue.qsize() if self._queue is not None else 0) + (self._held is not None)
+
+    async def stop(self, drain_seconds: float = 30.0) -> None:
+        """Answer the queued requests (at most ``drain_seconds``), then end the worker."""
+        deadline = time.monotonic() + drain_seconds
+        while self._worker is not None and (self.queued() or self._busy) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
         if self._worker is not None:
             self._worker.cancel()
             try:
@@ -135,6 +153,7 @@ class Batcher:
         texts = [t for job in jobs for t in job.texts]
         questions = [q for job in jobs for q in job.questions]
         t0 = time.perf_counter()
+        self._busy = True
         try:
             text_results, question_results = await asyncio.to_thread(self.run, texts, questions)
         except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
@@ -166,7 +185,12 @@ class Batcher:
                     )
                 )
             return
-        self.stats.record(len(jobs), time.perf_counter() - t0)
+        finally:
+            self._busy = False
+        seconds = time.perf_counter() - t0
+        self.stats.record(len(jobs), seconds)
+        if self.observer is not None:
+            self.observer(len(jobs), len(texts) + len(questions), seconds)
         t = q = 0
         for job in jobs:
             if not job.future.done():
