@@ -20,8 +20,8 @@ import yaml
 from bertvision.config.schema import validate_config
 from bertvision.config.workflow import WorkflowSettings
 from bertvision.features.source import StreamSource
-from bertvision.models.backbone import resolve_pretrained
 from bertvision.layout import CHECKPOINT_DIR, RAW_DIR, TOKENS_DIR, Run
+from bertvision.models.backbone import resolve_pretrained
 from bertvision.registry.tasks import get_task
 from bertvision.stages.train_heads import train_heads
 

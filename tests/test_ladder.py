@@ -13,15 +13,15 @@ import torch
 
 from bertvision.config.schema import validate_config
 from bertvision.errors import ConfigError
-from bertvision.models.heads import Standardized, build_head, count_parameters, span_logits
 from bertvision.models.encoder_io import encoder_layers, load_encoder
+from bertvision.models.heads import Standardized, build_head, count_parameters, span_logits
 from bertvision.models.ladder import LadderHead
 from bertvision.registry.heads import HEAD_TYPES, get_head_type, trains_on
 from bertvision.registry.tasks import get_task
 from bertvision.stages.train_heads import train_heads
 from bertvision.training.span import SpanProblem
-from tests.tiny_bert import make_tiny_bert
 from tests.test_token_head import RUNTIME, SETTINGS, planted_token_features, settings
+from tests.tiny_bert import make_tiny_bert
 
 POOLS = get_head_type("ladder").options["pool"].choices
 
@@ -145,7 +145,9 @@ def test_at_full_width_each_block_attends_exactly_as_its_encoder_layer(tmp_path)
     """reduction 1 and the encoder's heads: nothing is pruned, so a side block's attention must
     compute what the encoder layer it was cut from computes (same heads, order and scale)."""
     model = load_encoder(str(make_tiny_bert(tmp_path / "bert", layers=2, hidden=32))).eval()
-    head = build_head({"type": "ladder", "reduction": 1, "attention_heads": 2, "blocks": 3, "init": "encoder"}, 3, 32, 2)
+    head = build_head(
+        {"type": "ladder", "reduction": 1, "attention_heads": 2, "blocks": 3, "init": "encoder"}, 3, 32, 2
+    )
     head.init_from_encoder(encoder_layers(model))
     head.eval()
     assert head.source_layers(2) == [0, 1, 1]
@@ -172,7 +174,10 @@ def test_pruned_ladders_select_one_set_of_dimensions_and_padding_still_never_mat
     cut = [n for n, p in head.named_parameters() if n.startswith("blocks.") and n.endswith("weight") and p.dim() == 2]
     assert len(cut) == 8 and all(not torch.equal(head.get_parameter(n), random_start[n]) for n in cut)
     # each ladder: a selection matrix (one 1 per side dimension), the same rows for every layer
-    assert torch.equal(head.down_weight.sum(dim=1), torch.ones(3, 8)) and set(head.down_weight.unique().tolist()) == {0.0, 1.0}
+    assert torch.equal(head.down_weight.sum(dim=1), torch.ones(3, 8)) and set(head.down_weight.unique().tolist()) == {
+        0.0,
+        1.0,
+    }
     rows = head.down_weight.argmax(dim=1)
     assert (rows == rows[0]).all() and len(set(rows[0].tolist())) == 8
     head.eval()

@@ -17,8 +17,7 @@ from bertvision.errors import MissingError
 from bertvision.models.backbone import check_pretrained, load_pretrained, load_tokenizer, resolve_pretrained
 from bertvision.models.random_encoder import NAMED_SHAPES, RandomShape, parse_random
 from bertvision.reporting.requests import planned_jobs, requests_table
-from bertvision.runtime.resources import HEAD_GPU_MINUTES
-from bertvision.runtime.resources import EncoderShape
+from bertvision.runtime.resources import HEAD_GPU_MINUTES, EncoderShape
 from bertvision.runtime.usage import log_usage, read_usage
 from tests.conftest import REPO, job_counts, snakemake, snakemake_command
 

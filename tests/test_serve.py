@@ -611,3 +611,231 @@ def test_an_auto_bundle_computes_states_in_the_precision_its_heads_were_trained_
         tmp_path / "auto-bundle", run / "ft" / "ckpt-1", str(tiny_bert), bundle_tasks(run), {"backbone": "tiny"}, "auto"
     )
     assert bundle.precision == "fp32" and read_json(bundle.root / "bundle.json")["precision"] == "fp32"
+
+
+# --- the Open Inference Protocol (KServe v2), with a real protocol client -------------------------
+def triton(server):
+    import tritonclient.http as triton_http
+
+    return triton_http, triton_http.InferenceServerClient(server.url.removeprefix("http://"), network_timeout=60)
+
+
+def decoded(array) -> list[str]:
+    """A BYTES output as strings (bytes when sent binary, str when sent as JSON)."""
+    return [x.decode() if isinstance(x, bytes) else x for x in array]
+
+
+def bytes_input(triton_http, name, values, binary):
+    tensor = triton_http.InferInput(name, [len(values)], "BYTES")
+    tensor.set_data_from_numpy(np.array([v.encode() for v in values], dtype=np.object_), binary_data=binary)
+    return tensor
+
+
+@pytest.mark.parametrize("binary", [True, False], ids=["binary-tensors", "json-tensors"])
+def test_the_protocol_client_gets_the_native_apis_answers(server, bundle, binary):
+    triton_http, client = triton(server)
+    assert client.is_server_live() and client.is_server_ready()
+    assert all(client.is_model_ready(task) for task in TASKS)
+    meta = client.get_model_metadata("mrpc")
+    assert [t["name"] for t in meta["inputs"]] == ["text_a", "text_b"]
+    assert {t["name"] for t in meta["outputs"]} == {"label", "label_id", "probabilities", "logits"}
+    assert meta["parameters"]["default_head"] == bundle.tasks["mrpc"].picked
+    pairs = [PAIR, ["The cat sat.", "Stocks fell."], ["A dog runs.", "A dog is running."]]
+    native = post(server, {"texts": pairs, "tasks": ["mrpc", "stsb"]}).json()["predictions"]
+    for task in ("mrpc", "stsb"):
+        inputs = [
+            bytes_input(triton_http, n, [p[k] for p in pairs], binary) for k, n in enumerate(("text_a", "text_b"))
+        ]
+        result = client.infer(task, inputs)
+        if task == "mrpc":
+            labels = decoded(result.as_numpy("label"))
+            assert labels == [p["mrpc"]["label"] for p in native]
+            assert result.as_numpy("probabilities").shape == (3, 2)
+            want = [[p["mrpc"]["probabilities"][n] for n in bundle.tasks["mrpc"].label_names] for p in native]
+            assert np.allclose(result.as_numpy("probabilities"), want, atol=1e-6)
+        else:
+            assert np.allclose(result.as_numpy("score"), [p["stsb"]["score"] for p in native], atol=1e-5)
+    qa = [{"question": "Who plays?", "context": "A man plays the guitar in the park."}] * 2
+    native_qa = post(server, {"qa": qa}).json()["answers"]
+    inputs = [bytes_input(triton_http, n, [q[n] for q in qa], binary) for n in ("question", "context")]
+    outputs = [
+        triton_http.InferRequestedOutput("answer", binary_data=binary),
+        triton_http.InferRequestedOutput("has_answer"),
+    ]
+    result = client.infer("squad2", inputs, outputs=outputs, parameters={"head": "lp"})
+    assert decoded(result.as_numpy("answer")) == [a["squad2"]["answer"] for a in native_qa]
+    assert list(result.as_numpy("has_answer")) == [a["squad2"]["has_answer"] for a in native_qa]
+    assert result.as_numpy("score_diff") is None  # only the outputs asked for
+
+
+def v2_post(server, task, body, **kw):
+    return server.client.post(f"/v2/models/{task}/infer", json=body, **kw)
+
+
+def text_tensor(name, values, datatype="BYTES", shape=None):
+    return {"name": name, "datatype": datatype, "shape": shape or [len(values)], "data": values}
+
+
+V2_BAD = [
+    ("nope", {"inputs": [text_tensor("text", ["a"])]}, 404, "model_name"),
+    ("mrpc", {}, 400, "inputs"),
+    ("mrpc", {"inputs": [text_tensor("text_a", ["a"])]}, 400, "inputs"),  # text_b missing
+    ("mrpc", {"inputs": [text_tensor("text_a", ["a"]), text_tensor("text_b", ["b", "c"])]}, 400, "inputs"),
+    ("mrpc", {"inputs": [text_tensor("text_a", ["a"]), text_tensor("text", ["b"])]}, 400, "inputs[1].name"),
+    (
+        "mrpc",
+        {"inputs": [text_tensor("text_a", [1], "INT64"), text_tensor("text_b", ["b"])]},
+        400,
+        "inputs.text_a.datatype",
+    ),
+    (
+        "mrpc",
+        {"inputs": [text_tensor("text_a", ["a"], shape=[2]), text_tensor("text_b", ["b"])]},
+        400,
+        "inputs.text_a.shape",
+    ),
+    (
+        "mrpc",
+        {"inputs": [text_tensor("text_a", ["a"]), text_tensor("text_b", ["x" * (MAX_CHARS + 1)])]},
+        413,
+        "inputs.text_b[0]",
+    ),
+    (
+        "mrpc",
+        {"inputs": [text_tensor("text_a", ["a"]), text_tensor("text_b", ["b"])], "outputs": [{"name": "score"}]},
+        400,
+        "outputs[0].name",
+    ),
+    (
+        "mrpc",
+        {"inputs": [text_tensor("text_a", ["a"]), text_tensor("text_b", ["b"])], "parameters": {"head": "no"}},
+        400,
+        "parameters.head",
+    ),
+    (
+        "squad2",
+        {"inputs": [text_tensor("question", ["Who?"]), text_tensor("context", ["word " * 2000])]},
+        413,
+        "inputs.context[0]",
+    ),
+]
+
+
+@pytest.mark.parametrize("task, body, status, field", V2_BAD, ids=[f"{i}-{b[3]}" for i, b in enumerate(V2_BAD)])
+def test_bad_protocol_requests_are_a_4xx_naming_the_field(server, task, body, status, field):
+    response = v2_post(server, task, body)
+    assert response.status_code == status, response.text
+    assert response.json()["field"] == field and response.json()["error"].startswith(f"{field}"), response.text
+
+
+def test_the_protocol_client_sees_a_refusal_as_an_error(server):
+    from tritonclient.utils import InferenceServerException
+
+    triton_http, client = triton(server)
+    with pytest.raises(InferenceServerException, match="text_b"):
+        client.infer("mrpc", [bytes_input(triton_http, "text_a", ["only one"], True)])
+    with pytest.raises(InferenceServerException, match="unknown model"):
+        client.get_model_metadata("nope")
+
+
+# --- operations: metrics, readiness, access log, graceful shutdown ----------------------------------
+def scrape(server) -> dict:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    response = server.client.get("/metrics")
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain")
+    samples = {}
+    for family in text_string_to_metric_families(response.text):
+        for s in family.samples:
+            samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return samples
+
+
+def test_metrics_count_requests_statuses_batches_and_passes(server, caplog):
+    caplog.set_level("INFO", logger="bertvision.access")
+    before = scrape(server)
+    assert post(server, {"texts": [PAIR]}).status_code == 200
+    assert post(server, {"texts": []}).status_code == 422
+    after = scrape(server)
+
+    def count(name, **labels):
+        key = (name, tuple(sorted(labels.items())))
+        return after.get(key, 0) - before.get(key, 0)
+
+    assert count("bertvision_requests_total", route="/predict", method="POST", status="200") == 1
+    assert count("bertvision_requests_total", route="/predict", method="POST", status="422") == 1
+    assert count("bertvision_request_seconds_count", route="/predict") == 2
+    assert count("bertvision_batch_inputs_count") == 1 and count("bertvision_batch_inputs_sum") == 1
+    assert count("bertvision_encoder_passes_total") == 1
+    assert after[("bertvision_ready", ())] == 1 and after[("bertvision_queue_depth", ())] == 0
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "bertvision.access"]
+    assert any(line["status"] == 422 and line["route"] == "/predict" and line["method"] == "POST" for line in lines)
+
+
+def test_liveness_and_readiness(server):
+    assert server.client.get("/health").status_code == 200
+    assert server.client.get("/ready").json() == {"ready": True}
+    assert server.client.get("/v2/health/ready").status_code == 200
+    assert server.client.get("/v2/health/live").json() == {"live": True}
+    assert {m["name"] for m in server.client.get("/v2/models").json()["models"]} == set(TASKS)
+
+
+def test_shutdown_answers_every_queued_request(bundle):
+    """Requests queued behind a slow model when the server is told to stop all get their answers."""
+    from bertvision.serving.app import ServeSettings, create_app
+    from bertvision.serving.engine import Engine
+
+    engine = Engine(bundle.root, "cpu")
+    answer = engine.predict
+
+    def slow(texts, questions):
+        time.sleep(0.2)
+        return answer(texts, questions)
+
+    engine.predict = slow
+    settings = ServeSettings(max_batch_size=1, max_wait_ms=0, device="cpu")
+    results = []
+    with Server(create_app(bundle.root, settings, engine=engine)) as running:
+
+        def ask():
+            results.append(httpx.post(f"{running.url}/predict", json={"texts": [PAIR]}, timeout=60).status_code)
+
+        threads = [threading.Thread(target=ask) for _ in range(6)]
+        for t in threads:
+            t.start()
+        time.sleep(0.3)  # all six sent; the model answers one per 0.2 s
+        running.server.should_exit = True
+        for t in threads:
+            t.join(timeout=60)
+    assert results == [200] * 6
+
+
+def test_the_serve_command_logs_json_access_lines_and_stops_cleanly_on_sigterm(bundle):
+    import signal
+    import subprocess
+    import sys
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    command = [sys.executable, "-m", "bertvision", "serve", str(bundle.root), "--port", str(port), "--device", "cpu"]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert proc.poll() is None and time.monotonic() < deadline, "the server did not become ready"
+            try:
+                if httpx.get(f"{url}/v2/health/ready", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        assert httpx.post(f"{url}/predict", json={"texts": [PAIR]}, timeout=60).status_code == 200
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out = proc.communicate(timeout=60)[0]
+    # uvicorn re-raises the signal once it has shut down, so the exit status says SIGTERM
+    assert proc.returncode in (0, -signal.SIGTERM) and "Application shutdown complete" in out, out[-2000:]
+    access = [json.loads(line[line.index("{") :]) for line in out.splitlines() if '"route": "/predict"' in line]
+    assert access and access[-1]["status"] == 200 and access[-1]["method"] == "POST", out[-2000:]

@@ -32,9 +32,7 @@ from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
-
-from fastapi.responses import Response
+from fastapi.responses import JSONResponse, Response
 
 from bertvision.serving.batching import Batcher, BatchFailed, Overloaded
 from bertvision.serving.engine import Engine
@@ -258,7 +256,9 @@ def warm_up(engine: Engine) -> None:
     """One pass over every task with its default head, so that the first request does not pay
     for lazy initialisation (and a model that cannot answer fails at startup)."""
     texts = [
-        TextItem(("Warm up.",) * len(t.text_fields), {name: t.picked}) for name, t in engine.tasks.items() if not t.is_span
+        TextItem(("Warm up.",) * len(t.text_fields), {name: t.picked})
+        for name, t in engine.tasks.items()
+        if not t.is_span
     ]
     questions = [
         QuestionItem("What warms up?", "The service warms up.", {name: t.picked})

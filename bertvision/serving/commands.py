@@ -45,6 +45,7 @@ def cmd_bundle(a):
 
 
 def cmd_serve(a):
+    import copy
     import os
 
     import uvicorn
@@ -59,7 +60,20 @@ def cmd_serve(a):
     settings = ServeSettings(**given, device=a.device, threads=threads)
     # uvicorn's factory mode: every worker process builds its own app from these
     os.environ[BUNDLE_ENV], os.environ[SETTINGS_ENV] = str(bundle.root), settings.to_json()
-    uvicorn.run("bertvision.serving.app:app_from_env", factory=True, host=a.host, port=a.port, workers=a.workers)
+    # every worker logs bertvision's lines (the JSON access log among them) beside uvicorn's own,
+    # whose access log the app's replaces
+    log_config = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
+    log_config["loggers"]["bertvision"] = {"handlers": ["default"], "level": "INFO", "propagate": False}
+    uvicorn.run(
+        "bertvision.serving.app:app_from_env",
+        factory=True,
+        host=a.host,
+        port=a.port,
+        workers=a.workers,
+        access_log=False,
+        log_config=log_config,
+        timeout_graceful_shutdown=30,
+    )
 
 
 def add_serving_commands(sub, subcommand, json_arg, name_path_arg) -> None:

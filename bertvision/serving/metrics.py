@@ -36,10 +36,17 @@ class ServiceMetrics:
             "bertvision_requests", "HTTP requests answered", ["route", "method", "status"], registry=self.registry
         )
         self.latency = Histogram(
-            "bertvision_request_seconds", "HTTP request latency", ["route"], buckets=LATENCY_BUCKETS, registry=self.registry
+            "bertvision_request_seconds",
+            "HTTP request latency",
+            ["route"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
         )
         self.batch_inputs = Histogram(
-            "bertvision_batch_inputs", "Inputs (texts + questions) per model call", buckets=SIZE_BUCKETS, registry=self.registry
+            "bertvision_batch_inputs",
+            "Inputs (texts + questions) per model call",
+            buckets=SIZE_BUCKETS,
+            registry=self.registry,
         )
         self.batch_requests = Histogram(
             "bertvision_batch_requests", "Requests per model call", buckets=SIZE_BUCKETS, registry=self.registry

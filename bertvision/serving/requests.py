@@ -129,8 +129,7 @@ def chosen_tasks(body: PredictRequest, engine: Engine) -> tuple[list[str] | None
         if body.qa and not span:
             raise RequestError(
                 "qa",
-                "this bundle has no span task to answer questions; its tasks "
-                f"({', '.join(engine.tasks)}) take texts",
+                f"this bundle has no span task to answer questions; its tasks ({', '.join(engine.tasks)}) take texts",
             )
         return None, span
     if not body.tasks:

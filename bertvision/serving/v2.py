@@ -52,7 +52,11 @@ class Tensor:
 def input_tensors(task: TaskEntry) -> list[Tensor]:
     if task.is_span:
         return [Tensor("question", "BYTES"), Tensor("context", "BYTES")]
-    return [Tensor("text", "BYTES")] if len(task.text_fields) == 1 else [Tensor("text_a", "BYTES"), Tensor("text_b", "BYTES")]
+    return (
+        [Tensor("text", "BYTES")]
+        if len(task.text_fields) == 1
+        else [Tensor("text_a", "BYTES"), Tensor("text_b", "BYTES")]
+    )
 
 
 def output_tensors(task: TaskEntry) -> list[Tensor]:
@@ -154,7 +158,9 @@ def read_inputs(request: dict, tail: bytes, task: TaskEntry) -> dict[str, list[s
             raise ProtocolError(where, "an input tensor is an object with name, shape, datatype, data")
         name = tensor.get("name")
         if name not in wanted:
-            raise ProtocolError(f"{where}.name", f"{name!r} is not an input of {task.name}; it takes {', '.join(wanted)}")
+            raise ProtocolError(
+                f"{where}.name", f"{name!r} is not an input of {task.name}; it takes {', '.join(wanted)}"
+            )
         if name in found:
             raise ProtocolError(f"{where}.name", f"{name!r} given twice")
         if tensor.get("datatype") != wanted[name].datatype:
@@ -175,7 +181,9 @@ def read_inputs(request: dict, tail: bytes, task: TaskEntry) -> dict[str, list[s
         else:
             raise ProtocolError(f"inputs.{name}.data", "missing (give data, or binary_data_size with a binary body)")
         if len(values) != math.prod(shape):
-            raise ProtocolError(f"inputs.{name}.shape", f"{shape} holds {math.prod(shape)} items, data has {len(values)}")
+            raise ProtocolError(
+                f"inputs.{name}.shape", f"{shape} holds {math.prod(shape)} items, data has {len(values)}"
+            )
         found[name] = values
     missing = [n for n in wanted if n not in found]
     if missing:
@@ -204,7 +212,7 @@ def protocol_field(field: str, task: TaskEntry) -> str:
     """The native API's field (``texts[3][1]``, ``qa[0].context``) as the protocol names it."""
     m = _NATIVE_FIELD.match(field)
     if m is None:
-        return field.replace("heads.", "parameters.head") if field.startswith("heads.") else field
+        return "parameters.head" if field.startswith("heads.") else field
     kind, item, part, qa_part, rest = m.groups()
     if kind == "qa":
         name = qa_part or "question"
@@ -252,7 +260,9 @@ def infer_response(task: TaskEntry, request: dict, results: list) -> dict:
         names = [o.get("name") for o in asked]
         for i, name in enumerate(names):
             if name not in tensors:
-                raise ProtocolError(f"outputs[{i}].name", f"{name!r} is not an output of {task.name}; it gives {', '.join(tensors)}")
+                raise ProtocolError(
+                    f"outputs[{i}].name", f"{name!r} is not an output of {task.name}; it gives {', '.join(tensors)}"
+                )
     outputs = [
         {
             "name": name,
@@ -275,7 +285,9 @@ def v2_router(engine: Engine, submit, settings: ServeSettings, is_ready) -> APIR
 
     def model(name: str) -> TaskEntry:
         if name not in engine.tasks:
-            raise ProtocolError("model_name", f"unknown model {name!r}; this service serves {', '.join(engine.tasks)}", 404)
+            raise ProtocolError(
+                "model_name", f"unknown model {name!r}; this service serves {', '.join(engine.tasks)}", 404
+            )
         return engine.tasks[name]
 
     def model_metadata(task: TaskEntry) -> dict:
@@ -318,7 +330,11 @@ def v2_router(engine: Engine, submit, settings: ServeSettings, is_ready) -> APIR
     @router.get("/models")
     async def models() -> dict:
         """Every model (task) this service answers, with its kind and readiness."""
-        return {"models": [{"name": n, "versions": ["1"], "kind": t.kind, "ready": is_ready()} for n, t in engine.tasks.items()]}
+        return {
+            "models": [
+                {"name": n, "versions": ["1"], "kind": t.kind, "ready": is_ready()} for n, t in engine.tasks.items()
+            ]
+        }
 
     @router.get("/models/{name}")
     @guarded
@@ -331,7 +347,11 @@ def v2_router(engine: Engine, submit, settings: ServeSettings, is_ready) -> APIR
     async def model_ready(name: str):
         """200 once the model is ready, 503 before."""
         model(name)
-        return {"name": name, "ready": True} if is_ready() else JSONResponse({"name": name, "ready": False}, status_code=503)
+        return (
+            {"name": name, "ready": True}
+            if is_ready()
+            else JSONResponse({"name": name, "ready": False}, status_code=503)
+        )
 
     @router.post("/models/{name}/infer")
     @guarded
@@ -346,7 +366,9 @@ def v2_router(engine: Engine, submit, settings: ServeSettings, is_ready) -> APIR
         try:
             texts, questions = build_items(body, engine, settings)
         except RequestError as err:
-            raise ProtocolError(protocol_field(err.field, task), err.message, 400 if err.status == 422 else err.status) from None
+            raise ProtocolError(
+                protocol_field(err.field, task), err.message, 400 if err.status == 422 else err.status
+            ) from None
         text_results, question_results = await submit(texts, questions)
         per_item = question_results if task.is_span else text_results
         return infer_response(task, request, [answers[task.name] for answers in per_item])
