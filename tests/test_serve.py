@@ -355,7 +355,10 @@ def test_all_tasks_of_a_text_come_from_one_encoder_pass(server, bundle):
 
 def test_tasks_and_health(server, bundle):
     tasks = server.client.get("/tasks").json()
-    assert set(tasks["tasks"]) == set(TASKS) and tasks["precision"] == "fp32"
+    assert set(tasks["tasks"]) == set(TASKS) and tasks["encoders"][0]["precision"] == "fp32"
+    assert tasks["encoders"][0]["tasks"] == list(bundle.tasks) and {t["encoder"] for t in tasks["tasks"].values()} == {
+        0
+    }
     mrpc = tasks["tasks"]["mrpc"]
     assert mrpc["kind"] == "classification" and mrpc["label_names"] == ["not_equivalent", "equivalent"]
     assert mrpc["picked"] == bundle.tasks["mrpc"].picked and set(mrpc["heads"]) == {"lp", "tok", "lad"}
@@ -839,3 +842,45 @@ def test_the_serve_command_logs_json_access_lines_and_stops_cleanly_on_sigterm(b
     assert proc.returncode in (0, -signal.SIGTERM) and "Application shutdown complete" in out, out[-2000:]
     access = [json.loads(line[line.index("{") :]) for line in out.splitlines() if '"route": "/predict"' in line]
     assert access and access[-1]["status"] == 200 and access[-1]["method"] == "POST", out[-2000:]
+
+
+# --- several bundles behind one service ----------------------------------------------------------
+def test_two_bundles_serve_their_tasks_each_with_its_own_encoder_pass(run, tiny_bert, bundle, server):
+    from bertvision.serving.app import create_app
+
+    meta = {"backbone": "tiny", "encoder": "ft1/ckpt-1", "ft_seed": 1}
+    tasks = bundle_tasks(run)
+    pairs_bundle = write_bundle(
+        run / "bundle-mrpc", run / "ft" / "ckpt-1", str(tiny_bert), {"mrpc": tasks["mrpc"]}, meta, "fp32"
+    )
+    rest = {k: v for k, v in tasks.items() if k != "mrpc"}
+    rest_bundle = write_bundle(run / "bundle-rest", run / "ft" / "ckpt-1", str(tiny_bert), rest, meta, "fp32")
+    body = {
+        "texts": [PAIR, ["The cat sat.", "Stocks fell."]],
+        "qa": [{"question": "Who plays?", "context": "A man plays."}],
+    }
+    single = post(server, body).json()
+    settings = server.app.state.settings
+    with Server(create_app([pairs_bundle.root, rest_bundle.root], settings)) as running:
+        client = httpx.Client(base_url=running.url, timeout=60)
+        summary = client.get("/tasks").json()
+        assert [sorted(e["tasks"]) for e in summary["encoders"]] == [["mrpc"], ["squad2", "stsb"]]
+        assert {n: t["encoder"] for n, t in summary["tasks"].items()} == {"mrpc": 0, "stsb": 1, "squad2": 1}
+        before = client.get("/health").json()["encoder_passes"]
+        response = client.post("/predict", json=body)
+        assert response.status_code == 200, response.text
+        assert client.get("/health").json()["encoder_passes"] == before + 2  # one pass per encoder
+        both = response.json()
+        for got, want in zip(both["predictions"], single["predictions"]):
+            assert set(got) == {"mrpc", "stsb"} and got["mrpc"]["label"] == want["mrpc"]["label"]
+            assert got["stsb"]["score"] == pytest.approx(want["stsb"]["score"], abs=1e-5)
+        assert both["answers"][0]["squad2"]["best_span"] == single["answers"][0]["squad2"]["best_span"]
+        assert (
+            client.post(
+                "/v2/models/mrpc/infer", json={"inputs": [text_tensor("text_a", ["a"]), text_tensor("text_b", ["b"])]}
+            ).status_code
+            == 200
+        )
+        client.close()
+    with pytest.raises(BundleError, match="task mrpc is also served by"):
+        create_app([bundle.root, pairs_bundle.root], settings)

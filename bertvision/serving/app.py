@@ -34,11 +34,12 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
-from bertvision.serving.batching import Batcher, BatchFailed, Overloaded
+from bertvision.serving.batching import BatchFailed, Overloaded
 from bertvision.serving.engine import Engine
 from bertvision.serving.items import QuestionItem, RequestError, TextItem
 from bertvision.serving.metrics import Observed, ServiceMetrics
 from bertvision.serving.requests import PredictRequest, PredictResponse, build_items
+from bertvision.serving.service import Service
 from bertvision.serving.settings import ServeSettings
 from bertvision.serving.v2 import v2_router
 
@@ -133,15 +134,26 @@ def install_error_handlers(app: FastAPI) -> None:
 
 
 # --- the app -------------------------------------------------------------------------------------
-def tasks_summary(engine: Engine) -> dict:
+def encoder_summary(engine: Engine) -> dict:
     bundle = engine.bundle
     return {
+        "bundle": str(bundle.root),
         "keys": bundle.keys,
+        "device": str(engine.device),
         "precision": bundle.precision,
         "layers": bundle.layers,
         "hidden": bundle.hidden,
+        "tasks": list(bundle.tasks),
+    }
+
+
+def tasks_summary(service: Service) -> dict:
+    """Every encoder (bundle) with its tasks, and every task with the encoder that answers it."""
+    return {
+        "encoders": [encoder_summary(e) for e in service.engines],
         "tasks": {
             name: {
+                "encoder": service.owner[name],
                 "kind": t.kind,
                 "text_fields": list(t.text_fields),
                 "label_names": list(t.label_names),
@@ -152,51 +164,61 @@ def tasks_summary(engine: Engine) -> dict:
                 "picked": t.picked,
                 "heads": {h: e.summary() for h, e in t.heads.items()},
             }
-            for name, t in bundle.tasks.items()
+            for name, t in service.tasks.items()
         },
     }
 
 
-def create_app(bundle_path: Path | str, settings: ServeSettings | None = None, engine: Engine | None = None) -> FastAPI:
-    """The service for the bundle at ``bundle_path`` (loaded now, so a broken bundle fails at
-    startup). ``engine``: an already loaded one (tests, benchmarks)."""
+def create_app(
+    bundle_paths: Path | str | list,
+    settings: ServeSettings | None = None,
+    engine: Engine | list[Engine] | None = None,
+) -> FastAPI:
+    """The service for the bundle(s) at ``bundle_paths`` (loaded now, so a broken bundle fails at
+    startup; two bundles with a task in common are refused). ``engine``: already loaded ones
+    (tests, benchmarks)."""
     settings = settings or ServeSettings()
-    engine = engine or Engine(
-        Path(bundle_path), settings.device, settings.max_windows, settings.threads, settings.max_batch_tokens
-    )
+    paths = [Path(p) for p in (bundle_paths if isinstance(bundle_paths, (list, tuple)) else [bundle_paths])]
+    if engine is None:
+        engines = [
+            Engine(p, settings.device, settings.max_windows, settings.threads, settings.max_batch_tokens) for p in paths
+        ]
+    else:
+        engines = list(engine) if isinstance(engine, (list, tuple)) else [engine]
+    service = Service(engines, settings)
     state = {"ready": False}
 
     def is_ready() -> bool:
         return state["ready"]
 
-    batcher = Batcher(engine.predict, settings.max_batch_size, settings.max_wait_ms, settings.max_queued)
-    metrics = ServiceMetrics(engine, batcher, is_ready)
-    batcher.observer = metrics.observe_batch
+    metrics = ServiceMetrics(service, is_ready)
+    for batcher in service.batchers:
+        batcher.observer = metrics.observe_batch
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
-        await batcher.start()
-        await asyncio.to_thread(warm_up, engine)
+        await service.start()
+        await asyncio.gather(*(asyncio.to_thread(warm_up, e) for e in engines))
         state["ready"] = True
         try:
             yield
         finally:
             state["ready"] = False
-            await batcher.stop()
+            await service.stop()
 
     app = FastAPI(
         title="bertvision serve",
         lifespan=lifespan,
         description=(
-            "Every task of a bundle (one encoder, tiny heads per task) answered from one encoder pass per batch."
+            "Every task of one or more bundles (an encoder and tiny heads per task each) answered from one "
+            "encoder pass per batch and encoder."
         ),
     )
-    app.state.engine, app.state.batcher, app.state.settings = engine, batcher, settings
-    app.state.metrics = metrics
+    app.state.service, app.state.settings, app.state.metrics = service, settings, metrics
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(Observed, metrics=metrics)
     install_error_handlers(app)
-    app.include_router(v2_router(engine, batcher.submit, settings, is_ready))
+    app.include_router(v2_router(service, service.submit, settings, is_ready))
 
     @app.post(
         "/predict",
@@ -209,8 +231,8 @@ def create_app(bundle_path: Path | str, settings: ServeSettings | None = None, e
     )
     async def predict(body: PredictRequest) -> dict:
         """Answer every requested task for every input; see the request fields."""
-        texts, questions = build_items(body, engine, settings)
-        text_results, question_results = await batcher.submit(texts, questions)
+        texts, questions = build_items(body, service, settings)
+        text_results, question_results = await service.submit(texts, questions)
         return {
             "predictions": [{t: asdict(r) for t, r in per.items()} for per in text_results],
             "answers": [{t: asdict(r) for t, r in per.items()} for per in question_results],
@@ -218,19 +240,20 @@ def create_app(bundle_path: Path | str, settings: ServeSettings | None = None, e
 
     @app.get("/health")
     async def health() -> dict:
-        """Liveness, and how much batching happened: encoder passes vs requests."""
-        stats = batcher.stats
+        """Liveness, and how much batching happened: encoder passes vs model calls (every encoder
+        together: a request that asks tasks of two encoders is a request to each)."""
+        stats = [b.stats for b in service.batchers]
         return {
             "status": "ok",
-            "bundle": str(engine.bundle.root),
-            "device": str(engine.device),
+            "bundles": [str(e.bundle.root) for e in engines],
+            "device": str(engines[0].device),
             "pid": os.getpid(),
-            "tasks": list(engine.tasks),
-            "encoder_passes": engine.encoder_passes,
-            "batches": stats.batches,
-            "requests": stats.requests,
-            "failed": stats.failed,
-            "largest_batch": stats.largest,
+            "tasks": list(service.tasks),
+            "encoder_passes": service.encoder_passes,
+            "batches": sum(s.batches for s in stats),
+            "requests": sum(s.requests for s in stats),
+            "failed": sum(s.failed for s in stats),
+            "largest_batch": max(s.largest for s in stats),
         }
 
     @app.get("/ready")
@@ -247,7 +270,7 @@ def create_app(bundle_path: Path | str, settings: ServeSettings | None = None, e
     @app.get("/tasks")
     async def tasks() -> dict:
         """Every task: kind, text fields, labels, the default head and every head's parameters and scores."""
-        return tasks_summary(engine)
+        return tasks_summary(service)
 
     return app
 
@@ -269,9 +292,10 @@ def warm_up(engine: Engine) -> None:
 
 
 def app_from_env() -> FastAPI:
-    """The app for uvicorn's factory mode: the bundle from $BERTVISION_SERVE_BUNDLE, settings
+    """The app for uvicorn's factory mode: the bundles from $BERTVISION_SERVE_BUNDLE (joined by
+    the path separator), settings
     (ServeSettings as JSON) from $BERTVISION_SERVE_SETTINGS."""
     if BUNDLE_ENV not in os.environ:
         raise RuntimeError(f"${BUNDLE_ENV} is not set (bertvision serve sets it)")
     settings = ServeSettings.from_json(os.environ[SETTINGS_ENV]) if os.environ.get(SETTINGS_ENV) else ServeSettings()
-    return create_app(Path(os.environ[BUNDLE_ENV]), settings)
+    return create_app([Path(p) for p in os.environ[BUNDLE_ENV].split(os.pathsep)], settings)

@@ -51,15 +51,23 @@ def cmd_serve(a):
     import uvicorn
 
     from bertvision.serving.app import BUNDLE_ENV, SETTINGS_ENV
-    from bertvision.serving.bundle import load_bundle
+    from bertvision.serving.bundle import BundleError, load_bundle
 
-    bundle = load_bundle(a.bundle)  # a broken bundle fails here, in one line, before any worker starts
+    # a broken bundle fails here, in one line, before any worker starts; so do two that share a task
+    bundles = [load_bundle(path) for path in a.bundles]
+    served: dict[str, Path] = {}
+    for bundle in bundles:
+        for task in bundle.tasks:
+            if task in served:
+                raise BundleError(f"{bundle.root}: task {task} is also served by {served[task]}")
+            served[task] = bundle.root
     given = {k: getattr(a, k) for k in SERVE_FLAGS}
     # several workers on one CPU would otherwise each start a thread per core
     threads = a.threads or (max(1, (os.cpu_count() or 1) // a.workers) if a.workers > 1 else None)
     settings = ServeSettings(**given, device=a.device, threads=threads)
     # uvicorn's factory mode: every worker process builds its own app from these
-    os.environ[BUNDLE_ENV], os.environ[SETTINGS_ENV] = str(bundle.root), settings.to_json()
+    os.environ[BUNDLE_ENV] = os.pathsep.join(str(b.root) for b in bundles)
+    os.environ[SETTINGS_ENV] = settings.to_json()
     # every worker logs bertvision's lines (the JSON access log among them) beside uvicorn's own,
     # whose access log the app's replaces
     log_config = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
@@ -115,8 +123,18 @@ def add_serving_commands(sub, subcommand, json_arg, name_path_arg) -> None:
     )
     s.add_argument("--out", type=Path, required=True)
 
-    s = subcommand(sub, "serve", cmd_serve, "answer every task of a bundle over HTTP from one encoder pass per batch")
-    s.add_argument("bundle", type=Path, help="a bundle directory (bertvision bundle)")
+    s = subcommand(
+        sub,
+        "serve",
+        cmd_serve,
+        "answer every task of one or more bundles over HTTP, one encoder pass per batch and encoder",
+    )
+    s.add_argument(
+        "bundles",
+        type=Path,
+        nargs="+",
+        help="bundle directories (bertvision bundle), each task in one; requests are routed by task",
+    )
     s.add_argument("--host", default="127.0.0.1", help="(default %(default)s)")
     s.add_argument("--port", type=int, default=8000, help="(default %(default)s)")
     s.add_argument(

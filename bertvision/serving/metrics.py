@@ -27,10 +27,10 @@ SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
 class ServiceMetrics:
     """The metrics of one app: request counters and histograms (``observe_request``), batch
-    histograms (``observe_batch``, the batcher's observer) and, read at each scrape, the engine's
-    encoder passes, the batcher's failures and queue depth, and readiness."""
+    histograms (``observe_batch``, every batcher's observer) and, read at each scrape, the
+    service's encoder passes, failures and queue depth (every encoder together), and readiness."""
 
-    def __init__(self, engine, batcher, is_ready):
+    def __init__(self, service, is_ready):
         self.registry = CollectorRegistry()
         self.requests = Counter(
             "bertvision_requests", "HTTP requests answered", ["route", "method", "status"], registry=self.registry
@@ -54,7 +54,7 @@ class ServiceMetrics:
         self.batch_seconds = Histogram(
             "bertvision_batch_seconds", "Seconds per model call", buckets=LATENCY_BUCKETS, registry=self.registry
         )
-        self.registry.register(_LiveState(engine, batcher, is_ready))
+        self.registry.register(_LiveState(service, is_ready))
 
     def observe_batch(self, n_requests: int, n_inputs: int, seconds: float) -> None:
         self.batch_requests.observe(n_requests)
@@ -70,20 +70,20 @@ class ServiceMetrics:
 
 
 class _LiveState:
-    """Read at scrape time: what the engine and batcher count themselves."""
+    """Read at scrape time: what the engines and batchers count themselves."""
 
-    def __init__(self, engine, batcher, is_ready):
-        self.engine, self.batcher, self.is_ready = engine, batcher, is_ready
+    def __init__(self, service, is_ready):
+        self.service, self.is_ready = service, is_ready
 
     def collect(self):
         passes = CounterMetricFamily("bertvision_encoder_passes", "Encoder forward calls")
-        passes.add_metric([], self.engine.encoder_passes)
+        passes.add_metric([], self.service.encoder_passes)
         yield passes
         failed = CounterMetricFamily("bertvision_failed_requests", "Requests the model failed on")
-        failed.add_metric([], self.batcher.stats.failed)
+        failed.add_metric([], self.service.failed())
         yield failed
         queue = GaugeMetricFamily("bertvision_queue_depth", "Requests waiting for a batch")
-        queue.add_metric([], self.batcher.queued())
+        queue.add_metric([], self.service.queued())
         yield queue
         ready = GaugeMetricFamily("bertvision_ready", "1 once the model is loaded and warmed")
         ready.add_metric([], 1.0 if self.is_ready() else 0.0)

@@ -1,5 +1,5 @@
 """The service's own API: the request and response bodies of ``POST /predict`` and how a request
-becomes the engine's items (its tasks, heads and sizes checked, each problem a ``RequestError``
+becomes the service's items (its tasks, heads and sizes checked, each problem a ``RequestError``
 naming the field)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator
 
-from bertvision.serving.engine import Engine
 from bertvision.serving.items import QuestionItem, RequestError, TextItem
+from bertvision.serving.service import Service
 from bertvision.serving.settings import ServeSettings
 
 
@@ -122,23 +122,23 @@ def check_sizes(body: PredictRequest, settings: ServeSettings) -> None:
             raise RequestError(field, "not valid Unicode (a lone surrogate)") from None
 
 
-def chosen_tasks(body: PredictRequest, engine: Engine) -> tuple[list[str] | None, list[str]]:
+def chosen_tasks(body: PredictRequest, service: Service) -> tuple[list[str] | None, list[str]]:
     """(example tasks asked by name, or None for each text's default; span tasks)."""
     if body.tasks is None:
-        span = [n for n, t in engine.tasks.items() if t.is_span] if body.qa else []
+        span = [n for n, t in service.tasks.items() if t.is_span] if body.qa else []
         if body.qa and not span:
             raise RequestError(
                 "qa",
-                f"this bundle has no span task to answer questions; its tasks ({', '.join(engine.tasks)}) take texts",
+                f"this service has no span task to answer questions; its tasks ({', '.join(service.tasks)}) take texts",
             )
         return None, span
     if not body.tasks:
         raise RequestError("tasks", "empty list; leave it out to answer every task that fits the inputs")
     names = list(dict.fromkeys(body.tasks))
     for i, name in enumerate(body.tasks):
-        engine.task(name, f"tasks[{i}]")
-    example = [n for n in names if not engine.tasks[n].is_span]
-    span = [n for n in names if engine.tasks[n].is_span]
+        service.task(name, f"tasks[{i}]")
+    example = [n for n in names if not service.tasks[n].is_span]
+    span = [n for n in names if service.tasks[n].is_span]
     if example and not body.texts:
         raise RequestError("texts", f"tasks {', '.join(example)} need texts")
     if span and not body.qa:
@@ -154,51 +154,51 @@ def chosen_tasks(body: PredictRequest, engine: Engine) -> tuple[list[str] | None
     return example, span
 
 
-def head_choices(body: PredictRequest, engine: Engine, asked: set[str] | None) -> dict[str, str]:
+def head_choices(body: PredictRequest, service: Service, asked: set[str] | None) -> dict[str, str]:
     """task -> head for every task the request names in ``heads`` (checked)."""
     chosen = {}
     for name, head in (body.heads or {}).items():
-        task = engine.task(name, f"heads.{name}")
+        task = service.task(name, f"heads.{name}")
         if asked is not None and name not in asked:
             raise RequestError(
                 f"heads.{name}", f"task {name} is not among the tasks asked ({', '.join(sorted(asked))})"
             )
-        chosen[name] = engine.head(task, head, f"heads.{name}")
+        chosen[name] = service.head(task, head, f"heads.{name}")
     return chosen
 
 
-def default_tasks(engine: Engine, arity: int, field: str) -> list[str]:
-    names = [n for n, t in engine.tasks.items() if not t.is_span and len(t.text_fields) == arity]
+def default_tasks(service: Service, arity: int, field: str) -> list[str]:
+    names = [n for n, t in service.tasks.items() if not t.is_span and len(t.text_fields) == arity]
     if not names:
         kind = "a pair of texts" if arity == 2 else "a single text"
         raise RequestError(
             field,
-            f"no task of this bundle takes {kind}; its example tasks take "
-            + ", ".join(f"{n} ({len(t.text_fields)} text(s))" for n, t in engine.tasks.items() if not t.is_span),
+            f"no task of this service takes {kind}; its example tasks take "
+            + ", ".join(f"{n} ({len(t.text_fields)} text(s))" for n, t in service.tasks.items() if not t.is_span),
         )
     return names
 
 
 def build_items(
-    body: PredictRequest, engine: Engine, settings: ServeSettings
+    body: PredictRequest, service: Service, settings: ServeSettings
 ) -> tuple[list[TextItem], list[QuestionItem]]:
-    """The request as engine inputs, every check done (RequestError names the field at fault)."""
+    """The request as service inputs, every check done (RequestError names the field at fault)."""
     check_not_empty(body)
-    example, span = chosen_tasks(body, engine)
+    example, span = chosen_tasks(body, service)
     check_sizes(body, settings)
     asked = None if example is None and body.texts else set((example or []) + span)
-    heads = head_choices(body, engine, asked)
+    heads = head_choices(body, service, asked)
     texts = []
     for i, text in enumerate(body.texts or []):
         parts = (text,) if isinstance(text, str) else tuple(text)
-        names = example if example is not None else default_tasks(engine, len(parts), f"texts[{i}]")
-        item = TextItem(parts, {n: heads.get(n, engine.tasks[n].picked) for n in names})
-        engine.check_text(item, f"texts[{i}]")
+        names = example if example is not None else default_tasks(service, len(parts), f"texts[{i}]")
+        item = TextItem(parts, {n: heads.get(n, service.tasks[n].picked) for n in names})
+        service.check_text(item, f"texts[{i}]")
         texts.append(item)
     questions = []
     for i, qa in enumerate(body.qa or []):
-        item = QuestionItem(qa.question, qa.context, {n: heads.get(n, engine.tasks[n].picked) for n in span})
-        engine.check_question(item, f"qa[{i}]")
+        item = QuestionItem(qa.question, qa.context, {n: heads.get(n, service.tasks[n].picked) for n in span})
+        service.check_question(item, f"qa[{i}]")
         questions.append(item)
     return texts, questions
 

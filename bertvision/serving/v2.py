@@ -1,5 +1,5 @@
 """The Open Inference Protocol (KServe v2, REST) beside the service's own API: each task of the
-bundle is a model. Written as FastAPI routes over the same engine and batcher rather than on the
+bundle is a model. Written as FastAPI routes over the same service and batchers rather than on the
 ``kserve`` model server: that server runs one model per predictor call, so the tasks of a batch
 would no longer share one encoder pass, and it would bring a second HTTP stack to configure.
 
@@ -34,9 +34,9 @@ from fastapi.responses import JSONResponse
 from bertvision import __version__
 from bertvision.serving.batching import Overloaded
 from bertvision.serving.bundle import TaskEntry
-from bertvision.serving.engine import Engine
 from bertvision.serving.items import RequestError
 from bertvision.serving.requests import PredictRequest, QAInput, build_items
+from bertvision.serving.service import Service
 from bertvision.serving.settings import ServeSettings
 
 HEADER_LENGTH = "inference-header-content-length"  # the binary tensor extension's header
@@ -279,16 +279,16 @@ def infer_response(task: TaskEntry, request: dict, results: list) -> dict:
 
 
 # --- the routes ----------------------------------------------------------------------------------
-def v2_router(engine: Engine, submit, settings: ServeSettings, is_ready) -> APIRouter:
+def v2_router(service: Service, submit, settings: ServeSettings, is_ready) -> APIRouter:
     """The protocol's routes. ``submit``: the batcher's; ``is_ready()``: loaded and warmed."""
     router = APIRouter(prefix="/v2", tags=["Open Inference Protocol (KServe v2)"])
 
     def model(name: str) -> TaskEntry:
-        if name not in engine.tasks:
+        if name not in service.tasks:
             raise ProtocolError(
-                "model_name", f"unknown model {name!r}; this service serves {', '.join(engine.tasks)}", 404
+                "model_name", f"unknown model {name!r}; this service serves {', '.join(service.tasks)}", 404
             )
-        return engine.tasks[name]
+        return service.tasks[name]
 
     def model_metadata(task: TaskEntry) -> dict:
         return {
@@ -332,7 +332,7 @@ def v2_router(engine: Engine, submit, settings: ServeSettings, is_ready) -> APIR
         """Every model (task) this service answers, with its kind and readiness."""
         return {
             "models": [
-                {"name": n, "versions": ["1"], "kind": t.kind, "ready": is_ready()} for n, t in engine.tasks.items()
+                {"name": n, "versions": ["1"], "kind": t.kind, "ready": is_ready()} for n, t in service.tasks.items()
             ]
         }
 
@@ -364,7 +364,7 @@ def v2_router(engine: Engine, submit, settings: ServeSettings, is_ready) -> APIR
             raise ProtocolError("parameters.head", "a head's name (a string)")
         body = as_predict_request(task, read_inputs(request, tail, task), head)
         try:
-            texts, questions = build_items(body, engine, settings)
+            texts, questions = build_items(body, service, settings)
         except RequestError as err:
             raise ProtocolError(
                 protocol_field(err.field, task), err.message, 400 if err.status == 422 else err.status
