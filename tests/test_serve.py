@@ -884,3 +884,48 @@ def test_two_bundles_serve_their_tasks_each_with_its_own_encoder_pass(run, tiny_
         client.close()
     with pytest.raises(BundleError, match="task mrpc is also served by"):
         create_app([bundle.root, pairs_bundle.root], settings)
+
+
+# --- load and faults ---------------------------------------------------------------------------
+def slow_engine(bundle, seconds: float):
+    from bertvision.serving.engine import Engine
+
+    engine = Engine(bundle.root, "cpu")
+    answer = engine.predict
+
+    def slow(texts, questions):
+        time.sleep(seconds)
+        return answer(texts, questions)
+
+    engine.predict = slow
+    return engine
+
+
+def test_a_burst_beyond_the_queue_bound_gets_503s_and_nothing_else(bundle):
+    from bertvision.serving.app import ServeSettings, create_app
+
+    settings = ServeSettings(max_batch_size=1, max_wait_ms=0, max_queued=4, device="cpu")
+    with Server(create_app(bundle.root, settings, engine=slow_engine(bundle, 0.1))) as running:
+
+        async def burst():
+            async with httpx.AsyncClient(base_url=running.url, timeout=60) as client:
+                asks = [client.post("/predict", json={"texts": [PAIR]}) for _ in range(40)]
+                return [r.status_code for r in await asyncio.gather(*asks)]
+
+        statuses = asyncio.run(burst())
+    # the queue's 4 (one of them already in the model) and at most one more; the rest refused at once
+    assert set(statuses) == {200, 503} and 4 <= statuses.count(200) <= 6, statuses
+
+
+def test_a_client_that_stalls_mid_body_does_not_delay_others(server):
+    host, port = server.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port))) as stalled:
+        stalled.sendall(
+            f"POST /predict HTTP/1.1\r\nHost: {host}:{port}\r\ncontent-type: application/json\r\n"
+            "content-length: 1000\r\n\r\n".encode()
+            + b'{"texts": [["half a'
+        )
+        t0 = time.perf_counter()
+        for _ in range(5):
+            assert post(server, {"texts": [PAIR]}).status_code == 200
+        assert time.perf_counter() - t0 < 10
