@@ -34,7 +34,7 @@ benchmark: setup
 	$(PY) scripts/benchmark.py
 
 # after `make run`: the HTTP service on the default run's bundle, and its benchmark
-BUNDLE ?= bundles/minilm-l6/glue3
+BUNDLE ?= bundles/minilm-l6/picked
 serve: setup
 	$(VENV)/bin/bertvision serve $(BUNDLE)
 

@@ -83,6 +83,8 @@ HEAD_TRANSFER_FILE = f"{SHARED_DIR}/head-transfer/{{task}}.json"
 
 # What `bertvision serve` loads: the shared encoder, its tokenizer and every task's heads.
 BUNDLE_DIR = "bundles/{model}/{encoder}"
+PICKED_BUNDLES_DIR = "bundles/{model}/picked"  # the summary's pick for every task (serving/picked.py),
+BUNDLE_SET_INDEX = "bundles.json"  # their index, which bertvision serve reads as one service
 BUNDLE_INDEX = "bundle.json"  # inside a bundle: the index,
 BUNDLE_ENCODER = "encoder"  # the encoder and its tokenizer,
 BUNDLE_HEAD = "heads/{task}/{head}"  # and each head (weights and metrics record)
@@ -109,6 +111,7 @@ JOB_KEYS = {
     "train_heads_shared": ("task", "model", "encoder", "ftseed"),
     "head_transfer": ("task", "model", "encoder", "ftseed"),
     "bundle": ("encoder", "model"),
+    "serve_bundles": ("model",),
 }
 _KEY_TEXT = {
     "task": "{task}",

@@ -411,3 +411,23 @@ def shared_targets():
         return []
     return [L.table("cross_task", "md"), L.plot("cross-task")] + [
         L.BUNDLE_DIR.format(model=m, encoder=S.serve_encoder) for m in S.models]
+
+
+# --- serving the summary's picks (rules/serve.smk)
+def backbone_runs(wildcards):
+    return [run for run in S.runs() if run.model == wildcards.model]
+
+
+def served_run(run):
+    """A checkpoint and its heads as serve-bundles reads them: keys, and the paths the layout gives them."""
+    return {
+        "task": run.task,
+        "ftseed": run.ftseed,
+        "frac": run.frac,
+        "checkpoint_dir": os.path.dirname(run.format(L.CHECKPOINT_FILE, file="model.safetensors")),
+        "heads_dir": run.format(L.HEADS_DIR),
+    }
+
+
+def serve_targets():
+    return [L.PICKED_BUNDLES_DIR.format(model=m) for m in S.models]

@@ -1,16 +1,23 @@
-"""Measure ``bertvision serve`` on this machine, in one run, for a bundle:
+"""Measure ``bertvision serve`` on this machine, in one run, for a bundle or a set of bundles
+(``bundles/MODEL/picked``: every task of a run):
 
-1. requests/s and p50 / p99 latency at concurrency 1, 8 and 32 (each level stops after
+1. requests/s and p50 / p99 latency at concurrency 1, 8, 32 and 64 (each level stops after
    ``--requests`` requests or ``--seconds`` seconds), per uvicorn worker count (``--workers 1 2``);
-   each request holds one input per text arity the bundle's example tasks take (a pair for
-   MRPC / STS-B, a sentence for SST-2), answered for every example task;
-2. serving the N example tasks of the bundle from one encoder pass + N heads, versus N separate
+   each request holds one input per text arity the example tasks take (a pair for MRPC / STS-B,
+   a sentence for SST-2), answered for every example task, and (``--with-questions``) one SQuAD
+   question for every question task;
+2. memory: the server's resident set after ``--memory-requests`` (1,000 and 10,000) requests;
+3. faults: a burst of ``--burst`` simultaneous requests at a queue bound of ``--burst-queue``
+   (every answer a 200 or a 503, nothing else), and the latency of other clients while one
+   client stalls mid-body, against the same requests without it;
+4. serving the N example tasks of a bundle from one encoder pass + N heads, versus N separate
    fine-tuned models (N encoder passes, each followed by its task's head), on the same batch of
-   texts, in this process (no HTTP): the time ratio separate / shared.
+   texts, in this process (no HTTP): the time ratio separate / shared (the bundle with the most
+   example tasks).
 
 The texts are MRPC dev sentences from the shipped GLUE files. Results print as Markdown tables.
 
-    python scripts/benchmark_serve.py --bundle bundles/minilm-l6/glue3 [--workers 1 2] [--seconds 20]
+    python scripts/benchmark_serve.py --bundle bundles/minilm-l6/picked [--workers 1 2] [--seconds 20]
 
 A finished default run (``snakemake --cores all``) writes one: ``bundles/minilm-l6/glue3`` (rule
 ``bundle``: the encoder fine-tuned on the sst2 + mrpc + stsb mixture, config section ``shared``,
@@ -45,7 +52,7 @@ import numpy as np
 
 from bertvision.data.glue_files import locate, parse_split
 from bertvision.registry.tasks import get_task
-from bertvision.serving.bundle import load_bundle
+from bertvision.serving.bundle import bundle_paths, load_bundle
 from bertvision.serving.engine import Engine
 from bertvision.serving.items import TextItem
 from bertvision.serving.settings import ServeSettings
@@ -70,7 +77,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_server(bundle: Path, workers: int, args) -> tuple[subprocess.Popen, str]:
+def start_server(bundle: Path, workers: int, args, *extra: str) -> tuple[subprocess.Popen, str]:
     port = free_port()
     command = [
         sys.executable,
@@ -88,6 +95,7 @@ def start_server(bundle: Path, workers: int, args) -> tuple[subprocess.Popen, st
         str(args.max_batch_size),
         "--max-wait-ms",
         str(args.max_wait_ms),
+        *extra,
     ]
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
@@ -96,7 +104,7 @@ def start_server(bundle: Path, workers: int, args) -> tuple[subprocess.Popen, st
         if proc.poll() is not None:
             raise SystemExit(f"the server exited with status {proc.returncode}:\n{proc.stderr.read()[-3000:]}")
         try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+            if httpx.get(f"{url}/ready", timeout=2).status_code == 200:
                 return proc, url
         except httpx.HTTPError:
             pass
@@ -158,9 +166,91 @@ def measure_service(bundle: Path, bodies: list[dict], args) -> list[dict]:
     return rows
 
 
+# --- memory and faults ---------------------------------------------------------------------------
+def resident_mb(pid: int) -> float:
+    import psutil
+
+    return psutil.Process(pid).memory_info().rss / 2**20
+
+
+def measure_memory(bundle: Path, bodies: list[dict], args) -> list[dict]:
+    """The server's resident set after each count of ``--memory-requests`` (one worker, 8 clients)."""
+    proc, url = start_server(bundle, 1, args)
+    rows, done = [], 0
+    try:
+        for target in sorted(args.memory_requests):
+            # each level sends one warm-up request before its clients start
+            result = asyncio.run(load_level(url, bodies, 8, target - done - 1, float("inf")))
+            done += result["requests"] + 1
+            rows.append({"requests": done, "rss_mb": resident_mb(proc.pid), "errors": result["errors"]})
+            print(f"  after {done} requests: {rows[-1]['rss_mb']:.0f} MiB", flush=True)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    return rows
+
+
+async def burst(url: str, body: dict, n: int) -> dict[int, int]:
+    limits = httpx.Limits(max_connections=n, max_keepalive_connections=n)
+    async with httpx.AsyncClient(base_url=url, timeout=300, limits=limits) as client:
+        responses = await asyncio.gather(*(client.post("/predict", json=body) for _ in range(n)))
+    counts: dict[int, int] = {}
+    for r in responses:
+        counts[r.status_code] = counts.get(r.status_code, 0) + 1
+    return counts
+
+
+async def latencies_beside_a_stall(url: str, body: dict, n: int, stall: bool) -> list[float]:
+    """``n`` requests one after another, while (``stall``) another client has sent half a body and waits."""
+    import json as json_module
+
+    payload = json_module.dumps(body).encode()
+    writer = None
+    if stall:
+        host, port = url.removeprefix("http://").split(":")
+        _, writer = await asyncio.open_connection(host, int(port))
+        head = (
+            f"POST /predict HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(payload)}\r\n\r\n"
+        ).encode()
+        writer.write(head + payload[: len(payload) // 2])
+        await writer.drain()
+    times = []
+    async with httpx.AsyncClient(base_url=url, timeout=120) as client:
+        await client.post("/predict", json=body)
+        for _ in range(n):
+            t0 = time.perf_counter()
+            response = await client.post("/predict", json=body)
+            times.append(time.perf_counter() - t0)
+            assert response.status_code == 200, response.text
+    if writer is not None:
+        writer.close()
+    return times
+
+
+def measure_faults(bundle: Path, bodies: list[dict], args) -> dict:
+    proc, url = start_server(bundle, 1, args, "--max-queued", str(args.burst_queue))
+    try:
+        counts = asyncio.run(burst(url, bodies[0], args.burst))
+        print(f"  burst of {args.burst} at queue bound {args.burst_queue}: {counts}", flush=True)
+        calm = asyncio.run(latencies_beside_a_stall(url, bodies[0], 50, stall=False))
+        stalled = asyncio.run(latencies_beside_a_stall(url, bodies[0], 50, stall=True))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    ms = lambda xs, q: float(np.percentile(np.array(xs) * 1000, q))  # noqa: E731
+    return {
+        "burst": counts,
+        "calm_p50": ms(calm, 50),
+        "calm_p99": ms(calm, 99),
+        "stalled_p50": ms(stalled, 50),
+        "stalled_p99": ms(stalled, 99),
+    }
+
+
 # --- one pass + N heads versus N separate models ---------------------------------------------------
 def shared_versus_separate(engine: Engine, pairs: list[tuple[str, str]], repeats: int) -> dict:
-    tasks = {name: t for name, t in engine.tasks.items() if not t.is_span}
+    tasks = {name: t for name, t in engine.tasks.items() if not t.takes_questions}
 
     def items_for(names: list[str]) -> list[TextItem]:
         items = []
@@ -192,9 +282,10 @@ def shared_versus_separate(engine: Engine, pairs: list[tuple[str, str]], repeats
 
 
 # --- report ------------------------------------------------------------------------------------------
-def markdown(rows: list[dict], comparison: dict, args, bundle) -> str:
+def markdown(rows: list[dict], memory: list[dict], faults: dict, comparison: dict, args, bundles) -> str:
+    described = "; ".join(f"`{b.root.name}`: {', '.join(b.tasks)} ({b.precision})" for b in bundles)
     setup = (
-        f"Bundle `{bundle.root}` ({', '.join(bundle.tasks)}; precision {bundle.precision}), "
+        f"{len(bundles)} bundle(s) under `{args.bundle}` ({described}), "
         f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; server max_batch_size "
         f"{args.max_batch_size}, max_wait_ms {args.max_wait_ms:g}; at most {args.requests} requests or "
         f"{args.seconds:g} s per level."
@@ -211,6 +302,27 @@ def markdown(rows: list[dict], comparison: dict, args, bundle) -> str:
             f"| {r['workers']} | {r['concurrency']} | {r['requests']} | {r['errors']} | {r['rps']:.1f} | "
             f"{r['p50']:.1f} | {r['p99']:.1f} | {per_pass} |"
         )
+    if memory:
+        lines += ["", "| requests served | resident MiB | errors |", "|---:|---:|---:|"]
+        lines += [f"| {m['requests']} | {m['rss_mb']:.0f} | {m['errors']} |" for m in memory]
+        growth = memory[-1]["rss_mb"] / memory[0]["rss_mb"] - 1
+        lines += [
+            "",
+            f"Resident memory after {memory[-1]['requests']} requests: {100 * growth:+.1f}% of that after "
+            f"{memory[0]['requests']}.",
+        ]
+    if faults:
+        f = faults
+        statuses = ", ".join(f"{n} x {code}" for code, n in sorted(f["burst"].items()))
+        lines += [
+            "",
+            f"Burst: {args.burst} simultaneous requests at a queue bound of {args.burst_queue}: {statuses}.",
+            "",
+            "| 50 requests, one after another | p50 ms | p99 ms |",
+            "|---|---:|---:|",
+            f"| alone | {f['calm_p50']:.1f} | {f['calm_p99']:.1f} |",
+            f"| while another client stalls mid-body | {f['stalled_p50']:.1f} | {f['stalled_p99']:.1f} |",
+        ]
     c, n = comparison, len(comparison["tasks"])
     intro = (
         f"N = {n} example tasks ({', '.join(c['tasks'])}) on the same {c['texts']} texts (median of {args.repeats}):"
@@ -229,10 +341,14 @@ def markdown(rows: list[dict], comparison: dict, args, bundle) -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--bundle", type=Path, required=True, help="a bundle directory (bertvision bundle)")
+    p.add_argument("--bundle", type=Path, required=True, help="a bundle, or a set of them (bundles/MODEL/picked)")
     p.add_argument("--requests", type=int, default=300, help="requests per concurrency level, at most")
     p.add_argument("--seconds", type=float, default=20.0, help="seconds per concurrency level, at most")
-    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
+    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32, 64])
+    p.add_argument("--memory-requests", type=int, nargs="*", default=[1000, 10000], help="(none: skip)")
+    p.add_argument("--burst", type=int, default=200, help="simultaneous requests of the burst (0: skip faults)")
+    p.add_argument("--burst-queue", type=int, default=8, help="the queue bound during the burst")
+    p.add_argument("--with-questions", action="store_true", help="a SQuAD question in every request too")
     p.add_argument("--workers", type=int, nargs="+", default=[1], help="uvicorn worker counts to compare")
     serve = ServeSettings()  # the server's own defaults
     p.add_argument("--max-batch-size", type=int, default=serve.max_batch_size)
@@ -241,19 +357,30 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=5)
     args = p.parse_args()
 
-    bundle = load_bundle(args.bundle)
-    example = [t for t in bundle.tasks.values() if not t.is_span]
+    bundles = [load_bundle(path) for path in bundle_paths([args.bundle])]
+    example = [t for b in bundles for t in b.tasks.values() if not t.takes_questions]
     if not example:
         raise SystemExit(f"{args.bundle}: no classification or regression task; the benchmark measures those")
     arities = sorted({len(t.text_fields) for t in example})
     pairs = sentence_pairs(max(args.batch, 200))
     bodies = [{"texts": request_texts(arities, pair)} for pair in pairs]
+    if args.with_questions and any(t.takes_questions for b in bundles for t in b.tasks.values()):
+        question = {"question": "Who plays the guitar?", "context": "A man plays the guitar in the park."}
+        bodies = [{**body, "qa": [question]} for body in bodies]
     print("load test ...", flush=True)
-    rows = measure_service(bundle.root, bodies, args)
+    rows = measure_service(args.bundle, bodies, args)
+    memory, faults = [], {}
+    if args.memory_requests:
+        print("memory ...", flush=True)
+        memory = measure_memory(args.bundle, bodies, args)
+    if args.burst:
+        print("faults ...", flush=True)
+        faults = measure_faults(args.bundle, bodies, args)
     print("one pass + N heads versus N models ...", flush=True)
-    comparison = shared_versus_separate(Engine(bundle), pairs[: args.batch], args.repeats)
+    widest = max(bundles, key=lambda b: sum(not t.takes_questions for t in b.tasks.values()))
+    comparison = shared_versus_separate(Engine(widest), pairs[: args.batch], args.repeats)
     print()
-    print(markdown(rows, comparison, args, bundle))
+    print(markdown(rows, memory, faults, comparison, args, bundles))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""``bertvision serve``: a real little run (MRPC with token features, STS-B, SQuAD 2.0, all on one
+"""``bertvision serve``: a real little run (MRPC with token features, STS-B, SQuAD 2.0 spans and
+answerability, all on one
 shared encoder checkpoint, tiny random BERT), bundled and served by a real uvicorn server on
 loopback. The service's answers are the pipeline's answers (each head's eval_predictions);
 bad input is a 4xx naming the field; concurrent requests share encoder passes."""
@@ -24,9 +25,10 @@ from bertvision.runtime.io import read_json
 from bertvision.serving.bundle import BundleError, load_bundle
 from bertvision.serving.bundle_writer import write_bundle
 from tests.conftest import squad_slice, workflow_settings
+from tests.http_server import Server
 from tests.rounding import assert_close_within_rounding, float32_states, rounding_bound, span_tolerances
 
-TASKS = ("mrpc", "stsb", "squad2")
+TASKS = ("mrpc", "stsb", "squad2", "squad2-answerable")
 MAX_TEXTS = 32
 MAX_BODY = 64_000
 MAX_CHARS = 3_000
@@ -52,6 +54,10 @@ def run(tiny_bert, tmp_path_factory):
             "mrpc": {**sizes, "token_features": True, "heads": ["lp", "tok", "lad"]},
             "stsb": {**sizes, "heads": ["lp", "ad8"]},
             "squad2": squad_slice(40, 16, 16, max_length=96, doc_stride=32, heads=["lp"]),
+            # the same questions' answerability: one label per question from its windows
+            "squad2-answerable": squad_slice(
+                40, 16, 16, max_length=96, doc_stride=32, token_features=True, heads=["lp", "tok"]
+            ),
         },
         finetune={"epoch_fractions": [0, 1], "settings": {"batch_size": 16}, "device": "cpu", "precision": "fp32"},
         extract={"precision": "fp32", "device": "cpu", "batch_size": 8},
@@ -116,6 +122,11 @@ def bundle_tasks(root) -> dict:
         "mrpc": {"heads_dirs": [root / "heads" / "mrpc"], "max_length": 64},
         "stsb": {"heads_dirs": [root / "heads" / "stsb"], "max_length": 64},
         "squad2": {"heads_dirs": [root / "heads" / "squad2"], "max_length": 96, "doc_stride": 32},
+        "squad2-answerable": {
+            "heads_dirs": [root / "heads" / "squad2-answerable"],
+            "max_length": 96,
+            "doc_stride": 32,
+        },
     }
 
 
@@ -129,32 +140,6 @@ def bundle(run, tiny_bert):
         {"backbone": "tiny", "encoder": "ft1/ckpt-1", "ft_seed": 1},
         "fp32",
     )
-
-
-class Server:
-    """A real uvicorn server in a thread, on a loopback port bound beforehand."""
-
-    def __init__(self, app):
-        import uvicorn
-
-        self.app = app
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            assert self.thread.is_alive() and time.monotonic() < deadline, "the server did not start"
-            time.sleep(0.02)
-        return self
-
-    def __exit__(self, *exc):
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
 
 
 @pytest.fixture(scope="module")
@@ -332,6 +317,45 @@ def test_span_answers_equal_the_pipelines_predictions(run, bundle, server):
         assert answer["null_threshold"] == threshold
 
 
+@pytest.mark.parametrize("head", ["lp", "tok"])
+def test_answerability_answers_are_the_evaluations_best_window_labels(run, bundle, server, head):
+    """A question's served label is what the evaluation scored: its windows' outputs (stored in
+    the head's eval_predictions) aggregated by the best window; the served outputs are that
+    window's. Scored against the data's labels, the answers give the head's recorded accuracy."""
+    from bertvision.registry.metrics import best_window, question_gold
+
+    task = "squad2-answerable"
+    rows = dev_rows(run, task)
+    windows = pd.read_parquet(kept_run(bundle, task, head) / HEAD_PREDICTIONS)
+    windows = windows[windows["split"] == "dev"]
+    response = post(
+        server,
+        {
+            "qa": [{"question": q, "context": c} for q, c in zip(rows["question"], rows["context"])],
+            "tasks": [task],
+            "heads": {task: head},
+        },
+    )
+    assert response.status_code == 200, response.text
+    answers = [a[task] for a in response.json()["answers"]]
+    assert len(answers) == len(rows) and all(a["head"] == head for a in answers)
+    names = get_task(task).label_names
+    served = []
+    for idx, answer in zip(rows["idx"], answers):
+        outputs = np.stack(windows.loc[windows["idx"] == idx, "outputs"].to_numpy())
+        margins = outputs[:, 0] - outputs[:, 1]
+        want = names[int(best_window(outputs, np.zeros(len(outputs), dtype=np.int64))[0])]
+        got_margin = answer["outputs"][0] - answer["outputs"][1]
+        assert got_margin == pytest.approx(margins.max(), abs=2e-3)  # float16 states, float32 error
+        assert answer["label"] == want or abs(margins.max()) < 2e-3
+        assert answer["label_id"] == names.index(answer["label"])
+        served.append(answer["label_id"])
+    gold = question_gold(rows)
+    accuracy = float(np.mean([label == gold[int(i)] for label, i in zip(served, rows["idx"])]))
+    recorded = read_json(kept_run(bundle, task, head) / HEAD_METRICS)["metrics"]["dev"]["accuracy"]
+    assert accuracy == pytest.approx(recorded, abs=1.5 / len(rows))  # one near tie may fall either way
+
+
 def test_all_tasks_of_a_text_come_from_one_encoder_pass(server, bundle):
     before = server.client.get("/health").json()["encoder_passes"]
     response = post(
@@ -350,7 +374,8 @@ def test_all_tasks_of_a_text_come_from_one_encoder_pass(server, bundle):
         assert per_text["mrpc"]["head"] == bundle.tasks["mrpc"].picked and per_text["mrpc"]["label"] is not None
         assert per_text["stsb"]["head"] == bundle.tasks["stsb"].picked and per_text["stsb"]["score"] is not None
     assert body["predictions"][0] == body["predictions"][1] == body["predictions"][2]
-    assert list(body["answers"][0]) == ["squad2"]
+    assert list(body["answers"][0]) == ["squad2", "squad2-answerable"]
+    assert body["answers"][0]["squad2-answerable"]["label"] in ("answerable", "no_answer")
 
 
 def test_tasks_and_health(server, bundle):
@@ -443,7 +468,7 @@ def test_questions_to_a_bundle_without_a_span_task_are_a_4xx_naming_qa(run, tiny
     """Not an empty 200: a qa item, alone or beside texts, that no task of the bundle answers."""
     from bertvision.serving.app import create_app
 
-    tasks = {k: v for k, v in bundle_tasks(run).items() if k != "squad2"}
+    tasks = {k: v for k, v in bundle_tasks(run).items() if not k.startswith("squad2")}
     meta = {"backbone": "tiny", "encoder": "ft1/ckpt-1", "ft_seed": 1}
     texts_only = write_bundle(run / "bundle-texts", run / "ft" / "ckpt-1", str(tiny_bert), tasks, meta, "fp32")
     question = {"question": "Who sat?", "context": "The cat sat."}
@@ -451,7 +476,7 @@ def test_questions_to_a_bundle_without_a_span_task_are_a_4xx_naming_qa(run, tiny
         for body in ({"qa": [question]}, {"texts": [PAIR], "qa": [question]}):
             response = httpx.post(f"{running.url}/predict", json=body, timeout=60)
             assert response.status_code == 422, response.text
-            assert response.json()["field"] == "qa" and "no span task" in response.json()["detail"]
+            assert response.json()["field"] == "qa" and "no task that answers questions" in response.json()["detail"]
         assert httpx.post(f"{running.url}/predict", json={"texts": [PAIR]}, timeout=60).status_code == 200
 
 
@@ -864,8 +889,13 @@ def test_two_bundles_serve_their_tasks_each_with_its_own_encoder_pass(run, tiny_
     with Server(create_app([pairs_bundle.root, rest_bundle.root], settings)) as running:
         client = httpx.Client(base_url=running.url, timeout=60)
         summary = client.get("/tasks").json()
-        assert [sorted(e["tasks"]) for e in summary["encoders"]] == [["mrpc"], ["squad2", "stsb"]]
-        assert {n: t["encoder"] for n, t in summary["tasks"].items()} == {"mrpc": 0, "stsb": 1, "squad2": 1}
+        assert [sorted(e["tasks"]) for e in summary["encoders"]] == [["mrpc"], ["squad2", "squad2-answerable", "stsb"]]
+        assert {n: t["encoder"] for n, t in summary["tasks"].items()} == {
+            "mrpc": 0,
+            "stsb": 1,
+            "squad2": 1,
+            "squad2-answerable": 1,
+        }
         before = client.get("/health").json()["encoder_passes"]
         response = client.post("/predict", json=body)
         assert response.status_code == 200, response.text
@@ -929,3 +959,73 @@ def test_a_client_that_stalls_mid_body_does_not_delay_others(server):
         for _ in range(5):
             assert post(server, {"texts": [PAIR]}).status_code == 200
         assert time.perf_counter() - t0 < 10
+
+
+def test_the_serve_benchmark_measures_load_memory_and_faults(bundle):
+    """scripts/benchmark_serve.py end to end at a small size: its tables, no errors under load,
+    and a burst answered with 200s and 503s only."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    done = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "benchmark_serve.py"), "--bundle", str(bundle.root),
+         "--requests", "6", "--seconds", "5", "--concurrency", "1", "4", "--memory-requests", "20", "40",
+         "--burst", "24", "--burst-queue", "2", "--batch", "4", "--repeats", "1", "--with-questions"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout
+    for concurrency in (1, 4):
+        assert f"| 1 | {concurrency} | 6 | 0 |" in out
+    assert "| 40 | " in out and "Resident memory after 40 requests" in out
+    burst = next(line for line in out.splitlines() if line.startswith("Burst: 24 simultaneous"))
+    assert "x 503" in burst and set(burst.rsplit(": ", 1)[1].rstrip(".").split(", ")) <= {
+        f"{n} x {code}" for n in range(25) for code in (200, 503)
+    }
+    assert "| while another client stalls mid-body |" in out
+
+
+# --- the picked bundles of a run (serving/picked.py) ------------------------------------------------
+def summary_csv(path, picks: dict[str, tuple[float, str]]):
+    rows = [
+        {"backbone": "tiny", "task": t, "row": "BERTVision (picked)", "epoch_fraction": f, "model": m,
+         "dev_mean": 0.5, "selection_mean": 0.5}
+        for t, (f, m) in picks.items()
+    ]  # fmt: skip
+    rows.append({**rows[0], "row": "full fine-tuning", "model": "BERT"})
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return path
+
+
+def test_picked_bundles_serve_the_summarys_pick_and_name_what_they_cannot(run, tiny_bert, tmp_path):
+    from bertvision.serving.bundle import bundle_paths
+    from bertvision.serving.picked import CheckpointRun, write_picked_bundles
+
+    runs = [CheckpointRun(task, 1, "1", run / "ft" / "ckpt-1", run / "heads" / task) for task in ("mrpc", "stsb")]
+    settings = {"mrpc": {"max_length": 64}, "stsb": {"max_length": 64}}
+    # an ensemble pick is served as its head, and says so
+    summary = summary_csv(tmp_path / "summary.csv", {"mrpc": (1.0, "tok"), "stsb": (1.0, "ad8 + BERT (mean)")})
+    out = tmp_path / "picked"
+    index = write_picked_bundles(out, summary, "tiny", runs, str(tiny_bert), settings, {"backbone": "tiny"}, "fp32")
+    assert index["picks"]["mrpc"]["bundle"] == "mrpc-ft1-ckpt1" and index["picks"]["mrpc"]["served_head"] == "tok"
+    assert index["picks"]["stsb"]["served_head"] == "ad8" and index["picks"]["stsb"]["ensemble"] is True
+    paths = bundle_paths([out])
+    assert [p.name for p in paths] == ["mrpc-ft1-ckpt1", "stsb-ft1-ckpt1"]
+    assert [load_bundle(p).tasks[t].picked for p, t in zip(paths, ("mrpc", "stsb"))] == ["tok", "ad8"]
+
+    missing = summary_csv(tmp_path / "only-mrpc.csv", {"mrpc": (1.0, "lp")})
+    with pytest.raises(BundleError, match=r"only-mrpc.csv: no picked path for stsb \(backbone tiny\)"):
+        write_picked_bundles(tmp_path / "p2", missing, "tiny", runs, str(tiny_bert), settings, {}, "fp32")
+    unknown = summary_csv(tmp_path / "unknown.csv", {"mrpc": (1.0, "cnn"), "stsb": (1.0, "lp")})
+    with pytest.raises(BundleError, match=r"mrpc: the summary's pick 'cnn' at checkpoint 1 is none of the heads"):
+        write_picked_bundles(tmp_path / "p3", unknown, "tiny", runs, str(tiny_bert), settings, {}, "fp32")
+    elsewhere = summary_csv(tmp_path / "elsewhere.csv", {"mrpc": (0.5, "lp"), "stsb": (1.0, "lp")})
+    with pytest.raises(BundleError, match=r"mrpc: no checkpoint 0.5 among the run's heads directories"):
+        write_picked_bundles(tmp_path / "p4", elsewhere, "tiny", runs, str(tiny_bert), settings, {}, "fp32")
+    assert not any((tmp_path / p).exists() for p in ("p2", "p3", "p4"))
+
+    (out / "bundles.json").write_text("{not json")
+    with pytest.raises(BundleError, match=r"picked/bundles.json: not a bundle set index"):
+        bundle_paths([out])

@@ -370,7 +370,9 @@ def test_rerun_has_nothing_to_do_and_a_head_change_reruns_only_heads(workflow_ru
     # transfer evaluations and the experiment tables; the data-fraction runs (lp only) do not.
     # The shared encoders train lp only: none of their heads reruns, but the RTE and WNLI heads
     # directories they read (the heads applied as they are, the cross-task table) are rewritten.
+    # The picked bundles are written again from the new summary.
     assert counts == {
+        "serve_bundles": 1,
         "all": 1,
         "tables": 1,
         "plots": 1,
@@ -489,3 +491,54 @@ def test_model_jobs_record_the_precision_auto_picks_here_and_fork_from_the_warm_
     assert len(model_logs) >= 6
     unforked = [p for p in model_logs if "forked from the warm pool" not in p.read_text()]
     assert len(unforked) <= 2, unforked
+
+
+def test_the_picked_bundles_serve_every_task_of_the_run_over_http(workflow_run):
+    """bundles/tiny/picked: the summary's pick for every task (the tasks picked on the untouched
+    encoder share the frozen bundle), served as one service; each task asked over HTTP answers
+    with its picked head."""
+    import httpx
+    from safetensors.torch import load_file
+
+    from bertvision.serving.app import ServeSettings, create_app
+    from tests.http_server import Server
+
+    workdir, config = workflow_run
+    picked_dir = workdir / L.PICKED_BUNDLES_DIR.format(model="tiny")
+    index = json.loads((picked_dir / L.BUNDLE_SET_INDEX).read_text())
+    assert set(index["picks"]) == set(config["tasks"])
+    summary = pd.read_csv(workdir / "results/tables/summary.csv")
+    picked = summary[summary["row"] == "BERTVision (picked)"].set_index("task")
+    for task, pick in index["picks"].items():
+        assert (
+            pick["model"] == picked.loc[task, "model"] and pick["epoch_fraction"] == picked.loc[task, "epoch_fraction"]
+        )
+        assert pick["served_head"] == pick["model"] or pick["ensemble"]
+        bundle = json.loads((picked_dir / pick["bundle"] / "bundle.json").read_text())
+        assert bundle["tasks"][task]["picked"] == pick["served_head"]
+        if pick["epoch_fraction"] == 0:
+            assert pick["bundle"] == "frozen"
+        else:
+            assert pick["bundle"] == f"{task}-ft{pick['ft_seed']}-ckpt{pick['epoch_fraction']:g}"
+            assert list(bundle["tasks"]) == [task]
+            ckpt = load_file(workdir / f"models/tiny/{task}/ft1/ckpt-1/model.safetensors")
+            served = load_file(picked_dir / pick["bundle"] / "encoder/model.safetensors")
+            name = "embeddings.word_embeddings.weight"
+            assert (served[name] == ckpt[f"bert.{name}"]).all()  # the task's own fine-tuned encoder
+    assert set(index["bundles"]) == {p["bundle"] for p in index["picks"].values()}
+
+    pair = ["A man is playing a guitar.", "A man plays the guitar."]
+    question = {"question": "Who plays?", "context": "A man plays the guitar in the park."}
+    with Server(create_app(picked_dir, ServeSettings(device="cpu"))) as running:
+        client = httpx.Client(base_url=running.url, timeout=60)
+        tasks = client.get("/tasks").json()
+        assert set(tasks["tasks"]) == set(config["tasks"]) and len(tasks["encoders"]) == len(index["bundles"])
+        for task, pick in index["picks"].items():
+            kind = tasks["tasks"][task]
+            body = {"qa": [question]} if task.startswith("squad2") else {"texts": [pair]}
+            response = client.post("/predict", json={**body, "tasks": [task]})
+            assert response.status_code == 200, (task, response.text)
+            answer = response.json()["answers" if "qa" in body else "predictions"][0][task]
+            assert answer["head"] == pick["served_head"] == kind["picked"]
+            v2 = client.get(f"/v2/models/{task}/ready")
+            assert v2.status_code == 200

@@ -114,15 +114,19 @@ def shared_problems(workflow, broken: set) -> list[str]:
     windowed = [t for t in workflow.shared_tasks if t in workflow.tasks and get_task(t).answerability]
     if windowed:
         problems.append(
-            f"shared.tasks: {windowed} classify questions from several context windows; a bundle "
-            "serves one window per request, so answerability tasks are not shared"
+            f"shared.tasks: {windowed} classify questions from several context windows; the cross-task "
+            "table scores one row per example, so answerability tasks are not shared (the run's picked "
+            "bundles serve them)"
         )
     for name, mixture in shared["mixtures"].items():
         missing = [t for t in mixture["tasks"] if t not in workflow.tasks]
         if missing:
             problems.append(f"shared.mixtures.{name}.tasks: {missing} are not configured tasks ({workflow.tasks})")
-        if name == "frozen" or name in workflow.tasks:
-            problems.append(f"shared.mixtures.{name}: the name is taken (frozen and task names name encoders)")
+        if name in ("frozen", "picked") or name in workflow.tasks:
+            problems.append(
+                f"shared.mixtures.{name}: the name is taken (frozen and task names name encoders; "
+                "bundles/MODEL/picked holds the picked bundles)"
+            )
     if not workflow.shared_tasks or problems:
         return problems
     if shared["frozen"] and "0" not in workflow.fractions:

@@ -2,8 +2,9 @@
 
 - ``POST /predict``: ``{"texts": [...], "qa": [...], "tasks": [...], "heads": {...}}``; a text is a
   string (single-text tasks) or a pair ``[a, b]`` (pair tasks); a ``qa`` item is
-  ``{"question", "context"}`` (span tasks). Answers per text per task (label, probabilities,
-  score, raw outputs, the head used) and per question per span task (answer, has_answer).
+  ``{"question", "context"}`` (span and answerability tasks). Answers per text per task (label,
+  probabilities, score, raw outputs, the head used) and per question per question task (span:
+  answer, has_answer; answerability: the label of its most confident window, as evaluated).
 - ``GET /health`` (liveness), ``GET /ready`` (503 until the model is loaded and warmed),
   ``GET /tasks`` (tasks, default heads, every head's size and scores), ``GET /docs`` (OpenAPI).
 - The Open Inference Protocol (KServe v2 REST) under ``/v2`` (``serving/v2.py``): every task a
@@ -35,6 +36,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
 from bertvision.serving.batching import BatchFailed, Overloaded
+from bertvision.serving.bundle import bundle_paths as bundle_paths_of
 from bertvision.serving.engine import Engine
 from bertvision.serving.items import QuestionItem, RequestError, TextItem
 from bertvision.serving.metrics import Observed, ServiceMetrics
@@ -174,11 +176,11 @@ def create_app(
     settings: ServeSettings | None = None,
     engine: Engine | list[Engine] | None = None,
 ) -> FastAPI:
-    """The service for the bundle(s) at ``bundle_paths`` (loaded now, so a broken bundle fails at
-    startup; two bundles with a task in common are refused). ``engine``: already loaded ones
+    """The service for the bundle(s) at ``bundle_paths`` (bundles, or sets of them; loaded now,
+    so a broken bundle fails at startup; two bundles with a task in common are refused). ``engine``: already loaded ones
     (tests, benchmarks)."""
     settings = settings or ServeSettings()
-    paths = [Path(p) for p in (bundle_paths if isinstance(bundle_paths, (list, tuple)) else [bundle_paths])]
+    paths = bundle_paths_of(bundle_paths if isinstance(bundle_paths, (list, tuple)) else [bundle_paths])
     if engine is None:
         engines = [
             Engine(p, settings.device, settings.max_windows, settings.threads, settings.max_batch_tokens) for p in paths
@@ -281,12 +283,12 @@ def warm_up(engine: Engine) -> None:
     texts = [
         TextItem(("Warm up.",) * len(t.text_fields), {name: t.picked})
         for name, t in engine.tasks.items()
-        if not t.is_span
+        if not t.takes_questions
     ]
     questions = [
         QuestionItem("What warms up?", "The service warms up.", {name: t.picked})
         for name, t in engine.tasks.items()
-        if t.is_span
+        if t.takes_questions
     ]
     engine.predict(texts, questions)
 

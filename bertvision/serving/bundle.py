@@ -8,7 +8,8 @@ were trained on that encoder's hidden states, in one directory::
 ``bundle.json``: {format: 1, keys (provenance: backbone, encoder, ft_seed, ...), precision (the
 extraction precision the heads' features were computed at, reproduced when serving), layers,
 hidden, tasks: {task: {kind, text_fields, label_names, primary_metric, eval_splits, max_length,
-doc_stride, max_answer_length, n_best, feature_level ("cls" or "tokens"), picked (the default
+doc_stride (span and answerability tasks: their context windows), max_answer_length, n_best,
+feature_level ("cls" or "tokens"), picked (the default
 head), heads: {head: {path, seed, seeds, spec, level, parameters, mean_selection_score,
 selection_metrics, eval_metrics {split: metrics}, null_threshold (span heads), source}}}}}.
 
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bertvision.errors import BertvisionError
-from bertvision.layout import BUNDLE_ENCODER, BUNDLE_INDEX, HEAD_METRICS, HEAD_WEIGHTS
+from bertvision.layout import BUNDLE_ENCODER, BUNDLE_INDEX, BUNDLE_SET_INDEX, HEAD_METRICS, HEAD_WEIGHTS
 from bertvision.models.backbone import missing_safetensors
 from bertvision.runtime.precision import PRECISIONS
 
@@ -88,6 +89,12 @@ class TaskEntry:
     @property
     def is_span(self) -> bool:
         return self.kind == "span"
+
+    @property
+    def takes_questions(self) -> bool:
+        """Asked with question/context items, cut into context windows: span tasks, and
+        answerability (one label per question from its windows' [CLS] states)."""
+        return self.doc_stride is not None
 
 
 @dataclass(frozen=True)
@@ -182,6 +189,10 @@ def _task_entry(root: Path, name: str, data: dict) -> TaskEntry:
         problems.append(f"picked head {entry.picked!r} is not among its heads {sorted(heads)}")
     if entry.kind == "classification" and len(entry.label_names) < 2:
         problems.append("a classification task without label_names")
+    if entry.kind == "regression" and entry.takes_questions:
+        problems.append("a regression task over context windows")
+    if entry.takes_questions and (entry.label_names and len(entry.label_names) != 2):
+        problems.append("a windowed classification task has two labels (answerable, no answer)")
     if entry.is_span and (not entry.doc_stride or not entry.n_best or not entry.max_answer_length):
         problems.append("a span task needs doc_stride, n_best and max_answer_length")
     if entry.is_span and any(h.null_threshold is None for h in heads.values()):
@@ -223,3 +234,21 @@ def load_bundle(path: Path) -> Bundle:
         )
     except (KeyError, TypeError, ValueError) as err:
         raise BundleError(f"{meta_path}: malformed ({type(err).__name__}: {err})") from None
+
+
+def bundle_paths(paths) -> list[Path]:
+    """Bundle directories from what a user names: bundles, and sets of bundles (a directory with
+    ``bundles.json``, as ``serve-bundles`` writes: each of its bundles, in its order)."""
+    out = []
+    for path in paths:
+        path = Path(path)
+        index = path / BUNDLE_SET_INDEX
+        if (path / BUNDLE_INDEX).exists() or not index.exists():
+            out.append(path)
+            continue
+        try:
+            members = json.loads(index.read_text())["bundles"]
+            out += [path / member["path"] for member in members.values()]
+        except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as err:
+            raise BundleError(f"{index}: not a bundle set index ({type(err).__name__}: {err})") from None
+    return out

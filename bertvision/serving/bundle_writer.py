@@ -130,9 +130,11 @@ def task_json(task: TaskSpec, settings: dict, runs: list[HeadRun]) -> dict:
     for run in runs:
         seeds.setdefault(run.head, []).append(run.seed)
     heads = {head: head_entry_json(task, run, seeds[head], means[head]) for head, run in sorted(kept.items())}
-    picked = pick_default_head(means, {h: e["parameters"] for h, e in heads.items()})
+    picked = settings.get("picked") or pick_default_head(means, {h: e["parameters"] for h, e in heads.items()})
+    if picked not in heads:
+        raise BundleError(f"{task.name}: the picked head {picked!r} is not among its trained heads {sorted(heads)}")
     span = task.span
-    doc_stride = settings.get("doc_stride") or (span.doc_stride if span else None)
+    doc_stride = settings.get("doc_stride") or task.doc_stride
     return {
         "kind": task.kind,
         "text_fields": list(task.text_fields),
@@ -140,7 +142,7 @@ def task_json(task: TaskSpec, settings: dict, runs: list[HeadRun]) -> dict:
         "primary_metric": task.primary_metric,
         "eval_splits": list(task.eval_splits),
         "max_length": int(settings.get("max_length") or task.max_length),
-        "doc_stride": int(doc_stride) if span else None,
+        "doc_stride": int(doc_stride) if task.windowed else None,
         "max_answer_length": span.max_answer_length if span else None,
         "n_best": span.n_best if span else None,
         "feature_level": "tokens" if any(e["level"] == "tokens" for e in heads.values()) else "cls",
@@ -183,7 +185,8 @@ def write_bundle(
     out_dir: Path, encoder_dir: Path, tokenizer_source: str, tasks: dict[str, dict], keys: dict, precision: str
 ) -> Bundle:
     """Build a bundle in ``out_dir`` (replacing one there). ``tasks``: {task: {"heads_dirs": [train_heads
-    output dirs], "max_length": int, "doc_stride": int | None}} (missing settings: the registry's);
+    output dirs], "max_length": int, "doc_stride": int | None, "picked": the default head (default:
+    the best mean selection score among them)}} (missing settings: the registry's);
     ``precision``: the extraction precision of the heads' features; ``auto`` takes the precision
     the heads' records say their states were computed in (serving then computes states as the
     evaluation did, whatever the serving machine's own auto would pick). Written into a scratch

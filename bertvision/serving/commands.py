@@ -18,7 +18,19 @@ SERVE_FLAGS = {
     "max_texts_per_request": ("--max-texts", "inputs per request"),
     "max_body_bytes": ("--max-body-bytes", "request body size"),
     "max_text_chars": ("--max-text-chars", "characters per text, question or context"),
+    "max_queued": ("--max-queued", "requests waiting per encoder; more get 503"),
 }
+
+
+def checked_task_settings(given: dict) -> dict:
+    """--task-settings as {task: {max_length, doc_stride}} (set ones only), or one line naming the key."""
+    try:
+        task_settings = BUNDLE_TASK_SETTINGS.validate_python(given)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where, what = "".join(f"{p}: " for p in first["loc"]), first["msg"][0].lower() + first["msg"][1:]
+        raise SettingsError(f"--task-settings: {where}{what} (expected {{task: {{max_length, doc_stride}}}})") from None
+    return {name: settings.model_dump(exclude_none=True) for name, settings in task_settings.items()}
 
 
 def cmd_bundle(a):
@@ -27,21 +39,37 @@ def cmd_bundle(a):
     tasks: dict[str, dict] = {}
     for name, path in a.heads:
         tasks.setdefault(name, {"heads_dirs": []})["heads_dirs"].append(path)
-    try:
-        task_settings = BUNDLE_TASK_SETTINGS.validate_python(a.task_settings)
-    except ValidationError as err:
-        first = err.errors()[0]
-        where, what = "".join(f"{p}: " for p in first["loc"]), first["msg"][0].lower() + first["msg"][1:]
-        raise SettingsError(f"--task-settings: {where}{what} (expected {{task: {{max_length, doc_stride}}}})") from None
+    task_settings = checked_task_settings(a.task_settings)
     for name, settings in task_settings.items():
         if name not in tasks:
             raise SettingsError(f"--task-settings: {name} has no --heads {name}=DIR")
-        tasks[name].update(settings.model_dump(exclude_none=True))
+        tasks[name].update(settings)
     bundle = write_bundle(a.out, a.encoder_dir, a.tokenizer, tasks, a.keys, a.precision)
     for name, task in bundle.tasks.items():
         kept = ", ".join(f"{h} (seed {e.seed})" for h, e in task.heads.items())
         print(f"{name}: heads {kept}; default {task.picked}")
     print(f"wrote {bundle.root}")
+
+
+def cmd_serve_bundles(a):
+    from bertvision.serving.picked import CheckpointRun, write_picked_bundles
+
+    try:
+        runs = [CheckpointRun.from_json(r) for r in a.runs]
+    except (KeyError, TypeError, ValueError) as err:
+        raise SettingsError(
+            f"--runs: each run is {{task, ftseed, frac, checkpoint_dir, heads_dir}} ({type(err).__name__}: {err})"
+        ) from None
+    index = write_picked_bundles(
+        a.out, a.summary, a.backbone, runs, a.tokenizer, checked_task_settings(a.task_settings), a.keys, a.precision
+    )
+    for task, pick in index["picks"].items():
+        served = f"{pick['served_head']} (its ensemble with BERT is not served)" if pick["ensemble"] else pick["model"]
+        print(
+            f"{task}: {served} at checkpoint {pick['epoch_fraction']:g}, fine-tuning seed {pick['ft_seed']}: "
+            f"bundle {pick['bundle']}"
+        )
+    print(f"wrote {a.out}")
 
 
 def cmd_serve(a):
@@ -51,10 +79,10 @@ def cmd_serve(a):
     import uvicorn
 
     from bertvision.serving.app import BUNDLE_ENV, SETTINGS_ENV
-    from bertvision.serving.bundle import BundleError, load_bundle
+    from bertvision.serving.bundle import BundleError, bundle_paths, load_bundle
 
     # a broken bundle fails here, in one line, before any worker starts; so do two that share a task
-    bundles = [load_bundle(path) for path in a.bundles]
+    bundles = [load_bundle(path) for path in bundle_paths(a.bundles)]
     served: dict[str, Path] = {}
     for bundle in bundles:
         for task in bundle.tasks:
@@ -125,6 +153,26 @@ def add_serving_commands(sub, subcommand, json_arg, name_path_arg) -> None:
 
     s = subcommand(
         sub,
+        "serve-bundles",
+        cmd_serve_bundles,
+        "bundles that serve the summary's pick for every task of a run, one per encoder (rule serve_bundles)",
+    )
+    s.add_argument("--summary", type=Path, required=True, help="the summary table (results/tables/summary.csv)")
+    s.add_argument("--backbone", required=True, help="the backbone whose picks to serve")
+    s.add_argument(
+        "--runs",
+        type=json_arg,
+        required=True,
+        help="[{task, ftseed, frac, checkpoint_dir, heads_dir}]: every checkpoint of the run and its heads",
+    )
+    s.add_argument("--tokenizer", required=True, help="the backbone reference (backbones.<model>.pretrained)")
+    s.add_argument("--task-settings", type=json_arg, default={}, help='{"task": {"max_length": N, "doc_stride": N}}')
+    s.add_argument("--keys", type=json_arg, default={}, help='provenance, e.g. {"backbone"}')
+    s.add_argument("--precision", required=True, choices=PRECISIONS, help="extract.precision of the features")
+    s.add_argument("--out", type=Path, required=True)
+
+    s = subcommand(
+        sub,
         "serve",
         cmd_serve,
         "answer every task of one or more bundles over HTTP, one encoder pass per batch and encoder",
@@ -133,7 +181,8 @@ def add_serving_commands(sub, subcommand, json_arg, name_path_arg) -> None:
         "bundles",
         type=Path,
         nargs="+",
-        help="bundle directories (bertvision bundle), each task in one; requests are routed by task",
+        help="bundle directories (bertvision bundle), or sets of them (bertvision serve-bundles: "
+        "bundles/MODEL/picked), each task in one; requests are routed by task",
     )
     s.add_argument("--host", default="127.0.0.1", help="(default %(default)s)")
     s.add_argument("--port", type=int, default=8000, help="(default %(default)s)")

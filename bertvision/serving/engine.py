@@ -31,6 +31,7 @@ from bertvision.evaluation.squad_decode import apply_threshold, decode_question
 from bertvision.models.encoder_io import SUMMARY_POSITION, load_encoder, pad_id, summary_position, uses_token_types
 from bertvision.models.head_io import load_head
 from bertvision.models.heads import span_logits
+from bertvision.registry.metrics import best_window
 from bertvision.runtime.device import autocast, pick_device, set_threads, to_device
 from bertvision.serving.bundle import Bundle, BundleError, TaskEntry, load_bundle
 from bertvision.serving.items import (
@@ -121,16 +122,19 @@ class Engine:
     def check_text(self, item: TextItem, field: str) -> None:
         for name in item.heads:
             task = self.task(name, field)
-            if task.is_span:
-                raise RequestError(field, f"{name} is a span task: send question/context items, not texts")
+            if task.takes_questions:
+                raise RequestError(
+                    field, f"{name} reads questions and contexts: send question/context items, not texts"
+                )
             if len(task.text_fields) != len(item.texts):
                 given = "a pair of texts" if len(item.texts) == 2 else "a single text"
                 wanted = "a pair [a, b]" if len(task.text_fields) == 2 else "a single text"
                 raise RequestError(field, f"task {name} takes {wanted} ({', '.join(task.text_fields)}), got {given}")
 
     def check_question(self, item: QuestionItem, field: str) -> None:
-        """Span inputs the windows can hold: the question leaves the context more than
-        doc_stride tokens per window, and the context needs at most ``max_windows`` windows."""
+        """Question inputs (span and answerability tasks) the windows can hold: the question
+        leaves the context more than doc_stride tokens per window, and the context needs at most
+        ``max_windows`` windows."""
         if not item.question.strip():
             raise RequestError(f"{field}.question", "empty")
         if not item.context.strip():
@@ -140,8 +144,8 @@ class Engine:
         c_len = len(tok(item.context, add_special_tokens=False)["input_ids"])
         for name in item.heads:
             task = self.task(name, field)
-            if not task.is_span:
-                raise RequestError(field, f"{name} is not a span task: send its inputs as texts")
+            if not task.takes_questions:
+                raise RequestError(field, f"{name} takes texts, not question/context items: send its inputs as texts")
             budget = task.max_length - q_len - tok.num_special_tokens_to_add(pair=True)
             if budget <= task.doc_stride:
                 most = task.max_length - tok.num_special_tokens_to_add(pair=True) - task.doc_stride - 1
@@ -163,7 +167,8 @@ class Engine:
     def predict(
         self, texts: list[TextItem], questions: list[QuestionItem] | None = None
     ) -> tuple[list[dict[str, ExampleResult]], list[dict[str, SpanResult]]]:
-        """Per text, task -> its result; per question, span task -> its answer; from one encoder pass."""
+        """Per text, task -> its result; per question, question task -> its answer (span tasks: a
+        SpanResult; answerability: an ExampleResult from its best window); from one encoder pass."""
         questions = questions or []
         sequences = Sequences()
         text_rows = self._tokenize_texts(texts, sequences)
@@ -171,7 +176,10 @@ class Engine:
         if not len(sequences):
             return [{} for _ in texts], [{} for _ in questions]
         encoded = self._encode(sequences, self._token_readers(texts, text_rows, questions, span_groups))
-        return (self._example_results(texts, text_rows, encoded), self._span_results(questions, span_groups, encoded))
+        return (
+            self._example_results(texts, text_rows, encoded),
+            self._question_results(questions, span_groups, encoded),
+        )
 
     def _token_readers(
         self,
@@ -189,7 +197,10 @@ class Engine:
         for group in span_groups:
             for row, q in zip(group.rows, group.windows.idx):
                 item = questions[group.questions[int(q)]]
-                readers.setdefault(row, set()).update((t, item.heads[t]) for t in group.tasks if t in item.heads)
+                pairs = {(t, item.heads[t]) for t in group.tasks if t in item.heads}
+                pairs = {(t, h) for t, h in pairs if self.tasks[t].heads[h].level == "tokens"}
+                if pairs:
+                    readers.setdefault(row, set()).update(pairs)
         return readers
 
     def _tokenize_texts(self, texts: list[TextItem], sequences: Sequences) -> list[dict[str, int]]:
@@ -309,33 +320,65 @@ class Engine:
         # the order the tasks were asked in
         return [{t: results[i][t] for t in item.heads} for i, item in enumerate(texts)]
 
-    def _span_results(
+    def _question_results(
         self, questions: list[QuestionItem], groups: list[SpanGroup], encoded: Encoded
-    ) -> list[dict[str, SpanResult]]:
-        """Per question, its windows' logits decoded as evaluation decodes them."""
-        results: list[dict[str, SpanResult]] = [{} for _ in questions]
+    ) -> list[dict[str, SpanResult | ExampleResult]]:
+        """Per question, its windows' outputs read as evaluation reads them: span logits decoded
+        with the null threshold; answerability labels from the best window (``best_window``)."""
+        results: list[dict] = [{} for _ in questions]
         for group in groups:
             by_question: dict[int, list[int]] = {}
             for w, q in enumerate(group.windows.idx):
                 by_question.setdefault(int(q), []).append(w)
-            for q, i in enumerate(group.questions):
-                for task_name in group.tasks:
-                    head = questions[i].heads.get(task_name)
-                    if head is None:
-                        continue
-                    task, logits = self.tasks[task_name], encoded.token_outputs[task_name, head]
-                    windows = [
-                        (logits[group.rows[w]][:, 0], logits[group.rows[w]][:, 1], group.windows.offsets[w])
-                        for w in by_question.get(q, [])
-                    ]
-                    best = decode_question(windows, questions[i].context, task.n_best, task.max_answer_length)
-                    threshold = task.heads[head].null_threshold
-                    results[i][task_name] = SpanResult(
-                        head,
-                        apply_threshold([best], threshold)[0],
-                        bool(best.score_diff > threshold),
-                        best.text,
-                        finite(best.score_diff),
-                        threshold,
-                    )
+            for task_name in group.tasks:
+                task = self.tasks[task_name]
+                for head in dict.fromkeys(
+                    questions[i].heads[task_name] for i in group.questions if task_name in questions[i].heads
+                ):
+                    window_outputs = self._window_outputs(task_name, head, group, encoded)
+                    for q, i in enumerate(group.questions):
+                        if questions[i].heads.get(task_name) != head:
+                            continue
+                        windows = by_question.get(q, [])
+                        if task.is_span:
+                            results[i][task_name] = self._span_answer(
+                                task, head, questions[i], group, windows, window_outputs
+                            )
+                        else:
+                            results[i][task_name] = self._answerability(
+                                task, head, [window_outputs[w] for w in windows]
+                            )
         return [{t: results[i][t] for t in item.heads} for i, item in enumerate(questions)]
+
+    def _window_outputs(self, task: str, head: str, group: SpanGroup, encoded: Encoded) -> list[np.ndarray]:
+        """The head's outputs for every window of the group: read from the token pass (span and
+        token-level heads), or the [CLS] head run over the windows' states."""
+        if self.tasks[task].heads[head].level == "tokens":
+            computed = encoded.token_outputs.get((task, head), {})
+            return [computed.get(row) for row in group.rows]
+        states = torch.from_numpy(encoded.cls[group.rows].astype(np.float32))
+        return list(self._run_head(task, head, states))
+
+    def _span_answer(self, task: TaskEntry, head: str, item: QuestionItem, group: SpanGroup, windows, outputs):
+        spans = [(outputs[w][:, 0], outputs[w][:, 1], group.windows.offsets[w]) for w in windows]
+        best = decode_question(spans, item.context, task.n_best, task.max_answer_length)
+        threshold = task.heads[head].null_threshold
+        return SpanResult(
+            head,
+            apply_threshold([best], threshold)[0],
+            bool(best.score_diff > threshold),
+            best.text,
+            finite(best.score_diff),
+            threshold,
+        )
+
+    @staticmethod
+    def _answerability(task: TaskEntry, head: str, outputs: list[np.ndarray]) -> ExampleResult:
+        """A question's label by the evaluation's rule (``best_window``: answerable when its most
+        confident window says so), with that window's outputs and probabilities."""
+        stacked = np.stack(outputs)
+        label_id = int(best_window(stacked, np.zeros(len(stacked), dtype=np.int64))[0])
+        chosen = stacked[int(np.argmax(stacked[:, 0] - stacked[:, 1]))]
+        result = example_result(task, head, chosen)
+        result.label_id, result.label = label_id, task.label_names[label_id]
+        return result

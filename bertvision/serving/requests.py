@@ -48,12 +48,18 @@ class PredictRequest(BaseModel):
             "a pair [a, b] (pair tasks such as mrpc, stsb). Each is tokenized once and encoded once for all tasks."
         ),
     )
-    qa: list[QAInput] | None = Field(None, description="Inputs of the span (question answering) tasks such as squad2.")
+    qa: list[QAInput] | None = Field(
+        None,
+        description=(
+            "Inputs of the question tasks: span extraction (squad2) and answerability (squad2-answerable, one "
+            "label per question from its best context window)."
+        ),
+    )
     tasks: list[str] | None = Field(
         None,
         description=(
             "Tasks to answer (GET /tasks lists them). Default: for each text, every example task that takes its "
-            "number of texts; for qa items, every span task."
+            "number of texts; for qa items, every question task."
         ),
     )
     heads: dict[str, str] | None = Field(
@@ -81,7 +87,12 @@ class SpanAnswer(BaseModel):
 
 class PredictResponse(BaseModel):
     predictions: list[dict[str, ExampleAnswer]] = Field(description="Per text (in order): task -> answer.")
-    answers: list[dict[str, SpanAnswer]] = Field(description="Per qa item (in order): span task -> answer.")
+    answers: list[dict[str, SpanAnswer | ExampleAnswer]] = Field(
+        description=(
+            "Per qa item (in order): question task -> answer (span tasks: the answer; answerability: the label "
+            "and the outputs of the question's most confident window)."
+        )
+    )
 
 
 # --- checking a request --------------------------------------------------------------------------
@@ -107,7 +118,7 @@ def strings(body: PredictRequest):
 def check_sizes(body: PredictRequest, settings: ServeSettings) -> None:
     texts, qa = body.texts, body.qa
     if not texts and not qa:
-        raise RequestError("texts", "no inputs: give texts (classification / regression) or qa (span tasks)")
+        raise RequestError("texts", "no inputs: give texts (classification / regression) or qa (question tasks)")
     n = len(texts or []) + len(qa or [])
     if n > settings.max_texts_per_request:
         raise RequestError(
@@ -123,35 +134,37 @@ def check_sizes(body: PredictRequest, settings: ServeSettings) -> None:
 
 
 def chosen_tasks(body: PredictRequest, service: Service) -> tuple[list[str] | None, list[str]]:
-    """(example tasks asked by name, or None for each text's default; span tasks)."""
+    """(example tasks asked by name, or None for each text's default; question tasks)."""
     if body.tasks is None:
-        span = [n for n, t in service.tasks.items() if t.is_span] if body.qa else []
-        if body.qa and not span:
+        asked = [n for n, t in service.tasks.items() if t.takes_questions] if body.qa else []
+        if body.qa and not asked:
             raise RequestError(
                 "qa",
-                f"this service has no span task to answer questions; its tasks ({', '.join(service.tasks)}) take texts",
+                f"this service has no task that answers questions; its tasks ({', '.join(service.tasks)}) take texts",
             )
-        return None, span
+        return None, asked
     if not body.tasks:
         raise RequestError("tasks", "empty list; leave it out to answer every task that fits the inputs")
     names = list(dict.fromkeys(body.tasks))
     for i, name in enumerate(body.tasks):
         service.task(name, f"tasks[{i}]")
-    example = [n for n in names if not service.tasks[n].is_span]
-    span = [n for n in names if service.tasks[n].is_span]
+    example = [n for n in names if not service.tasks[n].takes_questions]
+    questions = [n for n in names if service.tasks[n].takes_questions]
     if example and not body.texts:
         raise RequestError("texts", f"tasks {', '.join(example)} need texts")
-    if span and not body.qa:
+    if questions and not body.qa:
         raise RequestError(
             "qa",
-            f"{', '.join(span)} {'is a span task' if len(span) == 1 else 'are span tasks'}: "
+            f"{', '.join(questions)} {'reads' if len(questions) == 1 else 'read'} questions and contexts: "
             "give question/context items in qa",
         )
     if body.texts and not example:
-        raise RequestError("texts", f"none of the tasks asked ({', '.join(names)}) takes texts (span tasks take qa)")
-    if body.qa and not span:
-        raise RequestError("qa", f"none of the tasks asked ({', '.join(names)}) is a span task")
-    return example, span
+        raise RequestError(
+            "texts", f"none of the tasks asked ({', '.join(names)}) takes texts (question tasks take qa)"
+        )
+    if body.qa and not questions:
+        raise RequestError("qa", f"none of the tasks asked ({', '.join(names)}) answers questions (they take texts)")
+    return example, questions
 
 
 def head_choices(body: PredictRequest, service: Service, asked: set[str] | None) -> dict[str, str]:
@@ -168,13 +181,15 @@ def head_choices(body: PredictRequest, service: Service, asked: set[str] | None)
 
 
 def default_tasks(service: Service, arity: int, field: str) -> list[str]:
-    names = [n for n, t in service.tasks.items() if not t.is_span and len(t.text_fields) == arity]
+    names = [n for n, t in service.tasks.items() if not t.takes_questions and len(t.text_fields) == arity]
     if not names:
         kind = "a pair of texts" if arity == 2 else "a single text"
         raise RequestError(
             field,
             f"no task of this service takes {kind}; its example tasks take "
-            + ", ".join(f"{n} ({len(t.text_fields)} text(s))" for n, t in service.tasks.items() if not t.is_span),
+            + ", ".join(
+                f"{n} ({len(t.text_fields)} text(s))" for n, t in service.tasks.items() if not t.takes_questions
+            ),
         )
     return names
 
@@ -184,9 +199,9 @@ def build_items(
 ) -> tuple[list[TextItem], list[QuestionItem]]:
     """The request as service inputs, every check done (RequestError names the field at fault)."""
     check_not_empty(body)
-    example, span = chosen_tasks(body, service)
+    example, question_tasks = chosen_tasks(body, service)
     check_sizes(body, settings)
-    asked = None if example is None and body.texts else set((example or []) + span)
+    asked = None if example is None and body.texts else set((example or []) + question_tasks)
     heads = head_choices(body, service, asked)
     texts = []
     for i, text in enumerate(body.texts or []):
@@ -197,7 +212,7 @@ def build_items(
         texts.append(item)
     questions = []
     for i, qa in enumerate(body.qa or []):
-        item = QuestionItem(qa.question, qa.context, {n: heads.get(n, service.tasks[n].picked) for n in span})
+        item = QuestionItem(qa.question, qa.context, {n: heads.get(n, service.tasks[n].picked) for n in question_tasks})
         service.check_question(item, f"qa[{i}]")
         questions.append(item)
     return texts, questions

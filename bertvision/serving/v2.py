@@ -7,13 +7,14 @@ would no longer share one encoder pass, and it would bring a second HTTP stack t
   is loaded and warmed), ``/v2/models`` (every task), ``/v2/models/{task}`` (its tensors),
   ``/v2/models/{task}/ready``.
 - ``POST /v2/models/{task}/infer``: BYTES tensors ``text`` (single-text tasks), ``text_a`` and
-  ``text_b`` (pair tasks), ``question`` and ``context`` (span tasks), shape ``[n]`` or
+  ``text_b`` (pair tasks), ``question`` and ``context`` (span and answerability tasks), shape ``[n]`` or
   ``[n, 1]``, as JSON ``data`` or in the binary tensor extension (what ``tritonclient`` sends by
   default). The request's ``parameters.head`` picks a head (default: the task's picked head).
   Outputs as named tensors, in JSON: ``label`` (BYTES), ``label_id`` (INT64), ``probabilities``
   and ``logits`` (FP32, [n, labels]) for classification; ``score`` (FP32) for regression;
   ``answer`` (BYTES), ``has_answer`` (BOOL), ``score_diff`` (FP32, NaN where no span is valid)
-  for span tasks. ``outputs`` in the request limits them to those named.
+  for span tasks; answerability answers as classification, from each question's best window.
+  ``outputs`` in the request limits them to those named.
 
 Errors: ``{"error": "FIELD: what is wrong", "field": FIELD}`` with a 4xx (400 bad input, 404
 unknown model, 413 too large, 503 overloaded), fields named as the protocol names them
@@ -50,7 +51,7 @@ class Tensor:
 
 
 def input_tensors(task: TaskEntry) -> list[Tensor]:
-    if task.is_span:
+    if task.takes_questions:
         return [Tensor("question", "BYTES"), Tensor("context", "BYTES")]
     return (
         [Tensor("text", "BYTES")]
@@ -198,7 +199,7 @@ def read_inputs(request: dict, tail: bytes, task: TaskEntry) -> dict[str, list[s
 
 def as_predict_request(task: TaskEntry, values: dict[str, list[str]], head: str | None) -> PredictRequest:
     heads = {task.name: head} if head is not None else None
-    if task.is_span:
+    if task.takes_questions:
         qa = [QAInput(question=q, context=c) for q, c in zip(values["question"], values["context"])]
         return PredictRequest(qa=qa, tasks=[task.name], heads=heads)
     texts = values["text"] if "text" in values else [[a, b] for a, b in zip(values["text_a"], values["text_b"])]
@@ -370,7 +371,7 @@ def v2_router(service: Service, submit, settings: ServeSettings, is_ready) -> AP
                 protocol_field(err.field, task), err.message, 400 if err.status == 422 else err.status
             ) from None
         text_results, question_results = await submit(texts, questions)
-        per_item = question_results if task.is_span else text_results
+        per_item = question_results if task.takes_questions else text_results
         return infer_response(task, request, [answers[task.name] for answers in per_item])
 
     return router

@@ -1,0 +1,31 @@
+# What `bertvision serve` loads to answer every task of a run as the summary picked it.
+
+
+rule serve_bundles:
+    """The summary's picked path for every task of a backbone (checkpoint, head): the tasks
+    picked on the untouched encoder in one bundle, each task picked on its own checkpoint in a
+    bundle of its own, and their index (bundles.json); `bertvision serve bundles/MODEL/picked`."""
+    input:
+        summary=L.table("summary", "csv"),
+        heads=lambda wc: [run.format(L.HEADS_DIR) for run in backbone_runs(wc)],
+        checkpoints=lambda wc: [run.format(L.CHECKPOINT_FILE, file="model.safetensors") for run in backbone_runs(wc)],
+    output:
+        directory(L.PICKED_BUNDLES_DIR),
+    params:
+        runs=lambda wc: as_json([served_run(run) for run in backbone_runs(wc)]),
+        tokenizer=lambda wc: S.pretrained(wc.model),
+        task_settings=as_json({t: {"max_length": S.max_length(t), "doc_stride": S.tokenize(S.models[0], t).doc_stride}
+                               for t in S.tasks}),
+        provenance=lambda wc: as_json({"backbone": wc.model}),
+        precision=S.extract_compute().precision,
+    log:
+        L.log("serve_bundles"),
+    benchmark:
+        L.benchmark("serve_bundles")
+    resources:
+        mem_mb=4000,
+        runtime=lambda wc, attempt: 15 * attempt,
+    shell:
+        "bertvision serve-bundles --summary {input.summary} --backbone {wildcards.model} --runs {params.runs:q} "
+        "--tokenizer {params.tokenizer:q} --task-settings {params.task_settings:q} --keys {params.provenance:q} "
+        "--precision {params.precision} --out {output} > {log} 2>&1"
