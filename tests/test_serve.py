@@ -694,6 +694,11 @@ def test_the_protocol_client_gets_the_native_apis_answers(server, bundle, binary
     assert decoded(result.as_numpy("answer")) == [a["squad2"]["answer"] for a in native_qa]
     assert list(result.as_numpy("has_answer")) == [a["squad2"]["has_answer"] for a in native_qa]
     assert result.as_numpy("score_diff") is None  # only the outputs asked for
+    # answerability: the same question tensors, a label per question from its best window
+    answerable = client.infer("squad2-answerable", inputs)
+    assert decoded(answerable.as_numpy("label")) == [a["squad2-answerable"]["label"] for a in native_qa]
+    want = [a["squad2-answerable"]["outputs"] for a in native_qa]
+    assert np.allclose(answerable.as_numpy("logits"), want, atol=1e-6)
 
 
 def v2_post(server, task, body, **kw):
