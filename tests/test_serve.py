@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bertvision.layout import HEAD_METRICS, HEAD_PREDICTIONS, head_run_dir, head_runs
+from bertvision.layout import BERT_LOGITS, HEAD_METRICS, HEAD_PREDICTIONS, head_run_dir, head_runs
 from bertvision.models.head_io import load_head
 from bertvision.registry.tasks import get_task, splits_of
 from bertvision.runtime.io import read_json
@@ -113,6 +113,8 @@ def run(tiny_bert, tmp_path_factory):
             root / "heads" / task,
             threads=1,
             raw_dir=root / "raw" / task,
+            # MRPC's heads read its own checkpoint: their head + BERT ensembles are scored too
+            bert_logits=root / "ft" / "ckpt-1" / BERT_LOGITS if task == "mrpc" else None,
         )
     return root
 
@@ -1010,15 +1012,18 @@ def test_picked_bundles_serve_the_summarys_pick_and_name_what_they_cannot(run, t
 
     runs = [CheckpointRun(task, 1, "1", run / "ft" / "ckpt-1", run / "heads" / task) for task in ("mrpc", "stsb")]
     settings = {"mrpc": {"max_length": 64}, "stsb": {"max_length": 64}}
-    # an ensemble pick is served as its head, and says so
-    summary = summary_csv(tmp_path / "summary.csv", {"mrpc": (1.0, "tok"), "stsb": (1.0, "ad8 + BERT (mean)")})
+    summary = summary_csv(tmp_path / "summary.csv", {"mrpc": (1.0, "tok"), "stsb": (1.0, "ad8")})
     out = tmp_path / "picked"
     index = write_picked_bundles(out, summary, "tiny", runs, str(tiny_bert), settings, {"backbone": "tiny"}, "fp32")
-    assert index["picks"]["mrpc"]["bundle"] == "mrpc-ft1-ckpt1" and index["picks"]["mrpc"]["served_head"] == "tok"
-    assert index["picks"]["stsb"]["served_head"] == "ad8" and index["picks"]["stsb"]["ensemble"] is True
+    assert index["picks"]["mrpc"]["bundle"] == "mrpc-ft1-ckpt1" and index["picks"]["mrpc"]["served"] == "tok"
+    assert index["picks"]["stsb"]["served"] == "ad8"
     paths = bundle_paths([out])
     assert [p.name for p in paths] == ["mrpc-ft1-ckpt1", "stsb-ft1-ckpt1"]
     assert [load_bundle(p).tasks[t].picked for p, t in zip(paths, ("mrpc", "stsb"))] == ["tok", "ad8"]
+    # stsb's heads have no ensembles scored (they read MRPC's checkpoint): one picked is named
+    ensemble = summary_csv(tmp_path / "ensemble.csv", {"mrpc": (1.0, "tok"), "stsb": (1.0, "ad8 + BERT (mean)")})
+    with pytest.raises(BundleError, match=r"stsb/ad8/seed\d/metrics.json: no ensemble 'mean'"):
+        write_picked_bundles(tmp_path / "p1", ensemble, "tiny", runs, str(tiny_bert), settings, {}, "fp32")
 
     missing = summary_csv(tmp_path / "only-mrpc.csv", {"mrpc": (1.0, "lp")})
     with pytest.raises(BundleError, match=r"only-mrpc.csv: no picked path for stsb \(backbone tiny\)"):
@@ -1029,8 +1034,48 @@ def test_picked_bundles_serve_the_summarys_pick_and_name_what_they_cannot(run, t
     elsewhere = summary_csv(tmp_path / "elsewhere.csv", {"mrpc": (0.5, "lp"), "stsb": (1.0, "lp")})
     with pytest.raises(BundleError, match=r"mrpc: no checkpoint 0.5 among the run's heads directories"):
         write_picked_bundles(tmp_path / "p4", elsewhere, "tiny", runs, str(tiny_bert), settings, {}, "fp32")
-    assert not any((tmp_path / p).exists() for p in ("p2", "p3", "p4"))
+    assert not any((tmp_path / p).exists() for p in ("p1", "p2", "p3", "p4"))
 
     (out / "bundles.json").write_text("{not json")
     with pytest.raises(BundleError, match=r"picked/bundles.json: not a bundle set index"):
         bundle_paths([out])
+
+
+def test_a_head_plus_bert_ensemble_is_served_as_it_was_evaluated(run, tiny_bert, tmp_path):
+    """The summary picked MRPC's lp + BERT (mean) on MRPC's own checkpoint: its bundle keeps the
+    task model, and the served outputs are the evaluation's combination of the head's and BERT's."""
+    from bertvision.evaluation.ensemble import ensemble_examples, load_logits
+    from bertvision.serving.app import ServeSettings, create_app
+    from bertvision.serving.picked import CheckpointRun, write_picked_bundles
+
+    runs = [CheckpointRun("mrpc", 1, "1", run / "ft" / "ckpt-1", run / "heads" / "mrpc")]
+    summary = summary_csv(tmp_path / "summary.csv", {"mrpc": (1.0, "lp + BERT (mean)")})
+    out = tmp_path / "picked"
+    index = write_picked_bundles(out, summary, "tiny", runs, str(tiny_bert), {"mrpc": {"max_length": 64}}, {}, "fp32")
+    assert index["picks"]["mrpc"]["served"] == "lp + BERT (mean)" and index["picks"]["mrpc"]["head"] == "lp"
+    served = load_bundle(out / "mrpc-ft1-ckpt1")
+    assert served.task_model == "mrpc" and served.tasks["mrpc"].picked == "lp + BERT (mean)"
+
+    rows = dev_rows(run, "mrpc")
+    record_dir = head_run_dir(run / "heads" / "mrpc", "lp", served.tasks["mrpc"].heads["lp"].seed)
+    expected = pd.read_parquet(record_dir / HEAD_PREDICTIONS)
+    expected = expected[expected["split"] == "dev"].set_index("idx")
+    order = pd.read_parquet(run / "tokens" / "mrpc" / "dev.parquet", columns=["idx"])["idx"]
+    bert = pd.Series(list(np.concatenate(load_logits(run / "ft" / "ckpt-1" / BERT_LOGITS)["dev"])), index=order)
+    want = ensemble_examples(
+        np.stack(expected.loc[rows["idx"], "outputs"]), np.stack(bert.loc[rows["idx"]]), "mean", "classification"
+    )
+    settings = ServeSettings(max_texts_per_request=64, device="cpu")
+    with Server(create_app(out, settings)) as running:
+        client = httpx.Client(base_url=running.url, timeout=60)
+        texts = [[a, b] for a, b in zip(rows["sentence1"], rows["sentence2"])]
+        response = client.post("/predict", json={"texts": texts, "tasks": ["mrpc"]})
+        assert response.status_code == 200, response.text
+        answers = [p["mrpc"] for p in response.json()["predictions"]]
+    assert all(a["head"] == "lp + BERT (mean)" for a in answers)
+    got = np.array([a["outputs"] for a in answers])
+    assert np.allclose(got, want, atol=2e-3), np.abs(got - want).max()
+    alone = ensemble_examples(
+        np.stack(expected.loc[rows["idx"], "outputs"]), np.zeros_like(want), "mean", "classification"
+    )
+    assert not np.allclose(got, alone, atol=2e-3)  # BERT's outputs count

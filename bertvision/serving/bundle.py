@@ -9,9 +9,14 @@ were trained on that encoder's hidden states, in one directory::
 extraction precision the heads' features were computed at, reproduced when serving), layers,
 hidden, tasks: {task: {kind, text_fields, label_names, primary_metric, eval_splits, max_length,
 doc_stride (span and answerability tasks: their context windows), max_answer_length, n_best,
-feature_level ("cls" or "tokens"), picked (the default
-head), heads: {head: {path, seed, seeds, spec, level, parameters, mean_selection_score,
-selection_metrics, eval_metrics {split: metrics}, null_threshold (span heads), source}}}}}.
+feature_level ("cls" or "tokens"), picked (the default head), heads: {head: {path, seed, seeds,
+spec, level, parameters, mean_selection_score, selection_metrics, eval_metrics {split: metrics},
+null_threshold (span heads), source, ensemble}}}}, task_model}.
+
+A head + BERT ensemble is a head entry ``"{head} + BERT ({how})"`` with ``ensemble: {head, how}``
+(the head's files, combined with BERT's own outputs as the evaluation combines them); its bundle
+has one task, ``task_model`` names it, and ``encoder/`` then holds that task's whole fine-tuned
+model (its classifier kept), whose one forward pass gives both the states and BERT's outputs.
 
 Per task and head name the seed with the best selection score is kept (ties: the lower seed);
 the task's default head is the one with the best mean selection score over its seeds (ties:
@@ -53,6 +58,7 @@ class HeadEntry:
     eval_metrics: dict  # eval split -> metrics
     null_threshold: float | None  # span heads: tuned on the selection split
     source: dict
+    ensemble: dict | None = None  # {head, how}: this head's outputs combined with BERT's
 
     def summary(self) -> dict:
         return {
@@ -64,6 +70,7 @@ class HeadEntry:
             "mean_selection_score": self.mean_selection_score,
             "selection_metrics": self.selection_metrics,
             "eval_metrics": self.eval_metrics,
+            "ensemble": self.ensemble,
         }
 
 
@@ -105,6 +112,7 @@ class Bundle:
     layers: int
     hidden: int
     tasks: dict[str, TaskEntry]
+    task_model: str | None = None  # encoder/ is this task's whole model, classifier kept (ensembles)
 
     @property
     def encoder_dir(self) -> Path:
@@ -151,6 +159,7 @@ def _head_entry(root: Path, task: str, name: str, data: dict) -> HeadEntry:
             eval_metrics=dict(data.get("eval_metrics", {})),
             null_threshold=None if threshold is None else float(threshold),
             source=data.get("source", {}),
+            ensemble=dict(data["ensemble"]) if data.get("ensemble") else None,
         )
     except (KeyError, TypeError, ValueError) as err:
         if isinstance(err, BundleError):
@@ -197,6 +206,9 @@ def _task_entry(root: Path, name: str, data: dict) -> TaskEntry:
         problems.append("a span task needs doc_stride, n_best and max_answer_length")
     if entry.is_span and any(h.null_threshold is None for h in heads.values()):
         problems.append("a span head without null_threshold")
+    for name, head in heads.items():
+        if head.ensemble and (entry.takes_questions or head.ensemble.get("head") not in heads):
+            problems.append(f"head {name}: an ensemble of an example task with one of its heads")
     if problems:
         raise BundleError(f"{where}: " + "; ".join(problems))
     return entry
@@ -223,6 +235,11 @@ def load_bundle(path: Path) -> Bundle:
     tasks = {name: _task_entry(root, name, data) for name, data in (meta.get("tasks") or {}).items()}
     if not tasks:
         raise BundleError(f"{meta_path}: no tasks")
+    task_model = meta.get("task_model")
+    if task_model is not None and list(tasks) != [task_model]:
+        raise BundleError(f"{meta_path}: task_model {task_model!r}: a bundle with the task model has that one task")
+    if task_model is None and any(h.ensemble for t in tasks.values() for h in t.heads.values()):
+        raise BundleError(f"{meta_path}: ensemble heads need the task's model (task_model)")
     try:
         return Bundle(
             root=root,
@@ -231,6 +248,7 @@ def load_bundle(path: Path) -> Bundle:
             layers=int(meta["layers"]),
             hidden=int(meta["hidden"]),
             tasks=tasks,
+            task_model=task_model,
         )
     except (KeyError, TypeError, ValueError) as err:
         raise BundleError(f"{meta_path}: malformed ({type(err).__name__}: {err})") from None

@@ -123,6 +123,27 @@ def head_entry_json(task: TaskSpec, run: HeadRun, seeds: list[int], mean: float)
     }
 
 
+def ensemble_entry_json(task: TaskSpec, ensemble: dict, heads: dict, kept: dict[str, HeadRun]) -> tuple[str, dict]:
+    """The head entry of ``ensemble`` ({head, how}): the head's files and its ensemble's scores."""
+    from bertvision.reporting.results import ensemble_name
+
+    head, how = ensemble.get("head"), ensemble.get("how")
+    if head not in heads:
+        raise BundleError(f"{task.name}: ensemble of head {head!r}, which is not among its heads {sorted(heads)}")
+    if task.windowed:
+        raise BundleError(f"{task.name}: head + BERT ensembles are served for example tasks only")
+    scores = kept[head].record.get("ensembles", {}).get(how)
+    if not scores:
+        raise BundleError(f"{kept[head].dir / HEAD_METRICS}: no ensemble {how!r} (ensembles.{how}) to serve")
+    entry = {
+        **heads[head],
+        "ensemble": {"head": head, "how": how},
+        "selection_metrics": scores.get("selection", {}),
+        "eval_metrics": {split: scores[split] for split in task.eval_splits if split in scores},
+    }
+    return ensemble_name(head, how), entry
+
+
 def task_json(task: TaskSpec, settings: dict, runs: list[HeadRun]) -> dict:
     kept = keep_best_seeds(task, runs)
     means = mean_selection_scores(task, runs)
@@ -130,6 +151,9 @@ def task_json(task: TaskSpec, settings: dict, runs: list[HeadRun]) -> dict:
     for run in runs:
         seeds.setdefault(run.head, []).append(run.seed)
     heads = {head: head_entry_json(task, run, seeds[head], means[head]) for head, run in sorted(kept.items())}
+    if settings.get("ensemble"):
+        name, entry = ensemble_entry_json(task, settings["ensemble"], heads, kept)
+        heads[name] = entry
     picked = settings.get("picked") or pick_default_head(means, {h: e["parameters"] for h, e in heads.items()})
     if picked not in heads:
         raise BundleError(f"{task.name}: the picked head {picked!r} is not among its trained heads {sorted(heads)}")
@@ -151,10 +175,13 @@ def task_json(task: TaskSpec, settings: dict, runs: list[HeadRun]) -> dict:
     }
 
 
-def save_bare_encoder(encoder_dir: Path, tokenizer_source: str, out: Path) -> tuple[int, int]:
+def save_bare_encoder(
+    encoder_dir: Path, tokenizer_source: str, out: Path, keep_classifier: bool = False
+) -> tuple[int, int]:
     """The encoder of ``encoder_dir`` (a task model's checkpoint, its encoder's weights under the
-    architecture's prefix: "bert.", "roberta.", ...; or a bare encoder) without pooler or task head,
-    and the tokenizer, into ``out``; returns (hidden states, hidden)."""
+    architecture's prefix: "bert.", "roberta.", ...; or a bare encoder) without pooler or task head
+    (``keep_classifier``: the whole task model), and the tokenizer, into ``out``; returns (hidden
+    states, hidden)."""
     from transformers.utils import logging as hf_logging
 
     from bertvision.models.backbone import load_tokenizer
@@ -163,7 +190,12 @@ def save_bare_encoder(encoder_dir: Path, tokenizer_source: str, out: Path) -> tu
     check_safetensors_dir(encoder_dir, "encoder checkpoint")
     hf_logging.set_verbosity_error()  # the task head's weights are dropped on purpose
     hf_logging.disable_progress_bar()
-    model = load_encoder(str(encoder_dir)).eval()
+    if keep_classifier:
+        from bertvision.models.backbone import load_pretrained
+
+        model = load_pretrained("AutoModelForSequenceClassification", str(encoder_dir)).eval()
+    else:
+        model = load_encoder(str(encoder_dir)).eval()
     model.save_pretrained(out, safe_serialization=True)
     load_tokenizer(tokenizer_source).save_pretrained(out)
     return hidden_state_shape(model)
@@ -186,7 +218,9 @@ def write_bundle(
 ) -> Bundle:
     """Build a bundle in ``out_dir`` (replacing one there). ``tasks``: {task: {"heads_dirs": [train_heads
     output dirs], "max_length": int, "doc_stride": int | None, "picked": the default head (default:
-    the best mean selection score among them)}} (missing settings: the registry's);
+    the best mean selection score among them), "ensemble": {head, how} (a head + BERT ensemble to
+    serve too; the bundle then has this one task and keeps its classifier)}} (missing settings: the
+    registry's);
     ``precision``: the extraction precision of the heads' features; ``auto`` takes the precision
     the heads' records say their states were computed in (serving then computes states as the
     evaluation did, whatever the serving machine's own auto would pick). Written into a scratch
@@ -199,8 +233,13 @@ def write_bundle(
     scratch = out_dir.with_name(f".{out_dir.name}.tmp")
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(parents=True)
+    ensembles = [name for name, settings in tasks.items() if settings.get("ensemble")]
+    if ensembles and len(tasks) > 1:
+        raise BundleError(f"{ensembles[0]}: a head + BERT ensemble is served from a bundle of its task alone")
     try:
-        layers, hidden = save_bare_encoder(Path(encoder_dir), tokenizer_source, scratch / BUNDLE_ENCODER)
+        layers, hidden = save_bare_encoder(
+            Path(encoder_dir), tokenizer_source, scratch / BUNDLE_ENCODER, keep_classifier=bool(ensembles)
+        )
         described, recorded = {}, set()
         for name, settings in tasks.items():
             try:
@@ -212,6 +251,8 @@ def write_bundle(
             described[name] = task_json(task, settings, runs)
             kept = keep_best_seeds(task, runs)
             for head, entry in described[name]["heads"].items():
+                if entry.get("ensemble"):
+                    continue  # the files of its head
                 check_head_fits(kept[head], layers, hidden, task.num_labels)
                 target = scratch / entry["path"]
                 target.mkdir(parents=True)
@@ -227,6 +268,7 @@ def write_bundle(
                 "layers": layers,
                 "hidden": hidden,
                 "tasks": described,
+                "task_model": ensembles[0] if ensembles else None,
             },
             scratch / BUNDLE_INDEX,
         )

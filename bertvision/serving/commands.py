@@ -64,7 +64,7 @@ def cmd_serve_bundles(a):
         a.out, a.summary, a.backbone, runs, a.tokenizer, checked_task_settings(a.task_settings), a.keys, a.precision
     )
     for task, pick in index["picks"].items():
-        served = f"{pick['served_head']} (its ensemble with BERT is not served)" if pick["ensemble"] else pick["model"]
+        served = pick["served"] if pick["served"] == pick["model"] else f"{pick['served']} (picked: {pick['model']})"
         print(
             f"{task}: {served} at checkpoint {pick['epoch_fraction']:g}, fine-tuning seed {pick['ft_seed']}: "
             f"bundle {pick['bundle']}"

@@ -27,6 +27,7 @@ import torch
 
 from bertvision.data.squad_windows import build_windows
 from bertvision.data.tokenized import TokenizedSplit, collate, length_batches
+from bertvision.evaluation.ensemble import ensemble_examples
 from bertvision.evaluation.squad_decode import apply_threshold, decode_question
 from bertvision.models.encoder_io import SUMMARY_POSITION, load_encoder, pad_id, summary_position, uses_token_types
 from bertvision.models.head_io import load_head
@@ -84,7 +85,13 @@ class Engine:
         if not self.tokenizer.is_fast:
             raise BundleError(f"{encoder_dir}: no fast tokenizer (tokenizer.json)")
         summary_position(self.tokenizer)
-        self.encoder = load_encoder(encoder_dir).to(self.device).eval()
+        if self.bundle.task_model:  # ensembles: the task's whole model gives states and BERT's outputs
+            from bertvision.models.backbone import load_pretrained
+
+            model = load_pretrained("AutoModelForSequenceClassification", encoder_dir)
+        else:
+            model = load_encoder(encoder_dir)
+        self.encoder = model.to(self.device).eval()
         self.pad_id = pad_id(self.encoder)
         self.token_types = uses_token_types(self.tokenizer, self.encoder.config)
         layers, hidden = self.bundle.layers, self.bundle.hidden
@@ -253,12 +260,18 @@ class Engine:
         contexts never holds every token's states at once."""
         split = sequences.split(self.token_types)
         cls = np.empty((len(split), self.bundle.layers, self.bundle.hidden), dtype=np.float16)
+        bert = None
         outputs: dict[tuple[str, str], dict[int, np.ndarray]] = {}
         for rows in length_batches(split.lengths, self.max_batch_tokens):
             batch = to_device(collate(split, rows, self.pad_id), self.device)
             with torch.inference_mode():
                 with autocast(self.device, self.precision):
-                    hidden = self.encoder(**batch, output_hidden_states=True).hidden_states
+                    out = self.encoder(**batch, output_hidden_states=True)
+                hidden = out.hidden_states
+                if self.bundle.task_model:
+                    logits = out.logits.float().cpu().numpy()
+                    bert = np.empty((len(split), logits.shape[1]), np.float32) if bert is None else bert
+                    bert[rows] = logits
                 summary = torch.stack([h[:, SUMMARY_POSITION] for h in hidden], dim=1)
                 cls[rows] = summary.to("cpu", torch.float16).numpy()
                 reading = [j for j, row in enumerate(rows) if int(row) in readers]
@@ -273,7 +286,7 @@ class Engine:
                     )
             self.encoder_passes += 1
         self.sequences_encoded += len(split)
-        return Encoded(cls, outputs)
+        return Encoded(cls, outputs, bert)
 
     def _apply_token_heads(
         self, hidden, rows: np.ndarray, lengths: np.ndarray, readers: dict, outputs: dict, index: torch.Tensor
@@ -315,6 +328,9 @@ class Engine:
                 outputs = [encoded.token_outputs[task_name, head][row] for row in rows]
             else:
                 outputs = self._run_head(task_name, head, torch.from_numpy(encoded.cls[rows].astype(np.float32)))
+            ensemble = task.heads[head].ensemble
+            if ensemble:  # combined with BERT's own outputs, as the evaluation combines them
+                outputs = ensemble_examples(np.stack(outputs), encoded.bert_logits[rows], ensemble["how"], task.kind)
             for i, out in zip(items, outputs):
                 results[i][task_name] = example_result(task, head, out)
         # the order the tasks were asked in

@@ -118,6 +118,7 @@ class Encoded:
 
     cls: np.ndarray  # (rows, layers, hidden) float16
     token_outputs: dict[tuple[str, str], dict[int, np.ndarray]]  # (task, head) -> row -> outputs
+    bert_logits: np.ndarray | None = None  # (rows, outputs): the task model's own (ensembles)
 
 
 @dataclass

@@ -9,11 +9,14 @@ every head trained at its picked checkpoint, with the summary's head as its defa
 summary averaged several fine-tuning seeds, the seed served is the one whose run of that head
 scored best on the selection split (ties: the lower seed). Every choice reads the selection split.
 
-A pick that is a head + BERT ensemble is served as its head alone (the bundle's encoder is bare:
-it has no task classifier); the index says so for that task.
+A pick that is a head + BERT ensemble on a task's own checkpoint is served as it was evaluated:
+its bundle keeps the task's whole model (classifier included) and combines its outputs with the
+head's. On the untouched encoder (shared by several tasks, and BERT there is an untrained
+classifier) and for answerability, an ensemble pick is served as its head alone; ``served``
+then differs from ``model`` in the index, and the log says so.
 
 ``bundles.json``: {format: 1, keys, bundles: {name: {path, tasks, checkpoint}}, picks: {task:
-{epoch_fraction, model, served_head, ft_seed, bundle, dev_mean, selection_mean, ensemble}}}.
+{epoch_fraction, model, served, head, ft_seed, bundle, dev_mean, selection_mean}}}.
 """
 
 from __future__ import annotations
@@ -83,36 +86,37 @@ def summary_picks(summary_csv: Path, backbone: str) -> dict[str, Pick]:
     }
 
 
-def served_head(pick: Pick, heads: set[str]) -> tuple[str, bool]:
-    """(the head that serves ``pick``, whether the pick is an ensemble of it with BERT's head)."""
+def served_head(pick: Pick, heads: set[str]) -> tuple[str, str | None]:
+    """(the head of ``pick``, and the ensemble rule when the pick is that head with BERT's)."""
     if pick.model in heads:
-        return pick.model, False
+        return pick.model, None
     task = get_task(pick.task)
     for head in sorted(heads):
-        if any(ensemble_name(head, how) == pick.model for how in ensemble_rules(task)):
-            return head, True
+        for how in ensemble_rules(task):
+            if ensemble_name(head, how) == pick.model:
+                return head, how
     raise BundleError(
         f"{pick.task}: the summary's pick {pick.model!r} at checkpoint {pick.epoch_fraction:g} is none of the "
         f"heads trained there ({', '.join(sorted(heads))}) nor their ensembles"
     )
 
 
-def choose_run(pick: Pick, candidates: list[CheckpointRun]) -> tuple[CheckpointRun, str, bool]:
+def choose_run(pick: Pick, candidates: list[CheckpointRun]) -> tuple[CheckpointRun, str, str | None]:
     """The fine-tuning seed to serve ``pick`` from (the best selection score of the picked head,
-    ties: the lower seed), the head, and whether the pick was an ensemble."""
+    ties: the lower seed), the head, and the ensemble rule (None: the head alone)."""
     at = [r for r in candidates if r.task == pick.task and math.isclose(r.epoch_fraction, pick.epoch_fraction)]
     if not at:
         raise BundleError(f"{pick.task}: no checkpoint {pick.epoch_fraction:g} among the run's heads directories")
     task = get_task(pick.task)
     best: tuple[float, int, CheckpointRun] | None = None
-    head, ensemble = None, False
+    head, how = None, None
     for run in sorted(at, key=lambda r: r.ftseed):
         trained = collect_runs(task, [run.heads_dir])
-        head, ensemble = served_head(pick, {t.head for t in trained})
+        head, how = served_head(pick, {t.head for t in trained})
         score = max(selection_score(task, t) for t in trained if t.head == head)
         if best is None or score > best[0]:
             best = (score, run.ftseed, run)
-    return best[2], head, ensemble
+    return best[2], head, how
 
 
 def bundle_name(run: CheckpointRun) -> str:
@@ -141,19 +145,18 @@ def write_picked_bundles(
     described = {}
     for name in tasks:
         pick = picks[name]
-        run, head, ensemble = choose_run(pick, runs)
+        run, head, how = choose_run(pick, runs)
         bundle = bundle_name(run)
         checkpoints.setdefault(bundle, run.checkpoint_dir)
-        groups.setdefault(bundle, {})[name] = {
-            **task_settings.get(name, {}),
-            "heads_dirs": [str(run.heads_dir)],
-            "picked": head,
-        }
+        settings = {**task_settings.get(name, {}), "heads_dirs": [str(run.heads_dir)], "picked": head}
+        if how is not None and bundle != FROZEN and not get_task(name).windowed:
+            settings.update(ensemble={"head": head, "how": how}, picked=pick.model)
+        groups.setdefault(bundle, {})[name] = settings
         described[name] = {
             "epoch_fraction": pick.epoch_fraction,
             "model": pick.model,
-            "served_head": head,
-            "ensemble": ensemble,
+            "served": settings["picked"],
+            "head": head,
             "ft_seed": run.ftseed,
             "bundle": bundle,
             "dev_mean": pick.dev_mean,
