@@ -44,6 +44,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -97,12 +98,16 @@ def start_server(bundle: Path, workers: int, args, *extra: str) -> tuple[subproc
         str(args.max_wait_ms),
         *extra,
     ]
-    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    # the server's log (a JSON access line per request) goes to a file: an unread pipe would fill
+    # and stall the server
+    log = tempfile.TemporaryFile("w+")
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log, text=True)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise SystemExit(f"the server exited with status {proc.returncode}:\n{proc.stderr.read()[-3000:]}")
+            log.seek(0)
+            raise SystemExit(f"the server exited with status {proc.returncode}:\n{log.read()[-3000:]}")
         try:
             if httpx.get(f"{url}/ready", timeout=2).status_code == 200:
                 return proc, url
@@ -323,6 +328,8 @@ def markdown(rows: list[dict], memory: list[dict], faults: dict, comparison: dic
             f"| alone | {f['calm_p50']:.1f} | {f['calm_p99']:.1f} |",
             f"| while another client stalls mid-body | {f['stalled_p50']:.1f} | {f['stalled_p99']:.1f} |",
         ]
+    if comparison is None:
+        return "\n".join(lines)
     c, n = comparison, len(comparison["tasks"])
     intro = (
         f"N = {n} example tasks ({', '.join(c['tasks'])}) on the same {c['texts']} texts (median of {args.repeats}):"
@@ -376,9 +383,11 @@ def main() -> None:
     if args.burst:
         print("faults ...", flush=True)
         faults = measure_faults(args.bundle, bodies, args)
-    print("one pass + N heads versus N models ...", flush=True)
     widest = max(bundles, key=lambda b: sum(not t.takes_questions for t in b.tasks.values()))
-    comparison = shared_versus_separate(Engine(widest), pairs[: args.batch], args.repeats)
+    comparison = None
+    if sum(not t.takes_questions for t in widest.tasks.values()) > 1:  # else nothing shares a pass
+        print("one pass + N heads versus N models ...", flush=True)
+        comparison = shared_versus_separate(Engine(widest), pairs[: args.batch], args.repeats)
     print()
     print(markdown(rows, memory, faults, comparison, args, bundles))
 
