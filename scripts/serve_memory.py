@@ -1,0 +1,51 @@
+"""Where a serving process's memory goes as it answers: one bundle's engine (no HTTP) answers
+batches of 1-8 random MRPC dev pairs with one task, and every ``--every`` batches prints the
+resident set and the count of live Python objects (a Python-level leak would grow the count).
+
+    python scripts/serve_memory.py --bundle bundles/minilm-l6/picked/mrpc-ft1-ckpt1 --batches 2000
+
+``--trim`` returns freed heap to the system after each batch (glibc ``malloc_trim``); run with
+``ONEDNN_PRIMITIVE_CACHE_CAPACITY=8`` to shrink oneDNN's per-shape kernel cache."""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import gc
+import random
+import sys
+from pathlib import Path
+
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bertvision.serving.engine import Engine  # noqa: E402
+from bertvision.serving.items import TextItem  # noqa: E402
+from scripts.benchmark_serve import sentence_pairs  # noqa: E402
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--bundle", type=Path, required=True, help="a bundle with a pair task")
+    p.add_argument("--batches", type=int, default=2000)
+    p.add_argument("--every", type=int, default=250)
+    p.add_argument("--trim", action="store_true")
+    args = p.parse_args()
+    engine = Engine(args.bundle, "cpu")
+    task = next(t for t in engine.tasks.values() if len(t.text_fields) == 2 and not t.takes_questions)
+    pairs = sentence_pairs(400)
+    libc = ctypes.CDLL("libc.so.6") if args.trim else None
+    process, rng = psutil.Process(), random.Random(0)
+    print("batches  resident MiB  Python objects")
+    for i in range(1, args.batches + 1):
+        items = [TextItem(tuple(rng.choice(pairs)), {task.name: task.picked}) for _ in range(rng.randint(1, 8))]
+        engine.predict(items)
+        if libc is not None:
+            libc.malloc_trim(0)
+        if i % args.every == 0:
+            gc.collect()
+            print(f"{i:7d}  {process.memory_info().rss / 2**20:12.0f}  {len(gc.get_objects()):14d}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
