@@ -21,6 +21,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bertvision.serving.engine import Engine  # noqa: E402
 from bertvision.serving.items import TextItem  # noqa: E402
+from bertvision.serving.settings import ServeSettings  # noqa: E402
 from scripts.benchmark_serve import sentence_pairs  # noqa: E402
 
 
@@ -30,8 +31,11 @@ def main() -> None:
     p.add_argument("--batches", type=int, default=2000)
     p.add_argument("--every", type=int, default=250)
     p.add_argument("--trim", action="store_true")
+    p.add_argument(
+        "--pad-multiple", type=int, default=ServeSettings().pad_multiple, help="(serve's; 1: pad to the longest only)"
+    )
     args = p.parse_args()
-    engine = Engine(args.bundle, "cpu")
+    engine = Engine(args.bundle, "cpu", pad_multiple=args.pad_multiple)
     task = next(t for t in engine.tasks.values() if len(t.text_fields) == 2 and not t.takes_questions)
     pairs = sentence_pairs(400)
     libc = ctypes.CDLL("libc.so.6") if args.trim else None

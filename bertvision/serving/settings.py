@@ -20,6 +20,9 @@ class ServeSettings:
     max_windows: int = 64  # span tasks: context windows per question
     max_batch_tokens: int = 8192  # padded tokens per encoder forward call (bounds memory; a batch above it is split)
     max_queued: int = 1024  # waiting requests; more get 503
+    # each batch padded to a width that is a multiple of this: a few shapes, so that native
+    # caches kept per shape (oneDNN kernels, freed heap) stay bounded (docs/serving.md, memory)
+    pad_multiple: int = 32
     device: str = "auto"
     threads: int | None = None  # torch threads per worker process (None: torch's default)
 
