@@ -17,6 +17,7 @@ import httpx
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from bertvision.layout import BERT_LOGITS, HEAD_METRICS, HEAD_PREDICTIONS, head_run_dir, head_runs
 from bertvision.models.head_io import load_head
@@ -34,21 +35,10 @@ MAX_BODY = 64_000
 MAX_CHARS = 3_000
 
 
-@pytest.fixture(scope="module")
-def run(tiny_bert, tmp_path_factory):
-    """Download, tokenize, fine-tune MRPC (checkpoints 0 and 1), extract all three tasks from
-    MRPC's checkpoint 1 (the shared encoder), train two heads x two seeds per example task."""
-    from bertvision.features.store import write_manifest
-    from bertvision.layout import Run
-    from bertvision.stages.download import download_task
-    from bertvision.stages.extract import extract_shard
-    from bertvision.stages.finetune import finetune
-    from bertvision.stages.tokenize import tokenize_task
-    from bertvision.stages.train_heads import train_heads
-
-    root = tmp_path_factory.mktemp("serve-run")
+def run_settings(tiny_bert):
+    """The little run's settings (every fixture that trains on its data builds from these)."""
     sizes = {"train_size": 60, "selection_size": 16, "eval_size": 24, "max_length": 64}
-    settings = workflow_settings(
+    return workflow_settings(
         backbones={"tiny": {"pretrained": str(tiny_bert)}},
         tasks={
             "mrpc": {**sizes, "token_features": True, "heads": ["lp", "tok", "lad"]},
@@ -73,49 +63,78 @@ def run(tiny_bert, tmp_path_factory):
             "training": {"max_epochs": 2},
         },
     )
-    for task in TASKS:
-        download_task(get_task(task), settings.download(task), root / "raw" / task)
-        tokenize_task(get_task(task), settings.tokenize("tiny", task), root / "raw" / task, root / "tokens" / task)
+
+
+def fine_tune(settings, root, task: str, out):
+    from bertvision.stages.finetune import finetune
+
     finetune(
-        get_task("mrpc"),
+        get_task(task),
         "tiny",
-        settings.finetune("tiny", "mrpc"),
+        settings.finetune("tiny", task),
         settings.finetune_compute(),
-        root / "tokens" / "mrpc",
-        root / "raw" / "mrpc",
-        root / "ft",
+        root / "tokens" / task,
+        root / "raw" / task,
+        out,
         1,
         threads=1,
     )
+
+
+def extract_and_train(settings, root, task: str, checkpoint, out, bert_logits=None) -> None:
+    """``task``'s states from ``checkpoint`` into out/features, its heads into out/heads
+    (``bert_logits``: that checkpoint's own model's outputs, so the ensembles are scored)."""
+    from bertvision.features.store import write_manifest
+    from bertvision.layout import Run
+    from bertvision.stages.extract import extract_shard
+    from bertvision.stages.train_heads import train_heads
+
+    splits = list(splits_of(get_task(task)))
+    shard = out / "features" / task / "shard-0-of-1"
+    extract_shard(
+        checkpoint,
+        root / "tokens" / task,
+        shard,
+        0,
+        1,
+        splits,
+        settings.extract(),
+        settings.extract_compute(),
+        settings.extract_attrs(Run("tiny", task, 1, "1")),
+        threads=1,
+    )
+    write_manifest([shard], out / "features" / task / "manifest.json", splits)
+    train_heads(
+        get_task(task),
+        settings.task_heads(task),
+        settings.head_training(task),
+        settings.head_runtime(),
+        out / "features" / task / "manifest.json",
+        settings.head_seeds,
+        out / "heads" / task,
+        threads=1,
+        raw_dir=root / "raw" / task,
+        bert_logits=bert_logits,
+    )
+
+
+@pytest.fixture(scope="module")
+def run(tiny_bert, tmp_path_factory):
+    """Download, tokenize, fine-tune MRPC (checkpoints 0 and 1), extract all four tasks from
+    MRPC's checkpoint 1 (the shared encoder), train each task's heads x two seeds."""
+    from bertvision.stages.download import download_task
+    from bertvision.stages.tokenize import tokenize_task
+
+    root = tmp_path_factory.mktemp("serve-run")
+    settings = run_settings(tiny_bert)
     for task in TASKS:
-        splits = list(splits_of(get_task(task)))
-        shard = root / "features" / task / "shard-0-of-1"
-        extract_shard(
-            root / "ft" / "ckpt-1",
-            root / "tokens" / task,
-            shard,
-            0,
-            1,
-            splits,
-            settings.extract(),
-            settings.extract_compute(),
-            settings.extract_attrs(Run("tiny", task, 1, "1")),
-            threads=1,
-        )
-        write_manifest([shard], root / "features" / task / "manifest.json", splits)
-        train_heads(
-            get_task(task),
-            settings.task_heads(task),
-            settings.head_training(task),
-            settings.head_runtime(),
-            root / "features" / task / "manifest.json",
-            settings.head_seeds,
-            root / "heads" / task,
-            threads=1,
-            raw_dir=root / "raw" / task,
-            # MRPC's heads read its own checkpoint: their head + BERT ensembles are scored too
-            bert_logits=root / "ft" / "ckpt-1" / BERT_LOGITS if task == "mrpc" else None,
-        )
+        download_task(get_task(task), settings.download(task), root / "raw" / task)
+        tokenize_task(get_task(task), settings.tokenize("tiny", task), root / "raw" / task, root / "tokens" / task)
+    fine_tune(settings, root, "mrpc", root / "ft")
+    for task in TASKS:
+        # MRPC's heads read its own checkpoint: their head + BERT ensembles are scored too
+        bert_logits = root / "ft" / "ckpt-1" / BERT_LOGITS if task == "mrpc" else None
+        extract_and_train(settings, root, task, root / "ft" / "ckpt-1", root, bert_logits)
     return root
 
 
@@ -1015,8 +1034,8 @@ def test_picked_bundles_serve_the_summarys_pick_and_name_what_they_cannot(run, t
     summary = summary_csv(tmp_path / "summary.csv", {"mrpc": (1.0, "tok"), "stsb": (1.0, "ad8")})
     out = tmp_path / "picked"
     index = write_picked_bundles(out, summary, "tiny", runs, str(tiny_bert), settings, {"backbone": "tiny"}, "fp32")
-    assert index["picks"]["mrpc"]["bundle"] == "mrpc-ft1-ckpt1" and index["picks"]["mrpc"]["served"] == "tok"
-    assert index["picks"]["stsb"]["served"] == "ad8"
+    assert index["picks"]["mrpc"]["bundle"] == "mrpc-ft1-ckpt1" and index["picks"]["mrpc"]["model"] == "tok"
+    assert index["picks"]["stsb"]["model"] == "ad8"
     paths = bundle_paths([out])
     assert [p.name for p in paths] == ["mrpc-ft1-ckpt1", "stsb-ft1-ckpt1"]
     assert [load_bundle(p).tasks[t].picked for p, t in zip(paths, ("mrpc", "stsb"))] == ["tok", "ad8"]
@@ -1052,7 +1071,7 @@ def test_a_head_plus_bert_ensemble_is_served_as_it_was_evaluated(run, tiny_bert,
     summary = summary_csv(tmp_path / "summary.csv", {"mrpc": (1.0, "lp + BERT (mean)")})
     out = tmp_path / "picked"
     index = write_picked_bundles(out, summary, "tiny", runs, str(tiny_bert), {"mrpc": {"max_length": 64}}, {}, "fp32")
-    assert index["picks"]["mrpc"]["served"] == "lp + BERT (mean)" and index["picks"]["mrpc"]["head"] == "lp"
+    assert index["picks"]["mrpc"]["model"] == "lp + BERT (mean)" and index["picks"]["mrpc"]["head"] == "lp"
     served = load_bundle(out / "mrpc-ft1-ckpt1")
     assert served.task_model == "mrpc" and served.tasks["mrpc"].picked == "lp + BERT (mean)"
 
@@ -1079,3 +1098,153 @@ def test_a_head_plus_bert_ensemble_is_served_as_it_was_evaluated(run, tiny_bert,
         np.stack(expected.loc[rows["idx"], "outputs"]), np.zeros_like(want), "mean", "classification"
     )
     assert not np.allclose(got, alone, atol=2e-3)  # BERT's outputs count
+
+
+@pytest.fixture(scope="module")
+def question_checkpoints(run, tiny_bert):
+    """SQuAD 2.0 spans and answerability each fine-tuned on its own (checkpoints 0 and 1), states
+    extracted from its checkpoint 1 and heads trained there with BERT's outputs at hand: the
+    question tasks' head + BERT ensembles are scored."""
+    settings = run_settings(tiny_bert)
+    own = run / "own"
+    for task in ("squad2", "squad2-answerable"):
+        checkpoints = own / "ft" / task
+        fine_tune(settings, run, task, checkpoints)
+        extract_and_train(settings, run, task, checkpoints / "ckpt-1", own, checkpoints / "ckpt-1" / BERT_LOGITS)
+    return own
+
+
+def picked_ensemble(run, own, tiny_bert, out, task: str, frac: str = "1"):
+    """The picked bundles of a summary that picked ``task``'s lp + BERT (mean) at ``frac``."""
+    from bertvision.serving.picked import CheckpointRun, write_picked_bundles
+
+    runs = [CheckpointRun(task, 1, frac, own / "ft" / task / f"ckpt-{frac}", own / "heads" / task)]
+    summary = summary_csv(out.with_suffix(".csv"), {task: (float(frac), "lp + BERT (mean)")})
+    settings = {task: {"max_length": 96, "doc_stride": 32}}
+    return write_picked_bundles(out, summary, "tiny", runs, str(tiny_bert), settings, {}, "fp32")
+
+
+def served_questions(bundle_dir, task: str, rows: pd.DataFrame) -> list[dict]:
+    from bertvision.serving.app import ServeSettings, create_app
+
+    settings = ServeSettings(max_texts_per_request=64, device="cpu")
+    with Server(create_app(bundle_dir, settings)) as running:
+        client = httpx.Client(base_url=running.url, timeout=60)
+        qa = [{"question": q, "context": c} for q, c in zip(rows["question"], rows["context"])]
+        response = client.post("/predict", json={"qa": qa, "tasks": [task]})
+        assert response.status_code == 200, response.text
+    return [a[task] for a in response.json()["answers"]]
+
+
+def test_a_span_ensemble_is_served_as_it_was_evaluated(run, question_checkpoints, tiny_bert, tmp_path):
+    """SQuAD's lp + BERT (mean) on SQuAD's own checkpoint: the bundle keeps the QA model; each
+    window's head and BERT start/end logits are combined as the evaluation combines them, decoded,
+    and cut at the ensemble's own null threshold (tuned on selection)."""
+    from bertvision.data.tokenized import TokenizedSplit
+    from bertvision.evaluation.ensemble import ensemble_windows, load_logits
+    from bertvision.evaluation.squad_decode import decode_question
+    from tests.rounding import near_best_spans
+
+    task, own = "squad2", question_checkpoints
+    index = picked_ensemble(run, own, tiny_bert, tmp_path / "picked", task)
+    assert index["picks"][task]["bundle"] == "squad2-ft1-ckpt1" and index["picks"][task]["model"] == "lp + BERT (mean)"
+    served = load_bundle(tmp_path / "picked" / "squad2-ft1-ckpt1")
+    entry = served.tasks[task]
+    assert served.task_model == task and entry.picked == "lp + BERT (mean)"
+    record = read_json(head_run_dir(own / "heads" / task, "lp", entry.heads["lp"].seed) / HEAD_METRICS)
+    threshold = record["ensembles"]["mean"]["selection"]["null_threshold"]
+    assert entry.heads["lp + BERT (mean)"].null_threshold == threshold
+
+    rows = dev_rows(run, task)
+    tokens = run / "tokens" / task / "dev.parquet"
+    windows = TokenizedSplit.read(tokens)
+    head = bundle_head(served, task, "lp")
+    x, _ = float32_states(served.encoder_dir, tokens, "tokens")
+    with torch.no_grad():
+        head_logits = head(torch.from_numpy(x.astype(np.float16).astype(np.float32))).numpy()
+    heads = [head_logits[w, :n] for w, n in enumerate(windows.lengths)]
+    bert = load_logits(own / "ft" / task / "ckpt-1" / BERT_LOGITS)["dev"]
+    combined = ensemble_windows(heads, bert, "mean")
+    tolerances = span_tolerances(head, served.encoder_dir, tokens, list(rows["context"]), entry.max_answer_length, 1e-4)
+
+    answers = served_questions(tmp_path / "picked", task, rows)
+    alone_differs = False
+    for q, (answer, context) in enumerate(zip(answers, rows["context"])):
+        mine = np.flatnonzero(windows.idx == q)
+        spans = [(combined[w][:, 0], combined[w][:, 1], windows.offsets[w]) for w in mine]
+        want = decode_question(spans, context, entry.n_best, entry.max_answer_length)
+        tolerance = 2 * tolerances[q][0]  # a log-softmax moves by at most twice its inputs' largest move
+        assert answer["head"] == "lp + BERT (mean)" and answer["null_threshold"] == threshold
+        assert answer["score_diff"] == pytest.approx(want.score_diff, abs=tolerance)
+        near = near_best_spans(spans, context, entry.max_answer_length, tolerance)
+        assert answer["best_span"] == want.text or {answer["best_span"], want.text} <= near
+        assert answer["has_answer"] == (answer["score_diff"] > threshold)
+        alone = decode_question(
+            [(heads[w][:, 0], heads[w][:, 1], windows.offsets[w]) for w in mine],
+            context,
+            entry.n_best,
+            entry.max_answer_length,
+        )
+        alone_differs |= abs(alone.score_diff - answer["score_diff"]) > tolerance
+    assert alone_differs  # BERT's logits count
+
+
+def test_an_answerability_ensemble_is_served_as_it_was_evaluated(run, question_checkpoints, tiny_bert, tmp_path):
+    """Answerability's lp + BERT (mean): each window's head and BERT outputs combined, then the
+    question's label from its best window, as the evaluation scored the ensemble."""
+    from bertvision.evaluation.ensemble import ensemble_examples, load_logits
+    from bertvision.registry.metrics import best_window, question_gold
+
+    task, own = "squad2-answerable", question_checkpoints
+    index = picked_ensemble(run, own, tiny_bert, tmp_path / "picked", task)
+    served = load_bundle(tmp_path / "picked" / index["picks"][task]["bundle"])
+    assert served.task_model == task
+    seed = served.tasks[task].heads["lp"].seed
+    record_dir = head_run_dir(own / "heads" / task, "lp", seed)
+    windows = pd.read_parquet(record_dir / HEAD_PREDICTIONS)
+    windows = windows[windows["split"] == "dev"]
+    order = pd.read_parquet(run / "tokens" / task / "dev.parquet", columns=["idx"])["idx"]
+    assert windows["idx"].tolist() == order.tolist()  # the predictions' windows in the tokens' order
+    head_outputs = np.stack(windows["outputs"].to_numpy())
+    bert = np.concatenate(load_logits(own / "ft" / task / "ckpt-1" / BERT_LOGITS)["dev"])
+    combined = ensemble_examples(head_outputs, bert, "mean", "classification")
+
+    rows = dev_rows(run, task)
+    answers = served_questions(tmp_path / "picked", task, rows)
+    names = get_task(task).label_names
+    served_labels, alone_differs = [], False
+    for idx, answer in zip(rows["idx"], answers):
+        mine = (order == idx).to_numpy()
+        margins = combined[mine, 0] - combined[mine, 1]
+        want = names[int(best_window(combined[mine], np.zeros(int(mine.sum()), dtype=np.int64))[0])]
+        got_margin = answer["outputs"][0] - answer["outputs"][1]
+        assert answer["head"] == "lp + BERT (mean)"
+        assert got_margin == pytest.approx(margins.max(), abs=2e-3)
+        assert answer["label"] == want or abs(margins.max()) < 2e-3
+        head_margins = head_outputs[mine, 0] - head_outputs[mine, 1]
+        alone_differs |= abs(head_margins.max() - got_margin) > 2e-3
+        served_labels.append(names.index(answer["label"]))
+    assert alone_differs  # BERT's outputs count
+    gold = question_gold(rows)
+    accuracy = float(np.mean([label == gold[int(i)] for label, i in zip(served_labels, rows["idx"])]))
+    recorded = read_json(record_dir / HEAD_METRICS)["ensembles"]["mean"]["dev"]["accuracy"]
+    assert accuracy == pytest.approx(recorded, abs=1.5 / len(rows))
+
+
+def test_an_ensemble_picked_on_the_untouched_encoder_gets_its_own_bundle(
+    run, question_checkpoints, tiny_bert, tmp_path
+):
+    """BERT at checkpoint 0 is the task model's classifier as fine-tuning initialised it: the
+    ensemble needs that task's model, so its bundle is its own, not the shared frozen one."""
+    from safetensors.numpy import load_file
+
+    task = "squad2-answerable"
+    index = picked_ensemble(run, question_checkpoints, tiny_bert, tmp_path / "picked", task, frac="0")
+    assert index["picks"][task]["bundle"] == "squad2-answerable-ft1-ckpt0"
+    assert sorted(index["bundles"]) == ["squad2-answerable-ft1-ckpt0"]
+    served = load_bundle(tmp_path / "picked" / "squad2-answerable-ft1-ckpt0")
+    assert served.task_model == task
+    kept = load_file(served.encoder_dir / "model.safetensors")
+    initial = load_file(question_checkpoints / "ft" / task / "ckpt-0" / "model.safetensors")
+    classifier = [k for k in initial if k.startswith("classifier.")]
+    assert classifier and all(np.array_equal(kept[k], initial[k]) for k in classifier)

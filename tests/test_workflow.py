@@ -513,20 +513,19 @@ def test_the_picked_bundles_serve_every_task_of_the_run_over_http(workflow_run):
         assert (
             pick["model"] == picked.loc[task, "model"] and pick["epoch_fraction"] == picked.loc[task, "epoch_fraction"]
         )
-        # an ensemble is served as such on a task's own checkpoint; elsewhere its head
-        assert pick["served"] in (pick["model"], pick["head"])
         bundle = json.loads((picked_dir / pick["bundle"] / "bundle.json").read_text())
-        assert bundle["tasks"][task]["picked"] == pick["served"]
-        if pick["epoch_fraction"] == 0:
+        assert bundle["tasks"][task]["picked"] == pick["model"]  # an ensemble too, served as evaluated
+        if pick["epoch_fraction"] == 0 and pick["model"] == pick["head"]:
             assert pick["bundle"] == "frozen"
-        else:
-            assert pick["bundle"] == f"{task}-ft{pick['ft_seed']}-ckpt{pick['epoch_fraction']:g}"
+        else:  # a task's own checkpoint, or an ensemble (its bundle keeps the task's whole model)
+            frac = f"{pick['epoch_fraction']:g}"
+            assert pick["bundle"] == f"{task}-ft{pick['ft_seed']}-ckpt{frac}"
             assert list(bundle["tasks"]) == [task]
-            ckpt = load_file(workdir / f"models/tiny/{task}/ft1/ckpt-1/model.safetensors")
+            ckpt = load_file(workdir / f"models/tiny/{task}/ft{pick['ft_seed']}/ckpt-{frac}/model.safetensors")
             served = load_file(picked_dir / pick["bundle"] / "encoder/model.safetensors")
             name = "embeddings.word_embeddings.weight"
             kept = name if name in served else f"bert.{name}"  # (an ensemble's bundle keeps the whole model)
-            assert (served[kept] == ckpt[f"bert.{name}"]).all()  # the task's own fine-tuned encoder
+            assert (served[kept] == ckpt[f"bert.{name}"]).all()  # the task's own encoder at that checkpoint
     assert set(index["bundles"]) == {p["bundle"] for p in index["picks"].values()}
 
     pair = ["A man is playing a guitar.", "A man plays the guitar."]
@@ -541,6 +540,6 @@ def test_the_picked_bundles_serve_every_task_of_the_run_over_http(workflow_run):
             response = client.post("/predict", json={**body, "tasks": [task]})
             assert response.status_code == 200, (task, response.text)
             answer = response.json()["answers" if "qa" in body else "predictions"][0][task]
-            assert answer["head"] == pick["served"] == kind["picked"]
+            assert answer["head"] == pick["model"] == kind["picked"]
             v2 = client.get(f"/v2/models/{task}/ready")
             assert v2.status_code == 200

@@ -14,9 +14,11 @@ spec, level, parameters, mean_selection_score, selection_metrics, eval_metrics {
 null_threshold (span heads), source, ensemble}}}}, task_model}.
 
 A head + BERT ensemble is a head entry ``"{head} + BERT ({how})"`` with ``ensemble: {head, how}``
-(the head's files, combined with BERT's own outputs as the evaluation combines them); its bundle
-has one task, ``task_model`` names it, and ``encoder/`` then holds that task's whole fine-tuned
-model (its classifier kept), whose one forward pass gives both the states and BERT's outputs.
+(the head's files, combined with BERT's own outputs as the evaluation combines them: per example,
+or per window for span and answerability tasks; a span ensemble has its own null threshold);
+its bundle has one task, ``task_model`` names it, and ``encoder/`` then holds that task's whole
+model at its checkpoint (its classifier or span head kept), whose one forward pass gives both
+the states and BERT's outputs.
 
 Per task and head name the seed with the best selection score is kept (ties: the lower seed);
 the task's default head is the one with the best mean selection score over its seeds (ties:
@@ -207,8 +209,8 @@ def _task_entry(root: Path, name: str, data: dict) -> TaskEntry:
     if entry.is_span and any(h.null_threshold is None for h in heads.values()):
         problems.append("a span head without null_threshold")
     for name, head in heads.items():
-        if head.ensemble and (entry.takes_questions or head.ensemble.get("head") not in heads):
-            problems.append(f"head {name}: an ensemble of an example task with one of its heads")
+        if head.ensemble and head.ensemble.get("head") not in heads:
+            problems.append(f"head {name}: an ensemble of a head the task does not have")
     if problems:
         raise BundleError(f"{where}: " + "; ".join(problems))
     return entry

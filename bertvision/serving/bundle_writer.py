@@ -124,22 +124,26 @@ def head_entry_json(task: TaskSpec, run: HeadRun, seeds: list[int], mean: float)
 
 
 def ensemble_entry_json(task: TaskSpec, ensemble: dict, heads: dict, kept: dict[str, HeadRun]) -> tuple[str, dict]:
-    """The head entry of ``ensemble`` ({head, how}): the head's files and its ensemble's scores."""
+    """The head entry of ``ensemble`` ({head, how}): the head's files and its ensemble's scores
+    (and, for a span task, the null threshold the ensemble's own selection scores tuned)."""
     from bertvision.reporting.results import ensemble_name
 
     head, how = ensemble.get("head"), ensemble.get("how")
     if head not in heads:
         raise BundleError(f"{task.name}: ensemble of head {head!r}, which is not among its heads {sorted(heads)}")
-    if task.windowed:
-        raise BundleError(f"{task.name}: head + BERT ensembles are served for example tasks only")
     scores = kept[head].record.get("ensembles", {}).get(how)
     if not scores:
         raise BundleError(f"{kept[head].dir / HEAD_METRICS}: no ensemble {how!r} (ensembles.{how}) to serve")
+    selection = scores.get("selection", {})
+    threshold = selection.get("null_threshold")
+    if task.kind == "span" and threshold is None:
+        raise BundleError(f"{kept[head].dir / HEAD_METRICS}: no ensembles.{how}.selection.null_threshold")
     entry = {
         **heads[head],
         "ensemble": {"head": head, "how": how},
-        "selection_metrics": scores.get("selection", {}),
+        "selection_metrics": selection,
         "eval_metrics": {split: scores[split] for split in task.eval_splits if split in scores},
+        "null_threshold": None if threshold is None else float(threshold),
     }
     return ensemble_name(head, how), entry
 
@@ -176,12 +180,12 @@ def task_json(task: TaskSpec, settings: dict, runs: list[HeadRun]) -> dict:
 
 
 def save_bare_encoder(
-    encoder_dir: Path, tokenizer_source: str, out: Path, keep_classifier: bool = False
+    encoder_dir: Path, tokenizer_source: str, out: Path, task_model: TaskSpec | None = None
 ) -> tuple[int, int]:
     """The encoder of ``encoder_dir`` (a task model's checkpoint, its encoder's weights under the
     architecture's prefix: "bert.", "roberta.", ...; or a bare encoder) without pooler or task head
-    (``keep_classifier``: the whole task model), and the tokenizer, into ``out``; returns (hidden
-    states, hidden)."""
+    (``task_model``: that task's whole model, its classifier or span head kept), and the
+    tokenizer, into ``out``; returns (hidden states, hidden)."""
     from transformers.utils import logging as hf_logging
 
     from bertvision.models.backbone import load_tokenizer
@@ -190,10 +194,11 @@ def save_bare_encoder(
     check_safetensors_dir(encoder_dir, "encoder checkpoint")
     hf_logging.set_verbosity_error()  # the task head's weights are dropped on purpose
     hf_logging.disable_progress_bar()
-    if keep_classifier:
+    if task_model is not None:
         from bertvision.models.backbone import load_pretrained
+        from bertvision.training.encoder import MODEL_CLASSES
 
-        model = load_pretrained("AutoModelForSequenceClassification", str(encoder_dir)).eval()
+        model = load_pretrained(MODEL_CLASSES[task_model.kind][0], str(encoder_dir)).eval()
     else:
         model = load_encoder(str(encoder_dir)).eval()
     model.save_pretrained(out, safe_serialization=True)
@@ -219,7 +224,7 @@ def write_bundle(
     """Build a bundle in ``out_dir`` (replacing one there). ``tasks``: {task: {"heads_dirs": [train_heads
     output dirs], "max_length": int, "doc_stride": int | None, "picked": the default head (default:
     the best mean selection score among them), "ensemble": {head, how} (a head + BERT ensemble to
-    serve too; the bundle then has this one task and keeps its classifier)}} (missing settings: the
+    serve too; the bundle then has this one task and keeps its whole model)}} (missing settings: the
     registry's);
     ``precision``: the extraction precision of the heads' features; ``auto`` takes the precision
     the heads' records say their states were computed in (serving then computes states as the
@@ -237,9 +242,11 @@ def write_bundle(
     if ensembles and len(tasks) > 1:
         raise BundleError(f"{ensembles[0]}: a head + BERT ensemble is served from a bundle of its task alone")
     try:
-        layers, hidden = save_bare_encoder(
-            Path(encoder_dir), tokenizer_source, scratch / BUNDLE_ENCODER, keep_classifier=bool(ensembles)
-        )
+        try:
+            task_model = get_task(ensembles[0]) if ensembles else None
+        except KeyError as err:
+            raise BundleError(err.args[0]) from None
+        layers, hidden = save_bare_encoder(Path(encoder_dir), tokenizer_source, scratch / BUNDLE_ENCODER, task_model)
         described, recorded = {}, set()
         for name, settings in tasks.items():
             try:

@@ -64,9 +64,8 @@ def cmd_serve_bundles(a):
         a.out, a.summary, a.backbone, runs, a.tokenizer, checked_task_settings(a.task_settings), a.keys, a.precision
     )
     for task, pick in index["picks"].items():
-        served = pick["served"] if pick["served"] == pick["model"] else f"{pick['served']} (picked: {pick['model']})"
         print(
-            f"{task}: {served} at checkpoint {pick['epoch_fraction']:g}, fine-tuning seed {pick['ft_seed']}: "
+            f"{task}: {pick['model']} at checkpoint {pick['epoch_fraction']:g}, fine-tuning seed {pick['ft_seed']}: "
             f"bundle {pick['bundle']}"
         )
     print(f"wrote {a.out}")

@@ -27,7 +27,7 @@ import torch
 
 from bertvision.data.squad_windows import build_windows
 from bertvision.data.tokenized import TokenizedSplit, collate, length_batches
-from bertvision.evaluation.ensemble import ensemble_examples
+from bertvision.evaluation.ensemble import ensemble_examples, ensemble_windows
 from bertvision.evaluation.squad_decode import apply_threshold, decode_question
 from bertvision.models.encoder_io import SUMMARY_POSITION, load_encoder, pad_id, summary_position, uses_token_types
 from bertvision.models.head_io import load_head
@@ -88,8 +88,10 @@ class Engine:
         summary_position(self.tokenizer)
         if self.bundle.task_model:  # ensembles: the task's whole model gives states and BERT's outputs
             from bertvision.models.backbone import load_pretrained
+            from bertvision.training.encoder import MODEL_CLASSES
 
-            model = load_pretrained("AutoModelForSequenceClassification", encoder_dir)
+            kind = self.bundle.tasks[self.bundle.task_model].kind
+            model = load_pretrained(MODEL_CLASSES[kind][0], encoder_dir)
         else:
             model = load_encoder(encoder_dir)
         self.encoder = model.to(self.device).eval()
@@ -261,7 +263,7 @@ class Engine:
         contexts never holds every token's states at once."""
         split = sequences.split(self.token_types)
         cls = np.empty((len(split), self.bundle.layers, self.bundle.hidden), dtype=np.float16)
-        bert = None
+        bert: dict[int, np.ndarray] = {}
         outputs: dict[tuple[str, str], dict[int, np.ndarray]] = {}
         for rows in length_batches(split.lengths, self.max_batch_tokens):
             batch = to_device(collate(split, rows, self.pad_id, multiple_of=self.pad_multiple), self.device)
@@ -270,9 +272,7 @@ class Engine:
                     out = self.encoder(**batch, output_hidden_states=True)
                 hidden = out.hidden_states
                 if self.bundle.task_model:
-                    logits = out.logits.float().cpu().numpy()
-                    bert = np.empty((len(split), logits.shape[1]), np.float32) if bert is None else bert
-                    bert[rows] = logits
+                    bert.update(self._bert_outputs(out, rows, split.lengths))
                 summary = torch.stack([h[:, SUMMARY_POSITION] for h in hidden], dim=1)
                 cls[rows] = summary.to("cpu", torch.float16).numpy()
                 reading = [j for j, row in enumerate(rows) if int(row) in readers]
@@ -288,6 +288,16 @@ class Engine:
             self.encoder_passes += 1
         self.sequences_encoded += len(split)
         return Encoded(cls, outputs, bert)
+
+    @staticmethod
+    def _bert_outputs(out, rows: np.ndarray, lengths: np.ndarray) -> dict[int, np.ndarray]:
+        """The task model's own outputs per row, as its evaluation stored them: logits per
+        example, or a span window's (tokens, 2) start/end logits over its real tokens."""
+        if hasattr(out, "start_logits"):
+            both = torch.stack([out.start_logits, out.end_logits], dim=-1).float().cpu().numpy()
+            return {int(row): both[j, : lengths[row]] for j, row in enumerate(rows)}
+        logits = out.logits.float().cpu().numpy()
+        return {int(row): logits[j] for j, row in enumerate(rows)}
 
     def _apply_token_heads(
         self, hidden, rows: np.ndarray, lengths: np.ndarray, readers: dict, outputs: dict, index: torch.Tensor
@@ -331,7 +341,8 @@ class Engine:
                 outputs = self._run_head(task_name, head, torch.from_numpy(encoded.cls[rows].astype(np.float32)))
             ensemble = task.heads[head].ensemble
             if ensemble:  # combined with BERT's own outputs, as the evaluation combines them
-                outputs = ensemble_examples(np.stack(outputs), encoded.bert_logits[rows], ensemble["how"], task.kind)
+                bert = np.stack([encoded.bert_logits[row] for row in rows])
+                outputs = ensemble_examples(np.stack(outputs), bert, ensemble["how"], task.kind)
             for i, out in zip(items, outputs):
                 results[i][task_name] = example_result(task, head, out)
         # the order the tasks were asked in
@@ -369,12 +380,22 @@ class Engine:
 
     def _window_outputs(self, task: str, head: str, group: SpanGroup, encoded: Encoded) -> list[np.ndarray]:
         """The head's outputs for every window of the group: read from the token pass (span and
-        token-level heads), or the [CLS] head run over the windows' states."""
-        if self.tasks[task].heads[head].level == "tokens":
+        token-level heads), or the [CLS] head run over the windows' states; a head + BERT
+        ensemble combines them window by window with BERT's, as the evaluation does."""
+        entry = self.tasks[task]
+        if entry.heads[head].level == "tokens":
             computed = encoded.token_outputs.get((task, head), {})
-            return [computed.get(row) for row in group.rows]
-        states = torch.from_numpy(encoded.cls[group.rows].astype(np.float32))
-        return list(self._run_head(task, head, states))
+            outputs = [computed.get(row) for row in group.rows]
+        else:
+            states = torch.from_numpy(encoded.cls[group.rows].astype(np.float32))
+            outputs = list(self._run_head(task, head, states))
+        ensemble = entry.heads[head].ensemble
+        if not ensemble or not outputs:
+            return outputs
+        bert = [encoded.bert_logits[row] for row in group.rows]
+        if entry.is_span:
+            return ensemble_windows(outputs, bert, ensemble["how"])
+        return list(ensemble_examples(np.stack(outputs), np.stack(bert), ensemble["how"], entry.kind))
 
     def _span_answer(self, task: TaskEntry, head: str, item: QuestionItem, group: SpanGroup, windows, outputs):
         spans = [(outputs[w][:, 0], outputs[w][:, 1], group.windows.offsets[w]) for w in windows]

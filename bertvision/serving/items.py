@@ -5,7 +5,7 @@ and what one encoder pass leaves for the heads."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -118,7 +118,7 @@ class Encoded:
 
     cls: np.ndarray  # (rows, layers, hidden) float16
     token_outputs: dict[tuple[str, str], dict[int, np.ndarray]]  # (task, head) -> row -> outputs
-    bert_logits: np.ndarray | None = None  # (rows, outputs): the task model's own (ensembles)
+    bert_logits: dict[int, np.ndarray] = field(default_factory=dict)  # row -> the task model's own outputs
 
 
 @dataclass

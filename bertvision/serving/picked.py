@@ -9,14 +9,16 @@ every head trained at its picked checkpoint, with the summary's head as its defa
 summary averaged several fine-tuning seeds, the seed served is the one whose run of that head
 scored best on the selection split (ties: the lower seed). Every choice reads the selection split.
 
-A pick that is a head + BERT ensemble on a task's own checkpoint is served as it was evaluated:
-its bundle keeps the task's whole model (classifier included) and combines its outputs with the
-head's. On the untouched encoder (shared by several tasks, and BERT there is an untrained
-classifier) and for answerability, an ensemble pick is served as its head alone; ``served``
-then differs from ``model`` in the index, and the log says so.
+A pick that is a head + BERT ensemble is served as it was evaluated: its bundle keeps the task's
+whole model at that checkpoint (its classifier or span head included) and combines BERT's
+outputs with the head's, per example or per window. Such a bundle serves that one task, so an
+ensemble picked on the untouched encoder gets a bundle of its own too
+(``{task}-ft{seed}-ckpt0``: BERT there is the task model's classifier as fine-tuning
+initialised it, the one the evaluation scored).
 
 ``bundles.json``: {format: 1, keys, bundles: {name: {path, tasks, checkpoint}}, picks: {task:
-{epoch_fraction, model, served, head, ft_seed, bundle, dev_mean, selection_mean}}}.
+{epoch_fraction, model (the summary's pick, served as such), head, ft_seed, bundle, dev_mean,
+selection_mean}}}.
 """
 
 from __future__ import annotations
@@ -119,8 +121,12 @@ def choose_run(pick: Pick, candidates: list[CheckpointRun]) -> tuple[CheckpointR
     return best[2], head, how
 
 
-def bundle_name(run: CheckpointRun) -> str:
-    return FROZEN if run.epoch_fraction == 0 else f"{run.task}-ft{run.ftseed}-ckpt{run.frac}"
+def bundle_name(run: CheckpointRun, ensemble: bool) -> str:
+    """Tasks picked on the untouched encoder share one; a task's own checkpoint, or an ensemble
+    (which needs the task's whole model), gets its own."""
+    if run.epoch_fraction == 0 and not ensemble:
+        return FROZEN
+    return f"{run.task}-ft{run.ftseed}-ckpt{run.frac}"
 
 
 def write_picked_bundles(
@@ -146,16 +152,15 @@ def write_picked_bundles(
     for name in tasks:
         pick = picks[name]
         run, head, how = choose_run(pick, runs)
-        bundle = bundle_name(run)
+        bundle = bundle_name(run, ensemble=how is not None)
         checkpoints.setdefault(bundle, run.checkpoint_dir)
         settings = {**task_settings.get(name, {}), "heads_dirs": [str(run.heads_dir)], "picked": head}
-        if how is not None and bundle != FROZEN and not get_task(name).windowed:
+        if how is not None:
             settings.update(ensemble={"head": head, "how": how}, picked=pick.model)
         groups.setdefault(bundle, {})[name] = settings
         described[name] = {
             "epoch_fraction": pick.epoch_fraction,
             "model": pick.model,
-            "served": settings["picked"],
             "head": head,
             "ft_seed": run.ftseed,
             "bundle": bundle,
