@@ -215,15 +215,11 @@ def test_each_family_runs_finetune_extract_heads(five_backbones_run, encoders, f
 def roberta_span_run(encoders, tmp_path_factory):
     """RoBERTa fine-tuned on a SQuAD 2.0 slice (AutoModelForQuestionAnswering), its states of
     squad2 and rte extracted, an lp head each, and a bundle of both."""
-    from bertvision.features.store import write_manifest
-    from bertvision.layout import Run
-    from bertvision.registry.tasks import get_task, splits_of
+    from bertvision.registry.tasks import get_task
     from bertvision.serving.bundle_writer import write_bundle
     from bertvision.stages.download import download_task
-    from bertvision.stages.extract import extract_shard
-    from bertvision.stages.finetune import finetune
     from bertvision.stages.tokenize import tokenize_task
-    from bertvision.stages.train_heads import train_heads
+    from tests.stages import extract_and_train, fine_tune
 
     root = tmp_path_factory.mktemp("roberta-span")
     backbone = str(encoders["roberta"])
@@ -240,43 +236,9 @@ def roberta_span_run(encoders, tmp_path_factory):
     for name in ("squad2", "rte"):
         download_task(get_task(name), settings.download(name), root / "raw" / name)
         tokenize_task(get_task(name), settings.tokenize("roberta", name), root / "raw" / name, root / "tokens" / name)
-    finetune(
-        get_task("squad2"),
-        "roberta",
-        settings.finetune("roberta", "squad2"),
-        settings.finetune_compute(),
-        root / "tokens" / "squad2",
-        root / "raw" / "squad2",
-        root / "ft",
-        1,
-        threads=1,
-    )
+    fine_tune(settings, "roberta", "squad2", root, root / "ft")
     for name in ("squad2", "rte"):
-        task, shard = get_task(name), root / "features" / name / "shard-0-of-1"
-        extract_shard(
-            root / "ft" / "ckpt-1",
-            root / "tokens" / name,
-            shard,
-            0,
-            1,
-            list(splits_of(task)),
-            settings.extract(),
-            settings.extract_compute(),
-            settings.extract_attrs(Run("roberta", name, 1, "1")),
-            threads=1,
-        )
-        write_manifest([shard], root / "features" / name / "manifest.json", list(splits_of(task)))
-        train_heads(
-            task,
-            settings.task_heads(name),
-            settings.head_training(name),
-            settings.head_runtime(),
-            root / "features" / name / "manifest.json",
-            settings.head_seeds,
-            root / "heads" / name,
-            threads=1,
-            raw_dir=root / "raw" / name,
-        )
+        extract_and_train(settings, "roberta", name, root, root / "ft" / "ckpt-1", root)
     bundle = write_bundle(
         root / "bundle",
         root / "ft" / "ckpt-1",

@@ -21,13 +21,14 @@ import torch
 
 from bertvision.layout import BERT_LOGITS, HEAD_METRICS, HEAD_PREDICTIONS, head_run_dir, head_runs
 from bertvision.models.head_io import load_head
-from bertvision.registry.tasks import get_task, splits_of
+from bertvision.registry.tasks import get_task
 from bertvision.runtime.io import read_json
 from bertvision.serving.bundle import BundleError, load_bundle
 from bertvision.serving.bundle_writer import write_bundle
 from tests.conftest import squad_slice, workflow_settings
 from tests.http_server import Server
 from tests.rounding import assert_close_within_rounding, float32_states, rounding_bound, span_tolerances
+from tests.stages import extract_and_train, fine_tune
 
 TASKS = ("mrpc", "stsb", "squad2", "squad2-answerable")
 MAX_TEXTS = 32
@@ -65,59 +66,6 @@ def run_settings(tiny_bert):
     )
 
 
-def fine_tune(settings, root, task: str, out):
-    from bertvision.stages.finetune import finetune
-
-    finetune(
-        get_task(task),
-        "tiny",
-        settings.finetune("tiny", task),
-        settings.finetune_compute(),
-        root / "tokens" / task,
-        root / "raw" / task,
-        out,
-        1,
-        threads=1,
-    )
-
-
-def extract_and_train(settings, root, task: str, checkpoint, out, bert_logits=None) -> None:
-    """``task``'s states from ``checkpoint`` into out/features, its heads into out/heads
-    (``bert_logits``: that checkpoint's own model's outputs, so the ensembles are scored)."""
-    from bertvision.features.store import write_manifest
-    from bertvision.layout import Run
-    from bertvision.stages.extract import extract_shard
-    from bertvision.stages.train_heads import train_heads
-
-    splits = list(splits_of(get_task(task)))
-    shard = out / "features" / task / "shard-0-of-1"
-    extract_shard(
-        checkpoint,
-        root / "tokens" / task,
-        shard,
-        0,
-        1,
-        splits,
-        settings.extract(),
-        settings.extract_compute(),
-        settings.extract_attrs(Run("tiny", task, 1, "1")),
-        threads=1,
-    )
-    write_manifest([shard], out / "features" / task / "manifest.json", splits)
-    train_heads(
-        get_task(task),
-        settings.task_heads(task),
-        settings.head_training(task),
-        settings.head_runtime(),
-        out / "features" / task / "manifest.json",
-        settings.head_seeds,
-        out / "heads" / task,
-        threads=1,
-        raw_dir=root / "raw" / task,
-        bert_logits=bert_logits,
-    )
-
-
 @pytest.fixture(scope="module")
 def run(tiny_bert, tmp_path_factory):
     """Download, tokenize, fine-tune MRPC (checkpoints 0 and 1), extract all four tasks from
@@ -130,11 +78,11 @@ def run(tiny_bert, tmp_path_factory):
     for task in TASKS:
         download_task(get_task(task), settings.download(task), root / "raw" / task)
         tokenize_task(get_task(task), settings.tokenize("tiny", task), root / "raw" / task, root / "tokens" / task)
-    fine_tune(settings, root, "mrpc", root / "ft")
+    fine_tune(settings, "tiny", "mrpc", root, root / "ft")
     for task in TASKS:
         # MRPC's heads read its own checkpoint: their head + BERT ensembles are scored too
         bert_logits = root / "ft" / "ckpt-1" / BERT_LOGITS if task == "mrpc" else None
-        extract_and_train(settings, root, task, root / "ft" / "ckpt-1", root, bert_logits)
+        extract_and_train(settings, "tiny", task, root, root / "ft" / "ckpt-1", root, bert_logits)
     return root
 
 
@@ -1108,9 +1056,9 @@ def question_checkpoints(run, tiny_bert):
     settings = run_settings(tiny_bert)
     own = run / "own"
     for task in ("squad2", "squad2-answerable"):
-        checkpoints = own / "ft" / task
-        fine_tune(settings, run, task, checkpoints)
-        extract_and_train(settings, run, task, checkpoints / "ckpt-1", own, checkpoints / "ckpt-1" / BERT_LOGITS)
+        checkpoint = own / "ft" / task / "ckpt-1"
+        fine_tune(settings, "tiny", task, run, checkpoint.parent)
+        extract_and_train(settings, "tiny", task, run, checkpoint, own, checkpoint / BERT_LOGITS)
     return own
 
 

@@ -9,6 +9,7 @@ import errno
 import hashlib
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -28,6 +29,26 @@ def atomic_path(path: Path):
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+@contextlib.contextmanager
+def atomic_dir(path: Path):
+    """Yield an empty scratch directory beside ``path``; it replaces ``path`` (a directory) only
+    if the block succeeds, and is removed either way."""
+    path = Path(path)
+    scratch = path.with_name(f".{path.name}.tmp")
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    try:
+        yield scratch
+        old = path.with_name(f".{path.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        if path.exists():
+            os.replace(path, old)
+        os.replace(scratch, path)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def atomic_write_parquet(df: pd.DataFrame, path: Path) -> None:

@@ -6,7 +6,6 @@ into place."""
 from __future__ import annotations
 
 import math
-import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +13,7 @@ from pathlib import Path
 from bertvision.layout import BUNDLE_ENCODER, BUNDLE_HEAD, BUNDLE_INDEX, HEAD_METRICS, HEAD_WEIGHTS, head_runs
 from bertvision.registry.heads import is_token_head
 from bertvision.registry.tasks import TaskSpec, get_task
-from bertvision.runtime.io import atomic_write_json, read_json
+from bertvision.runtime.io import atomic_dir, atomic_write_json, read_json
 from bertvision.runtime.precision import PRECISIONS
 from bertvision.serving.bundle import FORMAT, Bundle, BundleError, check_safetensors_dir, load_bundle
 
@@ -234,18 +233,14 @@ def write_bundle(
         raise BundleError(f"precision {precision!r}: expected one of {', '.join(PRECISIONS)}")
     if not tasks:
         raise BundleError("no tasks given")
-    out_dir = Path(out_dir)
-    scratch = out_dir.with_name(f".{out_dir.name}.tmp")
-    shutil.rmtree(scratch, ignore_errors=True)
-    scratch.mkdir(parents=True)
     ensembles = [name for name, settings in tasks.items() if settings.get("ensemble")]
     if ensembles and len(tasks) > 1:
         raise BundleError(f"{ensembles[0]}: a head + BERT ensemble is served from a bundle of its task alone")
     try:
-        try:
-            task_model = get_task(ensembles[0]) if ensembles else None
-        except KeyError as err:
-            raise BundleError(err.args[0]) from None
+        task_model = get_task(ensembles[0]) if ensembles else None
+    except KeyError as err:
+        raise BundleError(err.args[0]) from None
+    with atomic_dir(out_dir) as scratch:
         layers, hidden = save_bare_encoder(Path(encoder_dir), tokenizer_source, scratch / BUNDLE_ENCODER, task_model)
         described, recorded = {}, set()
         for name, settings in tasks.items():
@@ -279,16 +274,4 @@ def write_bundle(
             },
             scratch / BUNDLE_INDEX,
         )
-        replace_dir(scratch, out_dir)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
     return load_bundle(out_dir)
-
-
-def replace_dir(new: Path, target: Path) -> None:
-    old = target.with_name(f".{target.name}.old")
-    shutil.rmtree(old, ignore_errors=True)
-    if target.exists():
-        os.replace(target, old)
-    os.replace(new, target)
-    shutil.rmtree(old, ignore_errors=True)

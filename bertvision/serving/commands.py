@@ -111,29 +111,10 @@ def cmd_serve(a):
     )
 
 
-def add_serving_commands(sub, subcommand, json_arg, name_path_arg) -> None:
-    """Add ``bundle`` and ``serve`` to the subparsers ``sub``; ``subcommand``, ``json_arg`` and
-    ``name_path_arg`` are the command line's own parser helpers."""
-    s = subcommand(
-        sub,
-        "bundle",
-        cmd_bundle,
-        "one encoder checkpoint, its tokenizer and every task's best heads, for bertvision serve (rule bundle)",
-    )
-    s.add_argument(
-        "--encoder-dir",
-        type=Path,
-        required=True,
-        help="a checkpoint (model.safetensors + config.json) the heads' features were extracted from",
-    )
+def add_bundle_arguments(s, json_arg) -> None:
+    """What every bundle writer takes: the tokenizer, per-task tokenization, provenance, the
+    features' precision and where to write."""
     s.add_argument("--tokenizer", required=True, help="the backbone reference (backbones.<model>.pretrained)")
-    s.add_argument(
-        "--heads",
-        type=name_path_arg,
-        nargs="+",
-        required=True,
-        help="TASK=DIR: a train_heads output of TASK on this encoder (repeat TASK for several)",
-    )
     s.add_argument(
         "--task-settings",
         type=json_arg,
@@ -150,6 +131,31 @@ def add_serving_commands(sub, subcommand, json_arg, name_path_arg) -> None:
     )
     s.add_argument("--out", type=Path, required=True)
 
+
+def add_serving_commands(sub, subcommand, json_arg, name_path_arg) -> None:
+    """Add ``bundle``, ``serve-bundles`` and ``serve`` to the subparsers ``sub``; ``subcommand``, ``json_arg`` and
+    ``name_path_arg`` are the command line's own parser helpers."""
+    s = subcommand(
+        sub,
+        "bundle",
+        cmd_bundle,
+        "one encoder checkpoint, its tokenizer and every task's best heads, for bertvision serve (rule bundle)",
+    )
+    s.add_argument(
+        "--encoder-dir",
+        type=Path,
+        required=True,
+        help="a checkpoint (model.safetensors + config.json) the heads' features were extracted from",
+    )
+    s.add_argument(
+        "--heads",
+        type=name_path_arg,
+        nargs="+",
+        required=True,
+        help="TASK=DIR: a train_heads output of TASK on this encoder (repeat TASK for several)",
+    )
+    add_bundle_arguments(s, json_arg)
+
     s = subcommand(
         sub,
         "serve-bundles",
@@ -164,11 +170,7 @@ def add_serving_commands(sub, subcommand, json_arg, name_path_arg) -> None:
         required=True,
         help="[{task, ftseed, frac, checkpoint_dir, heads_dir}]: every checkpoint of the run and its heads",
     )
-    s.add_argument("--tokenizer", required=True, help="the backbone reference (backbones.<model>.pretrained)")
-    s.add_argument("--task-settings", type=json_arg, default={}, help='{"task": {"max_length": N, "doc_stride": N}}')
-    s.add_argument("--keys", type=json_arg, default={}, help='provenance, e.g. {"backbone"}')
-    s.add_argument("--precision", required=True, choices=PRECISIONS, help="extract.precision of the features")
-    s.add_argument("--out", type=Path, required=True)
+    add_bundle_arguments(s, json_arg)
 
     s = subcommand(
         sub,

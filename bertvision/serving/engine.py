@@ -6,7 +6,8 @@ texts tokenized as ``stages.tokenize`` does (span tasks: ``build_windows``), pad
 ``collate``, the encoder under the extraction precision's autocast, every hidden state stored
 as float16 and read back as float32; a [CLS] head sees (layers, hidden) per example, a token head
 every real token with a padding mask, a span head every window's tokens, and span answers are
-decoded with the evaluation's functions and the null threshold tuned on the selection split.
+decoded with the evaluation's functions and the null threshold tuned on the selection split
+(``serving.answers`` reads a batch's outputs as answers).
 
 Each text is tokenized once per distinct ``max_length`` among its tasks (in the common case,
 tasks of equal max_length, once) and identical token sequences are encoded once; every
@@ -27,13 +28,11 @@ import torch
 
 from bertvision.data.squad_windows import build_windows
 from bertvision.data.tokenized import TokenizedSplit, collate, length_batches
-from bertvision.evaluation.ensemble import ensemble_examples, ensemble_windows
-from bertvision.evaluation.squad_decode import apply_threshold, decode_question
 from bertvision.models.encoder_io import SUMMARY_POSITION, load_encoder, pad_id, summary_position, uses_token_types
 from bertvision.models.head_io import load_head
 from bertvision.models.heads import span_logits
-from bertvision.registry.metrics import best_window
 from bertvision.runtime.device import autocast, pick_device, set_threads, to_device
+from bertvision.serving.answers import answerability, bert_outputs, example_result, span_answer, with_bert
 from bertvision.serving.bundle import Bundle, BundleError, TaskEntry, load_bundle
 from bertvision.serving.items import (
     PAIR,
@@ -46,8 +45,6 @@ from bertvision.serving.items import (
     SpanGroup,
     SpanResult,
     TextItem,
-    example_result,
-    finite,
 )
 from bertvision.stages.tokenize import tokenize_frame
 
@@ -272,7 +269,7 @@ class Engine:
                     out = self.encoder(**batch, output_hidden_states=True)
                 hidden = out.hidden_states
                 if self.bundle.task_model:
-                    bert.update(self._bert_outputs(out, rows, split.lengths))
+                    bert.update(bert_outputs(out, rows, split.lengths))
                 summary = torch.stack([h[:, SUMMARY_POSITION] for h in hidden], dim=1)
                 cls[rows] = summary.to("cpu", torch.float16).numpy()
                 reading = [j for j, row in enumerate(rows) if int(row) in readers]
@@ -288,16 +285,6 @@ class Engine:
             self.encoder_passes += 1
         self.sequences_encoded += len(split)
         return Encoded(cls, outputs, bert)
-
-    @staticmethod
-    def _bert_outputs(out, rows: np.ndarray, lengths: np.ndarray) -> dict[int, np.ndarray]:
-        """The task model's own outputs per row, as its evaluation stored them: logits per
-        example, or a span window's (tokens, 2) start/end logits over its real tokens."""
-        if hasattr(out, "start_logits"):
-            both = torch.stack([out.start_logits, out.end_logits], dim=-1).float().cpu().numpy()
-            return {int(row): both[j, : lengths[row]] for j, row in enumerate(rows)}
-        logits = out.logits.float().cpu().numpy()
-        return {int(row): logits[j] for j, row in enumerate(rows)}
 
     def _apply_token_heads(
         self, hidden, rows: np.ndarray, lengths: np.ndarray, readers: dict, outputs: dict, index: torch.Tensor
@@ -340,9 +327,8 @@ class Engine:
             else:
                 outputs = self._run_head(task_name, head, torch.from_numpy(encoded.cls[rows].astype(np.float32)))
             ensemble = task.heads[head].ensemble
-            if ensemble:  # combined with BERT's own outputs, as the evaluation combines them
-                bert = np.stack([encoded.bert_logits[row] for row in rows])
-                outputs = ensemble_examples(np.stack(outputs), bert, ensemble["how"], task.kind)
+            if ensemble:
+                outputs = with_bert(task, ensemble["how"], outputs, [encoded.bert_logits[row] for row in rows])
             for i, out in zip(items, outputs):
                 results[i][task_name] = example_result(task, head, out)
         # the order the tasks were asked in
@@ -369,13 +355,13 @@ class Engine:
                             continue
                         windows = by_question.get(q, [])
                         if task.is_span:
-                            results[i][task_name] = self._span_answer(
-                                task, head, questions[i], group, windows, window_outputs
-                            )
+                            spans = [
+                                (window_outputs[w][:, 0], window_outputs[w][:, 1], group.windows.offsets[w])
+                                for w in windows
+                            ]
+                            results[i][task_name] = span_answer(task, head, questions[i].context, spans)
                         else:
-                            results[i][task_name] = self._answerability(
-                                task, head, [window_outputs[w] for w in windows]
-                            )
+                            results[i][task_name] = answerability(task, head, [window_outputs[w] for w in windows])
         return [{t: results[i][t] for t in item.heads} for i, item in enumerate(questions)]
 
     def _window_outputs(self, task: str, head: str, group: SpanGroup, encoded: Encoded) -> list[np.ndarray]:
@@ -392,31 +378,4 @@ class Engine:
         ensemble = entry.heads[head].ensemble
         if not ensemble or not outputs:
             return outputs
-        bert = [encoded.bert_logits[row] for row in group.rows]
-        if entry.is_span:
-            return ensemble_windows(outputs, bert, ensemble["how"])
-        return list(ensemble_examples(np.stack(outputs), np.stack(bert), ensemble["how"], entry.kind))
-
-    def _span_answer(self, task: TaskEntry, head: str, item: QuestionItem, group: SpanGroup, windows, outputs):
-        spans = [(outputs[w][:, 0], outputs[w][:, 1], group.windows.offsets[w]) for w in windows]
-        best = decode_question(spans, item.context, task.n_best, task.max_answer_length)
-        threshold = task.heads[head].null_threshold
-        return SpanResult(
-            head,
-            apply_threshold([best], threshold)[0],
-            bool(best.score_diff > threshold),
-            best.text,
-            finite(best.score_diff),
-            threshold,
-        )
-
-    @staticmethod
-    def _answerability(task: TaskEntry, head: str, outputs: list[np.ndarray]) -> ExampleResult:
-        """A question's label by the evaluation's rule (``best_window``: answerable when its most
-        confident window says so), with that window's outputs and probabilities."""
-        stacked = np.stack(outputs)
-        label_id = int(best_window(stacked, np.zeros(len(stacked), dtype=np.int64))[0])
-        chosen = stacked[int(np.argmax(stacked[:, 0] - stacked[:, 1]))]
-        result = example_result(task, head, chosen)
-        result.label_id, result.label = label_id, task.label_names[label_id]
-        return result
+        return with_bert(entry, ensemble["how"], outputs, [encoded.bert_logits[row] for row in group.rows])

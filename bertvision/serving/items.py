@@ -11,8 +11,6 @@ import numpy as np
 import pandas as pd
 
 from bertvision.data.tokenized import TokenizedSplit
-from bertvision.registry.metrics import predictions_from_outputs
-from bertvision.serving.bundle import TaskEntry
 
 
 class RequestError(ValueError):
@@ -129,19 +127,3 @@ class SpanGroup:
     questions: list[int]  # item positions; a window's ``idx`` indexes this list
     windows: TokenizedSplit
     rows: list[int]  # each window's row in the batch's Sequences
-
-
-def example_result(task: TaskEntry, head: str, outputs: np.ndarray) -> ExampleResult:
-    values = [finite(v) for v in outputs]
-    if task.kind == "regression":
-        return ExampleResult(head, values, score=finite(predictions_from_outputs(outputs[None], task.kind)[0]))
-    label_id = int(predictions_from_outputs(outputs[None], task.kind)[0])
-    shifted = np.exp(outputs.astype(np.float64) - np.max(outputs))
-    probabilities = shifted / shifted.sum()
-    return ExampleResult(
-        head,
-        values,
-        label=task.label_names[label_id],
-        label_id=label_id,
-        probabilities={name: finite(p) for name, p in zip(task.label_names, probabilities)},
-    )

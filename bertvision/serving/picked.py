@@ -24,7 +24,6 @@ selection_mean}}}.
 from __future__ import annotations
 
 import math
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,7 +34,7 @@ from bertvision.layout import BUNDLE_SET_INDEX
 from bertvision.registry.tasks import get_task
 from bertvision.reporting.results import ensemble_name
 from bertvision.reporting.summary import ROW_KINDS
-from bertvision.runtime.io import atomic_write_json
+from bertvision.runtime.io import atomic_dir, atomic_write_json
 from bertvision.serving.bundle import BundleError
 from bertvision.serving.bundle_writer import collect_runs, selection_score, write_bundle
 
@@ -111,7 +110,6 @@ def choose_run(pick: Pick, candidates: list[CheckpointRun]) -> tuple[CheckpointR
         raise BundleError(f"{pick.task}: no checkpoint {pick.epoch_fraction:g} among the run's heads directories")
     task = get_task(pick.task)
     best: tuple[float, int, CheckpointRun] | None = None
-    head, how = None, None
     for run in sorted(at, key=lambda r: r.ftseed):
         trained = collect_runs(task, [run.heads_dir])
         head, how = served_head(pick, {t.head for t in trained})
@@ -167,11 +165,7 @@ def write_picked_bundles(
             "dev_mean": pick.dev_mean,
             "selection_mean": pick.selection_mean,
         }
-    out_dir = Path(out_dir)
-    scratch = out_dir.with_name(f".{out_dir.name}.tmp")
-    shutil.rmtree(scratch, ignore_errors=True)
-    scratch.mkdir(parents=True)
-    try:
+    with atomic_dir(out_dir) as scratch:
         for bundle, members in sorted(groups.items()):
             write_bundle(
                 scratch / bundle,
@@ -191,9 +185,4 @@ def write_picked_bundles(
             "picks": described,
         }
         atomic_write_json(index, scratch / BUNDLE_SET_INDEX)
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        scratch.rename(out_dir)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
     return index

@@ -1,0 +1,63 @@
+"""The pipeline's stages run in-process for fixtures that build a little run by hand (download and
+tokenize done): fine-tune a task, and extract a task's states from a checkpoint into one shard
+and train its heads there."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bertvision.registry.tasks import get_task, splits_of
+
+
+def fine_tune(settings, model: str, task: str, root: Path, out: Path) -> None:
+    """Fine-tune ``task`` on ``root``'s tokens; a checkpoint per configured epoch fraction in ``out``."""
+    from bertvision.stages.finetune import finetune
+
+    finetune(
+        get_task(task),
+        model,
+        settings.finetune(model, task),
+        settings.finetune_compute(),
+        root / "tokens" / task,
+        root / "raw" / task,
+        out,
+        1,
+        threads=1,
+    )
+
+
+def extract_and_train(settings, model: str, task: str, root: Path, checkpoint: Path, out: Path, bert_logits=None):
+    """``task``'s states from ``checkpoint`` into out/features/TASK, its heads into out/heads/TASK
+    (``bert_logits``: that checkpoint's own model's outputs, so the ensembles are scored)."""
+    from bertvision.features.store import write_manifest
+    from bertvision.layout import Run
+    from bertvision.stages.extract import extract_shard
+    from bertvision.stages.train_heads import train_heads
+
+    splits = list(splits_of(get_task(task)))
+    shard = out / "features" / task / "shard-0-of-1"
+    extract_shard(
+        checkpoint,
+        root / "tokens" / task,
+        shard,
+        0,
+        1,
+        splits,
+        settings.extract(),
+        settings.extract_compute(),
+        settings.extract_attrs(Run(model, task, 1, "1")),
+        threads=1,
+    )
+    write_manifest([shard], out / "features" / task / "manifest.json", splits)
+    train_heads(
+        get_task(task),
+        settings.task_heads(task),
+        settings.head_training(task),
+        settings.head_runtime(),
+        out / "features" / task / "manifest.json",
+        settings.head_seeds,
+        out / "heads" / task,
+        threads=1,
+        raw_dir=root / "raw" / task,
+        bert_logits=bert_logits,
+    )
