@@ -1,5 +1,5 @@
 import sys
 
-from bertvision.cli import main
+from bertvision.commands.main import main
 
 sys.exit(main())

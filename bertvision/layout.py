@@ -9,6 +9,7 @@ its keys (Snakemake's benchmark files), its path is built from a record that doe
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,13 +84,14 @@ HEAD_TRANSFER_FILE = f"{SHARED_DIR}/head-transfer/{{task}}.json"
 
 # What `bertvision serve` loads: the shared encoder, its tokenizer and every task's heads.
 BUNDLE_DIR = "bundles/{model}/{encoder}"
-PICKED_BUNDLES_DIR = "bundles/{model}/picked"  # the summary's pick for every task (serving/picked.py),
+PICKED_BUNDLES_DIR = "bundles/{model}/picked"  # every task's pick (PICKS; serving/picked.py),
 BUNDLE_SET_INDEX = "bundles.json"  # their index, which bertvision serve reads as one service
 BUNDLE_INDEX = "bundle.json"  # inside a bundle: the index,
 BUNDLE_ENCODER = "encoder"  # the encoder and its tokenizer,
 BUNDLE_HEAD = "heads/{task}/{head}"  # and each head (weights and metrics record)
 
 TABLES_DIR = "results/tables"  # {name}.md and {name}.csv
+PICKS = "picks.json"  # beside the tables: every task's pick (reporting/picks.py), which serve_bundles serves
 PLOTS_DIR = "results/plots"  # {name}.png
 
 # The wildcards that name one job of each rule, in the order its log and benchmark names use them.
@@ -148,6 +150,10 @@ def table(name: str, ext: str, tables_dir: str = TABLES_DIR) -> str:
     return f"{tables_dir}/{name}.{ext}"
 
 
+def picks_record(tables_dir: str = TABLES_DIR) -> str:
+    return f"{tables_dir}/{PICKS}"
+
+
 def plot(name: str, plots_dir: str = PLOTS_DIR) -> str:
     return f"{plots_dir}/{name}.png"
 
@@ -162,9 +168,9 @@ def split_file(split_dir: Path, split: str) -> Path:
     return Path(split_dir) / f"{split}.parquet"
 
 
-def checkpoint_dir(finetune_dir: Path, frac: str) -> Path:
+def checkpoint_dir(finetune_dir: Path, checkpoint: Checkpoint) -> Path:
     """A checkpoint's directory inside a fine-tuning run's directory."""
-    return Path(finetune_dir) / CHECKPOINT_SUBDIR.format(frac=frac)
+    return Path(finetune_dir) / CHECKPOINT_SUBDIR.format(frac=checkpoint)
 
 
 def shard_file(shard_dir: Path, split: str) -> Path:
@@ -185,9 +191,34 @@ def head_metrics_files(heads_dirs: list[Path]) -> list[Path]:
     return sorted(run / HEAD_METRICS for d in heads_dirs for run in head_runs(d))
 
 
-def fraction_name(fraction: float) -> str:
-    """Canonical text of an epoch fraction in paths and records: 0, 0.3, 1, 2.5."""
-    return f"{float(fraction):g}"
+@dataclass(frozen=True, order=True)
+class Checkpoint:
+    """A checkpoint of a fine-tuning run: the encoder after ``fraction`` epochs (0: untouched).
+    Made once, from the config's number or from the name a wildcard or a record gives, and carried
+    as it is; ``name`` is how paths, wildcards and records spell it (0, 0.3, 1, 2.5), and a
+    checkpoint formats as its name in a path template."""
+
+    fraction: float
+
+    def __post_init__(self):
+        object.__setattr__(self, "fraction", float(self.fraction))
+
+    @classmethod
+    def named(cls, name: str) -> Checkpoint:
+        """The checkpoint a wildcard, a path's keys or a record's ``checkpoint`` names."""
+        return cls(float(name))
+
+    @property
+    def name(self) -> str:
+        return f"{self.fraction:g}"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def source_checkpoint(record: dict) -> Checkpoint:
+    """The checkpoint whose states a head record or a feature manifest came from."""
+    return Checkpoint.named(record["source"]["checkpoint"])
 
 
 @dataclass(frozen=True)
@@ -197,12 +228,23 @@ class Run:
     model: str
     task: str
     ftseed: int
-    frac: str
+    checkpoint: Checkpoint
     stored: bool = True  # False: store: false, the heads' job computes the states (no extract jobs)
 
     @property
     def keys(self) -> dict:
-        return {"model": self.model, "task": self.task, "ftseed": self.ftseed, "frac": self.frac}
+        """The run's wildcards (its checkpoint formats as its name)."""
+        return {"model": self.model, "task": self.task, "ftseed": self.ftseed, "frac": self.checkpoint}
+
+    def to_json(self) -> dict:
+        return {**self.keys, "frac": self.checkpoint.name, "stored": self.stored}
+
+    @classmethod
+    def from_json(cls, data: dict) -> Run:
+        """A run as ``to_json`` (or the rules, as wildcards) wrote it."""
+        return cls(
+            data["model"], data["task"], int(data["ftseed"]), Checkpoint.named(data["frac"]), data.get("stored", True)
+        )
 
     def format(self, pattern: str, **extra) -> str:
         return pattern.format(**self.keys, **extra)
@@ -211,15 +253,34 @@ class Run:
 @dataclass(frozen=True)
 class SharedEncoder:
     """One encoder of the ``shared`` section: ``kind`` 'frozen' (the pretrained encoder),
-    'task' (``source``'s own fine-tuning run at checkpoint ``frac``) or 'mixture' (fine-tuned
-    on ``tasks`` together). Its artifacts for a task are the main pipeline's where that already
+    'task' (``source``'s own fine-tuning run at ``checkpoint``) or 'mixture' (fine-tuned on
+    ``tasks`` together). Its artifacts for a task are the main pipeline's where that already
     has them, else under ``SHARED_DIR``."""
 
     name: str
     kind: str
     source: str | None = None
-    frac: str | None = None
+    checkpoint: Checkpoint | None = None
     tasks: tuple[str, ...] = ()
+
+    @property
+    def checkpoint_name(self) -> str:
+        """What its states' records name as their checkpoint: a mixture's, its kind."""
+        return self.checkpoint.name if self.checkpoint else self.kind
+
+    def to_json(self) -> dict:
+        return {**dataclasses.asdict(self), "checkpoint": self.checkpoint and self.checkpoint.name}
+
+    @classmethod
+    def from_json(cls, data: dict) -> SharedEncoder:
+        checkpoint = data.get("checkpoint")
+        return cls(
+            **{
+                **data,
+                "checkpoint": None if checkpoint is None else Checkpoint.named(checkpoint),
+                "tasks": tuple(data.get("tasks") or ()),
+            }
+        )
 
     def reuses_main(self, task: str) -> bool:
         """Whether the main pipeline already holds ``task``'s states of this encoder."""
@@ -234,10 +295,10 @@ class SharedEncoder:
         if self.kind == "mixture":
             return MIXTURE_DIR.format(**self.keys(model, ftseed))
         task = self.source if self.kind == "task" else any_task
-        return CHECKPOINT_DIR.format(model=model, task=task, ftseed=ftseed, frac=self.frac)
+        return CHECKPOINT_DIR.format(model=model, task=task, ftseed=ftseed, frac=self.checkpoint)
 
     def _main(self, model: str, ftseed: int, task: str) -> Run:
-        return Run(model, task, ftseed, self.frac)
+        return Run(model, task, ftseed, self.checkpoint)
 
     def manifest(self, model: str, ftseed: int, task: str) -> str:
         if self.reuses_main(task):
@@ -288,3 +349,14 @@ def timing_jobs(runs: list[Run], n_shards: int, baselines: tuple[Job, ...] = ())
             add("feature_manifest", **run.keys)
         add("train_heads", **run.keys)
     return list(jobs.values()) + list(baselines)
+
+
+def clean(dir: Path) -> None:
+    """``bertvision clean``: remove every artifact folder (``ROOTS``) of the working directory ``dir``."""
+    import shutil
+
+    for root in ROOTS:
+        folder = dir / root
+        if folder.exists():
+            shutil.rmtree(folder)
+            print(f"removed {folder}")

@@ -25,7 +25,7 @@ from bertvision.config.schema import validate_config
 from bertvision.config.workflow import WorkflowSettings
 from bertvision.errors import BertvisionError
 from bertvision.registry.tasks import get_task
-from bertvision.runtime import resources as requests
+from bertvision.config import job_requests as requests
 
 # Errors name the config file(s) and the key at fault (with --config overrides: "workflow config").
 CONFIG_SOURCE = " + ".join(str(p) for p in workflow.configfiles) or "workflow config"
@@ -40,15 +40,15 @@ os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get(
 
 
 # --- warm start (resources.warm_start): local jobs fork from one process that has imported torch
-# and transformers once (bertvision/runtime/warm.py); started by the Snakefile's onstart hook.
+# and transformers once (bertvision/commands/warm.py); started by the Snakefile's onstart hook.
 WARM_POOL = []
 
 
 def start_warm_pool():
-    from bertvision.runtime.warm import start_pool
+    from bertvision.commands.warm import start
 
     if S.warm_start and workflow.local_exec:
-        WARM_POOL.append(start_pool([S.pretrained(m) for m in S.models], L.log("warm_pool")))
+        WARM_POOL.append(start([S.pretrained(m) for m in S.models], L.log("warm_pool")))
 
 
 def stop_warm_pool():
@@ -70,12 +70,16 @@ wildcard_constraints:
 
 
 def as_json(obj):
-    """``obj`` (a typed settings object, or plain data) as the JSON a `bertvision` command reads."""
-    return obj.to_json() if hasattr(obj, "to_json") else json.dumps(obj, sort_keys=True)
+    """``obj`` (a typed settings object, or plain data that may hold some) as the JSON a
+    `bertvision` command reads."""
+    if hasattr(obj, "to_json"):
+        return obj.to_json()
+    return json.dumps(obj, sort_keys=True, default=lambda settings: settings.model_dump(mode="json"))
 
 
 def run_of(wildcards):
-    return L.Run(wildcards.model, wildcards.task, int(wildcards.ftseed), wildcards.frac, S.store(wildcards.task))
+    ckpt = L.Checkpoint.named(wildcards.frac)  # (`checkpoint` is a Snakemake keyword)
+    return L.Run(wildcards.model, wildcards.task, int(wildcards.ftseed), ckpt, S.store(wildcards.task))
 
 
 # --- where a head job gets its states: the feature files, or (store: false) the frozen checkpoint
@@ -113,8 +117,8 @@ def features_arg(wildcards):
 
 def checkpoint_runs(wildcards):
     """The run of every checkpoint of this fine-tuning run (cross-checkpoint transfer)."""
-    return [L.Run(wildcards.model, wildcards.task, int(wildcards.ftseed), f, S.store(wildcards.task))
-            for f in S.fractions]
+    return [L.Run(wildcards.model, wildcards.task, int(wildcards.ftseed), c, S.store(wildcards.task))
+            for c in S.checkpoints]
 
 
 def head_gpus(runs, training=True):
@@ -145,9 +149,9 @@ def shard_dirs(wildcards):
     return [L.SHARD_DIR.format(**wildcards, shard=i, n_shards=S.shards) for i in range(S.shards)]
 
 
-def for_every_run(pattern, tasks=None, fractions=None, **extra):
+def for_every_run(pattern, tasks=None, checkpoints=None, **extra):
     """``pattern`` formatted for every model x task x fine-tuning seed x checkpoint."""
-    return [run.format(pattern, **extra) for run in S.runs(tasks, fractions)]
+    return [run.format(pattern, **extra) for run in S.runs(tasks, checkpoints)]
 
 
 def all_bert_metrics():
@@ -209,7 +213,7 @@ def all_subset_head_dirs():
         path
         for pct in S.data_fractions()
         for path in for_every_run(
-            L.SUBSET_HEADS_DIR, tasks=S.data_fraction_tasks(), fractions=S.data_fraction_checkpoints(), pct=pct
+            L.SUBSET_HEADS_DIR, tasks=S.data_fraction_tasks(), checkpoints=S.data_fraction_checkpoints(), pct=pct
         )
     ]
 
@@ -219,7 +223,7 @@ def all_transfer_files():
 
 
 def all_runs_json():
-    return as_json([{**run.keys, "stored": run.stored} for run in S.runs()])
+    return as_json([run.to_json() for run in S.runs()])
 
 
 # Cluster settings from the environment (docs/operations.md, "On a cluster"). The GPU rules ask for
@@ -249,7 +253,7 @@ def launcher(wildcards, resources):
     return f"torchrun --standalone --nproc-per-node {gpus} -m bertvision" if gpus > 1 else "bertvision"
 
 
-# --- what each job asks the scheduler for, computed from the config (bertvision/runtime/resources.py)
+# --- what each job asks the scheduler for, computed from the config (bertvision/config/job_requests.py)
 @lru_cache(maxsize=None)
 def encoder_shape(model):
     return requests.EncoderShape.of(S.pretrained(model))
@@ -268,7 +272,7 @@ def finetune_request(key):
         ft = S.finetune(wildcards.model, wildcards.task)
         epochs = max(ft.epoch_fractions)  # training stops at the last checkpoint, whatever the schedule
         return requests.finetune_request(
-            encoder_shape(wildcards.model), ft.batch_size, S.max_length(wildcards.task),
+            encoder_shape(wildcards.model), ft.optimizer.batch_size, S.max_length(wildcards.task),
             S.train_rows(wildcards.task), epochs, GPU, attempt,
         )[key]
 
@@ -279,7 +283,7 @@ def baseline_request(key):
     def request(wildcards, attempt):
         base = S.baseline(wildcards.model, wildcards.task)
         return requests.finetune_request(
-            encoder_shape(wildcards.model), base.batch_size, S.max_length(wildcards.task),
+            encoder_shape(wildcards.model), base.optimizer.batch_size, S.max_length(wildcards.task),
             S.train_rows(wildcards.task), base.epochs, GPU, attempt,
         )[key]
 
@@ -304,20 +308,19 @@ def extract_request(key):
 
 
 def heads_estimate(wildcards, attempt, runs, gpus, training):
-    settings = S.head_training(wildcards.task)
     rows = math.ceil(S.train_rows(wildcards.task) * float(getattr(wildcards, "pct", 1)))
     return requests.heads_request(
         encoder_shape(wildcards.model), rows, S.max_length(wildcards.task),
-        S.feature_level(wildcards.task) == "tokens", settings.in_memory_max_mb, runs(wildcards),
-        settings.max_epochs, attempt, streamed=not S.store(wildcards.task), gpus=gpus,
-        batch_size=settings.batch_size, training=training,
+        S.feature_level(wildcards.task) == "tokens", attempt=attempt, streamed=not S.store(wildcards.task),
+        gpus=gpus, training=training, **S.head_job_terms(wildcards.task, runs(wildcards)),
     )
 
 
 def heads_request(key, runs, training=True):
-    """``runs(wildcards)``: head trainings the job does (heads x seeds, or trials); ``training``
-    False: a job that only evaluates trained heads. A data-fraction job trains on its {pct}. On
-    the GPUs ``head_gpus`` gives the job."""
+    """``runs(wildcards)``: head name -> trainings the job does (its seeds, or trials), sized by
+    each head's own final settings (S.head_job_terms); ``training`` False: a job that only
+    evaluates trained heads. A data-fraction job trains on its {pct}. On the GPUs ``head_gpus``
+    gives the job."""
 
     def request(wildcards, attempt):
         gpus = head_gpus(runs, training)(wildcards)
@@ -326,21 +329,22 @@ def heads_request(key, runs, training=True):
     return request
 
 
-# Head trainings a job does, weighted by each head type's relative cost (registry.heads).
+# Head name -> trainings a job does.
 def head_runs(wildcards):
-    return S.head_work(S.task_heads(wildcards.task)) * len(S.head_seeds)
+    return dict.fromkeys(S.task_heads(wildcards.task), len(S.head_seeds))
 
 
 def subset_runs(wildcards):
-    return S.head_work(S.data_fraction_heads(wildcards.task)) * len(S.head_seeds)
+    return dict.fromkeys(S.data_fraction_heads(wildcards.task), len(S.head_seeds))
 
 
 def trials_per_worker(wildcards):
-    return -(-S.search().trials // S.search_workers) * S.head_work([wildcards.head])
+    return {wildcards.head: -(-S.search().trials // S.search_workers)}
 
 
-def one_run(wildcards):
-    return 1
+def applies_heads(wildcards):
+    """None: the job trains no head (sized as one training with the task's settings)."""
+    return None
 
 
 def table_outputs(names, category):
@@ -378,7 +382,7 @@ def mixture_request(key):
     def request(wildcards, attempt):
         mix = S.mixture(wildcards.model, wildcards.encoder)
         return requests.finetune_request(
-            encoder_shape(wildcards.model), mix.batch_size, max(S.max_length(t) for t in mix.tasks),
+            encoder_shape(wildcards.model), mix.optimizer.batch_size, max(S.max_length(t) for t in mix.tasks),
             sum(S.train_rows(t) for t in mix.tasks), mix.epochs, GPU, attempt,
         )[key]
 
@@ -386,7 +390,7 @@ def mixture_request(key):
 
 
 def shared_head_runs(wildcards):
-    return S.head_work(S.shared_heads(wildcards.task)) * len(S.head_seeds)
+    return dict.fromkeys(S.shared_heads(wildcards.task), len(S.head_seeds))
 
 
 def all_shared_head_dirs():
@@ -423,7 +427,7 @@ def served_run(run):
     return {
         "task": run.task,
         "ftseed": run.ftseed,
-        "frac": run.frac,
+        "frac": run.checkpoint.name,
         "checkpoint_dir": os.path.dirname(run.format(L.CHECKPOINT_FILE, file="model.safetensors")),
         "heads_dir": run.format(L.HEADS_DIR),
     }

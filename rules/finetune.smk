@@ -5,7 +5,7 @@ rule finetune:
         tokens=rules.tokenize.output,
         raw=rules.download.output,
     output:
-        expand(L.CHECKPOINT_FILE, frac=S.fractions, file=L.CHECKPOINT_FILES, allow_missing=True),
+        expand(L.CHECKPOINT_FILE, frac=[c.name for c in S.checkpoints], file=L.CHECKPOINT_FILES, allow_missing=True),
     params:
         settings=lambda wc: as_json(S.finetune(wc.model, wc.task)),
         compute=as_json(S.finetune_compute()),

@@ -1,7 +1,7 @@
 rule train_heads:
     """Every head configured for the task on one checkpoint's features, for every seed, one run
     directory each (epochs chosen on the selection split; the evaluation splits are only
-    scored)."""
+    scored). Each head comes with its final training settings (S.head_settings)."""
     input:
         features=features_input,
         raw=rules.download.output,
@@ -10,12 +10,12 @@ rule train_heads:
     output:
         directory(L.HEADS_DIR),
     params:
-        heads=lambda wc: as_json(S.task_heads(wc.task)),
-        settings=lambda wc: as_json(S.head_training(wc.task)),
+        heads=lambda wc: as_json(S.head_settings(wc.task)),
         runtime=as_json(S.head_runtime()),
         seeds=S.head_seeds,
         searched=lambda wc: searched_args(wc),
         features=features_arg,
+        train_fraction=1,
     log:
         L.log("train_heads"),
     benchmark:
@@ -26,13 +26,13 @@ rule train_heads:
         mem_mb=heads_request("mem_mb", head_runs),
         runtime=heads_request("runtime", head_runs),
     shell:
-        "bertvision train-heads --task {wildcards.task} --heads {params.heads:q} --settings {params.settings:q} "
+        "bertvision train-heads --task {wildcards.task} --heads {params.heads:q} "
         "--runtime {params.runtime:q} --manifest {params.features} --raw-dir {input.raw} "
         "--bert-logits {input.bert_logits} --seeds {params.seeds} --out-dir {output} "
-        "--searched {params.searched} --threads {threads} > {log} 2>&1"
+        "--searched {params.searched} --train-fraction {params.train_fraction} --threads {threads} > {log} 2>&1"
 
 
-rule train_heads_subset:
+use rule train_heads as train_heads_subset with:
     """The data-fraction experiment: the task's heads trained on a nested {pct} share of the
     training features of one checkpoint (selection and evaluation splits whole)."""
     input:
@@ -43,33 +43,24 @@ rule train_heads_subset:
     output:
         directory(L.SUBSET_HEADS_DIR),
     params:
-        heads=lambda wc: as_json(S.data_fraction_heads(wc.task)),
-        settings=lambda wc: as_json(S.head_training(wc.task)),
-        runtime=as_json(S.head_runtime()),
-        seeds=S.head_seeds,
+        heads=lambda wc: as_json(S.head_settings(wc.task, S.data_fraction_heads(wc.task))),
         searched=lambda wc: searched_args(wc, S.data_fraction_heads(wc.task)),
-        features=features_arg,
+        train_fraction=lambda wc: wc.pct,
     log:
         L.log("train_heads_subset"),
     benchmark:
         L.benchmark("train_heads_subset")
-    threads: 1
     resources:
         gpu=head_gpus(subset_runs),
         mem_mb=heads_request("mem_mb", subset_runs),
         runtime=heads_request("runtime", subset_runs),
-    shell:
-        "bertvision train-heads --task {wildcards.task} --heads {params.heads:q} --settings {params.settings:q} "
-        "--runtime {params.runtime:q} --manifest {params.features} --raw-dir {input.raw} "
-        "--bert-logits {input.bert_logits} --seeds {params.seeds} --out-dir {output} "
-        "--searched {params.searched} --train-fraction {wildcards.pct} --threads {threads} > {log} 2>&1"
 
 
 rule transfer:
     """Cross-checkpoint transfer: every head trained on one checkpoint's features, evaluated
     on every other checkpoint's features of the same fine-tuning run."""
     input:
-        heads=lambda wc: [L.HEADS_DIR.format(**wc, frac=f) for f in S.fractions],
+        heads=lambda wc: [run.format(L.HEADS_DIR) for run in checkpoint_runs(wc)],
         features=lambda wc: [f for run in checkpoint_runs(wc) for f in run_features(run)],
         raw=rules.download.output,
     output:
@@ -84,9 +75,9 @@ rule transfer:
         L.benchmark("transfer")
     threads: 1
     resources:
-        gpu=head_gpus(one_run, training=False),
-        mem_mb=heads_request("mem_mb", one_run, training=False),
-        runtime=heads_request("runtime", one_run, training=False),
+        gpu=head_gpus(applies_heads, training=False),
+        mem_mb=heads_request("mem_mb", applies_heads, training=False),
+        runtime=heads_request("runtime", applies_heads, training=False),
     shell:
         "bertvision transfer --task {wildcards.task} --head-dirs {input.heads} --manifests {params.features} "
         "--raw-dir {input.raw} --settings {params.settings:q} --runtime {params.runtime:q} --out {output} "

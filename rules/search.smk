@@ -8,8 +8,7 @@ rule search_worker:
         L.SEARCH_WORKER,
     params:
         study=lambda wc: as_json({k: wc[k] for k in ("model", "task", "ftseed", "frac", "head")}),
-        spec=lambda wc: as_json(S.task_heads(wc.task)[wc.head]),
-        settings=lambda wc: as_json(S.head_training(wc.task)),
+        head=lambda wc: as_json(S.head_settings(wc.task, [wc.head])[wc.head]),
         runtime=as_json(S.head_runtime()),
         search=as_json(S.search()),
         storage=study_storage,
@@ -24,8 +23,8 @@ rule search_worker:
         mem_mb=heads_request("mem_mb", trials_per_worker),
         runtime=heads_request("runtime", trials_per_worker),
     shell:
-        "bertvision search-worker --task {wildcards.task} --study {params.study:q} --spec {params.spec:q} "
-        "--settings {params.settings:q} --runtime {params.runtime:q} --search {params.search:q} "
+        "bertvision search-worker --task {wildcards.task} --study {params.study:q} --head {params.head:q} "
+        "--runtime {params.runtime:q} --search {params.search:q} "
         "--manifest {params.features} --raw-dir {input.raw} --storage {params.storage:q} "
         "--worker {wildcards.worker} --out {output} --threads {threads} > {log} 2>&1"
 

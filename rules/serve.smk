@@ -1,12 +1,12 @@
-# What `bertvision serve` loads to answer every task of a run as the summary picked it.
+# What `bertvision serve` loads to answer every task of a run as the tables stage picked it (picks.json).
 
 
 rule serve_bundles:
-    """The summary's picked path for every task of a backbone (checkpoint, head): the tasks
+    """The picked path for every task of a backbone (picks.json: checkpoint, head, seed): the tasks
     picked on the untouched encoder in one bundle, each task picked on its own checkpoint in a
     bundle of its own, and their index (bundles.json); `bertvision serve bundles/MODEL/picked`."""
     input:
-        summary=L.table("summary", "csv"),
+        picks=L.picks_record(),
         heads=lambda wc: [run.format(L.HEADS_DIR) for run in backbone_runs(wc)],
         checkpoints=lambda wc: [run.format(L.CHECKPOINT_FILE, file="model.safetensors") for run in backbone_runs(wc)],
     output:
@@ -27,6 +27,6 @@ rule serve_bundles:
         mem_mb=4000,
         runtime=lambda wc, attempt: 15 * attempt,
     shell:
-        "bertvision serve-bundles --summary {input.summary} --backbone {wildcards.model} --runs {params.runs:q} "
+        "bertvision serve-bundles --picks {input.picks} --backbone {wildcards.model} --runs {params.runs:q} "
         "--tokenizer {params.tokenizer:q} --task-settings {params.task_settings:q} --keys {params.provenance:q} "
         "--precision {params.precision} --out {output} > {log} 2>&1"

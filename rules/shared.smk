@@ -74,10 +74,7 @@ use rule train_heads as train_heads_shared with:
     output:
         directory(L.SHARED_HEADS_DIR),
     params:
-        heads=lambda wc: as_json(S.shared_heads(wc.task)),
-        settings=lambda wc: as_json(S.head_training(wc.task)),
-        runtime=as_json(S.head_runtime()),
-        seeds=S.head_seeds,
+        heads=lambda wc: as_json(S.head_settings(wc.task, S.shared_heads(wc.task))),
         searched="",
         features=lambda wc, input: input.manifest,  # shared encoders' states are always stored
     log:
@@ -109,9 +106,9 @@ rule head_transfer:
         L.benchmark("head_transfer")
     threads: 1
     resources:
-        gpu=head_gpus(one_run, training=False),
-        mem_mb=heads_request("mem_mb", one_run, training=False),
-        runtime=heads_request("runtime", one_run, training=False),
+        gpu=head_gpus(applies_heads, training=False),
+        mem_mb=heads_request("mem_mb", applies_heads, training=False),
+        runtime=heads_request("runtime", applies_heads, training=False),
     shell:
         "bertvision head-transfer --source-task {wildcards.encoder} --task {wildcards.task} --head-dir {input.heads} "
         "--heads {params.heads} --manifest {input.manifest} --raw-dir {input.raw} --settings {params.settings:q} "
@@ -128,7 +125,7 @@ rule cross_task:
         **table_outputs(["cross_task"], "Experiments"),
         plot=report(L.plot("cross-task"), category="Plots", caption="../workflow/report/cross_task_plot.rst"),
     params:
-        encoders=as_json([dataclasses.asdict(e) for e in S.shared_encoders().values()]),
+        encoders=as_json([e.to_json() for e in S.shared_encoders().values()]),
         models=S.models,
         ft_seeds=S.shared_ft_seeds,
         heads=as_json({t: list(S.shared_heads(t)) for t in S.shared_tasks}),
@@ -152,6 +149,9 @@ rule bundle:
         heads=lambda wc: bundle_heads(wc).values(),
     output:
         directory(L.BUNDLE_DIR),
+    # bundles/{model}/picked is serve_bundles' (the summary's picks), never a shared encoder's
+    wildcard_constraints:
+        encoder=r"(?!picked$)[A-Za-z0-9_.-]+",
     params:
         encoder_dir=lambda wc, input: os.path.dirname(input.checkpoint),
         tokenizer=lambda wc: S.pretrained(wc.model),

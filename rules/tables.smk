@@ -5,7 +5,8 @@ from bertvision.stages.tables import TABLE_NAMES as RESULT_TABLES
 rule tables:
     """The summary (full fine-tuning vs the picked BERTVision path), result tables (Markdown +
     CSV) from the metrics files, cost from the feature manifests, and wall time per stage from
-    the benchmark files; the search workers' times count in the whole cost of a pick."""
+    the benchmark files; the search workers' times count in the whole cost of a pick. Every
+    task's pick is also a record of its own (picks.json), which serve_bundles serves."""
     input:
         bert=all_bert_metrics(),
         baselines=all_baseline_metrics(),
@@ -15,6 +16,7 @@ rule tables:
         search_workers=all_search_workers(),
     output:
         **table_outputs(RESULT_TABLES, "Tables"),
+        picks=L.picks_record(),
     params:
         heads=S.heads,
         runs=all_runs_json(),
@@ -35,7 +37,7 @@ rule experiment_tables:
     input:
         search=all_search_results(),
         subsets=all_subset_head_dirs(),
-        heads=for_every_run(L.HEADS_DIR, tasks=S.data_fraction_tasks(), fractions=S.data_fraction_checkpoints()),
+        heads=for_every_run(L.HEADS_DIR, tasks=S.data_fraction_tasks(), checkpoints=S.data_fraction_checkpoints()),
         bert=all_bert_metrics(),
         transfer=all_transfer_files(),
     output:

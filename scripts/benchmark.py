@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from bertvision.config.settings import ExtractCompute, ExtractSettings
-from bertvision.config.workflow import WorkflowSettings, load_config
+from bertvision.config.workflow import WorkflowSettings, load_workflow_config
 from bertvision.data.tokenized import TokenizedSplit, bucketed_batches, collate, padding_ratio
 from bertvision.features.encode import cls_states, frozen_encoder, plain_forward
 from bertvision.features.source import StreamSource
@@ -152,8 +152,7 @@ def storage_comparison(
     t0 = time.perf_counter()
     train_heads(
         task,
-        s.task_heads(args.task),
-        s.head_training(args.task),
+        s.head_settings(args.task),
         s.head_runtime(),
         source,
         s.head_seeds,
@@ -202,7 +201,7 @@ def main() -> None:
     parser.add_argument("--compile", action="store_true", help="torch.compile the throughput model")
     args = parser.parse_args()
 
-    config = load_config(args.config)
+    config = load_workflow_config(args.config)
     config["data"]["glue_dir"] = str(REPO / config["data"]["glue_dir"])
     config["data"]["squad_dir"] = str(REPO / config["data"]["squad_dir"])
     config["tasks"].setdefault(args.task, None)
@@ -213,7 +212,7 @@ def main() -> None:
     set_threads(args.threads)
     ex_settings, ex_compute = s.extract(), s.extract_compute()
     device = pick_device(ex_compute.device)
-    ft_batch_size = s.finetune(model_name, args.task).batch_size
+    ft_batch_size = s.finetune(model_name, args.task).optimizer.batch_size
     precision = "auto" if device.type == "cuda" else ex_compute.precision
     if args.throughput_only:
         print_throughput(
@@ -281,8 +280,7 @@ def main() -> None:
         t0 = time.perf_counter()
         train_heads(
             task,
-            s.task_heads(args.task),
-            s.head_training(args.task),
+            s.head_settings(args.task),
             s.head_runtime(),
             feat / "manifest.json",
             s.head_seeds,

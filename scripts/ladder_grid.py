@@ -18,6 +18,7 @@ from pathlib import Path
 import yaml
 
 from bertvision.config.schema import validate_config
+from bertvision.config.settings import HeadSettings
 from bertvision.config.workflow import WorkflowSettings
 from bertvision.features.source import StreamSource
 from bertvision.layout import CHECKPOINT_DIR, RAW_DIR, TOKENS_DIR, Run
@@ -64,8 +65,13 @@ settings = S.head_training(task).replace(max_epochs=max_epochs, patience=3)
 t0 = time.time()
 train_heads(
     get_task(task),
-    heads,
-    settings,
+    {
+        name: HeadSettings(
+            spec={k: v for k, v in spec.items() if k != "training"},
+            training=settings.replace(**spec.get("training", {})),
+        )
+        for name, spec in heads.items()
+    },
     S.head_runtime(),
     source,
     [1],

@@ -17,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bertvision.reporting.requests import WASTE_LIMIT, planned_jobs, report, requests_table
+from bertvision.reporting.request_usage import WASTE_LIMIT, planned_jobs, report, requests_table
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -9,6 +9,14 @@ from pathlib import Path
 from bertvision.registry.tasks import get_task, splits_of
 
 
+def with_training(heads: dict, training) -> dict:
+    """Head name -> HeadSettings: each spec of ``heads`` with the training settings ``training``
+    (what ``WorkflowSettings.head_settings`` gives a job, for heads built by hand)."""
+    from bertvision.config.settings import HeadSettings
+
+    return {name: HeadSettings(spec=spec, training=training) for name, spec in heads.items()}
+
+
 def fine_tune(settings, model: str, task: str, root: Path, out: Path) -> None:
     """Fine-tune ``task`` on ``root``'s tokens; a checkpoint per configured epoch fraction in ``out``."""
     from bertvision.stages.finetune import finetune
@@ -30,7 +38,7 @@ def extract_and_train(settings, model: str, task: str, root: Path, checkpoint: P
     """``task``'s states from ``checkpoint`` into out/features/TASK, its heads into out/heads/TASK
     (``bert_logits``: that checkpoint's own model's outputs, so the ensembles are scored)."""
     from bertvision.features.store import write_manifest
-    from bertvision.layout import Run
+    from bertvision.layout import Checkpoint, Run
     from bertvision.stages.extract import extract_shard
     from bertvision.stages.train_heads import train_heads
 
@@ -45,14 +53,13 @@ def extract_and_train(settings, model: str, task: str, root: Path, checkpoint: P
         splits,
         settings.extract(),
         settings.extract_compute(),
-        settings.extract_attrs(Run(model, task, 1, "1")),
+        settings.extract_attrs(Run(model, task, 1, Checkpoint(1))),
         threads=1,
     )
     write_manifest([shard], out / "features" / task / "manifest.json", splits)
     train_heads(
         get_task(task),
-        settings.task_heads(task),
-        settings.head_training(task),
+        settings.head_settings(task),
         settings.head_runtime(),
         out / "features" / task / "manifest.json",
         settings.head_seeds,

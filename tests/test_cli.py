@@ -97,6 +97,19 @@ def test_a_doc_stride_that_leaves_no_context_is_named(tmp_path):
     assert not (tmp_path / "tokens").exists()
 
 
+RUNTIME_JSON = json.dumps({"device": "cpu", "verify": "none"})
+GOOD_TRAINING = {
+    "learning_rate": 1e-3,
+    "batch_size": 32,
+    "max_epochs": 2,
+    "patience": 1,
+    "weight_decay": 0.0,
+    "warmup_ratio": 0.0,
+    "in_memory_max_mb": 64,
+    "standardize": True,
+}
+
+
 @pytest.mark.parametrize(
     "settings, message",
     [
@@ -108,15 +121,53 @@ def test_bad_settings_name_the_key(tmp_path, settings, message):
     text = settings if isinstance(settings, str) else json.dumps(settings)
     line = one_error_line(
         bertvision(
+            "transfer",
+            "--task",
+            "mrpc",
+            "--head-dirs",
+            str(tmp_path),
+            "--manifests",
+            "m.json",
+            "--raw-dir",
+            ".",
+            "--settings",
+            text,
+            "--runtime",
+            RUNTIME_JSON,
+            "--out",
+            str(tmp_path / "transfer.json"),
+        )
+    )
+    assert message in line
+
+
+@pytest.mark.parametrize(
+    "heads, message",
+    [
+        (
+            {"lp": {"spec": {"type": "lp"}, "training": {**GOOD_TRAINING, "lr": 1}}},
+            "--heads lp: HeadSettings unknown key(s) ['training.lr']",
+        ),
+        (
+            {"lp": {"spec": {"type": "lp"}, "training": {**GOOD_TRAINING, "max_epochs": "2"}}},
+            "--heads lp: training.max_epochs: expected int",
+        ),
+        ({"lp": {"type": "lp"}}, "--heads lp: HeadSettings unknown key(s) ['type']"),
+        ("{not json", "--heads: not valid JSON"),
+    ],
+)
+def test_bad_head_settings_name_the_head_and_the_key(tmp_path, heads, message):
+    """train-heads takes each head's final settings; a bad one names the head and the key."""
+    text = heads if isinstance(heads, str) else json.dumps(heads)
+    line = one_error_line(
+        bertvision(
             "train-heads",
             "--task",
             "mrpc",
             "--heads",
-            "{}",
-            "--settings",
             text,
             "--runtime",
-            json.dumps({"device": "cpu", "verify": "none"}),
+            RUNTIME_JSON,
             "--manifest",
             "m.json",
             "--raw-dir",
@@ -174,7 +225,7 @@ def test_version_is_the_package_version():
 def subcommand_parsers() -> dict:
     import argparse
 
-    from bertvision.cli import build_parser
+    from bertvision.commands.main import build_parser
 
     (sub,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
     return sub.choices
@@ -196,7 +247,7 @@ def test_serve_help_shows_the_service_defaults(monkeypatch):
     """ServeSettings owns the service's defaults: serve's options take them (and --help shows them)."""
     from dataclasses import dataclass
 
-    from bertvision.serving import commands
+    from bertvision.commands import serving as commands
     from bertvision.serving.settings import ServeSettings
 
     parser = subcommand_parsers()["serve"]
@@ -215,7 +266,7 @@ def test_serve_help_shows_the_service_defaults(monkeypatch):
 
 
 def test_micro_batches_default_has_one_owner(monkeypatch):
-    from bertvision import arguments
+    from bertvision.commands import arguments
 
     monkeypatch.setattr(arguments, "MICRO_BATCHES", 3)
     for name in ("finetune", "baseline", "finetune-mixture", "extract"):

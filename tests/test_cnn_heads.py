@@ -20,6 +20,7 @@ from bertvision.models.heads import build_head, count_parameters
 from bertvision.registry.tasks import get_task
 from bertvision.stages.train_heads import train_heads
 from bertvision.training.span import SpanProblem
+from tests.stages import with_training
 from tests.test_train_head import RUNTIME, SETTINGS, planted_features
 
 
@@ -237,7 +238,7 @@ def test_the_heads_learn_the_planted_signal_and_load_back_with_their_statistics(
     manifest = planted_features(tmp_path / "features")
     settings = SETTINGS.replace(batch_size=19)
     assert 400 % settings.batch_size == 1
-    train_heads(get_task("sst2"), HEADS, settings, RUNTIME, manifest, [1], tmp_path / "heads", threads=1)
+    train_heads(get_task("sst2"), with_training(HEADS, settings), RUNTIME, manifest, [1], tmp_path / "heads", threads=1)
     layers, hidden = 4, 16
     x, _, idx = FeatureSet.open(manifest, "dev").read_all()
     for name, spec in HEADS.items():

@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from bertvision.config.schema import load_schema, validate_config
-from bertvision.config.settings import FinetuneSettings, HeadTrainingSettings
-from bertvision.config.workflow import WorkflowSettings, load_config
+from bertvision.config.settings import BaselineSettings, FinetuneSettings, HeadTrainingSettings
+from bertvision.config.workflow import WorkflowSettings, load_workflow_config
 from bertvision.errors import ConfigError, SettingsError
 from bertvision.registry.heads import HEAD_TYPES, searchable_parameters
 from bertvision.registry.tasks import TASKS
@@ -21,7 +21,7 @@ SHIPPED = [REPO / "config.yaml", *sorted((REPO / "configs").glob("*.yaml"))]
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
 def test_shipped_configs_validate(path):
-    config = load_config(path)
+    config = load_workflow_config(path)
     assert config["tasks"]
 
 
@@ -74,6 +74,25 @@ def test_the_schema_follows_the_registries():
     assert set(space["propertyNames"]["enum"]) == set(searchable_parameters()) >= {"learning_rate", "width"}
 
 
+def test_head_settings_merge_the_task_and_the_head_layers_once():
+    """Each head's final training settings: heads.training, then the task's head_training, then
+    the head's own training; its spec keeps the architecture only."""
+    config = minimal()
+    config["tasks"]["mrpc"] = {"head_training": {"learning_rate": 2e-3, "patience": 2}}
+    config["tasks"]["sst2"] = None
+    short = {"type": "lp", "training": {"learning_rate": 5e-3, "max_epochs": 3}}
+    config["heads"] = {"training": {"learning_rate": 1e-3}, "models": {"lp": {"type": "lp"}, "short": short}}
+    settings = WorkflowSettings(validate_config(config))
+    mrpc, sst2 = settings.head_settings("mrpc"), settings.head_settings("sst2")
+    assert (mrpc["lp"].training.learning_rate, mrpc["lp"].training.patience) == (2e-3, 2)
+    own = mrpc["short"].training
+    assert (own.learning_rate, own.patience, own.max_epochs, own.batch_size) == (5e-3, 2, 3, 32)
+    assert (sst2["short"].training.learning_rate, sst2["short"].training.patience) == (5e-3, 5)
+    assert sst2["lp"].training == settings.head_training("sst2")
+    assert mrpc["short"].spec == {"type": "lp", "dropout": 0.0}
+    assert list(settings.head_settings("mrpc", ["short"])) == ["short"]
+
+
 def test_task_overrides_merge_over_global_settings():
     config = minimal()
     config["finetune"] = {"settings": {"learning_rate": 3e-5}}
@@ -82,14 +101,15 @@ def test_task_overrides_merge_over_global_settings():
     config["baseline"] = {"settings": {"learning_rate": 2e-5}}
     settings = WorkflowSettings(validate_config(config))
     ft = settings.finetune("m", "mrpc")
-    assert ft.learning_rate == 3e-5 and ft.batch_size == 16 and ft.warmup_ratio == 0.1
+    assert ft.optimizer.learning_rate == 3e-5 and ft.optimizer.batch_size == 16 and ft.optimizer.warmup_ratio == 0.1
     base = settings.baseline("m", "mrpc")  # the task's fine-tuning settings, the baseline's own on top
-    assert base.learning_rate == 2e-5 and base.batch_size == 16 and base.max_grad_norm == 1.0
+    optimizer = base.optimizer
+    assert optimizer.learning_rate == 2e-5 and optimizer.batch_size == 16 and optimizer.max_grad_norm == 1.0
     heads = settings.head_training("mrpc")
     assert heads.patience == 2 and heads.batch_size == 32 and settings.head_training("sst2").patience == 5
     assert ft.backbone == "bert-base-uncased" and ft.epoch_fractions == (0.0, 0.3, 1.0)
     assert settings.max_length("mrpc") == 100
-    assert settings.fractions == ["0", "0.3", "1"]
+    assert [c.name for c in settings.checkpoints] == ["0", "0.3", "1"]
     assert settings.tokenize("m", "mrpc").doc_stride is None
 
 
@@ -130,10 +150,10 @@ def test_error_names_the_file(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({"tasks": {"mrpc": None}}))
     with pytest.raises(ConfigError, match=r"bad.yaml: \(top level\): 'backbones' is a required property$"):
-        load_config(bad)
+        load_workflow_config(bad)
     bad.write_text("tasks:\n  mrpc: [\n")
     with pytest.raises(ConfigError, match=r"bad.yaml:3: not valid YAML"):
-        load_config(bad)
+        load_workflow_config(bad)
 
 
 @pytest.mark.parametrize(
@@ -206,14 +226,21 @@ def test_stage_settings_round_trip_strictly():
     ft = settings.finetune("m", "mrpc")
     assert FinetuneSettings.from_json(ft.to_json()) == ft
     data = ft.to_dict()
-    with pytest.raises(SettingsError, match=r"missing key\(s\) \['learning_rate'\]"):
-        FinetuneSettings.from_dict({k: v for k, v in data.items() if k != "learning_rate"})
-    with pytest.raises(SettingsError, match=r"unknown key\(s\) \['lr'\]"):
-        FinetuneSettings.from_dict({**data, "lr": 1})
-    with pytest.raises(SettingsError, match=r"--settings: batch_size: expected int, got '32'"):
-        FinetuneSettings.from_dict({**data, "batch_size": "32"})
-    with pytest.raises(SettingsError, match=r"--compute: learning_rate: expected a number, got True"):
-        FinetuneSettings.from_json(json.dumps({**data, "learning_rate": True}), "--compute")
+    optimizer = data["optimizer"]
+
+    def changed(**changes):
+        return {**data, "optimizer": {**optimizer, **changes}}
+
+    with pytest.raises(SettingsError, match=r"missing key\(s\) \['optimizer.learning_rate'\]"):
+        FinetuneSettings.from_dict({**data, "optimizer": {k: v for k, v in optimizer.items() if k != "learning_rate"}})
+    with pytest.raises(SettingsError, match=r"unknown key\(s\) \['lr', 'optimizer.lr'\]"):
+        FinetuneSettings.from_dict({**changed(lr=1), "lr": 1})
+    with pytest.raises(SettingsError, match=r"--settings: optimizer.batch_size: expected int, got '32'"):
+        FinetuneSettings.from_dict(changed(batch_size="32"))
+    with pytest.raises(SettingsError, match=r"--compute: optimizer.learning_rate: expected a number, got True"):
+        FinetuneSettings.from_json(json.dumps(changed(learning_rate=True)), "--compute")
+    with pytest.raises(SettingsError, match=r"--settings: optimizer: expected an object, got \[1\]"):
+        FinetuneSettings.from_dict({**data, "optimizer": [1]})
     with pytest.raises(SettingsError, match=r"epoch_fractions\[1\]: expected float, got 'x'"):
         FinetuneSettings.from_dict({**data, "epoch_fractions": [0, "x"]})
     with pytest.raises(SettingsError, match=r"--settings: expected a JSON object of FinetuneSettings \(backbone, "):
@@ -244,6 +271,13 @@ def test_a_value_the_stage_cannot_take_fails_when_the_config_is_read():
     settings = WorkflowSettings(validate_config(config), source="x.yaml")
     with pytest.raises(ConfigError, match=r"^x.yaml: batch_size \(config heads.training.batch_size\): expected int"):
         settings.head_training("mrpc")
+    config = minimal()  # a nested settings model (the optimizer's) names its own key in its block
+    config["baseline"] = {"settings": {"batch_size": 32.0}}
+    settings = WorkflowSettings(validate_config(config), source="x.yaml")
+    with pytest.raises(ConfigError, match=r"^x.yaml: optimizer.batch_size \(config baseline.settings.batch_size\): "):
+        settings.baseline("m", "mrpc")
+    help_text = BaselineSettings.describe()
+    assert "  optimizer.batch_size (config baseline.settings.batch_size): Examples (windows" in help_text
 
 
 def test_every_shipped_config_builds_its_settings():

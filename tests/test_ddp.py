@@ -23,8 +23,8 @@ from torch.nn.parallel import DistributedDataParallel
 from bertvision.data.tokenized import TokenizedSplit
 from bertvision.registry.tasks import get_task
 from bertvision.runtime.distributed import Ranks
-from bertvision.stages.finetune_mixture import models_sharing_one_encoder
 from bertvision.training.encoder import EncoderTrainer, optimizer_step_state
+from bertvision.training.encoder_session import models_sharing_one_encoder
 
 # max_grad_norm: no clipping, so that the gradients' norms are compared as they come (AdamW's
 # step depends little on a gradient's scale: a wrong factor shows plainly in the norms only)

@@ -47,14 +47,14 @@ def test_each_family_loads_bare_and_says_what_it_takes(encoders, family):
     from bertvision.models.encoder_io import (
         encoder_kwargs,
         hidden_state_shape,
-        load_config,
         load_encoder,
+        load_model_config,
         summary_position,
         uses_token_types,
     )
 
     prefix, token_types = EXPECTED[family]
-    config = load_config(str(encoders[family]))
+    config = load_model_config(str(encoders[family]))
     model = load_encoder(str(encoders[family])).eval()  # add_pooling_layer raised a TypeError here
     assert type(model).__name__ == f"{prefix}Model" and getattr(model, "pooler", None) is None
     assert encoder_kwargs(config) == ({"add_pooling_layer": False} if family in ("bert", "roberta") else {})
@@ -99,8 +99,8 @@ def test_a_distilbert_batch_carries_no_token_type_ids_and_a_bert_batch_does(enco
 
 
 def test_a_roberta_pair_comes_from_its_template(encoders):
+    from bertvision.data.token_ids import tokenize_frame
     from bertvision.registry.tasks import get_task
-    from bertvision.stages.tokenize import tokenize_frame
 
     tokenizer = tokenizer_of(encoders["roberta"])
     frame = pd.DataFrame({"idx": [0], "sentence1": ["the cat sat"], "sentence2": ["a dog ran"], "label": [0]})
@@ -128,7 +128,7 @@ def test_a_tokenizer_whose_summary_token_is_last_is_refused():
 
 
 def test_the_scheduler_reads_distilberts_config_names(encoders):
-    from bertvision.runtime.resources import EncoderShape
+    from bertvision.config.job_requests import EncoderShape
 
     assert json.loads((encoders["distilbert"] / "config.json").read_text())["n_layers"] == LAYERS
     for family in FAMILIES:

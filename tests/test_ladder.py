@@ -20,6 +20,7 @@ from bertvision.registry.heads import HEAD_TYPES, get_head_type, trains_on
 from bertvision.registry.tasks import get_task
 from bertvision.stages.train_heads import train_heads
 from bertvision.training.span import SpanProblem
+from tests.stages import with_training
 from tests.test_token_head import RUNTIME, SETTINGS, planted_token_features, settings
 from tests.tiny_bert import make_tiny_bert
 
@@ -133,7 +134,7 @@ def test_span_logits_mask_padding_and_padding_does_not_change_the_loss():
 def test_trains_on_stored_token_features_and_reports_its_parameters(tmp_path):
     manifest = planted_token_features(tmp_path / "features")  # 4 layers of 16: the signal is one token
     heads = {"ladder": {"type": "ladder", "reduction": 2, "attention_heads": 2, "pool": "attention"}}
-    train_heads(get_task("sst2"), heads, SETTINGS, RUNTIME, manifest, [1], tmp_path / "heads", threads=1)
+    train_heads(get_task("sst2"), with_training(heads, SETTINGS), RUNTIME, manifest, [1], tmp_path / "heads", threads=1)
     record = json.loads((tmp_path / "heads" / "ladder" / "seed1" / "metrics.json").read_text())
     assert record["metrics"]["dev"]["accuracy"] > 0.9, record["metrics"]
     assert record["parameters"] == count_parameters(build_head(heads["ladder"], 4, 16, 2))
@@ -193,13 +194,15 @@ def test_trains_from_the_encoder_its_features_name_and_refuses_features_that_nam
     bert = make_tiny_bert(tmp_path / "bert", layers=3, hidden=16)
     heads = {"side": {"type": "ladder", "reduction": 2, "attention_heads": 2, "init": "encoder"}}
     manifest = planted_token_features(tmp_path / "features", encoder_dir=bert)
-    train_heads(get_task("sst2"), heads, SETTINGS, RUNTIME, manifest, [1], tmp_path / "heads", threads=1)
+    train_heads(get_task("sst2"), with_training(heads, SETTINGS), RUNTIME, manifest, [1], tmp_path / "heads", threads=1)
     record = json.loads((tmp_path / "heads" / "side" / "seed1" / "metrics.json").read_text())
     assert record["head_spec"]["init"] == "encoder"
     assert record["metrics"]["dev"]["accuracy"] > 0.9, record["metrics"]
     unnamed = planted_token_features(tmp_path / "old-features")
     with pytest.raises(ValueError, match="head side: init encoder needs the checkpoint's weights"):
-        train_heads(get_task("sst2"), heads, SETTINGS, RUNTIME, unnamed, [1], tmp_path / "old-heads", threads=1)
+        train_heads(
+            get_task("sst2"), with_training(heads, SETTINGS), RUNTIME, unnamed, [1], tmp_path / "old-heads", threads=1
+        )
 
 
 # --- registry and configuration ----------------------------------------------------------------

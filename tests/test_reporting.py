@@ -16,7 +16,7 @@ from bertvision.reporting.candidates import candidate_runs
 from bertvision.reporting.costs import cost_markdown, cost_table
 from bertvision.reporting.experiments import search_markdown, search_table
 from bertvision.reporting.results import long_records, result_tables
-from bertvision.reporting.summary import summary_markdown, summary_table, verdict
+from bertvision.reporting.summary import choose_picks, summary_markdown, summary_table, verdict
 
 
 class Records:
@@ -78,7 +78,8 @@ class Records:
         self.baselines.append(self._write(self.root / f"baselines/{task}/seed{seed}/metrics.json", record))
 
     def summary(self) -> pd.DataFrame:
-        return summary_table(candidate_runs(self.baselines, self.bert, self.heads, [], []))
+        runs = candidate_runs(self.baselines, self.bert, self.heads, [], [])
+        return summary_table(runs, choose_picks(runs))
 
 
 def mrpc(root, full: list[float], heads: list[float], constant=0.684) -> Records:
@@ -192,3 +193,51 @@ def test_search_table_gives_mean_and_std_over_the_fine_tuning_seeds_studies(tmp_
     md = search_markdown(table)
     assert "| tiny | stsb | 1 | adapter8 | 2 | 6 | 2 | 0 |" in md
     assert "ft1: learning_rate=0.002 / ft2: learning_rate=0.004" in md and "| 0.8100 ± 0.0141 |" in md
+
+
+def candidate(kind: str, model: str, ft_seed: int, selection: float, fraction: float = 1.0, **extra) -> dict:
+    """One candidate row (``reporting.candidates``) of MRPC on the tiny backbone."""
+    return {
+        "backbone": "tiny", "task": "mrpc", "kind": kind, "epoch_fraction": fraction, "model": model,
+        "ft_seed": ft_seed, "selection": selection, "dev": 0.7, "trainable_params": 10, "encoder_params": 1000,
+        "seconds": 1.0, "whole_seconds": float("nan"), "feature_bytes": 0.0, "device": "cpu", "precision": "fp32",
+        "finetune_s": 0.0, "extract_s": 0.0, "head_s": 1.0, "search_s": 0.0, **extra,
+    }  # fmt: skip
+
+
+def test_the_pick_is_a_record_made_where_the_choice_is_made_with_the_seed_to_serve(tmp_path):
+    """The pick (lp + BERT at 1 epoch, best mean selection) names its head, its ensemble rule and
+    the fine-tuning seed whose run of lp scored best on selection (2: 0.72 beats seed 1's 0.71,
+    though seed 1's mean is higher); picks.json holds the same, and the summary's picked row is
+    the pick's."""
+    from bertvision.layout import Checkpoint
+    from bertvision.reporting.picks import Pick, read_picks, write_picks
+    from bertvision.reporting.summary import ROW_KINDS
+
+    lp = [(1, 0.70), (1, 0.71), (2, 0.72), (2, 0.60)]
+    rows = [candidate("head", "lp", ft, s, head="lp", ensemble=None) for ft, s in lp]
+    rows += [candidate("ensemble", "lp + BERT (mean)", ft, 0.8, head="lp", ensemble="mean") for ft, _ in lp]
+    rows += [candidate("head", "ap", 1, 0.75, fraction=0.0, head="ap", ensemble=None)]
+    runs = pd.DataFrame(rows)
+    picks = choose_picks(runs)
+    want = Pick("tiny", "mrpc", Checkpoint(1), "lp + BERT (mean)", "lp", "mean", 2, 0.8, 0.7)
+    assert picks == [want]
+    write_picks(picks, tmp_path / "picks.json")
+    assert read_picks(tmp_path / "picks.json") == picks
+    assert json.loads((tmp_path / "picks.json").read_text())["picks"][0]["checkpoint"] == "1"
+    picked = summary_table(runs, picks).set_index("row").loc[ROW_KINDS[2]]
+    assert (picked["model"], picked["epoch_fraction"]) == ("lp + BERT (mean)", 1.0)
+    # the summary renders whatever the pick record says, and chooses nothing itself
+    other = Pick("tiny", "mrpc", Checkpoint(0), "ap", "ap", None, 1, 0.75, 0.7)
+    picked = summary_table(runs, [other]).set_index("row").loc[ROW_KINDS[2]]
+    assert (picked["model"], picked["epoch_fraction"]) == ("ap", 0.0)
+
+
+def test_a_missing_selection_score_never_picks_the_seed_to_serve():
+    from bertvision.layout import Checkpoint
+    from bertvision.reporting.summary import served_seed
+
+    runs = pd.DataFrame([candidate("head", "lp", 1, float("nan")), candidate("head", "lp", 2, 0.5)])
+    assert served_seed(runs, "lp", Checkpoint(1)) == 2
+    tied = pd.DataFrame([candidate("head", "lp", 2, 0.5), candidate("head", "lp", 1, 0.5)])
+    assert served_seed(tied, "lp", Checkpoint(1)) == 1

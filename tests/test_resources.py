@@ -3,7 +3,7 @@ the batch, the data and the attempt."""
 
 import pytest
 
-from bertvision.runtime.resources import (
+from bertvision.config.job_requests import (
     BASE_MB,
     TRAINING_BATCHES_HELD,
     EncoderShape,
@@ -74,6 +74,33 @@ def test_head_jobs_ask_for_time_by_what_their_heads_cost():
         )["runtime"]
 
     assert minutes(["a", "x"]) > 20 * minutes(["a", "a"])
+
+
+def test_head_jobs_are_sized_by_each_heads_own_settings():
+    """A head's own training settings (heads.models.<name>.training) size the jobs that train
+    it: the job's request and the settings its stage receives come from one head_settings."""
+    from tests.conftest import workflow_settings
+
+    short = {"type": "adapter", "training": {"max_epochs": 3, "batch_size": 64}}
+    settings = workflow_settings(heads={"models": {"a": {"type": "adapter"}, "short": short}})
+    assert settings.head_settings("mrpc")["short"].training.max_epochs == 3
+    both = settings.head_job_terms("mrpc", {"a": 2, "short": 2})
+    assert both["max_epochs"] == 30 and both["batch_size"] == 64 and both["in_memory_max_mb"] == 4096
+    assert both["n_runs"] == pytest.approx(2 + 2 * 3 / 30)  # the short head's trainings weigh a tenth
+    alone = settings.head_job_terms("mrpc", {"short": 2})
+    assert alone == {"n_runs": 2, "max_epochs": 3, "batch_size": 64, "in_memory_max_mb": 4096}
+    # a job that only applies trained heads: one training with the task's settings
+    assert settings.head_job_terms("mrpc") == {
+        "n_runs": 1,
+        "max_epochs": 30,
+        "batch_size": 32,
+        "in_memory_max_mb": 4096,
+    }
+
+    def minutes(terms):
+        return heads_request(BASE, rows=600000, max_length=128, token_level=False, attempt=1, **terms)["runtime"]
+
+    assert 5 * minutes(alone) < minutes(settings.head_job_terms("mrpc", {"a": 2}))
 
 
 def test_streamed_head_jobs_pay_the_encoder_every_epoch_and_hold_no_training_features():

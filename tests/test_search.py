@@ -8,12 +8,13 @@ import sys
 import optuna
 import pytest
 
-from bertvision.config.settings import SearchSettings
+from bertvision.config.settings import HeadSettings, SearchSettings
 from bertvision.registry.tasks import get_task
 from bertvision.stages.search import open_storage, study_name, summarize_study
 from bertvision.stages.train_heads import train_heads
 from bertvision.training.search_space import applicable_space, apply_params
 from bertvision.training.statistics import nested_subset
+from tests.stages import with_training
 from tests.test_train_head import RUNTIME, SETTINGS, planted_features
 
 SEARCH = SearchSettings(
@@ -44,10 +45,8 @@ def worker_command(manifest, storage, worker, out, search=SEARCH):
         "sst2",
         "--study",
         json.dumps(STUDY),
-        "--spec",
-        json.dumps(ADAPTER),
-        "--settings",
-        SETTINGS.to_json(),
+        "--head",
+        HeadSettings(spec=ADAPTER, training=SETTINGS).to_json(),
         "--runtime",
         RUNTIME.to_json(),
         "--search",
@@ -112,8 +111,7 @@ def test_best_parameters_train_the_final_head(tmp_path):
     (tmp_path / "best.json").write_text(json.dumps(best))
     train_heads(
         get_task("sst2"),
-        {"adapter": ADAPTER},
-        SETTINGS,
+        with_training({"adapter": ADAPTER}, SETTINGS),
         RUNTIME,
         manifest,
         [1],
@@ -131,8 +129,8 @@ def test_best_parameters_train_the_final_head(tmp_path):
 def test_space_applies_architecture_parameters_only_to_heads_that_have_them():
     assert set(applicable_space(SEARCH.space, {"type": "lp"})) == {"learning_rate", "batch_size", "max_epochs"}
     assert "width" in applicable_space(SEARCH.space, ADAPTER)
-    spec, settings = apply_params(ADAPTER, SETTINGS, {"width": 32, "learning_rate": 0.1})
-    assert spec["width"] == 32 and settings.learning_rate == 0.1 and ADAPTER["width"] == 8
+    head = apply_params(HeadSettings(spec=ADAPTER, training=SETTINGS), {"width": 32, "learning_rate": 0.1})
+    assert head.spec["width"] == 32 and head.training.learning_rate == 0.1 and ADAPTER["width"] == 8
 
 
 def test_study_name_changes_with_settings_and_features(tmp_path):
@@ -151,8 +149,7 @@ def test_data_fraction_subsets_are_nested_and_train_on_that_share(tmp_path):
     manifest = planted_features(tmp_path / "features", n_shards=1)
     train_heads(
         get_task("sst2"),
-        {"lp": {"type": "lp"}},
-        SETTINGS,
+        with_training({"lp": {"type": "lp"}}, SETTINGS),
         RUNTIME,
         manifest,
         [1],
@@ -166,8 +163,7 @@ def test_data_fraction_subsets_are_nested_and_train_on_that_share(tmp_path):
     with pytest.raises(ValueError, match="in_memory_max_mb"):
         train_heads(
             get_task("sst2"),
-            {"lp": {"type": "lp"}},
-            streamed,
+            with_training({"lp": {"type": "lp"}}, streamed),
             RUNTIME,
             manifest,
             [1],

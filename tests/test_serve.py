@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 import torch
 
-from bertvision.layout import BERT_LOGITS, HEAD_METRICS, HEAD_PREDICTIONS, head_run_dir, head_runs
+from bertvision.layout import BERT_LOGITS, HEAD_METRICS, HEAD_PREDICTIONS, Checkpoint, head_run_dir, head_runs
 from bertvision.models.head_io import load_head
 from bertvision.registry.tasks import get_task
 from bertvision.runtime.io import read_json
@@ -565,7 +565,7 @@ def bundle_args(run, tiny_bert, tasks, task_settings, out) -> list[str]:
 
 
 def test_bundle_command_writes_what_write_bundle_writes(run, bundle, tiny_bert, tmp_path, capsys):
-    from bertvision.cli import main
+    from bertvision.commands.main import main
 
     out = tmp_path / "cli-bundle"
     task_settings = {"mrpc": {"max_length": 64}, "squad2": {"max_length": 96, "doc_stride": 32}}
@@ -582,14 +582,14 @@ def test_bundle_command_writes_what_write_bundle_writes(run, bundle, tiny_bert, 
 
 
 def test_bundle_command_refuses_settings_without_heads(run, tiny_bert, tmp_path, capsys):
-    from bertvision.cli import main
+    from bertvision.commands.main import main
 
     status = main(bundle_args(run, tiny_bert, ["mrpc"], {"stsb": {"max_length": 64}}, tmp_path / "b"))
     assert status == 2 and "--task-settings: stsb" in capsys.readouterr().err
 
 
 def test_serve_command_names_a_broken_bundle_in_one_line(bundle, tmp_path, capsys):
-    from bertvision.cli import main
+    from bertvision.commands.main import main
 
     copy = tmp_path / "bundle"
     shutil.copytree(bundle.root, copy)
@@ -962,50 +962,80 @@ def test_the_serve_benchmark_measures_load_memory_and_faults(bundle):
 
 
 # --- the picked bundles of a run (serving/picked.py) ------------------------------------------------
-def summary_csv(path, picks: dict[str, tuple[float, str]]):
-    rows = [
-        {"backbone": "tiny", "task": t, "row": "BERTVision (picked)", "epoch_fraction": f, "model": m,
-         "dev_mean": 0.5, "selection_mean": 0.5}
-        for t, (f, m) in picks.items()
-    ]  # fmt: skip
-    rows.append({**rows[0], "row": "full fine-tuning", "model": "BERT"})
-    pd.DataFrame(rows).to_csv(path, index=False)
+def picks_json(path, picks: dict[str, tuple[float, str, str | None]], ft_seed: int = 1):
+    """A picks record (the tables stage's) of task -> (checkpoint, head, ensemble rule or None)."""
+    from bertvision.reporting.picks import Pick, write_picks
+    from bertvision.reporting.results import ensemble_name
+
+    write_picks(
+        [
+            Pick("tiny", t, Checkpoint(f), ensemble_name(h, how) if how else h, h, how, ft_seed, 0.5, 0.5)
+            for t, (f, h, how) in picks.items()
+        ],
+        path,
+    )
     return path
 
 
-def test_picked_bundles_serve_the_summarys_pick_and_name_what_they_cannot(run, tiny_bert, tmp_path):
+def test_picked_bundles_serve_the_pick_record_and_name_what_they_cannot(run, tiny_bert, tmp_path):
     from bertvision.serving.bundle import bundle_paths
     from bertvision.serving.picked import CheckpointRun, write_picked_bundles
 
-    runs = [CheckpointRun(task, 1, "1", run / "ft" / "ckpt-1", run / "heads" / task) for task in ("mrpc", "stsb")]
+    one = Checkpoint(1)
+    runs = [CheckpointRun(task, 1, one, run / "ft" / "ckpt-1", run / "heads" / task) for task in ("mrpc", "stsb")]
     settings = {"mrpc": {"max_length": 64}, "stsb": {"max_length": 64}}
-    summary = summary_csv(tmp_path / "summary.csv", {"mrpc": (1.0, "tok"), "stsb": (1.0, "ad8")})
+    picks = picks_json(tmp_path / "picks.json", {"mrpc": (1.0, "tok", None), "stsb": (1.0, "ad8", None)})
     out = tmp_path / "picked"
-    index = write_picked_bundles(out, summary, "tiny", runs, str(tiny_bert), settings, {"backbone": "tiny"}, "fp32")
+    index = write_picked_bundles(out, picks, "tiny", runs, str(tiny_bert), settings, {"backbone": "tiny"}, "fp32")
     assert index["picks"]["mrpc"]["bundle"] == "mrpc-ft1-ckpt1" and index["picks"]["mrpc"]["model"] == "tok"
     assert index["picks"]["stsb"]["model"] == "ad8"
     paths = bundle_paths([out])
     assert [p.name for p in paths] == ["mrpc-ft1-ckpt1", "stsb-ft1-ckpt1"]
     assert [load_bundle(p).tasks[t].picked for p, t in zip(paths, ("mrpc", "stsb"))] == ["tok", "ad8"]
     # stsb's heads have no ensembles scored (they read MRPC's checkpoint): one picked is named
-    ensemble = summary_csv(tmp_path / "ensemble.csv", {"mrpc": (1.0, "tok"), "stsb": (1.0, "ad8 + BERT (mean)")})
+    ensemble = picks_json(tmp_path / "ensemble.json", {"mrpc": (1.0, "tok", None), "stsb": (1.0, "ad8", "mean")})
     with pytest.raises(BundleError, match=r"stsb/ad8/seed\d/metrics.json: no ensemble 'mean'"):
         write_picked_bundles(tmp_path / "p1", ensemble, "tiny", runs, str(tiny_bert), settings, {}, "fp32")
 
-    missing = summary_csv(tmp_path / "only-mrpc.csv", {"mrpc": (1.0, "lp")})
-    with pytest.raises(BundleError, match=r"only-mrpc.csv: no picked path for stsb \(backbone tiny\)"):
+    missing = picks_json(tmp_path / "only-mrpc.json", {"mrpc": (1.0, "lp", None)})
+    with pytest.raises(BundleError, match=r"only-mrpc.json: no picked path for stsb \(backbone tiny\)"):
         write_picked_bundles(tmp_path / "p2", missing, "tiny", runs, str(tiny_bert), settings, {}, "fp32")
-    unknown = summary_csv(tmp_path / "unknown.csv", {"mrpc": (1.0, "cnn"), "stsb": (1.0, "lp")})
-    with pytest.raises(BundleError, match=r"mrpc: the summary's pick 'cnn' at checkpoint 1 is none of the heads"):
+    unknown = picks_json(tmp_path / "unknown.json", {"mrpc": (1.0, "cnn", None), "stsb": (1.0, "lp", None)})
+    with pytest.raises(BundleError, match=r"mrpc: the pick 'cnn' at checkpoint 1 is none of the heads"):
         write_picked_bundles(tmp_path / "p3", unknown, "tiny", runs, str(tiny_bert), settings, {}, "fp32")
-    elsewhere = summary_csv(tmp_path / "elsewhere.csv", {"mrpc": (0.5, "lp"), "stsb": (1.0, "lp")})
-    with pytest.raises(BundleError, match=r"mrpc: no checkpoint 0.5 among the run's heads directories"):
+    elsewhere = picks_json(tmp_path / "elsewhere.json", {"mrpc": (0.5, "lp", None), "stsb": (1.0, "lp", None)})
+    with pytest.raises(BundleError, match=r"mrpc: no checkpoint 0.5 of fine-tuning seed 1 among the run's heads"):
         write_picked_bundles(tmp_path / "p4", elsewhere, "tiny", runs, str(tiny_bert), settings, {}, "fp32")
-    assert not any((tmp_path / p).exists() for p in ("p1", "p2", "p3", "p4"))
+    other_seed = picks_json(tmp_path / "seed2.json", {"mrpc": (1.0, "lp", None), "stsb": (1.0, "lp", None)}, 2)
+    with pytest.raises(BundleError, match=r"mrpc: no checkpoint 1 of fine-tuning seed 2 among the run's heads"):
+        write_picked_bundles(tmp_path / "p5", other_seed, "tiny", runs, str(tiny_bert), settings, {}, "fp32")
+    assert not any((tmp_path / p).exists() for p in ("p1", "p2", "p3", "p4", "p5"))
 
     (out / "bundles.json").write_text("{not json")
     with pytest.raises(BundleError, match=r"picked/bundles.json: not a bundle set index"):
         bundle_paths([out])
+
+
+def test_serve_bundles_serves_the_seed_the_pick_record_names_and_reads_no_table(run, tiny_bert, tmp_path):
+    """Two fine-tuning seeds whose heads score alike: re-deriving the seed from selection scores
+    would serve seed 1; the pick record says 2, and 2 is served. The rule reads the record, not
+    the summary table."""
+    import re
+
+    from bertvision import layout
+    from bertvision.serving.picked import CheckpointRun, write_picked_bundles
+    from tests.conftest import REPO
+
+    runs = [CheckpointRun("mrpc", s, Checkpoint(1), run / "ft" / "ckpt-1", run / "heads" / "mrpc") for s in (1, 2)]
+    picks = picks_json(tmp_path / "picks.json", {"mrpc": (1.0, "lp", None)}, ft_seed=2)
+    out = tmp_path / "picked"
+    index = write_picked_bundles(out, picks, "tiny", runs, str(tiny_bert), {"mrpc": {"max_length": 64}}, {}, "fp32")
+    assert index["picks"]["mrpc"]["ft_seed"] == 2 and index["picks"]["mrpc"]["bundle"] == "mrpc-ft2-ckpt1"
+    assert load_bundle(out / "mrpc-ft2-ckpt1").tasks["mrpc"].picked == "lp"
+    rules = (REPO / "rules" / "serve.smk").read_text()
+    inputs = re.search(r"^rule serve_bundles:\n(.*?)output:", rules, re.M | re.S).group(1)
+    assert "picks=L.picks_record()" in inputs and "summary" not in inputs
+    assert layout.picks_record() == f"{layout.TABLES_DIR}/{layout.PICKS}"
 
 
 def test_a_head_plus_bert_ensemble_is_served_as_it_was_evaluated(run, tiny_bert, tmp_path):
@@ -1015,10 +1045,10 @@ def test_a_head_plus_bert_ensemble_is_served_as_it_was_evaluated(run, tiny_bert,
     from bertvision.serving.app import ServeSettings, create_app
     from bertvision.serving.picked import CheckpointRun, write_picked_bundles
 
-    runs = [CheckpointRun("mrpc", 1, "1", run / "ft" / "ckpt-1", run / "heads" / "mrpc")]
-    summary = summary_csv(tmp_path / "summary.csv", {"mrpc": (1.0, "lp + BERT (mean)")})
+    runs = [CheckpointRun("mrpc", 1, Checkpoint(1), run / "ft" / "ckpt-1", run / "heads" / "mrpc")]
+    picks = picks_json(tmp_path / "picks.json", {"mrpc": (1.0, "lp", "mean")})
     out = tmp_path / "picked"
-    index = write_picked_bundles(out, summary, "tiny", runs, str(tiny_bert), {"mrpc": {"max_length": 64}}, {}, "fp32")
+    index = write_picked_bundles(out, picks, "tiny", runs, str(tiny_bert), {"mrpc": {"max_length": 64}}, {}, "fp32")
     assert index["picks"]["mrpc"]["model"] == "lp + BERT (mean)" and index["picks"]["mrpc"]["head"] == "lp"
     served = load_bundle(out / "mrpc-ft1-ckpt1")
     assert served.task_model == "mrpc" and served.tasks["mrpc"].picked == "lp + BERT (mean)"
@@ -1062,14 +1092,15 @@ def question_checkpoints(run, tiny_bert):
     return own
 
 
-def picked_ensemble(run, own, tiny_bert, out, task: str, frac: str = "1"):
-    """The picked bundles of a summary that picked ``task``'s lp + BERT (mean) at ``frac``."""
+def picked_ensemble(run, own, tiny_bert, out, task: str, fraction: float = 1.0):
+    """The picked bundles of a pick record that picked ``task``'s lp + BERT (mean) at ``fraction``."""
     from bertvision.serving.picked import CheckpointRun, write_picked_bundles
 
-    runs = [CheckpointRun(task, 1, frac, own / "ft" / task / f"ckpt-{frac}", own / "heads" / task)]
-    summary = summary_csv(out.with_suffix(".csv"), {task: (float(frac), "lp + BERT (mean)")})
+    checkpoint = Checkpoint(fraction)
+    runs = [CheckpointRun(task, 1, checkpoint, own / "ft" / task / f"ckpt-{checkpoint}", own / "heads" / task)]
+    picks = picks_json(out.with_suffix(".json"), {task: (fraction, "lp", "mean")})
     settings = {task: {"max_length": 96, "doc_stride": 32}}
-    return write_picked_bundles(out, summary, "tiny", runs, str(tiny_bert), settings, {}, "fp32")
+    return write_picked_bundles(out, picks, "tiny", runs, str(tiny_bert), settings, {}, "fp32")
 
 
 def served_questions(bundle_dir, task: str, rows: pd.DataFrame) -> list[dict]:
@@ -1187,7 +1218,7 @@ def test_an_ensemble_picked_on_the_untouched_encoder_gets_its_own_bundle(
     from safetensors.numpy import load_file
 
     task = "squad2-answerable"
-    index = picked_ensemble(run, question_checkpoints, tiny_bert, tmp_path / "picked", task, frac="0")
+    index = picked_ensemble(run, question_checkpoints, tiny_bert, tmp_path / "picked", task, fraction=0.0)
     assert index["picks"][task]["bundle"] == "squad2-answerable-ft1-ckpt0"
     assert sorted(index["bundles"]) == ["squad2-answerable-ft1-ckpt0"]
     served = load_bundle(tmp_path / "picked" / "squad2-answerable-ft1-ckpt0")

@@ -21,6 +21,7 @@ from bertvision.stages.extract import extract_shard
 from bertvision.stages.tokenize import tokenize_task
 from bertvision.stages.train_heads import train_heads
 from tests.conftest import workflow_settings
+from tests.stages import with_training
 
 SETTINGS = HeadTrainingSettings(
     learning_rate=5e-3,
@@ -97,7 +98,14 @@ def stream_source(task, root, checkpoint) -> StreamSource:
 
 def trained(task, root, source, out, seeds=(1,), settings=SETTINGS):
     train_heads(
-        get_task(task), HEADS[task], settings, RUNTIME, source, list(seeds), out, threads=1, raw_dir=root / "raw"
+        get_task(task),
+        with_training(HEADS[task], settings),
+        RUNTIME,
+        source,
+        list(seeds),
+        out,
+        threads=1,
+        raw_dir=root / "raw",
     )
     return {
         (name, seed): json.loads((head_run_dir(out, name, seed) / HEAD_METRICS).read_text())

@@ -21,6 +21,7 @@ from bertvision.models.heads import Standardized, TokenPoolHead, build_head, cou
 from bertvision.registry.heads import HEAD_TYPES, get_head_type, is_token_head
 from bertvision.registry.tasks import get_task
 from bertvision.stages.train_heads import train_heads
+from tests.stages import with_training
 
 POOLS = get_head_type("token-pool").options["pool"].choices
 
@@ -208,7 +209,7 @@ def test_token_head_finds_a_signal_at_any_position(tmp_path, monkeypatch):
         "tokens-attn": {"type": "token-pool", "pool": "attention"},
         "lp": {"type": "lp"},
     }
-    train_heads(get_task("sst2"), heads, SETTINGS, RUNTIME, manifest, [1], tmp_path / "heads", threads=1)
+    train_heads(get_task("sst2"), with_training(heads, SETTINGS), RUNTIME, manifest, [1], tmp_path / "heads", threads=1)
     assert len(built) == 1  # one token problem for both token heads
     record = {name: json.loads((tmp_path / "heads" / name / "seed1" / "metrics.json").read_text()) for name in heads}
     for name in ("tokens", "tokens-attn"):
@@ -238,7 +239,14 @@ def test_token_head_regression_with_ensembles_and_a_streamed_cls_head(tmp_path):
     settings = SETTINGS.replace(learning_rate=5e-2, in_memory_max_mb=0)
     heads = {"tokens": {"type": "token-pool"}, "lp": {"type": "lp"}}
     train_heads(
-        get_task("stsb"), heads, settings, RUNTIME, manifest, [1], tmp_path / "heads", threads=1, bert_logits=bert
+        get_task("stsb"),
+        with_training(heads, settings),
+        RUNTIME,
+        manifest,
+        [1],
+        tmp_path / "heads",
+        threads=1,
+        bert_logits=bert,
     )
     tokens = json.loads((tmp_path / "heads" / "tokens" / "seed1" / "metrics.json").read_text())
     assert tokens["metrics"]["dev"]["pearson"] > 0.8, tokens["metrics"]
@@ -253,7 +261,13 @@ def test_cls_features_give_a_clear_error_to_a_token_head(tmp_path):
     manifest = planted_features(tmp_path / "features", n_shards=1)
     with pytest.raises(FeatureError, match=r"tasks\.sst2\.token_features: true"):
         train_heads(
-            get_task("sst2"), {"t": {"type": "token-pool"}}, SETTINGS, RUNTIME, manifest, [1], tmp_path / "h", threads=1
+            get_task("sst2"),
+            with_training({"t": {"type": "token-pool"}}, SETTINGS),
+            RUNTIME,
+            manifest,
+            [1],
+            tmp_path / "h",
+            threads=1,
         )
 
 

@@ -25,6 +25,7 @@ from bertvision.training.loop import train_one
 from bertvision.training.span import SpanProblem
 from bertvision.training.statistics import token_moments
 from bertvision.training.tokens import TokenExampleProblem
+from tests.stages import with_training
 from tests.test_token_head import RUNTIME
 from tests.test_token_head import SETTINGS as TOKEN_HEAD_SETTINGS
 
@@ -298,7 +299,9 @@ def test_a_split_four_times_the_bound_trains_within_a_small_multiple_of_it(tmp_p
     heads = {"tokens": {"type": "token-pool"}}
 
     def train(out, training):
-        return lambda: train_heads(get_task("sst2"), heads, training, RUNTIME, manifest, [1], out, threads=1)
+        return lambda: train_heads(
+            get_task("sst2"), with_training(heads, training), RUNTIME, manifest, [1], out, threads=1
+        )
 
     # in memory first: the modules training imports on first use (torch's optimizers, the
     # metrics) are then loaded before the lazy run is measured

@@ -2,9 +2,9 @@
 
 import pandas as pd
 
+from bertvision.data.token_ids import tokenize_frame
 from bertvision.models.backbone import load_tokenizer, resolve_pretrained
 from bertvision.registry.tasks import get_task
-from bertvision.stages.tokenize import tokenize_frame
 from tests.tiny_bert import DEFAULT_BACKBONE
 
 

@@ -11,6 +11,7 @@ from bertvision.features.shard_writer import ShardWriter, shard_rows
 from bertvision.features.store import write_manifest
 from bertvision.registry.tasks import get_task
 from bertvision.stages.train_heads import train_heads
+from tests.stages import with_training
 
 SETTINGS = HeadTrainingSettings(
     learning_rate=5e-3,
@@ -66,7 +67,9 @@ def planted_features(root, n_shards=2):
 def test_every_head_learns_the_planted_signal(tmp_path, in_memory_max_mb):
     manifest = planted_features(tmp_path / "features")
     settings = SETTINGS.replace(in_memory_max_mb=in_memory_max_mb)
-    train_heads(get_task("sst2"), HEADS, settings, RUNTIME, manifest, [1, 2], tmp_path / "heads", threads=1)
+    train_heads(
+        get_task("sst2"), with_training(HEADS, settings), RUNTIME, manifest, [1, 2], tmp_path / "heads", threads=1
+    )
     for name in HEADS:
         for seed in (1, 2):
             record = json.loads((tmp_path / "heads" / name / f"seed{seed}" / "metrics.json").read_text())
@@ -84,27 +87,39 @@ def test_every_head_learns_the_planted_signal(tmp_path, in_memory_max_mb):
 def test_seeds_are_reproducible(tmp_path):
     manifest = planted_features(tmp_path / "features", n_shards=1)
     for run in ("a", "b"):
-        train_heads(get_task("sst2"), {"lp": HEADS["lp"]}, SETTINGS, RUNTIME, manifest, [3], tmp_path / run, threads=1)
+        train_heads(
+            get_task("sst2"),
+            with_training({"lp": HEADS["lp"]}, SETTINGS),
+            RUNTIME,
+            manifest,
+            [3],
+            tmp_path / run,
+            threads=1,
+        )
     a, b = (json.loads((tmp_path / r / "lp" / "seed3" / "metrics.json").read_text()) for r in "ab")
     assert a["metrics"] == b["metrics"] and a["layer_weights"] == b["layer_weights"]
 
 
 def test_a_head_takes_its_own_training_settings(tmp_path):
-    """heads.models.<name>.training overrides the task's settings for that head only, and the
-    record's spec is the head's architecture alone (what a bundle rebuilds it from)."""
-    from bertvision.config.schema import validate_config
+    """heads.models.<name>.training overrides the task's settings for that head only, merged once
+    when the config is read (``head_settings``); the job trains each head with the settings it
+    is given. The record's spec is the head's architecture alone (what a bundle rebuilds it from)."""
+    from tests.conftest import workflow_settings
 
-    config = {
-        "backbones": {"m": {"pretrained": "bert-base-uncased"}},
-        "tasks": {"sst2": None},
-        "heads": {"models": {"lp": {"type": "lp"}, "short": {"type": "lp", "training": {"max_epochs": 2}}}},
-    }
-    heads = validate_config(config)["heads"]["models"]
-    assert heads["short"]["training"] == {"max_epochs": 2} and "training" not in heads["lp"]
-    manifest = planted_features(tmp_path / "features", n_shards=1)
-    train_heads(
-        get_task("sst2"), heads, SETTINGS.replace(patience=50), RUNTIME, manifest, [1], tmp_path / "h", threads=1
+    task_settings = SETTINGS.replace(patience=50)
+    workflow = workflow_settings(
+        tasks={"sst2": None},
+        heads={
+            "training": task_settings.to_dict(),
+            "models": {"lp": {"type": "lp"}, "short": {"type": "lp", "training": {"max_epochs": 2}}},
+        },
     )
+    assert workflow.config["heads"]["models"]["short"]["training"] == {"max_epochs": 2}
+    heads = workflow.head_settings("sst2")
+    assert heads["short"].training == task_settings.replace(max_epochs=2) and heads["lp"].training == task_settings
+    assert heads["short"].spec == {"type": "lp", "dropout": 0.0}
+    manifest = planted_features(tmp_path / "features", n_shards=1)
+    train_heads(get_task("sst2"), heads, RUNTIME, manifest, [1], tmp_path / "h", threads=1)
     records = {n: json.loads((tmp_path / "h" / n / "seed1" / "metrics.json").read_text()) for n in heads}
     assert len(records["short"]["history"]) == 2 and records["short"]["training_settings"]["max_epochs"] == 2
     assert len(records["lp"]["history"]) == SETTINGS.max_epochs

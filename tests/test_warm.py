@@ -18,18 +18,19 @@ import psutil
 import pytest
 import yaml
 
-from bertvision.runtime.warm import SOCKET_ENV, start_pool
+from bertvision.commands.warm import start
+from bertvision.runtime.warm import SOCKET_ENV
 from tests.conftest import REPO, SHIPPED_GLUE
 
 FORKED = "forked from the warm pool"
-BERTVISION = [sys.executable, "-m", "bertvision.launch"]
+BERTVISION = [sys.executable, "-m", "bertvision.commands.launch"]
 
 
 @pytest.fixture(scope="module")
 def pool(tiny_bert, tmp_path_factory):
     log = tmp_path_factory.mktemp("warm") / "warm_pool.log"
     saved = os.environ.get(SOCKET_ENV)
-    handle = start_pool([str(tiny_bert)], log)
+    handle = start([str(tiny_bert)], log)
     socket_path = os.environ[SOCKET_ENV]
     if saved is None:
         os.environ.pop(SOCKET_ENV)
@@ -168,8 +169,8 @@ def test_a_killed_client_takes_its_job_with_it(pool, tmp_path):
 def test_the_pool_ends_with_its_parent(tiny_bert, tmp_path):
     """A Snakemake killed without its hooks (SIGKILL) leaves no warm process behind."""
     script = (
-        "import sys, time; from bertvision.runtime.warm import start_pool; "
-        f"p = start_pool([], {str(tmp_path / 'pool.log')!r}); print(p.process.pid, flush=True); time.sleep(600)"
+        "import sys, time; from bertvision.commands.warm import start; "
+        f"p = start([], {str(tmp_path / 'pool.log')!r}); print(p.process.pid, flush=True); time.sleep(600)"
     )
     parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=REPO)
     pid = int(parent.stdout.readline())

@@ -24,6 +24,7 @@ from bertvision.layout import (
     HEADS_DIR,
     MANIFEST,
     SEARCH_WORKER,
+    Checkpoint,
     Job,
     Run,
     baseline_job,
@@ -31,7 +32,7 @@ from bertvision.layout import (
     timing_jobs,
 )
 from bertvision.reporting.candidates import candidate_runs
-from bertvision.reporting.summary import summary_markdown, summary_table, verdict
+from bertvision.reporting.summary import choose_picks, summary_markdown, summary_table, verdict
 from bertvision.stages.tables import build_tables
 
 MODEL, TASK = "tiny", "mrpc"
@@ -87,7 +88,7 @@ class HandWorked:
 
     def __init__(self, root: Path):
         self.root = root
-        self.runs = [Run(MODEL, TASK, ft, frac) for ft in FT_SEEDS for frac in FRACS]
+        self.runs = [Run(MODEL, TASK, ft, Checkpoint.named(frac)) for ft in FT_SEEDS for frac in FRACS]
         self.bert, self.baselines, self.manifests, self.head_dirs, self.workers = [], [], [], [], []
         for run in self.runs:
             self._checkpoint(run)
@@ -97,10 +98,10 @@ class HandWorked:
         for job in timing_jobs(self.runs, SHARDS, baselines):  # every job the timing table reads
             k = job.keys
             extract = job.rule == "extract"
-            write_benchmark(job, EXTRACT[(k["ftseed"], k["frac"])][k["shard"]] if extract else 1.0)
+            write_benchmark(job, EXTRACT[(k["ftseed"], k["frac"].name)][k["shard"]] if extract else 1.0)
 
     def _checkpoint(self, run: Run) -> None:
-        ft, frac = run.ftseed, run.frac
+        ft, frac = run.ftseed, run.checkpoint.name
         record = {
             "model": MODEL,
             "task": TASK,
@@ -180,6 +181,20 @@ def tables(tmp_path, monkeypatch):
     out = tmp_path / "results" / "tables"
     build_tables(r.bert, r.head_dirs, r.manifests, r.runs, SHARDS, ["lp", "ap"], out, r.baselines, r.workers)
     return out
+
+
+def test_the_tables_write_the_pick_the_summary_shows(tables):
+    from bertvision.layout import PICKS
+    from bertvision.reporting.picks import read_picks
+
+    (pick,) = read_picks(tables / PICKS)
+    assert (pick.backbone, pick.task, pick.checkpoint) == (MODEL, TASK, Checkpoint(0.3))
+    assert (pick.model, pick.head) == ("ap", "ap")
+    # both fine-tuning seeds' ap scored 0.80 on selection at 0.3: the lower seed serves
+    assert pick.ensemble is None and pick.ft_seed == 1
+    picked = pd.read_csv(tables / "summary.csv").set_index("row").loc["BERTVision (picked)"]
+    assert picked["selection_mean"] == pytest.approx(pick.selection_mean)
+    assert picked["dev_mean"] == pytest.approx(pick.dev_mean)
 
 
 def test_the_whole_cost_of_the_pick_counts_everything_run_to_make_it(tables):
@@ -302,9 +317,10 @@ def streamed_runs(tmp_path: Path, searched_without_times: bool = False) -> pd.Da
         "device": "cpu",
     }
     # a stale extraction of checkpoint 1 on disk: streamed heads never read it, so it is not counted
-    stale = Job("extract", {"task": TASK, "model": MODEL, "ftseed": 1, "frac": "1", "shard": 0})
+    stale = Job("extract", {"task": TASK, "model": MODEL, "ftseed": 1, "frac": Checkpoint(1), "shard": 0})
     write_benchmark(stale, 9.0)
-    return summary_table(candidate_runs([write_json(tmp_path / "full.json", baseline)], bert, heads, [], [stale]))
+    runs = candidate_runs([write_json(tmp_path / "full.json", baseline)], bert, heads, [], [stale])
+    return summary_table(runs, choose_picks(runs))
 
 
 def test_streamed_states_count_the_encoder_once_and_no_extraction(tmp_path, monkeypatch):

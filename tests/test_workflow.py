@@ -347,6 +347,16 @@ def test_a_head_applied_across_tasks_to_its_own_task_reproduces_its_score(workfl
         assert r["metrics"]["dev"]["accuracy"] == pytest.approx(own["metrics"]["dev"]["accuracy"], abs=1e-6)
 
 
+def test_a_run_in_which_nothing_fails_logs_no_error(workflow_run):
+    """Snakemake's own log of the run: an error that is not one (an input function that fails
+    while the DAG is built, and is then passed over) would be a newcomer's first screen."""
+    workdir, _ = workflow_run
+    logs = sorted((workdir / ".snakemake" / "log").glob("*.snakemake.log"))
+    assert logs
+    alarming = [line for log in logs for line in log.read_text().splitlines() if "Error" in line or "Exception" in line]
+    assert alarming == []
+
+
 def test_rerun_has_nothing_to_do_and_a_head_change_reruns_only_heads(workflow_run, tmp_path):
     shared, config = workflow_run
     assert "Nothing to be done" in snakemake(shared, "-n").stdout
@@ -370,7 +380,7 @@ def test_rerun_has_nothing_to_do_and_a_head_change_reruns_only_heads(workflow_ru
     # transfer evaluations and the experiment tables; the data-fraction runs (lp only) do not.
     # The shared encoders train lp only: none of their heads reruns, but the RTE and WNLI heads
     # directories they read (the heads applied as they are, the cross-task table) are rewritten.
-    # The picked bundles are written again from the new summary.
+    # The picked bundles are written again from the new picks record.
     assert counts == {
         "serve_bundles": 1,
         "all": 1,

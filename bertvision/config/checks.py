@@ -6,7 +6,7 @@ that a bad config fails the dry run with the key at fault. ``workflow``: the
 from __future__ import annotations
 
 from bertvision.errors import ConfigError, MissingError
-from bertvision.layout import fraction_name
+from bertvision.layout import Checkpoint
 from bertvision.models.backbone import check_pretrained
 from bertvision.registry.heads import trains_on
 from bertvision.registry.tasks import get_task
@@ -74,7 +74,7 @@ def check(workflow) -> None:
         missing = [n for n in wanted if n not in workflow.task_heads(task)]
         if missing:
             problems.append(f"experiments.data_fraction.heads: {missing} are not among {task}'s heads")
-    unknown = [c for c in workflow.data_fraction_checkpoints() if c not in workflow.fractions]
+    unknown = [c.name for c in workflow.data_fraction_checkpoints() if c not in workflow.checkpoints]
     if unknown:
         problems.append(f"experiments.data_fraction.checkpoints: {unknown} are not in finetune.epoch_fractions")
     problems += schedule_problems(workflow)
@@ -129,15 +129,14 @@ def shared_problems(workflow, broken: set) -> list[str]:
             )
     if not workflow.shared_tasks or problems:
         return problems
-    if shared["frozen"] and "0" not in workflow.fractions:
+    if shared["frozen"] and Checkpoint(0) not in workflow.checkpoints:
         problems.append(
             "shared.frozen: needs 0 in finetune.epoch_fractions (the frozen encoder's features are "
             "the main pipeline's checkpoint 0)"
         )
-    if shared["checkpoint"] is not None and fraction_name(shared["checkpoint"]) not in workflow.fractions:
-        problems.append(
-            f"shared.checkpoint: {shared['checkpoint']} is not in finetune.epoch_fractions ({workflow.fractions})"
-        )
+    if shared["checkpoint"] is not None and Checkpoint(shared["checkpoint"]) not in workflow.checkpoints:
+        names = [c.name for c in workflow.checkpoints]
+        problems.append(f"shared.checkpoint: {shared['checkpoint']} is not in finetune.epoch_fractions ({names})")
     unknown = [s for s in workflow.shared_ft_seeds if s not in workflow.ft_seeds]
     if unknown:
         problems.append(f"shared.ft_seeds: {unknown} are not in finetune.seeds ({workflow.ft_seeds})")

@@ -31,6 +31,7 @@ EXPECTED = {
     "string_type": "str",
     "dict_type": "an object",
     "tuple_type": "a list",
+    "model_type": "an object",
 }
 
 
@@ -61,22 +62,57 @@ class StageSettings(BaseModel):
 
     @classmethod
     def pick(cls, section: dict, source: str = "config", **given):
-        """The fields from a validated config ``section`` whose keys they share, plus ``given``."""
+        """The fields from a validated config ``section`` whose keys they share, plus ``given``;
+        a nested settings model takes its keys from the same ``section``."""
         try:
-            return cls.model_validate({**{k: section[k] for k in cls.keys() if k not in given}, **given})
+            return cls.model_validate({**cls._section_values(section, given), **given})
         except ValidationError as err:
             raise ConfigError(cls._problems(err, source, by_config_key=True)) from None
+
+    @classmethod
+    def _section_values(cls, section: dict, given=()) -> dict:
+        return {
+            name: nested._section_values(section) if (nested := cls.nested(name)) else section[name]
+            for name in cls.keys()
+            if name not in given
+        }
 
     @classmethod
     def keys(cls) -> list[str]:
         return list(cls.model_fields)
 
     @classmethod
-    def config_key(cls, name: str) -> str | None:
-        return (cls.model_fields[name].json_schema_extra or {}).get("config")
+    def nested(cls, name: str) -> type[StageSettings] | None:
+        """The settings model of field ``name`` when it holds one."""
+        kind = cls.model_fields[name].annotation
+        return kind if isinstance(kind, type) and issubclass(kind, StageSettings) else None
+
+    @classmethod
+    def config_key(cls, name: str, block: str | None = None) -> str | None:
+        """The config key that sets field ``name``: its own, or, in a settings model nested in a
+        field set from the config block ``block``, that block's key of the same name."""
+        own = (cls.model_fields[name].json_schema_extra or {}).get("config")
+        return own or (f"{block}.{name}" if block else None)
+
+    @classmethod
+    def config_keys(cls, prefix: str = "", block: str | None = None):
+        """(key, config key) of every field, a nested model's keys dotted (``optimizer.batch_size``)."""
+        for name in cls.keys():
+            key = cls.config_key(name, block)
+            if nested := cls.nested(name):
+                yield from nested.config_keys(f"{prefix}{name}.", key)
+            else:
+                yield f"{prefix}{name}", key
 
     def to_dict(self) -> dict:
         return self.model_dump()
+
+    def to_flat_dict(self) -> dict:
+        """``to_dict`` with each nested model's keys in its place, as the config block holds them."""
+        flat = {}
+        for name, value in self.to_dict().items():
+            flat.update(getattr(self, name).to_flat_dict() if self.nested(name) else {name: value})
+        return flat
 
     def to_json(self) -> str:
         return json.dumps(self.model_dump(mode="json"), sort_keys=True)
@@ -90,8 +126,7 @@ class StageSettings(BaseModel):
         """Help text: each key with the config key that sets it, that key's default and its
         description, all from the schema."""
         lines = []
-        for name in cls.keys():
-            key = cls.config_key(name)
+        for name, key in cls.config_keys():
             where = [f"config {key}"] if key else []
             with contextlib.suppress(KeyError):
                 where.append(f"default {json.dumps(documented_default(key))}")
@@ -105,25 +140,39 @@ class StageSettings(BaseModel):
         errors = err.errors()
         if errors[0]["type"] == "json_invalid":
             return f"{source}: not valid JSON ({errors[0]['ctx']['error']})"
-        if errors[0]["type"] == "model_type":
+        if errors[0]["type"] == "model_type" and not errors[0]["loc"]:
             return f"{source}: expected a JSON object of {cls.__name__} ({', '.join(cls.keys())})"
-        unknown = sorted(str(e["loc"][0]) for e in errors if e["type"] == "extra_forbidden")
-        missing = [str(e["loc"][0]) for e in errors if e["type"] == "missing"]  # in field order
+        unknown = sorted(cls._located(e["loc"])[0] for e in errors if e["type"] == "extra_forbidden")
+        missing = [cls._located(e["loc"])[0] for e in errors if e["type"] == "missing"]  # in field order
         keys = [f"{what} key(s) {names}" for what, names in (("unknown", unknown), ("missing", missing)) if names]
         wrong: dict[str, tuple[list[str], Any]] = {}  # where -> (what was expected, the value)
         for e in errors:
             if e["type"] not in ("extra_forbidden", "missing"):
-                # loc: the field, list positions, and the member tags of a union (int | float)
-                field, rest = str(e["loc"][0]), e["loc"][1:]
-                where = field + "".join(f"[{p}]" for p in rest if isinstance(p, int))
-                if by_config_key and cls.config_key(field):
-                    where = f"{where} (config {cls.config_key(field)})"
+                where, config_key = cls._located(e["loc"])
+                if by_config_key and config_key:
+                    where = f"{where} (config {config_key})"
                 wrong.setdefault(where, ([], e["input"]))[0].append(EXPECTED.get(e["type"], e["msg"].lower()))
         expected = lambda what: "a number" if sorted(what) == ["float", "int"] else " or ".join(what)  # noqa: E731
         problems = ([f"{cls.__name__} " + "; ".join(keys)] if keys else []) + [
             f"{where}: expected {expected(what)}, got {value!r}" for where, (what, value) in wrong.items()
         ]
         return f"{source}: " + "; ".join(problems)
+
+    @classmethod
+    def _located(cls, loc: tuple) -> tuple[str, str | None]:
+        """An error's place (``optimizer.learning_rate``, ``epoch_fractions[1]``) and the config
+        key of its field. ``loc`` holds the keys down through nested models, list positions,
+        and after a plain field the member tags of a union (int | float), which are skipped."""
+        where, model, config_key = "", cls, None
+        for part in loc:
+            if isinstance(part, int):
+                where += f"[{part}]"
+            elif model is not None:
+                where += f"{'.' if where else ''}{part}"
+                known = part in model.model_fields
+                config_key = model.config_key(part, config_key) if known else None
+                model = model.nested(part) if known else None
+        return where, config_key
 
 
 class DownloadSettings(StageSettings):
@@ -159,27 +208,30 @@ class ExtractCompute(StageSettings):
     precision: str = setting("extract.precision")
 
 
+class OptimizerSettings(StageSettings):
+    """AdamW, its linear warmup-decay schedule and the batches of an encoder-training stage: the
+    keys of the config block that the field holding it names (``finetune.settings``,
+    ``baseline.settings``)."""
+
+    learning_rate: Number
+    batch_size: int
+    eval_batch_size: int
+    warmup_ratio: Number
+    weight_decay: Number
+    max_grad_norm: Number
+
+
 class FinetuneSettings(StageSettings):
     backbone: str = setting("backbones.<model>.pretrained")
     epoch_fractions: Numbers = setting("finetune.epoch_fractions")
-    learning_rate: Number = setting("finetune.settings.learning_rate")
-    batch_size: int = setting("finetune.settings.batch_size")
-    eval_batch_size: int = setting("finetune.settings.eval_batch_size")
-    warmup_ratio: Number = setting("finetune.settings.warmup_ratio")
-    weight_decay: Number = setting("finetune.settings.weight_decay")
-    max_grad_norm: Number = setting("finetune.settings.max_grad_norm")
+    optimizer: OptimizerSettings = setting("finetune.settings")
     schedule_epochs: Number | None = setting("finetune.settings.schedule_epochs")
 
 
 class BaselineSettings(StageSettings):
     backbone: str = setting("backbones.<model>.pretrained")
     epochs: int = setting("baseline.epochs")
-    learning_rate: Number = setting("baseline.settings.learning_rate")
-    batch_size: int = setting("baseline.settings.batch_size")
-    eval_batch_size: int = setting("baseline.settings.eval_batch_size")
-    warmup_ratio: Number = setting("baseline.settings.warmup_ratio")
-    weight_decay: Number = setting("baseline.settings.weight_decay")
-    max_grad_norm: Number = setting("baseline.settings.max_grad_norm")
+    optimizer: OptimizerSettings = setting("baseline.settings")
 
 
 class MixtureSettings(StageSettings):
@@ -188,12 +240,7 @@ class MixtureSettings(StageSettings):
     backbone: str = setting("backbones.<model>.pretrained")
     tasks: Names = setting("shared.mixtures.<name>.tasks")
     epochs: float = setting("shared.mixtures.<name>.epochs")
-    learning_rate: Number = setting("finetune.settings.learning_rate")
-    batch_size: int = setting("finetune.settings.batch_size")
-    eval_batch_size: int = setting("finetune.settings.eval_batch_size")
-    warmup_ratio: Number = setting("finetune.settings.warmup_ratio")
-    weight_decay: Number = setting("finetune.settings.weight_decay")
-    max_grad_norm: Number = setting("finetune.settings.max_grad_norm")
+    optimizer: OptimizerSettings = setting("finetune.settings")
 
 
 class ExtractSettings(StageSettings):
@@ -211,6 +258,20 @@ class HeadTrainingSettings(StageSettings):
     warmup_ratio: Number = setting("heads.training.warmup_ratio")
     in_memory_max_mb: Number = setting("heads.training.in_memory_max_mb")
     standardize: bool = setting("heads.training.standardize")
+
+
+class HeadSettings(StageSettings):
+    """One head as a job trains it: its architecture (``heads.models.<name>`` less ``training``)
+    and its final training settings (heads.training, then ``tasks.<task>.head_training``, then
+    the head's own ``training``), merged once by ``WorkflowSettings.head_settings``."""
+
+    spec: dict = setting("heads.models.<name>")
+    training: HeadTrainingSettings = setting("heads.training")
+
+    @staticmethod
+    def memory_mb(heads) -> Number:
+        """The ``in_memory_max_mb`` of a job that trains ``heads`` together: the smallest any of them allows."""
+        return min(head.training.in_memory_max_mb for head in heads)
 
 
 class HeadRuntimeSettings(StageSettings):

@@ -17,12 +17,13 @@ from bertvision.config.settings import (
     FinetuneCompute,
     FinetuneSettings,
     HeadRuntimeSettings,
+    HeadSettings,
     HeadTrainingSettings,
     MixtureSettings,
     SearchSettings,
     TokenizeSettings,
 )
-from bertvision.layout import Run, SharedEncoder, fraction_name
+from bertvision.layout import Checkpoint, Run, SharedEncoder
 from bertvision.registry.heads import get_head_type, trains_on
 from bertvision.registry.tasks import get_task
 
@@ -30,7 +31,7 @@ from bertvision.registry.tasks import get_task
 TASK_LAYERS = {"finetune.settings": "finetune", "heads.training": "head_training"}
 
 
-def load_config(path: Path) -> dict:
+def load_workflow_config(path: Path) -> dict:
     return validate_config(read_config(path), source=str(path))
 
 
@@ -43,7 +44,7 @@ class WorkflowSettings:
 
     @classmethod
     def from_file(cls, path: Path) -> WorkflowSettings:
-        return cls(load_config(path), str(path))
+        return cls(load_workflow_config(path), str(path))
 
     # --- names ---------------------------------------------------------------------------
     @property
@@ -59,8 +60,8 @@ class WorkflowSettings:
         return list(self.config["heads"]["models"])
 
     @property
-    def fractions(self) -> list[str]:
-        return [fraction_name(f) for f in sorted(self.config["finetune"]["epoch_fractions"])]
+    def checkpoints(self) -> list[Checkpoint]:
+        return [Checkpoint(f) for f in sorted(self.config["finetune"]["epoch_fractions"])]
 
     @property
     def ft_seeds(self) -> list[int]:
@@ -94,14 +95,14 @@ class WorkflowSettings:
     def gpu_rules(self) -> int:
         return int(self.config["resources"]["gpu_rules"])
 
-    def runs(self, tasks=None, fractions=None) -> list[Run]:
-        """Every model x task x fine-tuning seed x checkpoint (of ``tasks`` / ``fractions`` only, when given)."""
+    def runs(self, tasks=None, checkpoints=None) -> list[Run]:
+        """Every model x task x fine-tuning seed x checkpoint (of ``tasks`` / ``checkpoints`` only, when given)."""
         return [
-            Run(m, t, s, f, self.store(t))
+            Run(m, t, s, c, self.store(t))
             for m in self.models
             for t in (self.tasks if tasks is None else tasks)
             for s in self.ft_seeds
-            for f in (self.fractions if fractions is None else fractions)
+            for c in (self.checkpoints if checkpoints is None else checkpoints)
         ]
 
     def task_overrides(self, task: str) -> dict:
@@ -158,15 +159,15 @@ class WorkflowSettings:
         names = self.config["experiments"]["data_fraction"]["heads"] or list(heads)
         return {n: heads[n] for n in names}
 
-    def data_fraction_checkpoints(self) -> list[str]:
+    def data_fraction_checkpoints(self) -> list[Checkpoint]:
         wanted = self.config["experiments"]["data_fraction"]["checkpoints"]
-        return self.fractions if wanted is None else [fraction_name(f) for f in sorted(wanted)]
+        return self.checkpoints if wanted is None else [Checkpoint(f) for f in sorted(wanted)]
 
     def data_fractions(self) -> list[str]:
-        return [fraction_name(f) for f in sorted(self.config["experiments"]["data_fraction"]["fractions"])]
+        return [f"{float(f):g}" for f in sorted(self.config["experiments"]["data_fraction"]["fractions"])]
 
     def transfer_tasks(self) -> list[str]:
-        return list(self.config["experiments"]["transfer"]["tasks"]) if len(self.fractions) > 1 else []
+        return list(self.config["experiments"]["transfer"]["tasks"]) if len(self.checkpoints) > 1 else []
 
     # --- shared encoders ---------------------------------------------------------------------
     @property
@@ -181,10 +182,10 @@ class WorkflowSettings:
             return {}
         encoders = {}
         if shared["frozen"]:
-            encoders["frozen"] = SharedEncoder("frozen", "frozen", frac=fraction_name(0))
+            encoders["frozen"] = SharedEncoder("frozen", "frozen", checkpoint=Checkpoint(0))
         if shared["checkpoint"] is not None:
-            frac = fraction_name(shared["checkpoint"])
-            encoders.update({t: SharedEncoder(t, "task", source=t, frac=frac) for t in self.shared_tasks})
+            checkpoint = Checkpoint(shared["checkpoint"])
+            encoders.update({t: SharedEncoder(t, "task", source=t, checkpoint=checkpoint) for t in self.shared_tasks})
         for name, mixture in shared["mixtures"].items():
             encoders[name] = SharedEncoder(name, "mixture", tasks=tuple(mixture["tasks"]))
         return encoders
@@ -302,7 +303,48 @@ class WorkflowSettings:
         return ExtractCompute.pick(self.config["extract"], self.source)
 
     def head_training(self, task: str) -> HeadTrainingSettings:
+        """``task``'s head training settings before any head's own: what a job that applies
+        trained heads (transfer, head_transfer) holds in memory."""
         return HeadTrainingSettings.pick(self.layered("heads.training", task), self.source)
+
+    def head_settings(self, task: str, names=None) -> dict[str, HeadSettings]:
+        """The heads ``names`` (default: every head of ``task``) as ``task``'s jobs train them:
+        each one's architecture, and its final training settings, merged here and only here:
+        the schema's defaults, heads.training, ``tasks.<task>.head_training``, then the head's
+        own ``training``. (A searched head's best parameters go on top in its job, where the
+        study's result exists: ``stages.train_heads``.)"""
+        heads = self.task_heads(task)
+        return {
+            name: HeadSettings(
+                spec={k: v for k, v in heads[name].items() if k != "training"},
+                training=HeadTrainingSettings.pick(
+                    self.layered("heads.training", task, heads[name].get("training") or {}), self.source
+                ),
+            )
+            for name in (heads if names is None else names)
+        }
+
+    def head_job_terms(self, task: str, trainings: dict[str, float] | None = None) -> dict:
+        """What sizes a head job of ``task`` (``config.job_requests.heads_request``'s keyword
+        arguments), from the final settings of its heads; ``trainings``: head name -> how often
+        the job trains it (its seeds, or a search worker's trials). The job's epochs are its
+        longest head's ``max_epochs`` (streamed heads train in lockstep); ``n_runs`` weights each
+        training by its type's cost and its share of those epochs. None: a job that applies
+        trained heads, sized as one training with the task's settings."""
+        if trainings is None:
+            own = self.head_training(task)
+            keys = ("max_epochs", "batch_size", "in_memory_max_mb")
+            return {"n_runs": 1, **{k: getattr(own, k) for k in keys}}
+        heads = self.head_settings(task, trainings)
+        epochs = max(head.training.max_epochs for head in heads.values())
+        return {
+            "n_runs": sum(
+                n * self.head_work([name]) * heads[name].training.max_epochs / epochs for name, n in trainings.items()
+            ),
+            "max_epochs": epochs,
+            "batch_size": max(head.training.batch_size for head in heads.values()),
+            "in_memory_max_mb": HeadSettings.memory_mb(heads.values()),
+        }
 
     def head_runtime(self) -> HeadRuntimeSettings:
         return HeadRuntimeSettings.pick(self.config["heads"], self.source)
@@ -310,12 +352,13 @@ class WorkflowSettings:
     def search(self) -> SearchSettings:
         return SearchSettings.pick(self.config["search"], self.source, head_seed=self.head_seeds[0])
 
-    def extract_attrs(self, run: Run) -> dict:
-        """What each feature shard records about where it came from."""
+    def extract_attrs(self, run: Run, checkpoint_name: str | None = None) -> dict:
+        """What each feature shard records about where it came from (``checkpoint_name``: a
+        shared encoder's, for its states)."""
         return {
             "model": run.model,
             "task": run.task,
-            "checkpoint": run.frac,
+            "checkpoint": checkpoint_name or run.checkpoint.name,
             "ft_seed": int(run.ftseed),
             "label_kind": get_task(run.task).kind,
             # only when every token is stored for an example task, so [CLS] extractions keep their params
@@ -325,4 +368,16 @@ class WorkflowSettings:
     def shared_extract_attrs(self, model: str, encoder: str, ftseed: int, task: str) -> dict:
         """The shard attributes of ``task``'s states of a shared encoder."""
         enc = self.shared_encoders()[encoder]
-        return {**self.extract_attrs(Run(model, task, ftseed, enc.frac or enc.kind)), "encoder": encoder}
+        run = Run(model, task, ftseed, enc.checkpoint)
+        return {**self.extract_attrs(run, enc.checkpoint_name), "encoder": encoder}
+
+
+def validate_config_file(config: Path, show: bool = False) -> None:
+    """``bertvision validate-config``: check ``config`` (print it with every default filled in, ``show``)."""
+    import yaml
+
+    settings = WorkflowSettings.from_file(config)
+    if show:
+        print(yaml.safe_dump(settings.config, sort_keys=False), end="")
+    else:
+        print(f"{config}: valid")

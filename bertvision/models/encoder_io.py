@@ -19,7 +19,7 @@ class UnsupportedEncoderError(BertvisionError, ValueError):
     """A tokenizer or model breaks a convention the pipeline relies on."""
 
 
-def load_config(ref: str):
+def load_model_config(ref: str):
     """The ``transformers`` config of the backbone reference ``ref`` (no remote code)."""
     from transformers import AutoConfig
 
@@ -46,7 +46,7 @@ def encoder_kwargs(config) -> dict:
 def load_encoder(ref: str):
     """The bare encoder of ``ref`` (a backbone, a task model's checkpoint or a bare encoder's),
     without pooler or task head, from safetensors only."""
-    return load_pretrained("AutoModel", ref, **encoder_kwargs(load_config(ref)))
+    return load_pretrained("AutoModel", ref, **encoder_kwargs(load_model_config(ref)))
 
 
 def uses_token_types(tokenizer, config) -> bool:

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from bertvision.evaluation.ensemble import ensemble_rules
-from bertvision.layout import Job
+from bertvision.layout import Checkpoint, Job, source_checkpoint
 from bertvision.registry.tasks import get_task
 from bertvision.reporting.costs import extract_seconds, feature_bytes, storage_cost
 from bertvision.reporting.results import BERT, ensemble_name, repeats_frozen_run
@@ -26,14 +26,14 @@ def _dev_facts(task, metrics: dict) -> dict:
     return {k: dev.get(k, np.nan) for k in ("constant_score", "answerable_no_window")}
 
 
-def _encoder_row(record: dict, kind: str, epoch_fraction: float) -> dict:
+def _encoder_row(record: dict, kind: str, checkpoint: Checkpoint | None) -> dict:
     """A summary row of a fine-tuned encoder's own head (full fine-tuning or BERT at a checkpoint)."""
     task = get_task(record["task"])
     return {
         "backbone": record["model"],
         "task": task.name,
         "kind": kind,
-        "epoch_fraction": epoch_fraction,
+        "epoch_fraction": np.nan if checkpoint is None else checkpoint.fraction,
         "model": kind,
         "selection": task.primary_score(record["metrics"], "selection"),
         "dev": task.headline(record["metrics"]),
@@ -61,12 +61,12 @@ def candidate_runs(
     parts of its checkpoint's whole cost (``reporting.whole_cost``). ``jobs``: the extract and
     search worker jobs, whose benchmark files give their times."""
     rows = [
-        {**_encoder_row(r, FULL_FT, np.nan), "kept_epoch": r["best_epoch"], "epochs": r["epochs"]}
+        {**_encoder_row(r, FULL_FT, None), "kept_epoch": r["best_epoch"], "epochs": r["epochs"]}
         for r in map(read_json, baseline_metrics)
     ]
     bert = {}
     for r in map(read_json, bert_metrics):
-        key = (r["model"], get_task(r["task"]).name, int(r["seed"]), float(r["epoch_fraction"]))
+        key = (r["model"], get_task(r["task"]).name, int(r["seed"]), Checkpoint(r["epoch_fraction"]))
         bert[key] = r
         rows.append(_encoder_row(r, BERT, key[3]))
     extract, search = extract_seconds(jobs), search_seconds(jobs)
@@ -75,7 +75,7 @@ def candidate_runs(
     frozen_seen: set[tuple] = set()
     for r in records:
         task, src = get_task(r["task"]), r["source"]
-        key = (src["model"], task.name, int(src["ft_seed"]), float(src["checkpoint"]))
+        key = (src["model"], task.name, int(src["ft_seed"]), source_checkpoint(r))
         repeat = repeats_frozen_run(r, frozen_seen)
         at = bert.get(key)
         extract_s, stored_bytes = storage_cost(r, extract, sizes)
@@ -84,7 +84,8 @@ def candidate_runs(
             "backbone": key[0],
             "task": task.name,
             "ft_seed": key[2],
-            "epoch_fraction": key[3],
+            "epoch_fraction": key[3].fraction,
+            "head": r["head"],
             "seconds": finetune_s + extract_s + r["seconds"],
             "finetune_s": finetune_s,
             "extract_s": extract_s,
@@ -102,6 +103,7 @@ def candidate_runs(
                 **common,
                 "kind": "head",
                 "model": r["head"],
+                "ensemble": None,
                 "repeat": repeat,
                 "dev": task.headline(r["metrics"]),
                 "selection": task.primary_score(r["metrics"], "selection"),
@@ -116,6 +118,7 @@ def candidate_runs(
                         **common,
                         "kind": "ensemble",
                         "model": ensemble_name(r["head"], how),
+                        "ensemble": how,
                         "selection": task.primary_score(ens, "selection"),
                         "dev": task.headline(ens),
                         "trainable_params": r["parameters"] + r["encoder_parameters"],

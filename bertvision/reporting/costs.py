@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from bertvision.layout import Job
+from bertvision.layout import Checkpoint, Job, source_checkpoint
 from bertvision.registry.tasks import get_task
 from bertvision.reporting.markdown import markdown_table
 from bertvision.reporting.timing import read_benchmark
@@ -26,23 +26,23 @@ from bertvision.runtime.io import read_json
 
 
 def extract_seconds(jobs: list[Job]) -> dict[tuple, float]:
-    """(model, task, ft seed, fraction) -> wall seconds of its extraction jobs (all shards)."""
+    """(model, task, ft seed, checkpoint) -> wall seconds of its extraction jobs (all shards)."""
     out: dict[tuple, float] = {}
     for job in jobs:
         if job.rule == "extract":
             k = job.keys
-            key = (k["model"], k["task"], int(k["ftseed"]), float(k["frac"]))
+            key = (k["model"], k["task"], int(k["ftseed"]), k["frac"])
             out[key] = out.get(key, 0.0) + read_benchmark(job)["seconds"]
     return out
 
 
 def feature_bytes(manifests) -> dict[tuple, float]:
-    """(model, task, ft seed, fraction) -> bytes of its feature shards (all splits)."""
+    """(model, task, ft seed, checkpoint) -> bytes of its feature shards (all splits)."""
     out = {}
     for path in manifests:
         m = read_json(path)
         src = m["source"]
-        key = (src["model"], src["task"], int(src["ft_seed"]), float(src["checkpoint"]))
+        key = (src["model"], src["task"], int(src["ft_seed"]), source_checkpoint(m))
         out[key] = float(sum(sh["bytes"] for e in m["splits"].values() for sh in e["shards"]))
     return out
 
@@ -54,7 +54,7 @@ def storage_cost(record: dict, extract: dict, sizes: dict) -> tuple[float, float
     if not record.get("features_stored", True):
         return 0.0, 0.0
     src = record["source"]
-    key = (src["model"], record["task"], int(src["ft_seed"]), float(src["checkpoint"]))
+    key = (src["model"], record["task"], int(src["ft_seed"]), source_checkpoint(record))
     return extract.get(key, np.nan), sizes.get(key, np.nan)
 
 
@@ -78,7 +78,7 @@ def cost_table(bert_metrics, head_metrics, manifests, jobs: list[Job]) -> pd.Dat
                 "model_name": r["model"],
                 "task": r["task"],
                 "ft_seed": r["seed"],
-                "epoch_fraction": float(r["epoch_fraction"]),
+                "epoch_fraction": Checkpoint(r["epoch_fraction"]).fraction,
                 "finetune_s": r["train_seconds"],
                 "score": get_task(r["task"]).headline(r["metrics"]),
                 "selection": get_task(r["task"]).primary_score(r["metrics"], "selection"),
@@ -93,7 +93,7 @@ def cost_table(bert_metrics, head_metrics, manifests, jobs: list[Job]) -> pd.Dat
                 "task": r["task"],
                 "model_name": r["source"]["model"],
                 "ft_seed": int(r["source"]["ft_seed"]),
-                "epoch_fraction": float(r["source"]["checkpoint"]),
+                "epoch_fraction": source_checkpoint(r).fraction,
                 "model": r["head"],
                 "head_s": r["seconds"],
                 "search_s": head_search_seconds(r, search),

@@ -49,7 +49,7 @@ def trained_on(encoder: SharedEncoder, epochs: dict[str, float]) -> str:
     if encoder.kind == "frozen":
         return "pretrained, untouched"
     if encoder.kind == "task":
-        return f"{encoder.source}, {encoder.frac} epoch(s)"
+        return f"{encoder.source}, {encoder.checkpoint} epoch(s)"
     return f"{' + '.join(encoder.tasks)}, {epochs.get(encoder.name, float('nan')):g} epoch(s)"
 
 

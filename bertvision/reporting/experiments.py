@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from bertvision.layout import Checkpoint, source_checkpoint
 from bertvision.registry.tasks import get_task
 from bertvision.reporting.markdown import fmt, markdown_table
 from bertvision.reporting.results import BERT
@@ -172,16 +173,16 @@ def data_fraction_table(subset_runs: list[Path], full_runs: list[Path], bert_met
     wanted = set()
     for path in subset_runs:
         m = read_json(path)
-        wanted.add((m["source"]["model"], m["task"], str(m["source"]["checkpoint"]), m["head"]))
+        wanted.add((m["source"]["model"], m["task"], source_checkpoint(m), m["head"]))
     for path in [*subset_runs, *full_runs]:
         m = read_json(path)
-        key = (m["source"]["model"], m["task"], str(m["source"]["checkpoint"]), m["head"])
+        key = (m["source"]["model"], m["task"], source_checkpoint(m), m["head"])
         if key in wanted:
             rows.append(
                 {
                     "backbone": key[0],
                     "task": key[1],
-                    "checkpoint": key[2],
+                    "checkpoint": key[2].name,
                     "model": key[3],
                     "fraction": m["train_fraction"],
                     "train_examples": m["train_examples"],
@@ -191,12 +192,13 @@ def data_fraction_table(subset_runs: list[Path], full_runs: list[Path], bert_met
     checkpoints = {(b, t, c) for b, t, c, _ in wanted}
     for path in bert_metrics:
         m = read_json(path)
-        if (m["model"], m["task"], f"{m['epoch_fraction']:g}") in checkpoints:
+        checkpoint = Checkpoint(m["epoch_fraction"])
+        if (m["model"], m["task"], checkpoint) in checkpoints:
             rows.append(
                 {
                     "backbone": m["model"],
                     "task": m["task"],
-                    "checkpoint": f"{m['epoch_fraction']:g}",
+                    "checkpoint": checkpoint.name,
                     "model": BERT,
                     "fraction": 1.0,
                     "train_examples": np.nan,

@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from bertvision.layout import plot, score_vs_epochs_plot  # noqa: E402
+from bertvision.layout import plot, score_vs_epochs_plot, source_checkpoint  # noqa: E402
 from bertvision.registry.tasks import get_task  # noqa: E402
 from bertvision.reporting.results import BERT  # noqa: E402
 from bertvision.reporting.summary import FULL_FT, ROW_KINDS  # noqa: E402
@@ -100,10 +100,7 @@ def layer_weights(head_metrics: list[Path], path: Path, head: str = "lp") -> Non
     fig, ax = plt.subplots(figsize=(6, 1 + 0.5 * max(1, len({r["task"] for r in records}))))
     if records:
         frame = pd.DataFrame(
-            [
-                {"task": r["task"], "ckpt": float(r["source"]["checkpoint"]), "weights": r["layer_weights"]}
-                for r in records
-            ]
+            [{"task": r["task"], "ckpt": source_checkpoint(r).fraction, "weights": r["layer_weights"]} for r in records]
         )
         matrix, labels = [], []
         for task, g in frame.groupby("task"):

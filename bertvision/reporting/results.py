@@ -10,7 +10,7 @@ import pandas as pd
 
 from bertvision.evaluation.ensemble import ENSEMBLES, ensemble_rules
 from bertvision.evaluation.flags import metric_flag, prediction_flags
-from bertvision.layout import BERT_PREDICTIONS, HEAD_PREDICTIONS
+from bertvision.layout import BERT_PREDICTIONS, HEAD_PREDICTIONS, source_checkpoint
 from bertvision.registry.tasks import TaskSpec, get_task
 from bertvision.reporting.markdown import fmt, markdown_table
 from bertvision.runtime.io import read_json
@@ -52,7 +52,7 @@ def repeats_frozen_run(record: dict, seen: set) -> bool:
     same encoder, with the same states, for every fine-tuning seed, so its head runs with one
     head seed are copies, not new samples (they count once in means, stds and n, but each
     fine-tuning seed's run paid for its own; records are visited fine-tuning seed first)."""
-    if float(record["source"]["checkpoint"]) != 0:
+    if source_checkpoint(record).fraction != 0:
         return False
     key = (record["source"]["model"], record["task"], record["head"], record["seed"], record.get("train_fraction"))
     if key in seen:
@@ -86,7 +86,7 @@ def long_records(bert_metrics: list[Path], head_metrics: list[Path]) -> pd.DataF
         task = get_task(m["task"])
         run = {
             "backbone": m["source"]["model"],
-            "epoch_fraction": float(m["source"]["checkpoint"]),
+            "epoch_fraction": source_checkpoint(m).fraction,
             "seed": f"{m['source'].get('ft_seed', '')}/{m['seed']}",
             "tuned": m.get("search") is not None,
         }

@@ -15,9 +15,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from bertvision.layout import Checkpoint
 from bertvision.registry.tasks import get_task
 from bertvision.reporting.candidates import FULL_FT
 from bertvision.reporting.markdown import fmt, markdown_table, seconds_cell
+from bertvision.reporting.picks import Pick
 from bertvision.reporting.results import BERT
 from bertvision.reporting.verdict import (
     LEARNING_MARGIN,
@@ -112,6 +114,60 @@ def pick(configs: pd.DataFrame) -> pd.Series | None:
     return order.iloc[0]
 
 
+def _counted(block: pd.DataFrame) -> pd.DataFrame:
+    """A block's runs with the untouched encoder's head runs repeated for every fine-tuning seed
+    counted once."""
+    return block[block["repeat"] != True] if "repeat" in block else block  # noqa: E712
+
+
+def _paths(configs: pd.DataFrame) -> pd.DataFrame:
+    """The BERTVision paths among a block's configurations: every head and head + BERT ensemble."""
+    return configs[configs["kind"].isin(["head", "ensemble"])]
+
+
+def served_seed(block: pd.DataFrame, head: str, checkpoint: Checkpoint) -> int:
+    """The fine-tuning seed whose run of ``head`` at ``checkpoint`` scored best on the selection
+    split (its best head seed; a missing score never wins; ties: the lower seed)."""
+    runs = block[
+        (block["kind"] == "head") & (block["model"] == head) & (block["epoch_fraction"] == checkpoint.fraction)
+    ]
+    best = runs.assign(score=runs["selection"].fillna(-np.inf)).groupby("ft_seed")["score"].max()
+    return int(best[best == best.max()].index.min())
+
+
+def choose_picks(runs: pd.DataFrame) -> list[Pick]:
+    """Per backbone and task, the path with the best mean selection score (``pick``) and the
+    fine-tuning seed to serve it from: the record the summary and serve-bundles read."""
+    picks = []
+    if runs.empty:
+        return picks
+    for (backbone, task), block in runs.groupby(["backbone", "task"], sort=True):
+        picked = pick(_paths(_configs(_counted(block))))
+        if picked is None:
+            continue
+        checkpoint = Checkpoint(picked["epoch_fraction"])
+        made = block[
+            (block["kind"] == picked["kind"])
+            & (block["model"] == picked["model"])
+            & (block["epoch_fraction"] == checkpoint.fraction)
+        ].iloc[0]
+        ensemble = made["ensemble"] if picked["kind"] == "ensemble" else None
+        picks.append(
+            Pick(
+                backbone,
+                task,
+                checkpoint,
+                picked["model"],
+                made["head"],
+                ensemble,
+                served_seed(block, made["head"], checkpoint),
+                float(picked["selection_mean"]),
+                float(picked["dev_mean"]),
+            )
+        )
+    return picks
+
+
 def _whole_seconds(label: str, config: pd.Series, cost: SelectionCost) -> tuple[float, float]:
     """Mean and std over fine-tuning seeds of everything run to make a row's choice: the picked
     path's, among every checkpoint; the frozen encoder's best head's, among its checkpoint's
@@ -125,25 +181,26 @@ def _whole_seconds(label: str, config: pd.Series, cost: SelectionCost) -> tuple[
     return config["whole_seconds"], config["whole_seconds_std"]
 
 
-def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
+def summary_table(runs: pd.DataFrame, picks: list[Pick]) -> pd.DataFrame:
     """One block of rows (ROW_KINDS) per backbone and task, with the ratios against full
-    fine-tuning where the baseline ran."""
+    fine-tuning where the baseline ran; the picked row is ``picks``' (``choose_picks``)."""
     out = []
     if runs.empty:
         return pd.DataFrame(columns=SUMMARY_COLUMNS)
+    picked_paths = {(p.backbone, p.task): p for p in picks}
     for (backbone, task_name), block in runs.groupby(["backbone", "task"], sort=True):
         task = get_task(task_name)
-        # the untouched encoder's head runs repeated for every fine-tuning seed count once
-        configs = _configs(block[block["repeat"] != True] if "repeat" in block else block)  # noqa: E712
+        configs = _configs(_counted(block))
         chosen = []
         full = configs[configs["kind"] == FULL_FT]
         chosen += [(ROW_KINDS[0], r) for _, r in full.iterrows()]
         partial = configs[(configs["kind"] == BERT) & (configs["epoch_fraction"] > 0)].sort_values("epoch_fraction")
         chosen += [(ROW_KINDS[1], r) for _, r in partial.iterrows()]
-        paths = configs[configs["kind"].isin(["head", "ensemble"])]
-        picked = pick(paths)
+        paths = _paths(configs)
+        picked = picked_paths.get((backbone, task_name))
         if picked is not None:
-            chosen.append((ROW_KINDS[2], picked))
+            path = paths[(paths["epoch_fraction"] == picked.checkpoint.fraction) & (paths["model"] == picked.model)]
+            chosen.append((ROW_KINDS[2], path.iloc[0]))
         # the same pick among the checkpoints of at most c epochs, for each c between 0 and the largest
         for budget in sorted(set(paths["epoch_fraction"]))[1:-1]:
             within = pick(paths[paths["epoch_fraction"] <= budget])

@@ -29,7 +29,7 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
-from bertvision.layout import Job
+from bertvision.layout import Checkpoint, Job, source_checkpoint
 from bertvision.reporting.timing import read_benchmark
 
 # One fine-tuning run: the unit whose whole cost is summed.
@@ -45,16 +45,19 @@ PARTS = ["finetune_s", "extract_s", "heads_s", "search_s"]
 def search_worker_jobs(worker_records: Iterable[dict]) -> list[Job]:
     """The search worker jobs behind these worker records (each carries its study's keys and
     its worker number), whose benchmark files hold their wall time."""
-    return [Job("search_worker", {**w["keys"], "worker": w["worker"]}) for w in worker_records]
+    return [
+        Job("search_worker", {**w["keys"], "frac": Checkpoint.named(w["keys"]["frac"]), "worker": w["worker"]})
+        for w in worker_records
+    ]
 
 
 def search_seconds(jobs: Iterable[Job]) -> dict[tuple, float]:
-    """(model, task, ft seed, fraction, head) -> wall seconds of its study's worker jobs."""
+    """(model, task, ft seed, checkpoint, head) -> wall seconds of its study's worker jobs."""
     out: dict[tuple, float] = {}
     for job in jobs:
         if job.rule == "search_worker":
             k = job.keys
-            key = (k["model"], k["task"], int(k["ftseed"]), float(k["frac"]), k["head"])
+            key = (k["model"], k["task"], int(k["ftseed"]), k["frac"], k["head"])
             out[key] = out.get(key, 0.0) + read_benchmark(job)["seconds"]
     return out
 
@@ -65,7 +68,7 @@ def head_search_seconds(record: dict, search: dict[tuple, float]) -> float:
     if not record.get("search"):
         return 0.0
     src = record["source"]
-    key = (src["model"], record["task"], int(src["ft_seed"]), float(src["checkpoint"]), record["head"])
+    key = (src["model"], record["task"], int(src["ft_seed"]), source_checkpoint(record), record["head"])
     return search.get(key, np.nan)
 
 

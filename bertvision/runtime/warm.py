@@ -9,18 +9,20 @@ quarter of its job-seconds. No library forks preloaded Python processes for Snak
 jobs; the pieces here are the standard ones (a Unix socket, SCM_RIGHTS to pass the job's stdin,
 stdout and stderr, fork).
 
-- ``serve_pool(socket_path, backbones)``: the warm process (``python -m bertvision.runtime.warm``).
-  It imports everything, then listens; per connection it checks the peer is this user, and
-  forks: the child takes the job's standard streams, working directory and environment and runs
-  ``bertvision.cli.main``; the client gets the child's pid, then its exit status. It never runs
+- ``serve_pool(socket_path, preload, main)``: the warm process (``python -m bertvision.commands.warm``,
+  which names what to import and the command line's ``main``). It imports everything, then
+  listens; per connection it checks the peer is this user, and forks: the child takes the job's
+  standard streams, working directory and environment and runs ``main``; the client gets the
+  child's pid, then its exit status. It never runs
   a tensor operation itself (torch's thread pool does not exist when it forks; the idle BLAS and
   allocator threads that numpy, scipy and pyarrow start have fork handlers, as multiprocessing's
   fork relies on too) and exits when its parent (Snakemake) is gone.
-- ``run_in_pool(argv)``: what the `bertvision` command does first (``bertvision.launch``): with
+- ``run_in_pool(argv)``: what the `bertvision` command does first (``commands.launch``): with
   ``BERTVISION_WARM_SOCKET`` set and the pool answering, the command runs in a forked child and
   this process relays signals and the exit status; otherwise (no pool, not ready yet, or an
   environment the pool was not started with) it returns None and the command runs here.
-- ``start_pool``/``WarmPool.stop``: the Snakefile's onstart/onsuccess/onerror hooks.
+- ``start_pool``/``WarmPool.stop``: the Snakefile's onstart/onsuccess/onerror hooks
+  (through ``commands.warm.start``).
 
 What a job loses under the pool: Snakemake's benchmark file measures the client process, so its
 ``max_rss`` and ``cpu_time`` are the client's (wall seconds are right); the child's peak memory
@@ -41,6 +43,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 SOCKET_ENV = "BERTVISION_WARM_SOCKET"
@@ -128,79 +131,15 @@ def run_in_pool(argv: list[str]) -> int | None:
 
 
 # --- the warm process ----------------------------------------------------------------------------
-def preload(backbones: list[str]) -> None:
-    """Import what the commands use: torch, transformers with each backbone's model and tokenizer
-    modules, the data libraries and every stage. Nothing here runs a tensor operation."""
-    import importlib
-
-    import bertvision.cli  # noqa: F401
-    from bertvision.models.backbone import resolve_pretrained
-    from bertvision.models.random_encoder import is_random
-
-    for name in (
-        "torch",
-        "transformers",
-        "transformers.modeling_utils",
-        "pandas",
-        "pyarrow.parquet",
-        "h5py",
-        "safetensors.torch",
-        "optuna",
-        "matplotlib.pyplot",
-    ):
-        importlib.import_module(name)
-    from transformers import AutoConfig
-    from transformers.models.auto import modeling_auto, tokenization_auto
-
-    for backbone in backbones:
-        if is_random(backbone):  # a BERT, built by the first job that needs it (not here: no threads)
-            model_type = "bert"
-        else:
-            try:
-                model_type = AutoConfig.from_pretrained(resolve_pretrained(backbone)).model_type
-            except Exception:  # a hub id not cached here: its job loads it when it runs
-                continue
-        for mapping in (modeling_auto.MODEL_MAPPING_NAMES, tokenization_auto.TOKENIZER_MAPPING_NAMES):
-            for class_name in _names(mapping.get(model_type)):
-                try:
-                    getattr(importlib.import_module("transformers"), class_name)
-                except (AttributeError, ImportError):
-                    pass
-        for module in (f"modeling_{model_type}", f"tokenization_{model_type}_fast"):
-            try:
-                importlib.import_module(f"transformers.models.{model_type}.{module}")
-            except ImportError:
-                pass
-    for module in _stage_modules():
-        importlib.import_module(module)
-
-
-def _names(entry) -> list[str]:
-    if entry is None:
-        return []
-    return [n for n in (entry if isinstance(entry, (list, tuple)) else [entry]) if n]
-
-
-def _stage_modules() -> list[str]:
-    import bertvision
-
-    root = Path(bertvision.__file__).parent
-    return [
-        f"bertvision.{folder}.{p.stem}"
-        for folder in ("stages", "reporting", "training", "features", "evaluation")
-        for p in sorted((root / folder).glob("*.py"))
-        if p.stem != "__init__"
-    ]
-
-
-def serve_pool(socket_path: str, backbones: list[str]) -> None:
-    """Preload, then fork one child per request until the parent process is gone or SIGTERM."""
+def serve_pool(socket_path: str, preload: Callable[[], None], main: Callable[[list[str]], int]) -> None:
+    """``preload()``, then fork one child per request, which runs ``main(argv)``, until the parent
+    process is gone or SIGTERM."""
     import gc
 
     parent = os.getppid()
     t0 = time.perf_counter()
     started_with = dict(os.environ)
-    preload(backbones)
+    preload()
     # what the imports set themselves (torch sets TORCHINDUCTOR_CACHE_DIR): kept in the children
     set_by_imports = {k: v for k, v in os.environ.items() if k not in started_with}
     if threading.active_count() > 1:  # a Python thread could hold a lock the children would inherit
@@ -225,7 +164,7 @@ def serve_pool(socket_path: str, backbones: list[str]) -> None:
                 continue
             with conn:
                 conn.settimeout(None)
-                forked += _answer(conn, listener, own_env, set_by_imports)
+                forked += _answer(conn, listener, own_env, set_by_imports, main)
     finally:
         listener.close()
         print(f"warm pool: {forked} jobs forked; exiting", file=sys.stderr, flush=True)
@@ -239,7 +178,7 @@ def _reap(_signum, _frame) -> None:
         pass
 
 
-def _answer(conn: socket.socket, listener: socket.socket, own_env: dict, set_by_imports: dict) -> int:
+def _answer(conn: socket.socket, listener: socket.socket, own_env: dict, set_by_imports: dict, main) -> int:
     """Read one request and fork its child; 1 if a child was forked."""
     fds: list[int] = []
     try:
@@ -265,7 +204,7 @@ def _answer(conn: socket.socket, listener: socket.socket, own_env: dict, set_by_
             conn.sendall((json.dumps({"refused": f"environment differs in {differs}"}) + "\n").encode())
             return 0
         if os.fork() == 0:  # the child never returns from here
-            _run_child(conn, listener, fds, request, set_by_imports)
+            _run_child(conn, listener, fds, request, set_by_imports, main)
         return 1
     finally:
         for fd in fds:
@@ -273,7 +212,7 @@ def _answer(conn: socket.socket, listener: socket.socket, own_env: dict, set_by_
 
 
 def _run_child(
-    conn: socket.socket, listener: socket.socket, fds: list[int], request: dict, set_by_imports: dict
+    conn: socket.socket, listener: socket.socket, fds: list[int], request: dict, set_by_imports: dict, main
 ) -> None:
     code = 1
     try:
@@ -294,8 +233,6 @@ def _run_child(
         conn.sendall((json.dumps({"pid": os.getpid()}) + "\n").encode())
         # the client gone (killed): so is the job
         threading.Thread(target=_exit_when_closed, args=(conn,), daemon=True).start()
-        from bertvision.cli import main
-
         code = _exit_code(main, request["argv"])
     except BaseException:  # noqa: BLE001 - the child must always report and exit
         import traceback
@@ -350,9 +287,10 @@ class WarmPool:
         self.socket_dir.rmdir()
 
 
-def start_pool(backbones: list[str], log_path: Path) -> WarmPool:
-    """Start the warm process and point this process's environment (which the jobs inherit) at
-    it. The socket lives in a private directory (mode 0700) of the temporary folder."""
+def start_pool(entry_module: str, args: list[str], log_path: Path) -> WarmPool:
+    """Start the warm process (``python -m entry_module SOCKET *args``, which calls ``serve_pool``)
+    and point this process's environment (which the jobs inherit) at it. The socket lives in a
+    private directory (mode 0700) of the temporary folder."""
     import subprocess
 
     socket_dir = Path(tempfile.mkdtemp(prefix="bertvision-warm-"))
@@ -360,11 +298,7 @@ def start_pool(backbones: list[str], log_path: Path) -> WarmPool:
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
-        cmd = [sys.executable, "-m", "bertvision.runtime.warm", str(path), *backbones]
+        cmd = [sys.executable, "-m", entry_module, str(path), *args]
         process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
     os.environ[SOCKET_ENV] = str(path)
     return WarmPool(process, socket_dir)
-
-
-if __name__ == "__main__":
-    serve_pool(sys.argv[1], sys.argv[2:])

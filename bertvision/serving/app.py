@@ -309,3 +309,42 @@ def app_from_env() -> FastAPI:
         raise RuntimeError(f"${BUNDLE_ENV} is not set (bertvision serve sets it)")
     settings = ServeSettings.from_json(os.environ[SETTINGS_ENV]) if os.environ.get(SETTINGS_ENV) else ServeSettings()
     return create_app([Path(p) for p in os.environ[BUNDLE_ENV].split(os.pathsep)], settings)
+
+
+def serve(bundles: list[Path], host: str, port: int, workers: int, device: str, threads: int | None = None, **given):
+    """``bertvision serve``: every task of ``bundles`` over HTTP with uvicorn, ``workers`` processes;
+    ``given``, ServeSettings' limits."""
+    import copy
+
+    import uvicorn
+
+    from bertvision.serving.bundle import BundleError, load_bundle
+
+    # a broken bundle fails here, in one line, before any worker starts; so do two that share a task
+    loaded = [load_bundle(p) for p in bundle_paths_of(bundles)]
+    served: dict[str, Path] = {}
+    for one in loaded:
+        for task in one.tasks:
+            if task in served:
+                raise BundleError(f"{one.root}: task {task} is also served by {served[task]}")
+            served[task] = one.root
+    # several workers on one CPU would otherwise each start a thread per core
+    threads = threads or (max(1, (os.cpu_count() or 1) // workers) if workers > 1 else None)
+    settings = ServeSettings(**given, device=device, threads=threads)
+    # uvicorn's factory mode: every worker process builds its own app from these
+    os.environ[BUNDLE_ENV] = os.pathsep.join(str(b.root) for b in loaded)
+    os.environ[SETTINGS_ENV] = settings.to_json()
+    # every worker logs bertvision's lines (the JSON access log among them) beside uvicorn's own,
+    # whose access log the app's replaces
+    log_config = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
+    log_config["loggers"]["bertvision"] = {"handlers": ["default"], "level": "INFO", "propagate": False}
+    uvicorn.run(
+        "bertvision.serving.app:app_from_env",
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+        access_log=False,
+        log_config=log_config,
+        timeout_graceful_shutdown=30,
+    )

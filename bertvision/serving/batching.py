@@ -34,7 +34,9 @@ class Overloaded(RuntimeError):
 
 
 @dataclass
-class Job:
+class QueuedRequest:
+    """A request waiting for its batch: its items and the future its answers go to."""
+
     texts: list[TextItem]
     questions: list[QuestionItem]
     future: asyncio.Future
@@ -77,8 +79,8 @@ class Batcher:
         self.max_queued, self.observer = max_queued, observer
         self._busy = False
         self.stats = BatchStats()
-        self._queue: asyncio.Queue[Job] | None = None
-        self._held: Job | None = None  # taken from the queue but left for the next batch (it did not fit)
+        self._queue: asyncio.Queue[QueuedRequest] | None = None
+        self._held: QueuedRequest | None = None  # taken from the queue but left for the next batch (it did not fit)
         self._worker: asyncio.Task | None = None
 
     async def start(self) -> None:
@@ -106,7 +108,7 @@ class Batcher:
         """This request's (per-text results, per-question results), from a shared batch."""
         if self._queue is None:
             raise RuntimeError("the batcher is not running (start() it in the app's lifespan)")
-        job = Job(texts, questions, asyncio.get_running_loop().create_future())
+        job = QueuedRequest(texts, questions, asyncio.get_running_loop().create_future())
         try:
             self._queue.put_nowait(job)
         except asyncio.QueueFull:
@@ -123,7 +125,7 @@ class Batcher:
             except Exception:  # a bug here must not stop the service
                 log.exception("batch worker: unexpected error (continuing)")
 
-    async def _collect(self) -> list[Job]:
+    async def _collect(self) -> list[QueuedRequest]:
         first = self._held or await self._queue.get()
         self._held = None
         jobs, size = [first], first.size
@@ -146,7 +148,7 @@ class Batcher:
             size += job.size
         return jobs
 
-    async def _run(self, jobs: list[Job]) -> None:
+    async def _run(self, jobs: list[QueuedRequest]) -> None:
         jobs = [job for job in jobs if not job.future.done()]  # a client that went away
         if not jobs:
             return

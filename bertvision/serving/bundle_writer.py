@@ -10,16 +10,18 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from bertvision.errors import SettingsError
 from bertvision.layout import BUNDLE_ENCODER, BUNDLE_HEAD, BUNDLE_INDEX, HEAD_METRICS, HEAD_WEIGHTS, head_runs
 from bertvision.registry.heads import is_token_head
 from bertvision.registry.tasks import TaskSpec, get_task
 from bertvision.runtime.io import atomic_dir, atomic_write_json, read_json
 from bertvision.runtime.precision import PRECISIONS
 from bertvision.serving.bundle import FORMAT, Bundle, BundleError, check_safetensors_dir, load_bundle
+from bertvision.serving.settings import checked_task_settings
 
 
 @dataclass(frozen=True)
-class HeadRun:
+class TrainedHead:
     """One trained head (a ``train_heads`` run directory) and its metrics record."""
 
     dir: Path
@@ -34,15 +36,15 @@ class HeadRun:
         return int(self.record["seed"])
 
 
-def selection_score(task: TaskSpec, run: HeadRun) -> float:
+def selection_score(task: TaskSpec, run: TrainedHead) -> float:
     """The primary metric on the selection split; -inf where it is missing, so it never wins."""
     score = task.primary_score(run.record.get("metrics", {}), "selection")
     return -math.inf if math.isnan(score) else score
 
 
-def keep_best_seeds(task: TaskSpec, runs: list[HeadRun]) -> dict[str, HeadRun]:
+def keep_best_seeds(task: TaskSpec, runs: list[TrainedHead]) -> dict[str, TrainedHead]:
     """Head name -> its run with the best selection score (ties: the lower seed)."""
-    kept: dict[str, HeadRun] = {}
+    kept: dict[str, TrainedHead] = {}
     for run in sorted(runs, key=lambda r: (r.head, r.seed)):
         best = kept.get(run.head)
         if best is None or selection_score(task, run) > selection_score(task, best):
@@ -50,7 +52,7 @@ def keep_best_seeds(task: TaskSpec, runs: list[HeadRun]) -> dict[str, HeadRun]:
     return kept
 
 
-def mean_selection_scores(task: TaskSpec, runs: list[HeadRun]) -> dict[str, float]:
+def mean_selection_scores(task: TaskSpec, runs: list[TrainedHead]) -> dict[str, float]:
     by_head: dict[str, list[float]] = {}
     for run in runs:
         by_head.setdefault(run.head, []).append(selection_score(task, run))
@@ -62,8 +64,8 @@ def pick_default_head(means: dict[str, float], parameters: dict[str, int]) -> st
     return min(means, key=lambda head: (-means[head], parameters[head], head))
 
 
-def collect_runs(task: TaskSpec, heads_dirs: list[Path]) -> list[HeadRun]:
-    runs: list[HeadRun] = []
+def collect_runs(task: TaskSpec, heads_dirs: list[Path]) -> list[TrainedHead]:
+    runs: list[TrainedHead] = []
     seen: dict[tuple[str, int], Path] = {}
     for heads_dir in heads_dirs:
         if not Path(heads_dir).is_dir():
@@ -79,7 +81,7 @@ def collect_runs(task: TaskSpec, heads_dirs: list[Path]) -> list[HeadRun]:
                 )
             if not (run_dir / HEAD_WEIGHTS).exists():
                 raise BundleError(f"{run_dir / HEAD_WEIGHTS}: missing")
-            run = HeadRun(run_dir, record)
+            run = TrainedHead(run_dir, record)
             if (run.head, run.seed) in seen:
                 raise BundleError(
                     f"{task.name}: head {run.head} seed {run.seed} is in both {seen[run.head, run.seed]} "
@@ -94,12 +96,12 @@ def head_level(task: TaskSpec, spec: dict) -> str:
     return "tokens" if task.kind == "span" or is_token_head(spec) else "cls"
 
 
-def null_threshold(run: HeadRun) -> float | None:
+def null_threshold(run: TrainedHead) -> float | None:
     threshold = run.record.get("metrics", {}).get("selection", {}).get("null_threshold")
     return None if threshold is None else float(threshold)
 
 
-def head_entry_json(task: TaskSpec, run: HeadRun, seeds: list[int], mean: float) -> dict:
+def head_entry_json(task: TaskSpec, run: TrainedHead, seeds: list[int], mean: float) -> dict:
     record = run.record
     threshold = null_threshold(run)
     if task.kind == "span" and threshold is None:
@@ -122,7 +124,7 @@ def head_entry_json(task: TaskSpec, run: HeadRun, seeds: list[int], mean: float)
     }
 
 
-def ensemble_entry_json(task: TaskSpec, ensemble: dict, heads: dict, kept: dict[str, HeadRun]) -> tuple[str, dict]:
+def ensemble_entry_json(task: TaskSpec, ensemble: dict, heads: dict, kept: dict[str, TrainedHead]) -> tuple[str, dict]:
     """The head entry of ``ensemble`` ({head, how}): the head's files and its ensemble's scores
     (and, for a span task, the null threshold the ensemble's own selection scores tuned)."""
     from bertvision.reporting.results import ensemble_name
@@ -147,7 +149,7 @@ def ensemble_entry_json(task: TaskSpec, ensemble: dict, heads: dict, kept: dict[
     return ensemble_name(head, how), entry
 
 
-def task_json(task: TaskSpec, settings: dict, runs: list[HeadRun]) -> dict:
+def task_json(task: TaskSpec, settings: dict, runs: list[TrainedHead]) -> dict:
     kept = keep_best_seeds(task, runs)
     means = mean_selection_scores(task, runs)
     seeds: dict[str, list[int]] = {}
@@ -205,7 +207,7 @@ def save_bare_encoder(
     return hidden_state_shape(model)
 
 
-def check_head_fits(run: HeadRun, layers: int, hidden: int, outputs: int) -> None:
+def check_head_fits(run: TrainedHead, layers: int, hidden: int, outputs: int) -> None:
     from bertvision.models.head_io import load_head
 
     try:
@@ -275,3 +277,22 @@ def write_bundle(
             scratch / BUNDLE_INDEX,
         )
     return load_bundle(out_dir)
+
+
+def bundle_heads(
+    out: Path, encoder_dir: Path, tokenizer: str, heads: list, task_settings: dict, keys: dict, precision: str
+) -> None:
+    """``bertvision bundle``: the heads directories ``heads`` ([(task, dir)], a task may repeat) of
+    one encoder, each task tokenized as ``task_settings`` says; what it kept, printed."""
+    tasks: dict[str, dict] = {}
+    for name, heads_dir in heads:
+        tasks.setdefault(name, {"heads_dirs": []})["heads_dirs"].append(heads_dir)
+    for name, settings in checked_task_settings(task_settings).items():
+        if name not in tasks:
+            raise SettingsError(f"--task-settings: {name} has no --heads {name}=DIR")
+        tasks[name].update(settings)
+    written = write_bundle(out, encoder_dir, tokenizer, tasks, keys, precision)
+    for name, task in written.tasks.items():
+        kept = ", ".join(f"{h} (seed {e.seed})" for h, e in task.heads.items())
+        print(f"{name}: heads {kept}; default {task.picked}")
+    print(f"wrote {written.root}")

@@ -27,6 +27,7 @@ import pandas as pd
 import torch
 
 from bertvision.data.squad_windows import build_windows
+from bertvision.data.token_ids import tokenize_frame
 from bertvision.data.tokenized import TokenizedSplit, collate, length_batches
 from bertvision.models.encoder_io import SUMMARY_POSITION, load_encoder, pad_id, summary_position, uses_token_types
 from bertvision.models.head_io import load_head
@@ -46,7 +47,6 @@ from bertvision.serving.items import (
     SpanResult,
     TextItem,
 )
-from bertvision.stages.tokenize import tokenize_frame
 
 log = logging.getLogger(__name__)
 

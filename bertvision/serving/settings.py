@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, fields
 
-from pydantic import BaseModel, ConfigDict, TypeAdapter
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
+
+from bertvision.errors import SettingsError
 
 
 @dataclass(frozen=True)
@@ -49,3 +51,14 @@ class BundleTaskSettings(BaseModel):
 
 # --task-settings: {task: BundleTaskSettings}
 BUNDLE_TASK_SETTINGS = TypeAdapter(dict[str, BundleTaskSettings])
+
+
+def checked_task_settings(given: dict) -> dict:
+    """--task-settings as {task: {max_length, doc_stride}} (set ones only), or one line naming the key."""
+    try:
+        task_settings = BUNDLE_TASK_SETTINGS.validate_python(given)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where, what = "".join(f"{p}: " for p in first["loc"]), first["msg"][0].lower() + first["msg"][1:]
+        raise SettingsError(f"--task-settings: {where}{what} (expected {{task: {{max_length, doc_stride}}}})") from None
+    return {name: settings.model_dump(exclude_none=True) for name, settings in task_settings.items()}

@@ -22,7 +22,7 @@ TABLE_NAME = "cross_task"
 
 
 def shared_encoder(data: dict) -> SharedEncoder:
-    return SharedEncoder(**{**data, "tasks": tuple(data.get("tasks") or ())})
+    return SharedEncoder.from_json(data)
 
 
 def build_cross_task(

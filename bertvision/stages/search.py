@@ -1,8 +1,9 @@
 """Hyperparameter search with optuna: one study per (task, checkpoint, head), maximizing the
 head's primary metric on the selection split (dev is never seen). Several workers, each its
 own process or cluster job, share the study through its storage (a journal file or an RDB
-URL); the study caps the combined number of finished trials. The best trial's parameters
-then replace the configured ones in the final head training.
+URL); the study caps the combined number of finished trials. Trials start from the head's
+final settings (``WorkflowSettings.head_settings``); the best trial's parameters replace them
+in the final head training (``stages.train_heads``, the one place they are applied).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import optuna
 
-from bertvision.config.settings import HeadRuntimeSettings, HeadTrainingSettings, SearchSettings
+from bertvision.config.settings import HeadRuntimeSettings, HeadSettings, HeadTrainingSettings, SearchSettings
 from bertvision.features.source import StreamSource
 from bertvision.layout import STUDY_LABEL
 from bertvision.registry.heads import searchable_parameters
@@ -25,7 +26,7 @@ from bertvision.runtime.device import set_threads
 from bertvision.runtime.io import atomic_write_json, read_json
 from bertvision.training.loop import train_one
 from bertvision.training.problems import Problems
-from bertvision.training.search_space import applicable_space, apply_params, own_training
+from bertvision.training.search_space import applicable_space, apply_params
 
 log = logging.getLogger(__name__)
 
@@ -93,8 +94,7 @@ def finished_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
 def run_worker(
     task: TaskSpec,
     keys: dict,
-    spec: dict,
-    settings: HeadTrainingSettings,
+    head: HeadSettings,
     runtime: HeadRuntimeSettings,
     search: SearchSettings,
     manifest: Path | StreamSource,
@@ -105,8 +105,9 @@ def run_worker(
     threads: int | None = None,
 ) -> dict:
     """Run this worker's share of the study's trials and write what it ran to ``out``. ``keys``:
-    the study's model, task, ftseed, frac and head (its record carries them)."""
-    spec, settings = own_training(spec, settings)
+    the study's model, task, ftseed, frac and head (its record carries them); ``head``: its
+    spec and final training settings, which the trials' parameters replace."""
+    spec, settings = head.spec, head.training
     name = study_name(STUDY_LABEL.format(**keys), spec, settings, search, manifest)
     set_threads(threads)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -129,7 +130,7 @@ def run_worker(
     def objective(trial: optuna.Trial) -> float:
         trial.set_user_attr("worker", worker)
         params = {p: suggest(trial, p, dist) for p, dist in space.items()}
-        trial_spec, trial_settings = apply_params(spec, settings, params)
+        candidate = apply_params(head, params)
 
         def report(epoch: int, score: float) -> None:
             trial.report(score, epoch)
@@ -137,7 +138,7 @@ def run_worker(
                 raise optuna.TrialPruned()
 
         _, best, _, _ = train_one(
-            task, trial_spec, trial_settings, problem, seed, device, moments, report, problems.encoder_dir
+            task, candidate.spec, candidate.training, problem, seed, device, moments, report, problems.encoder_dir
         )
         return float(best["score"])
 

@@ -1,6 +1,7 @@
 """The ``tables`` stage: the result tables (GLUE, SQuAD 2.0), the cost of each result and the
 wall time per stage, from the metrics files, the feature manifests and Snakemake's benchmark
-files; nothing is typed in by hand."""
+files; nothing is typed in by hand. It makes the pick of every task (``reporting.picks``),
+writes it as a record of its own and renders the summary from it."""
 
 from __future__ import annotations
 
@@ -8,12 +9,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from bertvision.layout import Run, baseline_job, head_metrics_files, table, timing_jobs
+from bertvision.layout import Run, baseline_job, head_metrics_files, picks_record, table, timing_jobs
 from bertvision.reporting.candidates import candidate_runs
 from bertvision.reporting.costs import cost_markdown, cost_table
 from bertvision.reporting.markdown import write_csv, write_text
+from bertvision.reporting.picks import write_picks
 from bertvision.reporting.results import long_records, result_tables
-from bertvision.reporting.summary import summary_markdown, summary_table
+from bertvision.reporting.summary import choose_picks, summary_markdown, summary_table
 from bertvision.reporting.timing import stage_precisions, timing_markdown, timing_table
 from bertvision.reporting.whole_cost import search_worker_jobs
 from bertvision.runtime.io import read_json
@@ -40,12 +42,16 @@ def build_tables(
 ) -> None:
     """``runs``: every run the workflow made, whose jobs' benchmark files give the times;
     ``baseline_metrics``: the full fine-tuning runs (the summary's reference); ``search_workers``:
-    every search worker's record, whose job's time is part of a pick's whole cost."""
+    every search worker's record, whose job's time is part of a pick's whole cost. Besides the
+    tables, ``out_dir`` gets each task's pick (``layout.picks_record``)."""
     head_metrics = head_metrics_files(head_dirs)
     baselines = tuple(baseline_job(r["model"], r["task"], r["seed"]) for r in map(read_json, baseline_metrics))
     jobs = timing_jobs(runs, n_shards, baselines)
     spent = jobs + search_worker_jobs(map(read_json, search_workers))  # the summary's and cost table's
-    verdict = summary_table(candidate_runs(list(baseline_metrics), bert_metrics, head_metrics, manifests, spent))
+    candidates = candidate_runs(list(baseline_metrics), bert_metrics, head_metrics, manifests, spent)
+    picks = choose_picks(candidates)
+    write_picks(picks, picks_record(out_dir))
+    verdict = summary_table(candidates, picks)
     _write("summary", verdict, summary_markdown(verdict), out_dir)
     for name, (summary, markdown) in result_tables(long_records(bert_metrics, head_metrics), head_order).items():
         _write(name, summary, markdown, out_dir)

@@ -11,37 +11,16 @@ import pandas as pd
 
 from bertvision.config.settings import TokenizeSettings
 from bertvision.data.squad_windows import build_windows
+from bertvision.data.token_ids import tokenize_frame
 from bertvision.errors import ConfigError
 from bertvision.layout import split_file
 from bertvision.models.backbone import load_tokenizer
-from bertvision.models.encoder_io import load_config, summary_position, uses_token_types
+from bertvision.models.encoder_io import load_model_config, summary_position, uses_token_types
 from bertvision.registry.metrics import question_gold
 from bertvision.registry.tasks import TaskSpec, splits_of
 from bertvision.runtime.io import atomic_write_parquet
 
 log = logging.getLogger(__name__)
-
-
-def tokenize_frame(df: pd.DataFrame, task: TaskSpec, tokenizer, max_length: int) -> pd.DataFrame:
-    texts = [df[name].tolist() for name in task.text_fields]
-    enc = tokenizer(
-        *texts,
-        truncation="longest_first",
-        max_length=max_length,
-        padding=False,
-        return_token_type_ids=True,
-        return_attention_mask=False,
-    )
-    lengths = np.fromiter((len(ids) for ids in enc["input_ids"]), dtype=np.int32, count=len(df))
-    return pd.DataFrame(
-        {
-            "idx": df["idx"].to_numpy(),
-            "input_ids": [np.asarray(x, dtype=np.int32) for x in enc["input_ids"]],
-            "token_type_ids": [np.asarray(x, dtype=np.int8) for x in enc["token_type_ids"]],
-            "length": lengths,
-            "label": df["label"].to_numpy(),
-        }
-    )
 
 
 def answerability_windows(df: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
@@ -84,7 +63,7 @@ def tokenize_task(task: TaskSpec, settings: TokenizeSettings, raw_dir: Path, out
     """Every split of the task: examples (or, for span tasks, context windows) as token ids."""
     tokenizer = load_tokenizer(settings.backbone)
     summary_position(tokenizer)
-    token_types = uses_token_types(tokenizer, load_config(settings.backbone))
+    token_types = uses_token_types(tokenizer, load_model_config(settings.backbone))
     max_length = settings.max_length
     stats = {}
     for split in splits_of(task):

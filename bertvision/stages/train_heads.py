@@ -2,7 +2,9 @@
 architecture on one checkpoint's features, for each seed. The number of epochs is chosen on
 the selection split (early stopping, best epoch restored); the evaluation splits are only ever
 scored, never used for a choice. One job per checkpoint: the features are read and verified
-once for all heads, or (``store: false``) computed by the frozen encoder in this job."""
+once for all heads, or (``store: false``) computed by the frozen encoder in this job. Each head
+comes with its final training settings (``WorkflowSettings.head_settings``); a searched head's
+study's best parameters are put on top here, the one place they are applied."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-from bertvision.config.settings import HeadRuntimeSettings, HeadTrainingSettings
+from bertvision.config.settings import HeadRuntimeSettings, HeadSettings
 from bertvision.evaluation.ensemble import load_logits
 from bertvision.features.source import StreamSource
 from bertvision.layout import HEAD_METRICS, HEAD_PREDICTIONS, head_run_dir
@@ -20,9 +22,9 @@ from bertvision.models.heads import Standardized, count_parameters
 from bertvision.registry.tasks import TaskSpec
 from bertvision.runtime.device import set_threads
 from bertvision.runtime.io import atomic_write_json, atomic_write_parquet, read_json
-from bertvision.training.loop import HeadRun, train_together
+from bertvision.training.loop import SeededHead, train_together
 from bertvision.training.problems import Problems
-from bertvision.training.search_space import apply_params, own_training
+from bertvision.training.search_space import apply_params
 
 log = logging.getLogger(__name__)
 
@@ -30,15 +32,14 @@ log = logging.getLogger(__name__)
 class Plan(NamedTuple):
     """One head and seed to train: the run, the problem it trains on and its search record."""
 
-    run: HeadRun
+    run: SeededHead
     problem: object
     search: dict | None
 
 
 def train_heads(
     task: TaskSpec,
-    heads: dict[str, dict],
-    settings: HeadTrainingSettings,
+    heads: dict[str, HeadSettings],
     runtime: HeadRuntimeSettings,
     source: Path | StreamSource,
     seeds: list[int],
@@ -50,11 +51,12 @@ def train_heads(
     train_fraction: float = 1.0,
 ) -> None:
     """Write a run directory (weights, eval predictions, metrics) under ``out_root`` for every
-    head and seed. ``source``: the checkpoint's feature manifest, or (``store: false``) a
-    StreamSource whose frozen encoder computes the states here; ``raw_dir``: the task's
+    head (name -> its spec and final training settings) and seed. ``source``: the checkpoint's
+    feature manifest, or (``store: false``) a StreamSource whose frozen encoder computes the
+    states here; ``raw_dir``: the task's
     canonical splits (span tasks decode answers from their contexts); ``bert_logits``: BERT's
     ``eval_logits.npz`` at the same checkpoint, for the head + BERT ensembles; ``searched``:
-    head name -> its study's ``best.json``, whose parameters replace the configured ones;
+    head name -> its study's ``best.json``, whose parameters replace the head's settings;
     ``train_fraction``: train on that nested share of the training rows.
 
     Stored features: each head and seed trains on its own, in its seed's batch order. Streamed:
@@ -64,19 +66,18 @@ def train_heads(
     t_start = time.perf_counter()
     searched = searched or {}
     set_threads(threads)
-    problems = Problems(task, source, runtime, settings.in_memory_max_mb, raw_dir, train_fraction)
+    problems = Problems(task, source, runtime, HeadSettings.memory_mb(heads.values()), raw_dir, train_fraction)
     bert = load_logits(bert_logits) if bert_logits else None
     spent_before = problems.encoder.spent() if problems.streamed else None
     plans = []
-    for head_name, configured in heads.items():
+    for head_name, head in heads.items():
         search = read_json(searched[head_name]) if head_name in searched else None
-        spec, head_settings = own_training(configured, settings)
         if search:
-            spec, head_settings = apply_params(spec, head_settings, search["best_params"])
-        problem = problems.get(spec)
-        moments = problems.moments(spec) if settings.standardize else None
+            head = apply_params(head, search["best_params"])
+        problem = problems.get(head.spec)
+        moments = problems.moments(head.spec) if head.training.standardize else None
         plans += [
-            Plan(HeadRun(head_name, spec, head_settings, seed, moments, problems.encoder_dir), problem, search)
+            Plan(SeededHead(head_name, head.spec, head.training, seed, moments, problems.encoder_dir), problem, search)
             for seed in seeds
         ]
     if problems.streamed:

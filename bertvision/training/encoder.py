@@ -1,8 +1,7 @@
 """Training the whole encoder with its task head: the model, AdamW with transformers' linear
 warmup and decay, one optimizer step per length-bucketed batch (micro-batches, data-parallel
 ranks under DistributedDataParallel, gradient clipping, fp16 scaling), and BERT's own
-evaluation. Shared by the partial fine-tuning (``stages/finetune``), the full fine-tuning
-baseline (``stages/baseline``) and the task mixtures (``stages/finetune_mixture``)."""
+evaluation. ``training/encoder_session`` sets them up for the stages that train an encoder."""
 
 from __future__ import annotations
 
@@ -16,6 +15,7 @@ import pandas as pd
 import torch
 from transformers import get_linear_schedule_with_warmup
 
+from bertvision.config.settings import OptimizerSettings
 from bertvision.data.tokenized import TokenizedSplit, bucketed_batches, collate
 from bertvision.evaluation.inference import evaluate_outputs, predict, predict_span
 from bertvision.layout import split_file
@@ -182,7 +182,12 @@ class StepState:
 
 
 def optimizer_step_state(
-    models: dict[str, torch.nn.Module], settings, total_steps: int, device, precision: str, ranks: Ranks
+    models: dict[str, torch.nn.Module],
+    settings: OptimizerSettings,
+    total_steps: int,
+    device,
+    precision: str,
+    ranks: Ranks,
 ) -> StepState:
     """The step state of ``models`` (task name -> model): AdamW, transformers' linear
     warmup-decay schedule over ``total_steps`` and the fp16 loss scaler (inactive in other
@@ -198,15 +203,14 @@ def optimizer_step_state(
 
 @dataclass
 class EncoderTrainer:
-    """One model's optimizer state and step counters over a training split. ``settings``: any
-    settings object with learning_rate, batch_size, eval_batch_size, warmup_ratio, weight_decay
-    and max_grad_norm. ``model`` stays the plain model (saved and evaluated as it is); the
-    steps run through ``net`` (``StepState.net``)."""
+    """One model's optimizer state and step counters over a training split. ``model`` stays the
+    plain model (saved and evaluated as it is); the steps run through ``net``
+    (``StepState.net``)."""
 
     task: TaskSpec
     model: torch.nn.Module
     train: TokenizedSplit
-    settings: object
+    settings: OptimizerSettings
     total_steps: int
     device: torch.device
     precision: str

@@ -24,7 +24,7 @@ from bertvision.registry.tasks import TaskSpec
 
 
 @dataclass(frozen=True)
-class HeadRun:
+class SeededHead:
     """One head (its spec and training settings) with one seed."""
 
     name: str
@@ -48,7 +48,7 @@ def _set_rng_state(state: tuple, device) -> None:
 class RunState:
     """A run in training: its head, optimizer, schedule, best epoch so far and random state."""
 
-    def __init__(self, task: TaskSpec, run: HeadRun, problem, device, steps_per_epoch: int):
+    def __init__(self, task: TaskSpec, run: SeededHead, problem, device, steps_per_epoch: int):
         self.task, self.run, self.device = task, run, device
         torch.manual_seed(run.seed)
         layers, hidden = problem.shape
@@ -103,7 +103,7 @@ class RunState:
         return score
 
 
-def train_together(task: TaskSpec, runs: list[HeadRun], problem, device, order_seed: int, on_epoch=None):
+def train_together(task: TaskSpec, runs: list[SeededHead], problem, device, order_seed: int, on_epoch=None):
     """Train ``runs`` (one batch size) in lockstep, epoch ``e``'s batch order drawn with seed
     ``order_seed * 1000 + e``. Returns, per run, (head with its best epoch restored, best,
     history, timing). ``on_epoch(epoch, selection_score)`` is called after each epoch of a
@@ -158,5 +158,5 @@ def train_one(
     """Train one head with one seed; return it with the best epoch (by selection score) restored.
     ``moments``: (mean, std) of the training features to standardize the input with, or None.
     ``on_epoch(epoch, selection_score)`` is called after each epoch (the search prunes there)."""
-    run = HeadRun("", spec, settings, seed, moments, encoder_dir)
+    run = SeededHead("", spec, settings, seed, moments, encoder_dir)
     return train_together(task, [run], problem, device, seed, on_epoch)[0]

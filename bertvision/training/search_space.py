@@ -4,7 +4,7 @@ a finished search's parameters does not import it."""
 
 from __future__ import annotations
 
-from bertvision.config.settings import HeadTrainingSettings
+from bertvision.config.settings import HeadSettings
 from bertvision.registry.heads import SEARCHABLE_TRAINING, get_head_type
 
 
@@ -14,14 +14,9 @@ def applicable_space(space: dict, spec: dict) -> dict:
     return {name: dist for name, dist in space.items() if name in SEARCHABLE_TRAINING or name in options}
 
 
-def apply_params(spec: dict, settings: HeadTrainingSettings, params: dict) -> tuple[dict, HeadTrainingSettings]:
-    """(head spec, training settings) with the searched ``params`` put in their places."""
+def apply_params(head: HeadSettings, params: dict) -> HeadSettings:
+    """``head`` with the searched ``params`` put in their places (a trial's, or in the final
+    training a study's best): training settings, and the head type's options."""
     training = {k: v for k, v in params.items() if k in SEARCHABLE_TRAINING}
-    return {**spec, **{k: v for k, v in params.items() if k not in SEARCHABLE_TRAINING}}, settings.replace(**training)
-
-
-def own_training(spec: dict, settings: HeadTrainingSettings) -> tuple[dict, HeadTrainingSettings]:
-    """(head spec, training settings) of a configured head: its ``training`` overrides (e.g. fewer
-    epochs for a costly head) replace the task's settings, and leave the spec."""
-    own = spec.get("training") or {}
-    return {k: v for k, v in spec.items() if k != "training"}, settings.replace(**own)
+    options = {k: v for k, v in params.items() if k not in SEARCHABLE_TRAINING}
+    return HeadSettings(spec={**head.spec, **options}, training=head.training.replace(**training))

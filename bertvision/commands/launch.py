@@ -14,7 +14,7 @@ def main(argv: list[str] | None = None) -> int:
     code = run_in_pool(argv)
     if code is not None:
         return code
-    from bertvision.cli import main as run_here
+    from bertvision.commands.main import main as run_here
 
     return run_here(argv)
 

@@ -1,0 +1,161 @@
+"""The workflow's commands, one per rule, in the order the pipeline runs them: each names its stage
+and the flags that fill the stage's parameters (``commands.arguments``). The warm pool imports
+every stage named here ahead of the jobs (``commands.warm``)."""
+
+from __future__ import annotations
+
+from bertvision.commands.arguments import (
+    INT,
+    OPTIONAL_PATHS,
+    PATH,
+    PATHS,
+    TASK,
+    THREADS,
+    Arg,
+    MicroBatches,
+    NamedSettings,
+    NamePaths,
+    command,
+    feature_source_arg,
+    json_arg,
+    path,
+    paths,
+    settings,
+)
+from bertvision.config import settings as typed
+
+
+def with_splits(values: dict) -> dict:
+    """A stage that reads every split of a task: the task's split names in place of the task."""
+    from bertvision.registry.tasks import splits_of
+
+    task = values.pop("task")
+    return {**values, "splits": splits_of(task)}
+
+
+def with_memory_bound(values: dict) -> dict:
+    """A stage that only applies trained heads: of their training settings, the memory bound."""
+    head_settings = values.pop("settings")
+    return {**values, "in_memory_max_mb": head_settings.in_memory_max_mb}
+
+
+def with_runs(values: dict) -> dict:
+    """The tables' runs as the layout's records."""
+    from bertvision.layout import Run
+
+    return {**values, "runs": [Run.from_json(keys) for keys in values["runs"]]}
+
+
+def with_head_metrics(values: dict) -> dict:
+    """The plots read every head's metrics file of the heads directories."""
+    from bertvision.layout import head_metrics_files
+
+    head_dirs = values.pop("head_dirs")
+    return {**values, "head_metrics": head_metrics_files(head_dirs)}
+
+
+MODEL = Arg("the backbone's name in the config (recorded with the results)", param="model_name")
+RAW_DIR = path("the task's canonical splits (span decoding)")
+COMPUTE = settings(typed.FinetuneCompute)
+ACCUMULATE = MicroBatches("gradient accumulation steps per batch")
+FEATURES = Arg(
+    "the feature manifest, or a stream source (JSON) for store: false",
+    type=feature_source_arg,
+    metavar="MANIFEST|SOURCE_JSON",
+)
+APPLIED_HEADS = dict(settings=settings(typed.HeadTrainingSettings), runtime=settings(typed.HeadRuntimeSettings),
+                     out=PATH, threads=THREADS)  # fmt: skip
+ENCODER = dict(task=TASK, model=MODEL, compute=COMPUTE, tokens_dir=PATH, raw_dir=RAW_DIR, out_dir=PATH, seed=INT,
+               micro_batches=ACCUMULATE, threads=THREADS)  # fmt: skip
+
+COMMANDS = [
+    command("download", "task source -> canonical parquet splits (rule download)",
+            "bertvision.stages.download:download_task",
+            task=TASK, settings=settings(typed.DownloadSettings), out_dir=PATH),
+    command("tokenize", "canonical splits -> token ids (rule tokenize)", "bertvision.stages.tokenize:tokenize_task",
+            task=TASK, settings=settings(typed.TokenizeSettings), raw_dir=PATH, out_dir=PATH),
+    command("finetune", "partial fine-tuning with checkpoints at epoch fractions (rule finetune)",
+            "bertvision.stages.finetune:finetune", out_of_memory=True,
+            **ENCODER, settings=settings(typed.FinetuneSettings)),
+    command("baseline", "full fine-tuning, the epoch kept chosen on the selection split (rule baseline)",
+            "bertvision.stages.baseline:full_finetune", out_of_memory=True,
+            **ENCODER, settings=settings(typed.BaselineSettings)),
+    command("finetune-mixture", "fine-tune one encoder on a mixture of tasks, a shared encoder (rule finetune_mixture)",
+            "bertvision.stages.finetune_mixture:finetune_mixture", out_of_memory=True,
+            encoder=Arg("the mixture's name in the config (recorded)", param="encoder_name"), model=MODEL,
+            settings=settings(typed.MixtureSettings), compute=COMPUTE,
+            tokens_dirs=NamePaths("TASK=DIR, every mixed task"), out_dir=PATH, seed=INT, micro_batches=ACCUMULATE,
+            threads=THREADS),
+    command("extract", "one shard of every split's hidden states of every layer (rule extract)",
+            "bertvision.stages.extract:extract_shard", adapt=with_splits, out_of_memory=True,
+            task=TASK, checkpoint=path(param="checkpoint_dir"), tokens_dir=PATH, out_dir=PATH, shard=INT,
+            shards=Arg(type=int, param="n_shards"), settings=settings(typed.ExtractSettings),
+            compute=settings(typed.ExtractCompute),
+            attrs=Arg("where the features come from (stored in each shard)", type=json_arg),
+            micro_batches=MicroBatches("divide the batch size by this"), threads=THREADS),
+    command("manifest", "check a checkpoint's shards and write its manifest (rule feature_manifest)",
+            "bertvision.features.store:write_manifest", adapt=with_splits,
+            task=TASK, out=path(param="manifest_path"), shard_dirs=PATHS),
+    command("train-heads",
+            "train every head on one checkpoint's features, per seed (rules train_heads, train_heads_subset)",
+            "bertvision.stages.train_heads:train_heads",
+            task=TASK, heads=NamedSettings("head name -> its HeadSettings (see below)", cls=typed.HeadSettings),
+            runtime=settings(typed.HeadRuntimeSettings), manifest=FEATURES.but(param="source"),
+            raw_dir=RAW_DIR, seeds=Arg(type=int, nargs="+"),
+            bert_logits=path("BERT's eval_logits.npz at this checkpoint (ensembles; none on a shared encoder)",
+                             nargs="?", required=False),
+            out_dir=path(param="out_root"),
+            searched=NamePaths("HEAD=best.json: train HEAD with its search's best parameters", nargs="*",
+                               required=False, default=[]),
+            train_fraction=Arg("train on this nested share of the rows", type=float, required=False),
+            threads=THREADS),
+    command("transfer", "evaluate heads trained on one checkpoint on every checkpoint's features (rule transfer)",
+            "bertvision.stages.transfer:transfer", adapt=with_memory_bound,
+            task=TASK, head_dirs=paths("train_heads outputs, one per checkpoint"),
+            manifests=FEATURES.but(nargs="+"), raw_dir=path("the task's canonical splits"), **APPLIED_HEADS),
+    command("head-transfer", "a task's heads applied as they are to a task with the same labels (rule head_transfer)",
+            "bertvision.stages.head_transfer:apply_heads_across_tasks", adapt=with_memory_bound,
+            source_task=TASK.but(param="source"), task=TASK.but(help="the target task", param="target"),
+            head_dir=path("the source task's train_heads output"), heads=Arg("head names to apply", nargs="+"),
+            manifest=path("the target's features of the source's encoder"),
+            raw_dir=path("the target task's canonical splits"), **APPLIED_HEADS),
+    command("search-worker", "run one worker's share of an optuna study of a head (rule search_worker)",
+            "bertvision.stages.search:run_worker",
+            task=TASK, study=Arg("the study's keys: model, task, ftseed, frac, head", param="keys", type=json_arg),
+            head=settings(typed.HeadSettings), runtime=settings(typed.HeadRuntimeSettings),
+            search=settings(typed.SearchSettings), manifest=FEATURES, raw_dir=PATH,
+            storage=Arg("journal file path or RDB URL"), worker=INT, out=PATH, threads=THREADS),
+    command("search-best", "a finished study's best parameters and trial counts (rule search_best)",
+            "bertvision.stages.search:summarize_study",
+            workers=paths("the study's worker records", param="worker_records"), out=PATH),
+    # the reporting commands read finished records, never train
+    command("tables", "summary, result, cost and timing tables (rule tables)", "bertvision.stages.tables:build_tables",
+            adapt=with_runs,
+            bert_metrics=OPTIONAL_PATHS, baseline_metrics=OPTIONAL_PATHS, head_dirs=OPTIONAL_PATHS,
+            manifests=OPTIONAL_PATHS, search_workers=OPTIONAL_PATHS,
+            runs=Arg("every run, [{model, task, ftseed, frac}, ...]: their jobs' benchmark files give the times",
+                     type=json_arg),
+            shards=Arg("extraction shards per checkpoint", type=int, param="n_shards"),
+            heads=Arg("head names in table order", param="head_order", nargs="*", required=False, default=[]),
+            out_dir=PATH),
+    command("experiment-tables", "search, data-fraction and transfer tables (rule experiment_tables)",
+            "bertvision.stages.experiment_tables:build_experiment_tables",
+            search=paths("best.json of every study", param="best_files", required=False),
+            subset_dirs=OPTIONAL_PATHS, head_dirs=OPTIONAL_PATHS, bert_metrics=OPTIONAL_PATHS,
+            transfer=paths("transfer records", param="transfer_files", required=False), out_dir=PATH),
+    command("plots", "PNG plots from the result tables and head metrics (rule plots)",
+            "bertvision.reporting.plots:build_plots", adapt=with_head_metrics,
+            tables=paths("glue.csv / squad.csv", param="summary_csvs"),
+            summary=path("summary.csv (the score-vs-seconds plot)", param="verdict_csv", required=False),
+            head_dirs=OPTIONAL_PATHS, tasks=Arg(nargs="+"), out_dir=PATH),
+    command("plot-data-fraction", "score vs share of training data (rule plot_data_fraction)",
+            "bertvision.reporting.plots:data_fraction_curves",
+            table=path("data_fraction.csv", param="table_csv"), out=path(param="path")),
+    command("cross-task", "the cross-task transfer table and heatmap (rule cross_task)",
+            "bertvision.stages.cross_task:build_cross_task",
+            encoders=Arg("the shared encoders, [{name, kind, ...}, ...]", type=json_arg), models=Arg(nargs="+"),
+            ft_seeds=Arg(type=int, nargs="+"), heads=Arg('{"task": [head names], ...}', type=json_arg),
+            epochs=Arg('{"mixture": epochs, ...}', type=json_arg),
+            transfer=paths("head_transfer records", param="transfer_files", required=False),
+            out_dir=path(param="tables_dir"), plot=PATH),
+]  # fmt: skip

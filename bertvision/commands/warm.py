@@ -1,0 +1,86 @@
+"""The warm pool of a local run (``runtime.warm``): what it imports ahead of the jobs (torch,
+transformers with each backbone's model and tokenizer modules, the data libraries and the stage
+of every command, registered in ``commands.main.COMMANDS``) and the ``main`` its children run.
+
+    python -m bertvision.commands.warm SOCKET BACKBONE...   (started by ``start``)"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+from bertvision.runtime.warm import WarmPool, serve_pool, start_pool
+
+LIBRARIES = (
+    "torch",
+    "transformers",
+    "transformers.modeling_utils",
+    "pandas",
+    "pyarrow.parquet",
+    "h5py",
+    "safetensors.torch",
+    "optuna",
+    "matplotlib.pyplot",
+)
+
+
+def start(backbones: list[str], log_path: Path) -> WarmPool:
+    """The warm pool for a run on ``backbones`` (the Snakefile's onstart hook)."""
+    return start_pool(__name__, backbones, log_path)
+
+
+def preload(backbones: list[str]) -> None:
+    """Import what the commands use. Nothing here runs a tensor operation."""
+    from bertvision.commands.main import COMMANDS
+
+    for name in LIBRARIES:
+        importlib.import_module(name)
+    import_model_modules(backbones)
+    for command in COMMANDS:
+        if command.name != "serve":  # the server runs in a process of its own
+            command.function()
+
+
+def import_model_modules(backbones: list[str]) -> None:
+    """Import transformers' model and tokenizer modules of each backbone. Nothing here runs a
+    tensor operation."""
+    import importlib
+
+    from transformers import AutoConfig
+    from transformers.models.auto import modeling_auto, tokenization_auto
+
+    from bertvision.models.backbone import resolve_pretrained
+    from bertvision.models.random_encoder import is_random
+
+    for backbone in backbones:
+        if is_random(backbone):  # a BERT, built by the first job that needs it (not here: no threads)
+            model_type = "bert"
+        else:
+            try:
+                model_type = AutoConfig.from_pretrained(resolve_pretrained(backbone)).model_type
+            except Exception:  # a hub id not cached here: its job loads it when it runs
+                continue
+        for mapping in (modeling_auto.MODEL_MAPPING_NAMES, tokenization_auto.TOKENIZER_MAPPING_NAMES):
+            for class_name in _names(mapping.get(model_type)):
+                try:
+                    getattr(importlib.import_module("transformers"), class_name)
+                except (AttributeError, ImportError):
+                    pass
+        for module in (f"modeling_{model_type}", f"tokenization_{model_type}_fast"):
+            try:
+                importlib.import_module(f"transformers.models.{model_type}.{module}")
+            except ImportError:
+                pass
+
+
+def _names(entry) -> list[str]:
+    if entry is None:
+        return []
+    return [n for n in (entry if isinstance(entry, (list, tuple)) else [entry]) if n]
+
+
+if __name__ == "__main__":
+    from bertvision.commands.main import main
+
+    serve_pool(sys.argv[1], lambda: preload(sys.argv[2:]), main)

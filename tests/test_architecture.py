@@ -1,0 +1,127 @@
+"""The house's drawing: the package's rooms (its top-level modules and folders) on floors, each
+importing only rooms on its own floor or below (imports inside functions count too), with no
+circle between rooms; the command layer on top, its every command one hop from its stage."""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "bertvision"
+
+# top to bottom: a room may import its own floor and the floors below
+FLOORS = [
+    {"commands", "__main__"},
+    {"stages"},
+    {"serving"},
+    {"reporting"},
+    {"training"},
+    {"features"},
+    {"evaluation"},
+    {"config"},
+    {"models"},
+    {"data"},
+    {"layout", "registry"},
+    {"runtime", "errors", "__init__"},
+]
+FLOOR = {room: level for level, rooms in enumerate(FLOORS) for room in rooms}
+
+
+def room_of(module: str) -> str:
+    """The room of a dotted name under bertvision; a name of the package itself (``__version__``) is ``__init__``'s."""
+    parts = module.split(".")
+    room = parts[1] if len(parts) > 1 else "__init__"
+    return room if (PACKAGE / room).is_dir() or (PACKAGE / f"{room}.py").is_file() else "__init__"
+
+
+def imported_rooms(path: Path) -> set[str]:
+    """The rooms of the package that ``path`` imports, wherever the import stands."""
+    rooms = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "bertvision":
+            modules = [node.module] if node.module != "bertvision" else [f"bertvision.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            modules = [a.name for a in node.names if a.name.split(".")[0] == "bertvision"]
+        else:
+            continue
+        rooms.update(room_of(m) for m in modules)
+    return rooms
+
+
+def import_graph() -> dict[str, dict[str, list[str]]]:
+    """room -> imported room -> the files that import it."""
+    graph: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(PACKAGE)
+        room = relative.parts[0].removesuffix(".py")
+        for target in imported_rooms(path) - {room}:
+            graph[room][target].append(str(relative))
+    return graph
+
+
+def test_every_room_has_a_floor():
+    rooms = {
+        p.stem if p.is_file() else p.name
+        for p in PACKAGE.iterdir()
+        if p.suffix == ".py" or (p / "__init__.py").exists()
+    }
+    assert rooms == set(FLOOR)
+
+
+def test_no_import_runs_back_up():
+    upward = [
+        f"{room} -> {target} ({', '.join(files)})"
+        for room, targets in import_graph().items()
+        for target, files in targets.items()
+        if FLOOR[target] < FLOOR[room]
+    ]
+    assert upward == []
+
+
+def test_no_circle_between_rooms():
+    graph = {room: set(targets) for room, targets in import_graph().items()}
+    seen, on_path, circles = set(), [], []
+
+    def visit(room):
+        if room in on_path:
+            circles.append(on_path[on_path.index(room) :] + [room])
+            return
+        if room in seen:
+            return
+        seen.add(room)
+        on_path.append(room)
+        for target in sorted(graph.get(room, ())):
+            visit(target)
+        on_path.pop()
+
+    for room in sorted(graph):
+        visit(room)
+    assert circles == []
+
+
+def test_every_command_calls_a_stage_with_the_parameters_its_flags_name():
+    """Each command's stage imports, and every flag fills a parameter the stage (or the command's
+    adapter) takes: a renamed stage parameter fails here, not in a workflow job."""
+    import inspect
+
+    from bertvision.commands.main import COMMANDS
+
+    for command in COMMANDS:
+        parameters = inspect.signature(command.function()).parameters
+        takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+        named = {arg.param or name for name, arg in command.arguments().items()}
+        if command.adapt is None and not takes_any:
+            assert named <= set(parameters), (command.name, named - set(parameters))
+        required = {
+            n for n, p in parameters.items() if p.default is inspect.Parameter.empty and p.kind is not p.VAR_KEYWORD
+        }
+        if command.adapt is None:
+            assert required <= named, (command.name, required - named)
+
+
+@pytest.mark.parametrize("lower", sorted(set(FLOOR) - FLOORS[0]))
+def test_nothing_below_the_command_layer_imports_it(lower):
+    assert "commands" not in import_graph().get(lower, {})
