@@ -190,7 +190,10 @@ def test_search_runs_the_combined_trials_and_tunes_the_final_heads(workflow_run)
     for ckpt in ("0", "1"):
         study = workdir / f"search/tiny/stsb/ft1/ckpt-{ckpt}/adapter8"
         best = json.loads((study / "best.json").read_text())
-        assert search.set_index("checkpoint").loc[ckpt, "best_selection_score"] == pytest.approx(best["best_value"])
+        # the CSV holds 6 significant digits (reporting.markdown)
+        assert search.set_index("checkpoint").loc[ckpt, "best_selection_score"] == pytest.approx(
+            best["best_value"], rel=5e-6
+        )
         workers = [json.loads(p.read_text()) for p in sorted(study.glob("worker-*.json"))]
         assert len(workers) == 2 and sorted(t["number"] for w in workers for t in w["trials"]) == [0, 1, 2]
         for seed in (1, 2):
