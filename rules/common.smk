@@ -24,7 +24,7 @@ from bertvision import layout as L
 from bertvision.config.schema import validate_config
 from bertvision.config.workflow import WorkflowSettings
 from bertvision.errors import BertvisionError
-from bertvision.registry.tasks import get_task
+from bertvision.registry.tasks import DECLARED_ENV, declared_json, get_task
 from bertvision.config import job_requests as requests
 
 # Errors name the config file(s) and the key at fault (with --config overrides: "workflow config").
@@ -33,6 +33,11 @@ try:
     S = WorkflowSettings(validate_config(config, source=CONFIG_SOURCE), source=CONFIG_SOURCE)
 except BertvisionError as err:
     raise WorkflowError(str(err)) from None
+
+# The config's own tasks (tasks.<name>.files) travel to every job in its environment, so that each
+# job's process knows them by name as it knows the registry's (bertvision.registry.tasks.get_task).
+if S.declared:
+    os.environ[DECLARED_ENV] = declared_json(S.declared)
 
 # Rules call the `bertvision` command of the environment running Snakemake, even when that
 # environment is not activated (e.g. `.venv/bin/snakemake`).

@@ -116,7 +116,10 @@ def test_task_overrides_merge_over_global_settings():
 @pytest.mark.parametrize(
     "mutate, message",
     [
-        (lambda c: c["tasks"].update({"squadx": None}), r"x.yaml: tasks: 'squadx' is not one of"),
+        (
+            lambda c: c["tasks"].update({"squadx": None}),
+            r"x.yaml: tasks: unknown task 'squadx' \(the registry has cola, ",
+        ),
         (lambda c: c.update({"finetune": {"epoch_fractions": [-1]}}), r"finetune.epoch_fractions.0: -1 is less than"),
         (
             lambda c: c.update({"heads": {"models": {"x": {"type": "capsule"}}}}),

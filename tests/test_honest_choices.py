@@ -29,6 +29,14 @@ def config(tiny_bert: Path, glue_dir: Path, squad_dir: Path) -> dict:
             "mrpc": {"train_size": 60, "eval_size": 40, "search_heads": ["adapter8"]},
             "stsb": {"train_size": 60, "eval_size": 40},
             "squad2": squad_slice(30, 20, 30, max_length=128, doc_stride=64, heads=["lp"]),
+            # a task of the config's own, three classes from a CSV in the run's folder (own_files)
+            "bands": {
+                "files": {"train": "own/bands-train.csv", "dev": "own/bands-dev.csv"},
+                "text": ["first", "second"],
+                "label": "band",
+                "kind": "classification",
+                "labels": list(BANDS),
+            },
         },
         "finetune": {"epoch_fractions": [0, 0.5, 1.0], "settings": {"batch_size": 8}},
         "baseline": {"epochs": 3, "seeds": [1, 2]},
@@ -44,6 +52,26 @@ def config(tiny_bert: Path, glue_dir: Path, squad_dir: Path) -> dict:
         # cross-task picks and the served heads are choices too
         "shared": {"tasks": ["mrpc", "stsb"], "mixtures": {"mix": {"tasks": ["mrpc", "stsb"], "epochs": 0.5}}},
     }
+
+
+BANDS = ("low", "mid", "high")
+
+
+def own_files(workdir: Path, rotate_dev: bool) -> None:
+    """The ``bands`` task's CSV files from STS-B's shipped rows (scores cut into three bands); with
+    ``rotate_dev``, every dev label moved to the next band."""
+    from bertvision.data.glue_files import locate, parse_split
+    from bertvision.registry.tasks import get_task
+
+    stsb = get_task("stsb")
+    (workdir / "own").mkdir(parents=True)
+    for split, n in (("train", 80), ("dev", 40)):
+        rows = parse_split(locate(SHIPPED_GLUE, stsb, split), stsb, split).head(n)
+        bands = [BANDS[0] if x < 2 else BANDS[1] if x < 3.5 else BANDS[2] for x in rows["label"]]
+        if split == "dev" and rotate_dev:
+            bands = [BANDS[(BANDS.index(b) + 1) % 3] for b in bands]
+        frame = pd.DataFrame({"first": rows["sentence1"], "second": rows["sentence2"], "band": bands})
+        frame.to_csv(workdir / "own" / f"bands-{split}.csv", index=False)
 
 
 def rewrite_gz_tsv(src: Path, dst: Path, change) -> None:
@@ -87,8 +115,8 @@ def changed_squad(root: Path, dev_titles: set[str]) -> Path:
     return root
 
 
-def run(workdir: Path, cfg: dict) -> Path:
-    workdir.mkdir(parents=True)
+def run(workdir: Path, cfg: dict, rotate_dev: bool) -> Path:
+    own_files(workdir, rotate_dev)
     (workdir / "config.yaml").write_text(yaml.safe_dump(cfg))
     snakemake(workdir)
     return workdir
@@ -123,7 +151,8 @@ def squad_dev_titles(cfg: dict, out_dir: Path) -> set[str]:
     from bertvision.registry.tasks import get_task
     from bertvision.stages.download import download_task
 
-    download_task(get_task("squad2"), WorkflowSettings(validate_config(cfg)).download("squad2"), out_dir)
+    squad_only = {**cfg, "tasks": {"squad2": cfg["tasks"]["squad2"]}, "shared": {}}
+    download_task(get_task("squad2"), WorkflowSettings(validate_config(squad_only)).download("squad2"), out_dir)
     return set(pd.read_parquet(out_dir / "dev.parquet")["title"])
 
 
@@ -136,8 +165,8 @@ def two_runs(tiny_bert, tmp_path_factory):
     # the two runs side by side (neither reads the other), each on 2 cores: they fill each other's gaps
     with ThreadPoolExecutor(2) as pool:
         runs = [
-            pool.submit(run, root / name, cfg)
-            for name, cfg in (("as-shipped", shipped), ("dev-labels-changed", changed))
+            pool.submit(run, root / name, cfg, changed_labels)
+            for name, cfg, changed_labels in (("as-shipped", shipped, False), ("dev-labels-changed", changed, True))
         ]
         first, second = (r.result() for r in runs)
     assert set(pd.read_parquet(first / "data/raw/squad2/dev.parquet")["title"]) == dev_titles
@@ -146,7 +175,7 @@ def two_runs(tiny_bert, tmp_path_factory):
 
 def test_the_dev_labels_did_change(two_runs):
     first, second = two_runs
-    for task in ("mrpc", "stsb", "squad2"):
+    for task in ("mrpc", "stsb", "squad2", "bands"):
         a, b = (pd.read_parquet(w / f"data/raw/{task}/dev.parquet") for w in two_runs)
         assert not a.equals(b), task
         for split in ("train", "selection"):

@@ -15,7 +15,6 @@ import yaml
 
 from bertvision.errors import ConfigError
 from bertvision.registry.heads import HEAD_TYPES, searchable_parameters
-from bertvision.registry.tasks import TASKS
 from bertvision.runtime.precision import PRECISIONS
 
 SCHEMA_FILE = Path(str(resources.files("bertvision.config") / "schema.yaml"))
@@ -56,7 +55,8 @@ def _head_spec_schema(node: dict) -> dict:
 
 
 REGISTRY_NODES = {
-    "tasks": lambda node: {"enum": list(TASKS)},
+    # a registered task's name, or one a declared task can take (config/declared_tasks.py)
+    "tasks": lambda node: {"pattern": "^[a-z0-9][a-z0-9-]*$"},
     "head-spec": _head_spec_schema,
     "searchable": lambda node: {"enum": sorted(searchable_parameters())},
     "precisions": lambda node: {**{k: v for k, v in node.items() if k != "x-registry"}, "enum": list(PRECISIONS)},

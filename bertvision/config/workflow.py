@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bertvision.config.checks import check
+from bertvision.config.declared_tasks import declared_task, is_declaration
 from bertvision.config.schema import read_config, schema_default, validate_config
 from bertvision.config.settings import (
     BaselineSettings,
@@ -23,9 +24,10 @@ from bertvision.config.settings import (
     SearchSettings,
     TokenizeSettings,
 )
+from bertvision.errors import ConfigError
 from bertvision.layout import Checkpoint, Run, SharedEncoder
 from bertvision.registry.heads import get_head_type, trains_on
-from bertvision.registry.tasks import get_task
+from bertvision.registry.tasks import TASKS, TaskSpec, declare, get_task, registered_names
 
 # the section of tasks.<task> that changes a settings block for that task
 TASK_LAYERS = {"finetune.settings": "finetune", "heads.training": "head_training"}
@@ -40,7 +42,26 @@ class WorkflowSettings:
 
     def __init__(self, config: dict, source: str = "config"):
         self.config, self.source = config, source
+        self.declared = self._declare_tasks()
         check(self)
+
+    def _declare_tasks(self) -> list[TaskSpec]:
+        """The config's own tasks (``tasks.<name>.files``), added to this process's registry; a
+        name that is neither registered nor declared is an error."""
+        declared = []
+        for name, block in self.config["tasks"].items():
+            if is_declaration(block):
+                try:
+                    declared.append(declare(declared_task(name, block)))
+                except (ConfigError, ValueError) as err:
+                    raise ConfigError(f"{self.source}: {err}") from None
+            elif name not in TASKS or TASKS[name].declared:
+                registered = ", ".join(sorted(registered_names()))
+                raise ConfigError(
+                    f"{self.source}: tasks: unknown task {name!r} (the registry has {registered}); declare a task "
+                    "of your own with files, text, label and kind (docs/own-task.md)"
+                )
+        return declared
 
     @classmethod
     def from_file(cls, path: Path) -> WorkflowSettings:

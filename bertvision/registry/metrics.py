@@ -26,6 +26,15 @@ def f1(pred, gold) -> float:
     return 0.0 if tp == 0 else 2 * tp / (2 * tp + fp + fn)
 
 
+def f1_macro(pred, gold) -> float:
+    """F1 of each class that occurs in gold or predictions, averaged with equal weights: a constant
+    prediction scores low on imbalanced labels, where accuracy would reward it."""
+    pred, gold = np.asarray(pred), np.asarray(gold)
+    classes = np.union1d(pred, gold)
+    scores = [f1((pred == c).astype(int), (gold == c).astype(int)) for c in classes]
+    return float(np.mean(scores)) if scores else 0.0
+
+
 def mcc(pred, gold) -> float:
     """Matthews correlation for any number of classes (Gorodkin's R_K, as sklearn computes it)."""
     pred, gold = np.asarray(pred), np.asarray(gold)
@@ -83,6 +92,7 @@ EXAMPLE_METRICS = {
     for m in [
         Metric("accuracy", accuracy),
         Metric("f1", f1),
+        Metric("f1_macro", f1_macro),
         Metric("mcc", mcc, zero_is_chance=True),
         Metric("pearson", pearson, zero_is_chance=True),
         Metric("spearman", spearman, zero_is_chance=True),

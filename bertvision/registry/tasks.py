@@ -8,6 +8,9 @@ Label order follows the Hugging Face ``nyu-mll/glue`` dataset, so the local
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import os
 from dataclasses import dataclass
 
 from bertvision.registry.metrics import METRICS
@@ -30,6 +33,16 @@ class SquadFileLayout:
     """SQuAD-format JSON files (plain or .gz) in ``data.squad_dir``."""
 
     files: dict[str, str]  # our split name -> file name
+
+
+@dataclass(frozen=True)
+class FileLayout:
+    """A task declared in the config (``tasks.<name>.files``): a labelled file per split (CSV, TSV,
+    JSON Lines, JSON or Parquet, each but Parquet also gzipped), its text columns and label column."""
+
+    files: dict[str, str]  # our split name -> path
+    text_columns: tuple[str, ...]
+    label_column: str
 
 
 @dataclass(frozen=True)
@@ -68,6 +81,7 @@ class TaskSpec:
     hub_splits: dict[str, str]  # our split name -> hub split name
     glue: GlueFileLayout | None = None
     squad: SquadFileLayout | None = None
+    files: FileLayout | None = None
     span: SpanSettings | None = None
     answerability: AnswerabilitySettings | None = None
     # Class names in label-id order; for local files, the raw label strings in the same order.
@@ -129,6 +143,24 @@ class TaskSpec:
     def metric_scale(self) -> float:
         """The best possible score: 1 for GLUE metrics, 100 for SQuAD's."""
         return METRICS[self.kind][self.primary_metric].scale
+
+    @property
+    def declared(self) -> bool:
+        """A task of the config's own (``tasks.<name>.files``), not one of the registry's."""
+        return self.files is not None
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> TaskSpec:
+        layouts = {"glue": GlueFileLayout, "squad": SquadFileLayout, "files": FileLayout, "span": SpanSettings,
+                   "answerability": AnswerabilitySettings}  # fmt: skip
+        fields = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
+        for key, layout in layouts.items():
+            if fields.get(key) is not None:
+                fields[key] = layout(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields[key].items()})
+        return cls(**fields)
 
 
 _GLUE_HUB = "nyu-mll/glue"
@@ -193,11 +225,12 @@ def register(task: TaskSpec) -> TaskSpec:
         and METRICS[task.kind][m].aggregation
         and not task.answerability
     ]
-    if not (task.glue or task.squad):
-        problems.append("no local file layout (glue or squad)")
-    missing = [s for s in ("train", *task.eval_splits) if s not in task.hub_splits]
+    if not (task.glue or task.squad or task.files):
+        problems.append("no local file layout (glue, squad or files)")
+    expected = task.files.files if task.files else task.hub_splits
+    missing = [s for s in ("train", *task.eval_splits) if s not in expected]
     if missing:
-        problems.append(f"hub_splits lacks {missing}")
+        problems.append(f"{'files' if task.files else 'hub_splits'} lacks {missing}")
     if problems:
         raise ValueError(f"task {task.name!r}: " + "; ".join(problems))
     TASKS[task.name] = task
@@ -382,7 +415,35 @@ for _task in [
     register(_task)
 
 
+# The tasks a config declares (tasks.<name>.files), as JSON {name: TaskSpec}: the workflow sets it
+# (rules/common.smk) and every job it starts reads it, so that a declared task is known by name
+# in each job's process as a registered one is.
+DECLARED_ENV = "BERTVISION_DECLARED_TASKS"
+
+
+def declare(task: TaskSpec) -> TaskSpec:
+    """Add a config's own task to this process's registry (again: the same declaration is kept)."""
+    if TASKS.get(task.name) == task:
+        return task
+    if task.name in TASKS and not TASKS[task.name].declared:
+        raise ValueError(f"task {task.name!r} is a registered task; give a declared task another name")
+    TASKS.pop(task.name, None)
+    return register(task)
+
+
+def registered_names() -> list[str]:
+    """The registry's own tasks (not those a config declared)."""
+    return [name for name, task in TASKS.items() if not task.declared]
+
+
+def declared_json(tasks: list[TaskSpec]) -> str:
+    return json.dumps({t.name: t.to_dict() for t in tasks}, sort_keys=True)
+
+
 def get_task(name: str) -> TaskSpec:
+    if name not in TASKS and os.environ.get(DECLARED_ENV):
+        for data in json.loads(os.environ[DECLARED_ENV]).values():
+            declare(TaskSpec.from_dict(data))
     try:
         return TASKS[name]
     except KeyError:

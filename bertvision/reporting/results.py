@@ -225,9 +225,10 @@ def no_window_note(block: pd.DataFrame) -> str:
     )
 
 
-# The result tables: name -> (title, which tasks it holds).
+# The result tables: name -> (title, which tasks it holds). The config's own tasks
+# (classification, regression) stand beside GLUE's.
 TABLES = {
-    "glue": ("GLUE results", lambda task: task.glue is not None),
+    "glue": ("GLUE results", lambda task: task.squad is None),
     "squad": ("SQuAD 2.0 results (span extraction and answerability)", lambda task: task.squad is not None),
 }
 SUMMARY_COLUMNS = [
@@ -251,6 +252,8 @@ def result_tables(records: pd.DataFrame, head_order: list[str]) -> dict[str, tup
     for name, (title, holds) in TABLES.items():
         part = records[[holds(get_task(t)) for t in records["task"]]] if len(records) else records
         summary = summarize(part, head_order) if len(part) else pd.DataFrame(columns=SUMMARY_COLUMNS)
+        if any(get_task(t).declared for t in part["task"].unique()):
+            title = f"{title} and the config's own tasks"
         markdown = results_markdown(summary, title) if len(summary) else f"# {title}\n\nNo such task configured.\n"
         if len(summary):  # the question counts in the CSV: for answerability tasks only
             summary = summary.drop(columns=[k for k in QUESTION_COUNTS if summary[k].isna().all()])

@@ -16,6 +16,8 @@ from bertvision.config.settings import DownloadSettings
 from bertvision.data import squad_files
 from bertvision.data.glue_files import locate, parse_split
 from bertvision.data.hub import load_hub_split
+from bertvision.data.task_files import read_task_file
+from bertvision.errors import DataFormatError
 from bertvision.layout import split_file
 from bertvision.registry.tasks import TaskSpec, splits_of
 from bertvision.runtime.io import atomic_write_parquet
@@ -24,6 +26,11 @@ log = logging.getLogger(__name__)
 
 
 def load_source_split(task: TaskSpec, split: str, source: DownloadSettings) -> pd.DataFrame:
+    if task.files:  # a task of the config's own: its files, whatever data.source says
+        path, layout = Path(task.files.files[split]), task.files
+        log.info("reading %s", path)
+        return read_task_file(path, split, layout.text_columns, task.text_fields, layout.label_column, task.kind,
+                              task.raw_labels)  # fmt: skip
     if source.source == "local":
         path = locate(Path(source.glue_dir), task, split)
         log.info("reading %s", path)
@@ -106,7 +113,11 @@ def download_glue(task: TaskSpec, settings: DownloadSettings, out_dir: Path) -> 
     seed = int(settings.seed)
     train_full = load_source_split(task, "train", settings)
     train_pool = subsample(train_full, settings.train_size, seed)
-    train, selection = carve_selection(train_pool, float(settings.selection_fraction), seed)
+    try:
+        train, selection = carve_selection(train_pool, float(settings.selection_fraction), seed)
+    except ValueError as err:
+        where = task.files.files["train"] if task.files else f"{task.name} train"
+        raise DataFormatError(f"{where}: {len(train_pool)} rows: too few for a selection split ({err})") from None
     frames = {"train": train, "selection": subsample(selection, settings.selection_size, seed)}
     for split in task.eval_splits:
         frames[split] = subsample(load_source_split(task, split, settings), settings.eval_size, seed)
@@ -118,6 +129,8 @@ def download_glue(task: TaskSpec, settings: DownloadSettings, out_dir: Path) -> 
 def local_source_files(task: TaskSpec, settings: DownloadSettings) -> list[Path]:
     """The local files a download reads (empty for the hub), so the workflow reruns the
     download when one of them changes."""
+    if task.files:
+        return [Path(p) for p in task.files.files.values()]
     if settings.source != "local":
         return []
     if task.squad:

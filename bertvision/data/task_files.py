@@ -1,0 +1,273 @@
+"""Read a user's own labelled files into the canonical frame of one split of a task.
+
+pandas (pyarrow for Parquet) reads every file. The csv and json modules only check what
+pandas would let pass silently (a ragged or blank CSV record, a duplicated header name, a
+JSON Lines line that is not an object) and find the physical line where each record starts,
+for the error messages. An error is one line naming the file, the place (``line N``, 1-based,
+in CSV, TSV and JSON Lines; ``row N``, 0-based like ``idx``, in JSON and Parquet) and the
+column. No row is ever skipped: the file is read whole or refused.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import math
+import re
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from bertvision.errors import DataFormatError, MissingError
+
+FORMATS = ("csv", "tsv", "jsonl", "json", "parquet")
+_SUFFIXES = (".csv", ".csv.gz", ".tsv", ".tsv.gz", ".jsonl", ".jsonl.gz", ".json", ".json.gz", ".parquet")
+_SEPARATORS = {"csv": ",", "tsv": "\t"}
+_INTEGER = re.compile(r"[+-]?\d+")
+
+
+def file_format(path: Path) -> str:
+    """The format by the file's suffix; each format but Parquet may also be gzip-compressed."""
+    name = Path(path).name.lower()
+    for suffix in _SUFFIXES:
+        if name.endswith(suffix):
+            return suffix.split(".")[1]
+    raise DataFormatError(f"{path}: unknown file suffix; expected one of {', '.join(_SUFFIXES)}")
+
+
+def read_table(path: Path) -> pd.DataFrame:
+    """The file as a frame: CSV and TSV cells as strings ("" for an empty cell), JSON values as parsed."""
+    return _read(Path(path))[0]
+
+
+def labels_in(path: Path, label_column: str) -> tuple[str, ...]:
+    """The distinct labels of a file's label column as strings: in numeric order when every one is an
+    integer, else in lexicographic order (a classification task's label order when none is declared)."""
+    path = Path(path)
+    frame, where = _read(path)
+    _require_columns(path, frame, [label_column])
+    found = [_label_text(value) for value in frame[label_column]]
+    empty = next((row for row, text in enumerate(found) if not text), None)
+    if empty is not None:
+        raise _cell_error(path, where(empty), label_column, "empty label")
+    distinct = set(found)
+    if all(_INTEGER.fullmatch(text) for text in distinct):
+        return tuple(sorted(distinct, key=lambda text: (int(text), text)))
+    return tuple(sorted(distinct))
+
+
+def read_task_file(
+    path: Path,
+    split: str,
+    text_columns: tuple[str, ...],
+    text_fields: tuple[str, ...],
+    label_column: str | None,
+    kind: str,
+    labels: tuple[str, ...],
+) -> pd.DataFrame:
+    """Canonical frame of one split: ``idx`` (0-based row of the file), one column per text field
+    (``text_fields[i]`` names ``text_columns[i]``) and, unless ``label_column`` is None (an unlabelled
+    split), ``label``: an int64 index into ``labels`` (classification) or a float32 (regression)."""
+    if kind not in ("classification", "regression"):
+        raise ValueError(f"kind must be classification or regression, not {kind!r}")
+    if len(text_fields) != len(text_columns) or len(text_columns) not in (1, 2):
+        raise ValueError(f"need 1 or 2 text columns, one field name each: {text_columns} -> {text_fields}")
+    path = Path(path)
+    frame, where = _read(path)
+    _require_columns(path, frame, [*text_columns, *([label_column] if label_column else [])])
+
+    out = {"idx": np.arange(len(frame), dtype=np.int64)}
+    for column, field in zip(text_columns, text_fields):
+        values = frame[column]
+        bad = _first(values, lambda v: isinstance(v, str) and bool(v.strip()))
+        if bad is not None:
+            raise _cell_error(path, where(bad), column, f"empty or non-string text {_shown(values.iloc[bad])}")
+        out[field] = pd.array(values.to_numpy(dtype=object), dtype="string")
+    if label_column is not None:
+        raw = frame[label_column]
+        if kind == "regression":
+            numbers = [_number(value) for value in raw]
+            bad = _first(numbers, lambda v: v is not None)
+            if bad is not None:
+                raise _cell_error(
+                    path, where(bad), label_column, f"label {_shown(raw.iloc[bad])} is not a finite number"
+                )
+            out["label"] = np.asarray(numbers, dtype=np.float32)
+        else:
+            ids = {str(label): i for i, label in enumerate(labels)}
+            found = [ids.get(_label_text(value)) for value in raw]
+            bad = _first(found, lambda v: v is not None)
+            if bad is not None:
+                allowed = [str(label) for label in labels]
+                problem = f"unknown label {_shown(raw.iloc[bad])} in {split}; expected one of {allowed}"
+                raise _cell_error(path, where(bad), label_column, problem)
+            out["label"] = np.asarray(found, dtype=np.int64)
+    return pd.DataFrame(out)
+
+
+def _read(path: Path) -> tuple[pd.DataFrame, Callable[[int], str]]:
+    """The frame and, for a row index, where that row is in the file ("line N" or "row N")."""
+    fmt = file_format(path)
+    if not path.is_file():
+        raise MissingError(f"{path}: no such file")
+    if path.stat().st_size == 0:
+        raise DataFormatError(f"{path}: empty file")
+    try:
+        if fmt in _SEPARATORS:
+            lines = _scan_csv(path, _SEPARATORS[fmt])
+            frame = pd.read_csv(
+                path,
+                sep=_SEPARATORS[fmt],
+                dtype=str,
+                keep_default_na=False,
+                skip_blank_lines=False,
+                index_col=False,
+                encoding="utf-8-sig",
+            )
+        elif fmt == "jsonl":
+            lines = _scan_jsonl(path)
+            frame = pd.read_json(path, lines=True, dtype=False, encoding="utf-8-sig")
+        elif fmt == "json":
+            lines = None
+            frame = _read_json(path)
+        else:
+            lines = None
+            frame = pd.read_parquet(path)
+    except (ValueError, OSError, EOFError) as exc:  # UnicodeDecodeError, a bad gzip or Parquet file
+        if isinstance(exc, DataFormatError):
+            raise
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise DataFormatError(f"{path}: cannot be read as {fmt}: {reason}") from None
+    if len(frame) == 0:
+        raise DataFormatError(f"{path}: no rows")
+    if lines is not None and len(lines) != len(frame):  # cannot happen unless pandas and csv/json disagree
+        raise DataFormatError(f"{path}: pandas read {len(frame)} rows but the file holds {len(lines)} records")
+    duplicated = sorted({str(c) for c in frame.columns[frame.columns.duplicated()]})
+    if duplicated:
+        raise DataFormatError(f"{path}: duplicate column name(s) {duplicated}")
+    if lines is None:
+        return frame, lambda row: f"row {row}"
+    return frame, lambda row: f"line {lines[row]}"
+
+
+def _open_text(path: Path, newline: str | None = None):
+    opener = gzip.open if path.name.lower().endswith(".gz") else open
+    return opener(path, "rt", encoding="utf-8-sig", newline=newline)
+
+
+def _scan_csv(path: Path, sep: str) -> list[int]:
+    """The line where each data record starts, after checking the header and every record's width
+    (pandas would rename a duplicated name to ``x.1``, fill a short record with "" and drop a blank line)."""
+    starts: list[int] = []
+    header: list[str] | None = None
+    with _open_text(path, newline="") as fh:
+        reader = csv.reader(fh, delimiter=sep, strict=True)
+        start = 1
+        try:
+            for record in reader:
+                if header is None:
+                    header = record
+                    duplicated = sorted(name for name, n in Counter(header).items() if n > 1)
+                    if duplicated:
+                        raise DataFormatError(
+                            f"{path}: line 1: duplicate column name(s) {duplicated}; header is {header}"
+                        )
+                elif len(record) != len(header):
+                    got = "a blank line" if not record else f"{len(record)} field(s)"
+                    raise DataFormatError(f"{path}: line {start}: {got}, expected {len(header)} fields")
+                else:
+                    starts.append(start)
+                start = reader.line_num + 1
+        except csv.Error as exc:
+            raise DataFormatError(f"{path}: line {start}: malformed record ({exc})") from None
+    if header is None:
+        raise DataFormatError(f"{path}: empty file")
+    return starts
+
+
+def _scan_jsonl(path: Path) -> list[int]:
+    """The line of each record, after checking each is a JSON object; blank lines are no records."""
+    lines: list[int] = []
+    with _open_text(path) as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DataFormatError(
+                    f"{path}: line {lineno}: undecodable JSON ({exc.msg}, column {exc.colno})"
+                ) from None
+            if not isinstance(value, dict):
+                raise DataFormatError(f"{path}: line {lineno}: expected a JSON object, got {type(value).__name__}")
+            lines.append(lineno)
+    return lines
+
+
+def _read_json(path: Path) -> pd.DataFrame:
+    with _open_text(path) as fh:
+        text = fh.read()
+    if not text.strip():
+        raise DataFormatError(f"{path}: empty file")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DataFormatError(f"{path}: line {exc.lineno}: undecodable JSON ({exc.msg}, column {exc.colno})") from None
+    if isinstance(data, dict) and isinstance(data.get("data"), list):
+        data = data["data"]
+    if not isinstance(data, list):
+        raise DataFormatError(f'{path}: expected a list of objects or {{"data": [...]}}, got {type(data).__name__}')
+    bad = _first(data, lambda record: isinstance(record, dict))
+    if bad is not None:
+        raise DataFormatError(f"{path}: row {bad}: expected a JSON object, got {type(data[bad]).__name__}")
+    return pd.DataFrame(data, dtype=object)  # object: 1 stays 1, not 1.0 beside a null, None stays None
+
+
+def _require_columns(path: Path, frame: pd.DataFrame, wanted: list[str]) -> None:
+    missing = [column for column in dict.fromkeys(wanted) if column not in frame.columns]
+    if missing:
+        at = " line 1:" if file_format(path) in _SEPARATORS else ""
+        raise DataFormatError(f"{path}:{at} missing column(s) {missing}; columns found: {list(frame.columns)}")
+
+
+def _cell_error(path: Path, place: str, column: str, problem: str) -> DataFormatError:
+    return DataFormatError(f"{path}: {place}: column {column!r}: {problem}")
+
+
+def _first(values, ok: Callable[[object], bool]) -> int | None:
+    return next((row for row, value in enumerate(values) if not ok(value)), None)
+
+
+def _label_text(value) -> str | None:
+    """A label's string form, so that 1 and 1.0 (JSON, Parquet) and "1" (CSV) are one label; None if missing."""
+    if isinstance(value, str):
+        return value.strip()
+    if _missing(value):
+        return None
+    if isinstance(value, float | np.floating) and float(value).is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _shown(value) -> str:
+    """A cell for a message: null when missing (None, NaN), else the Python repr (3, not np.int64(3))."""
+    if _missing(value):
+        return "null"
+    return repr(value.item() if isinstance(value, np.generic) else value)
+
+
+def _missing(value) -> bool:
+    return value is None or value is pd.NA or (isinstance(value, float | np.floating) and math.isnan(value))
+
+
+def _number(value) -> float | None:
+    """A regression label as a finite float, or None."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None

@@ -1,0 +1,206 @@
+"""Tasks of the user's own, declared in the config (``tasks.<name>.files``): a CSV pair task with
+three classes whose quoted fields hold commas and newlines, a gzipped JSON Lines pair task and a
+Parquet regression task, made from the shipped GLUE rows, go through the whole workflow on the
+tiny BERT and are answered over HTTP; bad declarations are one line naming the key."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+import yaml
+
+from bertvision import layout as L
+from bertvision.data.glue_files import locate, parse_split
+from bertvision.registry.tasks import get_task
+from tests.conftest import SHIPPED_GLUE, snakemake
+
+BANDS = ("low", "mid", "high")
+
+
+def glue_rows(task: str, split: str, n: int) -> pd.DataFrame:
+    return parse_split(locate(SHIPPED_GLUE, get_task(task), split), get_task(task), split).head(n)
+
+
+def band(score: float) -> str:
+    return BANDS[0] if score < 2 else BANDS[1] if score < 3.5 else BANDS[2]
+
+
+def write_own_files(root) -> dict:
+    """The three tasks' files and their config blocks."""
+    root.mkdir(parents=True, exist_ok=True)
+    blocks = {}
+    for split, n in (("train", 60), ("dev", 30)):
+        sts = glue_rows("stsb", split, n)
+        # every third pair's first sentence gets a comma and a line break: CSV quoting must keep them
+        first = [s + (',\n"quoted", too' if i % 3 == 0 else "") for i, s in enumerate(sts["sentence1"])]
+        bands = [band(x) for x in sts["label"]]
+        similarity = pd.DataFrame({"first sentence": first, "second, sentence": sts["sentence2"], "band": bands})
+        similarity.to_csv(root / f"similarity-{split}.csv", index=False)
+        mrpc = glue_rows("mrpc", split, n)
+        records = [
+            {"a": a, "b": b, "same": int(y)} for a, b, y in zip(mrpc["sentence1"], mrpc["sentence2"], mrpc["label"])
+        ]
+        pd.DataFrame(records).to_json(root / f"paraphrase-{split}.jsonl.gz", orient="records", lines=True)
+        pd.DataFrame({"sentence": sts["sentence2"], "score": sts["label"].astype(float)}).to_parquet(
+            root / f"score-{split}.parquet"
+        )
+    files = lambda name, suffix: {s: str(root / f"{name}-{s}.{suffix}") for s in ("train", "dev")}  # noqa: E731
+    blocks["similarity"] = {"files": files("similarity", "csv"), "text": ["first sentence", "second, sentence"],
+                            "label": "band", "kind": "classification", "labels": list(BANDS),
+                            "max_length": 64}  # fmt: skip
+    blocks["paraphrase"] = {"files": files("paraphrase", "jsonl.gz"), "text": ["a", "b"], "label": "same",
+                            "kind": "classification", "max_length": 64}  # fmt: skip
+    blocks["score"] = {"files": files("score", "parquet"), "text": "sentence", "label": "score", "kind": "regression",
+                       "max_length": 32}  # fmt: skip
+    return blocks
+
+
+def own_config(tiny_bert, blocks: dict) -> dict:
+    return {
+        "backbones": {"tiny": {"pretrained": str(tiny_bert)}},
+        "data": {"selection_fraction": 0.2},
+        "tasks": blocks,
+        "finetune": {"epoch_fractions": [0, 1.0], "settings": {"batch_size": 8}},
+        "baseline": {"epochs": 1, "seeds": [1]},
+        "extract": {"shards": 1, "batch_size": 16},
+        "resources": {"threads": 1},
+        "heads": {
+            "seeds": [1],
+            "training": {"max_epochs": 2, "patience": 1, "batch_size": 16},
+            "models": {"lp": {"type": "lp"}, "adapter8": {"type": "adapter", "width": 8}},
+        },
+    }
+
+
+def own_settings(config: dict):
+    from bertvision.config.schema import validate_config
+    from bertvision.config.workflow import WorkflowSettings
+
+    return WorkflowSettings(validate_config(config, source="own.yaml"), source="own.yaml")
+
+
+@pytest.fixture(scope="module")
+def own_run(tiny_bert, tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("own-task")
+    blocks = write_own_files(workdir / "data")
+    (workdir / "config.yaml").write_text(yaml.safe_dump(own_config(tiny_bert, blocks)))
+    snakemake(workdir)
+    return workdir, blocks
+
+
+@pytest.mark.slow
+def test_own_files_go_through_every_stage_and_are_served(own_run):
+    import httpx
+
+    from bertvision.serving.app import ServeSettings, create_app
+    from tests.http_server import Server
+
+    workdir, blocks = own_run
+    # every row of the CSV, commas and line breaks kept, split between train and selection
+    source = pd.read_csv(blocks["similarity"]["files"]["train"], keep_default_na=False)
+    raw = pd.concat([pd.read_parquet(workdir / f"data/raw/similarity/{s}.parquet") for s in ("train", "selection")])
+    assert sorted(raw["idx"]) == list(range(len(source)))
+    by_idx = raw.set_index("idx")
+    assert (by_idx.loc[source.index, "text_a"].to_numpy() == source["first sentence"].to_numpy()).all()
+    assert any("\n" in t and "," in t for t in by_idx["text_a"])
+    assert (by_idx.loc[source.index, "label"].to_numpy() == source["band"].map(BANDS.index).to_numpy()).all()
+
+    summary = pd.read_csv(workdir / "results/tables/summary.csv")
+    assert set(summary["task"]) == set(blocks)
+    picks = json.loads((workdir / "results/tables/picks.json").read_text())
+    assert {p["task"] for p in picks["picks"]} == set(blocks)
+    glue = pd.read_csv(workdir / "results/tables/glue.csv")
+    assert set(glue.loc[glue["task"] == "similarity", "metric"]) == {"f1_macro", "accuracy"}
+    assert set(glue.loc[glue["task"] == "score", "metric"]) == {"pearson", "spearman"}
+
+    picked_dir = workdir / L.PICKED_BUNDLES_DIR.format(model="tiny")
+    with Server(create_app(picked_dir, ServeSettings(device="cpu"))) as running:
+        client = httpx.Client(base_url=running.url, timeout=60)
+        tasks = client.get("/tasks").json()["tasks"]
+        assert set(tasks) == set(blocks)
+        pair = ["A man is playing a guitar.", "A man plays the guitar."]
+        answers = client.post("/predict", json={"texts": [pair], "tasks": ["similarity", "paraphrase"]})
+        assert answers.status_code == 200, answers.text
+        prediction = answers.json()["predictions"][0]
+        assert prediction["similarity"]["label"] in BANDS
+        assert prediction["paraphrase"]["label"] in ("0", "1")
+        single = client.post("/predict", json={"texts": ["A man plays the guitar."], "tasks": ["score"]})
+        assert single.status_code == 200 and isinstance(single.json()["predictions"][0]["score"]["score"], float)
+        v2 = client.post(
+            "/v2/models/similarity/infer",
+            json={"inputs": [{"name": "text_a", "shape": [1], "datatype": "BYTES", "data": [pair[0]]},
+                             {"name": "text_b", "shape": [1], "datatype": "BYTES", "data": [pair[1]]}]},
+        )  # fmt: skip
+        assert v2.status_code == 200, v2.text
+
+
+def test_a_declared_task_is_a_task_like_the_registrys(tiny_bert, tmp_path):
+    blocks = write_own_files(tmp_path / "data")
+    settings = own_settings(own_config(tiny_bert, blocks))
+    similarity = get_task("similarity")
+    assert similarity.label_names == BANDS and similarity.is_pair and similarity.primary_metric == "f1_macro"
+    assert get_task("paraphrase").label_names == ("0", "1")  # the train file's labels, sorted
+    assert get_task("score").kind == "regression" and get_task("score").train_rows == 60
+    assert settings.max_length("score") == 32 and settings.train_rows("similarity") == 48
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            lambda b: b.update(mrpc=b.pop("score")),
+            "tasks.mrpc: mrpc is a registered task; give your own task another name",
+        ),
+        (lambda b: b["score"]["files"].update(train="nope.csv"), "tasks.score.files.train: nope.csv: no such file"),
+        (lambda b: b["score"].pop("label"), "tasks.score: 'label' is a dependency of 'files'"),
+        (lambda b: b.update({"My Task": b.pop("score")}), "tasks: 'My Task' does not match"),
+        (lambda b: b["similarity"].update(labels=["low", "mid"]), "similarity-train.csv: line "),
+        (lambda b: b["paraphrase"].update(metrics=["bleu"]), "metric 'bleu' is not a classification metric"),
+        (lambda b: b.update(qqp2={"train_size": 3}), "tasks: unknown task 'qqp2'"),
+    ],
+)
+def test_a_bad_declaration_is_one_line_naming_the_key(tiny_bert, tmp_path, change, message):
+    from bertvision.errors import BertvisionError
+
+    blocks = write_own_files(tmp_path / "data")
+    change(blocks)
+    if "line " in message:  # a dev or train label outside the declared set: found when the task is read
+        from bertvision.stages.download import download_task
+
+        settings = own_settings(own_config(tiny_bert, blocks))
+        with pytest.raises(BertvisionError, match=message):
+            download_task(get_task("similarity"), settings.download("similarity"), tmp_path / "raw")
+        assert not (tmp_path / "raw").exists()
+        return
+    with pytest.raises(BertvisionError) as err:
+        own_settings(own_config(tiny_bert, blocks))
+    assert message in str(err.value) and len(str(err.value).splitlines()) == 1
+
+
+def test_a_bad_row_stops_the_download_job_in_one_line_and_writes_nothing(tiny_bert, tmp_path):
+    """The job's own process knows the declared task from the environment the workflow gives it
+    (rules/common.smk), reads the dev file and names its bad label's line."""
+    import os
+    import subprocess
+    import sys
+
+    from bertvision.registry.tasks import DECLARED_ENV, declared_json
+
+    blocks = write_own_files(tmp_path / "data")
+    dev = pd.read_csv(blocks["similarity"]["files"]["dev"], keep_default_na=False)
+    dev.loc[4, "band"] = "very high"
+    dev.to_csv(blocks["similarity"]["files"]["dev"], index=False)
+    settings = own_settings(own_config(tiny_bert, blocks))
+    env = {**os.environ, DECLARED_ENV: declared_json(settings.declared)}
+    out = tmp_path / "raw" / "similarity"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bertvision", "download", "--task", "similarity", "--settings",
+         settings.download("similarity").to_json(), "--out-dir", str(out)],
+        capture_output=True, text=True, env=env, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    (line,) = [x for x in proc.stderr.splitlines() if ": error: " in x]
+    assert "similarity-dev.csv: line " in line and "column 'band': unknown label 'very high'" in line
+    assert not out.exists()

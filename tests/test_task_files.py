@@ -1,0 +1,357 @@
+"""A user's own labelled files: every format read exactly, and each bad input refused in one line
+naming the file, the line (or row) and the column."""
+
+import gzip
+import json
+
+import pandas as pd
+import pytest
+
+from bertvision.data.task_files import FORMATS, file_format, labels_in, read_table, read_task_file
+from bertvision.errors import DataFormatError, MissingError
+
+LABELS = ("bad", "ok", "good")
+
+# Quoted fields holding commas, doubled quotes and newlines; "NA" and "null" are text, not missing.
+REVIEWS_CSV = "\n".join(
+    [
+        "title,body,stars",
+        'Fine,"Works, mostly.",ok',
+        '"Two\nlines","He said ""no"",\nthen left.",bad',
+        "NA,null,good\n",
+    ]
+)
+REVIEWS = [("Fine", "Works, mostly.", 1), ("Two\nlines", 'He said "no",\nthen left.', 0), ("NA", "null", 2)]
+
+
+def write(path, text):
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def write_gz(path, text):
+    with gzip.open(path, "wt", encoding="utf-8") as fh:
+        fh.write(text)
+    return path
+
+
+def read_reviews(path, split="train", labels=LABELS, label="stars"):
+    return read_task_file(path, split, ("title", "body"), ("title", "body"), label, "classification", labels)
+
+
+def refused(call, *args, **kwargs) -> str:
+    """The one-line message of the DataFormatError that ``call`` raises."""
+    with pytest.raises(DataFormatError) as caught:
+        call(*args, **kwargs)
+    message = str(caught.value)
+    assert "\n" not in message
+    return message
+
+
+def rows(df):
+    return [tuple(r) for r in df.drop(columns="idx").itertuples(index=False)]
+
+
+# ---- file formats ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name, fmt",
+    [
+        ("a.csv", "csv"),
+        ("a.CSV.gz", "csv"),
+        ("a.tsv", "tsv"),
+        ("a.tsv.gz", "tsv"),
+        ("a.jsonl", "jsonl"),
+        ("a.jsonl.gz", "jsonl"),
+        ("a.json", "json"),
+        ("a.json.gz", "json"),
+        ("a.parquet", "parquet"),
+    ],
+)
+def test_format_by_suffix(tmp_path, name, fmt):
+    assert file_format(tmp_path / name) == fmt
+    assert fmt in FORMATS
+
+
+@pytest.mark.parametrize("name", ["a.xlsx", "a.parquet.gz", "a.txt", "csv"])
+def test_unknown_suffix(tmp_path, name):
+    path = tmp_path / name
+    assert refused(file_format, path) == (
+        f"{path}: unknown file suffix; expected one of "
+        ".csv, .csv.gz, .tsv, .tsv.gz, .jsonl, .jsonl.gz, .json, .json.gz, .parquet"
+    )
+
+
+# ---- reading every format exactly ---------------------------------------------------------------
+
+
+def test_csv_quoted_commas_and_newlines_read_exactly(tmp_path):
+    df = read_reviews(write(tmp_path / "train.csv", REVIEWS_CSV))
+    assert list(df.columns) == ["idx", "title", "body", "label"]
+    assert df["idx"].tolist() == [0, 1, 2]
+    assert str(df["idx"].dtype) == "int64" and str(df["label"].dtype) == "int64"
+    assert str(df["title"].dtype) == "string"
+    assert rows(df) == REVIEWS
+
+
+def test_gzip_csv_is_the_same(tmp_path):
+    plain = read_reviews(write(tmp_path / "train.csv", REVIEWS_CSV))
+    packed = read_reviews(write_gz(tmp_path / "train.csv.gz", REVIEWS_CSV))
+    pd.testing.assert_frame_equal(plain, packed)
+
+
+def test_read_table_keeps_every_cell_as_text(tmp_path):
+    df = read_table(write(tmp_path / "t.csv", "a,b,c\n1,,NA\n007,null,\n"))
+    assert df.to_dict("list") == {"a": ["1", "007"], "b": ["", "null"], "c": ["NA", ""]}
+
+
+def test_tsv_with_csv_quoting(tmp_path):
+    text = 'sentence\tlabel\n"tab\there, and a ""quote"""\t1\nplain\t0\n'
+    df = read_task_file(
+        write(tmp_path / "dev.tsv", text), "dev", ("sentence",), ("sentence",), "label", "classification", ("0", "1")
+    )
+    assert rows(df) == [('tab\there, and a "quote"', 1), ("plain", 0)]
+
+
+def test_jsonl_pair_task_numbers_match_label_strings(tmp_path):
+    lines = [
+        {"premise": "A man sleeps.", "hypothesis": "Someone rests.", "gold": 0},
+        {"premise": "A cat.", "hypothesis": "A dog.", "gold": 2},
+        {"premise": "Rain.", "hypothesis": "Wet streets.", "gold": "1"},
+    ]
+    text = "\n".join(json.dumps(line) for line in lines[:2]) + "\n\n" + json.dumps(lines[2]) + "\n"  # a blank line
+    for path in (write(tmp_path / "train.jsonl", text), write_gz(tmp_path / "train.jsonl.gz", text)):
+        df = read_task_file(
+            path,
+            "train",
+            ("premise", "hypothesis"),
+            ("sentence1", "sentence2"),
+            "gold",
+            "classification",
+            ("0", "1", "2"),
+        )
+        assert list(df.columns) == ["idx", "sentence1", "sentence2", "label"]
+        assert df["idx"].tolist() == [0, 1, 2]
+        assert df["label"].tolist() == [0, 2, 1]
+        assert df["sentence2"].tolist() == ["Someone rests.", "A dog.", "Wet streets."]
+
+
+@pytest.mark.parametrize("wrap", [False, True], ids=["list", "data"])
+def test_json_list_of_objects(tmp_path, wrap):
+    records = [{"text": "yes", "label": "pos"}, {"text": "no", "label": "neg"}]
+    path = write(tmp_path / "train.json", json.dumps({"data": records} if wrap else records))
+    df = read_task_file(path, "train", ("text",), ("sentence",), "label", "classification", ("neg", "pos"))
+    assert rows(df) == [("yes", 1), ("no", 0)]
+
+
+def test_parquet_regression(tmp_path):
+    path = tmp_path / "train.parquet"
+    pd.DataFrame({"a": ["x", "y", "z"], "b": ["p", "q", "r"], "score": [0.5, 4, 2.25]}).to_parquet(path)
+    df = read_task_file(path, "train", ("a", "b"), ("sentence1", "sentence2"), "score", "regression", ())
+    assert str(df["label"].dtype) == "float32"
+    assert rows(df) == [("x", "p", 0.5), ("y", "q", 4.0), ("z", "r", 2.25)]
+
+
+def test_regression_labels_from_csv_text(tmp_path):
+    path = write(tmp_path / "train.csv", "s,y\na,1\nb, -2.5e0 \n")
+    df = read_task_file(path, "train", ("s",), ("sentence",), "y", "regression", ())
+    assert df["label"].tolist() == [1.0, -2.5]
+
+
+def test_unlabelled_split_has_no_label(tmp_path):
+    path = write(tmp_path / "test.csv", "title,body\nA,B\n")
+    df = read_reviews(path, split="test", label=None)
+    assert list(df.columns) == ["idx", "title", "body"]
+
+
+# ---- labels_in -----------------------------------------------------------------------------------
+
+
+def test_labels_in_numeric_order_when_all_integers(tmp_path):
+    path = write(tmp_path / "train.csv", "s,y\na,10\nb,2\nc,1\nd,2\n")
+    assert labels_in(path, "y") == ("1", "2", "10")
+
+
+def test_labels_in_text_order_otherwise(tmp_path):
+    path = write(tmp_path / "train.csv", "s,y\na,ok\nb,bad\nc,10\nd,2\n")
+    assert labels_in(path, "y") == ("10", "2", "bad", "ok")
+
+
+def test_labels_in_json_numbers_are_strings(tmp_path):
+    path = write(tmp_path / "train.jsonl", '{"s": "a", "y": 3}\n{"s": "b", "y": -1}\n')
+    assert labels_in(path, "y") == ("-1", "3")
+
+
+def test_labels_in_refuses_an_empty_label_and_a_missing_column(tmp_path):
+    path = write(tmp_path / "train.csv", "s,y\na,ok\nb,\n")
+    assert refused(labels_in, path, "y") == f"{path}: line 3: column 'y': empty label"
+    assert (
+        refused(labels_in, path, "stars") == f"{path}: line 1: missing column(s) ['stars']; columns found: ['s', 'y']"
+    )
+
+
+# ---- bad data: one line naming file, line or row, and column -------------------------------------
+
+
+def test_missing_file(tmp_path):
+    path = tmp_path / "nope.csv"
+    with pytest.raises(MissingError, match="nope.csv: no such file"):
+        read_table(path)
+
+
+def test_missing_column_lists_the_columns_found(tmp_path):
+    path = write(tmp_path / "train.csv", "title,text,stars\nA,B,ok\n")
+    assert refused(read_reviews, path) == (
+        f"{path}: line 1: missing column(s) ['body']; columns found: ['title', 'text', 'stars']"
+    )
+    path = write(tmp_path / "train.jsonl", '{"title": "A", "body": "B"}\n')
+    assert refused(read_reviews, path) == f"{path}: missing column(s) ['stars']; columns found: ['title', 'body']"
+
+
+def test_duplicate_column_names(tmp_path):
+    path = write(tmp_path / "train.csv", "title,body,title,stars\nA,B,C,ok\n")
+    assert refused(read_table, path) == (
+        f"{path}: line 1: duplicate column name(s) ['title']; header is ['title', 'body', 'title', 'stars']"
+    )
+
+
+@pytest.mark.parametrize("name", ["e.csv", "e.tsv", "e.jsonl", "e.json", "e.parquet"])
+def test_empty_file(tmp_path, name):
+    path = write(tmp_path / name, "")
+    assert refused(read_table, path) == f"{path}: empty file"
+
+
+@pytest.mark.parametrize(
+    "name, text, problem",
+    [
+        ("h.csv", "title,body,stars\n", "no rows"),
+        ("h.json", "[]", "no rows"),
+        ("h.jsonl", "\n\n", "no rows"),
+        ("h.csv.gz", "", "empty file"),
+        ("h.json.gz", "", "empty file"),
+    ],
+)
+def test_file_with_no_rows(tmp_path, name, text, problem):
+    path = (write_gz if name.endswith(".gz") else write)(tmp_path / name, text)
+    assert refused(read_table, path) == f"{path}: {problem}"
+
+
+def test_crlf_line_endings_count_lines(tmp_path):
+    path = tmp_path / "train.csv"
+    path.write_bytes(b'title,body,stars\r\n"a\r\nb",B,ok\r\nC,D,meh\r\n')
+    assert refused(read_reviews, path) == (
+        f"{path}: line 4: column 'stars': unknown label 'meh' in train; expected one of ['bad', 'ok', 'good']"
+    )
+
+
+def test_undecodable_jsonl_line(tmp_path):
+    path = write(tmp_path / "train.jsonl", '{"s": "a", "y": 1}\n\n{"s": "b", "y": }\n')
+    assert refused(read_table, path) == f"{path}: line 3: undecodable JSON (Expecting value, column 17)"
+    path = write(tmp_path / "list.jsonl", '{"s": "a"}\n["b"]\n')
+    assert refused(read_table, path) == f"{path}: line 2: expected a JSON object, got list"
+
+
+def test_undecodable_json(tmp_path):
+    path = write(tmp_path / "train.json", '[\n{"s": "a"},\n{"s": \n]')
+    assert refused(read_table, path) == f"{path}: line 4: undecodable JSON (Expecting value, column 1)"
+    path = write(tmp_path / "obj.json", '{"rows": []}')
+    assert refused(read_table, path) == f'{path}: expected a list of objects or {{"data": [...]}}, got dict'
+
+
+@pytest.mark.parametrize("body", ['""', "   ", "\t"], ids=["empty", "spaces", "tab"])
+def test_empty_text_names_line_and_column(tmp_path, body):
+    path = write(tmp_path / "train.csv", f"title,body,stars\nA,B,ok\nC,{body},bad\n")
+    cell = "" if body == '""' else body
+    assert refused(read_reviews, path) == f"{path}: line 3: column 'body': empty or non-string text {cell!r}"
+
+
+def test_bad_row_after_an_embedded_newline_names_its_physical_line(tmp_path):
+    text = 'title,body,stars\n"multi\nline\ntitle",B,ok\nC,D,good\nE,,bad\n'
+    path = write(tmp_path / "train.csv", text)
+    assert refused(read_reviews, path) == f"{path}: line 6: column 'body': empty or non-string text ''"
+    gz = write_gz(tmp_path / "train.csv.gz", text)
+    assert refused(read_reviews, gz) == f"{gz}: line 6: column 'body': empty or non-string text ''"
+
+
+@pytest.mark.parametrize("value, shown", [(None, "null"), (3, "3"), ("  ", "'  '")])
+def test_non_string_json_text_names_the_row(tmp_path, value, shown):
+    records = [{"text": "fine", "label": "pos"}, {"text": value, "label": "neg"}]
+    path = write(tmp_path / "train.json", json.dumps(records))
+    message = refused(
+        read_task_file, path, "train", ("text",), ("sentence",), "label", "classification", ("neg", "pos")
+    )
+    assert message == f"{path}: row 1: column 'text': empty or non-string text {shown}"
+
+
+def test_null_text_in_parquet_names_the_row(tmp_path):
+    path = tmp_path / "train.parquet"
+    pd.DataFrame({"text": ["a", "b", None], "label": [1, 0, 1]}).to_parquet(path)
+    message = refused(read_task_file, path, "train", ("text",), ("sentence",), "label", "classification", ("0", "1"))
+    assert message == f"{path}: row 2: column 'text': empty or non-string text null"
+
+
+def test_missing_key_in_jsonl_names_the_line(tmp_path):
+    path = write(tmp_path / "train.jsonl", '{"text": "a", "label": 1}\n\n{"label": 0}\n')
+    message = refused(read_task_file, path, "train", ("text",), ("sentence",), "label", "classification", ("0", "1"))
+    assert message == f"{path}: line 3: column 'text': empty or non-string text null"
+
+
+def test_dev_label_outside_labels(tmp_path):
+    path = write(tmp_path / "dev.csv", "title,body,stars\nA,B,ok\nC,D,great\n")
+    assert refused(read_reviews, path, split="dev") == (
+        f"{path}: line 3: column 'stars': unknown label 'great' in dev; expected one of ['bad', 'ok', 'good']"
+    )
+
+
+def test_missing_json_label_is_unknown(tmp_path):
+    path = write(tmp_path / "dev.jsonl", '{"s": "a", "y": 1}\n{"s": "b", "y": null}\n')
+    message = refused(read_task_file, path, "dev", ("s",), ("sentence",), "y", "classification", ("0", "1"))
+    assert message == f"{path}: line 2: column 'y': unknown label null in dev; expected one of ['0', '1']"
+
+
+@pytest.mark.parametrize("value, shown", [("high", "'high'"), ("", "''"), ("nan", "'nan'"), ("inf", "'inf'")])
+def test_regression_label_not_a_number(tmp_path, value, shown):
+    path = write(tmp_path / "train.csv", f"s,y\na,1.5\nb,{value}\n")
+    message = refused(read_task_file, path, "train", ("s",), ("sentence",), "y", "regression", ())
+    assert message == f"{path}: line 3: column 'y': label {shown} is not a finite number"
+
+
+def test_regression_nan_in_parquet(tmp_path):
+    path = tmp_path / "train.parquet"
+    pd.DataFrame({"s": ["a", "b"], "y": [1.0, float("nan")]}).to_parquet(path)
+    message = refused(read_task_file, path, "train", ("s",), ("sentence",), "y", "regression", ())
+    assert message == f"{path}: row 1: column 'y': label null is not a finite number"
+
+
+def test_ragged_and_blank_csv_records(tmp_path):
+    path = write(tmp_path / "short.csv", "title,body,stars\nA,B,ok\nC,bad\n")
+    assert refused(read_table, path) == f"{path}: line 3: 2 field(s), expected 3 fields"
+    path = write(tmp_path / "long.csv", 'title,body,stars\n"x\ny",B,ok\nC,D,bad,extra\n')
+    assert refused(read_table, path) == f"{path}: line 4: 4 field(s), expected 3 fields"
+    path = write(tmp_path / "blank.csv", "title,body,stars\nA,B,ok\n\nC,D,bad\n")
+    assert refused(read_table, path) == f"{path}: line 3: a blank line, expected 3 fields"
+
+
+def test_unclosed_quote(tmp_path):
+    path = write(tmp_path / "train.csv", 'title,body,stars\nA,B,ok\nC,"never closed,bad\nE,F,ok\n')
+    assert refused(read_table, path) == f"{path}: line 3: malformed record (unexpected end of data)"
+
+
+def test_not_utf8_or_not_parquet(tmp_path):
+    path = tmp_path / "train.csv"
+    path.write_bytes("s,y\ncaf\u00e9,1\n".encode("latin-1"))
+    assert refused(read_table, path).startswith(f"{path}: cannot be read as csv: 'utf-8' codec can't decode")
+    path = write(tmp_path / "train.parquet", "not parquet")
+    assert refused(read_table, path).startswith(f"{path}: cannot be read as parquet: ")
+
+
+def test_text_after_a_closing_quote_is_malformed(tmp_path):
+    path = write(tmp_path / "train.csv", 'title,body,stars\nA,B,ok\n"abc"def,B,ok\n')
+    assert refused(read_table, path) == f"{path}: line 3: malformed record (',' expected after '\"')"
+
+
+def test_labels_in_refuses_a_null_parquet_label(tmp_path):
+    path = tmp_path / "train.parquet"
+    pd.DataFrame({"s": ["a", "b"], "y": pd.array([1, None], dtype="Int64")}).to_parquet(path)
+    assert refused(labels_in, path, "y") == f"{path}: row 1: column 'y': empty label"
