@@ -101,7 +101,8 @@ class EncoderSession:
         }
         rows = {name: len(train) for name, train in trains.items()}
         log.info(
-            "%s: %s training rows, %d steps a pass, %d scheduled, device %s (rank %d of %d), %d micro-batch(es)",
+            "%s: %s training rows, %d steps a pass, %d scheduled, device %s (rank %d of %d), "
+            "%d micro-batch(es) per batch",
             settings.backbone,
             rows,
             self.epoch_steps,
