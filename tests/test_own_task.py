@@ -6,6 +6,7 @@ tiny BERT and are answered over HTTP; bad declarations are one line naming the k
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -13,8 +14,9 @@ import yaml
 
 from bertvision import layout as L
 from bertvision.data.glue_files import locate, parse_split
+from bertvision.data.squad_files import read_json
 from bertvision.registry.tasks import get_task
-from tests.conftest import SHIPPED_GLUE, snakemake
+from tests.conftest import REPO, SHIPPED_GLUE, snakemake
 
 BANDS = ("low", "mid", "high")
 
@@ -46,7 +48,14 @@ def write_own_files(root) -> dict:
         pd.DataFrame({"sentence": sts["sentence2"], "score": sts["label"].astype(float)}).to_parquet(
             root / f"score-{split}.parquet"
         )
+    # a question task of one's own: SQuAD 2.0-format files, a few of the shipped file's articles each
+    articles = read_json(REPO / "resources/squad2/dev-v2.0.json.gz")["data"]
+    for split, part in (("train", articles[:4]), ("dev", articles[4:6])):
+        (root / f"faq-{split}.json").write_text(json.dumps({"version": "v2.0", "data": part}))
     files = lambda name, suffix: {s: str(root / f"{name}-{s}.{suffix}") for s in ("train", "dev")}  # noqa: E731
+    window = {"max_length": 128, "doc_stride": 64, "train_size": 30, "selection_size": 10, "eval_size": 20}
+    blocks["faq"] = {"files": files("faq", "json"), "kind": "span", "heads": ["lp"], **window}
+    blocks["faq-answerable"] = {"files": files("faq", "json"), "kind": "answerability", **window}
     blocks["similarity"] = {"files": files("similarity", "csv"), "text": ["first sentence", "second, sentence"],
                             "label": "band", "kind": "classification", "labels": list(BANDS),
                             "max_length": 64}  # fmt: skip
@@ -126,6 +135,11 @@ def test_own_files_go_through_every_stage_and_are_served(own_run):
         prediction = answers.json()["predictions"][0]
         assert prediction["similarity"]["label"] in BANDS
         assert prediction["paraphrase"]["label"] in ("0", "1")
+        question = {"question": "Who plays?", "context": "A man plays the guitar in the park."}
+        asked = client.post("/predict", json={"qa": [question], "tasks": ["faq", "faq-answerable"]})
+        assert asked.status_code == 200, asked.text
+        answer = asked.json()["answers"][0]
+        assert "answer" in answer["faq"] and answer["faq-answerable"]["label"] in ("answerable", "no_answer")
         single = client.post("/predict", json={"texts": ["A man plays the guitar."], "tasks": ["score"]})
         assert single.status_code == 200 and isinstance(single.json()["predictions"][0]["score"]["score"], float)
         v2 = client.post(
@@ -144,6 +158,13 @@ def test_a_declared_task_is_a_task_like_the_registrys(tiny_bert, tmp_path):
     assert get_task("paraphrase").label_names == ("0", "1")  # the train file's labels, sorted
     assert get_task("score").kind == "regression" and get_task("score").train_rows == 60
     assert settings.max_length("score") == 32 and settings.train_rows("similarity") == 48
+    questions = sum(len(p["qas"]) for a in json.loads(Path(blocks["faq"]["files"]["train"]).read_text())["data"]
+                    for p in a["paragraphs"])  # fmt: skip
+    assert get_task("faq").kind == "span" and get_task("faq").train_rows == questions
+    assert get_task("faq-answerable").answerability and get_task("faq-answerable").label_names == (
+        "answerable",
+        "no_answer",
+    )
 
 
 @pytest.mark.parametrize(
@@ -154,7 +175,7 @@ def test_a_declared_task_is_a_task_like_the_registrys(tiny_bert, tmp_path):
             "tasks.mrpc: mrpc is a registered task; give your own task another name",
         ),
         (lambda b: b["score"]["files"].update(train="nope.csv"), "tasks.score.files.train: nope.csv: no such file"),
-        (lambda b: b["score"].pop("label"), "tasks.score: 'label' is a dependency of 'files'"),
+        (lambda b: b["score"].pop("label"), "tasks.score: a regression task of your own names its label column(s)"),
         (lambda b: b.update({"My Task": b.pop("score")}), "tasks: 'My Task' does not match"),
         (lambda b: b["similarity"].update(labels=["low", "mid"]), "similarity-train.csv: line "),
         (lambda b: b["paraphrase"].update(metrics=["bleu"]), "metric 'bleu' is not a classification metric"),

@@ -69,8 +69,8 @@ def write_splits(task: TaskSpec, frames: dict[str, pd.DataFrame], out_dir: Path)
 
 
 def load_squad_split(task: TaskSpec, split: str, settings: DownloadSettings) -> pd.DataFrame:
-    if settings.source == "local":
-        path = squad_files.locate(Path(settings.squad_dir), task.squad.files, split)
+    if task.files or settings.source == "local":  # a question task of the config's own: its paths as given
+        path = squad_files.locate(Path("" if task.files else settings.squad_dir), task.squad.files, split)
         log.info("reading %s", path)
         return squad_files.parse_squad(path)
     import datasets
