@@ -121,17 +121,22 @@ def test_a_new_task_and_a_new_head_run_through_the_whole_workflow(tmp_path, tiny
 
 def test_the_unchanged_package_knows_neither(tmp_path):
     """Without the additions the same names are config errors naming the key."""
-    config = textwrap.dedent("""
+
+    def validate(config: str) -> subprocess.CompletedProcess:
+        (tmp_path / "c.yaml").write_text(textwrap.dedent(config))
+        command = [sys.executable, "-m", "bertvision", "validate-config", str(tmp_path / "c.yaml")]
+        proc = subprocess.run(command, capture_output=True, text=True)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr
+        return proc
+
+    head = validate("""
         backbones: {m: {pretrained: bert-base-uncased}}
-        tasks: {sst2b: null}
+        tasks: {mrpc: null}
         heads: {models: {max: {type: layer-max}}}
     """)
-    (tmp_path / "c.yaml").write_text(config)
-    proc = subprocess.run(
-        [sys.executable, "-m", "bertvision", "validate-config", str(tmp_path / "c.yaml")],
-        capture_output=True,
-        text=True,
-    )
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert "heads.models.max.type: 'layer-max' is not one of" in proc.stderr
-    assert "tasks: 'sst2b' is not one of" in proc.stderr
+    assert "heads.models.max.type: 'layer-max' is not one of" in head.stderr
+    task = validate("""
+        backbones: {m: {pretrained: bert-base-uncased}}
+        tasks: {sst2b: null}
+    """)
+    assert "tasks: unknown task 'sst2b'" in task.stderr
