@@ -90,6 +90,9 @@ BUNDLE_INDEX = "bundle.json"  # inside a bundle: the index,
 BUNDLE_ENCODER = "encoder"  # the encoder and its tokenizer,
 BUNDLE_HEAD = "heads/{task}/{head}"  # and each head (weights and metrics record)
 
+# A task's unlabelled file (tasks.<name>.files.test) as the picked path answers it (stages/predict.py).
+PREDICTIONS_FILE = "results/predictions/{model}/{task}.csv"
+
 TABLES_DIR = "results/tables"  # {name}.md and {name}.csv
 PICKS = "picks.json"  # beside the tables: every task's pick (reporting/picks.py), which serve_bundles serves
 PLOTS_DIR = "results/plots"  # {name}.png
@@ -114,6 +117,7 @@ JOB_KEYS = {
     "head_transfer": ("task", "model", "encoder", "ftseed"),
     "bundle": ("encoder", "model"),
     "serve_bundles": ("model",),
+    "predict": ("task", "model"),
 }
 _KEY_TEXT = {
     "task": "{task}",

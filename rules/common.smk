@@ -439,4 +439,8 @@ def served_run(run):
 
 
 def serve_targets():
-    return [L.PICKED_BUNDLES_DIR.format(model=m) for m in S.models]
+    """Every backbone's picked bundles, and the predictions for each task's unlabelled file."""
+    predicted = [t for t in S.tasks if get_task(t).unlabelled_file]
+    return [L.PICKED_BUNDLES_DIR.format(model=m) for m in S.models] + [
+        L.PREDICTIONS_FILE.format(model=m, task=t) for m in S.models for t in predicted
+    ]

@@ -30,3 +30,23 @@ rule serve_bundles:
         "bertvision serve-bundles --picks {input.picks} --backbone {wildcards.model} --runs {params.runs:q} "
         "--tokenizer {params.tokenizer:q} --task-settings {params.task_settings:q} --keys {params.provenance:q} "
         "--precision {params.precision} --out {output} > {log} 2>&1"
+
+
+rule predict:
+    """A task's unlabelled file (tasks.<name>.files.test) answered by the summary's picked path through
+    the serving engine: results/predictions/MODEL/TASK.csv, the deliverable; never scored."""
+    input:
+        bundles=L.PICKED_BUNDLES_DIR,
+        raw=rules.download.output,
+    output:
+        L.PREDICTIONS_FILE,
+    log:
+        L.log("predict"),
+    benchmark:
+        L.benchmark("predict")
+    resources:
+        mem_mb=4000,
+        runtime=lambda wc, attempt: 15 * attempt,
+    shell:
+        "bertvision predict --task {wildcards.task} --bundles {input.bundles} --raw-dir {input.raw} "
+        "--out {output} > {log} 2>&1"

@@ -48,6 +48,11 @@ def write_own_files(root) -> dict:
         pd.DataFrame({"sentence": sts["sentence2"], "score": sts["label"].astype(float)}).to_parquet(
             root / f"score-{split}.parquet"
         )
+    # unlabelled files: predicted by the picked path, never scored
+    unseen = glue_rows("stsb", "dev", 50).tail(20)
+    pd.DataFrame({"first sentence": [s + ",\nso" for s in unseen["sentence1"]], "second, sentence": unseen["sentence2"]}
+                 ).to_csv(root / "similarity-test.csv", index=False)  # fmt: skip
+    pd.DataFrame({"sentence": unseen["sentence1"]}).to_parquet(root / "score-test.parquet")
     # a question task of one's own: SQuAD 2.0-format files, a few of the shipped file's articles each
     articles = read_json(REPO / "resources/squad2/dev-v2.0.json.gz")["data"]
     for split, part in (("train", articles[:4]), ("dev", articles[4:6])):
@@ -59,10 +64,12 @@ def write_own_files(root) -> dict:
     blocks["similarity"] = {"files": files("similarity", "csv"), "text": ["first sentence", "second, sentence"],
                             "label": "band", "kind": "classification", "labels": list(BANDS),
                             "max_length": 64}  # fmt: skip
+    blocks["similarity"]["files"]["test"] = str(root / "similarity-test.csv")
     blocks["paraphrase"] = {"files": files("paraphrase", "jsonl.gz"), "text": ["a", "b"], "label": "same",
                             "kind": "classification", "max_length": 64}  # fmt: skip
     blocks["score"] = {"files": files("score", "parquet"), "text": "sentence", "label": "score", "kind": "regression",
                        "max_length": 32}  # fmt: skip
+    blocks["score"]["files"]["test"] = str(root / "score-test.parquet")
     return blocks
 
 
@@ -149,6 +156,25 @@ def test_own_files_go_through_every_stage_and_are_served(own_run):
         )  # fmt: skip
         assert v2.status_code == 200, v2.text
 
+        # the unlabelled files, every row in file order, answered as the service answers them
+        for task, columns in (("similarity", ["first sentence", "second, sentence"]), ("score", ["sentence"])):
+            unlabelled = blocks[task]["files"]["test"]
+            given = (
+                pd.read_csv(unlabelled, keep_default_na=False) if task == "similarity" else pd.read_parquet(unlabelled)
+            )
+            predicted = pd.read_csv(workdir / L.PREDICTIONS_FILE.format(model="tiny", task=task), keep_default_na=False)
+            assert predicted[columns].to_numpy().tolist() == given[columns].to_numpy().tolist(), task
+            texts = [list(row) if len(row) == 2 else row[0] for row in given[columns].head(4).itertuples(index=False)]
+            served = client.post("/predict", json={"texts": texts, "tasks": [task]}).json()["predictions"]
+            label = blocks[task]["label"]
+            if task == "similarity":
+                assert set(predicted[label]) <= set(BANDS)
+                assert predicted[label].head(4).tolist() == [p[task]["label"] for p in served]
+                probabilities = predicted[[f"probability_{b}" for b in BANDS]].to_numpy()
+                assert abs(probabilities.sum(axis=1) - 1).max() < 1e-5
+            else:
+                assert predicted[label].head(4).tolist() == pytest.approx([p[task]["score"] for p in served], abs=1e-5)
+
 
 def test_a_declared_task_is_a_task_like_the_registrys(tiny_bert, tmp_path):
     blocks = write_own_files(tmp_path / "data")
@@ -180,6 +206,7 @@ def test_a_declared_task_is_a_task_like_the_registrys(tiny_bert, tmp_path):
         (lambda b: b["similarity"].update(labels=["low", "mid"]), "similarity-train.csv: line "),
         (lambda b: b["paraphrase"].update(metrics=["bleu"]), "metric 'bleu' is not a classification metric"),
         (lambda b: b.update(qqp2={"train_size": 3}), "tasks: unknown task 'qqp2'"),
+        (lambda b: b["faq"]["files"].update(test="faq-test.json"), "tasks.faq.files.test: predictions for an "),
     ],
 )
 def test_a_bad_declaration_is_one_line_naming_the_key(tiny_bert, tmp_path, change, message):
@@ -225,3 +252,31 @@ def test_a_bad_row_stops_the_download_job_in_one_line_and_writes_nothing(tiny_be
     (line,) = [x for x in proc.stderr.splitlines() if ": error: " in x]
     assert "similarity-dev.csv: line " in line and "column 'band': unknown label 'very high'" in line
     assert not out.exists()
+
+
+def test_a_bad_unlabelled_row_stops_the_download_before_anything_is_written(tiny_bert, tmp_path):
+    from bertvision.errors import DataFormatError
+    from bertvision.stages.download import download_task
+
+    blocks = write_own_files(tmp_path / "data")
+    unlabelled = pd.read_csv(blocks["similarity"]["files"]["test"], keep_default_na=False)
+    unlabelled.loc[7, "second, sentence"] = " "
+    unlabelled.to_csv(blocks["similarity"]["files"]["test"], index=False)
+    settings = own_settings(own_config(tiny_bert, blocks))
+    out = tmp_path / "raw" / "similarity"
+    with pytest.raises(DataFormatError) as err:
+        download_task(get_task("similarity"), settings.download("similarity"), out)
+    assert "similarity-test.csv: line " in str(err.value) and "column 'second, sentence': empty" in str(err.value)
+    assert len(str(err.value).splitlines()) == 1 and not out.exists()
+
+
+def test_an_unlabelled_file_is_read_whole_and_never_scored(tiny_bert, tmp_path):
+    from bertvision.stages.download import download_task
+
+    blocks = write_own_files(tmp_path / "data")
+    settings = own_settings(own_config(tiny_bert, blocks))
+    out = tmp_path / "raw" / "similarity"
+    counts = download_task(get_task("similarity"), settings.download("similarity"), out)
+    unlabelled = pd.read_parquet(out / "test.parquet")
+    assert counts["test"] == len(unlabelled) == 20 and "label" not in unlabelled.columns
+    assert get_task("similarity").eval_splits == ("dev",)  # reported splits: dev only

@@ -451,7 +451,9 @@ def test_shipped_configs_plan_the_full_dag(tmp_path, config):
     (tmp_path / "resources").symlink_to(REPO / "resources")
     out = snakemake(tmp_path, "-n", timeout=300).stdout
     counts = job_counts(out)
-    spec = yaml.safe_load(config.read_text())
+    from bertvision.config.schema import validate_config
+
+    spec = validate_config(yaml.safe_load(config.read_text()), source=config.name)  # defaults filled in
     n_tasks, n_seeds = len(spec["tasks"]), len(spec["finetune"]["seeds"])
     n_ckpts = len(spec["finetune"]["epoch_fractions"])
     assert counts["download"] == n_tasks
@@ -470,6 +472,8 @@ def test_shipped_configs_plan_the_full_dag(tmp_path, config):
     experiments = spec.get("experiments", {})
     assert counts.get("transfer", 0) == len(experiments.get("transfer", {}).get("tasks", [])) * n_seeds
     data_fraction = experiments.get("data_fraction", {"tasks": []})
+    predicted = [t for t, over in spec["tasks"].items() if "test" in ((over or {}).get("files") or {})]
+    assert counts.get("predict", 0) == len(predicted) * len(spec["backbones"])
     assert counts.get("train_heads_subset", 0) == (
         len(data_fraction["tasks"])
         * n_seeds

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bertvision.commands.arguments import PATH, Arg, Command, command, json_arg, name_path_arg, path
+from bertvision.commands.arguments import PATH, TASK, THREADS, Arg, Command, command, json_arg, name_path_arg, path
 from bertvision.runtime.precision import PRECISIONS
 from bertvision.serving.settings import ServeSettings
 
@@ -68,6 +68,12 @@ COMMANDS = [
             runs=Arg("[{task, ftseed, frac, checkpoint_dir, heads_dir}]: every checkpoint of the run and its heads",
                      type=json_arg),
             **BUNDLE),
+    command("predict",
+            "a task's unlabelled file answered by the summary's picked path, as served (rule predict)",
+            "bertvision.stages.predict:predict_unlabelled",
+            task=TASK, bundles=path("the picked bundles (serve-bundles' output) or a bundle serving the task"),
+            raw_dir=path("the task's canonical splits (download's output, with the unlabelled split)"),
+            out=path("the predictions CSV to write"), threads=THREADS),
     Command("serve", "answer every task of one or more bundles over HTTP, one encoder pass per batch and encoder",
             "bertvision.serving.app:serve", serve_args),
 ]  # fmt: skip

@@ -1,5 +1,5 @@
-"""A task of the user's own, declared in the config (``tasks.<name>.files``), made into the same
-``TaskSpec`` a registered task has, so that every stage treats both alike:
+"""A task of the user's own, declared in the config (``tasks.<name>.files`` or ``.hub``), made
+into the same ``TaskSpec`` a registered task has, so that every stage treats both alike:
 
     tasks:
       reviews:
@@ -12,10 +12,18 @@
       faq:
         files: {train: data/faq-train.json, dev: data/faq-dev.json}   # SQuAD 2.0 format
         kind: span                 # or answerability: is the question answerable?
+      imdb:
+        hub: {id: stanfordnlp/imdb, config: plain_text, splits: {train: train, dev: test}, rows: 25000}
+        text: text
+        label: label
+        kind: classification
+        labels: [neg, pos]         # required from the hub, as rows (or train_size) is
 
 The train file is read once here for its row count (job requests) and, without ``labels``, for
-its label set; the dev file's labels are checked when the task is downloaded. Question tasks
-take SQuAD 2.0's windows, metric, null threshold and defaults (registry.tasks: squad2)."""
+its label set; the dev file's labels are checked when the task is downloaded. A hub dataset is
+not read here (every job parses the workflow): the block gives its rows and labels, which the
+download checks against the dataset (``data.hub``). Question tasks take SQuAD 2.0's windows,
+metric, null threshold and defaults (registry.tasks: squad2)."""
 
 from __future__ import annotations
 
@@ -28,6 +36,7 @@ from pathlib import Path
 from bertvision.data.squad_files import parse_squad
 from bertvision.data.task_files import labels_in, read_table
 from bertvision.errors import BertvisionError, ConfigError
+from bertvision.registry.hub_layout import HubLayout
 from bertvision.registry.tasks import TASKS, FileLayout, SquadFileLayout, TaskSpec, get_task
 
 # a task name is a path part and a Snakemake wildcard (rules/common.smk)
@@ -40,7 +49,7 @@ QUESTION_KINDS = ("span", "answerability")
 
 
 def is_declaration(block: dict | None) -> bool:
-    return bool(block) and "files" in block
+    return bool(block) and ("files" in block or "hub" in block)
 
 
 @functools.lru_cache(maxsize=32)
@@ -52,23 +61,20 @@ def _train_facts(path: str, mtime_ns: int, kind: str, label_column: str | None) 
 
 
 def declared_task(name: str, block: dict) -> TaskSpec:
-    """The TaskSpec of ``tasks.<name>`` (a validated block with ``files``); a ConfigError names the key."""
+    """The TaskSpec of ``tasks.<name>`` (a validated block with ``files`` or ``hub``); a ConfigError names the key."""
     where = f"tasks.{name}"
     if not NAME.fullmatch(name):
         raise ConfigError(f"{where}: a task name is lower-case letters, digits and '-' (it names folders)")
     if name in TASKS and not TASKS[name].declared:
         raise ConfigError(f"{where}: {name} is a registered task; give your own task another name")
-    kind, train = block["kind"], Path(block["files"]["train"])
+    kind = block["kind"]
     missing = [key for key in ("text", "label") if key not in block and kind not in QUESTION_KINDS]
     if missing:
         raise ConfigError(f"{where}: a {kind} task of your own names its {' and '.join(missing)} column(s)")
-    wanted_labels = block["label"] if kind == "classification" and "labels" not in block else None
-    try:
-        rows, found = _train_facts(str(train), os.stat(train).st_mtime_ns, kind, wanted_labels)
-    except FileNotFoundError:
-        raise ConfigError(f"{where}.files.train: {train}: no such file") from None
-    except BertvisionError as err:
-        raise ConfigError(f"{where}.files.train: {err}") from None
+    if kind in QUESTION_KINDS and "test" in block.get("files", {}):
+        raise ConfigError(f"{where}.files.test: predictions for an unlabelled file are for classification and "
+                          "regression tasks; a question task's files are labelled (train, dev)")  # fmt: skip
+    rows, found = _hub_facts(where, block) if "hub" in block else _file_facts(where, block)
     if kind in QUESTION_KINDS:
         return question_task(name, block, rows)
     text = tuple([block["text"]] if isinstance(block["text"], str) else block["text"])
@@ -87,32 +93,71 @@ def declared_task(name: str, block: dict) -> TaskSpec:
             train_rows=rows,
             metrics=tuple(block.get("metrics") or DEFAULT_METRICS[kind]),
             eval_splits=("dev",),
-            hub_id="",
-            hub_config="",
-            hub_splits={},
-            files=FileLayout(files=dict(block["files"]), text_columns=text, label_column=block["label"]),
             label_names=labels,
             raw_labels=labels,
             label_meanings=meanings,
+            **_source_fields(block, text, block["label"]),
         )
     except ValueError as err:
         raise ConfigError(f"{where}: {err}") from None
 
 
+def _file_facts(where: str, block: dict) -> tuple[int, tuple[str, ...]]:
+    """The train file's rows and, for a classification task without ``labels``, its labels."""
+    kind, train = block["kind"], Path(block["files"]["train"])
+    wanted_labels = block["label"] if kind == "classification" and "labels" not in block else None
+    try:
+        return _train_facts(str(train), os.stat(train).st_mtime_ns, kind, wanted_labels)
+    except FileNotFoundError:
+        raise ConfigError(f"{where}.files.train: {train}: no such file") from None
+    except BertvisionError as err:
+        raise ConfigError(f"{where}.files.train: {err}") from None
+
+
+def _hub_facts(where: str, block: dict) -> tuple[int, tuple[str, ...]]:
+    """A hub task's train rows, from the block alone: every job parses the workflow, so the
+    dataset is only read when the task is downloaded. Its labels are the block's own."""
+    if block["kind"] == "classification" and "labels" not in block:
+        raise ConfigError(
+            f"{where}.labels: a classification task from the hub lists its labels in id order (a ClassLabel "
+            "column's names, as its dataset card gives them): the dataset is not read when the workflow is parsed"
+        )
+    # with train_size and no rows, the download draws train_size rows: job requests size by it either way
+    rows = block["hub"].get("rows") or block.get("train_size")
+    if not rows:
+        raise ConfigError(
+            f"{where}.hub.rows: give the train split's row count (it sizes the job requests), or a train_size: "
+            "the dataset is not read when the workflow is parsed"
+        )
+    return rows, ()
+
+
+def _source_fields(block: dict, text_columns: tuple[str, ...], label_column: str) -> dict:
+    """Where a declared task's rows come from, as TaskSpec fields: its files or its hub dataset."""
+    if "hub" not in block:
+        layout = FileLayout(files=dict(block["files"]), text_columns=text_columns, label_column=label_column)
+        return {"hub_id": "", "hub_config": "", "hub_splits": {}, "files": layout, "hub": None}
+    hub = block["hub"]
+    return {
+        "hub_id": hub["id"],
+        "hub_config": hub.get("config") or "",
+        "hub_splits": dict(hub["splits"]),
+        "files": None,
+        "hub": HubLayout(text_columns=text_columns, label_column=label_column, revision=hub.get("revision")),
+    }
+
+
 def question_task(name: str, block: dict, rows: int) -> TaskSpec:
-    """A span or answerability task over the config's own SQuAD 2.0 files: SQuAD 2.0's task with
-    the files, the question count and what the block sets."""
+    """A span or answerability task over the config's own SQuAD 2.0 files or squad_v2-shaped hub
+    dataset: SQuAD 2.0's task with the source, the question count and what the block sets."""
     like = get_task("squad2" if block["kind"] == "span" else "squad2-answerable")
-    files = dict(block["files"])
+    files = dict(block.get("files") or {})  # none from the hub: the layout only says the rows are questions
     return dataclasses.replace(
         like,
         name=name,
         max_length=block.get("max_length") or like.max_length,
         train_rows=rows,
         metrics=tuple(block.get("metrics") or like.metrics),
-        hub_id="",
-        hub_config="",
-        hub_splits={},
         squad=SquadFileLayout(files=files),
-        files=FileLayout(files=files, text_columns=like.text_fields, label_column="answers"),
+        **_source_fields(block, like.text_fields, "answers"),
     )

@@ -103,8 +103,18 @@ def validate_config(config: dict, source: str = "config") -> dict:
     errors = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
     if errors:
         where = lambda err: ".".join(str(p) for p in err.absolute_path) or "(top level)"  # noqa: E731
-        raise ConfigError("\n".join(f"{source}: {where(err)}: {err.message}" for err in errors))
+        raise ConfigError("\n".join(f"{source}: {where(err)}: {_message(err)}" for err in errors))
     return config
+
+
+def _message(err: jsonschema.ValidationError) -> str:
+    """jsonschema's message, but for keys that exclude each other (``dependentSchemas: {a: {not:
+    {required: [b]}}}``) one naming the keys, not the whole block."""
+    path = list(err.schema_path)
+    if err.validator == "not" and set(err.validator_value) == {"required"} and path[-3:-2] == ["dependentSchemas"]:
+        keys = [path[-2], *err.validator_value["required"]]
+        return f"{' and '.join(map(repr, keys))} exclude each other: give one of them"
+    return err.message
 
 
 def read_config(path: Path) -> dict:

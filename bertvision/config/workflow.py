@@ -46,7 +46,7 @@ class WorkflowSettings:
         check(self)
 
     def _declare_tasks(self) -> list[TaskSpec]:
-        """The config's own tasks (``tasks.<name>.files``), added to this process's registry; a
+        """The config's own tasks (``tasks.<name>.files`` or ``.hub``), added to this process's registry; a
         name that is neither registered nor declared is an error."""
         declared = []
         for name, block in self.config["tasks"].items():
@@ -59,7 +59,7 @@ class WorkflowSettings:
                 registered = ", ".join(sorted(registered_names()))
                 raise ConfigError(
                     f"{self.source}: tasks: unknown task {name!r} (the registry has {registered}); declare a task "
-                    "of your own with files, text, label and kind (docs/own-task.md)"
+                    "of your own with files (or hub), text, label and kind (docs/own-task.md)"
                 )
         return declared
 

@@ -1,11 +1,19 @@
 """Load a task split from the Hugging Face hub (or a local dataset repository with the same
-layout, which is how the tests exercise this path offline)."""
+layout, which is how the tests exercise this path offline): a registered GLUE task's, or one of a
+task the config declares from the hub (``tasks.<name>.hub``)."""
 
 from __future__ import annotations
 
+import contextlib
+import tempfile
+from pathlib import Path
+
+import numpy as np
 import pandas as pd
 
+from bertvision.data import squad_files
 from bertvision.data.glue_files import canonical_frame
+from bertvision.data.task_files import task_frame
 from bertvision.errors import DataFormatError
 from bertvision.registry.tasks import TaskSpec
 
@@ -36,3 +44,71 @@ def load_hub_split(task: TaskSpec, split: str, repo: str | None = None) -> pd.Da
             raise DataFormatError(f"{where}: row {int(empty.idxmax())}: empty text in column {name!r}")
     df["idx"] = df["idx"] if "idx" in df.columns else range(len(df))
     return canonical_frame(df, task)
+
+
+# --- tasks of the config's own (tasks.<name>.hub) -------------------------------------------------
+SQUAD_COLUMNS = ("id", "title", "context", "question", "answers")  # rajpurkar/squad_v2's
+
+
+def declared_source(task: TaskSpec, split: str) -> str:
+    """A declared hub task's split as error messages name it: ``<id>[/<config>] split <hub split>``."""
+    dataset = f"{task.hub_id}/{task.hub_config}" if task.hub_config else task.hub_id
+    return f"{dataset} split {task.hub_splits[split]}"
+
+
+def load_declared_rows(task: TaskSpec, split: str) -> tuple[pd.DataFrame, dict]:
+    """The rows and the features (column -> ``datasets`` feature) of our ``split`` of a task
+    declared from the hub, at its revision; a DataFormatError when the split has no rows."""
+    import datasets
+
+    # datasets caches a local directory by its name and file patterns, not by what its files hold
+    # (a changed directory would be read from the old one's cache): one gets a cache of its own
+    local = Path(task.hub_id).is_dir()
+    with tempfile.TemporaryDirectory(prefix="bertvision-hub-") if local else contextlib.nullcontext() as cache:
+        dataset = datasets.load_dataset(task.hub_id, task.hub_config or None, split=task.hub_splits[split],
+                                        revision=task.hub.revision, cache_dir=cache)  # fmt: skip
+        frame, features = dataset.to_pandas(), dict(dataset.features)
+    if len(frame) == 0:
+        raise DataFormatError(f"{declared_source(task, split)}: no rows")
+    return frame, features
+
+
+def load_declared_split(task: TaskSpec, split: str) -> pd.DataFrame:
+    """Canonical frame of a split of a classification or regression task declared from the hub,
+    checked row by row as a declared file is (``task_frame``): every row kept or the split refused."""
+    frame, features = load_declared_rows(task, split)
+    source, layout = declared_source(task, split), task.hub
+    if task.kind == "classification" and layout.label_column in frame.columns:
+        feature = features.get(layout.label_column)
+        frame[layout.label_column] = _label_names(frame[layout.label_column], feature, task, source)
+    return task_frame(frame, source, lambda row: f"row {row}", split, layout.text_columns, task.text_fields,
+                      layout.label_column, task.kind, task.raw_labels)  # fmt: skip
+
+
+def load_declared_questions(task: TaskSpec, split: str) -> pd.DataFrame:
+    """A split of a span or answerability task declared from the hub: squad_v2-shaped rows in
+    ``squad_files``' columns."""
+    source, (frame, _) = declared_source(task, split), load_declared_rows(task, split)
+    missing = [column for column in SQUAD_COLUMNS if column not in frame.columns]
+    if missing:
+        raise DataFormatError(
+            f"{source}: missing column(s) {missing} of a squad_v2-shaped dataset; columns found: {list(frame.columns)}"
+        )
+    return squad_files.from_hub_records(frame)
+
+
+def _label_names(values: pd.Series, feature, task: TaskSpec, source: str) -> pd.Series:
+    """A ClassLabel column's ids as its names, which must be the declared labels in their order;
+    any other column (integers, strings) as it is, its values matched as strings."""
+    import datasets
+
+    if not isinstance(feature, datasets.ClassLabel):
+        return values
+    names, declared = [str(name) for name in feature.names], list(task.raw_labels)
+    if names != declared:
+        raise DataFormatError(
+            f"{source}: column {task.hub.label_column!r}: the dataset's ClassLabel names {names} "
+            f"are not tasks.{task.name}.labels {declared} (the same labels in the same order)"
+        )
+    # an id outside the names (-1: no label) stays as it is, for task_frame to name its row
+    return values.map(lambda v: names[v] if isinstance(v, int | np.integer) and 0 <= v < len(names) else v)

@@ -5,7 +5,8 @@ pandas would let pass silently (a ragged or blank CSV record, a duplicated heade
 JSON Lines line that is not an object) and find the physical line where each record starts,
 for the error messages. An error is one line naming the file, the place (``line N``, 1-based,
 in CSV, TSV and JSON Lines; ``row N``, 0-based like ``idx``, in JSON and Parquet) and the
-column. No row is ever skipped: the file is read whole or refused.
+column. No row is ever skipped: the file is read whole or refused. ``task_frame`` holds the checks
+of a split's rows, whatever read them (a file here, a hub dataset in ``data.hub``).
 """
 
 from __future__ import annotations
@@ -49,11 +50,11 @@ def labels_in(path: Path, label_column: str) -> tuple[str, ...]:
     integer, else in lexicographic order (a classification task's label order when none is declared)."""
     path = Path(path)
     frame, where = _read(path)
-    _require_columns(path, frame, [label_column])
+    _require_columns(str(path), frame, [label_column], _header(path))
     found = [_label_text(value) for value in frame[label_column]]
     empty = next((row for row, text in enumerate(found) if not text), None)
     if empty is not None:
-        raise _cell_error(path, where(empty), label_column, "empty label")
+        raise _cell_error(str(path), where(empty), label_column, "empty label")
     distinct = set(found)
     if all(_INTEGER.fullmatch(text) for text in distinct):
         return tuple(sorted(distinct, key=lambda text: (int(text), text)))
@@ -69,44 +70,81 @@ def read_task_file(
     kind: str,
     labels: tuple[str, ...],
 ) -> pd.DataFrame:
-    """Canonical frame of one split: ``idx`` (0-based row of the file), one column per text field
-    (``text_fields[i]`` names ``text_columns[i]``) and, unless ``label_column`` is None (an unlabelled
-    split), ``label``: an int64 index into ``labels`` (classification) or a float32 (regression)."""
+    """Canonical frame of one split of a file (``task_frame``; ``idx`` is the 0-based row of the file)."""
+    _check_shape(text_columns, text_fields, kind)
+    path = Path(path)
+    frame, where = _read(path)
+    return task_frame(
+        frame, str(path), where, split, text_columns, text_fields, label_column, kind, labels, _header(path)
+    )
+
+
+def task_frame(
+    frame: pd.DataFrame,
+    source: str,
+    where: Callable[[int], str],
+    split: str,
+    text_columns: tuple[str, ...],
+    text_fields: tuple[str, ...],
+    label_column: str | None,
+    kind: str,
+    labels: tuple[str, ...],
+    header: str | None = None,
+) -> pd.DataFrame:
+    """Canonical frame of one split read from ``source`` (a file, a dataset split): ``idx`` (0-based
+    row of ``frame``), one column per text field (``text_fields[i]`` names ``text_columns[i]``) and,
+    unless ``label_column`` is None (an unlabelled split), ``label``: an int64 index into ``labels``
+    (classification) or a float32 (regression). An error names ``source``, ``where(row)`` and the
+    column; a missing column, ``header`` (where the column names are, if anywhere)."""
+    _check_shape(text_columns, text_fields, kind)
+    _require_columns(source, frame, [*text_columns, *([label_column] if label_column else [])], header)
+    out = {"idx": np.arange(len(frame), dtype=np.int64)}
+    for column, field in zip(text_columns, text_fields):
+        out[field] = _texts(frame[column], source, where, column)
+    if label_column is not None:
+        raw = frame[label_column]
+        if kind == "regression":
+            out["label"] = _numbers(raw, source, where, label_column)
+        else:
+            out["label"] = _label_ids(raw, source, where, label_column, split, labels)
+    return pd.DataFrame(out)
+
+
+def _check_shape(text_columns: tuple[str, ...], text_fields: tuple[str, ...], kind: str) -> None:
     if kind not in ("classification", "regression"):
         raise ValueError(f"kind must be classification or regression, not {kind!r}")
     if len(text_fields) != len(text_columns) or len(text_columns) not in (1, 2):
         raise ValueError(f"need 1 or 2 text columns, one field name each: {text_columns} -> {text_fields}")
-    path = Path(path)
-    frame, where = _read(path)
-    _require_columns(path, frame, [*text_columns, *([label_column] if label_column else [])])
 
-    out = {"idx": np.arange(len(frame), dtype=np.int64)}
-    for column, field in zip(text_columns, text_fields):
-        values = frame[column]
-        bad = _first(values, lambda v: isinstance(v, str) and bool(v.strip()))
-        if bad is not None:
-            raise _cell_error(path, where(bad), column, f"empty or non-string text {_shown(values.iloc[bad])}")
-        out[field] = pd.array(values.to_numpy(dtype=object), dtype="string")
-    if label_column is not None:
-        raw = frame[label_column]
-        if kind == "regression":
-            numbers = [_number(value) for value in raw]
-            bad = _first(numbers, lambda v: v is not None)
-            if bad is not None:
-                raise _cell_error(
-                    path, where(bad), label_column, f"label {_shown(raw.iloc[bad])} is not a finite number"
-                )
-            out["label"] = np.asarray(numbers, dtype=np.float32)
-        else:
-            ids = {str(label): i for i, label in enumerate(labels)}
-            found = [ids.get(_label_text(value)) for value in raw]
-            bad = _first(found, lambda v: v is not None)
-            if bad is not None:
-                allowed = [str(label) for label in labels]
-                problem = f"unknown label {_shown(raw.iloc[bad])} in {split}; expected one of {allowed}"
-                raise _cell_error(path, where(bad), label_column, problem)
-            out["label"] = np.asarray(found, dtype=np.int64)
-    return pd.DataFrame(out)
+
+def _texts(values: pd.Series, source: str, where: Callable[[int], str], column: str) -> pd.arrays.StringArray:
+    bad = _first(values, lambda v: isinstance(v, str) and bool(v.strip()))
+    if bad is not None:
+        raise _cell_error(source, where(bad), column, f"empty or non-string text {_shown(values.iloc[bad])}")
+    return pd.array(values.to_numpy(dtype=object), dtype="string")
+
+
+def _numbers(raw: pd.Series, source: str, where: Callable[[int], str], column: str) -> np.ndarray:
+    """Regression labels as float32; every one a finite number."""
+    numbers = [_number(value) for value in raw]
+    bad = _first(numbers, lambda v: v is not None)
+    if bad is not None:
+        raise _cell_error(source, where(bad), column, f"label {_shown(raw.iloc[bad])} is not a finite number")
+    return np.asarray(numbers, dtype=np.float32)
+
+
+def _label_ids(
+    raw: pd.Series, source: str, where: Callable[[int], str], column: str, split: str, labels: tuple[str, ...]
+) -> np.ndarray:
+    """Classification labels as int64 indices into ``labels``; every one of them in ``labels``."""
+    ids = {str(label): i for i, label in enumerate(labels)}
+    found = [ids.get(_label_text(value)) for value in raw]
+    bad = _first(found, lambda v: v is not None)
+    if bad is not None:
+        allowed = [str(label) for label in labels]
+        problem = f"unknown label {_shown(raw.iloc[bad])} in {split}; expected one of {allowed}"
+        raise _cell_error(source, where(bad), column, problem)
+    return np.asarray(found, dtype=np.int64)
 
 
 def _read(path: Path) -> tuple[pd.DataFrame, Callable[[int], str]]:
@@ -227,15 +265,20 @@ def _read_json(path: Path) -> pd.DataFrame:
     return pd.DataFrame(data, dtype=object)  # object: 1 stays 1, not 1.0 beside a null, None stays None
 
 
-def _require_columns(path: Path, frame: pd.DataFrame, wanted: list[str]) -> None:
+def _header(path: Path) -> str | None:
+    """Where a file's column names are, if it has a header line."""
+    return "line 1" if file_format(path) in _SEPARATORS else None
+
+
+def _require_columns(source: str, frame: pd.DataFrame, wanted: list[str], header: str | None) -> None:
     missing = [column for column in dict.fromkeys(wanted) if column not in frame.columns]
     if missing:
-        at = " line 1:" if file_format(path) in _SEPARATORS else ""
-        raise DataFormatError(f"{path}:{at} missing column(s) {missing}; columns found: {list(frame.columns)}")
+        at = f" {header}:" if header else ""
+        raise DataFormatError(f"{source}:{at} missing column(s) {missing}; columns found: {list(frame.columns)}")
 
 
-def _cell_error(path: Path, place: str, column: str, problem: str) -> DataFormatError:
-    return DataFormatError(f"{path}: {place}: column {column!r}: {problem}")
+def _cell_error(source: str, place: str, column: str, problem: str) -> DataFormatError:
+    return DataFormatError(f"{source}: {place}: column {column!r}: {problem}")
 
 
 def _first(values, ok: Callable[[object], bool]) -> int | None:

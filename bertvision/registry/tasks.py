@@ -13,6 +13,7 @@ import json
 import os
 from dataclasses import dataclass
 
+from bertvision.registry.hub_layout import HubLayout
 from bertvision.registry.metrics import METRICS
 
 
@@ -35,14 +36,22 @@ class SquadFileLayout:
     files: dict[str, str]  # our split name -> file name
 
 
+UNLABELLED = "test"  # a task of the config's own may have an unlabelled split of this name
+
+
 @dataclass(frozen=True)
 class FileLayout:
     """A task declared in the config (``tasks.<name>.files``): a labelled file per split (CSV, TSV,
     JSON Lines, JSON or Parquet, each but Parquet also gzipped), its text columns and label column."""
 
-    files: dict[str, str]  # our split name -> path
+    files: dict[str, str]  # our split name -> path; "test", if any, is unlabelled: predicted, never scored
     text_columns: tuple[str, ...]
     label_column: str
+
+    @property
+    def unlabelled(self) -> str | None:
+        """The file the picked path writes predictions for (``files.test``), if the task has one."""
+        return self.files.get(UNLABELLED)
 
 
 @dataclass(frozen=True)
@@ -82,6 +91,7 @@ class TaskSpec:
     glue: GlueFileLayout | None = None
     squad: SquadFileLayout | None = None
     files: FileLayout | None = None
+    hub: HubLayout | None = None  # a task of the config's own from the hub
     span: SpanSettings | None = None
     answerability: AnswerabilitySettings | None = None
     # Class names in label-id order; for local files, the raw label strings in the same order.
@@ -146,16 +156,21 @@ class TaskSpec:
 
     @property
     def declared(self) -> bool:
-        """A task of the config's own (``tasks.<name>.files``), not one of the registry's."""
-        return self.files is not None
+        """A task of the config's own (``tasks.<name>.files`` or ``.hub``), not one of the registry's."""
+        return self.files is not None or self.hub is not None
+
+    @property
+    def unlabelled_file(self) -> str | None:
+        """A task of the config's own with an unlabelled file (``files.test``): the picked path predicts it."""
+        return self.files.unlabelled if self.files else None
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict) -> TaskSpec:
-        layouts = {"glue": GlueFileLayout, "squad": SquadFileLayout, "files": FileLayout, "span": SpanSettings,
-                   "answerability": AnswerabilitySettings}  # fmt: skip
+        layouts = {"glue": GlueFileLayout, "squad": SquadFileLayout, "files": FileLayout, "hub": HubLayout,
+                   "span": SpanSettings, "answerability": AnswerabilitySettings}  # fmt: skip
         fields = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
         for key, layout in layouts.items():
             if fields.get(key) is not None:
@@ -225,8 +240,8 @@ def register(task: TaskSpec) -> TaskSpec:
         and METRICS[task.kind][m].aggregation
         and not task.answerability
     ]
-    if not (task.glue or task.squad or task.files):
-        problems.append("no local file layout (glue, squad or files)")
+    if not (task.glue or task.squad or task.files or task.hub):
+        problems.append("no source layout (glue, squad, files or hub)")
     expected = task.files.files if task.files else task.hub_splits
     missing = [s for s in ("train", *task.eval_splits) if s not in expected]
     if missing:
@@ -415,7 +430,7 @@ for _task in [
     register(_task)
 
 
-# The tasks a config declares (tasks.<name>.files), as JSON {name: TaskSpec}: the workflow sets it
+# The tasks a config declares (tasks.<name>.files or .hub), as JSON {name: TaskSpec}: the workflow sets it
 # (rules/common.smk) and every job it starts reads it, so that a declared task is known by name
 # in each job's process as a registered one is.
 DECLARED_ENV = "BERTVISION_DECLARED_TASKS"

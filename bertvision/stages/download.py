@@ -15,17 +15,20 @@ import pandas as pd
 from bertvision.config.settings import DownloadSettings
 from bertvision.data import squad_files
 from bertvision.data.glue_files import locate, parse_split
-from bertvision.data.hub import load_hub_split
+from bertvision.data.hub import declared_source, load_declared_questions, load_declared_split, load_hub_split
 from bertvision.data.task_files import read_task_file
 from bertvision.errors import DataFormatError
 from bertvision.layout import split_file
-from bertvision.registry.tasks import TaskSpec, splits_of
+from bertvision.registry.tasks import UNLABELLED, TaskSpec, splits_of
 from bertvision.runtime.io import atomic_write_parquet
 
 log = logging.getLogger(__name__)
 
 
 def load_source_split(task: TaskSpec, split: str, source: DownloadSettings) -> pd.DataFrame:
+    if task.hub:  # a task of the config's own from the hub: its dataset, whatever data.source says
+        log.info("loading %s", declared_source(task, split))
+        return load_declared_split(task, split)
     if task.files:  # a task of the config's own: its files, whatever data.source says
         path, layout = Path(task.files.files[split]), task.files
         log.info("reading %s", path)
@@ -60,6 +63,16 @@ def carve_selection(df: pd.DataFrame, fraction: float, seed: int) -> tuple[pd.Da
     return df[~is_sel].reset_index(drop=True), df[is_sel].reset_index(drop=True)
 
 
+def load_unlabelled(task: TaskSpec) -> pd.DataFrame | None:
+    """The task's unlabelled file (``files.test``), whole: what the picked path predicts; its label
+    column, if it has one, is not read."""
+    if not task.unlabelled_file:
+        return None
+    path = Path(task.unlabelled_file)
+    log.info("reading %s (unlabelled: predicted, never scored)", path)
+    return read_task_file(path, UNLABELLED, task.files.text_columns, task.text_fields, None, task.kind, task.raw_labels)
+
+
 def write_splits(task: TaskSpec, frames: dict[str, pd.DataFrame], out_dir: Path) -> dict[str, int]:
     counts = {}
     for split in splits_of(task):
@@ -69,6 +82,9 @@ def write_splits(task: TaskSpec, frames: dict[str, pd.DataFrame], out_dir: Path)
 
 
 def load_squad_split(task: TaskSpec, split: str, settings: DownloadSettings) -> pd.DataFrame:
+    if task.hub:  # a question task of the config's own from the hub, whatever data.source says
+        log.info("loading %s", declared_source(task, split))
+        return load_declared_questions(task, split)
     if task.files or settings.source == "local":  # a question task of the config's own: its paths as given
         path = squad_files.locate(Path("" if task.files else settings.squad_dir), task.squad.files, split)
         log.info("reading %s", path)
@@ -116,19 +132,29 @@ def download_glue(task: TaskSpec, settings: DownloadSettings, out_dir: Path) -> 
     try:
         train, selection = carve_selection(train_pool, float(settings.selection_fraction), seed)
     except ValueError as err:
-        where = task.files.files["train"] if task.files else f"{task.name} train"
+        where = task.files.files["train"] if task.files else _train_source(task)
         raise DataFormatError(f"{where}: {len(train_pool)} rows: too few for a selection split ({err})") from None
     frames = {"train": train, "selection": subsample(selection, settings.selection_size, seed)}
     for split in task.eval_splits:
         frames[split] = subsample(load_source_split(task, split, settings), settings.eval_size, seed)
+    unlabelled = load_unlabelled(task)  # read (and checked) before anything is written
     counts = write_splits(task, frames, out_dir)
+    if unlabelled is not None:
+        atomic_write_parquet(unlabelled, split_file(out_dir, UNLABELLED))
+        counts[UNLABELLED] = len(unlabelled)
     log.info("%s: source train rows %d; written %s", task.name, len(train_full), counts)
     return counts
+
+
+def _train_source(task: TaskSpec) -> str:
+    return declared_source(task, "train") if task.hub else f"{task.name} train"
 
 
 def local_source_files(task: TaskSpec, settings: DownloadSettings) -> list[Path]:
     """The local files a download reads (empty for the hub), so the workflow reruns the
     download when one of them changes."""
+    if task.hub:  # a hub task of the config's own: its declaration, a param of the rule, reruns it
+        return []
     if task.files:
         return [Path(p) for p in task.files.files.values()]
     if settings.source != "local":

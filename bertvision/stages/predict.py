@@ -1,0 +1,69 @@
+"""The ``predict`` stage: a task's unlabelled file (``tasks.<name>.files.test``) answered by the
+path the summary picked, through the same engine that serves it (``serving.engine``), so the file
+holds exactly what ``bertvision serve`` would answer for each row. Never scored.
+
+The output is the input's text columns in file order, the label column (the user's name for it)
+holding the predicted label (classification) or score (regression), and, for classification, one
+``probability_<label>`` column per label."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pandas as pd
+
+from bertvision.errors import MissingError
+from bertvision.layout import split_file
+from bertvision.registry.tasks import UNLABELLED, TaskSpec
+from bertvision.runtime.io import atomic_path
+from bertvision.serving.bundle import Bundle, bundle_paths, load_bundle
+from bertvision.serving.engine import Engine
+from bertvision.serving.items import ExampleResult, TextItem
+
+log = logging.getLogger(__name__)
+
+ROWS_PER_PASS = 64
+
+
+def bundle_of(task: str, bundles: Path) -> Bundle:
+    """The bundle of a set (``serve-bundles``' output) or the single bundle that serves ``task``."""
+    for path in bundle_paths([bundles]):
+        bundle = load_bundle(path)
+        if task in bundle.tasks:
+            return bundle
+    raise MissingError(f"{bundles}: no bundle serves task {task}")
+
+
+def prediction_columns(task: TaskSpec, results: list[ExampleResult]) -> dict[str, list]:
+    label_column = task.files.label_column
+    if task.kind == "regression":
+        return {label_column: [r.score for r in results]}
+    columns = {label_column: [r.label for r in results]}
+    for name in task.label_names:
+        columns[f"probability_{name}"] = [r.probabilities[name] for r in results]
+    return columns
+
+
+def predict_unlabelled(task: TaskSpec, bundles: Path, raw_dir: Path, out: Path, threads: int | None = None) -> None:
+    """Write ``out`` (CSV): every row of the task's unlabelled split with the picked path's answer."""
+    if not task.unlabelled_file:
+        raise MissingError(f"task {task.name} has no unlabelled file (tasks.{task.name}.files.test)")
+    rows = pd.read_parquet(split_file(raw_dir, UNLABELLED))
+    engine = Engine(bundle_of(task.name, bundles), threads=threads)
+    picked = engine.tasks[task.name].picked
+    log.info("%s: %d rows of %s, head %s of bundle %s", task.name, len(rows), task.unlabelled_file, picked,
+             engine.bundle.root)  # fmt: skip
+    texts = [tuple(str(row[field]) for field in task.text_fields) for _, row in rows.iterrows()]
+    results: list[ExampleResult] = []
+    for start in range(0, len(texts), ROWS_PER_PASS):
+        items = [TextItem(t, {task.name: picked}) for t in texts[start : start + ROWS_PER_PASS]]
+        results += [answers[task.name] for answers in engine.predict(items)[0]]
+    frame = pd.DataFrame(
+        {column: rows[field] for column, field in zip(task.files.text_columns, task.text_fields)}
+        | prediction_columns(task, results)
+    )
+    with atomic_path(Path(out)) as tmp:
+        frame.to_csv(tmp, index=False)
+    log.info("wrote %s (%d rows; %s encoder passes)", out, len(frame), engine.encoder_passes)
+    print(f"{task.name}: {len(frame)} rows predicted by {picked}: {out}")
