@@ -5,6 +5,8 @@ import json
 
 import numpy as np
 import pytest
+import torch
+from safetensors.torch import load_file
 
 from bertvision.config.settings import HeadRuntimeSettings, HeadTrainingSettings
 from bertvision.features.shard_writer import ShardWriter, shard_rows
@@ -124,3 +126,28 @@ def test_a_head_takes_its_own_training_settings(tmp_path):
     assert len(records["short"]["history"]) == 2 and records["short"]["training_settings"]["max_epochs"] == 2
     assert len(records["lp"]["history"]) == SETTINGS.max_epochs
     assert records["short"]["head_spec"] == {"type": "lp", "dropout": 0.0}
+
+
+@pytest.mark.parametrize("in_memory_max_mb", [4096, 0], ids=["in-memory", "from-shards"])
+def test_heads_trained_together_equal_each_trained_alone(tmp_path, in_memory_max_mb):
+    """Every head of a seed trains in lockstep on batches drawn once; each keeps its own random
+    state, optimizer and early stopping, so its weights and scores are bit-for-bit those it gets
+    trained alone (a head with dropout draws random numbers on every step)."""
+    manifest = planted_features(tmp_path / "features")
+    settings = SETTINGS.replace(in_memory_max_mb=in_memory_max_mb, max_epochs=6, patience=2)
+    heads = {**HEADS, "dropped": {"type": "adapter", "width": 8, "dropout": 0.3}}
+    train_heads(get_task("sst2"), with_training(heads, settings), RUNTIME, manifest, [1, 2], tmp_path / "together",
+                threads=1)  # fmt: skip
+    for name in heads:
+        for seed in (1, 2):
+            alone = tmp_path / f"alone-{name}-{seed}"
+            train_heads(get_task("sst2"), with_training({name: heads[name]}, settings), RUNTIME, manifest, [seed],
+                        alone, threads=1)  # fmt: skip
+            together = tmp_path / "together" / name / f"seed{seed}"
+            weights = [load_file(d / "head.safetensors") for d in (together, alone / name / f"seed{seed}")]
+            assert weights[0].keys() == weights[1].keys()
+            assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0]), (name, seed)
+            records = [json.loads((d / "metrics.json").read_text()) for d in (together, alone / name / f"seed{seed}")]
+            for key in ("metrics", "best_epoch", "history"):
+                assert records[0][key] == records[1][key], (name, seed, key)
+            assert records[0]["runs_together"] == 2 * len(heads) and records[1]["runs_together"] == 1

@@ -59,10 +59,12 @@ def train_heads(
     head name -> its study's ``best.json``, whose parameters replace the head's settings;
     ``train_fraction``: train on that nested share of the training rows.
 
-    Stored features: each head and seed trains on its own, in its seed's batch order. Streamed:
-    every head and seed that shares a problem and batch size trains in lockstep on one encoder
-    pass per epoch, in the first seed's batch order (seeds then differ in initialization and
-    dropout only); each run's ``seconds`` is its own work plus an even share of the encoder's."""
+    Every head that shares a problem and batch size trains in lockstep, each batch drawn once for
+    all of them (``train_together``). Stored features: one lockstep group per seed, in that seed's
+    batch order, so each run trains exactly as it would alone. Streamed: every seed in one group
+    on one encoder pass per epoch, in the first seed's batch order (seeds then differ in
+    initialization and dropout only). Each run's ``seconds`` is its own work (steps, selection
+    scoring, evaluation) plus an even share of the group's common work (batches, the encoder)."""
     t_start = time.perf_counter()
     searched = searched or {}
     set_threads(threads)
@@ -80,23 +82,21 @@ def train_heads(
             Plan(SeededHead(head_name, head.spec, head.training, seed, moments, problems.encoder_dir), problem, search)
             for seed in seeds
         ]
-    if problems.streamed:
-        groups: dict = {}
-        for plan in plans:
-            groups.setdefault((id(plan.problem), plan.run.settings.batch_size), []).append(plan)
-        finished = [item for group in groups.values() for item in _train_group(task, group, seeds[0], problems, bert)]
-        shared = (time.perf_counter() - t_start - sum(f["own"] for f in finished)) / len(finished)
-        spent = {k: v - spent_before[k] for k, v in problems.encoder.spent().items()}
-        for f in finished:
-            f["record"]["seconds"] = f["own"] + shared
+    groups: dict = {}
+    for plan in plans:
+        order_seed = seeds[0] if problems.streamed else plan.run.seed
+        groups.setdefault((id(plan.problem), plan.run.settings.batch_size, order_seed), []).append(plan)
+    finished = [
+        item for (_, _, order), group in groups.items() for item in _train_group(task, group, order, problems, bert)
+    ]
+    shared = (time.perf_counter() - t_start - sum(f["own"] for f in finished)) / len(finished)
+    spent = {k: v - spent_before[k] for k, v in problems.encoder.spent().items()} if problems.streamed else None
+    for f in finished:
+        f["record"]["seconds"] = f["own"] + shared
+        f["record"]["runs_together"] = len(finished)
+        if spent is not None:
             f["record"]["stream"] = {**spent, "shared_seconds_each": shared, "runs_per_pass": len(finished)}
-            _write(task, f, out_root)
-    else:
-        for plan in plans:
-            t0 = time.perf_counter()
-            f = _train_group(task, [plan], plan.run.seed, problems, bert)[0]
-            f["record"]["seconds"] = time.perf_counter() - t0
-            _write(task, f, out_root)
+        _write(task, f, out_root)
 
 
 def _train_group(task: TaskSpec, group: list[Plan], order_seed: int, problems: Problems, bert) -> list[dict]:
