@@ -37,7 +37,8 @@ from bertvision.features.source import StreamSource
 from bertvision.features.store import FeatureSet, write_manifest
 from bertvision.layout import head_metrics_files, split_file
 from bertvision.models.backbone import resolve_pretrained
-from bertvision.registry.tasks import get_task, splits_of
+from bertvision.registry.task_spec import splits_of
+from bertvision.registry.tasks import get_task
 from bertvision.runtime.device import pick_device, set_threads, to_device
 from bertvision.stages.download import download_task
 from bertvision.stages.extract import extract_shard, iter_blocks

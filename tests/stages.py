@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bertvision.registry.tasks import get_task, splits_of
+from bertvision.registry.task_spec import splits_of
+from bertvision.registry.tasks import get_task
 
 
 def with_training(heads: dict, training) -> dict:

@@ -15,7 +15,8 @@ from bertvision.config.declared_tasks import declared_task
 from bertvision.data.glue_files import locate, parse_split
 from bertvision.data.squad_files import parse_squad, read_json
 from bertvision.errors import ConfigError, DataFormatError
-from bertvision.registry.tasks import TaskSpec, declared_json, get_task
+from bertvision.registry.task_spec import TaskSpec
+from bertvision.registry.tasks import declared_json, get_task
 from bertvision.stages.download import download_task, load_source_split, local_source_files
 from tests.conftest import REPO, SHIPPED_GLUE, workflow_settings
 

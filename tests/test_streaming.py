@@ -15,7 +15,8 @@ from bertvision.config.settings import ExtractCompute, ExtractSettings, HeadRunt
 from bertvision.features.source import StreamSource
 from bertvision.features.store import write_manifest
 from bertvision.layout import HEAD_METRICS, head_run_dir
-from bertvision.registry.tasks import get_task, splits_of
+from bertvision.registry.task_spec import splits_of
+from bertvision.registry.tasks import get_task
 from bertvision.stages.download import download_task
 from bertvision.stages.extract import extract_shard
 from bertvision.stages.tokenize import tokenize_task

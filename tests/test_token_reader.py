@@ -19,7 +19,8 @@ from bertvision.data.tokenized import bucketed_batches, shuffled_batches
 from bertvision.features.shard_writer import TokenShardWriter, shard_rows
 from bertvision.features.store import FeatureSet, WindowStates, write_manifest
 from bertvision.features.token_reader import StoredWindows, token_windows
-from bertvision.registry.tasks import get_task, splits_of
+from bertvision.registry.task_spec import splits_of
+from bertvision.registry.tasks import get_task
 from bertvision.stages.train_heads import train_heads
 from bertvision.training.loop import train_one
 from bertvision.training.span import SpanProblem

@@ -27,7 +27,7 @@ from bertvision.config import settings as typed
 
 def with_splits(values: dict) -> dict:
     """A stage that reads every split of a task: the task's split names in place of the task."""
-    from bertvision.registry.tasks import splits_of
+    from bertvision.registry.task_spec import splits_of
 
     task = values.pop("task")
     return {**values, "splits": splits_of(task)}

@@ -37,7 +37,8 @@ from bertvision.data.squad_files import parse_squad
 from bertvision.data.task_files import labels_in, read_table
 from bertvision.errors import BertvisionError, ConfigError
 from bertvision.registry.hub_layout import HubLayout
-from bertvision.registry.tasks import TASKS, FileLayout, SquadFileLayout, TaskSpec, get_task
+from bertvision.registry.task_spec import FileLayout, SquadFileLayout, TaskSpec
+from bertvision.registry.tasks import TASKS, get_task
 
 # a task name is a path part and a Snakemake wildcard (rules/common.smk)
 NAME = re.compile(r"[a-z0-9][a-z0-9-]*")

@@ -27,7 +27,8 @@ from bertvision.config.settings import (
 from bertvision.errors import ConfigError
 from bertvision.layout import Checkpoint, Run, SharedEncoder
 from bertvision.registry.heads import get_head_type, trains_on
-from bertvision.registry.tasks import TASKS, TaskSpec, declare, get_task, registered_names
+from bertvision.registry.task_spec import TaskSpec
+from bertvision.registry.tasks import TASKS, declare, get_task, registered_names
 
 # the section of tasks.<task> that changes a settings block for that task
 TASK_LAYERS = {"finetune.settings": "finetune", "heads.training": "head_training"}

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from bertvision.errors import DataFormatError, MissingError
-from bertvision.registry.tasks import TaskSpec
+from bertvision.registry.task_spec import TaskSpec
 
 
 def locate(glue_dir: Path, task: TaskSpec, split: str) -> Path:

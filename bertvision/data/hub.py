@@ -15,7 +15,7 @@ from bertvision.data import squad_files
 from bertvision.data.glue_files import canonical_frame
 from bertvision.data.task_files import task_frame
 from bertvision.errors import DataFormatError
-from bertvision.registry.tasks import TaskSpec
+from bertvision.registry.task_spec import TaskSpec
 
 
 def load_hub_split(task: TaskSpec, split: str, repo: str | None = None) -> pd.DataFrame:

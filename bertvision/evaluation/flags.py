@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from bertvision.registry.metrics import get_metric
-from bertvision.registry.tasks import TaskSpec
+from bertvision.registry.task_spec import TaskSpec
 
 CHANCE_TOLERANCE = 0.02
 

@@ -12,7 +12,7 @@ import pandas as pd
 from bertvision.data.tokenized import TokenizedSplit
 from bertvision.evaluation.squad_decode import apply_threshold, decode_question, tune_threshold
 from bertvision.evaluation.squad_metric import squad_v2_metrics
-from bertvision.registry.tasks import TaskSpec
+from bertvision.registry.task_spec import TaskSpec
 
 
 def candidates(window_logits: list[np.ndarray], windows: TokenizedSplit, questions: pd.DataFrame, task: TaskSpec):

@@ -19,7 +19,7 @@ from bertvision.data.hub import declared_source, load_declared_questions, load_d
 from bertvision.data.task_files import read_task_file
 from bertvision.errors import DataFormatError
 from bertvision.layout import split_file
-from bertvision.registry.tasks import UNLABELLED, TaskSpec, splits_of
+from bertvision.registry.task_spec import UNLABELLED, TaskSpec, splits_of
 from bertvision.runtime.io import atomic_write_parquet
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ from pathlib import Path
 from bertvision.config.settings import FinetuneCompute, FinetuneSettings
 from bertvision.evaluation.ensemble import save_logits
 from bertvision.layout import BERT_LOGITS, BERT_METRICS, BERT_PREDICTIONS, Checkpoint, checkpoint_dir
-from bertvision.registry.tasks import TaskSpec
+from bertvision.registry.task_spec import TaskSpec
 from bertvision.runtime.io import atomic_write_json, atomic_write_parquet
 from bertvision.training.encoder import EvalData, scored_splits
 from bertvision.training.encoder_session import EncoderSession, save_checkpoint

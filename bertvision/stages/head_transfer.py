@@ -15,7 +15,7 @@ from torch import nn
 from bertvision.config.settings import HeadRuntimeSettings
 from bertvision.layout import HEAD_METRICS, head_runs
 from bertvision.models.head_io import load_head
-from bertvision.registry.tasks import TaskSpec
+from bertvision.registry.task_spec import TaskSpec
 from bertvision.runtime.device import set_threads
 from bertvision.runtime.io import atomic_write_json, read_json
 from bertvision.training.problems import Problems

@@ -15,7 +15,7 @@ import pandas as pd
 
 from bertvision.errors import MissingError
 from bertvision.layout import split_file
-from bertvision.registry.tasks import UNLABELLED, TaskSpec
+from bertvision.registry.task_spec import UNLABELLED, TaskSpec
 from bertvision.runtime.io import atomic_path
 from bertvision.serving.bundle import Bundle, bundle_paths, load_bundle
 from bertvision.serving.engine import Engine

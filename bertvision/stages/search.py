@@ -21,7 +21,7 @@ from bertvision.config.settings import HeadRuntimeSettings, HeadSettings, HeadTr
 from bertvision.features.source import StreamSource
 from bertvision.layout import STUDY_LABEL
 from bertvision.registry.heads import searchable_parameters
-from bertvision.registry.tasks import TaskSpec
+from bertvision.registry.task_spec import TaskSpec
 from bertvision.runtime.device import set_threads
 from bertvision.runtime.io import atomic_write_json, read_json
 from bertvision.training.loop import train_one

@@ -17,7 +17,7 @@ from bertvision.layout import split_file
 from bertvision.models.backbone import load_tokenizer
 from bertvision.models.encoder_io import load_model_config, summary_position, uses_token_types
 from bertvision.registry.metrics import question_gold
-from bertvision.registry.tasks import TaskSpec, splits_of
+from bertvision.registry.task_spec import TaskSpec, splits_of
 from bertvision.runtime.io import atomic_write_parquet
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ from bertvision.features.source import StreamSource
 from bertvision.layout import HEAD_METRICS, HEAD_PREDICTIONS, head_run_dir
 from bertvision.models.head_io import save_head
 from bertvision.models.heads import Standardized, count_parameters
-from bertvision.registry.tasks import TaskSpec
+from bertvision.registry.task_spec import TaskSpec
 from bertvision.runtime.device import set_threads
 from bertvision.runtime.io import atomic_write_json, atomic_write_parquet, read_json
 from bertvision.training.loop import SeededHead, train_together

@@ -21,7 +21,7 @@ from bertvision.evaluation.inference import evaluate_outputs, predict, predict_s
 from bertvision.layout import split_file
 from bertvision.models.backbone import load_pretrained
 from bertvision.models.encoder_io import pad_id
-from bertvision.registry.tasks import TaskSpec
+from bertvision.registry.task_spec import TaskSpec
 from bertvision.runtime.device import autocast, autocast_dtype, check_simulated_oom, to_device
 from bertvision.runtime.distributed import Ranks, accumulating
 

@@ -20,7 +20,7 @@ from bertvision.config.settings import BaselineSettings, FinetuneCompute, Finetu
 from bertvision.data.tokenized import TokenizedSplit
 from bertvision.layout import split_file
 from bertvision.models.backbone import encoder_parameter_count
-from bertvision.registry.tasks import TaskSpec
+from bertvision.registry.task_spec import TaskSpec
 from bertvision.runtime.device import pick_device, resolve_precision, set_threads
 from bertvision.runtime.distributed import Ranks
 from bertvision.runtime.io import atomic_path

@@ -17,7 +17,7 @@ from bertvision.features.stream import BatchStream, Prefetched
 from bertvision.features.streamed import is_streamed
 from bertvision.layout import split_file
 from bertvision.registry.metrics import predictions_from_outputs, score
-from bertvision.registry.tasks import TaskSpec
+from bertvision.registry.task_spec import TaskSpec
 from bertvision.training.statistics import moments, nested_subset
 
 

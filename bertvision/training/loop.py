@@ -20,7 +20,7 @@ from transformers import get_linear_schedule_with_warmup
 from bertvision.config.settings import HeadTrainingSettings
 from bertvision.models.encoder_io import checkpoint_layers
 from bertvision.models.heads import Standardized, build_head
-from bertvision.registry.tasks import TaskSpec
+from bertvision.registry.task_spec import TaskSpec
 
 
 @dataclass(frozen=True)

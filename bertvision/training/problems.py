@@ -11,7 +11,7 @@ from bertvision.config.settings import HeadRuntimeSettings
 from bertvision.features.source import StreamSource
 from bertvision.features.streamed import open_split, streamed_encoder
 from bertvision.registry.heads import is_token_head
-from bertvision.registry.tasks import TaskSpec, splits_of
+from bertvision.registry.task_spec import TaskSpec, splits_of
 from bertvision.runtime.device import pick_device
 from bertvision.training.example import ExampleProblem
 from bertvision.training.span import SpanProblem

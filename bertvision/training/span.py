@@ -15,7 +15,7 @@ from bertvision.features.stream import WindowBatches
 from bertvision.features.token_reader import token_windows
 from bertvision.layout import split_file
 from bertvision.models.heads import span_logits
-from bertvision.registry.tasks import TaskSpec
+from bertvision.registry.task_spec import TaskSpec
 from bertvision.training.statistics import nested_subset, token_moments
 
 INFERENCE_ROWS = 64  # windows per inference batch

@@ -23,7 +23,7 @@ from bertvision.features.stream import WindowBatches
 from bertvision.features.streamed import is_streamed
 from bertvision.features.token_reader import token_windows
 from bertvision.registry.metrics import score
-from bertvision.registry.tasks import TaskSpec
+from bertvision.registry.task_spec import TaskSpec
 from bertvision.training.example import ExampleProblem, held_questions
 from bertvision.training.statistics import nested_subset, token_moments
 
