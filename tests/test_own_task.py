@@ -17,8 +17,10 @@ from bertvision.data.glue_files import locate, parse_split
 from bertvision.data.squad_files import read_json
 from bertvision.registry.tasks import get_task
 from tests.conftest import REPO, SHIPPED_GLUE, snakemake
+from tests.test_own_task_hub import hub_block, mrpc_repo
 
 BANDS = ("low", "mid", "high")
+PAIR_MEANINGS = ("different", "same")  # paraphrase's 0/1 and the hub task's names: one label space
 
 
 def glue_rows(task: str, split: str, n: int) -> pd.DataFrame:
@@ -70,6 +72,14 @@ def write_own_files(root) -> dict:
     blocks["score"] = {"files": files("score", "parquet"), "text": "sentence", "label": "score", "kind": "regression",
                        "max_length": 32}  # fmt: skip
     blocks["score"]["files"]["test"] = str(root / "score-test.parquet")
+    # every stage for them, as for the registry's tasks: token-level states (token-pool and the
+    # ladder) and a search on the CSV task, states streamed for the Parquet task
+    blocks["similarity"].update(token_features=True, search_heads=["adapter8"])
+    blocks["paraphrase"].update(label_meanings=list(PAIR_MEANINGS))
+    blocks["score"].update(store=False)
+    # a dataset from the hub (a local directory laid out as a hub repository stands in for it)
+    repo = mrpc_repo(root / "hub-pairs")
+    blocks["pairs-hub"] = hub_block(repo, label_meanings=list(PAIR_MEANINGS), max_length=64, heads=["lp"])
     return blocks
 
 
@@ -85,7 +95,23 @@ def own_config(tiny_bert, blocks: dict) -> dict:
         "heads": {
             "seeds": [1],
             "training": {"max_epochs": 2, "patience": 1, "batch_size": 16},
-            "models": {"lp": {"type": "lp"}, "adapter8": {"type": "adapter", "width": 8}},
+            "models": {
+                "lp": {"type": "lp"},
+                "adapter8": {"type": "adapter", "width": 8},
+                "tokpool": {"type": "token-pool"},
+                "ladder": {"type": "ladder", "reduction": 4, "attention_heads": 2, "blocks": 1, "init": "encoder"},
+            },
+        },
+        "search": {"trials": 2, "workers": 1, "space": {"width": {"choices": [4, 8]}}},
+        "experiments": {
+            "data_fraction": {"tasks": ["paraphrase"], "heads": ["lp"], "fractions": [0.5], "checkpoints": [1.0]},
+            "transfer": {"tasks": ["score"]},
+        },
+        # one encoder for two tasks of one's own: the frozen one, each one's own, and a mixture
+        "shared": {
+            "tasks": ["paraphrase", "pairs-hub"],
+            "heads": ["lp"],
+            "mixtures": {"own-mix": {"tasks": ["paraphrase", "pairs-hub"], "epochs": 1}},
         },
     }
 
@@ -130,6 +156,22 @@ def test_own_files_go_through_every_stage_and_are_served(own_run):
     glue = pd.read_csv(workdir / "results/tables/glue.csv")
     assert set(glue.loc[glue["task"] == "similarity", "metric"]) == {"f1_macro", "accuracy"}
     assert set(glue.loc[glue["task"] == "score", "metric"]) == {"pearson", "spearman"}
+
+    # every stage ran for them: the search, the experiments, token-level states, the ladder,
+    # streamed states, and the shared encoders, the mixture's included, with the heads of one
+    # task answering the other (their label meanings match)
+    tables = {name: pd.read_csv(workdir / L.table(name, "csv")) for name in ("search", "data_fraction", "transfer")}
+    assert "similarity" in set(tables["search"]["task"]) and "paraphrase" in set(tables["data_fraction"]["task"])
+    assert "score" in set(tables["transfer"]["task"])
+    heads = workdir / "heads/tiny"
+    assert (heads / "similarity/ft1/ckpt-1/tokpool/seed1/metrics.json").exists()
+    assert (heads / "similarity/ft1/ckpt-1/ladder/seed1/metrics.json").exists()
+    streamed = json.loads((heads / "score/ft1/ckpt-1/lp/seed1/metrics.json").read_text())
+    assert streamed["features_stored"] is False
+    cross = pd.read_csv(workdir / L.table("cross_task", "csv"))
+    assert {"paraphrase", "pairs-hub"} <= set(cross["task"]) and "own-mix" in set(cross["encoder"])
+    hub_raw = pd.read_parquet(workdir / "data/raw/pairs-hub/dev.parquet")
+    assert len(hub_raw) == 30 and set(hub_raw["label"]) <= {0, 1}
 
     picked_dir = workdir / L.PICKED_BUNDLES_DIR.format(model="tiny")
     with Server(create_app(picked_dir, ServeSettings(device="cpu"))) as running:
