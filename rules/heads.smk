@@ -12,6 +12,7 @@ rule train_heads:
     params:
         heads=lambda wc: as_json(S.head_settings(wc.task)),
         runtime=as_json(S.head_runtime()),
+        race=as_json(S.head_race()),
         seeds=S.head_seeds,
         searched=lambda wc: searched_args(wc),
         features=features_arg,
@@ -27,7 +28,7 @@ rule train_heads:
         runtime=heads_request("runtime", head_runs),
     shell:
         "bertvision train-heads --task {wildcards.task} --heads {params.heads:q} "
-        "--runtime {params.runtime:q} --manifest {params.features} --raw-dir {input.raw} "
+        "--runtime {params.runtime:q} --race {params.race:q} --manifest {params.features} --raw-dir {input.raw} "
         "--bert-logits {input.bert_logits} --seeds {params.seeds} --out-dir {output} "
         "--searched {params.searched} --train-fraction {params.train_fraction} --threads {threads} > {log} 2>&1"
 

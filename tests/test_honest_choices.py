@@ -48,6 +48,8 @@ def config(tiny_bert: Path, glue_dir: Path, squad_dir: Path) -> dict:
             "seeds": [1, 2],
             "training": {"max_epochs": 4, "patience": 2, "batch_size": 16},
             "models": {"lp": {"type": "lp"}, "adapter8": {"type": "adapter", "width": 8}},
+            # the heads race (successive halving on the selection split): who goes on is a choice too
+            "race": {"protocol": "racing", "rungs": [1, 2], "keep": 0.5},
         },
         # cross-task picks and the served heads are choices too
         "shared": {"tasks": ["mrpc", "stsb"], "mixtures": {"mix": {"tasks": ["mrpc", "stsb"], "epochs": 0.5}}},

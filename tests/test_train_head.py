@@ -151,3 +151,50 @@ def test_heads_trained_together_equal_each_trained_alone(tmp_path, in_memory_max
             for key in ("metrics", "best_epoch", "history"):
                 assert records[0][key] == records[1][key], (name, seed, key)
             assert records[0]["runs_together"] == 2 * len(heads) and records[1]["runs_together"] == 1
+
+
+def test_a_race_keeps_the_planted_best_head_and_stops_a_planted_bad_one_at_the_first_rung(tmp_path):
+    """Racing on planted features: the head that cannot learn (a vanishing learning rate) is out
+    at the first rung, the mean of the layers at the second, and only the layer mix, which finds
+    the planted layer, trains with the other seeds. Its first-seed run is the grid's own."""
+    from bertvision.config.settings import RaceSettings
+
+    manifest = planted_features(tmp_path / "features", n_shards=1)
+    settings = SETTINGS.replace(max_epochs=8, patience=8)
+    heads = with_training({"lp": HEADS["lp"], "ap": HEADS["ap"], "stuck": HEADS["adapter"]}, settings)
+    heads["stuck"] = heads["stuck"].replace(training=settings.replace(learning_rate=1e-9))
+    race = RaceSettings(protocol="racing", rungs=(2, 4), keep=0.5)
+    train_heads(get_task("sst2"), heads, RUNTIME, manifest, [1, 2], tmp_path / "raced", threads=1, race=race)
+    train_heads(get_task("sst2"), heads, RUNTIME, manifest, [1, 2], tmp_path / "grid", threads=1)
+
+    def record(root, name, seed):
+        return json.loads((tmp_path / root / name / f"seed{seed}" / "metrics.json").read_text())
+
+    stuck, ap, lp = (record("raced", name, 1) for name in ("stuck", "ap", "lp"))
+    assert stuck["race"]["raced_out_at_epoch"] == 2 and len(stuck["history"]) == 2
+    assert ap["race"]["raced_out_at_epoch"] == 4 and len(ap["history"]) == 4
+    assert lp["race"]["raced_out_at_epoch"] is None and lp["race"]["protocol"] == "racing"
+    assert not (tmp_path / "raced" / "stuck" / "seed2").exists() and not (tmp_path / "raced" / "ap" / "seed2").exists()
+    assert record("raced", "lp", 2)["race"]["raced_out_at_epoch"] is None
+    grid = record("grid", "lp", 1)
+    assert grid["race"] is None
+    assert (lp["history"], lp["metrics"], lp["best_epoch"]) == (grid["history"], grid["metrics"], grid["best_epoch"])
+
+
+def test_a_head_stopped_by_a_race_is_never_picked():
+    import pandas as pd
+
+    from bertvision.reporting.summary import pick
+
+    configs = pd.DataFrame(
+        {
+            "kind": ["head", "head"],
+            "model": ["raced", "finished"],
+            "epoch_fraction": [0.0, 0.0],
+            "selection_mean": [0.9, 0.8],
+            "trainable_params": [10, 10],
+            "raced_out": [True, False],
+        }
+    )
+    assert pick(configs)["model"] == "finished"
+    assert pick(configs.drop(columns="raced_out"))["model"] == "raced"

@@ -281,6 +281,18 @@ class HeadRuntimeSettings(StageSettings):
     verify: str = setting("heads.verify")
 
 
+class RaceSettings(StageSettings):
+    """How a head-training job chooses among its heads (``training.racing``)."""
+
+    protocol: str = setting("heads.race.protocol")
+    rungs: Annotated[tuple[int, ...], Field(strict=False)] = setting("heads.race.rungs")
+    keep: Number = setting("heads.race.keep")
+
+    @property
+    def racing(self) -> bool:
+        return self.protocol == "racing"
+
+
 class SearchSettings(StageSettings):
     trials: int = setting("search.trials")
     workers: int = setting("search.workers")

@@ -21,6 +21,7 @@ from bertvision.config.settings import (
     HeadSettings,
     HeadTrainingSettings,
     MixtureSettings,
+    RaceSettings,
     SearchSettings,
     TokenizeSettings,
 )
@@ -370,6 +371,9 @@ class WorkflowSettings:
 
     def head_runtime(self) -> HeadRuntimeSettings:
         return HeadRuntimeSettings.pick(self.config["heads"], self.source)
+
+    def head_race(self) -> RaceSettings:
+        return RaceSettings.pick(self.config["heads"]["race"], self.source)
 
     def search(self) -> SearchSettings:
         return SearchSettings.pick(self.config["search"], self.source, head_seed=self.head_seeds[0])

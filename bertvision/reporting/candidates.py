@@ -13,7 +13,7 @@ from bertvision.evaluation.ensemble import ensemble_rules
 from bertvision.layout import Checkpoint, Job, source_checkpoint
 from bertvision.registry.tasks import get_task
 from bertvision.reporting.costs import extract_seconds, feature_bytes, storage_cost
-from bertvision.reporting.results import BERT, ensemble_name, repeats_frozen_run
+from bertvision.reporting.results import BERT, ensemble_name, raced_out, repeats_frozen_run
 from bertvision.reporting.whole_cost import all_epochs_seconds, head_search_seconds, search_seconds
 from bertvision.runtime.io import read_json
 
@@ -96,6 +96,8 @@ def candidate_runs(
             "encoder_params": r["encoder_parameters"],
             "device": r["device"] if at is None else at["device"],
             "precision": r.get("states_precision"),  # of the encoder that computed the head's states
+            # stopped by its job's race (heads.race): its seconds count, it is never picked
+            "raced_out": raced_out(r),
             **_dev_facts(task, r["metrics"]),
         }
         rows.append(

@@ -15,6 +15,7 @@ import pandas as pd
 from bertvision.layout import SharedEncoder, head_metrics_files
 from bertvision.registry.tasks import get_task
 from bertvision.reporting.markdown import fmt, markdown_table
+from bertvision.reporting.results import raced_out
 from bertvision.runtime.io import read_json
 
 OWN, FROZEN, OTHER, MIXTURE, AS_IS = "own encoder", "frozen", "other task's encoder", "mixture", "source head as is"
@@ -75,7 +76,7 @@ def head_runs_on_encoders(
                     task = get_task(task_name)
                     for path in head_metrics_files([Path(enc.heads_dir(model, seed, task_name))]):
                         r = read_json(path)
-                        if r["head"] not in names:
+                        if r["head"] not in names or raced_out(r):
                             continue
                         rows.append(
                             {

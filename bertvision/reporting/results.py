@@ -48,6 +48,12 @@ def _rows(task: TaskSpec, metrics: dict, run_flags: dict, **columns) -> list[dic
     ]
 
 
+def raced_out(record: dict) -> bool:
+    """Whether a head record is a run its job's race stopped (``heads.race``): counted in the
+    whole cost, never picked, not applied elsewhere."""
+    return (record.get("race") or {}).get("raced_out_at_epoch") is not None
+
+
 def repeats_frozen_run(record: dict, seen: set) -> bool:
     """Whether a head record repeats an earlier one on the untouched encoder: checkpoint 0 is the
     same encoder, with the same states, for every fine-tuning seed, so its head runs with one
@@ -93,6 +99,9 @@ def long_records(bert_metrics: list[Path], head_metrics: list[Path]) -> pd.DataF
         }
         if not repeats_frozen_run(m, frozen_seen):  # an untouched encoder's head counts once
             flags = prediction_flags(Path(path).with_name(HEAD_PREDICTIONS), task)
+            if raced_out(m):  # one seed, cut short: shown, never picked
+                stopped = f"stopped by the race at epoch {m['race']['raced_out_at_epoch']}"
+                flags = {split: "; ".join(filter(None, (flags.get(split), stopped))) for split in task.eval_splits}
             rows += _rows(
                 task,
                 m["metrics"],

@@ -91,6 +91,7 @@ def _configs(runs: pd.DataFrame) -> pd.DataFrame:
         feature_bytes=("feature_bytes", "mean"),
         device=("device", "first"),
         precision=("precision", "first"),
+        **({"raced_out": ("raced_out", lambda v: bool(v.isin([True]).any()))} if "raced_out" in runs else {}),
     ).reset_index()
     if "kept_epoch" in runs:  # full fine-tuning: name the row by the epochs each seed kept
         full = runs[runs["kind"] == FULL_FT]
@@ -102,8 +103,11 @@ def _configs(runs: pd.DataFrame) -> pd.DataFrame:
 
 def pick(configs: pd.DataFrame) -> pd.Series | None:
     """The candidate with the best mean selection score; ties go to fewer trainable
-    parameters, then the earlier checkpoint, then the name (never to a dev score or a time)."""
+    parameters, then the earlier checkpoint, then the name (never to a dev score or a time). A
+    head its job's race stopped is no candidate (it has one seed, cut short)."""
     ranked = configs.dropna(subset=["selection_mean"])
+    if "raced_out" in ranked:
+        ranked = ranked[~ranked["raced_out"].isin([True])]
     if ranked.empty:
         return None
     order = ranked.sort_values(

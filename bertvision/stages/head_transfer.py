@@ -16,6 +16,7 @@ from bertvision.config.settings import HeadRuntimeSettings
 from bertvision.layout import HEAD_METRICS, head_runs
 from bertvision.models.head_io import load_head
 from bertvision.registry.task_spec import TaskSpec
+from bertvision.reporting.results import raced_out
 from bertvision.runtime.device import set_threads
 from bertvision.runtime.io import atomic_write_json, read_json
 from bertvision.training.problems import Problems
@@ -59,7 +60,7 @@ def apply_heads_across_tasks(
     records = []
     for run in head_runs(head_dir):
         record = read_json(run / HEAD_METRICS)
-        if record["head"] not in heads:
+        if record["head"] not in heads or raced_out(record):  # a head its race stopped is no candidate
             continue
         problem = problems.get(record["head_spec"])
         layers, hidden = problem.shape

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-from bertvision.config.settings import HeadRuntimeSettings, HeadSettings
+from bertvision.config.settings import HeadRuntimeSettings, HeadSettings, RaceSettings
 from bertvision.evaluation.ensemble import load_logits
 from bertvision.features.source import StreamSource
 from bertvision.layout import HEAD_METRICS, HEAD_PREDICTIONS, head_run_dir
@@ -22,8 +22,9 @@ from bertvision.models.heads import Standardized, count_parameters
 from bertvision.registry.task_spec import TaskSpec
 from bertvision.runtime.device import set_threads
 from bertvision.runtime.io import atomic_write_json, atomic_write_parquet, read_json
-from bertvision.training.loop import SeededHead, train_together
+from bertvision.training.loop import Lockstep, SeededHead
 from bertvision.training.problems import Problems
+from bertvision.training.racing import race as run_race
 from bertvision.training.search_space import apply_params
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,7 @@ def train_heads(
     bert_logits: Path | None = None,
     searched: dict[str, Path] | None = None,
     train_fraction: float = 1.0,
+    race: RaceSettings | None = None,
 ) -> None:
     """Write a run directory (weights, eval predictions, metrics) under ``out_root`` for every
     head (name -> its spec and final training settings) and seed. ``source``: the checkpoint's
@@ -57,7 +59,9 @@ def train_heads(
     canonical splits (span tasks decode answers from their contexts); ``bert_logits``: BERT's
     ``eval_logits.npz`` at the same checkpoint, for the head + BERT ensembles; ``searched``:
     head name -> its study's ``best.json``, whose parameters replace the head's settings;
-    ``train_fraction``: train on that nested share of the training rows.
+    ``train_fraction``: train on that nested share of the training rows; ``race``: how the job
+    chooses among its heads (None: the grid, every head with every seed to its end; racing:
+    ``training.racing``, and each record says where the race stopped it).
 
     Every head that shares a problem and batch size trains in lockstep, each batch drawn once for
     all of them (``train_together``). Stored features: one lockstep group per seed, in that seed's
@@ -82,13 +86,19 @@ def train_heads(
             Plan(SeededHead(head_name, head.spec, head.training, seed, moments, problems.encoder_dir), problem, search)
             for seed in seeds
         ]
-    groups: dict = {}
-    for plan in plans:
-        order_seed = seeds[0] if problems.streamed else plan.run.seed
-        groups.setdefault((id(plan.problem), plan.run.settings.batch_size, order_seed), []).append(plan)
-    finished = [
-        item for (_, _, order), group in groups.items() for item in _train_group(task, group, order, problems, bert)
-    ]
+    racing = race is not None and race.racing and len(heads) > 1
+    if racing:  # the first seed's heads race; only the survivors train with the other seeds
+        groups = _lockstep_groups([p for p in plans if p.run.seed == seeds[0]], problems, seeds[0], task)
+        survivors = {state.run.name for state in run_race([g for _, g in groups], race.rungs, race.keep)}
+        finished = [item for group, lockstep in groups for item in _evaluated(task, group, lockstep, problems, bert)]
+        rest = [p for p in plans if p.run.seed != seeds[0] and p.run.name in survivors]
+    else:
+        finished, rest = [], plans
+    for group, lockstep in _lockstep_groups(rest, problems, seeds[0], task):
+        lockstep.advance()
+        finished += _evaluated(task, group, lockstep, problems, bert)
+    for f in finished:
+        f["record"]["race"] = None if not racing else {**race.to_dict(), "raced_out_at_epoch": f["raced_out_at"]}
     shared = (time.perf_counter() - t_start - sum(f["own"] for f in finished)) / len(finished)
     spent = {k: v - spent_before[k] for k, v in problems.encoder.spent().items()} if problems.streamed else None
     for f in finished:
@@ -99,14 +109,28 @@ def train_heads(
         _write(task, f, out_root)
 
 
-def _train_group(task: TaskSpec, group: list[Plan], order_seed: int, problems: Problems, bert) -> list[dict]:
-    """Train the runs of ``group`` (one problem) together and evaluate each; their records
-    (less ``seconds``) with the head, predictions and own seconds."""
+def _lockstep_groups(plans: list[Plan], problems: Problems, first_seed: int, task: TaskSpec) -> list[tuple]:
+    """The plans that train together, each group with its (not yet trained) ``Lockstep``: one
+    problem and batch size, and one batch order: the run's seed's for stored features, the first
+    seed's for streamed ones (one encoder pass per epoch for every seed)."""
+    groups: dict = {}
+    for plan in plans:
+        order_seed = first_seed if problems.streamed else plan.run.seed
+        groups.setdefault((id(plan.problem), plan.run.settings.batch_size, order_seed), []).append(plan)
+    return [
+        (group, Lockstep(task, [plan.run for plan in group], group[0].problem, problems.device, order_seed))
+        for (_, _, order_seed), group in groups.items()
+    ]
+
+
+def _evaluated(task: TaskSpec, group: list[Plan], lockstep: Lockstep, problems: Problems, bert) -> list[dict]:
+    """Evaluate each trained run of ``group``; their records (less ``seconds``) with the head,
+    predictions, own seconds and where a race stopped it."""
     problem = group[0].problem
-    results = train_together(task, [plan.run for plan in group], problem, problems.device, order_seed)
+    results = lockstep.results()
     train_source = problems.feats["train"].manifest
     finished = []
-    for (run, _, search), (head, best, history, timing) in zip(group, results):
+    for (run, _, search), (head, best, history, timing), state in zip(group, results, lockstep.states):
         t0 = time.perf_counter()
         metrics, predictions, ensembles = problem.evaluate(head, bert)
         params = count_parameters(head)
@@ -149,6 +173,7 @@ def _train_group(task: TaskSpec, group: list[Plan], order_seed: int, problems: P
                 "head": head,
                 "predictions": predictions,
                 "own": timing["own_seconds"] + time.perf_counter() - t0,
+                "raced_out_at": state.raced_out_at,
             }
         )
     return finished

@@ -70,8 +70,15 @@ class RunState:
         self.sched = get_linear_schedule_with_warmup(self.opt, int(round(run.settings.warmup_ratio * total)), total)
         self.best = {"score": -np.inf, "epoch": 0, "state": copy.deepcopy(self.head.state_dict()), "metrics": None}
         self.history, self.stale, self.losses, self.done, self.stopped_early = [], 0, [], False, False
+        self.raced_out_at: int | None = None  # the epoch a race stopped it at (training.racing)
         self.step_seconds = self.own_seconds = 0.0
         self.rng = _rng_state(device)
+
+    def race_out(self, epoch: int) -> None:
+        """Out of the race at ``epoch`` (others ranked higher): no more epochs (its best so far
+        stays its result), no more seeds, and never picked; also when it had already stopped early."""
+        if self.raced_out_at is None:
+            self.raced_out_at, self.done = epoch, True
 
     def step(self, problem, batch) -> None:
         t0 = time.perf_counter()
@@ -103,45 +110,70 @@ class RunState:
         return score
 
 
-def train_together(task: TaskSpec, runs: list[SeededHead], problem, device, order_seed: int, on_epoch=None):
-    """Train ``runs`` (one batch size) in lockstep, epoch ``e``'s batch order drawn with seed
-    ``order_seed * 1000 + e``. Returns, per run, (head with its best epoch restored, best,
-    history, timing). ``on_epoch(epoch, selection_score)`` is called after each epoch of a
-    single run (the search prunes there)."""
-    sizes = {r.settings.batch_size for r in runs}
-    if len(sizes) != 1:
-        raise ValueError(f"runs trained together need one batch size, got {sorted(sizes)}")
-    batch_size = sizes.pop()
-    states = [RunState(task, r, problem, device, -(-problem.n_train // batch_size)) for r in runs]
-    wait = loop_seconds = 0.0
-    for epoch in range(1, max(r.settings.max_epochs for r in runs) + 1):
-        active = [s for s in states if not s.done]
-        if not active:
-            break
-        batches = problem.epoch(order_seed * 1000 + epoch, batch_size)
-        for s in active:
-            s.head.train()
-        t0 = time.perf_counter()
-        for batch in batches:
+class Lockstep:
+    """Runs (one batch size) trained in lockstep: each epoch's batches drawn once, with seed
+    ``order_seed * 1000 + epoch``, every active run taking its step on each. ``advance`` trains
+    up to an epoch and can be called again to go on (a race stops runs between calls); a run's
+    schedule spans its whole ``max_epochs`` either way, so pausing changes nothing."""
+
+    def __init__(self, task: TaskSpec, runs: list[SeededHead], problem, device, order_seed: int):
+        sizes = {r.settings.batch_size for r in runs}
+        if len(sizes) != 1:
+            raise ValueError(f"runs trained together need one batch size, got {sorted(sizes)}")
+        self.batch_size, self.problem, self.order_seed = sizes.pop(), problem, order_seed
+        steps = -(-problem.n_train // self.batch_size)
+        self.states = [RunState(task, r, problem, device, steps) for r in runs]
+        self.epoch = 0
+        self.wait = self.loop_seconds = 0.0
+
+    @property
+    def max_epochs(self) -> int:
+        return max(s.run.settings.max_epochs for s in self.states)
+
+    def advance(self, until: int | None = None, on_epoch=None) -> None:
+        """Train every active run up to epoch ``until`` (default: to the end). ``on_epoch(epoch,
+        selection_score)`` is called after each epoch of a single run (the search prunes there)."""
+        until = self.max_epochs if until is None else min(until, self.max_epochs)
+        while self.epoch < until:
+            active = [s for s in self.states if not s.done]
+            if not active:
+                return
+            self.epoch += 1
+            batches = self.problem.epoch(self.order_seed * 1000 + self.epoch, self.batch_size)
             for s in active:
-                s.step(problem, batch)
-        loop_seconds += time.perf_counter() - t0
-        wait += batches.wait_seconds
-        for s in active:
-            score = s.end_epoch(epoch, problem)
-            if on_epoch is not None and len(runs) == 1 and not s.stopped_early:
-                on_epoch(epoch, score)
-    results = []
-    for s in states:
-        s.head.load_state_dict(s.best["state"])
-        timing = {
-            "train_loop_seconds": loop_seconds,
-            "data_wait_seconds": wait,
-            "data_wait_share": wait / loop_seconds if loop_seconds else 0.0,
-            "own_seconds": s.step_seconds + s.own_seconds,
-        }
-        results.append((s.head, s.best, s.history, timing))
-    return results
+                s.head.train()
+            t0 = time.perf_counter()
+            for batch in batches:
+                for s in active:
+                    s.step(self.problem, batch)
+            self.loop_seconds += time.perf_counter() - t0
+            self.wait += batches.wait_seconds
+            for s in active:
+                score = s.end_epoch(self.epoch, self.problem)
+                if on_epoch is not None and len(self.states) == 1 and not s.stopped_early:
+                    on_epoch(self.epoch, score)
+
+    def results(self) -> list[tuple]:
+        """Per run: (head with its best epoch restored, best, history, timing)."""
+        results = []
+        for s in self.states:
+            s.head.load_state_dict(s.best["state"])
+            timing = {
+                "train_loop_seconds": self.loop_seconds,
+                "data_wait_seconds": self.wait,
+                "data_wait_share": self.wait / self.loop_seconds if self.loop_seconds else 0.0,
+                "own_seconds": s.step_seconds + s.own_seconds,
+            }
+            results.append((s.head, s.best, s.history, timing))
+        return results
+
+
+def train_together(task: TaskSpec, runs: list[SeededHead], problem, device, order_seed: int, on_epoch=None):
+    """Train ``runs`` (one batch size) in lockstep to their end (``Lockstep``). Returns, per run,
+    (head with its best epoch restored, best, history, timing)."""
+    lockstep = Lockstep(task, runs, problem, device, order_seed)
+    lockstep.advance(on_epoch=on_epoch)
+    return lockstep.results()
 
 
 def train_one(
