@@ -82,8 +82,9 @@ class Records:
         return summary_table(runs, choose_picks(runs))
 
 
-def mrpc(root, full: list[float], heads: list[float], constant=0.684) -> Records:
-    """MRPC with full fine-tuning over ``full`` (one seed each) and an lp head over ``heads``."""
+def mrpc(root, full: list[float], heads: list[float], constant=0.684, frac=1.0) -> Records:
+    """MRPC with full fine-tuning over ``full`` (one seed each) and an lp head over ``heads`` (head
+    seeds of fine-tuning seed 1's checkpoint ``frac``; 0: the untouched encoder's)."""
     r = Records(root)
     extra = {"constant_score": constant}
     for seed, acc in enumerate(full, 1):
@@ -91,7 +92,7 @@ def mrpc(root, full: list[float], heads: list[float], constant=0.684) -> Records
     r.bert_at("mrpc", 0.0, {"accuracy": 0.5, "f1": 0.5}, 0.0, extra)
     r.bert_at("mrpc", 1.0, {"accuracy": 0.7, "f1": 0.7}, 20.0, extra)
     for seed, acc in enumerate(heads, 1):
-        r.head("mrpc", 1.0, "lp", seed, {"accuracy": acc, "f1": acc}, 8.0 + 2 * seed, extra=extra)
+        r.head("mrpc", frac, "lp", seed, {"accuracy": acc, "f1": acc}, 8.0 + 2 * seed, extra=extra)
     return r
 
 
@@ -123,18 +124,33 @@ def test_a_classification_task_at_the_majority_class_names_no_winner(tmp_path):
     assert "predicting the same class every time scores 0.684" in summary_markdown(table)
 
 
-def test_one_seed_of_full_fine_tuning_makes_any_difference_noise(tmp_path):
+def test_one_seed_of_full_fine_tuning_leaves_any_difference_undetermined(tmp_path):
     words = verdict(mrpc(tmp_path, [0.80], [0.75, 0.76, 0.77]).summary())
-    assert "**within noise of full fine-tuning** (-4.0 points; full fine-tuning ran one seed" in words
-    assert "trails" not in words
+    assert "**undetermined against full fine-tuning** (-4.0 points; full fine-tuning ran one seed" in words
+    assert "trails" not in words and "within noise" not in words
+
+
+def test_a_side_whose_seeds_score_the_same_measures_no_spread(tmp_path):
+    words = verdict(mrpc(tmp_path, [0.80, 0.80], [0.70, 0.71, 0.72]).summary())
+    assert "**undetermined against full fine-tuning** (-9.0 points; full fine-tuning scored the same" in words
+
+
+def test_one_fine_tuning_seed_behind_a_fine_tuned_path_leaves_it_undetermined(tmp_path):
+    """Three head seeds on one fine-tuning run measure the heads' noise, not the fine-tuning's."""
+    r = mrpc(tmp_path, [0.80, 0.82], [0.70, 0.71, 0.72])
+    table = r.summary()
+    assert table.set_index("row").loc["BERTVision (picked)", "ft_seeds"] == 1
+    words = verdict(table)
+    assert "**undetermined against full fine-tuning**" in words and "fine-tuned with one seed" in words
 
 
 def test_overlapping_seed_ranges_are_noise_and_separate_ones_are_not(tmp_path):
-    words = verdict(mrpc(tmp_path / "a", [0.80, 0.82], [0.79, 0.80, 0.81]).summary())
-    assert "within noise" in words and "inside the seeds' spread" in words
-    words = verdict(mrpc(tmp_path / "b", [0.80, 0.82], [0.70, 0.71, 0.72]).summary())
+    """Heads on the untouched encoder: their seeds are the path's whole spread."""
+    words = verdict(mrpc(tmp_path / "a", [0.80, 0.82], [0.79, 0.80, 0.81], frac=0.0).summary())
+    assert "within noise" in words and "the two mean ± std ranges overlap" in words
+    words = verdict(mrpc(tmp_path / "b", [0.80, 0.82], [0.70, 0.71, 0.72], frac=0.0).summary())
     assert "**trails full fine-tuning by 10.0 points** (beyond the seeds' spread" in words
-    words = verdict(mrpc(tmp_path / "c", [0.70, 0.71], [0.80, 0.81, 0.82]).summary())
+    words = verdict(mrpc(tmp_path / "c", [0.70, 0.71], [0.80, 0.81, 0.82], frac=0.0).summary())
     assert "**beats full fine-tuning by 10.5 points**" in words
 
 

@@ -51,6 +51,7 @@ SUMMARY_COLUMNS = [
     "dev_mean",
     "dev_std",
     "n",
+    "ft_seeds",
     "selection_mean",
     "trainable_params",
     "parameter_percent",
@@ -91,6 +92,8 @@ def _configs(runs: pd.DataFrame) -> pd.DataFrame:
         feature_bytes=("feature_bytes", "mean"),
         device=("device", "first"),
         precision=("precision", "first"),
+        # the fine-tuning seeds behind a row (0: none, full fine-tuning's and BERT's own rows)
+        ft_seeds=("ft_seed", "nunique") if "ft_seed" in runs else ("dev", lambda v: 0),
         **({"raced_out": ("raced_out", lambda v: bool(v.isin([True]).any()))} if "raced_out" in runs else {}),
     ).reset_index()
     if "kept_epoch" in runs:  # full fine-tuning: name the row by the epochs each seed kept
@@ -233,6 +236,7 @@ def summary_table(runs: pd.DataFrame, picks: list[Pick]) -> pd.DataFrame:
                     "dev_mean": r["dev_mean"],
                     "dev_std": r["dev_std"],
                     "n": int(r["n"]),
+                    "ft_seeds": int(r["ft_seeds"]),
                     "selection_mean": r["selection_mean"],
                     "trainable_params": int(r["trainable_params"]),
                     "parameter_percent": 100.0 * r["trainable_params"] / r["encoder_params"],
@@ -305,7 +309,9 @@ def summary_markdown(table: pd.DataFrame) -> str:
         "checkpoint 0 only. BERT at a checkpoint: its fine-tuning (it chooses nothing). Data-fraction and transfer "
         "runs are not counted. Δ = dev score minus full fine-tuning's, in points and in full fine-tuning's std; own "
         "and whole cost = mean own or whole seconds / full fine-tuning's. The verdict is stated on the whole cost. "
-        "It calls a difference noise when the two mean ± std ranges overlap or either side ran one seed, "
+        "It calls a difference undetermined when the seeds cannot measure a side's spread (one seed, every seed "
+        "scoring the same, or one fine-tuning seed behind a path on a fine-tuned checkpoint), noise when the two "
+        "mean ± std ranges overlap, "
         f"and names no winner where no row beats a constant prediction (the same class every time, or "
         f"abstaining on every question) by more than {100 * LEARNING_MARGIN:g} points.",
         "",

@@ -2,8 +2,9 @@
 BERTVision path differs from full fine-tuning by more than the seeds' noise. A task where every
 row scores within ``LEARNING_MARGIN`` of a constant prediction (``constant_score`` in the
 records: the best single class, a constant regression output, or abstaining on every
-question) gets no winner; a difference inside the seeds' spread, or measured on one seed, is
-called noise."""
+question) gets no winner; a difference the seeds cannot measure (one seed on a side, a side
+with no spread, one fine-tuning seed behind a fine-tuned path) is undetermined, and one inside
+the seeds' spread is noise."""
 
 from __future__ import annotations
 
@@ -37,24 +38,32 @@ def learned_nothing(task, block: pd.DataFrame, base: float) -> bool:
     return bool((block["dev_mean"].dropna() <= base + LEARNING_MARGIN * task.metric_scale()).all())
 
 
-def noise_reason(picked: pd.Series, reference: pd.Series) -> str | None:
-    """Why the picked path's difference from full fine-tuning cannot be told from seed noise
-    (None when it can): one seed on either side, or the two mean ± std ranges overlap."""
-    single = [name for name, row in (("full fine-tuning", reference), ("the picked path", picked)) if row["n"] < 2]
+def undetermined_reason(picked: pd.Series, reference: pd.Series) -> str | None:
+    """Why the seeds cannot measure the spread of the picked path or of full fine-tuning (None
+    when they can): a side with one seed; a side whose seeds all scored the same (a std of 0
+    measures no spread); a path on a fine-tuned checkpoint with one fine-tuning seed (its spread
+    covers the head seeds only, not the fine-tuning's)."""
+    sides = (("full fine-tuning", reference), ("the picked path", picked))
+    single = [name for name, row in sides if row["n"] < 2]
     if single:
         return f"{' and '.join(single)} ran one seed, so its spread is unknown"
-    spread = picked["dev_std"] + reference["dev_std"]
-    if abs(picked["dev_mean"] - reference["dev_mean"]) <= spread:
-        return "inside the seeds' spread: the two mean ± std ranges overlap"
+    flat = [name for name, row in sides if row["dev_std"] == 0]
+    if flat:
+        return f"{' and '.join(flat)} scored the same on every seed, so its spread is unmeasured"
+    if picked.get("epoch_fraction", 0) > 0 and picked.get("ft_seeds", 2) < 2:
+        return "the picked path's encoder was fine-tuned with one seed, so its spread covers the head seeds only"
     return None
 
 
 def comparison(task, picked: pd.Series, reference: pd.Series) -> str:
-    """The bold phrase: within noise of, beats or trails full fine-tuning, with the points."""
+    """The bold phrase: undetermined against, within noise of, beats or trails full fine-tuning,
+    with the points."""
     points = (picked["dev_mean"] - reference["dev_mean"]) * 100.0 / task.metric_scale()
-    reason = noise_reason(picked, reference)
+    reason = undetermined_reason(picked, reference)
     if reason:
-        return f"**within noise of full fine-tuning** ({points:+.1f} points; {reason})"
+        return f"**undetermined against full fine-tuning** ({points:+.1f} points; {reason})"
+    if abs(picked["dev_mean"] - reference["dev_mean"]) <= picked["dev_std"] + reference["dev_std"]:
+        return f"**within noise of full fine-tuning** ({points:+.1f} points; the two mean ± std ranges overlap)"
     units = picked["score_diff_std_units"]
     std = "" if np.isnan(units) else f", {abs(units):.1f} of full fine-tuning's std"
     if points >= 0:
