@@ -360,7 +360,22 @@ def test_tasks_and_health(server, bundle):
     assert "accuracy" in mrpc["heads"]["lp"]["selection_metrics"]
     assert server.client.get("/health").json()["status"] == "ok"
     assert "/predict" in server.client.get("/openapi.json").json()["paths"]
-    assert server.client.get("/docs").status_code == 200
+    docs = server.client.get("/docs")
+    assert docs.status_code == 200
+
+
+def test_the_docs_page_loads_every_asset_from_the_service_itself(server):
+    """Offline machines (the default setting) render /docs: no CDN, every script, style and icon
+    the page names comes from the service."""
+    import re
+
+    page = server.client.get("/docs").text
+    assets = re.findall(r"""(?:src|href)=['"]([^'"]+)['"]""", page)
+    assert len(assets) >= 3 and "cdn" not in page and "http://" not in page and "https://" not in page
+    for url in assets:
+        answer = server.client.get(url)
+        assert answer.status_code == 200 and len(answer.content) > 500, url
+    assert server.client.get("/openapi.json").status_code == 200
 
 
 def test_a_batch_cut_into_chunks_gives_the_same_answers(run, bundle):

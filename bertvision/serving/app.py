@@ -37,6 +37,7 @@ from fastapi.responses import JSONResponse, Response
 
 from bertvision.serving.batching import BatchFailed, Overloaded
 from bertvision.serving.bundle import bundle_paths as bundle_paths_of
+from bertvision.serving.docs_page import install_docs
 from bertvision.serving.engine import Engine
 from bertvision.serving.items import QuestionItem, RequestError, TextItem
 from bertvision.serving.metrics import Observed, ServiceMetrics
@@ -219,6 +220,8 @@ def create_app(
     app = FastAPI(
         title="bertvision serve",
         lifespan=lifespan,
+        docs_url=None,  # install_docs: the page's assets come from the service, not a CDN
+        redoc_url=None,
         description=(
             "Every task of one or more bundles (an encoder and tiny heads per task each) answered from one "
             "encoder pass per batch and encoder."
@@ -228,6 +231,7 @@ def create_app(
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(Observed, metrics=metrics)
     install_error_handlers(app)
+    install_docs(app)
     app.include_router(v2_router(service, service.submit, settings, is_ready))
 
     @app.post(
