@@ -32,7 +32,7 @@ class StreamedEncoder:
         self.source = source
         self.device = pick_device(source.compute.device)
         self.model = frozen_encoder(Path(source.checkpoint), self.device)
-        self.precision = resolve_precision(self.device, source.compute.precision)
+        self.precision = resolve_precision(self.device, source.compute.precision, self.model)
         self.pad_id = pad_id(self.model)
         self.shape = hidden_state_shape(self.model)
         self.parameters = encoder_parameter_count(self.model)

@@ -54,10 +54,18 @@ def _resolve(device_type: str, precision: str) -> str:
     return chosen
 
 
-def resolve_precision(device: torch.device, precision: str) -> str:
+def resolve_precision(device: torch.device, precision: str, model=None) -> str:
     """The precision actually used on ``device`` for the configured ``precision`` (see
-    ``choose_precision``); an explicit bf16 on a CPU without native bf16 logs one warning."""
-    return _resolve(device.type, precision)
+    ``choose_precision``); an explicit bf16 on a CPU without native bf16 logs one warning. With
+    ``model`` (the encoder to run), ``auto`` on a CPU that lists native bf16 is measured on its
+    shape instead (``runtime.precision_probe``): the flag is only the fallback."""
+    chosen = _resolve(device.type, precision)
+    measurable = precision == "auto" and device.type == "cpu" and not os.environ.get(AUTO_PRECISION_ENV)
+    if chosen == "bf16" and measurable and model is not None:
+        from bertvision.runtime.precision_probe import measured_cpu_precision
+
+        return measured_cpu_precision(model.config)
+    return chosen
 
 
 def autocast_dtype(device: torch.device, precision: str) -> torch.dtype | None:

@@ -352,7 +352,7 @@ def extract_shard(
                     shard,
                     n_shards,
                     settings,
-                    resolve_precision(model_device, compute.precision),
+                    resolve_precision(model_device, compute.precision, model),
                     {**attrs, "split": split},
                 )
             except Exception as err:  # the writer thread's errors come back here too

@@ -82,7 +82,7 @@ class EncoderSession:
         optimizer = settings.optimizer
         self.epoch_steps = sum(steps_per_epoch(len(train), optimizer.batch_size) for train in trains.values())
         self.total_steps = total = max(1, math.ceil(schedule_epochs * self.epoch_steps))
-        self.precision = precision = resolve_precision(device, compute.precision)
+        self.precision = precision = resolve_precision(device, compute.precision, self.encoder)
         step_state = optimizer_step_state(models, optimizer, total, device, precision, ranks)
         self.trainers = {
             t.name: EncoderTrainer(

@@ -1,0 +1,76 @@
+"""precision: auto on a CPU that lists native bf16 is measured on the run's encoder shape (a CPU
+flag is not a speed), cached per machine and shape; without the flag it is fp32, unmeasured."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import torch
+from transformers import AutoModel
+
+from bertvision.runtime import device as device_module
+from bertvision.runtime import precision_probe
+from bertvision.runtime.device import resolve_precision
+from bertvision.runtime.precision import AUTO_PRECISION_ENV
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture
+def encoder(tiny_bert):
+    return AutoModel.from_pretrained(tiny_bert)
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv(precision_probe.CACHE_ENV, str(tmp_path / "precision.json"))
+    monkeypatch.delenv(AUTO_PRECISION_ENV, raising=False)
+    device_module._resolve.cache_clear()
+    yield tmp_path / "precision.json"
+    device_module._resolve.cache_clear()
+
+
+def flagged_bf16(monkeypatch, native: bool) -> None:
+    monkeypatch.setattr(device_module, "cpu_has_native_bf16", lambda: native)
+    device_module._resolve.cache_clear()
+
+
+def test_a_cpu_listing_bf16_gets_the_faster_precision_as_measured_and_caches_it(encoder, cache, monkeypatch):
+    flagged_bf16(monkeypatch, True)
+    chosen = resolve_precision(CPU, "auto", encoder)
+    entry = next(iter(json.loads(cache.read_text()).values()))
+    assert chosen == entry["choice"] == min(entry["seconds"], key=entry["seconds"].get)
+    assert set(entry["seconds"]) == {"fp32", "bf16"} and all(s > 0 for s in entry["seconds"].values())
+    # measured once per machine and shape: the next job reads the cache
+    monkeypatch.setattr(precision_probe, "step_seconds", lambda *a, **k: pytest.fail("measured twice"))
+    assert resolve_precision(CPU, "auto", encoder) == chosen
+
+
+def test_a_forced_slow_bf16_path_makes_auto_pick_fp32_despite_the_flag(encoder, cache, monkeypatch):
+    measure = precision_probe.step_seconds
+
+    def slow_bf16(config, precision, steps=precision_probe.STEPS):
+        if precision == "bf16":
+            time.sleep(0.2)  # inside the timed step: what a CPU that emulates bf16 costs
+        return measure(config, precision, steps) + (0.2 if precision == "bf16" else 0.0)
+
+    monkeypatch.setattr(precision_probe, "step_seconds", slow_bf16)
+    flagged_bf16(monkeypatch, True)
+    assert resolve_precision(CPU, "auto", encoder) == "fp32"
+    assert resolve_precision(CPU, "auto") == "bf16"  # no encoder to measure: the flag rule, the fallback
+
+
+def test_without_the_flag_auto_is_fp32_and_nothing_is_measured(encoder, cache, monkeypatch):
+    monkeypatch.setattr(precision_probe, "step_seconds", lambda *a, **k: pytest.fail("measured"))
+    flagged_bf16(monkeypatch, False)
+    assert resolve_precision(CPU, "auto", encoder) == "fp32" and not cache.exists()
+    assert resolve_precision(CPU, "bf16", encoder) == "bf16"  # an explicit precision is kept
+
+
+def test_a_forced_precision_is_not_measured(encoder, cache, monkeypatch):
+    monkeypatch.setattr(precision_probe, "step_seconds", lambda *a, **k: pytest.fail("measured"))
+    monkeypatch.setenv(AUTO_PRECISION_ENV, "bf16")
+    flagged_bf16(monkeypatch, True)
+    assert resolve_precision(CPU, "auto", encoder) == "bf16"
