@@ -19,11 +19,31 @@ from bertvision.reporting.results import BERT  # noqa: E402
 from bertvision.reporting.summary import FULL_FT, ROW_KINDS  # noqa: E402
 from bertvision.runtime.io import read_json  # noqa: E402
 
+PANELS_PER_ROW = 3  # a grid, not one long row: six tasks in one 2,700 px row were unreadable
+
 
 def _panels(n: int, width: float):
-    """A row of ``n`` axes (at least one)."""
-    fig, axes = plt.subplots(1, max(1, n), figsize=(width * max(1, n), 4), squeeze=False)
-    return fig, axes[0]
+    """``n`` axes (at least one) in rows of at most ``PANELS_PER_ROW``; the grid's unused cells hidden."""
+    n = max(1, n)
+    cols = min(n, PANELS_PER_ROW)
+    rows = -(-n // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, 4 * rows), squeeze=False)
+    cells = list(axes.flat)
+    for ax in cells[n:]:
+        ax.set_visible(False)
+    return fig, cells[:n]
+
+
+def _log_axis(axis, values) -> None:
+    """A log axis with labelled ticks however narrow its range (matplotlib labels none inside a
+    decade): 1-2-5 steps per decade, 1-2-3-5 when the values span less than one, every integer
+    multiple when they span less than a factor of 3."""
+    finite = [v for v in values if np.isfinite(v) and v > 0]
+    span = max(finite) / min(finite) if finite else 10.0
+    subs = tuple(range(1, 10)) if span < 3 else (1.0, 2.0, 3.0, 5.0) if span < 10 else (1.0, 2.0, 5.0)
+    axis.set_major_locator(matplotlib.ticker.LogLocator(base=10, subs=subs))
+    axis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_formatter(matplotlib.ticker.NullFormatter())
 
 
 def _say_empty(ax, text: str) -> None:
@@ -69,8 +89,8 @@ def score_vs_epochs(summary: pd.DataFrame, task: str, path: Path) -> None:
 
 
 def score_vs_params(summary: pd.DataFrame, tasks: list[str], path: Path) -> None:
-    fig, axes = plt.subplots(1, len(tasks), figsize=(4.5 * len(tasks), 4), squeeze=False)
-    for ax, task in zip(axes[0], tasks):
+    fig, axes = _panels(len(tasks), 4.5)
+    for ax, task in zip(axes, tasks):
         rows = primary_rows(summary, task)
         last = rows[rows["epoch_fraction"] == rows["epoch_fraction"].max()]
         for _, r in last.iterrows():
@@ -86,6 +106,7 @@ def score_vs_params(summary: pd.DataFrame, tasks: list[str], path: Path) -> None
                 r["label"], (r["parameter_percent"], r["mean"]), fontsize=7, xytext=(3, 3), textcoords="offset points"
             )
         ax.set_xscale("log")
+        _log_axis(ax.xaxis, last["parameter_percent"])
         ax.set_xlabel("trainable parameters (% of the encoder)")
         ax.set_ylabel(get_task(task).primary_metric)
         ax.set_title(f"{task} at {last['epoch_fraction'].max():g} epochs")
@@ -175,7 +196,7 @@ def score_vs_seconds(summary_csv: Path, path: Path) -> None:
             if r.row == FULL_FT and not np.isnan(r.dev_std):
                 ax.axhspan(r.dev_mean - r.dev_std, r.dev_mean + r.dev_std, color="black", alpha=0.08)
         ax.set_xscale("log")
-        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # minor labels overlap
+        _log_axis(ax.xaxis, block["seconds"])
         ax.set_xlabel("seconds to produce (log)")
         ax.set_ylabel(f"{block['metric'].iloc[0]} (dev)")
         ax.set_title(task if table["backbone"].nunique() == 1 else f"{task} ({backbone})")
