@@ -46,8 +46,9 @@ class Records:
         record["metrics"]["selection"] = dict(record["metrics"]["dev"])
         self.bert.append(self._write(self.root / f"bert/{task}/{frac}/eval_metrics.json", record, BERT_PREDICTIONS))
 
-    def head(self, task, frac, name, seed, dev, seconds, selection=None, extra=None):
+    def head(self, task, frac, name, seed, dev, seconds, selection=None, extra=None, race=None):
         record = {
+            "race": race,
             "task": task,
             "source": {"model": "tiny", "ft_seed": 1, "checkpoint": frac},
             "head": name,
@@ -257,3 +258,21 @@ def test_a_missing_selection_score_never_picks_the_seed_to_serve():
     assert served_seed(runs, "lp", Checkpoint(1)) == 2
     tied = pd.DataFrame([candidate("head", "lp", 2, 0.5), candidate("head", "lp", 1, 0.5)])
     assert served_seed(tied, "lp", Checkpoint(1)) == 1
+
+
+def test_the_summary_says_how_the_heads_were_chosen_and_never_picks_a_raced_out_head(tmp_path):
+    """A head its job's race stopped has the best selection score here, yet the pick is the
+    survivor; the summary says racing ran and how many runs it stopped."""
+    r = mrpc(tmp_path, [0.80, 0.82], [0.70, 0.71, 0.72], frac=0.0)
+    assert "Head selection: grid" in summary_markdown(r.summary())
+    race = {"protocol": "racing", "rungs": [2], "keep": 0.5}
+    for path in r.heads:  # the lp runs survived the race
+        record = json.loads(path.read_text())
+        path.write_text(json.dumps({**record, "race": {**race, "raced_out_at_epoch": None}}))
+    dev = {"accuracy": 0.9, "f1": 0.9}
+    r.head("mrpc", 0.0, "ap", 1, dev, 5.0, extra={"constant_score": 0.684}, race={**race, "raced_out_at_epoch": 2})
+    table = r.summary()
+    assert table.set_index("row").loc["BERTVision (picked)", "model"] == "lp"
+    assert "Head selection: racing (successive halving on the selection split): 1 of 4 head runs" in summary_markdown(
+        table
+    )

@@ -98,6 +98,7 @@ def candidate_runs(
             "precision": r.get("states_precision"),  # of the encoder that computed the head's states
             # stopped by its job's race (heads.race): its seconds count, it is never picked
             "raced_out": raced_out(r),
+            "head_selection": (r.get("race") or {}).get("protocol", "grid"),
             **_dev_facts(task, r["metrics"]),
         }
         rows.append(

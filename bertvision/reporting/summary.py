@@ -71,6 +71,9 @@ SUMMARY_COLUMNS = [
     "answerable_no_window",
     "device",
     "precision",
+    "head_selection",
+    "head_runs",
+    "raced_out_runs",
 ]
 
 
@@ -220,6 +223,13 @@ def summary_table(runs: pd.DataFrame, picks: list[Pick]) -> pd.DataFrame:
         cost = SelectionCost(block[block["kind"] == "head"])
         # the same for every run on the task's dev split (NaN: records from before they were kept)
         facts = {k: block[k].max() if k in block else np.nan for k in ("constant_score", "answerable_no_window")}
+        head_rows = _counted(block)[lambda b: b["kind"] == "head"]
+        protocols = set(head_rows.get("head_selection", pd.Series(dtype=object)).dropna())
+        facts |= {
+            "head_selection": "racing" if "racing" in protocols else "grid",
+            "head_runs": len(head_rows),
+            "raced_out_runs": int(head_rows["raced_out"].isin([True]).sum()) if "raced_out" in head_rows else 0,
+        }
         for label, r in chosen:
             whole, whole_std = _whole_seconds(label, r, cost)
             diff = r["dev_mean"] - ref["dev_mean"] if ref is not None else np.nan
@@ -291,6 +301,20 @@ def devices_line(table: pd.DataFrame) -> str:
         if pairs:
             used.append(f"{label} on {', '.join(pairs)}")
     return f"Devices and precision: {'; '.join(used)}." if used else ""
+
+
+def head_selection_line(table: pd.DataFrame) -> str:
+    """How the heads were chosen among (``heads.race``), and what the race stopped."""
+    if table.empty or "head_selection" not in table:
+        return ""
+    blocks = table.drop_duplicates(["backbone", "task"])
+    if not (blocks["head_selection"] == "racing").any():
+        return "Head selection: grid (every head, head seed and checkpoint trained to its end)."
+    stopped, runs = int(blocks["raced_out_runs"].sum()), int(blocks["head_runs"].sum())
+    return (
+        f"Head selection: racing (successive halving on the selection split): {stopped} of {runs} head runs were "
+        "stopped by the race; they count in the whole cost and are never picked."
+    )
 
 
 def summary_markdown(table: pd.DataFrame) -> str:
@@ -369,5 +393,5 @@ def summary_markdown(table: pd.DataFrame) -> str:
         )
         notes = " ".join(n for n in (constant_line(task, block["constant_score"].iloc[0]), no_window_line(block)) if n)
         parts += ["", verdict(block), ""] + ([notes, ""] if notes else [])
-    parts += [devices_line(table), ""]
+    parts += [devices_line(table), head_selection_line(table), ""]
     return "\n".join(parts)
