@@ -121,7 +121,8 @@ def test_no_winner_is_named_where_every_model_is_at_the_all_abstain_score(tmp_pa
 
 def test_a_classification_task_at_the_majority_class_names_no_winner(tmp_path):
     table = mrpc(tmp_path, [0.69], [0.684, 0.68, 0.70]).summary()  # BERT at 1 epoch: 0.70 ≤ 0.684 + 0.02
-    assert "**no model learned this task**: no row beats predicting the same class" in verdict(table)
+    assert "**no model learned this task**: no model tried (every head, checkpoint and seed" in verdict(table)
+    assert "beats predicting the same class every time by more than 0.02 accuracy" in verdict(table)
     assert "predicting the same class every time scores 0.684" in summary_markdown(table)
 
 
@@ -276,3 +277,26 @@ def test_the_summary_says_how_the_heads_were_chosen_and_never_picks_a_raced_out_
     assert "Head selection: racing (successive halving on the selection split): 1 of 4 head runs" in summary_markdown(
         table
     )
+
+
+def test_a_model_that_learned_counts_though_the_summary_does_not_show_it(tmp_path):
+    """Every row shown sits at the majority class, but a head the selection split did not prefer
+    learned the task: the verdict looks at every candidate, not only the rows shown."""
+    r = mrpc(tmp_path, [0.69], [0.684, 0.68, 0.70])
+    assert "no model learned" in verdict(r.summary())
+    for seed in (1, 2, 3):
+        r.head("mrpc", 1.0, "ap", seed, {"accuracy": 0.80, "f1": 0.80}, 9.0, selection={"accuracy": 0.5, "f1": 0.5},
+               extra={"constant_score": 0.684})  # fmt: skip
+    table = r.summary()
+    assert "ap" not in set(table["model"]) and "no model learned" not in verdict(table)
+
+
+def test_the_learning_bar_is_a_share_of_the_metrics_range():
+    """MCC and correlations run from -1 to 1: their bar is twice accuracy's 0.02; SQuAD's F1 (0..100): 2."""
+    from bertvision.registry.tasks import get_task
+    from bertvision.reporting.verdict import learning_bar
+
+    assert learning_bar(get_task("mrpc")) == pytest.approx(0.02)
+    assert learning_bar(get_task("cola")) == pytest.approx(0.04)
+    assert learning_bar(get_task("stsb")) == pytest.approx(0.04)
+    assert learning_bar(get_task("squad2")) == pytest.approx(2.0)

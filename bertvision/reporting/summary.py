@@ -71,6 +71,7 @@ SUMMARY_COLUMNS = [
     "answerable_no_window",
     "device",
     "precision",
+    "best_dev_any",
     "head_selection",
     "head_runs",
     "raced_out_runs",
@@ -223,6 +224,7 @@ def summary_table(runs: pd.DataFrame, picks: list[Pick]) -> pd.DataFrame:
         cost = SelectionCost(block[block["kind"] == "head"])
         # the same for every run on the task's dev split (NaN: records from before they were kept)
         facts = {k: block[k].max() if k in block else np.nan for k in ("constant_score", "answerable_no_window")}
+        facts["best_dev_any"] = configs["dev_mean"].max()  # every candidate tried: "no model learned" reads it
         head_rows = _counted(block)[lambda b: b["kind"] == "head"]
         protocols = set(head_rows.get("head_selection", pd.Series(dtype=object)).dropna())
         facts |= {
@@ -336,8 +338,8 @@ def summary_markdown(table: pd.DataFrame) -> str:
         "It calls a difference undetermined when the seeds cannot measure a side's spread (one seed, every seed "
         "scoring the same, or one fine-tuning seed behind a path on a fine-tuned checkpoint), noise when the two "
         "mean ± std ranges overlap, "
-        f"and names no winner where no row beats a constant prediction (the same class every time, or "
-        f"abstaining on every question) by more than {100 * LEARNING_MARGIN:g} points.",
+        f"and names no winner where no model tried beats a constant prediction (the same class every time, or "
+        f"abstaining on every question) by more than {100 * LEARNING_MARGIN:g}% of the metric's range.",
         "",
     ]
     if table.empty:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from bertvision.registry.metrics import METRICS
+
 # A model "learned something" when it beats the constant prediction by more than this share of
 # the metric's scale (2 points of accuracy or F1); the degenerate-run flags use the same tolerance.
 LEARNING_MARGIN = 0.02
@@ -31,11 +33,23 @@ def constant_line(task, base: float) -> str:
     return f"For reference, {CONSTANT_PREDICTION[task.kind]} scores {value} {task.primary_metric} here."
 
 
+def learning_bar(task) -> float:
+    """How far above the constant prediction a score must be to count as learned: ``LEARNING_MARGIN``
+    of the primary metric's range (0..1 or 0..100; -1..1 for MCC and correlations, twice as wide)."""
+    metric = METRICS[task.kind][task.primary_metric]
+    return LEARNING_MARGIN * metric.scale * (2 if metric.zero_is_chance else 1)
+
+
 def learned_nothing(task, block: pd.DataFrame, base: float) -> bool:
-    """Whether no row of the block beats the constant prediction by more than the margin."""
-    if np.isnan(base) or block["dev_mean"].isna().all():
+    """Whether no model tried beats the constant prediction by more than ``learning_bar``: every
+    candidate of the task (``best_dev_any``: every head, ensemble and checkpoint, not only the
+    rows shown), else the block's rows."""
+    scores = (
+        block["best_dev_any"] if "best_dev_any" in block and block["best_dev_any"].notna().any() else block["dev_mean"]
+    )
+    if np.isnan(base) or scores.isna().all():
         return False
-    return bool((block["dev_mean"].dropna() <= base + LEARNING_MARGIN * task.metric_scale()).all())
+    return bool((scores.dropna() <= base + learning_bar(task)).all())
 
 
 def undetermined_reason(picked: pd.Series, reference: pd.Series) -> str | None:
@@ -83,9 +97,10 @@ def cost_phrase(picked: pd.Series) -> str:
 def nothing_learned(task, what: str) -> str:
     """The words for a task no model learned: the pick is named, no winner is."""
     return (
-        f"The pipeline picks {what}, but **no model learned this task**: no row beats "
-        f"{CONSTANT_PREDICTION[task.kind]} by more than {100 * LEARNING_MARGIN:g} points, so there is no winner "
-        "and the Δ column is noise."
+        f"The pipeline picks {what}, but **no model learned this task**: no model tried (every head, checkpoint "
+        f"and seed, not only the rows shown) beats {CONSTANT_PREDICTION[task.kind]} by more than "
+        f"{learning_bar(task):g} {task.primary_metric} ({100 * LEARNING_MARGIN:g}% of the metric's range), so there "
+        "is no winner and the Δ column is noise."
     )
 
 
