@@ -260,3 +260,41 @@ def test_the_heads_learn_the_planted_signal_and_load_back_with_their_statistics(
         with torch.no_grad():
             out = head(torch.from_numpy(x.astype(np.float32))).numpy()
         assert np.allclose(out, np.stack(dev["outputs"].to_numpy()), atol=1e-4), name
+
+
+# --- the 2-D CNN over each example's tokens x hidden image (cnn2d) ---------------------------------
+
+
+def test_the_2d_cnn_never_sees_padding_and_counts_its_parameters():
+    from bertvision.models.heads import build_head, count_parameters
+
+    torch.manual_seed(0)
+    head = build_head({"type": "cnn2d", "kernel": 3, "channels": 4, "adapter_width": 8}, 5, 16, 3).eval()
+    assert count_parameters(head) == (16 * 8 + 8) + (5 * 9 * 4 + 4) + (4 * 9 * 4 + 4) + (4 * 3 + 3)
+    x = torch.randn(2, 6, 5, 16)
+    mask = torch.tensor([[True] * 6, [True] * 3 + [False] * 3])
+    padded = x.clone()
+    padded[1, 3:] = float("inf")  # whatever padding holds
+    with torch.no_grad():
+        out = head(padded, mask)
+        alone = head(x[1:, :3], mask[1:, :3])
+    assert out.shape == (2, 3) and torch.isfinite(out).all()
+    assert torch.allclose(out[1], alone[0], atol=1e-5)
+    with pytest.raises(ValueError, match="needs token_features"):
+        head(torch.randn(2, 5, 16))
+
+
+def test_the_2d_cnn_finds_a_signal_at_any_token(tmp_path):
+    """The planted task of the token-level heads: one token somewhere carries the label."""
+    import json
+
+    from bertvision.registry.tasks import get_task
+    from bertvision.stages.train_heads import train_heads
+    from tests.stages import with_training
+    from tests.test_token_head import RUNTIME, SETTINGS, planted_token_features
+
+    manifest = planted_token_features(tmp_path / "features")
+    heads = {"image": {"type": "cnn2d", "channels": 16, "adapter_width": 0, "dropout": 0.0}}
+    train_heads(get_task("sst2"), with_training(heads, SETTINGS), RUNTIME, manifest, [1], tmp_path / "heads", threads=1)
+    record = json.loads((tmp_path / "heads" / "image" / "seed1" / "metrics.json").read_text())
+    assert record["metrics"]["dev"]["accuracy"] > 0.9, record["metrics"]

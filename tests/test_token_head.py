@@ -78,7 +78,7 @@ def test_parameter_count_is_tiny_and_independent_of_length():
     assert count_parameters(build_head({"type": "token-pool"}, 7, 384, 2)) == 7 + 1 + 384 + 2 * 384 * 2 + 2 == 1930
     assert count_parameters(build_head({"type": "token-pool", "pool": "mean"}, 13, 768, 3)) == 14 + 768 * 3 + 3
     assert is_token_head({"type": "token-pool"}) and not is_token_head({"type": "lp"})
-    assert {name for name, t in HEAD_TYPES.items() if t.token_level} == {"token-pool", "ladder"}
+    assert {name for name, t in HEAD_TYPES.items() if t.token_level} == {"token-pool", "ladder", "cnn2d"}
 
 
 # --- extraction -----------------------------------------------------------------------------

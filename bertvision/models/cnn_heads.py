@@ -164,3 +164,41 @@ class XceptionHead(nn.Module):
         if self.cls_residual:
             features = torch.cat([features, images[:, -1]], dim=-1)
         return self.classifier(self.dropout(features)).reshape(*x.shape[:-2], -1)
+
+
+class TokenImageHead(nn.Module):
+    """The original's 2-D CNN (``cnn2d``): each example's tokens x hidden "image" with the layers as
+    channels, the hidden axis optionally mapped to A by a shared AdapterPooler GELU(W x + b)
+    first (the original's square adapter output), then Conv2d(L -> F, K x K, 'same'), ReLU,
+    Conv2d(F -> F, K x K, 'same'), ReLU, a max over the real tokens and the width, dropout and
+    Linear(F -> C). ``forward(x, mask)``: x (B, T, L, H), mask (B, T) True on real tokens.
+    Padding is zeroed before the convolutions and left out of the max, so no padded position
+    changes the output. Parameters: H·A + A (adapter) + L·K²·F + F + F·K²·F + F + F·C + C."""
+
+    def __init__(self, layers: int, hidden: int, outputs: int, *, kernel: int, channels: int, adapter_width: int,
+                 dropout: float):  # fmt: skip
+        super().__init__()
+        self.adapter = nn.Linear(hidden, adapter_width) if adapter_width > 0 else None
+        self.convs = nn.ModuleList(
+            [nn.Conv2d(layers, channels, kernel, padding="same"), nn.Conv2d(channels, channels, kernel, padding="same")]
+        )
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(channels, outputs)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        if x.dim() != 4:
+            raise ValueError(
+                f"cnn2d head: expected (batch, tokens, layers, hidden), got {tuple(x.shape)} "
+                "([CLS] features? the task needs token_features)"
+            )
+        if mask is None:
+            mask = torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
+        if self.adapter is not None:
+            x = nn.functional.gelu(self.adapter(x.masked_fill(~mask[..., None, None], 0.0)))
+        image = x.permute(0, 2, 1, 3)  # (B, L, T, W): the layers are the channels
+        padding = ~mask[:, None, :, None]
+        image = image.masked_fill(padding, 0.0)  # after the adapter too: GELU(b) is not 0
+        for conv in self.convs:
+            image = torch.relu(conv(image)).masked_fill(padding, 0.0)  # zero again: 'same' padding spreads
+        pooled = image.masked_fill(padding, float("-inf")).amax(dim=(2, 3))
+        return self.classifier(self.dropout(pooled))

@@ -216,6 +216,29 @@ register(
 )
 register(
     HeadType(
+        "cnn2d",
+        "bertvision.models.cnn_heads:TokenImageHead",
+        "The original's 2-D CNN over each example's tokens x hidden image of every layer (tasks with "
+        "token_features): the layers as channels, an optional shared adapter on the hidden axis first, two "
+        "KxK convolutions with ReLU, a max over the real tokens and the width, then a linear layer.",
+        {
+            "kernel": Option(int, 3, "Kernel size K of the KxK convolutions.", minimum=1, searchable=True),
+            "channels": Option(int, 16, "Filters of each convolution.", minimum=1, searchable=True),
+            "adapter_width": Option(
+                int,
+                64,
+                "0 = the raw hidden axis; A > 0 = a shared AdapterPooler GELU(W x + b) maps it to A first "
+                "(the original's square adapter output; cheaper convolutions).",
+                minimum=0,
+            ),
+            "dropout": Option(float, 0.1, "Dropout before the output layer.", minimum=0, maximum=1, searchable=True),
+        },
+        token_level=True,
+        relative_cost=50.0,  # 11.3 vs 0.22 ms per row and step (64 tokens, MiniLM shapes, 1 thread, shared CPU)
+    )
+)
+register(
+    HeadType(
         "ladder",
         "bertvision.models.ladder:LadderHead",
         "Ladder side network (Ladder Side-Tuning): every chosen layer's token states projected to a "
