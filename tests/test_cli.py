@@ -168,6 +168,8 @@ def test_bad_head_settings_name_the_head_and_the_key(tmp_path, heads, message):
             text,
             "--runtime",
             RUNTIME_JSON,
+            "--race",
+            '{"protocol": "grid", "rungs": [2], "keep": 0.5}',
             "--manifest",
             "m.json",
             "--raw-dir",
