@@ -90,7 +90,7 @@ BUNDLE_INDEX = "bundle.json"  # inside a bundle: the index,
 BUNDLE_ENCODER = "encoder"  # the encoder and its tokenizer,
 BUNDLE_HEAD = "heads/{task}/{head}"  # and each head (weights and metrics record)
 
-# A task's unlabelled file (tasks.<name>.files.test) as the picked path answers it (stages/predict.py).
+# A task's unlabelled file (tasks.<name>.files.test) as the picked path answers it (serving/predictions.py).
 PREDICTIONS_FILE = "results/predictions/{model}/{task}.csv"
 
 TABLES_DIR = "results/tables"  # {name}.md and {name}.csv

@@ -70,7 +70,7 @@ COMMANDS = [
             **BUNDLE),
     command("predict",
             "a task's unlabelled file answered by the summary's picked path, as served (rule predict)",
-            "bertvision.stages.predict:predict_unlabelled",
+            "bertvision.serving.predictions:predict_unlabelled",
             task=TASK, bundles=path("the picked bundles (serve-bundles' output) or a bundle serving the task"),
             raw_dir=path("the task's canonical splits (download's output, with the unlabelled split)"),
             out=path("the predictions CSV to write"), threads=THREADS),
