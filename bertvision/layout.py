@@ -22,6 +22,7 @@ ROOTS = (
     "heads",
     "heads-data",
     "search",
+    "race",
     "transfer",
     "shared",
     "bundles",
@@ -39,7 +40,9 @@ CHECKPOINT_DIR = f"{FINETUNE_DIR}/{CHECKPOINT_SUBDIR}"
 # What the finetune stage writes into every checkpoint directory: the encoder with its task head,
 # and that model's own evaluation (BERT's row in every table).
 BERT_METRICS, BERT_PREDICTIONS, BERT_LOGITS = "eval_metrics.json", "eval_predictions.parquet", "eval_logits.npz"
-CHECKPOINT_FILES = ("model.safetensors", "config.json", BERT_METRICS, BERT_PREDICTIONS, BERT_LOGITS)
+# and what the run's next checkpoint goes on from (optimizer, schedule, batch order, clock)
+RESUME_STATE = "resume.pt"
+CHECKPOINT_FILES = ("model.safetensors", "config.json", BERT_METRICS, BERT_PREDICTIONS, BERT_LOGITS, RESUME_STATE)
 CHECKPOINT_FILE = f"{CHECKPOINT_DIR}/{{file}}"
 
 # The full fine-tuning baseline: one directory per seed, with the kept epoch's evaluation.
@@ -65,6 +68,9 @@ STUDY_JOURNAL = f"{SEARCH_DIR}/study.journal"
 STUDY_LABEL = "{model}/{task}/ft{ftseed}/ckpt-{frac}/{head}"  # names a study in its storage
 
 TRANSFER_FILE = "transfer/{model}/{task}/ft{ftseed}.json"
+
+# The race's decision at a checkpoint (heads.race): whether fine-tuning goes on to the next one.
+RACE_DECISION = "race/{model}/{task}/ckpt-{frac}.json"
 
 # Shared encoders (config section `shared`): one directory per encoder and fine-tuning seed. A
 # mixture's encoder is trained here; every encoder's states of each task it serves, and the heads
@@ -101,7 +107,7 @@ PLOTS_DIR = "results/plots"  # {name}.png
 JOB_KEYS = {
     "download": ("task",),
     "tokenize": ("task", "model"),
-    "finetune": ("task", "model", "ftseed"),
+    "finetune": ("task", "model", "ftseed", "frac"),
     "baseline": ("task", "model", "seed"),
     "extract": ("task", "model", "ftseed", "frac", "shard"),
     "feature_manifest": ("task", "model", "ftseed", "frac"),
@@ -110,6 +116,7 @@ JOB_KEYS = {
     "search_worker": ("task", "model", "ftseed", "frac", "head", "worker"),
     "search_best": ("task", "model", "ftseed", "frac", "head"),
     "transfer": ("task", "model", "ftseed"),
+    "race_checkpoint": ("task", "model", "frac"),
     "finetune_mixture": ("encoder", "model", "ftseed"),
     "extract_shared": ("task", "model", "encoder", "ftseed", "shard"),
     "feature_manifest_shared": ("task", "model", "encoder", "ftseed"),
@@ -346,7 +353,7 @@ def timing_jobs(runs: list[Run], n_shards: int, baselines: tuple[Job, ...] = ())
     for run in runs:
         add("download", task=run.task)
         add("tokenize", task=run.task, model=run.model)
-        add("finetune", task=run.task, model=run.model, ftseed=run.ftseed)
+        add("finetune", **run.keys)
         if run.stored:
             for shard in range(n_shards):
                 add("extract", **run.keys, shard=shard)

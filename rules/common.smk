@@ -159,23 +159,102 @@ def for_every_run(pattern, tasks=None, checkpoints=None, **extra):
     return [run.format(pattern, **extra) for run in S.runs(tasks, checkpoints)]
 
 
-def all_bert_metrics():
-    return for_every_run(L.CHECKPOINT_FILE, file=L.BERT_METRICS)
+# --- the runs the pick chose among: every configured checkpoint (grid), or those the race reached
+def raced_checkpoints(model, task):
+    """The checkpoints of a task's fine-tuning runs that took part in its pick: every one under
+    the grid; under racing, the first ones up to where the race stopped fine-tuning (each
+    decision a Snakemake checkpoint job, rules/race.smk, read once it has run)."""
+    if not S.head_race().racing:
+        return S.checkpoints
+    reached = []
+    for checkpoint in S.checkpoints:
+        reached.append(checkpoint)
+        if checkpoint == S.checkpoints[-1]:
+            break
+        decision = checkpoints.race_checkpoint.get(model=model, task=task, frac=checkpoint.name).output[0]
+        if not json.loads(Path(decision).read_text())["go_on"]:
+            break
+    return reached
 
 
-def all_head_dirs():
-    return for_every_run(L.HEADS_DIR)
+def reached_runs(model, task):
+    """The runs of one backbone and task that the race reached (input functions and params only)."""
+    reached = raced_checkpoints(model, task)
+    return [run for run in S.runs([task]) if run.model == model and run.checkpoint in reached]
 
 
-def all_manifests():
-    """The feature manifest of every run of a task that stores its states."""
-    return for_every_run(L.MANIFEST, tasks=[t for t in S.tasks if S.store(t)])
+def raced_runs(tasks=None):
+    """``S.runs`` of the checkpoints the race reached (params and input functions only: the race's
+    decisions are known as the workflow runs)."""
+    return [run for m in S.models for t in (S.tasks if tasks is None else tasks) for run in reached_runs(m, t)]
 
 
-def all_benchmarks():
-    """Benchmark files of every job the timing and cost tables read (each job writes one)."""
-    baselines = [L.baseline_job(m, t, s) for m in S.models for t in S.tasks for s in S.baseline_seeds]
-    return [job.benchmark for job in L.timing_jobs(S.runs(), S.shards, baselines)]
+def race_decisions_of(model, task):
+    if not S.head_race().racing:
+        return []
+    return [L.RACE_DECISION.format(model=model, task=task, frac=c) for c in raced_checkpoints(model, task)]
+
+
+def race_decisions():
+    """Every decision the race took (none under the grid): the tables say where it stopped."""
+    return [path for m in S.models for t in S.tasks for path in race_decisions_of(m, t)]
+
+
+def per_task(files, by_model=False):
+    """Named inputs, one per backbone and task, each its own function (``files(model, task,
+    runs)``: the paths it needs of the runs the race reached): an input function that meets an
+    undecided checkpoint holds back its own task only, so every task's race goes on at once.
+    ``by_model``: a rule with a {model} wildcard asks for that backbone's tasks only."""
+    return {
+        f"{m}__{t}": (lambda wc, m=m, t=t: [] if by_model and wc.model != m else files(m, t, reached_runs(m, t)))
+        for m in S.models
+        for t in S.tasks
+    }
+
+
+def race_inputs(wildcards):
+    """A checkpoint's race decision reads the heads of every fine-tuning seed there and the
+    decision before it."""
+    here = L.Checkpoint.named(wildcards.frac)
+    before = S.checkpoint_before(here)
+    heads = [L.Run(wildcards.model, wildcards.task, s, here).format(L.HEADS_DIR) for s in S.ft_seeds]
+    previous = [L.RACE_DECISION.format(model=wildcards.model, task=wildcards.task, frac=before)] if before else []
+    return {"heads": heads, "previous": previous}
+
+
+def bert_metrics_of(runs):
+    return [run.format(L.CHECKPOINT_FILE, file=L.BERT_METRICS) for run in runs]
+
+
+def head_dirs_of(runs):
+    return [run.format(L.HEADS_DIR) for run in runs]
+
+
+def manifests_of(runs):
+    """The feature manifests of the runs that store their states."""
+    return [run.format(L.MANIFEST) for run in runs if run.stored]
+
+
+def search_workers_of(runs):
+    """Every search worker's record of these runs (the tables read their jobs' times)."""
+    return [
+        L.SEARCH_WORKER.format(**run.keys, head=head, worker=worker)
+        for run in runs
+        for head in S.search_heads(run.task)
+        for worker in range(S.search_workers)
+    ]
+
+
+def baseline_jobs():
+    return [L.baseline_job(m, t, s) for m in S.models for t in S.tasks for s in S.baseline_seeds]
+
+
+def table_files(model, task, runs):
+    """What the tables read of one backbone and task: BERT's and the heads' records, the
+    manifests, every job's benchmark file, the search workers and the race's decisions."""
+    benchmarks = [job.benchmark for job in L.timing_jobs(runs, S.shards)]
+    return (bert_metrics_of(runs) + head_dirs_of(runs) + manifests_of(runs) + benchmarks
+            + search_workers_of(runs) + race_decisions_of(model, task))  # fmt: skip
 
 
 def study_storage(wildcards):
@@ -199,18 +278,8 @@ def searched_args(wildcards, heads=None):
     return " ".join(f"{head}={path}" for head, path in searched_best(wildcards, heads).items())
 
 
-def all_search_results():
-    return [path for run in S.runs() for path in searched_best(run.keys).values()]
-
-
-def all_search_workers():
-    """Every search worker's record (the tables read their jobs' times)."""
-    return [
-        L.SEARCH_WORKER.format(**run.keys, head=head, worker=worker)
-        for run in S.runs()
-        for head in S.search_heads(run.task)
-        for worker in range(S.search_workers)
-    ]
+def search_results_of(runs):
+    return [path for run in runs for path in searched_best(run.keys).values()]
 
 
 def all_subset_head_dirs():
@@ -228,7 +297,7 @@ def all_transfer_files():
 
 
 def all_runs_json():
-    return as_json([run.to_json() for run in S.runs()])
+    return as_json([run.to_json() for run in raced_runs()])
 
 
 # Cluster settings from the environment (docs/operations.md, "On a cluster"). The GPU rules ask for
@@ -272,10 +341,20 @@ def data_request(key, tokens):
     return request
 
 
+def previous_checkpoint(wildcards):
+    """The files a fine-tuning job goes on from: the run's checkpoint before this one (none for the first)."""
+    before = S.checkpoint_before(L.Checkpoint.named(wildcards.frac))
+    if before is None:
+        return []
+    return expand(L.CHECKPOINT_FILE, **{**wildcards, "frac": before}, file=["model.safetensors", L.RESUME_STATE])
+
+
 def finetune_request(key):
     def request(wildcards, attempt):
         ft = S.finetune(wildcards.model, wildcards.task)
-        epochs = max(ft.epoch_fractions)  # training stops at the last checkpoint, whatever the schedule
+        here = L.Checkpoint.named(wildcards.frac)
+        before = S.checkpoint_before(here)
+        epochs = max(here.fraction - (before.fraction if before else 0), 0.01)  # one job trains from the checkpoint before
         return requests.finetune_request(
             encoder_shape(wildcards.model), ft.optimizer.batch_size, S.max_length(wildcards.task),
             S.train_rows(wildcards.task), epochs, GPU, attempt,
@@ -424,7 +503,7 @@ def shared_targets():
 
 # --- serving the summary's picks (rules/serve.smk)
 def backbone_runs(wildcards):
-    return [run for run in S.runs() if run.model == wildcards.model]
+    return [run for run in raced_runs() if run.model == wildcards.model]
 
 
 def served_run(run):

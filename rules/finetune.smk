@@ -1,11 +1,13 @@
 rule finetune:
-    """Partial fine-tuning: a checkpoint (safetensors) plus BERT's own evaluation predictions
-    and metrics at every configured epoch fraction; fraction 0 = the pretrained encoder."""
+    """Partial fine-tuning to one checkpoint (safetensors, BERT's own evaluation predictions and
+    metrics, and the state the next checkpoint goes on from), from the checkpoint before it;
+    fraction 0 = the pretrained encoder. One job per checkpoint: a race stops the run between two."""
     input:
         tokens=rules.tokenize.output,
         raw=rules.download.output,
+        previous=previous_checkpoint,
     output:
-        expand(L.CHECKPOINT_FILE, frac=[c.name for c in S.checkpoints], file=L.CHECKPOINT_FILES, allow_missing=True),
+        expand(L.CHECKPOINT_FILE, file=L.CHECKPOINT_FILES, allow_missing=True),
     params:
         settings=lambda wc: as_json(S.finetune(wc.model, wc.task)),
         compute=as_json(S.finetune_compute()),
@@ -27,7 +29,7 @@ rule finetune:
     shell:
         "{params.bertvision} finetune --task {wildcards.task} --model {wildcards.model} "
         "--settings {params.settings:q} --compute {params.compute:q} --tokens-dir {input.tokens} "
-        "--raw-dir {input.raw} --out-dir {params.out_dir} --seed {wildcards.ftseed} "
+        "--raw-dir {input.raw} --out-dir {params.out_dir} --seed {wildcards.ftseed} --checkpoint {wildcards.frac} "
         "--micro-batches {resources.micro_batches} --threads {threads} > {log} 2>&1"
 
 

@@ -1,9 +1,11 @@
 rule plots:
-    """Score vs epochs per task, score vs parameters, and the learned layer weights."""
+    """Score vs epochs per task, score vs parameters, score vs seconds, the learned layer weights
+    and the training-loss curves (heads and full fine-tuning)."""
     input:
         tables=[rules.tables.output.glue_csv, rules.tables.output.squad_csv],
         summary=rules.tables.output.summary_csv,
-        heads=all_head_dirs(),
+        **per_task(lambda m, t, runs: head_dirs_of(runs)),
+        baselines=all_baseline_metrics(),
     output:
         epochs=[
             report(
@@ -21,16 +23,18 @@ rule plots:
         seconds=report(
             L.plot("score-vs-seconds"), category="Plots", caption="../workflow/report/score_vs_seconds.rst"
         ),
+        loss=report(L.plot("training-loss"), category="Plots", caption="../workflow/report/training_loss.rst"),
     params:
         tasks=S.tasks,
+        head_dirs=lambda wc: head_dirs_of(raced_runs()),
         out_dir=lambda wc, output: os.path.dirname(output.params),
     log:
         L.log("plots"),
     benchmark:
         L.benchmark("plots")
     shell:
-        "bertvision plots --tables {input.tables} --summary {input.summary} --head-dirs {input.heads} "
-        "--tasks {params.tasks} "
+        "bertvision plots --tables {input.tables} --summary {input.summary} --head-dirs {params.head_dirs} "
+        "--baseline-metrics {input.baselines} --tasks {params.tasks} "
         "--out-dir {params.out_dir} > {log} 2>&1"
 
 

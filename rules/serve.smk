@@ -7,8 +7,10 @@ rule serve_bundles:
     bundle of its own, and their index (bundles.json); `bertvision serve bundles/MODEL/picked`."""
     input:
         picks=L.picks_record(),
-        heads=lambda wc: [run.format(L.HEADS_DIR) for run in backbone_runs(wc)],
-        checkpoints=lambda wc: [run.format(L.CHECKPOINT_FILE, file="model.safetensors") for run in backbone_runs(wc)],
+        **per_task(
+            lambda m, t, runs: head_dirs_of(runs) + [run.format(L.CHECKPOINT_FILE, file="model.safetensors") for run in runs],
+            by_model=True,
+        ),
     output:
         directory(L.PICKED_BUNDLES_DIR),
     params:

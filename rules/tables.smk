@@ -8,18 +8,20 @@ rule tables:
     the benchmark files; the search workers' times count in the whole cost of a pick. Every
     task's pick is also a record of its own (picks.json), which serve_bundles serves."""
     input:
-        bert=all_bert_metrics(),
         baselines=all_baseline_metrics(),
-        heads=all_head_dirs(),
-        benchmarks=all_benchmarks(),
-        manifests=all_manifests(),
-        search_workers=all_search_workers(),
+        baseline_benchmarks=[job.benchmark for job in baseline_jobs()],
+        **per_task(table_files),
     output:
         **table_outputs(RESULT_TABLES, "Tables"),
         picks=L.picks_record(),
     params:
         heads=S.heads,
-        runs=all_runs_json(),
+        runs=lambda wc: all_runs_json(),
+        bert=lambda wc: bert_metrics_of(raced_runs()),
+        head_dirs=lambda wc: head_dirs_of(raced_runs()),
+        manifests=lambda wc: manifests_of(raced_runs()),
+        search_workers=lambda wc: search_workers_of(raced_runs()),
+        race=lambda wc: race_decisions(),
         shards=S.shards,
         out_dir=lambda wc, output: os.path.dirname(output.summary_md),
     log:
@@ -27,27 +29,28 @@ rule tables:
     benchmark:
         L.benchmark("tables")
     shell:
-        "bertvision tables --bert-metrics {input.bert} --baseline-metrics {input.baselines} --head-dirs {input.heads} --manifests {input.manifests} "
-        "--search-workers {input.search_workers} --runs {params.runs:q} --shards {params.shards} --heads {params.heads} --out-dir {params.out_dir} "
+        "bertvision tables --bert-metrics {params.bert} --baseline-metrics {input.baselines} --head-dirs {params.head_dirs} --manifests {params.manifests} "
+        "--search-workers {params.search_workers} --race-decisions {params.race} --runs {params.runs:q} --shards {params.shards} --heads {params.heads} --out-dir {params.out_dir} "
         "> {log} 2>&1"
 
 
 rule experiment_tables:
     """The experiments' tables: optuna searches, data-fraction curves, cross-checkpoint transfer."""
     input:
-        search=all_search_results(),
+        **per_task(lambda m, t, runs: search_results_of(runs) + bert_metrics_of(runs)),
         subsets=all_subset_head_dirs(),
         heads=for_every_run(L.HEADS_DIR, tasks=S.data_fraction_tasks(), checkpoints=S.data_fraction_checkpoints()),
-        bert=all_bert_metrics(),
         transfer=all_transfer_files(),
     output:
         **table_outputs(EXPERIMENT_TABLES, "Experiments"),
     params:
+        search=lambda wc: search_results_of(raced_runs()),
+        bert=lambda wc: bert_metrics_of(raced_runs()),
         out_dir=lambda wc, output: os.path.dirname(output.search_md),
     log:
         L.log("experiment_tables"),
     benchmark:
         L.benchmark("experiment_tables")
     shell:
-        "bertvision experiment-tables --search {input.search} --subset-dirs {input.subsets} --head-dirs {input.heads} "
-        "--bert-metrics {input.bert} --transfer {input.transfer} --out-dir {params.out_dir} > {log} 2>&1"
+        "bertvision experiment-tables --search {params.search} --subset-dirs {input.subsets} --head-dirs {input.heads} "
+        "--bert-metrics {params.bert} --transfer {input.transfer} --out-dir {params.out_dir} > {log} 2>&1"

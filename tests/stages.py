@@ -19,20 +19,23 @@ def with_training(heads: dict, training) -> dict:
 
 
 def fine_tune(settings, model: str, task: str, root: Path, out: Path) -> None:
-    """Fine-tune ``task`` on ``root``'s tokens; a checkpoint per configured epoch fraction in ``out``."""
+    """Fine-tune ``task`` on ``root``'s tokens; a checkpoint per configured epoch fraction in
+    ``out``, one job after another as the workflow runs them."""
     from bertvision.stages.finetune import finetune
 
-    finetune(
-        get_task(task),
-        model,
-        settings.finetune(model, task),
-        settings.finetune_compute(),
-        root / "tokens" / task,
-        root / "raw" / task,
-        out,
-        1,
-        threads=1,
-    )
+    for checkpoint in settings.checkpoints:
+        finetune(
+            get_task(task),
+            model,
+            settings.finetune(model, task),
+            settings.finetune_compute(),
+            root / "tokens" / task,
+            root / "raw" / task,
+            out,
+            1,
+            checkpoint,
+            threads=1,
+        )
 
 
 def extract_and_train(settings, model: str, task: str, root: Path, checkpoint: Path, out: Path, bert_logits=None):

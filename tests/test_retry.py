@@ -99,6 +99,8 @@ def finetune_args(root, settings, out):
         str(root / out),
         "--seed",
         "1",
+        "--checkpoint",
+        "1",
         "--threads",
         "1",
     ]

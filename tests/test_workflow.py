@@ -137,6 +137,7 @@ def test_plots_and_html_report(workflow_run, tmp_path):
         "layer-weights.png",
         "data-fraction.png",
         "score-vs-seconds.png",
+        "training-loss.png",
         "cross-task.png",
     }
     assert {p.name for p in plots.glob("*.png")} == names
@@ -150,6 +151,7 @@ def test_plots_and_html_report(workflow_run, tmp_path):
         "layer-weights.png",
         "score-vs-parameters.png",
         "score-vs-seconds.png",
+        "training-loss.png",
         "summary.csv",
         "glue.csv",
         "squad.csv",
@@ -449,15 +451,22 @@ def test_shipped_configs_plan_the_full_dag(tmp_path, config):
     must validate and plan every job, run from a directory that has the shipped resources/."""
     (tmp_path / "config.yaml").write_text(config.read_text())
     (tmp_path / "resources").symlink_to(REPO / "resources")
-    out = snakemake(tmp_path, "-n", timeout=300).stdout
-    counts = job_counts(out)
     from bertvision.config.schema import validate_config
 
     spec = validate_config(yaml.safe_load(config.read_text()), source=config.name)  # defaults filled in
     n_tasks, n_seeds = len(spec["tasks"]), len(spec["finetune"]["seeds"])
     n_ckpts = len(spec["finetune"]["epoch_fractions"])
+    if spec["heads"]["race"]["protocol"] == "racing":
+        # the race plans each task's first checkpoint and its decision; the rest waits on them
+        racing = job_counts(snakemake(tmp_path, "-n", timeout=300).stdout)
+        assert racing["race_checkpoint"] == n_tasks * len(spec["backbones"])
+    # every job the config can run: the same config under the grid
+    grid = REPO / "configs/overlays/grid.yaml"
+    out = snakemake(tmp_path, "-n", "--configfile", str(tmp_path / "config.yaml"), str(grid), timeout=300).stdout
+    counts = job_counts(out)
+    assert "race_checkpoint" not in counts
     assert counts["download"] == n_tasks
-    assert counts["finetune"] == n_tasks * n_seeds
+    assert counts["finetune"] == n_tasks * n_seeds * n_ckpts
     baseline = spec.get("baseline", {})
     n_baselines = len(baseline.get("seeds", [1, 2, 3])) if baseline.get("enabled", True) else 0
     assert counts.get("baseline", 0) == n_tasks * n_baselines

@@ -15,6 +15,7 @@ from bertvision.commands.arguments import (
     MicroBatches,
     NamedSettings,
     NamePaths,
+    Switch,
     command,
     feature_source_arg,
     json_arg,
@@ -23,6 +24,12 @@ from bertvision.commands.arguments import (
     settings,
 )
 from bertvision.config import settings as typed
+
+
+def checkpoint_arg(text: str):
+    from bertvision.layout import Checkpoint
+
+    return Checkpoint.named(text)
 
 
 def with_splits(values: dict) -> dict:
@@ -76,7 +83,8 @@ COMMANDS = [
             task=TASK, settings=settings(typed.TokenizeSettings), raw_dir=PATH, out_dir=PATH),
     command("finetune", "partial fine-tuning with checkpoints at epoch fractions (rule finetune)",
             "bertvision.stages.finetune:finetune", out_of_memory=True,
-            **ENCODER, settings=settings(typed.FinetuneSettings)),
+            **ENCODER, settings=settings(typed.FinetuneSettings),
+            checkpoint=Arg("the checkpoint (epoch fraction) to train to, from the one before", type=checkpoint_arg)),
     command("baseline", "full fine-tuning, the epoch kept chosen on the selection split (rule baseline)",
             "bertvision.stages.baseline:full_finetune", out_of_memory=True,
             **ENCODER, settings=settings(typed.BaselineSettings)),
@@ -109,6 +117,14 @@ COMMANDS = [
                                required=False, default=[]),
             train_fraction=Arg("train on this nested share of the rows", type=float, required=False),
             threads=THREADS),
+    command("race-checkpoint", "the race at a checkpoint: does fine-tuning go on (rule race_checkpoint)",
+            "bertvision.stages.race:decide_checkpoint",
+            task=TASK, model=MODEL, checkpoint=Arg("the checkpoint decided", type=checkpoint_arg),
+            head_dirs=paths("train_heads outputs at this checkpoint, one per fine-tuning seed"),
+            race=settings(typed.RaceSettings),
+            previous=path("the decision at the checkpoint before", nargs="?", required=False),
+            last=Switch("this is the last configured checkpoint"),
+            out=PATH),
     command("transfer", "evaluate heads trained on one checkpoint on every checkpoint's features (rule transfer)",
             "bertvision.stages.transfer:transfer", adapt=with_memory_bound,
             task=TASK, head_dirs=paths("train_heads outputs, one per checkpoint"),
@@ -132,7 +148,7 @@ COMMANDS = [
     command("tables", "summary, result, cost and timing tables (rule tables)", "bertvision.stages.tables:build_tables",
             adapt=with_runs,
             bert_metrics=OPTIONAL_PATHS, baseline_metrics=OPTIONAL_PATHS, head_dirs=OPTIONAL_PATHS,
-            manifests=OPTIONAL_PATHS, search_workers=OPTIONAL_PATHS,
+            manifests=OPTIONAL_PATHS, search_workers=OPTIONAL_PATHS, race_decisions=OPTIONAL_PATHS,
             runs=Arg("every run, [{model, task, ftseed, frac}, ...]: their jobs' benchmark files give the times",
                      type=json_arg),
             shards=Arg("extraction shards per checkpoint", type=int, param="n_shards"),
@@ -143,11 +159,13 @@ COMMANDS = [
             search=paths("best.json of every study", param="best_files", required=False),
             subset_dirs=OPTIONAL_PATHS, head_dirs=OPTIONAL_PATHS, bert_metrics=OPTIONAL_PATHS,
             transfer=paths("transfer records", param="transfer_files", required=False), out_dir=PATH),
-    command("plots", "PNG plots from the result tables and head metrics (rule plots)",
+    command("plots", "PNG plots from the result tables, head and baseline metrics (rule plots)",
             "bertvision.reporting.plots:build_plots", adapt=with_head_metrics,
             tables=paths("glue.csv / squad.csv", param="summary_csvs"),
             summary=path("summary.csv (the score-vs-seconds plot)", param="verdict_csv", required=False),
-            head_dirs=OPTIONAL_PATHS, tasks=Arg(nargs="+"), out_dir=PATH),
+            head_dirs=OPTIONAL_PATHS,
+            baseline_metrics=paths("full fine-tuning records (the training-loss plot)", required=False),
+            tasks=Arg(nargs="+"), out_dir=PATH),
     command("plot-data-fraction", "score vs share of training data (rule plot_data_fraction)",
             "bertvision.reporting.plots:data_fraction_curves",
             table=path("data_fraction.csv", param="table_csv"), out=path(param="path")),

@@ -282,11 +282,13 @@ class HeadRuntimeSettings(StageSettings):
 
 
 class RaceSettings(StageSettings):
-    """How a head-training job chooses among its heads (``training.racing``)."""
+    """How the pipeline chooses among its candidates: the heads of a head-training job
+    (``training.racing``) and the checkpoints (``stages.race``)."""
 
     protocol: str = setting("heads.race.protocol")
     rungs: Annotated[tuple[int, ...], Field(strict=False)] = setting("heads.race.rungs")
     keep: Number = setting("heads.race.keep")
+    min_gain: Number = setting("heads.race.min_gain")
 
     @property
     def racing(self) -> bool:

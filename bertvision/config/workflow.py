@@ -86,6 +86,11 @@ class WorkflowSettings:
     def checkpoints(self) -> list[Checkpoint]:
         return [Checkpoint(f) for f in sorted(self.config["finetune"]["epoch_fractions"])]
 
+    def checkpoint_before(self, checkpoint: Checkpoint) -> Checkpoint | None:
+        """The configured checkpoint a fine-tuning job to ``checkpoint`` goes on from (None: the first)."""
+        earlier = [c for c in self.checkpoints if c < checkpoint]
+        return earlier[-1] if earlier else None
+
     @property
     def ft_seeds(self) -> list[int]:
         return list(self.config["finetune"]["seeds"])

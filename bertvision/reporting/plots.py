@@ -1,6 +1,6 @@
 """Plots from the result tables and head metrics (matplotlib, PNG), readable without the text:
-score vs epoch fraction, score vs trainable parameters, and where in the encoder each task's
-information lives (the learned ScalarMix layer weights)."""
+score vs epoch fraction, score vs trainable parameters, where in the encoder each task's
+information lives (the learned ScalarMix layer weights), and the heads' training-loss curves."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pandas as pd  # noqa: E402
 
 from bertvision.layout import plot, score_vs_epochs_plot, source_checkpoint  # noqa: E402
 from bertvision.registry.tasks import get_task  # noqa: E402
-from bertvision.reporting.results import BERT  # noqa: E402
+from bertvision.reporting.results import BERT, repeats_frozen_run  # noqa: E402
 from bertvision.reporting.summary import FULL_FT, ROW_KINDS  # noqa: E402
 from bertvision.runtime.io import read_json  # noqa: E402
 
@@ -137,8 +137,96 @@ def layer_weights(head_metrics: list[Path], path: Path, head: str = "lp") -> Non
     _save(fig, path)
 
 
+def training_loss_frame(head_metrics: list[Path], baseline_metrics: list[Path] = ()) -> pd.DataFrame:
+    """The curves of the training-loss plot: one row per (backbone, task, model, checkpoint,
+    epoch) with the training loss's mean, sample std and count over the runs (fine-tuning seeds
+    x head seeds) whose history reaches that epoch. A head's loss is its epoch's mean training
+    loss (``history[].train_loss``); the untouched encoder's copies (one per fine-tuning seed)
+    count once. Full fine-tuning (``model`` FULL_FT, checkpoint NaN) is the baseline's loss over
+    its last steps at each epoch's end (``history[].train_loss_recent``)."""
+    rows, frozen_seen = [], set()
+    records = sorted((read_json(p) for p in head_metrics), key=lambda r: int(r["source"].get("ft_seed", 0)))
+    for r in records:
+        if repeats_frozen_run(r, frozen_seen):
+            continue
+        run = {"backbone": r["source"]["model"], "task": r["task"], "model": r["head"]}
+        run["epoch_fraction"] = source_checkpoint(r).fraction
+        rows += [{**run, "epoch": h["epoch"], "loss": h["train_loss"]} for h in r.get("history") or []]
+    for path in baseline_metrics:
+        r = read_json(path)
+        run = {"backbone": r["model"], "task": r["task"], "model": FULL_FT, "epoch_fraction": np.nan}
+        rows += [
+            {**run, "epoch": h["epoch"], "loss": h["train_loss_recent"]}
+            for h in r.get("history") or []
+            if h.get("train_loss_recent") is not None
+        ]
+    keys = ["backbone", "task", "model", "epoch_fraction", "epoch"]
+    if not rows:
+        return pd.DataFrame(columns=[*keys, "train_loss", "std", "n"])
+    grouped = pd.DataFrame(rows).groupby(keys, sort=False, dropna=False)["loss"]
+    frame = grouped.agg(train_loss="mean", std=lambda v: v.std(ddof=1) if len(v) > 1 else np.nan, n="count")
+    return frame.reset_index().sort_values(keys, kind="stable", ignore_index=True)
+
+
+CHECKPOINT_LINES = ("solid", "dashed", "dotted", "dashdot")  # the last checkpoint first
+
+
+def training_loss(
+    head_metrics: list[Path], path: Path, baseline_metrics: list[Path] = (), tasks: list[str] | None = None
+) -> pd.DataFrame:
+    """Per task: the heads' training loss against their epoch (mean over seeds), a colour per
+    head and a line style per checkpoint (solid: the last), and full fine-tuning's in black.
+    Returns the frame it plots (``training_loss_frame``)."""
+    frame = training_loss_frame(head_metrics, baseline_metrics)
+    order = {t: i for i, t in enumerate(tasks or [])}
+    blocks = sorted(
+        frame.groupby(["backbone", "task"], sort=False), key=lambda b: (order.get(b[0][1], len(order)), b[0])
+    )
+    heads = list(dict.fromkeys(m for m in frame["model"] if m != FULL_FT))
+    colours = {h: plt.get_cmap("tab10")(i % 10) for i, h in enumerate(heads)}
+    checkpoints = sorted(set(frame["epoch_fraction"].dropna()), reverse=True)
+    lines = {c: CHECKPOINT_LINES[min(i, len(CHECKPOINT_LINES) - 1)] for i, c in enumerate(checkpoints)}
+    fig, axes = _panels(len(blocks), 4.5)
+    for ax, ((backbone, task), block) in zip(axes, blocks):
+        for (model, ckpt), g in block.groupby(["model", "epoch_fraction"], sort=False, dropna=False):
+            if model == FULL_FT:
+                style = {"color": "black", "linewidth": 2, "marker": "s", "markersize": 4}
+            else:
+                style = {"color": colours[model], "linestyle": lines[ckpt], "linewidth": 1.2, "marker": "o"}
+                style["markersize"] = 2.5
+            ax.plot(g["epoch"], g["train_loss"], **style)
+        shown_heads = [h for h in heads if h in set(block["model"])]
+        shown_ckpts = [c for c in checkpoints if c in set(block["epoch_fraction"].dropna())]
+        handles = [matplotlib.lines.Line2D([], [], color=colours[h], label=h) for h in shown_heads]
+        handles += [
+            matplotlib.lines.Line2D([], [], color="gray", linestyle=lines[c], label=f"features at {c:g} ep")
+            for c in shown_ckpts
+        ]
+        if FULL_FT in set(block["model"]):
+            handles.append(matplotlib.lines.Line2D([], [], color="black", linewidth=2, marker="s", label=FULL_FT))
+        losses = block["train_loss"]
+        if losses.min() > 0 and losses.max() / losses.min() > 10:  # a loss that falls by decades
+            ax.set_yscale("log")
+            _log_axis(ax.yaxis, losses)
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+        ax.set_xlabel("epoch (head; full FT: fine-tuning)")
+        ax.set_ylabel("training loss (mean over seeds)")
+        ax.set_title(task if frame["backbone"].nunique() == 1 else f"{task} ({backbone})")
+        ax.grid(alpha=0.3)
+        ax.legend(handles=handles, fontsize=6, ncol=2 if len(handles) > 6 else 1)
+    if not blocks:
+        _say_empty(axes[0], "no training histories yet")
+    _save(fig, path)
+    return frame
+
+
 def build_plots(
-    summary_csvs: list[Path], head_metrics: list[Path], tasks: list[str], out_dir: Path, verdict_csv: Path | None = None
+    summary_csvs: list[Path],
+    head_metrics: list[Path],
+    tasks: list[str],
+    out_dir: Path,
+    verdict_csv: Path | None = None,
+    baseline_metrics: list[Path] = (),
 ) -> None:
     summary = pd.concat([pd.read_csv(p) for p in summary_csvs if Path(p).stat().st_size], ignore_index=True)
     if verdict_csv is not None:
@@ -147,6 +235,7 @@ def build_plots(
         score_vs_epochs(summary, task, Path(plot(score_vs_epochs_plot(task), out_dir)))
     score_vs_params(summary, tasks, Path(plot("score-vs-parameters", out_dir)))
     layer_weights(head_metrics, Path(plot("layer-weights", out_dir)))
+    training_loss(head_metrics, Path(plot("training-loss", out_dir)), baseline_metrics, tasks)
 
 
 ROW_STYLES = dict(

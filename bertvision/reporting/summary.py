@@ -319,7 +319,27 @@ def head_selection_line(table: pd.DataFrame) -> str:
     )
 
 
-def summary_markdown(table: pd.DataFrame) -> str:
+def checkpoint_race_line(decisions: list[dict]) -> str:
+    """Where the race between checkpoints stopped fine-tuning (``stages.race``'s decisions of one
+    backbone and task, in checkpoint order); empty under the grid."""
+    if not decisions:
+        return ""
+    steps = []
+    for d in decisions:
+        best = d["best"]
+        score = f"{best['head']} {best['selection']:.3f}" if best else "no head scored"
+        steps.append(f"{d['checkpoint']} ({score})")
+    last = decisions[-1]
+    end = (
+        "every configured checkpoint ran"
+        if last["why"] == "the last configured checkpoint"
+        else f"fine-tuning stopped after checkpoint {last['checkpoint']} ({last['why']})"
+    )
+    return f"Checkpoints raced (best head's mean selection score): {' → '.join(steps)}; {end}."
+
+
+def summary_markdown(table: pd.DataFrame, race_decisions: dict[tuple, list[dict]] | None = None) -> str:
+    """``race_decisions``: (backbone, task) -> the race's decisions at each checkpoint it reached."""
     parts = [
         "# Summary: does the BERTVision path pay off?",
         "",
@@ -331,7 +351,8 @@ def summary_markdown(table: pd.DataFrame) -> str:
         "= fine-tuning to its checkpoint + extracting its features + training the head. Whole seconds (mean ± std "
         "over fine-tuning seeds): everything run to make the row's choice. Full fine-tuning: every epoch it "
         "trained. The picked path: fine-tuning to the largest checkpoint, every checkpoint's extraction, every head "
-        "and head seed on every checkpoint and every search trial. The frozen encoder's best head: the same at "
+        "and head seed on every checkpoint and every search trial (under racing, of the checkpoints the race reached "
+        "and the head runs it trained, those it stopped early included). The frozen encoder's best head: the same at "
         "checkpoint 0 only. BERT at a checkpoint: its fine-tuning (it chooses nothing). Data-fraction and transfer "
         "runs are not counted. Δ = dev score minus full fine-tuning's, in points and in full fine-tuning's std; own "
         "and whole cost = mean own or whole seconds / full fine-tuning's. The verdict is stated on the whole cost. "
@@ -393,7 +414,10 @@ def summary_markdown(table: pd.DataFrame) -> str:
                 rows,
             )
         )
-        notes = " ".join(n for n in (constant_line(task, block["constant_score"].iloc[0]), no_window_line(block)) if n)
+        race = checkpoint_race_line((race_decisions or {}).get((backbone, task_name), []))
+        notes = " ".join(
+            n for n in (constant_line(task, block["constant_score"].iloc[0]), no_window_line(block), race) if n
+        )
         parts += ["", verdict(block), ""] + ([notes, ""] if notes else [])
     parts += [devices_line(table), head_selection_line(table), ""]
     return "\n".join(parts)

@@ -1,29 +1,24 @@
-"""The ``finetune`` stage: train the backbone with a sequence-classification head and save a
-checkpoint, with BERT's own evaluation predictions and metrics, at each configured epoch
-fraction. Fraction 0 is the pretrained encoder untouched (plus a freshly initialised head)."""
+"""The ``finetune`` stage: train the backbone with a sequence-classification head to one
+configured epoch fraction, going on from the one before, and save that checkpoint with BERT's
+own evaluation predictions and metrics. Fraction 0 is the pretrained encoder untouched (plus a
+freshly initialised head)."""
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
 
+import torch
+
 from bertvision.config.settings import FinetuneCompute, FinetuneSettings
 from bertvision.evaluation.ensemble import save_logits
-from bertvision.layout import BERT_LOGITS, BERT_METRICS, BERT_PREDICTIONS, Checkpoint, checkpoint_dir
+from bertvision.layout import BERT_LOGITS, BERT_METRICS, BERT_PREDICTIONS, RESUME_STATE, Checkpoint, checkpoint_dir
 from bertvision.registry.task_spec import TaskSpec
-from bertvision.runtime.io import atomic_write_json, atomic_write_parquet
+from bertvision.runtime.io import atomic_path, atomic_write_json, atomic_write_parquet
 from bertvision.training.encoder import EvalData, scored_splits
 from bertvision.training.encoder_session import EncoderSession, save_checkpoint
 
 log = logging.getLogger(__name__)
-
-
-def checkpoint_steps(fractions, epoch_steps: int) -> dict[int, list[float]]:
-    """Optimizer step after which each fraction's checkpoint is taken."""
-    steps: dict[int, list[float]] = {}
-    for frac in fractions:
-        steps.setdefault(int(round(frac * epoch_steps)), []).append(frac)
-    return steps
 
 
 def finetune(
@@ -35,46 +30,61 @@ def finetune(
     raw_dir: Path,
     out_dir: Path,
     seed: int,
+    checkpoint: Checkpoint,
     threads: int | None = None,
     micro_batches: int = 1,
 ) -> None:
-    """Fine-tune ``settings.backbone`` (the config's backbone ``model_name``) and write a
-    checkpoint directory under ``out_dir`` for every configured epoch fraction.
+    """Fine-tune ``settings.backbone`` (the config's backbone ``model_name``) from the previous
+    configured checkpoint of the run (its weights and ``RESUME_STATE``; the first checkpoint starts
+    from the pretrained encoder) to ``checkpoint``, and write its directory under ``out_dir``.
+    One job per checkpoint, so that a race (``heads.race``) can stop the run between two; the
+    schedule spans every checkpoint, and a run taken in steps equals one taken at once.
     ``micro_batches``: split each batch into that many forward/backward passes whose
     gradients are accumulated (the effective batch, and the result, stay the same); the
     retry after a CUDA out-of-memory error raises it."""
     fractions = sorted(settings.epoch_fractions)
+    if checkpoint.fraction not in fractions:
+        raise ValueError(f"checkpoint {checkpoint} is not one of finetune.epoch_fractions {fractions}")
+    position = fractions.index(checkpoint.fraction)
     evals = EvalData.read(tokens_dir, raw_dir, scored_splits(task))
     schedule = settings.schedule_epochs or max(fractions[-1], 1e-9)
     session = EncoderSession([task], settings, compute, {task.name: tokens_dir}, schedule, seed, threads, micro_batches)
     trainer = session.trainers[task.name]
-    to_save = checkpoint_steps(fractions, session.epoch_steps)
-    log.info("checkpoints at steps %s", dict(sorted(to_save.items())))
-
-    def save_checkpoints(step: int) -> None:
-        if step not in to_save:
-            return
-        with session.aside() as main:
-            for frac in to_save[step] if main else []:
-                ckpt = checkpoint_dir(out_dir, Checkpoint(frac))
-                save_checkpoint(trainer.model, ckpt)
-                metrics, predictions, logits = trainer.evaluate(evals)
-                atomic_write_parquet(predictions, ckpt / BERT_PREDICTIONS)
-                save_logits(ckpt / BERT_LOGITS, logits)
-                record = {
-                    "task": task.name,
-                    "model": model_name,
-                    "epoch_fraction": frac,
-                    "step": step,
-                    "examples_seen": trainer.seen,
-                    "metrics": metrics,
-                    "train_loss_recent": trainer.recent_loss,
-                    "train_seconds": session.train_seconds,
-                    "train_padding_ratio": trainer.padding_ratio,
-                }
-                atomic_write_json({**record, **session.record()}, ckpt / BERT_METRICS)
-                log.info("checkpoint %s at step %d: %s", Checkpoint(frac), step, metrics)
-
-    save_checkpoints(0)
-    session.train(max(to_save), save_checkpoints, desc="finetune")
+    if position:
+        previous = checkpoint_dir(out_dir, Checkpoint(fractions[position - 1]))
+        session.resume(load_resume_state(previous / RESUME_STATE), previous / "model.safetensors")
+    step = int(round(checkpoint.fraction * session.epoch_steps))
+    log.info("checkpoint %s at step %d, from step %d", checkpoint, step, session.step)
+    session.train(step, desc="finetune")
+    with session.aside() as main:
+        if main:
+            ckpt = checkpoint_dir(out_dir, checkpoint)
+            save_checkpoint(trainer.model, ckpt)
+            metrics, predictions, logits = trainer.evaluate(evals)
+            atomic_write_parquet(predictions, ckpt / BERT_PREDICTIONS)
+            save_logits(ckpt / BERT_LOGITS, logits)
+            record = {
+                "task": task.name,
+                "model": model_name,
+                "epoch_fraction": checkpoint.fraction,
+                "step": session.step,
+                "examples_seen": trainer.seen,
+                "metrics": metrics,
+                "train_loss_recent": trainer.recent_loss,
+                "train_seconds": session.train_seconds,
+                "train_padding_ratio": trainer.padding_ratio,
+            }
+            atomic_write_json({**record, **session.record()}, ckpt / BERT_METRICS)
+            save_resume_state(session.resume_state(with_optimizer=position < len(fractions) - 1), ckpt / RESUME_STATE)
+            log.info("checkpoint %s at step %d: %s", checkpoint, session.step, metrics)
     session.close()
+
+
+def save_resume_state(state: dict, path: Path) -> None:
+    with atomic_path(path) as target:
+        torch.save(state, target)
+
+
+def load_resume_state(path: Path) -> dict:
+    # our own file (optimizer tensors and numpy generator states: not weights-only)
+    return torch.load(path, map_location="cpu", weights_only=False)

@@ -39,10 +39,12 @@ def build_tables(
     out_dir: Path,
     baseline_metrics: list[Path] = (),
     search_workers: list[Path] = (),
+    race_decisions: list[Path] = (),
 ) -> None:
     """``runs``: every run the workflow made, whose jobs' benchmark files give the times;
     ``baseline_metrics``: the full fine-tuning runs (the summary's reference); ``search_workers``:
-    every search worker's record, whose job's time is part of a pick's whole cost. Besides the
+    every search worker's record, whose job's time is part of a pick's whole cost;
+    ``race_decisions``: the race's decision at every checkpoint it reached. Besides the
     tables, ``out_dir`` gets each task's pick (``layout.picks_record``)."""
     head_metrics = head_metrics_files(head_dirs)
     baselines = tuple(baseline_job(r["model"], r["task"], r["seed"]) for r in map(read_json, baseline_metrics))
@@ -52,7 +54,10 @@ def build_tables(
     picks = choose_picks(candidates)
     write_picks(picks, picks_record(out_dir))
     verdict = summary_table(candidates, picks)
-    _write("summary", verdict, summary_markdown(verdict), out_dir)
+    decisions: dict[tuple, list[dict]] = {}
+    for d in sorted(map(read_json, race_decisions), key=lambda d: float(d["checkpoint"])):
+        decisions.setdefault((d["model"], d["task"]), []).append(d)
+    _write("summary", verdict, summary_markdown(verdict, decisions), out_dir)
     for name, (summary, markdown) in result_tables(long_records(bert_metrics, head_metrics), head_order).items():
         _write(name, summary, markdown, out_dir)
     costs = cost_table(bert_metrics, head_metrics, manifests, spent)

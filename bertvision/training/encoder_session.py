@@ -113,7 +113,10 @@ class EncoderSession:
             micro_batches,
         )
         self.backbone, self.seed, self.rng, self.step = settings.backbone, seed, np.random.default_rng(seed), 0
-        self.started, self.set_aside, self.aside_since = time.perf_counter(), 0.0, None
+        # where the current pass over the training rows stands: the generator's state as the pass
+        # began and the batches of it already taken (a resumed run draws the same pass again)
+        self.pass_start, self.pass_offset = self.rng.bit_generator.state, 0
+        self.started, self.set_aside, self.aside_since, self.seconds_before = time.perf_counter(), 0.0, None, 0.0
 
     def train(self, until: int, after_step=None, desc: str = "train") -> None:
         """Optimizer steps up to step ``until``, pass after pass over the training rows; each
@@ -121,18 +124,76 @@ class EncoderSession:
         order. ``after_step(step)`` runs after each step."""
         progress = tqdm(total=until - self.step, desc=desc, mininterval=10, unit="step")
         while self.step < until:
+            if self.pass_offset:  # a pass left part-way: draw it again from its start
+                self.rng.bit_generator.state = self.pass_start
+            else:
+                self.pass_start = self.rng.bit_generator.state
             batches = [(name, rows) for name, trainer in self.trainers.items() for rows in trainer.batches(self.rng)]
             order = self.rng.permutation(len(batches)) if len(self.trainers) > 1 else range(len(batches))
-            for i in order:
-                name, rows = batches[i]
+            for position in range(self.pass_offset, len(batches)):
+                name, rows = batches[order[position]]
                 self.trainers[name].train_step(rows)
                 self.step += 1
+                self.pass_offset = position + 1
                 progress.update(1)
                 if after_step is not None:
                     after_step(self.step)
                 if self.step >= until:
                     break
+            if self.pass_offset == len(batches):
+                self.pass_offset = 0
         progress.close()
+
+    def resume_state(self, with_optimizer: bool = True) -> dict:
+        """What a later job needs to go on from here exactly as this one would have (the weights
+        are the checkpoint's own file): the optimizer, schedule and loss scaler, the batch order's
+        generator and place in its pass, the dropout generator, the counters and the clock.
+        ``with_optimizer`` False: the counters only (no run goes on from the last checkpoint)."""
+        state = {
+            "step": self.step,
+            "rng": self.rng.bit_generator.state,
+            "pass_start": self.pass_start,
+            "pass_offset": self.pass_offset,
+            "train_seconds": self.train_seconds,
+            "torch_rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state_all() if self.device.type == "cuda" else None,
+            "trainers": {
+                name: {k: getattr(t, k) for k in ("step", "seen", "real_tokens", "padded_tokens")}
+                | {"losses": [float(x) for x in t.losses[-50:]]}
+                for name, t in self.trainers.items()
+            },
+            "resumable": with_optimizer,
+        }
+        if with_optimizer:
+            step = next(iter(self.trainers.values())).shared_step
+            state |= {
+                "optimizer": step.optimizer.state_dict(),
+                "scheduler": step.scheduler.state_dict(),
+                "scaler": step.scaler.state_dict(),
+            }
+        return state
+
+    def resume(self, state: dict, weights: Path) -> None:
+        """Go on from ``resume_state``'s ``state`` with the model weights of ``weights``."""
+        from safetensors.torch import load_file
+
+        if not state.get("resumable"):
+            raise ValueError(f"{weights.parent}: the run's last checkpoint keeps no optimizer state to go on from")
+        trainer = next(iter(self.trainers.values()))
+        trainer.model.load_state_dict(load_file(weights, device=str(self.device)))
+        step = trainer.shared_step
+        step.optimizer.load_state_dict(state["optimizer"])
+        step.scheduler.load_state_dict(state["scheduler"])
+        step.scaler.load_state_dict(state["scaler"])
+        self.step, self.pass_start, self.pass_offset = state["step"], state["pass_start"], state["pass_offset"]
+        self.rng.bit_generator.state = state["rng"]
+        torch.set_rng_state(state["torch_rng"])
+        if state["cuda_rng"] is not None and self.device.type == "cuda":
+            torch.cuda.set_rng_state_all(state["cuda_rng"])
+        for name, counters in state["trainers"].items():
+            for key, value in counters.items():
+                setattr(self.trainers[name], key, value)
+        self.seconds_before = state["train_seconds"]
 
     @contextlib.contextmanager
     def aside(self):
@@ -146,8 +207,9 @@ class EncoderSession:
 
     @property
     def train_seconds(self) -> float:
-        """Seconds of training since the set-up, the work set aside not counted."""
-        return (self.aside_since or time.perf_counter()) - self.started - self.set_aside
+        """Seconds of training since the set-up (and in the jobs this one went on from), the work
+        set aside not counted."""
+        return self.seconds_before + (self.aside_since or time.perf_counter()) - self.started - self.set_aside
 
     def record(self) -> dict:
         """What every record of an encoder-training stage says about its run."""

@@ -1,0 +1,82 @@
+"""The race between checkpoints (``heads.race``, protocol racing): after the heads of a checkpoint
+have trained (every fine-tuning seed), decide whether fine-tuning goes on to the next one.
+
+The best candidate at a checkpoint is the head (raced-out runs left aside) with the highest mean
+selection score over its runs there. Fine-tuning goes on from the first checkpoint (the untouched
+encoder) to the second always (only a fine-tuned one can show whether fine-tuning helps), and past
+a later checkpoint only if its best beat every earlier checkpoint's best by more than
+``min_gain`` times the metric's best possible score. Dev is never read."""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from bertvision.config.settings import RaceSettings
+from bertvision.layout import Checkpoint, head_metrics_files
+from bertvision.registry.task_spec import TaskSpec
+from bertvision.reporting.results import raced_out
+from bertvision.runtime.io import atomic_write_json, read_json
+
+log = logging.getLogger(__name__)
+
+
+def best_head(task: TaskSpec, head_dirs: list[Path]) -> dict | None:
+    """The head with the best mean selection score over its runs in ``head_dirs`` (raced-out
+    runs left aside): {head, selection, runs}; None when no head has a selection score."""
+    scores: dict[str, list[float]] = defaultdict(list)
+    for path in head_metrics_files(head_dirs):
+        record = read_json(path)
+        if raced_out(record):
+            continue
+        scores[record["head"]].append(task.primary_score(record["metrics"], "selection"))
+    means = {head: float(np.mean(v)) for head, v in scores.items() if not np.isnan(v).any()}
+    if not means:
+        return None
+    head = max(sorted(means), key=lambda h: means[h])  # ties: the first name
+    return {"head": head, "selection": means[head], "runs": len(scores[head])}
+
+
+def decide_checkpoint(
+    task: TaskSpec,
+    model_name: str,
+    checkpoint: Checkpoint,
+    head_dirs: list[Path],
+    race: RaceSettings,
+    out: Path,
+    previous: Path | None = None,
+    last: bool = False,
+) -> dict:
+    """Write (and return) the race's decision at ``checkpoint``: the best head there, the best of
+    the earlier checkpoints (``previous``: the decision before this one) and whether fine-tuning
+    goes on to the next checkpoint."""
+    before = read_json(previous) if previous else None
+    best = best_head(task, head_dirs)
+    here = best["selection"] if best else float("-inf")
+    best_before = before["best_so_far"] if before else None
+    bar = race.min_gain * task.metric_scale()
+    if last:
+        go_on, why = False, "the last configured checkpoint"
+    elif before is None:
+        go_on, why = True, "the first checkpoint: the next one always runs"
+    else:
+        go_on = here > best_before + bar
+        gain = here - best_before
+        why = f"best selection {here:.4f} vs {best_before:.4f} before: {gain:+.4f} {'>' if go_on else '<='} {bar:g}"
+    record = {
+        "task": task.name,
+        "model": model_name,
+        "checkpoint": checkpoint.name,
+        "best": best,
+        "best_before": best_before,
+        "best_so_far": max(here, best_before) if best_before is not None else here,
+        "min_gain": race.min_gain,
+        "go_on": go_on,
+        "why": why,
+    }
+    atomic_write_json(record, out)
+    log.info("checkpoint %s: %s -> %s", checkpoint, why, "go on" if go_on else "stop")
+    return record

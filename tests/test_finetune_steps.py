@@ -1,0 +1,78 @@
+"""Fine-tuning one checkpoint per job (so that a race can stop a run between two): a run taken in
+steps, each job going on from the checkpoint before, is bit for bit the run taken at once, with
+dropout on and checkpoints in the middle of a pass over the rows."""
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from bertvision.layout import RESUME_STATE, Checkpoint
+from bertvision.registry.tasks import get_task
+from bertvision.stages.finetune import finetune
+from tests.conftest import workflow_settings
+from tests.test_retry import bertvision
+
+
+def settings_with(model, fractions):
+    return workflow_settings(
+        backbones={"tiny": {"pretrained": str(model)}},
+        tasks={"mrpc": {"train_size": 44, "eval_size": 16}},
+        finetune={
+            "epoch_fractions": fractions,
+            "settings": {"batch_size": 8, "learning_rate": 1e-3, "schedule_epochs": 2},
+        },
+        resources={"warm_start": False},
+    )
+
+
+@pytest.fixture(scope="module")
+def tokens(tiny_bert, tmp_path_factory):
+    root = tmp_path_factory.mktemp("steps")
+    settings = settings_with(tiny_bert, [2])
+    bertvision("download", "--task", "mrpc", "--settings", settings.download("mrpc").to_json(), "--out-dir",
+               str(root / "raw"))  # fmt: skip
+    tokenize = settings.tokenize("tiny", "mrpc").replace(max_length=64).to_json()
+    bertvision("tokenize", "--task", "mrpc", "--settings", tokenize, "--raw-dir", str(root / "raw"), "--out-dir",
+               str(root / "tokens"))  # fmt: skip
+    return root
+
+
+def run(root, tiny_bert, fractions, out):
+    settings = settings_with(tiny_bert, fractions)
+    compute = settings.finetune_compute().replace(device="cpu", precision="fp32")
+    for checkpoint in settings.checkpoints:
+        finetune(get_task("mrpc"), "tiny", settings.finetune("tiny", "mrpc"), compute, root / "tokens",
+                 root / "raw", root / out, 1, checkpoint, threads=1)  # fmt: skip
+    return root / out
+
+
+def test_a_run_in_steps_is_the_run_at_once(tokens, tiny_bert):
+    config = json.loads((tiny_bert / "config.json").read_text())
+    assert config.get("hidden_dropout_prob", 0.1) > 0  # dropout draws from torch's generator
+    # 40 training rows (10% held out for selection), batch 8: 5 steps a pass; 0.5 and 1.5 epochs
+    # fall in the middle of a pass
+    steps = run(tokens, tiny_bert, [0, 0.5, 1, 1.5, 2], "steps")
+    once = run(tokens, tiny_bert, [2], "once")
+    a, b = load_file(steps / "ckpt-2/model.safetensors"), load_file(once / "ckpt-2/model.safetensors")
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    ra, rb = (json.loads((d / "ckpt-2/eval_metrics.json").read_text()) for d in (steps, once))
+    assert ra["step"] == rb["step"] == 10 and ra["examples_seen"] == rb["examples_seen"]
+    assert ra["train_loss_recent"] == rb["train_loss_recent"] and ra["metrics"] == rb["metrics"]
+    # every checkpoint's record carries the training seconds of the whole run to it
+    seconds = [
+        json.loads((steps / f"ckpt-{c}/eval_metrics.json").read_text())["train_seconds"] for c in ("0.5", "1", "2")
+    ]
+    assert seconds == sorted(seconds)
+    # the last checkpoint keeps no optimizer state (no run goes on from it)
+    assert not torch.load(steps / "ckpt-2" / RESUME_STATE, weights_only=False)["resumable"]
+    assert torch.load(steps / "ckpt-1" / RESUME_STATE, weights_only=False)["resumable"]
+
+
+def test_a_checkpoint_without_the_one_before_fails_clearly(tokens, tiny_bert, tmp_path):
+    settings = settings_with(tiny_bert, [0.5, 1])
+    with pytest.raises(FileNotFoundError, match="ckpt-0.5"):
+        finetune(get_task("mrpc"), "tiny", settings.finetune("tiny", "mrpc"), settings.finetune_compute(),
+                 tokens / "tokens", tokens / "raw", tmp_path, 1, Checkpoint(1), threads=1)  # fmt: skip

@@ -1,0 +1,141 @@
+"""The race between checkpoints (heads.race, protocol racing): the decision at each checkpoint,
+worked on planted head records."""
+
+import json
+
+import pytest
+
+from bertvision.config.settings import RaceSettings
+from bertvision.layout import HEAD_METRICS, Checkpoint, head_run_dir
+from bertvision.registry.tasks import get_task
+from bertvision.stages.race import best_head, decide_checkpoint
+
+TASK = get_task("mrpc")
+RACE = RaceSettings(protocol="racing", rungs=(2,), keep=0.5, min_gain=0.01)
+
+
+def plant(heads_dir, head, seed, selection, raced_out=None):
+    run = head_run_dir(heads_dir, head, seed)
+    run.mkdir(parents=True)
+    record = {
+        "task": TASK.name,
+        "head": head,
+        "seed": seed,
+        "metrics": {"selection": {TASK.primary_metric: selection}, "dev": {TASK.primary_metric: 1.0}},
+        "race": {"protocol": "racing", "raced_out_at_epoch": raced_out},
+    }
+    (run / HEAD_METRICS).write_text(json.dumps(record))
+
+
+def checkpoint_heads(tmp_path, name, scores):
+    """One heads directory per fine-tuning seed: scores[ft_seed][head] = [selection per head seed]."""
+    dirs = []
+    for ft_seed, heads in enumerate(scores, start=1):
+        d = tmp_path / f"ckpt-{name}" / f"ft{ft_seed}"
+        for head, values in heads.items():
+            for seed, value in enumerate(values, start=1):
+                plant(d, head, seed, value)
+        dirs.append(d)
+    return dirs
+
+
+def test_the_best_head_is_the_best_mean_over_every_run_and_raced_out_runs_do_not_count(tmp_path):
+    dirs = checkpoint_heads(tmp_path, "0", [{"lp": [0.70, 0.72], "ap": [0.80, 0.60]}, {"lp": [0.71, 0.73]}])
+    plant(dirs[0], "adapter", 1, 0.99, raced_out=2)  # stopped by the race: never the best
+    best = best_head(TASK, dirs)
+    assert best == {"head": "lp", "selection": pytest.approx(0.715), "runs": 4}
+
+
+def test_fine_tuning_goes_on_while_the_best_rises_by_more_than_min_gain(tmp_path):
+    out = tmp_path / "race"
+    at0 = decide_checkpoint(TASK, "m", Checkpoint(0), checkpoint_heads(tmp_path, "0", [{"lp": [0.70]}]), RACE,
+                            out / "0.json")  # fmt: skip
+    assert at0["go_on"] and at0["best_so_far"] == 0.70  # the first fine-tuned checkpoint always runs
+    rising = decide_checkpoint(TASK, "m", Checkpoint(0.3), checkpoint_heads(tmp_path, "0.3", [{"lp": [0.75]}]),
+                               RACE, out / "0.3.json", previous=out / "0.json")  # fmt: skip
+    assert rising["go_on"] and rising["best_before"] == 0.70 and rising["best_so_far"] == 0.75
+    flat = decide_checkpoint(TASK, "m", Checkpoint(1), checkpoint_heads(tmp_path, "1", [{"ap": [0.755]}]),
+                             RACE, out / "1.json", previous=out / "0.3.json")  # fmt: skip
+    assert not flat["go_on"] and "<=" in flat["why"]  # +0.005 is not more than 0.01
+    assert flat["best_so_far"] == 0.755
+    assert json.loads((out / "1.json").read_text()) == flat
+
+
+def test_a_checkpoint_below_the_best_before_stops_and_the_last_one_never_goes_on(tmp_path):
+    out = tmp_path / "race"
+    decide_checkpoint(TASK, "m", Checkpoint(0), checkpoint_heads(tmp_path, "0", [{"lp": [0.80]}]), RACE, out / "0.json")
+    worse = decide_checkpoint(TASK, "m", Checkpoint(0.3), checkpoint_heads(tmp_path, "0.3", [{"lp": [0.60]}]),
+                              RACE, out / "0.3.json", previous=out / "0.json")  # fmt: skip
+    assert not worse["go_on"] and worse["best_so_far"] == 0.80
+    last = decide_checkpoint(TASK, "m", Checkpoint(1), checkpoint_heads(tmp_path, "1", [{"lp": [0.99]}]),
+                             RACE, out / "1.json", previous=out / "0.3.json", last=True)  # fmt: skip
+    assert not last["go_on"] and last["why"] == "the last configured checkpoint"
+
+
+def test_min_gain_is_a_share_of_the_metric_scale(tmp_path):
+    """SQuAD's F1 runs to 100: a min_gain of 0.01 is one point there."""
+    squad = get_task("squad2")
+    out = tmp_path / "race"
+
+    def heads(name, value):
+        d = tmp_path / name
+        run = head_run_dir(d, "lp", 1)
+        run.mkdir(parents=True)
+        (run / HEAD_METRICS).write_text(
+            json.dumps({"head": "lp", "metrics": {"selection": {squad.primary_metric: value}}})
+        )
+        return [d]
+
+    decide_checkpoint(squad, "m", Checkpoint(0), heads("a", 40.0), RACE, out / "0.json")
+    decide_checkpoint(squad, "m", Checkpoint(0.3), heads("b", 45.0), RACE, out / "0.3.json", previous=out / "0.json")
+    small = decide_checkpoint(
+        squad, "m", Checkpoint(1), heads("c", 45.5), RACE, out / "1.json", previous=out / "0.3.json"
+    )
+    assert not small["go_on"]  # +0.5 F1 <= 1 point
+
+
+@pytest.mark.slow
+def test_a_racing_run_stops_fine_tuning_where_the_selection_score_stops_rising(tiny_bert, tmp_path):
+    """Through Snakemake: checkpoints 0, 0.5 and 1 with a min_gain no head can reach. The race
+    fine-tunes to 0.5 (the first fine-tuned checkpoint always runs), decides there to stop, and
+    nothing of checkpoint 1 is trained, extracted or read; the tables, the summary and the picked
+    bundle hold checkpoints 0 and 0.5 only, and the timing table counts the jobs that ran."""
+    import pandas as pd
+    import yaml
+
+    from bertvision.layout import RACE_DECISION
+    from tests.conftest import SHIPPED_GLUE, snakemake
+
+    config = {
+        "backbones": {"tiny": {"pretrained": str(tiny_bert)}},
+        "data": {"glue_dir": str(SHIPPED_GLUE), "selection_fraction": 0.2},
+        "tasks": {"mrpc": {"train_size": 50, "eval_size": 30}},
+        "finetune": {"epoch_fractions": [0, 0.5, 1.0], "settings": {"batch_size": 8}},
+        "baseline": {"epochs": 1, "seeds": [1]},
+        "resources": {"threads": 1},
+        "experiments": {"data_fraction": {"tasks": []}, "transfer": {"tasks": []}},
+        "heads": {
+            "seeds": [1, 2],
+            "training": {"max_epochs": 2, "patience": 1, "batch_size": 16},
+            "models": {"lp": {"type": "lp"}, "ap": {"type": "mean"}},
+            "race": {"protocol": "racing", "rungs": [1], "keep": 0.5, "min_gain": 1.0},
+        },
+    }
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    snakemake(tmp_path)
+    decisions = [json.loads((tmp_path / RACE_DECISION.format(model="tiny", task="mrpc", frac=f)).read_text())
+                 for f in ("0", "0.5")]  # fmt: skip
+    assert [d["go_on"] for d in decisions] == [True, False]
+    assert decisions[1]["best_before"] == decisions[0]["best_so_far"]
+    assert not (tmp_path / RACE_DECISION.format(model="tiny", task="mrpc", frac="1")).exists()
+    for never in ("models/tiny/mrpc/ft1/ckpt-1", "features/tiny/mrpc/ft1/ckpt-1", "heads/tiny/mrpc/ft1/ckpt-1"):
+        assert not (tmp_path / never).exists(), never
+    glue = pd.read_csv(tmp_path / "results/tables/glue.csv")
+    assert set(glue["epoch_fraction"]) == {0.0, 0.5}
+    timing = pd.read_csv(tmp_path / "results/tables/timing.csv")
+    assert timing.set_index("stage").loc["finetune", "jobs"] == 2  # checkpoints 0 and 0.5
+    summary = (tmp_path / "results/tables/summary.md").read_text()
+    assert "Checkpoints raced" in summary and "fine-tuning stopped after checkpoint 0.5" in summary
+    from bertvision.reporting.picks import read_picks
+
+    assert {p.checkpoint.fraction for p in read_picks(tmp_path / "results/tables/picks.json")} <= {0.0, 0.5}
