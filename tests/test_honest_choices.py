@@ -48,7 +48,7 @@ def config(tiny_bert: Path, glue_dir: Path, squad_dir: Path) -> dict:
             "seeds": [1, 2],
             "training": {"max_epochs": 4, "patience": 2, "batch_size": 16},
             "models": {"lp": {"type": "lp"}, "adapter8": {"type": "adapter", "width": 8}},
-            # the heads race (successive halving on the selection split): who goes on is a choice too
+            # the heads and the checkpoints race (on the selection split): who goes on is a choice too
             "race": {"protocol": "racing", "rungs": [1, 2], "keep": 0.5},
         },
         # cross-task picks and the served heads are choices too
@@ -193,6 +193,7 @@ def test_the_dev_labels_did_change(two_runs):
         "models/tiny/*/ft*/ckpt-*/eval_metrics.json",  # BERT's selection scores and null thresholds
         "heads/tiny/*/ft*/ckpt-*/*/seed*/metrics.json",  # each head's epoch, history, threshold, search params
         "search/tiny/*/ft*/ckpt-*/*/best.json",  # the best trial
+        "race/tiny/*/ckpt-*.json",  # the race between checkpoints: where fine-tuning stopped
         "shared/tiny/*/ft*/heads/*/*/seed*/metrics.json",  # heads on the other tasks' and the mixture's encoders
         "bundles/tiny/*/bundle.json",  # the seed kept per head and the head served per task
     ],
