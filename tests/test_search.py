@@ -170,3 +170,28 @@ def test_data_fraction_subsets_are_nested_and_train_on_that_share(tmp_path):
             tmp_path / "h2",
             train_fraction=0.25,
         )
+
+
+def test_successive_halving_stops_the_trials_that_trail():
+    """search.pruner halving: optuna's successive halving races the trials on their selection
+    score per epoch; the first trial scores best, most later ones stop early."""
+    from bertvision.stages.search import build_pruner
+
+    pruner = build_pruner({"type": "halving", "startup_trials": 0, "warmup_epochs": 1})
+    assert isinstance(pruner, optuna.pruners.SuccessiveHalvingPruner)
+    study = optuna.create_study(direction="maximize", pruner=pruner, sampler=optuna.samplers.RandomSampler(seed=0))
+    epochs_run = {}
+
+    def objective(trial):
+        for epoch in range(1, 9):
+            epochs_run[trial.number] = epoch
+            trial.report(1.0 if trial.number == 0 else 0.1 + 0.01 * trial.number, epoch)
+            if trial.should_prune():
+                raise optuna.TrialPruned()
+        return 1.0 if trial.number == 0 else 0.2
+
+    study.optimize(objective, n_trials=8)
+    states = [t.state for t in study.trials]
+    assert states[0] == optuna.trial.TrialState.COMPLETE and epochs_run[0] == 8
+    assert states.count(optuna.trial.TrialState.PRUNED) >= 4
+    assert sum(epochs_run.values()) < 8 * 8 / 2  # less than half the grid's epochs

@@ -343,3 +343,40 @@ def test_a_searched_head_without_its_workers_times_leaves_the_whole_cost_unknown
     assert "full fine-tuning's own seconds (the whole compute is not in these records)" in words
     assert "whole compute (" not in words
     assert "| 25.5 ± 0.7 |  |" in summary_markdown(table)  # own seconds 25, 26; whole unknown
+
+
+def test_a_race_stopped_after_a_checkpoint_counts_what_it_ran(tmp_path, monkeypatch):
+    """The race between checkpoints (heads.race racing) with min_gain 0.2: ap at 0.3 beats the
+    untouched encoder's best (lp, 0.70) by only 0.10, so fine-tuning stops there; the tables get
+    the checkpoints the race reached (as the rules give them) and the pick's whole cost is what
+    ran: fine-tuning to 0.3, the extraction, heads and searches of checkpoints 0 and 0.3."""
+    from bertvision.config.settings import RaceSettings
+    from bertvision.registry.tasks import get_task
+    from bertvision.stages.race import decide_checkpoint
+
+    monkeypatch.chdir(tmp_path)
+    r = HandWorked(Path("."))
+    reached = [i for i, run in enumerate(r.runs) if run.checkpoint.name != "1"]
+    race = RaceSettings(protocol="racing", rungs=(2,), keep=0.5, min_gain=0.2)
+    decisions = []
+    for frac in ("0", "0.3"):
+        dirs = [r.head_dirs[i] for i in reached if r.runs[i].checkpoint.name == frac]
+        out = Path("race") / f"{frac}.json"
+        decide_checkpoint(
+            get_task(TASK), MODEL, Checkpoint.named(frac), dirs, race, out, decisions[-1] if decisions else None
+        )
+        decisions.append(out)
+    assert [json.loads(d.read_text())["go_on"] for d in decisions] == [True, False]
+    tables = tmp_path / "results" / "tables"
+    pick = lambda items, per=1: [x for i in reached for x in items[i * per : (i + 1) * per]]  # noqa: E731
+    build_tables(pick(r.bert), pick(r.head_dirs), pick(r.manifests), pick(r.runs), SHARDS, ["lp", "ap"], tables,
+                 r.baselines, pick(r.workers, len(WORKERS)), race_decisions=decisions)  # fmt: skip
+    picked = pd.read_csv(tables / "summary.csv").set_index("row").loc["BERTVision (picked)"]
+    assert (picked["model"], picked["epoch_fraction"]) == ("ap", 0.3)
+    # Seed 1: 6 + (3 + 4) + (3 + 3) + 2 × (1 + 2 + 2 + 3) + 2 × (5 + 6) = 57; seed 2: 8 + (3 + 4) +
+    # (3 + 4) + 16 + 22 = 60. Nothing of checkpoint 1 (the grid's 98 and 104).
+    assert picked["whole_seconds"] == pytest.approx((57 + 60) / 2)
+    assert picked["whole_cost_ratio"] == pytest.approx(58.5 / 123, rel=1e-5)
+    md = (tables / "summary.md").read_text()
+    assert "Checkpoints raced (best head's mean selection score): 0 (lp 0.700) → 0.3 (ap 0.800)" in md
+    assert "fine-tuning stopped after checkpoint 0.3 (best selection 0.8000 vs 0.7000 before: +0.1000 <= 0.2)" in md

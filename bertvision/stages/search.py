@@ -79,9 +79,13 @@ def open_storage(storage: str):
 
 
 def build_pruner(config: dict) -> optuna.pruners.BasePruner:
-    """``config``: search.pruner."""
+    """``config``: search.pruner (optuna's own pruners: median, successive halving)."""
     if config["type"] == "none":
         return optuna.pruners.NopPruner()
+    if config["type"] == "halving":
+        return optuna.pruners.SuccessiveHalvingPruner(
+            min_resource=max(1, int(config["warmup_epochs"])), reduction_factor=2
+        )
     return optuna.pruners.MedianPruner(
         n_startup_trials=int(config["startup_trials"]), n_warmup_steps=int(config["warmup_epochs"])
     )
