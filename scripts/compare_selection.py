@@ -1,0 +1,79 @@
+"""Two finished runs of one config side by side, the grid (heads.race.protocol: grid) and the race
+(racing, the default): job-seconds per rule from every job's Snakemake benchmark file, the ratio of
+head selection (train_heads, search_worker and the race's own jobs) and of the whole run, and every
+task's pick with its dev score, its whole cost against full fine-tuning's and whether the two picks
+agree (the same path, or dev mean ± std ranges that overlap). Issue 33's goals are these ratios.
+
+    python scripts/compare_selection.py GRID_WORKDIR RACING_WORKDIR
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from bertvision.layout import table
+
+# the rules whose jobs choose among the candidates (the rest produce them or report them)
+SELECTION_RULES = ("train_heads", "search_worker", "search_best", "race_checkpoint")
+PICKED = "BERTVision (picked)"
+
+
+def job_seconds(workdir: Path) -> pd.Series:
+    """Rule -> seconds summed over its jobs' benchmark files (benchmarks/RULE/...)."""
+    rows = []
+    for path in sorted((workdir / "benchmarks").rglob("*.tsv")):
+        rule = path.relative_to(workdir / "benchmarks").parts[0].removesuffix(".tsv")
+        rows.append((rule, float(pd.read_csv(path, sep="\t")["s"].iloc[0])))
+    return pd.DataFrame(rows, columns=["rule", "seconds"]).groupby("rule")["seconds"].sum()
+
+
+def picks(workdir: Path) -> pd.DataFrame:
+    summary = pd.read_csv(workdir / table("summary", "csv"))
+    return summary[summary["row"] == PICKED].set_index(["backbone", "task"])
+
+
+def cell(r) -> str:
+    std = "" if pd.isna(r["dev_std"]) else f" ± {r['dev_std']:.3f}"
+    return f"{r['model']} @{r['epoch_fraction']:g}, {r['dev_mean']:.3f}{std}, {r['whole_cost_ratio']:.2f}x"
+
+
+def overlap(a, b) -> bool:
+    if (a["model"], a["epoch_fraction"]) == (b["model"], b["epoch_fraction"]):
+        return True
+    sa, sb = (0 if pd.isna(x["dev_std"]) else x["dev_std"] for x in (a, b))
+    return a["dev_mean"] - sa <= b["dev_mean"] + sb and b["dev_mean"] - sb <= a["dev_mean"] + sa
+
+
+def main(grid_dir: str, racing_dir: str) -> None:
+    grid, racing = Path(grid_dir), Path(racing_dir)
+    seconds = pd.DataFrame({"grid": job_seconds(grid), "racing": job_seconds(racing)}).fillna(0.0)
+    print("| rule | grid job-s | racing job-s |\n|---|---|---|")
+    for rule, r in seconds.iterrows():
+        print(f"| {rule} | {r['grid']:.1f} | {r['racing']:.1f} |")
+    sel = seconds.loc[seconds.index.isin(SELECTION_RULES)].sum()
+    whole = seconds.sum()
+    print(f"\nhead selection ({', '.join(SELECTION_RULES)}): {sel['grid']:.1f} vs {sel['racing']:.1f} job-s, "
+          f"{sel['racing'] / sel['grid']:.2f}x")  # fmt: skip
+    print(f"whole run: {whole['grid']:.1f} vs {whole['racing']:.1f} job-s, {whole['racing'] / whole['grid']:.2f}x")
+    a, b = picks(grid), picks(racing)
+    print("\n| task | grid pick (dev, whole cost) | racing pick (dev, whole cost) | agree |\n|---|---|---|---|")
+    for key in a.index.union(b.index):
+        left = cell(a.loc[key]) if key in a.index else "—"
+        right = cell(b.loc[key]) if key in b.index else "—"
+        agree = "yes" if key in a.index and key in b.index and overlap(a.loc[key], b.loc[key]) else "no"
+        print(f"| {key[1]} | {left} | {right} | {agree} |")
+    ratios = b["whole_cost_ratio"].reindex(a.index) / a["whole_cost_ratio"]
+    print(
+        f"\npicks' whole cost, racing / grid: median {ratios.median():.2f}, range {ratios.min():.2f}-{ratios.max():.2f}"
+    )
+    print(f"picks' whole cost vs full fine-tuning, racing: median {b['whole_cost_ratio'].median():.2f}x; "
+          f"grid: median {a['whole_cost_ratio'].median():.2f}x")  # fmt: skip
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    main(*sys.argv[1:])
