@@ -141,6 +141,9 @@ def tiny_config(tiny_bert: Path) -> dict:
         "heads": {
             "seeds": [1, 2],
             "training": {"max_epochs": 3, "patience": 2, "batch_size": 16},
+            # every head, seed and checkpoint, so the tables' rows can be checked whole; the race
+            # (the default) runs end to end in tests/test_race.py and tests/test_honest_choices.py
+            "race": {"protocol": "grid"},
             "models": {
                 "lp": {"type": "lp"},
                 "adapter8": {"type": "adapter", "width": 8, "skip": True},
