@@ -20,6 +20,7 @@ from bertvision.registry.tasks import get_task
 from bertvision.reporting.candidates import FULL_FT
 from bertvision.reporting.markdown import fmt, markdown_table, seconds_cell
 from bertvision.reporting.picks import Pick
+from bertvision.reporting.race_line import checkpoint_race_line, head_selection_line
 from bertvision.reporting.results import BERT
 from bertvision.reporting.verdict import (
     LEARNING_MARGIN,
@@ -303,39 +304,6 @@ def devices_line(table: pd.DataFrame) -> str:
         if pairs:
             used.append(f"{label} on {', '.join(pairs)}")
     return f"Devices and precision: {'; '.join(used)}." if used else ""
-
-
-def head_selection_line(table: pd.DataFrame) -> str:
-    """How the heads were chosen among (``heads.race``), and what the race stopped."""
-    if table.empty or "head_selection" not in table:
-        return ""
-    blocks = table.drop_duplicates(["backbone", "task"])
-    if not (blocks["head_selection"] == "racing").any():
-        return "Head selection: grid (every head, head seed and checkpoint trained to its end)."
-    stopped, runs = int(blocks["raced_out_runs"].sum()), int(blocks["head_runs"].sum())
-    return (
-        f"Head selection: racing (successive halving on the selection split): {stopped} of {runs} head runs were "
-        "stopped by the race; they count in the whole cost and are never picked."
-    )
-
-
-def checkpoint_race_line(decisions: list[dict]) -> str:
-    """Where the race between checkpoints stopped fine-tuning (``stages.race``'s decisions of one
-    backbone and task, in checkpoint order); empty under the grid."""
-    if not decisions:
-        return ""
-    steps = []
-    for d in decisions:
-        best = d["best"]
-        score = f"{best['head']} {best['selection']:.3f}" if best else "no head scored"
-        steps.append(f"{d['checkpoint']} ({score})")
-    last = decisions[-1]
-    end = (
-        "every configured checkpoint ran"
-        if last["why"] == "the last configured checkpoint"
-        else f"fine-tuning stopped after checkpoint {last['checkpoint']} ({last['why']})"
-    )
-    return f"Checkpoints raced (best head's mean selection score): {' → '.join(steps)}; {end}."
 
 
 def summary_markdown(table: pd.DataFrame, race_decisions: dict[tuple, list[dict]] | None = None) -> str:
