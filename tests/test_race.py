@@ -69,7 +69,20 @@ def test_a_checkpoint_below_the_best_before_stops_and_the_last_one_never_goes_on
     assert not worse["go_on"] and worse["best_so_far"] == 0.80
     last = decide_checkpoint(TASK, "m", Checkpoint(1), checkpoint_heads(tmp_path, "1", [{"lp": [0.99]}]),
                              RACE, out / "1.json", previous=out / "0.3.json", last=True)  # fmt: skip
-    assert not last["go_on"] and last["why"] == "the last configured checkpoint"
+    assert not last["go_on"] and last["last"] and not worse["last"]
+
+
+def test_a_checkpoint_where_no_head_scored_stops_and_writes_plain_json(tmp_path):
+    """Every head's selection score NaN: no best, no infinity in the record, fine-tuning stops."""
+    out = tmp_path / "race"
+    decide_checkpoint(TASK, "m", Checkpoint(0), checkpoint_heads(tmp_path, "0", [{"lp": [0.70]}]), RACE, out / "0.json")
+    nothing = decide_checkpoint(TASK, "m", Checkpoint(0.3), checkpoint_heads(tmp_path, "0.3", [{"lp": [float("nan")]}]),
+                                RACE, out / "0.3.json", previous=out / "0.json")  # fmt: skip
+    assert nothing["best"] is None and not nothing["go_on"] and nothing["best_so_far"] == 0.70
+    first = decide_checkpoint(TASK, "m", Checkpoint(0), checkpoint_heads(tmp_path, "x", [{"lp": [float("nan")]}]),
+                              RACE, out / "x.json")  # fmt: skip
+    assert first["go_on"] and first["best_so_far"] is None
+    assert "Infinity" not in (out / "x.json").read_text() and "NaN" not in (out / "x.json").read_text()
 
 
 def test_min_gain_is_a_share_of_the_metric_scale(tmp_path):

@@ -19,7 +19,7 @@ def checkpoint_race_line(decisions: list[dict]) -> str:
     last = decisions[-1]
     end = (
         "every configured checkpoint ran"
-        if last["why"] == "the last configured checkpoint"
+        if last["last"]
         else f"fine-tuning stopped after checkpoint {last['checkpoint']} ({last['why']})"
     )
     return f"Checkpoints raced (best head's mean selection score): {' → '.join(steps)}; {end}."

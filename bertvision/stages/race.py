@@ -55,25 +55,31 @@ def decide_checkpoint(
     goes on to the next checkpoint."""
     before = read_json(previous) if previous else None
     best = best_head(task, head_dirs)
-    here = best["selection"] if best else float("-inf")
+    here = best["selection"] if best else None
     best_before = before["best_so_far"] if before else None
     bar = race.min_gain * task.metric_scale()
     if last:
         go_on, why = False, "the last configured checkpoint"
     elif before is None:
         go_on, why = True, "the first checkpoint: the next one always runs"
+    elif here is None:
+        go_on, why = False, "no head has a selection score here"
+    elif best_before is None:
+        go_on, why = True, f"best selection {here:.4f}, none before"
     else:
         go_on = here > best_before + bar
         gain = here - best_before
         why = f"best selection {here:.4f} vs {best_before:.4f} before: {gain:+.4f} {'>' if go_on else '<='} {bar:g}"
+    scored = [s for s in (here, best_before) if s is not None]
     record = {
         "task": task.name,
         "model": model_name,
         "checkpoint": checkpoint.name,
         "best": best,
         "best_before": best_before,
-        "best_so_far": max(here, best_before) if best_before is not None else here,
+        "best_so_far": max(scored) if scored else None,  # None: no head scored yet
         "min_gain": race.min_gain,
+        "last": last,
         "go_on": go_on,
         "why": why,
     }
