@@ -69,6 +69,7 @@ class Records:
         record = {
             "model": "tiny",
             "task": task,
+            "seed": seed,
             "metrics": {"selection": dev, "dev": {**dev, **(extra or {})}},
             "encoder_parameters": 1000,
             "train_seconds": seconds,
@@ -219,7 +220,8 @@ def candidate(kind: str, model: str, ft_seed: int, selection: float, fraction: f
         "backbone": "tiny", "task": "mrpc", "kind": kind, "epoch_fraction": fraction, "model": model,
         "ft_seed": ft_seed, "selection": selection, "dev": 0.7, "trainable_params": 10, "encoder_params": 1000,
         "seconds": 1.0, "whole_seconds": float("nan"), "feature_bytes": 0.0, "device": "cpu", "precision": "fp32",
-        "finetune_s": 0.0, "extract_s": 0.0, "head_s": 1.0, "search_s": 0.0, **extra,
+        "finetune_s": 0.0, "extract_s": 0.0, "head_s": 1.0, "search_s": 0.0, "finetune_jobs_s": 0.0,
+        "extract_jobs_s": 0.0, "heads_job_s": 1.0, "race_s": 0.0, **extra,
     }  # fmt: skip
 
 

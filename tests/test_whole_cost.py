@@ -1,8 +1,9 @@
 """The whole cost of a pick, worked by hand: records written where and as the stages write them
 (fine-tuning checkpoints, full fine-tuning, feature manifests, head runs, search workers and the
 jobs' benchmark files), the ``tables`` stage run on them, and every whole-cost figure checked
-against arithmetic spelled out here. Leaving out a head seed, a checkpoint's extraction or
-search, or full fine-tuning's epochs after the kept one changes a figure this test asserts."""
+against arithmetic spelled out here. The whole cost is the jobs' wall time (set-up and loading
+included), the own seconds the records': leaving out a fine-tuning job, a checkpoint's
+extraction, manifest, head job or search, or full fine-tuning's job changes a figure asserted."""
 
 from __future__ import annotations
 
@@ -41,6 +42,10 @@ FT_SEEDS, HEAD_SEEDS, WORKERS = (1, 2), (1, 2), (0, 1)
 SHARDS = 2
 # fine-tuning seed -> checkpoint -> train_seconds there (one run passes every checkpoint)
 FINETUNE = {1: {"0": 0.0, "0.3": 6.0, "1": 20.0}, 2: {"0": 0.0, "0.3": 8.0, "1": 24.0}}
+# fine-tuning seed -> checkpoint -> wall seconds of its finetune job (from the checkpoint before)
+FINETUNE_JOB = {1: {"0": 2.0, "0.3": 7.0, "1": 15.0}, 2: {"0": 2.0, "0.3": 9.0, "1": 17.0}}
+MANIFEST_JOB, HEADS_JOB, SEARCH_BEST_JOB = 0.5, 9.0, 1.0  # every checkpoint's (the heads' records: 8 s)
+BASELINE_JOB = {1: 130.0, 2: 140.0}  # full fine-tuning's jobs (records: 120 and 126 s of training)
 # (fine-tuning seed, checkpoint) -> wall seconds of its two extract jobs (one per shard)
 EXTRACT = {
     (1, "0"): (3.0, 4.0),
@@ -96,9 +101,18 @@ class HandWorked:
             self._baseline(seed, kept, per_epoch)
         baselines = tuple(baseline_job(MODEL, TASK, s) for s in (1, 2))
         for job in timing_jobs(self.runs, SHARDS, baselines):  # every job the timing table reads
-            k = job.keys
-            extract = job.rule == "extract"
-            write_benchmark(job, EXTRACT[(k["ftseed"], k["frac"].name)][k["shard"]] if extract else 1.0)
+            write_benchmark(job, self.wall(job))
+
+    @staticmethod
+    def wall(job: Job) -> float:
+        k = job.keys
+        if job.rule == "extract":
+            return EXTRACT[(k["ftseed"], k["frac"].name)][k["shard"]]
+        if job.rule == "finetune":
+            return FINETUNE_JOB[k["ftseed"]][k["frac"].name]
+        if job.rule == "baseline":
+            return BASELINE_JOB[k["seed"]]
+        return {"feature_manifest": MANIFEST_JOB, "train_heads": HEADS_JOB}.get(job.rule, 1.0)
 
     def _checkpoint(self, run: Run) -> None:
         ft, frac = run.ftseed, run.checkpoint.name
@@ -150,6 +164,7 @@ class HandWorked:
             record = {"study": "s", "storage": "j", "worker": worker, "keys": keys, "space": {}, "trials": []}
             self.workers.append(write_json(self.root / SEARCH_WORKER.format(**keys, worker=worker), record))
             write_benchmark(Job("search_worker", {**keys, "worker": worker}), seconds)
+        write_benchmark(Job("search_best", keys), SEARCH_BEST_JOB)
 
     def _baseline(self, seed: int, kept: int, per_epoch: float) -> None:
         history = [
@@ -201,28 +216,29 @@ def test_the_whole_cost_of_the_pick_counts_everything_run_to_make_it(tables):
     summary = pd.read_csv(tables / "summary.csv").set_index("row")
     picked = summary.loc["BERTVision (picked)"]
     assert (picked["model"], picked["epoch_fraction"]) == ("ap", 0.3)
-    # Fine-tuning seed 1: fine-tuning to the largest checkpoint, 1 (20), not to the pick's 0.3;
-    # extraction of every checkpoint, both shards: (3 + 4) + (3 + 3) + (4 + 4) = 21; every head
-    # and head seed on every checkpoint: 3 checkpoints × (lp 1 + 2, ap 2 + 3) = 24; every search
-    # trial: 3 checkpoints × (workers 5 + 6) = 33. 20 + 21 + 24 + 33 = 98.
-    seed1 = 20 + (3 + 4) + (3 + 3) + (4 + 4) + 3 * (1 + 2 + 2 + 3) + 3 * (5 + 6)
-    # Seed 2: 24 + ((3 + 4) + (3 + 4) + (4 + 5)) + 24 + 33 = 104.
-    seed2 = 24 + (3 + 4) + (3 + 4) + (4 + 5) + 3 * (1 + 2 + 2 + 3) + 3 * (5 + 6)
-    assert (seed1, seed2) == (98, 104)
-    assert picked["whole_seconds"] == pytest.approx(101.0)  # (98 + 104) / 2
+    # Fine-tuning seed 1: every fine-tuning job to the largest checkpoint, 1 (2 + 7 + 15 = 24), not
+    # only to the pick's 0.3; every checkpoint's extraction, both shards: (3 + 4) + (3 + 3) + (4 + 4)
+    # = 21, and its manifest, 3 × 0.5; every checkpoint's head job (every head and head seed, with
+    # its set-up: 9, not the records' 1 + 2 + 2 + 3): 27; every search, workers and best:
+    # 3 × (5 + 6 + 1) = 36. 24 + 21 + 1.5 + 27 + 36 = 109.5.
+    seed1 = (2 + 7 + 15) + (3 + 4) + (3 + 3) + (4 + 4) + 3 * 0.5 + 3 * 9 + 3 * (5 + 6 + 1)
+    # Seed 2: (2 + 9 + 17) + ((3 + 4) + (3 + 4) + (4 + 5)) + 1.5 + 27 + 36 = 115.5.
+    seed2 = (2 + 9 + 17) + (3 + 4) + (3 + 4) + (4 + 5) + 3 * 0.5 + 3 * 9 + 3 * (5 + 6 + 1)
+    assert (seed1, seed2) == (109.5, 115.5)
+    assert picked["whole_seconds"] == pytest.approx(112.5)  # (109.5 + 115.5) / 2
     # sqrt((3² + 3²) / 1); the CSV keeps 6 significant digits
     assert picked["whole_seconds_std"] == pytest.approx(np.sqrt(18), rel=1e-5)
     # Its own seconds, per run: fine-tuning to 0.3 + that checkpoint's extraction + ap's seconds:
     # seed 1: 6 + 6 + (2, 3) = 14, 15; seed 2: 8 + 7 + (2, 3) = 17, 18; mean 16.
     assert picked["seconds"] == pytest.approx(16.0)
-    # Full fine-tuning counts every epoch it trained: 3 × 40 = 120 and 3 × 42 = 126 (its own
-    # seconds stop at the kept epoch: 2 × 40 = 80 and 3 × 42 = 126).
+    # Full fine-tuning's whole cost is its job, every epoch it trained and scored: 130 and 140 (its
+    # own seconds stop at the kept epoch: 2 × 40 = 80 and 3 × 42 = 126).
     full = summary.loc["full fine-tuning"]
-    assert full["whole_seconds"] == pytest.approx(123.0) and full["seconds"] == pytest.approx(103.0)
-    assert picked["whole_cost_ratio"] == pytest.approx(101 / 123, rel=1e-5)
+    assert full["whole_seconds"] == pytest.approx(135.0) and full["seconds"] == pytest.approx(103.0)
+    assert picked["whole_cost_ratio"] == pytest.approx(112.5 / 135, rel=1e-5)
     assert picked["cost_ratio"] == pytest.approx(16 / 103, rel=1e-5)
-    # The frozen encoder's best head chose among checkpoint 0's heads only: 0 + 7 + 8 + 11 = 26
-    # for both fine-tuning seeds.
+    # The frozen encoder's best head chose among checkpoint 0's heads only: 2 + 7 + 0.5 + 9 + 12
+    # = 30.5 for both fine-tuning seeds.
     frozen = summary.loc["frozen encoder (best head)"]
     assert (frozen["model"], frozen["epoch_fraction"]) == ("lp", 0.0)
     # The untouched encoder is the same for both fine-tuning seeds: its two head seeds' runs are
@@ -231,39 +247,41 @@ def test_the_whole_cost_of_the_pick_counts_everything_run_to_make_it(tables):
     glue = pd.read_csv(tables / "glue.csv")
     at = glue[(glue["split"] == "dev") & (glue["model"] == "lp")].drop_duplicates("epoch_fraction")
     assert dict(zip(at["epoch_fraction"], at["n"])) == {0.0: 2, 0.3: 4, 1.0: 4}
-    assert frozen["whole_seconds"] == pytest.approx(0 + (3 + 4) + (1 + 2 + 2 + 3) + (5 + 6))
+    assert frozen["whole_seconds"] == pytest.approx(2 + (3 + 4) + 0.5 + 9 + (5 + 6 + 1))
     assert frozen["whole_seconds_std"] == pytest.approx(0.0)
-    # The same pick within a budget of 0.3 epochs (checkpoints 0 and 0.3 only): fine-tuning to
-    # 0.3, two checkpoints' extraction, heads and searches. Seed 1: 6 + (3 + 4) + (3 + 3) +
-    # 2 × 8 + 2 × 11 = 57; seed 2: 8 + (3 + 4) + (3 + 4) + 16 + 22 = 60.
+    # The same pick within a budget of 0.3 epochs (checkpoints 0 and 0.3 only): the fine-tuning
+    # jobs to 0.3, two checkpoints' extraction, manifests, head jobs and searches. Seed 1: (2 + 7)
+    # + (3 + 4) + (3 + 3) + 1 + 2 × 9 + 2 × 12 = 65; seed 2: (2 + 9) + (3 + 4) + (3 + 4) + 1 + 18
+    # + 24 = 68.
     within = summary.loc["BERTVision within a budget"]
     assert (within["model"], within["epoch_fraction"], within["budget"]) == ("ap", 0.3, 0.3)
-    assert within["whole_seconds"] == pytest.approx((57 + 60) / 2)
-    assert within["whole_cost_ratio"] == pytest.approx(58.5 / 123, rel=1e-5)
-    # BERT at a checkpoint chooses nothing: its fine-tuning to that checkpoint, 6 and 8.
+    assert within["whole_seconds"] == pytest.approx((65 + 68) / 2)
+    assert within["whole_cost_ratio"] == pytest.approx(66.5 / 135, rel=1e-5)
+    # BERT at a checkpoint chooses nothing: its fine-tuning jobs to that checkpoint, 2 + 7 and 2 + 9
+    # (its own seconds, the records' training to it: 6 and 8).
     bert = summary[summary.index == "BERT at a checkpoint"].set_index("epoch_fraction")
-    assert bert.loc[0.3, "whole_seconds"] == pytest.approx(7.0) == bert.loc[0.3, "seconds"]
+    assert bert.loc[0.3, "whole_seconds"] == pytest.approx(10.0) and bert.loc[0.3, "seconds"] == pytest.approx(7.0)
 
     md = (tables / "summary.md").read_text()
     assert "| own seconds | whole seconds |" in md and "| own cost | whole cost |" in md
-    assert "| 16.0 ± 1.8 | 101.0 ± 4.2 |" in md  # own: std of 14, 15, 17, 18
-    assert "| 103.0 ± 32.5 | 123.0 ± 4.2 |" in md  # full fine-tuning: own 80, 126; whole 120, 126
-    assert "| 0.16× | 0.82× |" in md
+    assert "| 16.0 ± 1.8 | 112.5 ± 4.2 |" in md  # own: std of 14, 15, 17, 18
+    assert "| 103.0 ± 32.5 | 135.0 ± 7.1 |" in md  # full fine-tuning: own 80, 126; whole 130, 140
+    assert "| 0.16× | 0.83× |" in md
     assert "| BERTVision (picked, ≤ 0.3 epochs) | 0.3 | ap |" in md
-    assert "at 0.82× full fine-tuning's whole compute (own seconds 0.16×)" in md
+    assert "at 0.83× full fine-tuning's whole compute (own seconds 0.16×)" in md
 
 
 def test_the_cost_table_gives_the_whole_cost_at_each_checkpoint_and_over_every_one(tables):
     costs = pd.read_csv(tables / "cost.csv").set_index(["ft_seed", "epoch_fraction", "model"])
-    assert costs.loc[(1, 0.3, "ap"), "search_s"] == pytest.approx(5 + 6)
+    assert costs.loc[(1, 0.3, "ap"), "search_s"] == pytest.approx(5 + 6 + 1)
     assert costs.loc[(1, 0.3, "lp"), "search_s"] == 0
-    # seed 1 at 0.3: fine-tuning 6 + extraction 3 + 3 + heads 1 + 2 + 2 + 3 + search 5 + 6
-    assert costs.loc[(1, 0.3, "lp"), "checkpoint_whole_s"] == pytest.approx(6 + 6 + 8 + 11)
-    assert costs.loc[(2, 1.0, "ap"), "checkpoint_whole_s"] == pytest.approx(24 + 9 + 8 + 11)
-    assert set(costs.loc[1, "selection_whole_s"]) == {98.0} and set(costs.loc[2, "selection_whole_s"]) == {104.0}
+    # seed 1 at 0.3: fine-tuning jobs 2 + 7 + extraction 3 + 3 + manifest 0.5 + head job 9 + search 12
+    assert costs.loc[(1, 0.3, "lp"), "checkpoint_whole_s"] == pytest.approx(9 + 6 + 0.5 + 9 + 12)
+    assert costs.loc[(2, 1.0, "ap"), "checkpoint_whole_s"] == pytest.approx(28 + 9 + 0.5 + 9 + 12)
+    assert set(costs.loc[1, "selection_whole_s"]) == {109.5} and set(costs.loc[2, "selection_whole_s"]) == {115.5}
     md = (tables / "cost.md").read_text()
-    assert "whole cost of a pick over every checkpoint: 98.0 s" in md
-    assert "| 14.5 ± 0.7 | 11.0 | 31.0 |" in md  # ap at 0.3, seed 1: BERTVision s, search s, checkpoint whole s
+    assert "whole cost of a pick over every checkpoint: 109.5 s" in md
+    assert "| 14.5 ± 0.7 | 12.0 | 36.5 |" in md  # ap at 0.3, seed 1: BERTVision s, search s, checkpoint whole s
 
 
 def streamed_runs(tmp_path: Path, searched_without_times: bool = False) -> pd.DataFrame:
@@ -316,10 +334,21 @@ def streamed_runs(tmp_path: Path, searched_without_times: bool = False) -> pd.Da
         "encoder_parameters": 1000,
         "device": "cpu",
     }
-    # a stale extraction of checkpoint 1 on disk: streamed heads never read it, so it is not counted
-    stale = Job("extract", {"task": TASK, "model": MODEL, "ftseed": 1, "frac": Checkpoint(1), "shard": 0})
-    write_benchmark(stale, 9.0)
-    runs = candidate_runs([write_json(tmp_path / "full.json", baseline)], bert, heads, [], [stale])
+    # the jobs: fine-tuning 2 and 20, the head jobs 9 and 12 (their records: 9 and 11, the encoder's
+    # passes included), full fine-tuning 65, and a stale extraction of checkpoint 1 on disk, which
+    # streamed heads never read, so it is not counted
+    run = {"task": TASK, "model": MODEL, "ftseed": 1}
+    walls = [
+        (Job("finetune", {**run, "frac": Checkpoint(0)}), 2.0),
+        (Job("finetune", {**run, "frac": Checkpoint(1)}), 20.0),
+        (Job("train_heads", {**run, "frac": Checkpoint(0)}), 9.0),
+        (Job("train_heads", {**run, "frac": Checkpoint(1)}), 12.0),
+        (Job("baseline", {"task": TASK, "model": MODEL, "seed": 1}), 65.0),
+        (Job("extract", {**run, "frac": Checkpoint(1), "shard": 0}), 9.0),
+    ]
+    for job, seconds in walls:
+        write_benchmark(job, seconds)
+    runs = candidate_runs([write_json(tmp_path / "full.json", baseline)], bert, heads, [], [job for job, _ in walls])
     return summary_table(runs, choose_picks(runs))
 
 
@@ -328,10 +357,12 @@ def test_streamed_states_count_the_encoder_once_and_no_extraction(tmp_path, monk
     table = streamed_runs(tmp_path)
     picked = table.set_index("row").loc["BERTVision (picked)"]
     assert picked["epoch_fraction"] == 1.0
-    # fine-tuning to 1 (20) + checkpoint 0's records (1 + 3) + (2 + 3) + checkpoint 1's (1 + 4)
-    # + (2 + 4): the encoder's passes once, through the shares; no extraction (not the stale 9)
-    assert picked["whole_seconds"] == pytest.approx(20 + (1 + 3) + (2 + 3) + (1 + 4) + (2 + 4))
-    assert picked["whole_cost_ratio"] == pytest.approx(40 / 60)  # full fine-tuning: both epochs
+    # the fine-tuning jobs to 1 (2 + 20) + the head jobs of checkpoints 0 and 1 (9 + 12), which ran
+    # the encoder's passes; no extraction (not the stale 9)
+    assert picked["whole_seconds"] == pytest.approx(2 + 20 + 9 + 12)
+    assert picked["whole_cost_ratio"] == pytest.approx(43 / 65)  # full fine-tuning: its job
+    # its own seconds: fine-tuning to 1 (20) + lp's records (1 + 4, 2 + 4), mean 25.5
+    assert picked["seconds"] == pytest.approx(25.5)
 
 
 def test_a_searched_head_without_its_workers_times_leaves_the_whole_cost_unknown(tmp_path, monkeypatch):
@@ -366,6 +397,7 @@ def test_a_race_stopped_after_a_checkpoint_counts_what_it_ran(tmp_path, monkeypa
             get_task(TASK), MODEL, Checkpoint.named(frac), dirs, race, out, decisions[-1] if decisions else None
         )
         decisions.append(out)
+        write_benchmark(Job("race_checkpoint", {"task": TASK, "model": MODEL, "frac": Checkpoint.named(frac)}), 0.6)
     assert [json.loads(d.read_text())["go_on"] for d in decisions] == [True, False]
     tables = tmp_path / "results" / "tables"
     pick = lambda items, per=1: [x for i in reached for x in items[i * per : (i + 1) * per]]  # noqa: E731
@@ -373,10 +405,11 @@ def test_a_race_stopped_after_a_checkpoint_counts_what_it_ran(tmp_path, monkeypa
                  r.baselines, pick(r.workers, len(WORKERS)), race_decisions=decisions)  # fmt: skip
     picked = pd.read_csv(tables / "summary.csv").set_index("row").loc["BERTVision (picked)"]
     assert (picked["model"], picked["epoch_fraction"]) == ("ap", 0.3)
-    # Seed 1: 6 + (3 + 4) + (3 + 3) + 2 × (1 + 2 + 2 + 3) + 2 × (5 + 6) = 57; seed 2: 8 + (3 + 4) +
-    # (3 + 4) + 16 + 22 = 60. Nothing of checkpoint 1 (the grid's 98 and 104).
-    assert picked["whole_seconds"] == pytest.approx((57 + 60) / 2)
-    assert picked["whole_cost_ratio"] == pytest.approx(58.5 / 123, rel=1e-5)
+    # Seed 1: (2 + 7) + (3 + 4) + (3 + 3) + 2 × 0.5 + 2 × 9 + 2 × 12 = 65, plus half of each race
+    # decision (0.6 s, one decision for both fine-tuning seeds): 65.6; seed 2: (2 + 9) + (3 + 4) +
+    # (3 + 4) + 1 + 18 + 24 + 0.6 = 68.6. Nothing of checkpoint 1 (the grid's 109.5 and 115.5).
+    assert picked["whole_seconds"] == pytest.approx((65.6 + 68.6) / 2)
+    assert picked["whole_cost_ratio"] == pytest.approx(67.1 / 135, rel=1e-5)
     md = (tables / "summary.md").read_text()
     assert "Checkpoints raced (best head's mean selection score): 0 (lp 0.700) → 0.3 (ap 0.800)" in md
     assert "fine-tuning stopped after checkpoint 0.3 (best selection 0.8000 vs 0.7000 before: +0.1000 <= 0.2)" in md

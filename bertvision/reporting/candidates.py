@@ -12,9 +12,9 @@ import pandas as pd
 from bertvision.evaluation.ensemble import ensemble_rules
 from bertvision.layout import Checkpoint, Job, source_checkpoint
 from bertvision.registry.tasks import get_task
-from bertvision.reporting.costs import extract_seconds, feature_bytes, storage_cost
+from bertvision.reporting.costs import feature_bytes, storage_cost
 from bertvision.reporting.results import BERT, ensemble_name, raced_out, repeats_frozen_run
-from bertvision.reporting.whole_cost import all_epochs_seconds, head_search_seconds, search_seconds
+from bertvision.reporting.whole_cost import JobSeconds
 from bertvision.runtime.io import read_json
 
 FULL_FT = "full fine-tuning"
@@ -26,9 +26,15 @@ def _dev_facts(task, metrics: dict) -> dict:
     return {k: dev.get(k, np.nan) for k in ("constant_score", "answerable_no_window")}
 
 
-def _encoder_row(record: dict, kind: str, checkpoint: Checkpoint | None) -> dict:
-    """A summary row of a fine-tuned encoder's own head (full fine-tuning or BERT at a checkpoint)."""
+def _encoder_row(record: dict, kind: str, checkpoint: Checkpoint | None, jobs: JobSeconds) -> dict:
+    """A summary row of a fine-tuned encoder's own head (full fine-tuning or BERT at a checkpoint).
+    Its whole seconds are its jobs': full fine-tuning's job trains every epoch and scores each
+    before it keeps one; BERT at a checkpoint chooses nothing (its fine-tuning jobs up to it)."""
     task = get_task(record["task"])
+    if kind == FULL_FT:
+        whole = jobs.baseline(record["model"], task.name, record["seed"])
+    else:
+        whole = jobs.finetune_up_to(record["model"], task.name, int(record["seed"]), checkpoint)
     return {
         "backbone": record["model"],
         "task": task.name,
@@ -40,8 +46,7 @@ def _encoder_row(record: dict, kind: str, checkpoint: Checkpoint | None) -> dict
         "trainable_params": record["encoder_parameters"],
         "encoder_params": record["encoder_parameters"],
         "seconds": record["train_seconds"],
-        # full fine-tuning trains every epoch before it keeps one; BERT at a checkpoint chooses nothing
-        "whole_seconds": all_epochs_seconds(record) if kind == FULL_FT else record["train_seconds"],
+        "whole_seconds": whole,
         "feature_bytes": 0.0,
         "device": record["device"],
         "precision": record.get("precision"),
@@ -58,18 +63,18 @@ def candidate_runs(
 ) -> pd.DataFrame:
     """One row per trained model (and seed): its selection and dev score on the task's primary
     metric, trainable parameters, seconds to produce it and feature bytes; a head's run also the
-    parts of its checkpoint's whole cost (``reporting.whole_cost``). ``jobs``: the extract and
-    search worker jobs, whose benchmark files give their times."""
+    jobs of its checkpoint's whole cost (``reporting.whole_cost``). ``jobs``: every job the
+    picks ran (``whole_cost.JobSeconds``), whose benchmark files give their times."""
+    spent = JobSeconds(jobs)
     rows = [
-        {**_encoder_row(r, FULL_FT, None), "kept_epoch": r["best_epoch"], "epochs": r["epochs"]}
+        {**_encoder_row(r, FULL_FT, None, spent), "kept_epoch": r["best_epoch"], "epochs": r["epochs"]}
         for r in map(read_json, baseline_metrics)
     ]
     bert = {}
     for r in map(read_json, bert_metrics):
         key = (r["model"], get_task(r["task"]).name, int(r["seed"]), Checkpoint(r["epoch_fraction"]))
         bert[key] = r
-        rows.append(_encoder_row(r, BERT, key[3]))
-    extract, search = extract_seconds(jobs), search_seconds(jobs)
+        rows.append(_encoder_row(r, BERT, key[3], spent))
     sizes = feature_bytes(manifests)
     records = sorted(map(read_json, head_metrics), key=lambda r: int(r["source"]["ft_seed"]))
     frozen_seen: set[tuple] = set()
@@ -78,7 +83,7 @@ def candidate_runs(
         key = (src["model"], task.name, int(src["ft_seed"]), source_checkpoint(r))
         repeat = repeats_frozen_run(r, frozen_seen)
         at = bert.get(key)
-        extract_s, stored_bytes = storage_cost(r, extract, sizes)
+        extract_s, stored_bytes = storage_cost(r, spent, sizes)
         finetune_s = at["train_seconds"] if at else np.nan
         common = {
             "backbone": key[0],
@@ -90,7 +95,7 @@ def candidate_runs(
             "finetune_s": finetune_s,
             "extract_s": extract_s,
             "head_s": r["seconds"],
-            "search_s": head_search_seconds(r, search),
+            **spent.parts(r),
             "whole_seconds": np.nan,  # the row's choice decides it (summary_table)
             "feature_bytes": stored_bytes,
             "encoder_params": r["encoder_parameters"],

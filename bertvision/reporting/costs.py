@@ -14,26 +14,8 @@ import pandas as pd
 from bertvision.layout import Checkpoint, Job, source_checkpoint
 from bertvision.registry.tasks import get_task
 from bertvision.reporting.markdown import markdown_table
-from bertvision.reporting.timing import read_benchmark
-from bertvision.reporting.whole_cost import (
-    CHECKPOINT_KEYS,
-    SEED_KEYS,
-    SelectionCost,
-    head_search_seconds,
-    search_seconds,
-)
+from bertvision.reporting.whole_cost import CHECKPOINT_KEYS, SEED_KEYS, JobSeconds, SelectionCost
 from bertvision.runtime.io import read_json
-
-
-def extract_seconds(jobs: list[Job]) -> dict[tuple, float]:
-    """(model, task, ft seed, checkpoint) -> wall seconds of its extraction jobs (all shards)."""
-    out: dict[tuple, float] = {}
-    for job in jobs:
-        if job.rule == "extract":
-            k = job.keys
-            key = (k["model"], k["task"], int(k["ftseed"]), k["frac"])
-            out[key] = out.get(key, 0.0) + read_benchmark(job)["seconds"]
-    return out
 
 
 def feature_bytes(manifests) -> dict[tuple, float]:
@@ -47,7 +29,7 @@ def feature_bytes(manifests) -> dict[tuple, float]:
     return out
 
 
-def storage_cost(record: dict, extract: dict, sizes: dict) -> tuple[float, float]:
+def storage_cost(record: dict, jobs: JobSeconds, sizes: dict) -> tuple[float, float]:
     """(extraction seconds, feature bytes) behind a head record: the run's extraction jobs and
     shards, or none for streamed states (``store: false``), whose encoder passes are in the
     head's own seconds."""
@@ -55,7 +37,7 @@ def storage_cost(record: dict, extract: dict, sizes: dict) -> tuple[float, float
         return 0.0, 0.0
     src = record["source"]
     key = (src["model"], record["task"], int(src["ft_seed"]), source_checkpoint(record))
-    return extract.get(key, np.nan), sizes.get(key, np.nan)
+    return jobs.extract(*key), sizes.get(key, np.nan)
 
 
 def _std(values: pd.Series) -> float:
@@ -68,9 +50,9 @@ def _mean_std(mean: float, std: float, digits: int) -> str:
 
 
 def cost_table(bert_metrics, head_metrics, manifests, jobs: list[Job]) -> pd.DataFrame:
-    """One row per fine-tuning seed, checkpoint and head. ``jobs``: the extract and search
-    worker jobs, whose benchmark files give their times."""
-    extract, search = extract_seconds(jobs), search_seconds(jobs)
+    """One row per fine-tuning seed, checkpoint and head. ``jobs``: every job the picks ran
+    (``whole_cost.JobSeconds``), whose benchmark files give their times."""
+    job_seconds = JobSeconds(jobs)
     sizes = feature_bytes(manifests)
     bert = pd.DataFrame(
         [
@@ -96,13 +78,13 @@ def cost_table(bert_metrics, head_metrics, manifests, jobs: list[Job]) -> pd.Dat
                 "epoch_fraction": source_checkpoint(r).fraction,
                 "model": r["head"],
                 "head_s": r["seconds"],
-                "search_s": head_search_seconds(r, search),
+                **job_seconds.parts(r),
                 "score": get_task(r["task"]).headline(r["metrics"]),
                 "trainable_params": r["parameters"],
                 "parameter_percent": r["parameter_percent"],
                 "encoder_params": r["encoder_parameters"],
                 "features": "stored" if r.get("features_stored", True) else "streamed",
-                **dict(zip(("extract_s", "feature_bytes"), storage_cost(r, extract, sizes))),
+                **dict(zip(("extract_s", "feature_bytes"), storage_cost(r, job_seconds, sizes))),
             }
             for r in map(read_json, head_metrics)
         ]
@@ -173,10 +155,10 @@ def cost_markdown(costs: pd.DataFrame) -> str:
         "passes, and no bytes are stored. "
         "It is set against BERT's own head at the checkpoint with the best "
         "**selection** score (`BERT's pick`). The comparison with full fine-tuning is `summary.md`'s. "
-        "`search s`: the head's optuna study at the checkpoint (its workers' jobs). `checkpoint whole s`: "
-        "everything run to choose among the heads at the checkpoint (fine-tuning to it, its extraction, every head "
-        "and head seed, every search); the heading's whole cost is that over every checkpoint, with the fine-tuning "
-        "to the largest (`summary.md` states its verdict on it).",
+        "`search s`: the head's optuna study at the checkpoint (its jobs). `checkpoint whole s`: the wall time of "
+        "every job run to choose among the heads at the checkpoint (the fine-tuning jobs up to it, its extraction, "
+        "its head job with every head and head seed, every search, the race's decision); the heading's whole cost "
+        "is that over every checkpoint (`summary.md` states its verdict on it).",
         "",
     ]
     if costs.empty:

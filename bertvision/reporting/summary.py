@@ -7,8 +7,9 @@ ensemble: the highest mean selection score over every candidate), and the best f
 head (0 epochs, also by selection). Every choice reads the selection split only; the dev
 scores are reported, never compared. Own seconds: full fine-tuning's training time to its kept
 epoch; BERT's to its checkpoint; a head's path adds the extraction of that checkpoint's
-features (the jobs' wall time) and the head's own training. Whole seconds: everything that had
-to run to make the row's choice (``reporting.whole_cost``); the verdict is stated on them."""
+features (the jobs' wall time) and the head's own training. Whole seconds: the wall time of every
+job that had to run to make the row's choice (``reporting.whole_cost``); the verdict is stated on
+them."""
 
 from __future__ import annotations
 
@@ -317,13 +318,15 @@ def summary_markdown(table: pd.DataFrame, race_decisions: dict[tuple, list[dict]
         "best head on the untouched encoder. Dev scores and own seconds are mean ± sample std over seeds (n runs: "
         "fine-tuning seeds × head seeds). Own seconds: full fine-tuning's training to its kept epoch; a head's path "
         "= fine-tuning to its checkpoint + extracting its features + training the head. Whole seconds (mean ± std "
-        "over fine-tuning seeds): everything run to make the row's choice. Full fine-tuning: every epoch it "
-        "trained. The picked path: fine-tuning to the largest checkpoint, every checkpoint's extraction, every head "
-        "and head seed on every checkpoint and every search trial (under racing, of the checkpoints the race reached "
-        "and the head runs it trained, those it stopped early included). The frozen encoder's best head: the same at "
-        "checkpoint 0 only. BERT at a checkpoint: its fine-tuning (it chooses nothing). Data-fraction and transfer "
-        "runs are not counted. Δ = dev score minus full fine-tuning's, in points and in full fine-tuning's std; own "
-        "and whole cost = mean own or whole seconds / full fine-tuning's. The verdict is stated on the whole cost. "
+        "over fine-tuning seeds): the wall time of every job run to make the row's choice (Snakemake's benchmark "
+        "files: set-up, loading and scoring included). Full fine-tuning: its job (every epoch, scored after each). "
+        "The picked path: the fine-tuning jobs to the largest checkpoint, every checkpoint's extraction, head and "
+        "search jobs (every head and head seed, every trial) and the race's decisions (under racing, of the "
+        "checkpoints the race reached, the head runs it stopped early included). The frozen encoder's best head: "
+        "the same at checkpoint 0 only. BERT at a checkpoint: its fine-tuning jobs (it chooses nothing). "
+        "Data-fraction and transfer runs are not counted. Δ = dev score minus full fine-tuning's, in points and "
+        "in full fine-tuning's std; own and whole cost = mean own or whole seconds / full fine-tuning's. "
+        "The verdict is stated on the whole cost. "
         "It calls a difference undetermined when the seeds cannot measure a side's spread (one seed, every seed "
         "scoring the same, or one fine-tuning seed behind a path on a fine-tuned checkpoint), noise when the two "
         "mean ± std ranges overlap, "

@@ -1,25 +1,26 @@
-"""The whole cost of a pick: the seconds of everything that had to run before the pick could be
-made, per fine-tuning seed (a head path's own seconds count only the path itself).
+"""The whole cost of a pick: the wall seconds of every job that had to run before the pick could be
+made, per fine-tuning seed, from Snakemake's benchmark files (so job set-up, loading the
+encoder and the features, and every scoring pass are counted; a head path's own seconds count
+only the path itself, from the records).
 
 The summary picks its BERTVision path among every head and head + BERT ensemble on every
 checkpoint by mean selection score. Making that pick took, per fine-tuning seed:
 
-- the fine-tuning to the largest checkpoint with heads (one run passes every smaller checkpoint
-  on its way there; its ``train_seconds`` at that checkpoint);
-- the extraction of every checkpoint's features (the extract jobs' wall time; none for streamed
-  states, whose encoder passes are in the heads' seconds);
-- every head and head seed trained on every checkpoint (each record's ``seconds``; streamed, its
-  own work plus an even share of its job's encoder passes, so the records of one job add up to
-  that job's work and no pass is counted twice);
-- every search trial (the wall time of the search worker jobs of every searched head).
+- every fine-tuning job up to the largest checkpoint with heads (one job per checkpoint, each
+  going on from the one before);
+- every checkpoint's extraction and feature manifest jobs (none for streamed states, whose
+  encoder passes are in the head jobs);
+- every checkpoint's head-training job (every head and head seed; under racing the runs it
+  stopped early included);
+- every search study of a searched head (its worker jobs and its search_best job);
+- the race's decision jobs (racing), shared evenly by the fine-tuning seeds they decide for.
 
 Choosing among the heads of one checkpoint only (the frozen encoder's best head) costs the same
-sum at that checkpoint; a pick within a budget (every checkpoint of at most c epochs), the sum
-over those checkpoints with the fine-tuning to c. BERT's own head at a checkpoint chooses nothing: its whole cost is its
-fine-tuning to the checkpoint. Full fine-tuning's whole cost is every epoch it trained
-(``train_seconds_all_epochs``), since the kept epoch is only known after all of them. The
-encoders' evaluations (full fine-tuning's selection scoring after each epoch, the checkpoints'
-own scoring) are not recorded as time and are left out on both sides. Data-fraction and
+sum at that checkpoint, with the fine-tuning jobs up to it; a pick within a budget (every
+checkpoint of at most c epochs), the sum over those checkpoints. BERT's own head at a
+checkpoint chooses nothing: its whole cost is its fine-tuning jobs up to the checkpoint. Full
+fine-tuning's whole cost is its job: every epoch it trained, the selection scoring after each
+(the kept epoch is only known after all of them) and its final scoring. Data-fraction and
 transfer experiments and shared encoders do not take part in the pick and are left out."""
 
 from __future__ import annotations
@@ -35,79 +36,141 @@ from bertvision.reporting.timing import read_benchmark
 # One fine-tuning run: the unit whose whole cost is summed.
 SEED_KEYS = ["backbone", "task", "ft_seed"]
 CHECKPOINT_KEYS = [*SEED_KEYS, "epoch_fraction"]
-# Per trained head and seed, what the sums read (head_s: its record's seconds; the others are
-# the same for every head seed: fine-tuning to its checkpoint, the checkpoint's extraction, and
-# the head's own search, 0 when it was not searched).
-HEAD_RUN_COLUMNS = [*CHECKPOINT_KEYS, "model", "finetune_s", "extract_s", "head_s", "search_s"]
-PARTS = ["finetune_s", "extract_s", "heads_s", "search_s"]
+# Per trained head and seed, the jobs its checkpoint's whole cost sums (JobSeconds.parts): the
+# same for every head seed but search_s, the head's own study (0 when it was not searched).
+PART_COLUMNS = ["finetune_jobs_s", "extract_jobs_s", "heads_job_s", "search_s", "race_s"]
+HEAD_RUN_COLUMNS = [*CHECKPOINT_KEYS, "model", *PART_COLUMNS]
+PARTS = ["finetune_s", "extract_s", "heads_s", "search_s", "race_s"]
+CHECKPOINT_RULES = ("finetune", "extract", "feature_manifest", "train_heads")
 
 
-def search_worker_jobs(worker_records: Iterable[dict]) -> list[Job]:
-    """The search worker jobs behind these worker records (each carries its study's keys and
-    its worker number), whose benchmark files hold their wall time."""
+def search_jobs(worker_records: Iterable[dict]) -> list[Job]:
+    """The jobs of the search studies behind these worker records (each carries its study's keys
+    and its worker number): every worker job and each study's search_best job."""
+    jobs: dict[tuple, Job] = {}
+    for w in worker_records:
+        keys = {**w["keys"], "frac": Checkpoint.named(w["keys"]["frac"])}
+        jobs[("worker", *map(str, keys.values()), w["worker"])] = Job("search_worker", {**keys, "worker": w["worker"]})
+        jobs.setdefault(("best", *map(str, keys.values())), Job("search_best", keys))
+    return list(jobs.values())
+
+
+def race_jobs(decisions: Iterable[dict]) -> list[Job]:
+    """The race_checkpoint jobs behind these decision records."""
     return [
-        Job("search_worker", {**w["keys"], "frac": Checkpoint.named(w["keys"]["frac"]), "worker": w["worker"]})
-        for w in worker_records
+        Job("race_checkpoint", {"task": d["task"], "model": d["model"], "frac": Checkpoint.named(d["checkpoint"])})
+        for d in decisions
     ]
 
 
-def search_seconds(jobs: Iterable[Job]) -> dict[tuple, float]:
-    """(model, task, ft seed, checkpoint, head) -> wall seconds of its study's worker jobs."""
-    out: dict[tuple, float] = {}
-    for job in jobs:
-        if job.rule == "search_worker":
-            k = job.keys
-            key = (k["model"], k["task"], int(k["ftseed"]), k["frac"], k["head"])
-            out[key] = out.get(key, 0.0) + read_benchmark(job)["seconds"]
-    return out
+def _wall_seconds(job: Job) -> float:
+    try:
+        return read_benchmark(job)["seconds"]
+    except FileNotFoundError:
+        return np.nan  # unknown, never 0
 
 
-def head_search_seconds(record: dict, search: dict[tuple, float]) -> float:
-    """The search behind one head record: 0 when the head was not searched, NaN when it was but
-    its workers' times are missing (never silently 0)."""
-    if not record.get("search"):
-        return 0.0
-    src = record["source"]
-    key = (src["model"], record["task"], int(src["ft_seed"]), source_checkpoint(record), record["head"])
-    return search.get(key, np.nan)
+class JobSeconds:
+    """Wall seconds of the jobs that ran, from their benchmark files, summed by what they belong
+    to: a fine-tuning run's checkpoint (one key per rule), a search study, a race decision, a
+    full fine-tuning run. A job without a benchmark file makes its sum unknown (NaN)."""
 
+    def __init__(self, jobs: Iterable[Job]):
+        self.seconds: dict[tuple, float] = {}
+        for job in jobs:
+            key = self.key(job)
+            if key is not None:
+                self.seconds[key] = self.seconds.get(key, 0.0) + _wall_seconds(job)
 
-def all_epochs_seconds(record: dict) -> float:
-    """Full fine-tuning's training seconds over every epoch it trained (records from before
-    ``train_seconds_all_epochs``: its history's last epoch; NaN without a history)."""
-    if "train_seconds_all_epochs" in record:
-        return float(record["train_seconds_all_epochs"])
-    history = record.get("history") or []
-    return float(history[-1]["train_seconds"]) if history else np.nan
+    @staticmethod
+    def key(job: Job) -> tuple | None:
+        k = job.keys
+        if job.rule in CHECKPOINT_RULES:
+            return (job.rule, k["model"], k["task"], int(k["ftseed"]), Checkpoint.named(str(k["frac"])))
+        if job.rule in ("search_worker", "search_best"):
+            return ("search", k["model"], k["task"], int(k["ftseed"]), Checkpoint.named(str(k["frac"])), k["head"])
+        if job.rule == "race_checkpoint":
+            return ("race", k["model"], k["task"], Checkpoint.named(str(k["frac"])))
+        if job.rule == "baseline":
+            return ("baseline", k["model"], k["task"], int(k["seed"]))
+        return None
+
+    def of(self, *key) -> float:
+        return self.seconds.get(key, np.nan)
+
+    def extract(self, model: str, task: str, ft_seed: int, checkpoint: Checkpoint) -> float:
+        """The extraction jobs of one checkpoint (every shard)."""
+        return self.of("extract", model, task, ft_seed, checkpoint)
+
+    def finetune_up_to(self, model: str, task: str, ft_seed: int, checkpoint: Checkpoint) -> float:
+        """Every fine-tuning job of the run up to and including ``checkpoint``."""
+        found = [
+            seconds
+            for (rule, *key), seconds in self.seconds.items()
+            if rule == "finetune" and key[:3] == [model, task, ft_seed] and key[3].fraction <= checkpoint.fraction
+        ]
+        return float(sum(found)) if found else np.nan
+
+    def baseline(self, model: str, task: str, seed: int) -> float:
+        return self.of("baseline", model, task, int(seed))
+
+    def search(self, record: dict) -> float:
+        """The search behind one head record: 0 when the head was not searched, NaN when it was but
+        its jobs' times are missing (never silently 0)."""
+        if not record.get("search"):
+            return 0.0
+        src = record["source"]
+        return self.of("search", src["model"], record["task"], int(src["ft_seed"]), source_checkpoint(record),
+                       record["head"])  # fmt: skip
+
+    def parts(self, record: dict) -> dict:
+        """PART_COLUMNS for one head record: the jobs of its checkpoint's whole cost."""
+        src = record["source"]
+        model, task, ft, ckpt = src["model"], record["task"], int(src["ft_seed"]), source_checkpoint(record)
+        stored = record.get("features_stored", True)
+        return {
+            "finetune_jobs_s": self.finetune_up_to(model, task, ft, ckpt),
+            "extract_jobs_s": (self.extract(model, task, ft, ckpt) + self.of("feature_manifest", model, task, ft, ckpt))
+            if stored
+            else 0.0,
+            "heads_job_s": self.of("train_heads", model, task, ft, ckpt),
+            "search_s": self.search(record),
+            "race_s": self.seconds.get(("race", model, task, ckpt), 0.0),  # none under the grid
+        }
 
 
 def checkpoint_spend(head_runs: pd.DataFrame) -> pd.DataFrame:
     """One row per fine-tuning run and checkpoint, from one row per trained head and seed
-    (HEAD_RUN_COLUMNS): the fine-tuning to the checkpoint, its extraction, every head and seed's
-    seconds, every searched head's study, and their sum ``whole_s``."""
+    (HEAD_RUN_COLUMNS): its fine-tuning jobs up to it, its extraction, its head job, every searched
+    head's study, its share of the race's decision, and their sum ``whole_s``."""
     if head_runs.empty:
         return pd.DataFrame(columns=[*CHECKPOINT_KEYS, *PARTS, "head_runs", "whole_s"])
     g = head_runs.groupby(CHECKPOINT_KEYS, sort=True)
     out = g.agg(
-        finetune_s=("finetune_s", "first"),
-        extract_s=("extract_s", "first"),
-        heads_s=("head_s", lambda v: v.sum(skipna=False)),
-        head_runs=("head_s", "size"),
+        finetune_s=("finetune_jobs_s", "first"),
+        extract_s=("extract_jobs_s", "first"),
+        heads_s=("heads_job_s", "first"),
+        race_s=("race_s", "first"),
+        head_runs=("heads_job_s", "size"),
     )
     studies = head_runs.groupby([*CHECKPOINT_KEYS, "model"], sort=True)["search_s"].first()
     out["search_s"] = studies.groupby(CHECKPOINT_KEYS).agg(lambda v: v.sum(skipna=False))
+    out = out.reset_index()
+    # one decision per checkpoint decides for every fine-tuning seed
+    out["race_s"] /= out.groupby(["backbone", "task", "epoch_fraction"])["ft_seed"].transform("size")
     out["whole_s"] = out[PARTS].sum(axis=1, skipna=False)
-    return out.reset_index()
+    return out
 
 
 def selection_spend(checkpoints: pd.DataFrame, up_to: float = np.inf) -> pd.DataFrame:
     """One row per fine-tuning run: the whole cost of a pick among every checkpoint of at most
-    ``up_to`` epochs (fine-tuning to the largest of them, their extraction, heads and searches)."""
+    ``up_to`` epochs (fine-tuning jobs to the largest of them, their extraction, heads, searches
+    and race decisions)."""
     rows = []
     for key, g in checkpoints[checkpoints["epoch_fraction"] <= up_to].groupby(SEED_KEYS, sort=True):
         last = g.loc[g["epoch_fraction"].idxmax()]
         row = dict(zip(SEED_KEYS, key))
-        row["finetune_s"] = last["finetune_s"]
+        row["finetune_s"] = last["finetune_s"]  # every fine-tuning job up to the largest
         row.update({part: g[part].sum(skipna=False) for part in PARTS[1:]})
         row["whole_s"] = sum(row[part] for part in PARTS)
         rows.append(row)

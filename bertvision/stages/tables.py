@@ -17,7 +17,7 @@ from bertvision.reporting.picks import write_picks
 from bertvision.reporting.results import long_records, result_tables
 from bertvision.reporting.summary import choose_picks, summary_markdown, summary_table
 from bertvision.reporting.timing import stage_precisions, timing_markdown, timing_table
-from bertvision.reporting.whole_cost import search_worker_jobs
+from bertvision.reporting.whole_cost import race_jobs, search_jobs
 from bertvision.runtime.io import read_json
 
 # Every table this stage writes (each as .md and .csv).
@@ -49,13 +49,15 @@ def build_tables(
     head_metrics = head_metrics_files(head_dirs)
     baselines = tuple(baseline_job(r["model"], r["task"], r["seed"]) for r in map(read_json, baseline_metrics))
     jobs = timing_jobs(runs, n_shards, baselines)
-    spent = jobs + search_worker_jobs(map(read_json, search_workers))  # the summary's and cost table's
+    raced = sorted(map(read_json, race_decisions), key=lambda d: float(d["checkpoint"]))
+    # every job the picks ran: the summary's and the cost table's whole costs
+    spent = jobs + search_jobs(map(read_json, search_workers)) + race_jobs(raced)
     candidates = candidate_runs(list(baseline_metrics), bert_metrics, head_metrics, manifests, spent)
     picks = choose_picks(candidates)
     write_picks(picks, picks_record(out_dir))
     verdict = summary_table(candidates, picks)
     decisions: dict[tuple, list[dict]] = {}
-    for d in sorted(map(read_json, race_decisions), key=lambda d: float(d["checkpoint"])):
+    for d in raced:
         decisions.setdefault((d["model"], d["task"]), []).append(d)
     _write("summary", verdict, summary_markdown(verdict, decisions), out_dir)
     for name, (summary, markdown) in result_tables(long_records(bert_metrics, head_metrics), head_order).items():
