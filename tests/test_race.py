@@ -14,7 +14,7 @@ TASK = get_task("mrpc")
 RACE = RaceSettings(protocol="racing", rungs=(2,), keep=0.5, min_gain=0.01)
 
 
-def plant(heads_dir, head, seed, selection, raced_out=None):
+def plant(heads_dir, head, seed, selection, raced_out=None, ensemble=None):
     run = head_run_dir(heads_dir, head, seed)
     run.mkdir(parents=True)
     record = {
@@ -23,6 +23,7 @@ def plant(heads_dir, head, seed, selection, raced_out=None):
         "seed": seed,
         "metrics": {"selection": {TASK.primary_metric: selection}, "dev": {TASK.primary_metric: 1.0}},
         "race": {"protocol": "racing", "raced_out_at_epoch": raced_out},
+        "ensembles": {} if ensemble is None else {"mean": {"selection": {TASK.primary_metric: ensemble}}},
     }
     (run / HEAD_METRICS).write_text(json.dumps(record))
 
@@ -44,6 +45,13 @@ def test_the_best_head_is_the_best_mean_over_every_run_and_raced_out_runs_do_not
     plant(dirs[0], "adapter", 1, 0.99, raced_out=2)  # stopped by the race: never the best
     best = best_head(TASK, dirs)
     assert best == {"head": "lp", "selection": pytest.approx(0.715), "runs": 4}
+
+
+def test_the_best_candidate_may_be_a_head_with_bert_as_the_pick_would_take_it(tmp_path):
+    dirs = [tmp_path / "ft1"]
+    plant(dirs[0], "lp", 1, 0.70, ensemble=0.78)
+    plant(dirs[0], "ap", 1, 0.75, ensemble=0.72)
+    assert best_head(TASK, dirs) == {"head": "lp + BERT (mean)", "selection": pytest.approx(0.78), "runs": 1}
 
 
 def test_fine_tuning_goes_on_while_the_best_rises_by_more_than_min_gain(tmp_path):

@@ -411,5 +411,5 @@ def test_a_race_stopped_after_a_checkpoint_counts_what_it_ran(tmp_path, monkeypa
     assert picked["whole_seconds"] == pytest.approx((65.6 + 68.6) / 2)
     assert picked["whole_cost_ratio"] == pytest.approx(67.1 / 135, rel=1e-5)
     md = (tables / "summary.md").read_text()
-    assert "Checkpoints raced (best head's mean selection score): 0 (lp 0.700) → 0.3 (ap 0.800)" in md
+    assert "Checkpoints raced (the best candidate's mean selection score): 0 (lp 0.700) → 0.3 (ap 0.800)" in md
     assert "fine-tuning stopped after checkpoint 0.3 (best selection 0.8000 vs 0.7000 before: +0.1000 <= 0.2)" in md

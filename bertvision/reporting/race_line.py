@@ -22,7 +22,7 @@ def checkpoint_race_line(decisions: list[dict]) -> str:
         if last["last"]
         else f"fine-tuning stopped after checkpoint {last['checkpoint']} ({last['why']})"
     )
-    return f"Checkpoints raced (best head's mean selection score): {' → '.join(steps)}; {end}."
+    return f"Checkpoints raced (the best candidate's mean selection score): {' → '.join(steps)}; {end}."
 
 
 def head_selection_line(table: pd.DataFrame) -> str:

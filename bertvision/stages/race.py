@@ -1,11 +1,12 @@
 """The race between checkpoints (``heads.race``, protocol racing): after the heads of a checkpoint
 have trained (every fine-tuning seed), decide whether fine-tuning goes on to the next one.
 
-The best candidate at a checkpoint is the head (raced-out runs left aside) with the highest mean
-selection score over its runs there. Fine-tuning goes on from the first checkpoint (the untouched
-encoder) to the second always (only a fine-tuned one can show whether fine-tuning helps), and past
-a later checkpoint only if its best beat every earlier checkpoint's best by more than
-``min_gain`` times the metric's best possible score. Dev is never read."""
+The best candidate at a checkpoint is the one the pick would take there: the head, or head + BERT
+ensemble, with the highest mean selection score over its runs (raced-out runs left aside).
+Fine-tuning goes on from the first checkpoint (the untouched encoder) to the second always (only
+a fine-tuned one can show whether fine-tuning helps), and past a later checkpoint only if its
+best beat every earlier checkpoint's best by more than ``min_gain`` times the metric's best
+possible score. Dev is never read."""
 
 from __future__ import annotations
 
@@ -18,21 +19,24 @@ import numpy as np
 from bertvision.config.settings import RaceSettings
 from bertvision.layout import Checkpoint, head_metrics_files
 from bertvision.registry.task_spec import TaskSpec
-from bertvision.reporting.results import raced_out
+from bertvision.reporting.results import ensemble_name, raced_out
 from bertvision.runtime.io import atomic_write_json, read_json
 
 log = logging.getLogger(__name__)
 
 
 def best_head(task: TaskSpec, head_dirs: list[Path]) -> dict | None:
-    """The head with the best mean selection score over its runs in ``head_dirs`` (raced-out
-    runs left aside): {head, selection, runs}; None when no head has a selection score."""
+    """The head, or head + BERT ensemble, with the best mean selection score over its runs in
+    ``head_dirs`` (raced-out runs left aside): {head, selection, runs}; None when none has a
+    selection score."""
     scores: dict[str, list[float]] = defaultdict(list)
     for path in head_metrics_files(head_dirs):
         record = read_json(path)
         if raced_out(record):
             continue
         scores[record["head"]].append(task.primary_score(record["metrics"], "selection"))
+        for how, metrics in (record.get("ensembles") or {}).items():
+            scores[ensemble_name(record["head"], how)].append(task.primary_score(metrics, "selection"))
     means = {head: float(np.mean(v)) for head, v in scores.items() if not np.isnan(v).any()}
     if not means:
         return None
