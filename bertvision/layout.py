@@ -24,6 +24,7 @@ ROOTS = (
     "search",
     "race",
     "transfer",
+    "bert_curve",
     "shared",
     "bundles",
     "results",
@@ -68,6 +69,9 @@ STUDY_JOURNAL = f"{SEARCH_DIR}/study.journal"
 STUDY_LABEL = "{model}/{task}/ft{ftseed}/ckpt-{frac}/{head}"  # names a study in its storage
 
 TRANSFER_FILE = "transfer/{model}/{task}/ft{ftseed}.json"
+
+# BERT's own fine-tuning curve (experiments.bert_curve): one record per seed, a score at every point.
+BERT_CURVE_FILE = "bert_curve/{model}/{task}/seed{seed}.json"
 
 # The race's decision at a checkpoint (heads.race): whether fine-tuning goes on to the next one.
 RACE_DECISION = "race/{model}/{task}/ckpt-{frac}.json"
@@ -116,6 +120,7 @@ JOB_KEYS = {
     "search_worker": ("task", "model", "ftseed", "frac", "head", "worker"),
     "search_best": ("task", "model", "ftseed", "frac", "head"),
     "transfer": ("task", "model", "ftseed"),
+    "bert_curve": ("task", "model", "seed"),
     "race_checkpoint": ("task", "model", "frac"),
     "finetune_mixture": ("encoder", "model", "ftseed"),
     "extract_shared": ("task", "model", "encoder", "ftseed", "shard"),

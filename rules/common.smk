@@ -126,6 +126,18 @@ def checkpoint_runs(wildcards):
             for c in S.checkpoints]
 
 
+def transfer_head_dirs(wildcards):
+    """The heads a transfer job applies to every checkpoint: each checkpoint's, and the
+    data-fraction heads (trained on a share of the rows) where the task has them."""
+    runs = checkpoint_runs(wildcards)
+    dirs = [run.format(L.HEADS_DIR) for run in runs]
+    if wildcards.task in S.data_fraction_tasks():
+        subsets = set(S.data_fraction_checkpoints())
+        dirs += [run.format(L.SUBSET_HEADS_DIR, pct=pct) for run in runs if run.checkpoint in subsets
+                 for pct in S.data_fractions()]
+    return dirs
+
+
 def head_gpus(runs, training=True):
     """GPUs a head job asks for (``heads_request``'s arguments): the extraction's when it streams
     the encoder, or when on a CPU it would ask for more than ``HEAD_GPU_MINUTES`` (token-level
@@ -363,20 +375,35 @@ def finetune_request(key):
     return request
 
 
-def baseline_request(key):
+def full_finetune_request(key, settings_of, epochs_of):
+    """A full fine-tuning job's request: ``settings_of(model, task)`` its settings, trained for
+    ``epochs_of(settings)`` passes (the baseline's epochs, the BERT curve's last point)."""
     def request(wildcards, attempt):
-        base = S.baseline(wildcards.model, wildcards.task)
+        settings = settings_of(wildcards.model, wildcards.task)
         return requests.finetune_request(
-            encoder_shape(wildcards.model), base.optimizer.batch_size, S.max_length(wildcards.task),
-            S.train_rows(wildcards.task), base.epochs, GPU, attempt,
+            encoder_shape(wildcards.model), settings.optimizer.batch_size, S.max_length(wildcards.task),
+            S.train_rows(wildcards.task), epochs_of(settings), GPU, attempt,
         )[key]
 
     return request
 
 
+def baseline_request(key):
+    return full_finetune_request(key, S.baseline, lambda base: base.epochs)
+
+
 def all_baseline_metrics():
     return [L.BASELINE_FILE.format(model=m, task=t, seed=s, file=L.BASELINE_METRICS)
             for m in S.models for t in S.tasks for s in S.baseline_seeds]
+
+
+def bert_curve_request(key):
+    return full_finetune_request(key, S.bert_curve, lambda curve: max(curve.points))
+
+
+def all_bert_curve_files():
+    return [L.BERT_CURVE_FILE.format(model=m, task=t, seed=s)
+            for m in S.models for t in S.bert_curve_tasks() for s in S.bert_curve_seeds()]
 
 
 def extract_request(key):

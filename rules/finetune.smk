@@ -62,3 +62,33 @@ rule baseline:
         "--settings {params.settings:q} --compute {params.compute:q} --tokens-dir {input.tokens} "
         "--raw-dir {input.raw} --out-dir {params.out_dir} --seed {wildcards.seed} "
         "--micro-batches {resources.micro_batches} --threads {threads} > {log} 2>&1"
+
+
+rule bert_curve:
+    """BERT's own fine-tuning curve (experiments.bert_curve): full fine-tuning with the baseline's
+    settings, scored on selection and dev at every point; a reported figure, nothing chosen from it."""
+    input:
+        tokens=rules.tokenize.output,
+        raw=rules.download.output,
+    output:
+        L.BERT_CURVE_FILE,
+    params:
+        settings=lambda wc: as_json(S.bert_curve(wc.model, wc.task)),
+        compute=as_json(S.finetune_compute()),
+        bertvision=launcher,
+    log:
+        L.log("bert_curve"),
+    benchmark:
+        L.benchmark("bert_curve")
+    threads: S.threads
+    resources:
+        gpu=GPU,
+        gpu_model=GPU_MODEL,
+        mem_mb=bert_curve_request("mem_mb"),
+        runtime=bert_curve_request("runtime"),
+        micro_batches=micro_batches,
+    shell:
+        "{params.bertvision} bert-curve --task {wildcards.task} --model {wildcards.model} "
+        "--settings {params.settings:q} --compute {params.compute:q} --tokens-dir {input.tokens} "
+        "--raw-dir {input.raw} --out {output} --seed {wildcards.seed} "
+        "--micro-batches {resources.micro_batches} --threads {threads} > {log} 2>&1"

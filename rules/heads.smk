@@ -58,10 +58,11 @@ use rule train_heads as train_heads_subset with:
 
 
 rule transfer:
-    """Cross-checkpoint transfer: every head trained on one checkpoint's features, evaluated
-    on every other checkpoint's features of the same fine-tuning run."""
+    """Cross-checkpoint transfer: every head trained on one checkpoint's features (and the
+    data-fraction heads, on a share of its rows), evaluated on every other checkpoint's features
+    of the same fine-tuning run."""
     input:
-        heads=lambda wc: [run.format(L.HEADS_DIR) for run in checkpoint_runs(wc)],
+        heads=transfer_head_dirs,
         features=lambda wc: [f for run in checkpoint_runs(wc) for f in run_features(run)],
         raw=rules.download.output,
     output:

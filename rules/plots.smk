@@ -50,3 +50,17 @@ rule plot_data_fraction:
         L.benchmark("plot_data_fraction")
     shell:
         "bertvision plot-data-fraction --table {input} --out {output} > {log} 2>&1"
+
+
+rule plot_bert_curve:
+    """BERT's own fine-tuning curve: score on dev and selection vs epochs trained."""
+    input:
+        rules.experiment_tables.output.bert_curve_csv,
+    output:
+        report(L.plot("bert-curve"), category="Plots", caption="../workflow/report/bert_curve_plot.rst"),
+    log:
+        L.log("plot_bert_curve"),
+    benchmark:
+        L.benchmark("plot_bert_curve")
+    shell:
+        "bertvision plot-bert-curve --table {input} --out {output} > {log} 2>&1"

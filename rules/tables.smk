@@ -35,12 +35,14 @@ rule tables:
 
 
 rule experiment_tables:
-    """The experiments' tables: optuna searches, data-fraction curves, cross-checkpoint transfer."""
+    """The experiments' tables: optuna searches, data-fraction curves, cross-checkpoint transfer,
+    BERT's own fine-tuning curve."""
     input:
         **per_task(lambda m, t, runs: search_results_of(runs) + bert_metrics_of(runs)),
         subsets=all_subset_head_dirs(),
         heads=for_every_run(L.HEADS_DIR, tasks=S.data_fraction_tasks(), checkpoints=S.data_fraction_checkpoints()),
         transfer=all_transfer_files(),
+        curves=all_bert_curve_files(),
     output:
         **table_outputs(EXPERIMENT_TABLES, "Experiments"),
     params:
@@ -53,4 +55,5 @@ rule experiment_tables:
         L.benchmark("experiment_tables")
     shell:
         "bertvision experiment-tables --search {params.search} --subset-dirs {input.subsets} --head-dirs {input.heads} "
-        "--bert-metrics {params.bert} --transfer {input.transfer} --out-dir {params.out_dir} > {log} 2>&1"
+        "--bert-metrics {params.bert} --transfer {input.transfer} --curves {input.curves} --out-dir {params.out_dir} "
+        "> {log} 2>&1"

@@ -271,7 +271,7 @@ def test_micro_batches_default_has_one_owner(monkeypatch):
     from bertvision.commands import arguments
 
     monkeypatch.setattr(arguments, "MICRO_BATCHES", 3)
-    for name in ("finetune", "baseline", "finetune-mixture", "extract"):
+    for name in ("finetune", "baseline", "bert-curve", "finetune-mixture", "extract"):
         parser = subcommand_parsers()[name]
         assert "(default 3)" in parser.format_help()
         assert parser.get_default("micro_batches") == 3

@@ -136,6 +136,7 @@ def test_plots_and_html_report(workflow_run, tmp_path):
         "score-vs-parameters.png",
         "layer-weights.png",
         "data-fraction.png",
+        "bert-curve.png",
         "score-vs-seconds.png",
         "training-loss.png",
         "cross-task.png",
@@ -159,6 +160,7 @@ def test_plots_and_html_report(workflow_run, tmp_path):
         "search.csv",
         "data_fraction.csv",
         "transfer.csv",
+        "bert_curve.csv",
         "cross_task.csv",
         "cross-task.png",
     ):
@@ -246,7 +248,8 @@ def test_transfer_diagonal_reproduces_each_heads_own_score(workflow_run):
     transfer = pd.read_csv(workdir / "results/tables/transfer.csv", dtype={"trained_on": str, "evaluated_on": str})
     glue = pd.read_csv(workdir / "results/tables/glue.csv").set_index(["task", "epoch_fraction", "model", "metric"])
     for task, metric in (("mrpc", "accuracy"), ("stsb", "pearson")):
-        rows = transfer[transfer["task"] == task].set_index(["model", "standardization", "trained_on", "evaluated_on"])
+        whole = transfer[(transfer["task"] == task) & (transfer["fraction"] == 1)]
+        rows = whole.set_index(["model", "standardization", "trained_on", "evaluated_on"])
         for ckpt in ("0", "1"):
             for head in ("lp", "adapter8", *(("tokpool", "ladder") if task == "mrpc" else ())):
                 own = glue.loc[(task, float(ckpt), head, metric), "mean"]
@@ -256,6 +259,22 @@ def test_transfer_diagonal_reproduces_each_heads_own_score(workflow_run):
         for how in ("source", "target"):
             assert rows.loc[("lp", how, "0", "1"), "n"] == 2 and rows.loc[("adapter8", how, "1", "0"), "n"] == 2
     assert "## stsb (tiny; pearson)" in (workdir / "results/tables/transfer.md").read_text()
+
+
+def test_data_fraction_heads_are_applied_across_checkpoints(workflow_run):
+    """stsb's lp trained on half the rows of checkpoint 1 (experiments.data_fraction), applied to
+    checkpoint 0 too: on its own states it reproduces the data-fraction table's score."""
+    workdir, _ = workflow_run
+    transfer = pd.read_csv(workdir / "results/tables/transfer.csv", dtype={"trained_on": str, "evaluated_on": str})
+    fraction = pd.read_csv(workdir / "results/tables/data_fraction.csv")
+    half = transfer[(transfer["task"] == "stsb") & (transfer["fraction"] == 0.5)]
+    rows = half.set_index(["model", "standardization", "trained_on", "evaluated_on"])
+    own = fraction[(fraction["model"] == "lp") & (fraction["fraction"] == 0.5)]["mean"].item()
+    assert rows.loc[("lp", "source", "1", "1"), "mean"] == pytest.approx(own, abs=1e-5)
+    for how in ("source", "target"):
+        assert rows.loc[("lp", how, "1", "0"), "n"] == 2
+    assert set(half["trained_on"]) == {"1"} and set(half["model"]) == {"lp"}
+    assert "| lp | 50% | 1 | trained on |" in (workdir / "results/tables/transfer.md").read_text()
 
 
 def test_checkpoint_zero_is_the_pretrained_encoder(workflow_run, tiny_bert):
@@ -397,6 +416,7 @@ def test_rerun_has_nothing_to_do_and_a_head_change_reruns_only_heads(workflow_ru
         "transfer": 2,
         "experiment_tables": 1,
         "plot_data_fraction": 1,
+        "plot_bert_curve": 1,
         "head_transfer": 2,
         "cross_task": 1,
     }
@@ -480,6 +500,9 @@ def test_shipped_configs_plan_the_full_dag(tmp_path, config):
     assert counts.get("search_best", 0) == n_searched * n_seeds * n_ckpts
     experiments = spec.get("experiments", {})
     assert counts.get("transfer", 0) == len(experiments.get("transfer", {}).get("tasks", [])) * n_seeds
+    curve = experiments.get("bert_curve", {})
+    n_curves = len(curve.get("tasks", [])) * len(curve.get("seeds", [1])) * len(spec["backbones"])
+    assert counts.get("bert_curve", 0) == n_curves
     data_fraction = experiments.get("data_fraction", {"tasks": []})
     predicted = [t for t, over in spec["tasks"].items() if "test" in ((over or {}).get("files") or {})]
     assert counts.get("predict", 0) == len(predicted) * len(spec["backbones"])

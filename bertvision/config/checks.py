@@ -65,7 +65,7 @@ def check(workflow) -> None:
                 f"tasks.{task}.search_heads: {unsearched} are not among the task's heads "
                 f"({list(workflow.task_heads(task))})"
             )
-    for name in ("data_fraction", "transfer"):
+    for name in ("data_fraction", "transfer", "bert_curve"):
         unknown = [t for t in workflow.config["experiments"][name]["tasks"] if t not in workflow.tasks]
         if unknown:
             problems.append(f"experiments.{name}.tasks: {unknown} are not configured tasks ({workflow.tasks})")

@@ -234,6 +234,15 @@ class BaselineSettings(StageSettings):
     optimizer: OptimizerSettings = setting("baseline.settings")
 
 
+class CurveSettings(StageSettings):
+    """BERT's own fine-tuning curve (``experiments.bert_curve``): full fine-tuning's training,
+    scored at every point."""
+
+    backbone: str = setting("backbones.<model>.pretrained")
+    points: Numbers = setting("experiments.bert_curve.points")
+    optimizer: OptimizerSettings = setting("baseline.settings")
+
+
 class MixtureSettings(StageSettings):
     """Fine-tuning one encoder on several tasks at once (a shared encoder of ``shared.mixtures``)."""
 

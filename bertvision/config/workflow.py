@@ -12,6 +12,7 @@ from bertvision.config.declared_tasks import declared_task, is_declaration
 from bertvision.config.schema import read_config, schema_default, validate_config
 from bertvision.config.settings import (
     BaselineSettings,
+    CurveSettings,
     DownloadSettings,
     ExtractCompute,
     ExtractSettings,
@@ -197,6 +198,12 @@ class WorkflowSettings:
     def transfer_tasks(self) -> list[str]:
         return list(self.config["experiments"]["transfer"]["tasks"]) if len(self.checkpoints) > 1 else []
 
+    def bert_curve_tasks(self) -> list[str]:
+        return list(self.config["experiments"]["bert_curve"]["tasks"])
+
+    def bert_curve_seeds(self) -> list[int]:
+        return list(self.config["experiments"]["bert_curve"]["seeds"])
+
     # --- shared encoders ---------------------------------------------------------------------
     @property
     def shared_tasks(self) -> list[str]:
@@ -320,6 +327,12 @@ class WorkflowSettings:
         base = self.config["baseline"]
         merged = self.layered("finetune.settings", task, base["settings"])
         return BaselineSettings.pick(merged, self.source, backbone=self.pretrained(model), epochs=base["epochs"])
+
+    def bert_curve(self, model: str, task: str) -> CurveSettings:
+        """Full fine-tuning's own settings (``baseline``'s), scored at the curve's points."""
+        merged = self.layered("finetune.settings", task, self.config["baseline"]["settings"])
+        points = sorted(self.config["experiments"]["bert_curve"]["points"])
+        return CurveSettings.pick(merged, self.source, backbone=self.pretrained(model), points=points)
 
     def finetune_compute(self) -> FinetuneCompute:
         return FinetuneCompute.pick(self.config["finetune"], self.source)

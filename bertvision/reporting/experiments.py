@@ -248,6 +248,7 @@ def transfer_table(transfer_files: list[Path], bert_metrics: list[Path]) -> pd.D
                     "backbone": r["backbone"],
                     "task": r["task"],
                     "model": r["head"],
+                    "fraction": r["train_fraction"],
                     "standardization": r["standardization"],
                     "trained_on": r["trained_on"],
                     "evaluated_on": r["evaluated_on"],
@@ -264,16 +265,15 @@ def transfer_table(transfer_files: list[Path], bert_metrics: list[Path]) -> pd.D
                     "backbone": m["model"],
                     "task": m["task"],
                     "model": BERT,
+                    "fraction": 1.0,
                     "standardization": "",
                     "trained_on": ckpt,
                     "evaluated_on": ckpt,
                     "value": _primary(m["task"], m["metrics"]),
                 }
             )
-    df = pd.DataFrame(
-        rows, columns=["backbone", "task", "model", "standardization", "trained_on", "evaluated_on", "value"]
-    )
-    return _over_seeds(df, ["backbone", "task", "model", "standardization", "trained_on", "evaluated_on"])
+    keys = ["backbone", "task", "model", "fraction", "standardization", "trained_on", "evaluated_on"]
+    return _over_seeds(pd.DataFrame(rows, columns=[*keys, "value"]), keys)
 
 
 @_page("Cross-checkpoint transfer", "transfer experiment configured (experiments.transfer.tasks)")
@@ -283,30 +283,38 @@ def transfer_markdown(table: pd.DataFrame) -> list[str]:
         "states of every checkpoint of the same fine-tuning run (columns). The diagonal is the head on "
         "its own features; `BERT` is the backbone's own head at each checkpoint. `input standardized "
         "with`: the train-split statistics of the checkpoint the head was trained on (the head "
-        "unchanged), or of the checkpoint it is evaluated on (no labels needed). Dev, mean ± std over "
-        "seeds.",
+        "unchanged), or of the checkpoint it is evaluated on (no labels needed). `share of train`: "
+        "the data-fraction heads (experiments.data_fraction) trained on that share of the checkpoint's "
+        "training rows, applied the same way. Dev, mean ± std over seeds.",
         "",
     ]
     for (backbone, task), block in table.groupby(["backbone", "task"], sort=True):
         ckpts = sorted(block["evaluated_on"].unique(), key=float)
         parts += [f"## {task} ({backbone}; {block['metric'].iloc[0]})", ""]
         rows = []
-        for (model, how, source), g in block.groupby(["model", "standardization", "trained_on"], sort=False):
+        groups = block.groupby(["model", "fraction", "standardization", "trained_on"], sort=False)
+        for (model, fraction, how, source), g in groups:
             by = g.set_index("evaluated_on")
             rows.append(
                 [
                     model,
+                    f"{fraction:.0%}",
                     source,
                     {"source": "trained on", "target": "evaluated on"}.get(how, ""),
                     *[_cell(by, c) for c in ckpts],
                 ]
             )
         bert = [r for r in rows if r[0] == BERT]
-        bert_row = [BERT, "(own)", "", *[next((r[3 + i] for r in bert if r[1] == c), "") for i, c in enumerate(ckpts)]]
-        rows = sorted((r for r in rows if r[0] != BERT), key=lambda r: (r[2] != "trained on", r[0], float(r[1])))
+        own_cells = [next((r[4 + i] for r in bert if r[2] == c), "") for i, c in enumerate(ckpts)]
+        bert_row = [BERT, "100%", "(own)", "", *own_cells]
+        rows = sorted(
+            (r for r in rows if r[0] != BERT),
+            key=lambda r: (r[3] != "trained on", r[0], -float(r[1].rstrip("%")), float(r[2])),
+        )
         parts += [
             markdown_table(
-                ["head", "trained on", "input standardized with", *[f"on {c} ep" for c in ckpts]], rows + [bert_row]
+                ["head", "share of train", "trained on", "input standardized with", *[f"on {c} ep" for c in ckpts]],
+                rows + [bert_row],
             ),
             "",
         ]

@@ -1,11 +1,12 @@
-"""The ``experiment_tables`` stage: the optuna searches, the data-fraction curves and
-cross-checkpoint transfer, each as Markdown and CSV."""
+"""The ``experiment_tables`` stage: the optuna searches, the data-fraction curves,
+cross-checkpoint transfer and BERT's own fine-tuning curve, each as Markdown and CSV."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from bertvision.layout import head_metrics_files, table
+from bertvision.reporting.bert_curve import bert_curve_markdown, bert_curve_table
 from bertvision.reporting.experiments import (
     data_fraction_markdown,
     data_fraction_table,
@@ -16,7 +17,7 @@ from bertvision.reporting.experiments import (
 )
 from bertvision.reporting.markdown import write_csv, write_text
 
-TABLE_NAMES = ("search", "data_fraction", "transfer")
+TABLE_NAMES = ("search", "data_fraction", "transfer", "bert_curve")
 
 
 def build_experiment_tables(
@@ -25,6 +26,7 @@ def build_experiment_tables(
     head_dirs: list[Path],
     bert_metrics: list[Path],
     transfer_files: list[Path],
+    curve_files: list[Path],
     out_dir: Path,
 ) -> None:
     tables = {
@@ -34,6 +36,7 @@ def build_experiment_tables(
             data_fraction_markdown,
         ),
         "transfer": (transfer_table(transfer_files, bert_metrics), transfer_markdown),
+        "bert_curve": (bert_curve_table(curve_files), bert_curve_markdown),
     }
     for name, (frame, markdown) in tables.items():
         write_csv(frame, table(name, "csv", out_dir))

@@ -2,7 +2,9 @@
 unchanged on the states of every checkpoint of the same fine-tuning run: once with the
 input standardization it was trained with ("source"), and once standardized with the target
 checkpoint's own train-split statistics ("target"). The diagonal with "source" re-evaluates
-each head on its own features and must reproduce its own metrics."""
+each head on its own features and must reproduce its own metrics. The data-fraction heads (trained
+on a share of a checkpoint's rows, ``train_fraction`` < 1) are applied the same way: the original's
+heads trained on little data at one checkpoint and used on a later checkpoint's states."""
 
 from __future__ import annotations
 
@@ -59,6 +61,7 @@ def transfer(
                         "head": record["head"],
                         "ft_seed": record["source"]["ft_seed"],
                         "seed": record["seed"],
+                        "train_fraction": record["train_fraction"],
                         "trained_on": str(record["source"]["checkpoint"]),
                         "evaluated_on": target,
                         "standardization": standardization,
