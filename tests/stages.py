@@ -10,6 +10,19 @@ from bertvision.registry.task_spec import splits_of
 from bertvision.registry.tasks import get_task
 
 
+def download_and_tokenize(settings, model: str, task: str, root: Path, max_length: int = 64) -> Path:
+    """``task``'s canonical splits in ``root``/raw and its token ids in ``root``/tokens, by the
+    ``download`` and ``tokenize`` commands as the workflow runs them; returns ``root``."""
+    from tests.test_retry import bertvision
+
+    bertvision("download", "--task", task, "--settings", settings.download(task).to_json(), "--out-dir",
+               str(root / "raw"))  # fmt: skip
+    tokenize = settings.tokenize(model, task).replace(max_length=max_length).to_json()
+    bertvision("tokenize", "--task", task, "--settings", tokenize, "--raw-dir", str(root / "raw"), "--out-dir",
+               str(root / "tokens"))  # fmt: skip
+    return root
+
+
 def with_training(heads: dict, training) -> dict:
     """Head name -> HeadSettings: each spec of ``heads`` with the training settings ``training``
     (what ``WorkflowSettings.head_settings`` gives a job, for heads built by hand)."""

@@ -18,7 +18,7 @@ from bertvision.runtime.io import atomic_write_json
 from bertvision.stages.bert_curve import bert_curve
 from bertvision.stages.experiment_tables import TABLE_NAMES
 from tests.conftest import job_counts, snakemake, tiny_config, workflow_settings
-from tests.test_retry import bertvision
+from tests.stages import download_and_tokenize
 
 
 def settings_with(model, points):
@@ -33,14 +33,8 @@ def settings_with(model, points):
 
 @pytest.fixture(scope="module")
 def tokens(tiny_bert, tmp_path_factory):
-    root = tmp_path_factory.mktemp("curve")
     settings = settings_with(tiny_bert, [1])
-    bertvision("download", "--task", "mrpc", "--settings", settings.download("mrpc").to_json(), "--out-dir",
-               str(root / "raw"))  # fmt: skip
-    tokenize = settings.tokenize("tiny", "mrpc").replace(max_length=64).to_json()
-    bertvision("tokenize", "--task", "mrpc", "--settings", tokenize, "--raw-dir", str(root / "raw"), "--out-dir",
-               str(root / "tokens"))  # fmt: skip
-    return root
+    return download_and_tokenize(settings, "tiny", "mrpc", tmp_path_factory.mktemp("curve"))
 
 
 def run(root, tiny_bert, points, name):

@@ -12,7 +12,7 @@ from bertvision.layout import RESUME_STATE, Checkpoint
 from bertvision.registry.tasks import get_task
 from bertvision.stages.finetune import finetune
 from tests.conftest import workflow_settings
-from tests.test_retry import bertvision
+from tests.stages import download_and_tokenize
 
 
 def settings_with(model, fractions):
@@ -29,14 +29,8 @@ def settings_with(model, fractions):
 
 @pytest.fixture(scope="module")
 def tokens(tiny_bert, tmp_path_factory):
-    root = tmp_path_factory.mktemp("steps")
     settings = settings_with(tiny_bert, [2])
-    bertvision("download", "--task", "mrpc", "--settings", settings.download("mrpc").to_json(), "--out-dir",
-               str(root / "raw"))  # fmt: skip
-    tokenize = settings.tokenize("tiny", "mrpc").replace(max_length=64).to_json()
-    bertvision("tokenize", "--task", "mrpc", "--settings", tokenize, "--raw-dir", str(root / "raw"), "--out-dir",
-               str(root / "tokens"))  # fmt: skip
-    return root
+    return download_and_tokenize(settings, "tiny", "mrpc", tmp_path_factory.mktemp("steps"))
 
 
 def run(root, tiny_bert, fractions, out):

@@ -52,6 +52,16 @@ def _say_empty(ax, text: str) -> None:
     ax.set_axis_off()
 
 
+def _label_panel(ax, table: pd.DataFrame, task: str, backbone: str, xlabel: str, ylabel: str, legend_size: int):
+    """A task's panel: its axes' labels, the task as its title (with the backbone when the table
+    holds several), a light grid and the legend."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(task if table["backbone"].nunique() == 1 else f"{task} ({backbone})")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=legend_size)
+
+
 def _save(fig, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
@@ -287,11 +297,7 @@ def score_vs_seconds(summary_csv: Path, path: Path) -> None:
                 ax.axhspan(r.dev_mean - r.dev_std, r.dev_mean + r.dev_std, color="black", alpha=0.08)
         ax.set_xscale("log")
         _log_axis(ax.xaxis, block["seconds"])
-        ax.set_xlabel("seconds to produce (log)")
-        ax.set_ylabel(f"{block['metric'].iloc[0]} (dev)")
-        ax.set_title(task if table["backbone"].nunique() == 1 else f"{task} ({backbone})")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=6)
+        _label_panel(ax, table, task, backbone, "seconds to produce (log)", f"{block['metric'].iloc[0]} (dev)", 6)
     if not blocks:
         _say_empty(axes[0], "no results yet")
     _save(fig, path)
@@ -375,11 +381,8 @@ def bert_curve_plot(table_csv: Path, path: Path) -> None:
                 label=split,
             )
         stretched = _first_epoch_stretched(ax, sorted(block["epochs"].unique()))
-        ax.set_xlabel("epochs of fine-tuning" + (" (the first is half the axis)" if stretched else ""))
-        ax.set_ylabel(block["metric"].iloc[0])
-        ax.set_title(task if table["backbone"].nunique() == 1 else f"{task} ({backbone})")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        xlabel = "epochs of fine-tuning" + (" (the first is half the axis)" if stretched else "")
+        _label_panel(ax, table, task, backbone, xlabel, block["metric"].iloc[0], 8)
     if not blocks:
         _say_empty(axes[0], "no BERT fine-tuning curve configured\n(experiments.bert_curve.tasks)")
     _save(fig, path)
