@@ -254,8 +254,16 @@ def measure_faults(bundle: Path, bodies: list[dict], args) -> dict:
 
 
 # --- one pass + N heads versus N separate models ---------------------------------------------------
-def shared_versus_separate(engine: Engine, pairs: list[tuple[str, str]], repeats: int) -> dict:
-    tasks = {name: t for name, t in engine.tasks.items() if not t.takes_questions}
+def shared_versus_separate(engine: Engine, pairs: list[tuple[str, str]], repeats: int) -> dict | None:
+    """The largest group of example tasks that read the same inputs (sentences, or pairs): only
+    they can share an encoder pass on the same texts. None when no two do."""
+    by_arity: dict[int, dict] = {}
+    for name, t in engine.tasks.items():
+        if not t.takes_questions:
+            by_arity.setdefault(len(t.text_fields), {})[name] = t
+    tasks = max(by_arity.values(), key=len, default={})
+    if len(tasks) < 2:
+        return None
 
     def items_for(names: list[str]) -> list[TextItem]:
         items = []
@@ -388,6 +396,8 @@ def main() -> None:
     if sum(not t.takes_questions for t in widest.tasks.values()) > 1:  # else nothing shares a pass
         print("one pass + N heads versus N models ...", flush=True)
         comparison = shared_versus_separate(Engine(widest), pairs[: args.batch], args.repeats)
+        if comparison is None:
+            print("  no two example tasks of one bundle read the same inputs: nothing to share", flush=True)
     print()
     print(markdown(rows, memory, faults, comparison, args, bundles))
 
