@@ -44,6 +44,9 @@ BERT_METRICS, BERT_PREDICTIONS, BERT_LOGITS = "eval_metrics.json", "eval_predict
 # and what the run's next checkpoint goes on from (optimizer, schedule, batch order, clock)
 RESUME_STATE = "resume.pt"
 CHECKPOINT_FILES = ("model.safetensors", "config.json", BERT_METRICS, BERT_PREDICTIONS, BERT_LOGITS, RESUME_STATE)
+# Checkpoint 0 is the pretrained encoder with a head that has not trained: it is saved (for the
+# extraction and the next checkpoint) but not scored, so its metrics record holds no metrics.
+UNTRAINED_CHECKPOINT_FILES = ("model.safetensors", "config.json", BERT_METRICS, RESUME_STATE)
 CHECKPOINT_FILE = f"{CHECKPOINT_DIR}/{{file}}"
 
 # The full fine-tuning baseline: one directory per seed, with the kept epoch's evaluation.

@@ -234,6 +234,13 @@ def race_inputs(wildcards):
     return {"heads": heads, "previous": previous}
 
 
+def bert_logits_input(wildcards):
+    """BERT's logits for a head job's ensembles: none at checkpoint 0, whose head has not trained."""
+    if L.Checkpoint.named(wildcards.frac).fraction == 0:
+        return []
+    return L.CHECKPOINT_FILE.format(**wildcards, file=L.BERT_LOGITS)
+
+
 def bert_metrics_of(runs):
     return [run.format(L.CHECKPOINT_FILE, file=L.BERT_METRICS) for run in runs]
 

@@ -1,7 +1,10 @@
 rule finetune:
     """Partial fine-tuning to one checkpoint (safetensors, BERT's own evaluation predictions and
     metrics, and the state the next checkpoint goes on from), from the checkpoint before it;
-    fraction 0 = the pretrained encoder. One job per checkpoint: a race stops the run between two."""
+    fraction 0 = the pretrained encoder (rule untrained_checkpoint). One job per checkpoint: a race
+    stops the run between two."""
+    wildcard_constraints:
+        frac=r"[0-9.]*[1-9][0-9.]*",  # any checkpoint but 0
     input:
         tokens=rules.tokenize.output,
         raw=rules.download.output,
@@ -31,6 +34,16 @@ rule finetune:
         "--settings {params.settings:q} --compute {params.compute:q} --tokens-dir {input.tokens} "
         "--raw-dir {input.raw} --out-dir {params.out_dir} --seed {wildcards.ftseed} --checkpoint {wildcards.frac} "
         "--micro-batches {resources.micro_batches} --threads {threads} > {log} 2>&1"
+
+
+use rule finetune as untrained_checkpoint with:
+    """Checkpoint 0: the pretrained encoder and a freshly initialised task head, saved for the
+    extraction and the next checkpoint. Not scored: the head has not trained, so BERT has no row
+    and no ensemble there."""
+    wildcard_constraints:
+        frac="0",
+    output:
+        expand(L.CHECKPOINT_FILE, file=L.UNTRAINED_CHECKPOINT_FILES, allow_missing=True),
 
 
 rule baseline:

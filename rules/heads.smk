@@ -5,7 +5,7 @@ rule train_heads:
     input:
         features=features_input,
         raw=rules.download.output,
-        bert_logits=expand(L.CHECKPOINT_FILE, file=L.BERT_LOGITS, allow_missing=True)[0],
+        bert_logits=bert_logits_input,
         searched=lambda wc: searched_best(wc).values(),
     output:
         directory(L.HEADS_DIR),
@@ -39,7 +39,7 @@ use rule train_heads as train_heads_subset with:
     input:
         features=features_input,
         raw=rules.download.output,
-        bert_logits=expand(L.CHECKPOINT_FILE, file=L.BERT_LOGITS, allow_missing=True)[0],
+        bert_logits=bert_logits_input,
         searched=lambda wc: searched_best(wc, S.data_fraction_heads(wc.task)).values(),
     output:
         directory(L.SUBSET_HEADS_DIR),

@@ -143,7 +143,7 @@ def selection_view(record) -> object:
 
 
 def dev_scores(recs: dict[str, dict]) -> list:
-    return [r["metrics"]["dev"] for r in recs.values()]
+    return [r["metrics"]["dev"] for r in recs.values() if r["metrics"] is not None]  # checkpoint 0: not scored
 
 
 def squad_dev_titles(cfg: dict, out_dir: Path) -> set[str]:

@@ -8,7 +8,7 @@ import pytest
 from bertvision.config.settings import RaceSettings
 from bertvision.layout import HEAD_METRICS, Checkpoint, head_run_dir
 from bertvision.registry.tasks import get_task
-from bertvision.stages.race import best_head, decide_checkpoint
+from bertvision.stages.race import best_candidate, decide_checkpoint
 
 TASK = get_task("mrpc")
 RACE = RaceSettings(protocol="racing", rungs=(2,), keep=0.5, min_gain=0.01)
@@ -40,18 +40,18 @@ def checkpoint_heads(tmp_path, name, scores):
     return dirs
 
 
-def test_the_best_head_is_the_best_mean_over_every_run_and_raced_out_runs_do_not_count(tmp_path):
+def test_the_best_candidate_is_the_best_mean_over_every_run_and_raced_out_runs_do_not_count(tmp_path):
     dirs = checkpoint_heads(tmp_path, "0", [{"lp": [0.70, 0.72], "ap": [0.80, 0.60]}, {"lp": [0.71, 0.73]}])
     plant(dirs[0], "adapter", 1, 0.99, raced_out=2)  # stopped by the race: never the best
-    best = best_head(TASK, dirs)
-    assert best == {"head": "lp", "selection": pytest.approx(0.715), "runs": 4}
+    best = best_candidate(TASK, dirs)
+    assert best == {"candidate": "lp", "selection": pytest.approx(0.715), "runs": 4}
 
 
 def test_the_best_candidate_may_be_a_head_with_bert_as_the_pick_would_take_it(tmp_path):
     dirs = [tmp_path / "ft1"]
     plant(dirs[0], "lp", 1, 0.70, ensemble=0.78)
     plant(dirs[0], "ap", 1, 0.75, ensemble=0.72)
-    assert best_head(TASK, dirs) == {"head": "lp + BERT (mean)", "selection": pytest.approx(0.78), "runs": 1}
+    assert best_candidate(TASK, dirs) == {"candidate": "lp + BERT (mean)", "selection": pytest.approx(0.78), "runs": 1}
 
 
 def test_fine_tuning_goes_on_while_the_best_rises_by_more_than_min_gain(tmp_path):

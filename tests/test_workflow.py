@@ -78,10 +78,17 @@ def test_table_numbers_equal_the_metrics_files(workflow_run):
         f1s = [v["metrics"]["dev"]["f1"] for v in values]
         row = table.loc[("mrpc", float(frac), "lp", "f1")]
         assert row["mean"] == pytest.approx(sum(f1s) / 2, abs=1e-5)
-        bert = json.loads((workdir / f"models/tiny/mrpc/ft1/ckpt-{frac}/eval_metrics.json").read_text())
-        assert table.loc[("mrpc", float(frac), "BERT", "accuracy")]["mean"] == pytest.approx(
-            bert["metrics"]["dev"]["accuracy"], abs=1e-5
-        )
+    bert = json.loads((workdir / "models/tiny/mrpc/ft1/ckpt-1/eval_metrics.json").read_text())
+    assert table.loc[("mrpc", 1.0, "BERT", "accuracy")]["mean"] == pytest.approx(
+        bert["metrics"]["dev"]["accuracy"], abs=1e-5
+    )
+    # checkpoint 0's head has not trained: saved, not scored, no row and no ensemble there
+    untrained = workdir / "models/tiny/mrpc/ft1/ckpt-0"
+    assert json.loads((untrained / "eval_metrics.json").read_text())["metrics"] is None
+    assert not (untrained / "eval_logits.npz").exists() and not (untrained / "eval_predictions.parquet").exists()
+    assert ("mrpc", 0.0, "BERT", "accuracy") not in table.index
+    lp0 = json.loads((workdir / "heads/tiny/mrpc/ft1/ckpt-0/lp/seed1/metrics.json").read_text())
+    assert not lp0.get("ensembles")
 
 
 def test_cost_table_adds_up_from_its_sources(workflow_run):

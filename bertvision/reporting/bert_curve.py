@@ -6,15 +6,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from bertvision.registry.tasks import get_task
+from bertvision.reporting.experiments import over_seeds, page
 from bertvision.reporting.markdown import fmt, markdown_table
 from bertvision.runtime.io import read_json
 
 COLUMNS = ["backbone", "task", "split", "epochs", "metric", "mean", "std", "n"]
-UNCONFIGURED = "No BERT fine-tuning curve configured (experiments.bert_curve.tasks)."
 
 
 def bert_curve_table(curve_files: list[Path]) -> pd.DataFrame:
@@ -35,24 +34,14 @@ def bert_curve_table(curve_files: list[Path]) -> pd.DataFrame:
                         "value": task.primary_score(point["metrics"], split),
                     }
                 )
-    frame = pd.DataFrame(rows, columns=["backbone", "task", "split", "epochs", "value"])
-    table = (
-        frame.groupby(["backbone", "task", "split", "epochs"], sort=True)["value"]
-        .agg(mean="mean", std=lambda v: v.std(ddof=1) if len(v) > 1 else np.nan, n="count")
-        .reset_index()
-    )
-    table["metric"] = [get_task(t).primary_metric for t in table["task"]]
-    return table[COLUMNS]
+    keys = ["backbone", "task", "split", "epochs"]
+    return over_seeds(pd.DataFrame(rows, columns=[*keys, "value"]), keys, sort=True)[COLUMNS]
 
 
-def bert_curve_markdown(table: pd.DataFrame) -> str:
+@page("BERT's fine-tuning curve", "BERT fine-tuning curve configured (experiments.bert_curve.tasks)")
+def bert_curve_markdown(table: pd.DataFrame) -> list[str]:
     """Per backbone and task: the score at each point (rows) on each scored split (columns)."""
-    title = "# BERT's fine-tuning curve"
-    if not len(table):
-        return f"{title}\n\n{UNCONFIGURED}\n"
     parts = [
-        title,
-        "",
         "Full fine-tuning with the baseline's settings, its learning-rate schedule spanning the last "
         "point, the model scored at every point on selection and dev (the original paper's Figure 1). "
         "Nothing is chosen from the curve. Mean ± std over seeds (n).",
@@ -70,4 +59,4 @@ def bert_curve_markdown(table: pd.DataFrame) -> str:
             ]
             rows.append([f"{epochs:g}", *cells, str(int(at["n"].max()))])
         parts += [markdown_table(["epochs", *splits, "n"], rows), ""]
-    return "\n".join(parts)
+    return parts

@@ -74,7 +74,8 @@ def candidate_runs(
     for r in map(read_json, bert_metrics):
         key = (r["model"], get_task(r["task"]).name, int(r["seed"]), Checkpoint(r["epoch_fraction"]))
         bert[key] = r
-        rows.append(_encoder_row(r, BERT, key[3], spent))
+        if r["metrics"] is not None:  # checkpoint 0's untrained head is not scored
+            rows.append(_encoder_row(r, BERT, key[3], spent))
     sizes = feature_bytes(manifests)
     records = sorted(map(read_json, head_metrics), key=lambda r: int(r["source"]["ft_seed"]))
     frozen_seen: set[tuple] = set()

@@ -62,8 +62,9 @@ def cost_table(bert_metrics, head_metrics, manifests, jobs: list[Job]) -> pd.Dat
                 "ft_seed": r["seed"],
                 "epoch_fraction": Checkpoint(r["epoch_fraction"]).fraction,
                 "finetune_s": r["train_seconds"],
-                "score": get_task(r["task"]).headline(r["metrics"]),
-                "selection": get_task(r["task"]).primary_score(r["metrics"], "selection"),
+                # checkpoint 0's untrained head is not scored
+                "score": get_task(r["task"]).headline(r["metrics"]) if r["metrics"] else np.nan,
+                "selection": get_task(r["task"]).primary_score(r["metrics"], "selection") if r["metrics"] else np.nan,
                 "device": r["device"],
             }
             for r in map(read_json, bert_metrics)

@@ -27,7 +27,7 @@ def _cell(block: pd.DataFrame, key) -> str:
     return fmt(row["mean"], row["std"], get_task(row["task"]).metric_scale())
 
 
-def _over_seeds(df: pd.DataFrame, keys: list[str], sort: bool = False, **extra) -> pd.DataFrame:
+def over_seeds(df: pd.DataFrame, keys: list[str], sort: bool = False, **extra) -> pd.DataFrame:
     """Mean, sample std and count of ``value`` per ``keys``, plus the task's primary metric name."""
     out = (
         df.groupby(keys, sort=sort)
@@ -91,17 +91,17 @@ def search_table(best_files: list[Path]) -> pd.DataFrame:
     )
 
 
-def _page(title: str, unconfigured: str):
+def page(title: str, unconfigured: str):
     """Decorator: a table's Markdown page, the lines of ``body(table)`` under ``title``; a page
     that says so when the experiment is not configured (an empty table)."""
 
     def wrap(body):
-        def page(table: pd.DataFrame) -> str:
+        def render(table: pd.DataFrame) -> str:
             if not len(table):
                 return f"# {title}\n\nNo {unconfigured}.\n"
             return "\n".join([f"# {title}", "", *body(table)])
 
-        return page
+        return render
 
     return wrap
 
@@ -113,7 +113,7 @@ def _seed_cell(values: pd.Series, seeds: pd.Series) -> str:
     return " / ".join(f"ft{seed}: {value}" for seed, value in zip(seeds, values))
 
 
-@_page("Hyperparameter search (optuna)", "search configured (tasks.<task>.search_heads)")
+@page("Hyperparameter search (optuna)", "search configured (tasks.<task>.search_heads)")
 def search_markdown(table: pd.DataFrame) -> list[str]:
     parts = [
         "One study per task, fine-tuning seed, checkpoint and head; the objective is the primary metric on "
@@ -193,7 +193,7 @@ def data_fraction_table(subset_runs: list[Path], full_runs: list[Path], bert_met
     for path in bert_metrics:
         m = read_json(path)
         checkpoint = Checkpoint(m["epoch_fraction"])
-        if (m["model"], m["task"], checkpoint) in checkpoints:
+        if m["metrics"] is not None and (m["model"], m["task"], checkpoint) in checkpoints:
             rows.append(
                 {
                     "backbone": m["model"],
@@ -206,7 +206,7 @@ def data_fraction_table(subset_runs: list[Path], full_runs: list[Path], bert_met
                 }
             )
     df = pd.DataFrame(rows, columns=["backbone", "task", "checkpoint", "model", "fraction", "train_examples", "value"])
-    return _over_seeds(
+    return over_seeds(
         df,
         ["backbone", "task", "checkpoint", "model", "fraction"],
         sort=True,
@@ -214,7 +214,7 @@ def data_fraction_table(subset_runs: list[Path], full_runs: list[Path], bert_met
     )
 
 
-@_page("Data fraction", "data-fraction experiment configured (experiments.data_fraction.tasks)")
+@page("Data fraction", "data-fraction experiment configured (experiments.data_fraction.tasks)")
 def data_fraction_markdown(table: pd.DataFrame) -> list[str]:
     parts = [
         "Heads trained on nested random subsets of the training features (selection and dev whole), "
@@ -258,7 +258,7 @@ def transfer_table(transfer_files: list[Path], bert_metrics: list[Path]) -> pd.D
     tasks = {(r["backbone"], r["task"]) for r in rows}
     for path in bert_metrics:
         m = read_json(path)
-        if (m["model"], m["task"]) in tasks:
+        if m["metrics"] is not None and (m["model"], m["task"]) in tasks:
             ckpt = f"{m['epoch_fraction']:g}"
             rows.append(
                 {
@@ -273,10 +273,10 @@ def transfer_table(transfer_files: list[Path], bert_metrics: list[Path]) -> pd.D
                 }
             )
     keys = ["backbone", "task", "model", "fraction", "standardization", "trained_on", "evaluated_on"]
-    return _over_seeds(pd.DataFrame(rows, columns=[*keys, "value"]), keys)
+    return over_seeds(pd.DataFrame(rows, columns=[*keys, "value"]), keys)
 
 
-@_page("Cross-checkpoint transfer", "transfer experiment configured (experiments.transfer.tasks)")
+@page("Cross-checkpoint transfer", "transfer experiment configured (experiments.transfer.tasks)")
 def transfer_markdown(table: pd.DataFrame) -> list[str]:
     parts = [
         "Each head trained on the hidden states of one checkpoint (rows), evaluated unchanged on the "
@@ -291,26 +291,17 @@ def transfer_markdown(table: pd.DataFrame) -> list[str]:
     for (backbone, task), block in table.groupby(["backbone", "task"], sort=True):
         ckpts = sorted(block["evaluated_on"].unique(), key=float)
         parts += [f"## {task} ({backbone}; {block['metric'].iloc[0]})", ""]
-        rows = []
+        keyed = []  # (sort key, row): sorted on the numbers, not on their formatted cells
         groups = block.groupby(["model", "fraction", "standardization", "trained_on"], sort=False)
         for (model, fraction, how, source), g in groups:
             by = g.set_index("evaluated_on")
-            rows.append(
-                [
-                    model,
-                    f"{fraction:.0%}",
-                    source,
-                    {"source": "trained on", "target": "evaluated on"}.get(how, ""),
-                    *[_cell(by, c) for c in ckpts],
-                ]
-            )
-        bert = [r for r in rows if r[0] == BERT]
+            standardized = {"source": "trained on", "target": "evaluated on"}.get(how, "")
+            row = [model, f"{fraction:.0%}", source, standardized, *[_cell(by, c) for c in ckpts]]
+            keyed.append(((standardized != "trained on", model, -fraction, float(source)), row))
+        bert = [r for _, r in keyed if r[0] == BERT]
         own_cells = [next((r[4 + i] for r in bert if r[2] == c), "") for i, c in enumerate(ckpts)]
         bert_row = [BERT, "100%", "(own)", "", *own_cells]
-        rows = sorted(
-            (r for r in rows if r[0] != BERT),
-            key=lambda r: (r[3] != "trained on", r[0], -float(r[1].rstrip("%")), float(r[2])),
-        )
+        rows = [r for _, r in sorted(((k, r) for k, r in keyed if r[0] != BERT), key=lambda kr: kr[0])]
         parts += [
             markdown_table(
                 ["head", "share of train", "trained on", "input standardized with", *[f"on {c} ep" for c in ckpts]],

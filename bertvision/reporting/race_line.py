@@ -14,7 +14,7 @@ def checkpoint_race_line(decisions: list[dict]) -> str:
     steps = []
     for d in decisions:
         best = d["best"]
-        score = f"{best['head']} {best['selection']:.3f}" if best else "no head scored"
+        score = f"{best['candidate']} {best['selection']:.3f}" if best else "no head scored"
         steps.append(f"{d['checkpoint']} ({score})")
     last = decisions[-1]
     end = (

@@ -73,6 +73,8 @@ def long_records(bert_metrics: list[Path], head_metrics: list[Path]) -> pd.DataF
     rows = []
     for path in bert_metrics:
         m = read_json(path)
+        if m["metrics"] is None:  # checkpoint 0's untrained head is not scored
+            continue
         task = get_task(m["task"])
         flags = prediction_flags(Path(path).with_name(BERT_PREDICTIONS), task)
         rows += _rows(
@@ -177,7 +179,7 @@ def results_markdown(summary: pd.DataFrame, title: str) -> str:
         f"# {title}",
         "",
         "Dev scores as mean ± sample std over seeds (n = number of runs). `BERT` is the backbone "
-        "with its own classification head at that checkpoint (at 0 epochs the head is untrained); "
+        "with its own classification head at that checkpoint (none at 0 epochs, where the head has not trained); "
         "the other rows are heads trained on that checkpoint's frozen hidden states. Head + BERT "
         "ensembles have their own section below. "
         "% params = trainable parameters as a share of the encoder's. `degenerate runs` counts runs "

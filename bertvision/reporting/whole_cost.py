@@ -81,6 +81,11 @@ class JobSeconds:
             key = self.key(job)
             if key is not None:
                 self.seconds[key] = self.seconds.get(key, 0.0) + _wall_seconds(job)
+        # each fine-tuning run's jobs, by checkpoint: (model, task, ft seed) -> [(checkpoint, s)]
+        self.finetune_runs: dict[tuple, list[tuple[Checkpoint, float]]] = {}
+        for (rule, *key), seconds in self.seconds.items():
+            if rule == "finetune":
+                self.finetune_runs.setdefault(tuple(key[:3]), []).append((key[3], seconds))
 
     @staticmethod
     def key(job: Job) -> tuple | None:
@@ -104,11 +109,8 @@ class JobSeconds:
 
     def finetune_up_to(self, model: str, task: str, ft_seed: int, checkpoint: Checkpoint) -> float:
         """Every fine-tuning job of the run up to and including ``checkpoint``."""
-        found = [
-            seconds
-            for (rule, *key), seconds in self.seconds.items()
-            if rule == "finetune" and key[:3] == [model, task, ft_seed] and key[3].fraction <= checkpoint.fraction
-        ]
+        runs = self.finetune_runs.get((model, task, ft_seed), [])
+        found = [seconds for ckpt, seconds in runs if ckpt.fraction <= checkpoint.fraction]
         return float(sum(found)) if found else np.nan
 
     def baseline(self, model: str, task: str, seed: int) -> float:

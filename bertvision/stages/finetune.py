@@ -1,7 +1,7 @@
 """The ``finetune`` stage: train the backbone with a sequence-classification head to one
 configured epoch fraction, going on from the one before, and save that checkpoint with BERT's
 own evaluation predictions and metrics. Fraction 0 is the pretrained encoder untouched (plus a
-freshly initialised head)."""
+freshly initialised head): saved, but not scored, since its head has not trained."""
 
 from __future__ import annotations
 
@@ -46,7 +46,8 @@ def finetune(
     if checkpoint.fraction not in fractions:
         raise ValueError(f"checkpoint {checkpoint} is not one of finetune.epoch_fractions {fractions}")
     position = fractions.index(checkpoint.fraction)
-    evals = EvalData.read(tokens_dir, raw_dir, scored_splits(task))
+    scored = checkpoint.fraction > 0
+    evals = EvalData.read(tokens_dir, raw_dir, scored_splits(task)) if scored else None
     schedule = settings.schedule_epochs or max(fractions[-1], 1e-9)
     session = EncoderSession([task], settings, compute, {task.name: tokens_dir}, schedule, seed, threads, micro_batches)
     trainer = session.trainers[task.name]
@@ -60,9 +61,11 @@ def finetune(
         if main:
             ckpt = checkpoint_dir(out_dir, checkpoint)
             save_checkpoint(trainer.model, ckpt)
-            metrics, predictions, logits = trainer.evaluate(evals)
-            atomic_write_parquet(predictions, ckpt / BERT_PREDICTIONS)
-            save_logits(ckpt / BERT_LOGITS, logits)
+            metrics = None  # an untrained head's predictions would be chance: no row, no ensemble
+            if scored:
+                metrics, predictions, logits = trainer.evaluate(evals)
+                atomic_write_parquet(predictions, ckpt / BERT_PREDICTIONS)
+                save_logits(ckpt / BERT_LOGITS, logits)
             record = {
                 "task": task.name,
                 "model": model_name,

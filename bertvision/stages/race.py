@@ -25,10 +25,10 @@ from bertvision.runtime.io import atomic_write_json, read_json
 log = logging.getLogger(__name__)
 
 
-def best_head(task: TaskSpec, head_dirs: list[Path]) -> dict | None:
-    """The head, or head + BERT ensemble, with the best mean selection score over its runs in
-    ``head_dirs`` (raced-out runs left aside): {head, selection, runs}; None when none has a
-    selection score."""
+def best_candidate(task: TaskSpec, head_dirs: list[Path]) -> dict | None:
+    """The candidate (a head, or head + BERT ensemble) with the best mean selection score over
+    its runs in ``head_dirs`` (raced-out runs left aside): {candidate, selection, runs}; None when
+    none has a selection score."""
     scores: dict[str, list[float]] = defaultdict(list)
     for path in head_metrics_files(head_dirs):
         record = read_json(path)
@@ -37,11 +37,11 @@ def best_head(task: TaskSpec, head_dirs: list[Path]) -> dict | None:
         scores[record["head"]].append(task.primary_score(record["metrics"], "selection"))
         for how, metrics in (record.get("ensembles") or {}).items():
             scores[ensemble_name(record["head"], how)].append(task.primary_score(metrics, "selection"))
-    means = {head: float(np.mean(v)) for head, v in scores.items() if not np.isnan(v).any()}
+    means = {name: float(np.mean(v)) for name, v in scores.items() if not np.isnan(v).any()}
     if not means:
         return None
-    head = max(sorted(means), key=lambda h: means[h])  # ties: the first name
-    return {"head": head, "selection": means[head], "runs": len(scores[head])}
+    best = max(sorted(means), key=lambda name: means[name])  # ties: the first name
+    return {"candidate": best, "selection": means[best], "runs": len(scores[best])}
 
 
 def decide_checkpoint(
@@ -54,11 +54,11 @@ def decide_checkpoint(
     previous: Path | None = None,
     last: bool = False,
 ) -> dict:
-    """Write (and return) the race's decision at ``checkpoint``: the best head there, the best of
+    """Write (and return) the race's decision at ``checkpoint``: the best candidate there, the best of
     the earlier checkpoints (``previous``: the decision before this one) and whether fine-tuning
     goes on to the next checkpoint."""
     before = read_json(previous) if previous else None
-    best = best_head(task, head_dirs)
+    best = best_candidate(task, head_dirs)
     here = best["selection"] if best else None
     best_before = before["best_so_far"] if before else None
     bar = race.min_gain * task.metric_scale()
