@@ -5,9 +5,10 @@ the figures of a run already made.
     python scripts/retable.py WORKDIR OUT_DIR [--heads lp ap ...]
 
 The runs are every fine-tuning checkpoint under WORKDIR/models that has a heads directory and,
-where the race decided (WORKDIR/race), only the checkpoints it reached; extraction is taken as one
-shard per checkpoint (the default). OUT_DIR gets the tables stage's files (summary.md, cost.md, ...).
-Then, for a grid run and a racing run: each task's pick and its whole cost against full fine-tuning."""
+where the race decided (WORKDIR/race), only the checkpoints it reached; the extraction's shards
+per checkpoint are read from the feature manifests. OUT_DIR gets the tables stage's files
+(summary.md, cost.md, ...). Race decisions written before their best entry was named `candidate`
+(ab8ab48) are read through a renamed copy under OUT_DIR/race-decisions."""
 
 from __future__ import annotations
 
@@ -20,9 +21,33 @@ from bertvision.layout import Checkpoint, Run
 from bertvision.stages.tables import build_tables
 
 
+def current_decisions(paths: list[Path], copies: Path) -> list[Path]:
+    """The race decisions as today's reporting reads them: an older file's ``best.head`` (which
+    named a candidate, head or ensemble) becomes ``best.candidate`` in a copy."""
+    current = []
+    for path in paths:
+        d = json.loads(path.read_text())
+        best = d.get("best") or {}
+        if "head" in best:
+            d["best"] = {("candidate" if k == "head" else k): v for k, v in best.items()}
+            path = copies / path
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(d))
+        current.append(path)
+    return current
+
+
+def extraction_shards(manifests: list[Path]) -> int:
+    """Extraction jobs per checkpoint: each job writes one shard of every split."""
+    counts = {len(split["shards"]) for m in manifests for split in json.loads(m.read_text())["splits"].values()}
+    if len(counts) > 1:
+        raise SystemExit(f"the runs' feature manifests disagree on the number of shards: {sorted(counts)}")
+    return counts.pop() if counts else 1
+
+
 def rebuild(workdir: Path, out_dir: Path, heads: list[str]) -> None:
     os.chdir(workdir)  # benchmark and log paths are relative to the working directory
-    decisions = sorted(Path("race").glob("*/*/*.json"))
+    decisions = current_decisions(sorted(Path("race").glob("*/*/*.json")), out_dir / "race-decisions")
     reached: dict[tuple, set] = {}
     for path in decisions:
         d = json.loads(path.read_text())
@@ -41,7 +66,8 @@ def rebuild(workdir: Path, out_dir: Path, heads: list[str]) -> None:
         manifests += [manifest] if manifest.exists() else []
         workers += sorted((Path("search") / model / task / ckpt.parts[3] / ckpt.name).glob("*/worker-*.json"))
     baselines = sorted(Path("baselines").glob("*/*/seed*/metrics.json"))
-    build_tables(bert, head_dirs, manifests, runs, 1, heads, out_dir.resolve(), baselines, workers, decisions)
+    shards = extraction_shards(manifests)
+    build_tables(bert, head_dirs, manifests, runs, shards, heads, out_dir.resolve(), baselines, workers, decisions)
 
 
 def main() -> None:
