@@ -21,11 +21,11 @@ FLOORS = [
     {"training"},
     {"features"},
     {"evaluation"},
-    {"config"},
+    {"config", "runtime"},
     {"models"},
     {"data"},
     {"layout", "registry"},
-    {"runtime", "errors", "__init__"},
+    {"files", "errors", "__init__"},
 ]
 FLOOR = {room: level for level, rooms in enumerate(FLOORS) for room in rooms}
 

@@ -19,10 +19,10 @@ import pandas as pd
 import pytest
 import torch
 
+from bertvision.files import read_json
 from bertvision.layout import BERT_LOGITS, HEAD_METRICS, HEAD_PREDICTIONS, Checkpoint, head_run_dir, head_runs
 from bertvision.models.head_io import load_head
 from bertvision.registry.tasks import get_task
-from bertvision.runtime.io import read_json
 from bertvision.serving.bundle import BundleError, load_bundle
 from bertvision.serving.bundle_writer import write_bundle
 from tests.conftest import squad_slice, workflow_settings

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bertvision.runtime.io import atomic_path
+from bertvision.files import atomic_path
 
 
 def save_logits(path: Path, logits: dict[str, list | np.ndarray]) -> None:

@@ -12,8 +12,8 @@ import numpy as np
 
 from bertvision.errors import FeatureError
 from bertvision.features.store import FORMAT
+from bertvision.files import disk_full
 from bertvision.models.encoder_io import SUMMARY_POSITION
-from bertvision.runtime.io import disk_full
 
 CHUNK_BYTES = 1 << 20
 # Shard writers whose file found no room. HDF5 can then neither flush nor close the file, and

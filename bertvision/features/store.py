@@ -21,8 +21,8 @@ import h5py
 import numpy as np
 
 from bertvision.errors import FeatureError
+from bertvision.files import atomic_write_json, read_json, sha256_file
 from bertvision.layout import shard_file
-from bertvision.runtime.io import atomic_write_json, read_json, sha256_file
 
 FORMAT = "bertvision-features/1"
 

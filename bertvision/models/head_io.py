@@ -8,9 +8,9 @@ from pathlib import Path
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from bertvision.files import atomic_path, read_json
 from bertvision.layout import HEAD_METRICS, HEAD_WEIGHTS
 from bertvision.models.heads import Standardized, build_head
-from bertvision.runtime.io import atomic_path, read_json
 
 
 def save_head(head: nn.Module, head_name: str, spec: dict, run_dir: Path) -> None:

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from bertvision.files import read_json
 from bertvision.registry.tasks import get_task
 from bertvision.reporting.experiments import over_seeds, page
 from bertvision.reporting.markdown import fmt, markdown_table
-from bertvision.runtime.io import read_json
 
 COLUMNS = ["backbone", "task", "split", "epochs", "metric", "mean", "std", "n"]
 

@@ -10,12 +10,12 @@ import numpy as np
 import pandas as pd
 
 from bertvision.evaluation.ensemble import ensemble_rules
+from bertvision.files import read_json
 from bertvision.layout import Checkpoint, Job, source_checkpoint
 from bertvision.registry.tasks import get_task
 from bertvision.reporting.costs import feature_bytes, storage_cost
 from bertvision.reporting.results import BERT, ensemble_name, raced_out, repeats_frozen_run
 from bertvision.reporting.whole_cost import JobSeconds
-from bertvision.runtime.io import read_json
 
 FULL_FT = "full fine-tuning"
 

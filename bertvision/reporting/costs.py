@@ -11,11 +11,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from bertvision.files import read_json
 from bertvision.layout import Checkpoint, Job, source_checkpoint
 from bertvision.registry.tasks import get_task
 from bertvision.reporting.markdown import markdown_table
 from bertvision.reporting.whole_cost import CHECKPOINT_KEYS, SEED_KEYS, JobSeconds, SelectionCost
-from bertvision.runtime.io import read_json
 
 
 def feature_bytes(manifests) -> dict[tuple, float]:

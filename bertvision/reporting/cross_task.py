@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from bertvision.files import read_json
 from bertvision.layout import SharedEncoder, head_metrics_files
 from bertvision.registry.tasks import get_task
 from bertvision.reporting.markdown import fmt, markdown_table
 from bertvision.reporting.results import raced_out
-from bertvision.runtime.io import read_json
 
 OWN, FROZEN, OTHER, MIXTURE, AS_IS = "own encoder", "frozen", "other task's encoder", "mixture", "source head as is"
 COLUMNS = [

@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from bertvision.files import read_json
 from bertvision.layout import Checkpoint, source_checkpoint
 from bertvision.registry.tasks import get_task
 from bertvision.reporting.markdown import fmt, markdown_table
 from bertvision.reporting.results import BERT
-from bertvision.runtime.io import read_json
 
 
 def _primary(task: str, metrics: dict) -> float:

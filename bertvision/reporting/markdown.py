@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bertvision.runtime.io import atomic_path
+from bertvision.files import atomic_path
 
 
 def fmt(mean: float, std: float, scale: float = 1.0) -> str:

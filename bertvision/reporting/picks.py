@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bertvision.errors import DataFormatError
+from bertvision.files import atomic_write_json, read_json
 from bertvision.layout import Checkpoint
-from bertvision.runtime.io import atomic_write_json, read_json
 
 PICKS_FORMAT = 1
 

@@ -14,11 +14,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from bertvision.files import read_json  # noqa: E402
 from bertvision.layout import plot, score_vs_epochs_plot, source_checkpoint  # noqa: E402
 from bertvision.registry.tasks import get_task  # noqa: E402
 from bertvision.reporting.results import BERT, repeats_frozen_run  # noqa: E402
 from bertvision.reporting.summary import FULL_FT, ROW_KINDS  # noqa: E402
-from bertvision.runtime.io import read_json  # noqa: E402
 
 PANELS_PER_ROW = 3  # a grid, not one long row: six tasks in one 2,700 px row were unreadable
 

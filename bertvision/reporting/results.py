@@ -10,11 +10,11 @@ import pandas as pd
 
 from bertvision.evaluation.ensemble import ENSEMBLES, ensemble_rules
 from bertvision.evaluation.flags import metric_flag, prediction_flags
+from bertvision.files import read_json
 from bertvision.layout import BERT_PREDICTIONS, HEAD_PREDICTIONS, source_checkpoint
 from bertvision.registry.task_spec import TaskSpec
 from bertvision.registry.tasks import get_task
 from bertvision.reporting.markdown import fmt, markdown_table
-from bertvision.runtime.io import read_json
 
 BERT = "BERT"
 

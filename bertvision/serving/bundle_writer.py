@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bertvision.errors import SettingsError
+from bertvision.files import atomic_dir, atomic_write_json, read_json
 from bertvision.layout import BUNDLE_ENCODER, BUNDLE_HEAD, BUNDLE_INDEX, HEAD_METRICS, HEAD_WEIGHTS, head_runs
 from bertvision.registry.heads import is_token_head
 from bertvision.registry.task_spec import TaskSpec
 from bertvision.registry.tasks import get_task
-from bertvision.runtime.io import atomic_dir, atomic_write_json, read_json
 from bertvision.runtime.precision import PRECISIONS
 from bertvision.serving.bundle import FORMAT, Bundle, BundleError, check_safetensors_dir, load_bundle
 from bertvision.serving.settings import checked_task_settings

@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bertvision.errors import SettingsError
+from bertvision.files import atomic_dir, atomic_write_json
 from bertvision.layout import BUNDLE_SET_INDEX, Checkpoint
 from bertvision.registry.tasks import get_task
 from bertvision.reporting.picks import Pick, read_picks
-from bertvision.runtime.io import atomic_dir, atomic_write_json
 from bertvision.serving.bundle import BundleError
 from bertvision.serving.bundle_writer import collect_runs, write_bundle
 from bertvision.serving.settings import checked_task_settings

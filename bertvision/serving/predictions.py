@@ -14,9 +14,9 @@ from pathlib import Path
 import pandas as pd
 
 from bertvision.errors import MissingError
+from bertvision.files import atomic_path
 from bertvision.layout import split_file
 from bertvision.registry.task_spec import UNLABELLED, TaskSpec
-from bertvision.runtime.io import atomic_path
 from bertvision.serving.bundle import Bundle, bundle_paths, load_bundle
 from bertvision.serving.engine import Engine
 from bertvision.serving.items import ExampleResult, TextItem

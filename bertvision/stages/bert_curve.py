@@ -12,8 +12,8 @@ import logging
 from pathlib import Path
 
 from bertvision.config.settings import CurveSettings, FinetuneCompute
+from bertvision.files import atomic_write_json
 from bertvision.registry.task_spec import TaskSpec
-from bertvision.runtime.io import atomic_write_json
 from bertvision.training.encoder import EvalData, scored_splits
 from bertvision.training.encoder_session import EncoderSession
 

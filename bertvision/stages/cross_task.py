@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from bertvision.files import atomic_path
 from bertvision.layout import SharedEncoder, table
 from bertvision.reporting.cross_task import (
     cross_task_heatmap,
@@ -16,7 +17,6 @@ from bertvision.reporting.cross_task import (
     heads_applied_as_is,
 )
 from bertvision.reporting.markdown import write_csv, write_text
-from bertvision.runtime.io import atomic_path
 
 TABLE_NAME = "cross_task"
 

@@ -18,9 +18,9 @@ from bertvision.data.glue_files import locate, parse_split
 from bertvision.data.hub import declared_source, load_declared_questions, load_declared_split, load_hub_split
 from bertvision.data.task_files import read_task_file
 from bertvision.errors import DataFormatError
+from bertvision.files import atomic_write_parquet
 from bertvision.layout import split_file
 from bertvision.registry.task_spec import UNLABELLED, TaskSpec, splits_of
-from bertvision.runtime.io import atomic_write_parquet
 
 log = logging.getLogger(__name__)
 

@@ -27,11 +27,11 @@ from bertvision.data.tokenized import TokenizedSplit, collate, sorted_batches
 from bertvision.errors import DiskFullError, DiskSpaceError
 from bertvision.features.encode import cls_states, frozen_encoder, token_states
 from bertvision.features.shard_writer import ShardWriter, TokenShardWriter, shard_rows
+from bertvision.files import disk_full
 from bertvision.layout import shard_file, split_file
 from bertvision.models.backbone import encoder_parameter_count
 from bertvision.models.encoder_io import hidden_state_shape, pad_id
 from bertvision.runtime.device import pick_device, resolve_precision, set_threads, to_device
-from bertvision.runtime.io import disk_full
 
 log = logging.getLogger(__name__)
 

@@ -12,9 +12,9 @@ import torch
 
 from bertvision.config.settings import FinetuneCompute, FinetuneSettings
 from bertvision.evaluation.ensemble import save_logits
+from bertvision.files import atomic_path, atomic_write_json, atomic_write_parquet
 from bertvision.layout import BERT_LOGITS, BERT_METRICS, BERT_PREDICTIONS, RESUME_STATE, Checkpoint, checkpoint_dir
 from bertvision.registry.task_spec import TaskSpec
-from bertvision.runtime.io import atomic_path, atomic_write_json, atomic_write_parquet
 from bertvision.training.encoder import EvalData, scored_splits
 from bertvision.training.encoder_session import EncoderSession, save_checkpoint
 

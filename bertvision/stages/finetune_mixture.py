@@ -13,9 +13,9 @@ import logging
 from pathlib import Path
 
 from bertvision.config.settings import FinetuneCompute, MixtureSettings
+from bertvision.files import atomic_write_json
 from bertvision.layout import MIXTURE_RECORD
 from bertvision.registry.tasks import get_task
-from bertvision.runtime.io import atomic_write_json
 from bertvision.training.encoder_session import EncoderSession, save_checkpoint
 
 log = logging.getLogger(__name__)

@@ -13,12 +13,12 @@ import torch
 from torch import nn
 
 from bertvision.config.settings import HeadRuntimeSettings
+from bertvision.files import atomic_write_json, read_json
 from bertvision.layout import HEAD_METRICS, head_runs
 from bertvision.models.head_io import load_head
 from bertvision.registry.task_spec import TaskSpec
 from bertvision.reporting.results import raced_out
 from bertvision.runtime.device import set_threads
-from bertvision.runtime.io import atomic_write_json, read_json
 from bertvision.training.problems import Problems
 
 log = logging.getLogger(__name__)

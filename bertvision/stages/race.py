@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 
 from bertvision.config.settings import RaceSettings
+from bertvision.files import atomic_write_json, read_json
 from bertvision.layout import Checkpoint, head_metrics_files
 from bertvision.registry.task_spec import TaskSpec
 from bertvision.reporting.results import ensemble_name, raced_out
-from bertvision.runtime.io import atomic_write_json, read_json
 
 log = logging.getLogger(__name__)
 

@@ -19,11 +19,11 @@ import optuna
 
 from bertvision.config.settings import HeadRuntimeSettings, HeadSettings, HeadTrainingSettings, SearchSettings
 from bertvision.features.source import StreamSource
+from bertvision.files import atomic_write_json, read_json
 from bertvision.layout import STUDY_LABEL
 from bertvision.registry.heads import searchable_parameters
 from bertvision.registry.task_spec import TaskSpec
 from bertvision.runtime.device import set_threads
-from bertvision.runtime.io import atomic_write_json, read_json
 from bertvision.training.loop import train_one
 from bertvision.training.problems import Problems
 from bertvision.training.search_space import applicable_space, apply_params

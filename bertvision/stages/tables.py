@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from bertvision.files import read_json
 from bertvision.layout import Run, baseline_job, head_metrics_files, picks_record, table, timing_jobs
 from bertvision.reporting.candidates import candidate_runs
 from bertvision.reporting.costs import cost_markdown, cost_table
@@ -18,7 +19,6 @@ from bertvision.reporting.results import long_records, result_tables
 from bertvision.reporting.summary import choose_picks, summary_markdown, summary_table
 from bertvision.reporting.timing import stage_precisions, timing_markdown, timing_table
 from bertvision.reporting.whole_cost import race_jobs, search_jobs
-from bertvision.runtime.io import read_json
 
 # Every table this stage writes (each as .md and .csv).
 TABLE_NAMES = ("summary", "glue", "squad", "cost", "timing")

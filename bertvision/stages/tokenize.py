@@ -13,12 +13,12 @@ from bertvision.config.settings import TokenizeSettings
 from bertvision.data.squad_windows import build_windows
 from bertvision.data.token_ids import tokenize_frame
 from bertvision.errors import ConfigError
+from bertvision.files import atomic_write_parquet
 from bertvision.layout import split_file
 from bertvision.models.backbone import load_tokenizer
 from bertvision.models.encoder_io import load_model_config, summary_position, uses_token_types
 from bertvision.registry.metrics import question_gold
 from bertvision.registry.task_spec import TaskSpec, splits_of
-from bertvision.runtime.io import atomic_write_parquet
 
 log = logging.getLogger(__name__)
 

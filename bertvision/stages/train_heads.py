@@ -16,12 +16,12 @@ from typing import NamedTuple
 from bertvision.config.settings import HeadRuntimeSettings, HeadSettings, RaceSettings
 from bertvision.evaluation.ensemble import load_logits
 from bertvision.features.source import StreamSource
+from bertvision.files import atomic_write_json, atomic_write_parquet, read_json
 from bertvision.layout import HEAD_METRICS, HEAD_PREDICTIONS, head_run_dir
 from bertvision.models.head_io import save_head
 from bertvision.models.heads import Standardized, count_parameters
 from bertvision.registry.task_spec import TaskSpec
 from bertvision.runtime.device import set_threads
-from bertvision.runtime.io import atomic_write_json, atomic_write_parquet, read_json
 from bertvision.training.loop import Lockstep, SeededHead
 from bertvision.training.problems import Problems
 from bertvision.training.racing import race as run_race

@@ -12,12 +12,12 @@ import logging
 from pathlib import Path
 
 from bertvision.config.settings import HeadRuntimeSettings
+from bertvision.files import atomic_write_json, read_json
 from bertvision.layout import HEAD_METRICS, head_runs
 from bertvision.models.head_io import load_head
 from bertvision.models.heads import Standardized
 from bertvision.registry.task_spec import TaskSpec
 from bertvision.runtime.device import set_threads
-from bertvision.runtime.io import atomic_write_json, read_json
 from bertvision.training.problems import Problems
 
 log = logging.getLogger(__name__)

@@ -18,12 +18,12 @@ from tqdm import tqdm
 
 from bertvision.config.settings import BaselineSettings, FinetuneCompute, FinetuneSettings, MixtureSettings
 from bertvision.data.tokenized import TokenizedSplit
+from bertvision.files import atomic_path
 from bertvision.layout import split_file
 from bertvision.models.backbone import encoder_parameter_count
 from bertvision.registry.task_spec import TaskSpec
 from bertvision.runtime.device import pick_device, resolve_precision, set_threads
 from bertvision.runtime.distributed import Ranks
-from bertvision.runtime.io import atomic_path
 from bertvision.training.encoder import EncoderTrainer, load_classifier, optimizer_step_state, steps_per_epoch
 
 log = logging.getLogger(__name__)
