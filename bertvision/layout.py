@@ -39,14 +39,15 @@ FINETUNE_DIR = "models/{model}/{task}/ft{ftseed}"
 CHECKPOINT_SUBDIR = "ckpt-{frac}"
 CHECKPOINT_DIR = f"{FINETUNE_DIR}/{CHECKPOINT_SUBDIR}"
 # What the finetune stage writes into every checkpoint directory: the encoder with its task head,
-# and that model's own evaluation (BERT's row in every table).
+# its training record (steps, examples, seconds, device; "metrics" null) and what the run's next
+# checkpoint goes on from (optimizer, schedule, batch order, clock).
+TRAIN_RECORD, RESUME_STATE = "train.json", "resume.pt"
+CHECKPOINT_FILES = ("model.safetensors", "config.json", TRAIN_RECORD, RESUME_STATE)
+# BERT's own head scored on selection and the evaluation splits (its row in every table; rule
+# score_bert), at every checkpoint but 0, whose head has not trained: the training record with
+# its metrics, the predictions and the logits (the head + BERT ensembles read them).
 BERT_METRICS, BERT_PREDICTIONS, BERT_LOGITS = "eval_metrics.json", "eval_predictions.parquet", "eval_logits.npz"
-# and what the run's next checkpoint goes on from (optimizer, schedule, batch order, clock)
-RESUME_STATE = "resume.pt"
-CHECKPOINT_FILES = ("model.safetensors", "config.json", BERT_METRICS, BERT_PREDICTIONS, BERT_LOGITS, RESUME_STATE)
-# Checkpoint 0 is the pretrained encoder with a head that has not trained: it is saved (for the
-# extraction and the next checkpoint) but not scored, so its metrics record holds no metrics.
-UNTRAINED_CHECKPOINT_FILES = ("model.safetensors", "config.json", BERT_METRICS, RESUME_STATE)
+BERT_SCORE_FILES = (BERT_METRICS, BERT_PREDICTIONS, BERT_LOGITS)
 CHECKPOINT_FILE = f"{CHECKPOINT_DIR}/{{file}}"
 
 # The full fine-tuning baseline: one directory per seed, with the kept epoch's evaluation.
@@ -115,6 +116,7 @@ JOB_KEYS = {
     "download": ("task",),
     "tokenize": ("task", "model"),
     "finetune": ("task", "model", "ftseed", "frac"),
+    "score_bert": ("task", "model", "ftseed", "frac"),
     "baseline": ("task", "model", "seed"),
     "extract": ("task", "model", "ftseed", "frac", "shard"),
     "feature_manifest": ("task", "model", "ftseed", "frac"),
@@ -194,6 +196,17 @@ def checkpoint_dir(finetune_dir: Path, checkpoint: Checkpoint) -> Path:
 
 def shard_file(shard_dir: Path, split: str) -> Path:
     return Path(shard_dir) / f"{split}.h5"
+
+
+# BERT's own head's logits on a shard's rows of the scored splits, kept by an extraction that ran the
+# task model (its states and BERT's outputs from one pass); rule score_bert scores them.
+SHARD_BERT_LOGITS = "bert_logits.npz"
+
+
+def bert_record_file(checkpoint: Checkpoint) -> str:
+    """The file of a checkpoint's directory that holds BERT's record there: its scores, or at
+    checkpoint 0 (not scored) the training record."""
+    return BERT_METRICS if checkpoint.fraction > 0 else TRAIN_RECORD
 
 
 def head_run_dir(heads_dir: Path, head: str, seed: int) -> Path:
@@ -351,7 +364,8 @@ def baseline_job(model: str, task: str, seed: int) -> Job:
 
 
 def timing_jobs(runs: list[Run], n_shards: int, baselines: tuple[Job, ...] = ()) -> list[Job]:
-    """Every job of the main pipeline behind ``runs`` (download to train_heads), once each,
+    """Every job of the main pipeline behind ``runs`` (download to train_heads, BERT's scoring
+    included), once each,
     and the ``baselines`` (full fine-tuning jobs)."""
     jobs: dict[tuple, Job] = {}
 
@@ -362,6 +376,8 @@ def timing_jobs(runs: list[Run], n_shards: int, baselines: tuple[Job, ...] = ())
         add("download", task=run.task)
         add("tokenize", task=run.task, model=run.model)
         add("finetune", **run.keys)
+        if run.checkpoint.fraction > 0:
+            add("score_bert", **run.keys)
         if run.stored:
             for shard in range(n_shards):
                 add("extract", **run.keys, shard=shard)

@@ -234,6 +234,26 @@ def race_inputs(wildcards):
     return {"heads": heads, "previous": previous}
 
 
+def scored_in_extraction(run):
+    """Whether BERT's head at ``run``'s checkpoint is scored from its extraction's pass: where the
+    states are stored and the head has trained (not checkpoint 0)."""
+    return run.stored and run.checkpoint.fraction > 0
+
+
+def bert_scoring_inputs(wildcards):
+    """What BERT's scoring reads: the training record, the tokens and raw rows of the scored
+    splits, and the extraction's shards (stored states) or the checkpoint's weights."""
+    run = run_of(wildcards)
+    files = {
+        "record": run.format(L.CHECKPOINT_FILE, file=L.TRAIN_RECORD),
+        "tokens": L.TOKENS_DIR.format(**wildcards),
+        "raw": L.RAW_DIR.format(**wildcards),
+    }
+    if scored_in_extraction(run):
+        return {**files, "shards": shard_dirs(wildcards)}
+    return {**files, "model": run.format(L.CHECKPOINT_FILE, file="model.safetensors")}
+
+
 def bert_logits_input(wildcards):
     """BERT's logits for a head job's ensembles: none at checkpoint 0, whose head has not trained."""
     if L.Checkpoint.named(wildcards.frac).fraction == 0:
@@ -242,7 +262,8 @@ def bert_logits_input(wildcards):
 
 
 def bert_metrics_of(runs):
-    return [run.format(L.CHECKPOINT_FILE, file=L.BERT_METRICS) for run in runs]
+    """BERT's record at each run's checkpoint: its scores, or at checkpoint 0 its training record."""
+    return [run.format(L.CHECKPOINT_FILE, file=L.bert_record_file(run.checkpoint)) for run in runs]
 
 
 def head_dirs_of(runs):
@@ -411,6 +432,16 @@ def bert_curve_request(key):
 def all_bert_curve_files():
     return [L.BERT_CURVE_FILE.format(model=m, task=t, seed=s)
             for m in S.models for t in S.bert_curve_tasks() for s in S.bert_curve_seeds()]
+
+
+def bert_scoring_request(key):
+    """Scoring outputs the extraction kept is light; running the checkpoint asks what an extraction does."""
+    def request(wildcards, attempt):
+        if scored_in_extraction(run_of(wildcards)):
+            return {"mem_mb": 2000, "runtime": 10 * attempt}[key]
+        return extract_request(key)(wildcards, attempt)
+
+    return request
 
 
 def extract_request(key):

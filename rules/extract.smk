@@ -1,7 +1,8 @@
 rule extract:
     """Shard {shard} of every split of a task: the [CLS] hidden state of every layer of a
     frozen checkpoint (every real token's for span tasks and tasks with token_features), one
-    HDF5 file per split."""
+    HDF5 file per split; at a fine-tuned checkpoint, BERT's own head's outputs on the scored
+    splits from the same pass (rule score_bert scores them)."""
     input:
         checkpoint=expand(L.CHECKPOINT_FILE, file="model.safetensors", allow_missing=True)[0],
         tokens=rules.tokenize.output,
@@ -13,6 +14,7 @@ rule extract:
         compute=as_json(S.extract_compute()),
         attrs=lambda wc: as_json(S.extract_attrs(run_of(wc))),
         n_shards=S.shards,
+        bert_logits=lambda wc: "--bert-logits" if scored_in_extraction(run_of(wc)) else "",
     log:
         L.log("extract"),
     benchmark:
@@ -29,7 +31,7 @@ rule extract:
         "bertvision extract --task {wildcards.task} --checkpoint {params.checkpoint} --tokens-dir {input.tokens} "
         "--out-dir {output} --shard {wildcards.shard} --shards {params.n_shards} "
         "--settings {params.settings:q} --compute {params.compute:q} --attrs {params.attrs:q} "
-        "--micro-batches {resources.micro_batches} --threads {threads} > {log} 2>&1"
+        "{params.bert_logits} --micro-batches {resources.micro_batches} --threads {threads} > {log} 2>&1"
 
 
 rule feature_manifest:

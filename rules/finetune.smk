@@ -1,13 +1,10 @@
 rule finetune:
-    """Partial fine-tuning to one checkpoint (safetensors, BERT's own evaluation predictions and
-    metrics, and the state the next checkpoint goes on from), from the checkpoint before it;
-    fraction 0 = the pretrained encoder (rule untrained_checkpoint). One job per checkpoint: a race
-    stops the run between two."""
-    wildcard_constraints:
-        frac=r"[0-9.]*[1-9][0-9.]*",  # any checkpoint but 0
+    """Partial fine-tuning to one checkpoint (safetensors, its training record, and the state the
+    next checkpoint goes on from), from the checkpoint before it; fraction 0 = the pretrained
+    encoder with a freshly initialised head. One job per checkpoint: a race stops the run between
+    two."""
     input:
         tokens=rules.tokenize.output,
-        raw=rules.download.output,
         previous=previous_checkpoint,
     output:
         expand(L.CHECKPOINT_FILE, file=L.CHECKPOINT_FILES, allow_missing=True),
@@ -32,18 +29,40 @@ rule finetune:
     shell:
         "{params.bertvision} finetune --task {wildcards.task} --model {wildcards.model} "
         "--settings {params.settings:q} --compute {params.compute:q} --tokens-dir {input.tokens} "
-        "--raw-dir {input.raw} --out-dir {params.out_dir} --seed {wildcards.ftseed} --checkpoint {wildcards.frac} "
+        "--out-dir {params.out_dir} --seed {wildcards.ftseed} --checkpoint {wildcards.frac} "
         "--micro-batches {resources.micro_batches} --threads {threads} > {log} 2>&1"
 
 
-use rule finetune as untrained_checkpoint with:
-    """Checkpoint 0: the pretrained encoder and a freshly initialised task head, saved for the
-    extraction and the next checkpoint. Not scored: the head has not trained, so BERT has no row
-    and no ensemble there."""
+rule score_bert:
+    """BERT's own head at a checkpoint, scored on selection and the evaluation splits (its table
+    row; its logits feed the head + BERT ensembles): from the outputs the extraction kept beside
+    the states where they are stored (one pass over the checkpoint, not two), else (streamed
+    states) by running the checkpoint here. Checkpoint 0 is not scored: its head has not trained."""
     wildcard_constraints:
-        frac="0",
+        frac=r"[0-9.]*[1-9][0-9.]*",  # any checkpoint but 0
+    input:
+        unpack(bert_scoring_inputs),
     output:
-        expand(L.CHECKPOINT_FILE, file=L.UNTRAINED_CHECKPOINT_FILES, allow_missing=True),
+        expand(L.CHECKPOINT_FILE, file=L.BERT_SCORE_FILES, allow_missing=True),
+    params:
+        settings=lambda wc: as_json(S.finetune(wc.model, wc.task)),
+        compute=as_json(S.finetune_compute()),
+        checkpoint=lambda wc: run_of(wc).format(L.CHECKPOINT_DIR),
+        shards=lambda wc, input: " ".join(["--shard-dirs", *input.shards]) if "shards" in input.keys() else "",
+    log:
+        L.log("score_bert"),
+    benchmark:
+        L.benchmark("score_bert")
+    threads: lambda wc: 1 if scored_in_extraction(run_of(wc)) else S.threads
+    resources:
+        gpu=lambda wc: 0 if scored_in_extraction(run_of(wc)) else GPU,
+        gpu_model=GPU_MODEL,
+        mem_mb=bert_scoring_request("mem_mb"),
+        runtime=bert_scoring_request("runtime"),
+    shell:
+        "bertvision score-bert --task {wildcards.task} --settings {params.settings:q} --compute {params.compute:q} "
+        "--checkpoint {params.checkpoint} --tokens-dir {input.tokens} --raw-dir {input.raw} {params.shards} "
+        "--threads {threads} > {log} 2>&1"
 
 
 rule baseline:

@@ -48,6 +48,7 @@ use rule extract as extract_shared with:
         compute=as_json(S.extract_compute()),
         attrs=lambda wc: as_json(S.shared_extract_attrs(wc.model, wc.encoder, int(wc.ftseed), wc.task)),
         n_shards=S.shards,
+        bert_logits="",  # a shared encoder's states only: no BERT output layer belongs to it
     log:
         L.log("extract_shared"),
     benchmark:

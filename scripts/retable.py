@@ -8,7 +8,10 @@ The runs are every fine-tuning checkpoint under WORKDIR/models that has a heads 
 where the race decided (WORKDIR/race), only the checkpoints it reached; the extraction's shards
 per checkpoint are read from the feature manifests. OUT_DIR gets the tables stage's files
 (summary.md, cost.md, ...). Race decisions written before their best entry was named `candidate`
-(ab8ab48) are read through a renamed copy under OUT_DIR/race-decisions."""
+(ab8ab48) are read through a renamed copy under OUT_DIR/race-decisions. A run made before BERT's
+head had its own scoring job (rule score_bert) scored it inside each fine-tuning job, whose
+benchmark file counts it: such a checkpoint gets a score_bert benchmark file of 0 seconds in
+WORKDIR/benchmarks (the only file this script writes there)."""
 
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ import json
 import os
 from pathlib import Path
 
-from bertvision.layout import Checkpoint, Run
+from bertvision.layout import BERT_METRICS, Checkpoint, Job, Run, bert_record_file
 from bertvision.stages.tables import build_tables
 
 
@@ -60,8 +63,18 @@ def rebuild(workdir: Path, out_dir: Path, heads: list[str]) -> None:
         if not heads_dir.is_dir() or (decisions and frac not in reached.get((model, task), set())):
             continue
         manifest = Path("features") / model / task / ckpt.parts[3] / ckpt.name / "manifest.json"
-        runs.append(Run(model, task, ft, Checkpoint.named(frac), manifest.exists()))
-        bert.append(ckpt / "eval_metrics.json")
+        run = Run(model, task, ft, Checkpoint.named(frac), manifest.exists())
+        runs.append(run)
+        record = ckpt / bert_record_file(run.checkpoint)
+        bert.append(record if record.exists() else ckpt / BERT_METRICS)  # older runs: eval_metrics.json at 0
+        scoring = Path(Job("score_bert", run.keys).benchmark)
+        if (
+            run.checkpoint.fraction > 0
+            and not scoring.exists()
+            and "scored_from" not in json.loads(bert[-1].read_text())
+        ):
+            scoring.parent.mkdir(parents=True, exist_ok=True)
+            scoring.write_text("s\th:m:s\tmax_rss\n0.0\t0:00:00\t0.0\n")  # scored in the finetune job
         head_dirs.append(heads_dir)
         manifests += [manifest] if manifest.exists() else []
         workers += sorted((Path("search") / model / task / ckpt.parts[3] / ckpt.name).glob("*/worker-*.json"))

@@ -33,8 +33,11 @@ def with_training(heads: dict, training) -> dict:
 
 def fine_tune(settings, model: str, task: str, root: Path, out: Path) -> None:
     """Fine-tune ``task`` on ``root``'s tokens; a checkpoint per configured epoch fraction in
-    ``out``, one job after another as the workflow runs them."""
+    ``out``, one job after another as the workflow runs them, and BERT's head scored at each but
+    0 by its own pass (as the workflow scores it for streamed states)."""
+    from bertvision.layout import checkpoint_dir
     from bertvision.stages.finetune import finetune
+    from bertvision.stages.score_bert import score_bert
 
     for checkpoint in settings.checkpoints:
         finetune(
@@ -43,12 +46,21 @@ def fine_tune(settings, model: str, task: str, root: Path, out: Path) -> None:
             settings.finetune(model, task),
             settings.finetune_compute(),
             root / "tokens" / task,
-            root / "raw" / task,
             out,
             1,
             checkpoint,
             threads=1,
         )
+        if checkpoint.fraction > 0:
+            score_bert(
+                get_task(task),
+                settings.finetune(model, task),
+                settings.finetune_compute(),
+                checkpoint_dir(out, checkpoint),
+                root / "tokens" / task,
+                root / "raw" / task,
+                threads=1,
+            )
 
 
 def extract_and_train(settings, model: str, task: str, root: Path, checkpoint: Path, out: Path, bert_logits=None):

@@ -74,8 +74,8 @@ def test_killed_runs_finish_with_plain_snakemake_and_equal_tables(tiny_bert, tmp
 
     ckpt = crashed / "models/tiny/mrpc/ft1"
     proc = start(crashed)
-    kill_when(proc, lambda: (ckpt / "ckpt-0/eval_metrics.json").exists(), "fine-tuning past its first checkpoint")
-    assert not (ckpt / "ckpt-1/eval_metrics.json").exists(), "fine-tuning finished before the kill"
+    kill_when(proc, lambda: (ckpt / "ckpt-0/train.json").exists(), "fine-tuning past its first checkpoint")
+    assert not (ckpt / "ckpt-1/train.json").exists(), "fine-tuning finished before the kill"
 
     # After a SIGKILL Snakemake's lock stays: --unlock, then the plain command again.
     snakemake(crashed, "--unlock")

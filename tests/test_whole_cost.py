@@ -17,7 +17,6 @@ import pytest
 from bertvision.layout import (
     BASELINE_FILE,
     BASELINE_METRICS,
-    BERT_METRICS,
     BERT_PREDICTIONS,
     CHECKPOINT_FILE,
     HEAD_METRICS,
@@ -29,6 +28,7 @@ from bertvision.layout import (
     Job,
     Run,
     baseline_job,
+    bert_record_file,
     head_run_dir,
     timing_jobs,
 )
@@ -45,6 +45,7 @@ FINETUNE = {1: {"0": 0.0, "0.3": 6.0, "1": 20.0}, 2: {"0": 0.0, "0.3": 8.0, "1":
 # fine-tuning seed -> checkpoint -> wall seconds of its finetune job (from the checkpoint before)
 FINETUNE_JOB = {1: {"0": 2.0, "0.3": 7.0, "1": 15.0}, 2: {"0": 2.0, "0.3": 9.0, "1": 17.0}}
 MANIFEST_JOB, HEADS_JOB, SEARCH_BEST_JOB = 0.5, 9.0, 1.0  # every checkpoint's (the heads' records: 8 s)
+SCORE_BERT_JOB = 1.5  # BERT's scoring at every checkpoint but 0, from the extraction's outputs
 BASELINE_JOB = {1: 130.0, 2: 140.0}  # full fine-tuning's jobs (records: 120 and 126 s of training)
 # (fine-tuning seed, checkpoint) -> wall seconds of its two extract jobs (one per shard)
 EXTRACT = {
@@ -112,7 +113,9 @@ class HandWorked:
             return FINETUNE_JOB[k["ftseed"]][k["frac"].name]
         if job.rule == "baseline":
             return BASELINE_JOB[k["seed"]]
-        return {"feature_manifest": MANIFEST_JOB, "train_heads": HEADS_JOB}.get(job.rule, 1.0)
+        return {"feature_manifest": MANIFEST_JOB, "train_heads": HEADS_JOB, "score_bert": SCORE_BERT_JOB}.get(
+            job.rule, 1.0
+        )
 
     def _checkpoint(self, run: Run) -> None:
         ft, frac = run.ftseed, run.checkpoint.name
@@ -121,14 +124,17 @@ class HandWorked:
             "task": TASK,
             "seed": ft,
             "epoch_fraction": float(frac),
-            "metrics": scores(0.65),
+            "metrics": None,
             "train_seconds": FINETUNE[ft][frac],
             "encoder_parameters": 1000,
             "device": "cpu",
             "precision": "fp32",
         }
-        path = write_json(self.root / run.format(CHECKPOINT_FILE, file=BERT_METRICS), record)
-        write_predictions(path.with_name(BERT_PREDICTIONS))
+        # checkpoint 0 is not scored: the tables read its training record
+        path = write_json(self.root / run.format(CHECKPOINT_FILE, file=bert_record_file(run.checkpoint)), record)
+        if run.checkpoint.fraction > 0:
+            path = write_json(path, {**record, "metrics": scores(0.65), "scored_from": "extraction"})
+            write_predictions(path.with_name(BERT_PREDICTIONS))
         self.bert.append(path)
         source = {"model": MODEL, "task": TASK, "ft_seed": ft, "checkpoint": frac}
         shards = [{"bytes": 1000} for _ in range(SHARDS)]
@@ -217,15 +223,16 @@ def test_the_whole_cost_of_the_pick_counts_everything_run_to_make_it(tables):
     picked = summary.loc["BERTVision (picked)"]
     assert (picked["model"], picked["epoch_fraction"]) == ("ap", 0.3)
     # Fine-tuning seed 1: every fine-tuning job to the largest checkpoint, 1 (2 + 7 + 15 = 24), not
-    # only to the pick's 0.3; every checkpoint's extraction, both shards: (3 + 4) + (3 + 3) + (4 + 4)
+    # only to the pick's 0.3, and BERT's scoring at 0.3 and 1 (its logits feed the ensembles the
+    # pick ranks): 2 × 1.5; every checkpoint's extraction, both shards: (3 + 4) + (3 + 3) + (4 + 4)
     # = 21, and its manifest, 3 × 0.5; every checkpoint's head job (every head and head seed, with
     # its set-up: 9, not the records' 1 + 2 + 2 + 3): 27; every search, workers and best:
-    # 3 × (5 + 6 + 1) = 36. 24 + 21 + 1.5 + 27 + 36 = 109.5.
-    seed1 = (2 + 7 + 15) + (3 + 4) + (3 + 3) + (4 + 4) + 3 * 0.5 + 3 * 9 + 3 * (5 + 6 + 1)
-    # Seed 2: (2 + 9 + 17) + ((3 + 4) + (3 + 4) + (4 + 5)) + 1.5 + 27 + 36 = 115.5.
-    seed2 = (2 + 9 + 17) + (3 + 4) + (3 + 4) + (4 + 5) + 3 * 0.5 + 3 * 9 + 3 * (5 + 6 + 1)
-    assert (seed1, seed2) == (109.5, 115.5)
-    assert picked["whole_seconds"] == pytest.approx(112.5)  # (109.5 + 115.5) / 2
+    # 3 × (5 + 6 + 1) = 36. 24 + 3 + 21 + 1.5 + 27 + 36 = 112.5.
+    seed1 = (2 + 7 + 15) + 2 * 1.5 + (3 + 4) + (3 + 3) + (4 + 4) + 3 * 0.5 + 3 * 9 + 3 * (5 + 6 + 1)
+    # Seed 2: (2 + 9 + 17) + 3 + ((3 + 4) + (3 + 4) + (4 + 5)) + 1.5 + 27 + 36 = 118.5.
+    seed2 = (2 + 9 + 17) + 2 * 1.5 + (3 + 4) + (3 + 4) + (4 + 5) + 3 * 0.5 + 3 * 9 + 3 * (5 + 6 + 1)
+    assert (seed1, seed2) == (112.5, 118.5)
+    assert picked["whole_seconds"] == pytest.approx(115.5)  # (112.5 + 118.5) / 2
     # sqrt((3² + 3²) / 1); the CSV keeps 6 significant digits
     assert picked["whole_seconds_std"] == pytest.approx(np.sqrt(18), rel=1e-5)
     # Its own seconds, per run: fine-tuning to 0.3 + that checkpoint's extraction + ap's seconds:
@@ -235,7 +242,7 @@ def test_the_whole_cost_of_the_pick_counts_everything_run_to_make_it(tables):
     # own seconds stop at the kept epoch: 2 × 40 = 80 and 3 × 42 = 126).
     full = summary.loc["full fine-tuning"]
     assert full["whole_seconds"] == pytest.approx(135.0) and full["seconds"] == pytest.approx(103.0)
-    assert picked["whole_cost_ratio"] == pytest.approx(112.5 / 135, rel=1e-5)
+    assert picked["whole_cost_ratio"] == pytest.approx(115.5 / 135, rel=1e-5)
     assert picked["cost_ratio"] == pytest.approx(16 / 103, rel=1e-5)
     # The frozen encoder's best head chose among checkpoint 0's heads only: 2 + 7 + 0.5 + 9 + 12
     # = 30.5 for both fine-tuning seeds.
@@ -250,38 +257,41 @@ def test_the_whole_cost_of_the_pick_counts_everything_run_to_make_it(tables):
     assert frozen["whole_seconds"] == pytest.approx(2 + (3 + 4) + 0.5 + 9 + (5 + 6 + 1))
     assert frozen["whole_seconds_std"] == pytest.approx(0.0)
     # The same pick within a budget of 0.3 epochs (checkpoints 0 and 0.3 only): the fine-tuning
-    # jobs to 0.3, two checkpoints' extraction, manifests, head jobs and searches. Seed 1: (2 + 7)
-    # + (3 + 4) + (3 + 3) + 1 + 2 × 9 + 2 × 12 = 65; seed 2: (2 + 9) + (3 + 4) + (3 + 4) + 1 + 18
-    # + 24 = 68.
+    # jobs to 0.3 and BERT's scoring there, two checkpoints' extraction, manifests, head jobs and
+    # searches. Seed 1: (2 + 7) + 1.5 + (3 + 4) + (3 + 3) + 1 + 2 × 9 + 2 × 12 = 66.5; seed 2:
+    # (2 + 9) + 1.5 + (3 + 4) + (3 + 4) + 1 + 18 + 24 = 69.5.
     within = summary.loc["BERTVision within a budget"]
     assert (within["model"], within["epoch_fraction"], within["budget"]) == ("ap", 0.3, 0.3)
-    assert within["whole_seconds"] == pytest.approx((65 + 68) / 2)
-    assert within["whole_cost_ratio"] == pytest.approx(66.5 / 135, rel=1e-5)
-    # BERT at a checkpoint chooses nothing: its fine-tuning jobs to that checkpoint, 2 + 7 and 2 + 9
-    # (its own seconds, the records' training to it: 6 and 8).
+    assert within["whole_seconds"] == pytest.approx((66.5 + 69.5) / 2)
+    assert within["whole_cost_ratio"] == pytest.approx(68 / 135, rel=1e-5)
+    # BERT at a checkpoint chooses nothing: its fine-tuning jobs to that checkpoint, its scoring job
+    # there and, scored from the extraction's pass, that extraction and manifest: 2 + 7 + 1.5 +
+    # (3 + 3) + 0.5 = 17 and 2 + 9 + 1.5 + (3 + 4) + 0.5 = 20 (its own seconds, the records'
+    # training to it: 6 and 8).
     bert = summary[summary.index == "BERT at a checkpoint"].set_index("epoch_fraction")
-    assert bert.loc[0.3, "whole_seconds"] == pytest.approx(10.0) and bert.loc[0.3, "seconds"] == pytest.approx(7.0)
+    assert bert.loc[0.3, "whole_seconds"] == pytest.approx(18.5) and bert.loc[0.3, "seconds"] == pytest.approx(7.0)
 
     md = (tables / "summary.md").read_text()
     assert "| own seconds | whole seconds |" in md and "| own cost | whole cost |" in md
-    assert "| 16.0 ± 1.8 | 112.5 ± 4.2 |" in md  # own: std of 14, 15, 17, 18
+    assert "| 16.0 ± 1.8 | 115.5 ± 4.2 |" in md  # own: std of 14, 15, 17, 18
     assert "| 103.0 ± 32.5 | 135.0 ± 7.1 |" in md  # full fine-tuning: own 80, 126; whole 130, 140
-    assert "| 0.16× | 0.83× |" in md
+    assert "| 0.16× | 0.86× |" in md
     assert "| BERTVision (picked, ≤ 0.3 epochs) | 0.3 | ap |" in md
-    assert "at 0.83× full fine-tuning's whole compute (own seconds 0.16×)" in md
+    assert "at 0.86× full fine-tuning's whole compute (own seconds 0.16×)" in md
 
 
 def test_the_cost_table_gives_the_whole_cost_at_each_checkpoint_and_over_every_one(tables):
     costs = pd.read_csv(tables / "cost.csv").set_index(["ft_seed", "epoch_fraction", "model"])
     assert costs.loc[(1, 0.3, "ap"), "search_s"] == pytest.approx(5 + 6 + 1)
     assert costs.loc[(1, 0.3, "lp"), "search_s"] == 0
-    # seed 1 at 0.3: fine-tuning jobs 2 + 7 + extraction 3 + 3 + manifest 0.5 + head job 9 + search 12
-    assert costs.loc[(1, 0.3, "lp"), "checkpoint_whole_s"] == pytest.approx(9 + 6 + 0.5 + 9 + 12)
-    assert costs.loc[(2, 1.0, "ap"), "checkpoint_whole_s"] == pytest.approx(28 + 9 + 0.5 + 9 + 12)
-    assert set(costs.loc[1, "selection_whole_s"]) == {109.5} and set(costs.loc[2, "selection_whole_s"]) == {115.5}
+    # seed 1 at 0.3: fine-tuning jobs 2 + 7 + BERT's scoring 1.5 + extraction 3 + 3 + manifest 0.5
+    # + head job 9 + search 12
+    assert costs.loc[(1, 0.3, "lp"), "checkpoint_whole_s"] == pytest.approx(9 + 1.5 + 6 + 0.5 + 9 + 12)
+    assert costs.loc[(2, 1.0, "ap"), "checkpoint_whole_s"] == pytest.approx(28 + 3 + 9 + 0.5 + 9 + 12)
+    assert set(costs.loc[1, "selection_whole_s"]) == {112.5} and set(costs.loc[2, "selection_whole_s"]) == {118.5}
     md = (tables / "cost.md").read_text()
-    assert "whole cost of a pick over every checkpoint: 109.5 s" in md
-    assert "| 14.5 ± 0.7 | 12.0 | 36.5 |" in md  # ap at 0.3, seed 1: BERTVision s, search s, checkpoint whole s
+    assert "whole cost of a pick over every checkpoint: 112.5 s" in md
+    assert "| 14.5 ± 0.7 | 12.0 | 38.0 |" in md  # ap at 0.3, seed 1: BERTVision s, search s, checkpoint whole s
 
 
 def streamed_runs(tmp_path: Path, searched_without_times: bool = False) -> pd.DataFrame:
@@ -405,11 +415,12 @@ def test_a_race_stopped_after_a_checkpoint_counts_what_it_ran(tmp_path, monkeypa
                  r.baselines, pick(r.workers, len(WORKERS)), race_decisions=decisions)  # fmt: skip
     picked = pd.read_csv(tables / "summary.csv").set_index("row").loc["BERTVision (picked)"]
     assert (picked["model"], picked["epoch_fraction"]) == ("ap", 0.3)
-    # Seed 1: (2 + 7) + (3 + 4) + (3 + 3) + 2 × 0.5 + 2 × 9 + 2 × 12 = 65, plus half of each race
-    # decision (0.6 s, one decision for both fine-tuning seeds): 65.6; seed 2: (2 + 9) + (3 + 4) +
-    # (3 + 4) + 1 + 18 + 24 + 0.6 = 68.6. Nothing of checkpoint 1 (the grid's 109.5 and 115.5).
-    assert picked["whole_seconds"] == pytest.approx((65.6 + 68.6) / 2)
-    assert picked["whole_cost_ratio"] == pytest.approx(67.1 / 135, rel=1e-5)
+    # Seed 1: (2 + 7) + 1.5 (BERT's scoring at 0.3) + (3 + 4) + (3 + 3) + 2 × 0.5 + 2 × 9 + 2 × 12
+    # = 66.5, plus half of each race decision (0.6 s, one decision for both fine-tuning seeds):
+    # 67.1; seed 2: (2 + 9) + 1.5 + (3 + 4) + (3 + 4) + 1 + 18 + 24 + 0.6 = 70.1. Nothing of
+    # checkpoint 1 (the grid's 112.5 and 118.5).
+    assert picked["whole_seconds"] == pytest.approx((67.1 + 70.1) / 2)
+    assert picked["whole_cost_ratio"] == pytest.approx(68.6 / 135, rel=1e-5)
     md = (tables / "summary.md").read_text()
     assert "Checkpoints raced (the best candidate's mean selection score): 0 (lp 0.700) → 0.3 (ap 0.800)" in md
     assert "fine-tuning stopped after checkpoint 0.3 (best selection 0.8000 vs 0.7000 before: +0.1000 <= 0.2)" in md

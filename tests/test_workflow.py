@@ -83,10 +83,18 @@ def test_table_numbers_equal_the_metrics_files(workflow_run):
     assert table.loc[("mrpc", 1.0, "BERT", "accuracy")]["mean"] == pytest.approx(
         bert["metrics"]["dev"]["accuracy"], abs=1e-5
     )
+    # BERT scored from the extraction's pass where the states are stored (mrpc: 2 shards of every
+    # token's states; squad2: spans), by its own where they are streamed (stsb)
+    for task, source in (("mrpc", "extraction"), ("squad2", "extraction"), ("stsb", "own pass")):
+        scored = json.loads((workdir / f"models/tiny/{task}/ft1/ckpt-1/eval_metrics.json").read_text())
+        assert scored["scored_from"] == source and scored["metrics"]["dev"], task
+    assert (workdir / "features/tiny/mrpc/ft1/ckpt-1/shard-1-of-2/bert_logits.npz").exists()
+    assert not (workdir / "features/tiny/mrpc/ft1/ckpt-0/shard-1-of-2/bert_logits.npz").exists()
     # checkpoint 0's head has not trained: saved, not scored, no row and no ensemble there
     untrained = workdir / "models/tiny/mrpc/ft1/ckpt-0"
-    assert json.loads((untrained / "eval_metrics.json").read_text())["metrics"] is None
-    assert not (untrained / "eval_logits.npz").exists() and not (untrained / "eval_predictions.parquet").exists()
+    assert json.loads((untrained / "train.json").read_text())["metrics"] is None
+    assert not any((untrained / name).exists() for name in ("eval_metrics.json", "eval_logits.npz",
+                                                            "eval_predictions.parquet"))  # fmt: skip
     assert ("mrpc", 0.0, "BERT", "accuracy") not in table.index
     lp0 = json.loads((workdir / "heads/tiny/mrpc/ft1/ckpt-0/lp/seed1/metrics.json").read_text())
     assert not lp0.get("ensembles")
@@ -494,8 +502,10 @@ def test_shipped_configs_plan_the_full_dag(tmp_path, config):
     counts = job_counts(out)
     assert "race_checkpoint" not in counts
     assert counts["download"] == n_tasks
-    # checkpoint 0 (the pretrained encoder, saved and not scored) has its own rule
-    assert counts.get("finetune", 0) + counts.get("untrained_checkpoint", 0) == n_tasks * n_seeds * n_ckpts
+    assert counts["finetune"] == n_tasks * n_seeds * n_ckpts
+    # BERT is scored at every checkpoint but 0 (the pretrained encoder: its head has not trained)
+    n_scored = sum(1 for f in spec["finetune"]["epoch_fractions"] if f > 0)
+    assert counts.get("score_bert", 0) == n_tasks * n_seeds * n_scored
     baseline = spec.get("baseline", {})
     n_baselines = len(baseline.get("seeds", [1, 2, 3])) if baseline.get("enabled", True) else 0
     assert counts.get("baseline", 0) == n_tasks * n_baselines

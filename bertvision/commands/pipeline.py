@@ -40,6 +40,14 @@ def with_splits(values: dict) -> dict:
     return {**values, "splits": splits_of(task)}
 
 
+def with_scored_splits(values: dict) -> dict:
+    """The extraction: the task's splits, and the ones BERT's head is scored on."""
+    from bertvision.registry.task_spec import scored_splits, splits_of
+
+    task = values.pop("task")
+    return {**values, "splits": splits_of(task), "scored_splits": scored_splits(task)}
+
+
 def with_memory_bound(values: dict) -> dict:
     """A stage that only applies trained heads: of their training settings, the memory bound."""
     head_settings = values.pop("settings")
@@ -74,6 +82,7 @@ APPLIED_HEADS = dict(settings=settings(typed.HeadTrainingSettings), runtime=sett
                      out=PATH, threads=THREADS)  # fmt: skip
 ENCODER = dict(task=TASK, model=MODEL, compute=COMPUTE, tokens_dir=PATH, raw_dir=RAW_DIR, out_dir=PATH, seed=INT,
                micro_batches=ACCUMULATE, threads=THREADS)  # fmt: skip
+TRAINED_ENCODER = {k: v for k, v in ENCODER.items() if k != "raw_dir"}  # fine-tuning reads no raw rows
 
 COMMANDS = [
     command("download", "task source -> canonical parquet splits (rule download)",
@@ -83,8 +92,14 @@ COMMANDS = [
             task=TASK, settings=settings(typed.TokenizeSettings), raw_dir=PATH, out_dir=PATH),
     command("finetune", "partial fine-tuning with checkpoints at epoch fractions (rule finetune)",
             "bertvision.stages.finetune:finetune", out_of_memory=True,
-            **ENCODER, settings=settings(typed.FinetuneSettings),
+            **TRAINED_ENCODER, settings=settings(typed.FinetuneSettings),
             checkpoint=Arg("the checkpoint (epoch fraction) to train to, from the one before", type=checkpoint_arg)),
+    command("score-bert", "BERT's own head at a checkpoint, scored on selection and dev (rule score_bert)",
+            "bertvision.stages.score_bert:score_bert",
+            task=TASK, settings=settings(typed.FinetuneSettings), compute=COMPUTE,
+            checkpoint=path("the checkpoint's directory", param="checkpoint_dir"), tokens_dir=PATH, raw_dir=RAW_DIR,
+            shard_dirs=paths("its extraction's shards, in shard order, which kept the head's outputs (none: run "
+                             "the model)", required=False), threads=THREADS),
     command("baseline", "full fine-tuning, the epoch kept chosen on the selection split (rule baseline)",
             "bertvision.stages.baseline:full_finetune", out_of_memory=True,
             **ENCODER, settings=settings(typed.BaselineSettings)),
@@ -99,12 +114,13 @@ COMMANDS = [
             tokens_dirs=NamePaths("TASK=DIR, every mixed task"), out_dir=PATH, seed=INT, micro_batches=ACCUMULATE,
             threads=THREADS),
     command("extract", "one shard of every split's hidden states of every layer (rule extract)",
-            "bertvision.stages.extract:extract_shard", adapt=with_splits, out_of_memory=True,
+            "bertvision.stages.extract:extract_shard", adapt=with_scored_splits, out_of_memory=True,
             task=TASK, checkpoint=path(param="checkpoint_dir"), tokens_dir=PATH, out_dir=PATH, shard=INT,
             shards=Arg(type=int, param="n_shards"), settings=settings(typed.ExtractSettings),
             compute=settings(typed.ExtractCompute),
             attrs=Arg("where the features come from (stored in each shard)", type=json_arg),
-            micro_batches=MicroBatches("divide the batch size by this"), threads=THREADS),
+            micro_batches=MicroBatches("divide the batch size by this"), threads=THREADS,
+            bert_logits=Switch("run the task model and keep BERT's outputs on the scored splits (rule score_bert)")),
     command("manifest", "check a checkpoint's shards and write its manifest (rule feature_manifest)",
             "bertvision.features.store:write_manifest", adapt=with_splits,
             task=TASK, out=path(param="manifest_path"), shard_dirs=PATHS),

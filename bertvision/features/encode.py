@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from bertvision.models.encoder_io import SUMMARY_POSITION, load_encoder
+from bertvision.models.encoder_io import SUMMARY_POSITION, load_encoder, load_task_model
 from bertvision.runtime.device import autocast, check_simulated_oom
 
 
@@ -21,20 +21,46 @@ def frozen_encoder(checkpoint_dir: Path, device: torch.device):
     return model
 
 
-def cls_states(model, batch: dict, device, precision: str) -> torch.Tensor:
-    """(B, layers, hidden) summary-token ([CLS], <s>) states of every hidden layer."""
+def frozen_task_model(checkpoint_dir: Path, kind: str, device: torch.device):
+    """The checkpoint's encoder with its own task head (BERT's), frozen: one pass gives the
+    states the bare encoder would and the head's outputs."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    model = load_task_model(str(checkpoint_dir), kind).to(device).eval()
+    model.requires_grad_(False)
+    return model
+
+
+def encoder_pass(model, batch: dict, device, precision: str):
+    """One forward pass: the hidden states of every layer, and a task model's head outputs
+    (float32 on the device: (B, C) logits, or (B, T, 2) start/end logits of a span head; None
+    for a bare encoder), as ``evaluation.inference`` takes them."""
     check_simulated_oom(len(batch["input_ids"]))
     with autocast(device, precision):
         out = model(**batch, output_hidden_states=True)
-    return torch.stack([h[:, SUMMARY_POSITION] for h in out.hidden_states], dim=1)
+    if getattr(out, "logits", None) is not None:
+        head = out.logits.float()
+    elif getattr(out, "start_logits", None) is not None:
+        head = torch.stack([out.start_logits, out.end_logits], dim=-1).float()
+    else:
+        head = None
+    return out.hidden_states, head
+
+
+def cls_of(hidden_states) -> torch.Tensor:
+    """(B, layers, hidden) summary-token ([CLS], <s>) states of every hidden layer."""
+    return torch.stack([h[:, SUMMARY_POSITION] for h in hidden_states], dim=1)
+
+
+def cls_states(model, batch: dict, device, precision: str) -> torch.Tensor:
+    """(B, layers, hidden) summary-token ([CLS], <s>) states of every hidden layer."""
+    return cls_of(encoder_pass(model, batch, device, precision)[0])
 
 
 def token_states(model, batch: dict, device, precision: str) -> torch.Tensor:
     """(B, T, layers, hidden) states of every token of every hidden layer."""
-    check_simulated_oom(len(batch["input_ids"]))
-    with autocast(device, precision):
-        out = model(**batch, output_hidden_states=True)
-    return torch.stack(out.hidden_states, dim=2)
+    return torch.stack(encoder_pass(model, batch, device, precision)[0], dim=2)
 
 
 def plain_forward(model, batch: dict, device, precision: str) -> torch.Tensor:

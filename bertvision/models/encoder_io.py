@@ -49,6 +49,29 @@ def load_encoder(ref: str):
     return load_pretrained("AutoModel", ref, **encoder_kwargs(load_model_config(ref)))
 
 
+# Task kind -> the Hugging Face auto class of the encoder with that kind's own head (BERT's head).
+TASK_MODEL_CLASSES = {
+    "classification": "AutoModelForSequenceClassification",
+    "regression": "AutoModelForSequenceClassification",
+    "span": "AutoModelForQuestionAnswering",
+}
+
+
+def load_task_model(ref: str, kind: str):
+    """The encoder with its own task head as a fine-tuning checkpoint ``ref`` saved it (its config
+    holds the labels), from safetensors only."""
+    return load_pretrained(TASK_MODEL_CLASSES[kind], ref)
+
+
+def bare_encoder_parameter_count(model) -> int:
+    """Parameters of the encoder as ``load_encoder`` loads it (no pooler), of a bare encoder or
+    of a task model's: the count the features record, whichever model computed them."""
+    base = getattr(model, model.base_model_prefix, model)
+    pooler = getattr(base, "pooler", None)
+    pooled = sum(p.numel() for p in pooler.parameters()) if pooler is not None else 0
+    return sum(p.numel() for p in base.parameters()) - pooled
+
+
 def uses_token_types(tokenizer, config) -> bool:
     """Token type ids go into the model: the tokenizer produces them (they are in its
     ``model_input_names``: not RoBERTa's or DistilBERT's) and the encoder's forward takes them."""

@@ -177,3 +177,9 @@ def splits_of(task: TaskSpec) -> tuple[str, ...]:
     """Every split the pipeline materialises for a task: train, the selection split carved
     from train, and the task's evaluation splits."""
     return ("train", "selection", *task.eval_splits)
+
+
+def scored_splits(task: TaskSpec) -> tuple[str, ...]:
+    """The splits a model is scored on: selection (what choices are made on) and the evaluation
+    splits (what is reported)."""
+    return ("selection", *task.eval_splits)

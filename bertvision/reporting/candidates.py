@@ -13,6 +13,7 @@ from bertvision.evaluation.ensemble import ensemble_rules
 from bertvision.files import read_json
 from bertvision.layout import Checkpoint, Job, source_checkpoint
 from bertvision.registry.tasks import get_task
+from bertvision.reporting.bert_records import is_scored
 from bertvision.reporting.costs import feature_bytes, storage_cost
 from bertvision.reporting.results import BERT, ensemble_name, raced_out, repeats_frozen_run
 from bertvision.reporting.whole_cost import JobSeconds
@@ -29,12 +30,13 @@ def _dev_facts(task, metrics: dict) -> dict:
 def _encoder_row(record: dict, kind: str, checkpoint: Checkpoint | None, jobs: JobSeconds) -> dict:
     """A summary row of a fine-tuned encoder's own head (full fine-tuning or BERT at a checkpoint).
     Its whole seconds are its jobs': full fine-tuning's job trains every epoch and scores each
-    before it keeps one; BERT at a checkpoint chooses nothing (its fine-tuning jobs up to it)."""
+    before it keeps one; BERT at a checkpoint chooses nothing (its fine-tuning jobs up to it and
+    its scoring, ``JobSeconds.bert_at``)."""
     task = get_task(record["task"])
     if kind == FULL_FT:
         whole = jobs.baseline(record["model"], task.name, record["seed"])
     else:
-        whole = jobs.finetune_up_to(record["model"], task.name, int(record["seed"]), checkpoint)
+        whole = jobs.bert_at(record, checkpoint)
     return {
         "backbone": record["model"],
         "task": task.name,
@@ -74,7 +76,7 @@ def candidate_runs(
     for r in map(read_json, bert_metrics):
         key = (r["model"], get_task(r["task"]).name, int(r["seed"]), Checkpoint(r["epoch_fraction"]))
         bert[key] = r
-        if r["metrics"] is not None:  # checkpoint 0's untrained head is not scored
+        if is_scored(r):
             rows.append(_encoder_row(r, BERT, key[3], spent))
     sizes = feature_bytes(manifests)
     records = sorted(map(read_json, head_metrics), key=lambda r: int(r["source"]["ft_seed"]))

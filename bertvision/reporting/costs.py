@@ -14,6 +14,7 @@ import pandas as pd
 from bertvision.files import read_json
 from bertvision.layout import Checkpoint, Job, source_checkpoint
 from bertvision.registry.tasks import get_task
+from bertvision.reporting.bert_records import is_scored
 from bertvision.reporting.markdown import markdown_table
 from bertvision.reporting.whole_cost import CHECKPOINT_KEYS, SEED_KEYS, JobSeconds, SelectionCost
 
@@ -62,9 +63,8 @@ def cost_table(bert_metrics, head_metrics, manifests, jobs: list[Job]) -> pd.Dat
                 "ft_seed": r["seed"],
                 "epoch_fraction": Checkpoint(r["epoch_fraction"]).fraction,
                 "finetune_s": r["train_seconds"],
-                # checkpoint 0's untrained head is not scored
-                "score": get_task(r["task"]).headline(r["metrics"]) if r["metrics"] else np.nan,
-                "selection": get_task(r["task"]).primary_score(r["metrics"], "selection") if r["metrics"] else np.nan,
+                "score": get_task(r["task"]).headline(r["metrics"]) if is_scored(r) else np.nan,
+                "selection": get_task(r["task"]).primary_score(r["metrics"], "selection") if is_scored(r) else np.nan,
                 "device": r["device"],
             }
             for r in map(read_json, bert_metrics)

@@ -11,6 +11,7 @@ import pandas as pd
 from bertvision.files import read_json
 from bertvision.layout import Checkpoint, source_checkpoint
 from bertvision.registry.tasks import get_task
+from bertvision.reporting.bert_records import is_scored
 from bertvision.reporting.markdown import fmt, markdown_table
 from bertvision.reporting.results import BERT
 
@@ -193,7 +194,7 @@ def data_fraction_table(subset_runs: list[Path], full_runs: list[Path], bert_met
     for path in bert_metrics:
         m = read_json(path)
         checkpoint = Checkpoint(m["epoch_fraction"])
-        if m["metrics"] is not None and (m["model"], m["task"], checkpoint) in checkpoints:
+        if is_scored(m) and (m["model"], m["task"], checkpoint) in checkpoints:
             rows.append(
                 {
                     "backbone": m["model"],
@@ -258,7 +259,7 @@ def transfer_table(transfer_files: list[Path], bert_metrics: list[Path]) -> pd.D
     tasks = {(r["backbone"], r["task"]) for r in rows}
     for path in bert_metrics:
         m = read_json(path)
-        if m["metrics"] is not None and (m["model"], m["task"]) in tasks:
+        if is_scored(m) and (m["model"], m["task"]) in tasks:
             ckpt = f"{m['epoch_fraction']:g}"
             rows.append(
                 {

@@ -14,6 +14,7 @@ from bertvision.files import read_json
 from bertvision.layout import BERT_PREDICTIONS, HEAD_PREDICTIONS, source_checkpoint
 from bertvision.registry.task_spec import TaskSpec
 from bertvision.registry.tasks import get_task
+from bertvision.reporting.bert_records import is_scored
 from bertvision.reporting.markdown import fmt, markdown_table
 
 BERT = "BERT"
@@ -73,7 +74,7 @@ def long_records(bert_metrics: list[Path], head_metrics: list[Path]) -> pd.DataF
     rows = []
     for path in bert_metrics:
         m = read_json(path)
-        if m["metrics"] is None:  # checkpoint 0's untrained head is not scored
+        if not is_scored(m):
             continue
         task = get_task(m["task"])
         flags = prediction_flags(Path(path).with_name(BERT_PREDICTIONS), task)

@@ -11,7 +11,16 @@ from bertvision.layout import Job
 from bertvision.reporting.markdown import markdown_table
 from bertvision.runtime.usage import read_usage
 
-STAGE_ORDER = ["download", "tokenize", "finetune", "baseline", "extract", "feature_manifest", "train_heads"]
+STAGE_ORDER = [
+    "download",
+    "tokenize",
+    "finetune",
+    "baseline",
+    "extract",
+    "feature_manifest",
+    "score_bert",
+    "train_heads",
+]
 
 
 def job_usage(benchmark: str | Path, log: str | Path | None) -> dict:

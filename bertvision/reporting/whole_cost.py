@@ -7,7 +7,8 @@ The summary picks its BERTVision path among every head and head + BERT ensemble 
 checkpoint by mean selection score. Making that pick took, per fine-tuning seed:
 
 - every fine-tuning job up to the largest checkpoint with heads (one job per checkpoint, each
-  going on from the one before);
+  going on from the one before), and BERT's scoring at each of them (its logits feed the head +
+  BERT ensembles the pick ranks);
 - every checkpoint's extraction and feature manifest jobs (none for streamed states, whose
   encoder passes are in the head jobs);
 - every checkpoint's head-training job (every head and head seed; under racing the runs it
@@ -18,7 +19,9 @@ checkpoint by mean selection score. Making that pick took, per fine-tuning seed:
 Choosing among the heads of one checkpoint only (the frozen encoder's best head) costs the same
 sum at that checkpoint, with the fine-tuning jobs up to it; a pick within a budget (every
 checkpoint of at most c epochs), the sum over those checkpoints. BERT's own head at a
-checkpoint chooses nothing: its whole cost is its fine-tuning jobs up to the checkpoint. Full
+checkpoint chooses nothing: its whole cost is its fine-tuning jobs up to the checkpoint and its
+scoring job there, and, when it was scored from the extraction's pass, that checkpoint's whole
+extraction (which also computed every state: an upper bound). Full
 fine-tuning's whole cost is its job: every epoch it trained, the selection scoring after each
 (the kept epoch is only known after all of them) and its final scoring. Data-fraction and
 transfer experiments and shared encoders do not take part in the pick and are left out."""
@@ -41,7 +44,9 @@ CHECKPOINT_KEYS = [*SEED_KEYS, "epoch_fraction"]
 PART_COLUMNS = ["finetune_jobs_s", "extract_jobs_s", "heads_job_s", "search_s", "race_s"]
 HEAD_RUN_COLUMNS = [*CHECKPOINT_KEYS, "model", *PART_COLUMNS]
 PARTS = ["finetune_s", "extract_s", "heads_s", "search_s", "race_s"]
-CHECKPOINT_RULES = ("finetune", "extract", "feature_manifest", "train_heads")
+CHECKPOINT_RULES = ("finetune", "score_bert", "extract", "feature_manifest", "train_heads")
+# The jobs of a fine-tuning run counted per checkpoint in its picks' fine-tuning part.
+FINETUNE_RULES = ("finetune", "score_bert")
 
 
 def search_jobs(worker_records: Iterable[dict]) -> list[Job]:
@@ -81,11 +86,11 @@ class JobSeconds:
             key = self.key(job)
             if key is not None:
                 self.seconds[key] = self.seconds.get(key, 0.0) + _wall_seconds(job)
-        # each fine-tuning run's jobs, by checkpoint: (model, task, ft seed) -> [(checkpoint, s)]
-        self.finetune_runs: dict[tuple, list[tuple[Checkpoint, float]]] = {}
+        # each fine-tuning run's jobs, by checkpoint: (model, task, ft seed) -> [(rule, checkpoint, s)]
+        self.finetune_runs: dict[tuple, list[tuple[str, Checkpoint, float]]] = {}
         for (rule, *key), seconds in self.seconds.items():
-            if rule == "finetune":
-                self.finetune_runs.setdefault(tuple(key[:3]), []).append((key[3], seconds))
+            if rule in FINETUNE_RULES:
+                self.finetune_runs.setdefault(tuple(key[:3]), []).append((rule, key[3], seconds))
 
     @staticmethod
     def key(job: Job) -> tuple | None:
@@ -107,11 +112,25 @@ class JobSeconds:
         """The extraction jobs of one checkpoint (every shard)."""
         return self.of("extract", model, task, ft_seed, checkpoint)
 
-    def finetune_up_to(self, model: str, task: str, ft_seed: int, checkpoint: Checkpoint) -> float:
-        """Every fine-tuning job of the run up to and including ``checkpoint``."""
+    def finetune_up_to(
+        self, model: str, task: str, ft_seed: int, checkpoint: Checkpoint, rules: tuple[str, ...] = FINETUNE_RULES
+    ) -> float:
+        """Every fine-tuning job of the run up to and including ``checkpoint``, with BERT's scoring
+        at each (``rules``: of those rules only)."""
         runs = self.finetune_runs.get((model, task, ft_seed), [])
-        found = [seconds for ckpt, seconds in runs if ckpt.fraction <= checkpoint.fraction]
+        found = [seconds for rule, ckpt, seconds in runs if rule in rules and ckpt.fraction <= checkpoint.fraction]
         return float(sum(found)) if found else np.nan
+
+    def bert_at(self, record: dict, checkpoint: Checkpoint) -> float:
+        """BERT's row at ``checkpoint`` (``record``: its scores): the fine-tuning jobs up to it, its
+        scoring job there and, scored from the extraction's pass, that extraction."""
+        model, task, seed = record["model"], record["task"], int(record["seed"])
+        seconds = self.finetune_up_to(model, task, seed, checkpoint, ("finetune",))
+        seconds += self.of("score_bert", model, task, seed, checkpoint)
+        if record.get("scored_from") == "extraction":
+            manifest = self.of("feature_manifest", model, task, seed, checkpoint)
+            seconds += self.extract(model, task, seed, checkpoint) + manifest
+        return seconds
 
     def baseline(self, model: str, task: str, seed: int) -> float:
         return self.of("baseline", model, task, int(seed))

@@ -191,16 +191,13 @@ def save_bare_encoder(
     from transformers.utils import logging as hf_logging
 
     from bertvision.models.backbone import load_tokenizer
-    from bertvision.models.encoder_io import hidden_state_shape, load_encoder
+    from bertvision.models.encoder_io import hidden_state_shape, load_encoder, load_task_model
 
     check_safetensors_dir(encoder_dir, "encoder checkpoint")
     hf_logging.set_verbosity_error()  # the task head's weights are dropped on purpose
     hf_logging.disable_progress_bar()
     if task_model is not None:
-        from bertvision.models.backbone import load_pretrained
-        from bertvision.training.encoder import MODEL_CLASSES
-
-        model = load_pretrained(MODEL_CLASSES[task_model.kind][0], str(encoder_dir)).eval()
+        model = load_task_model(str(encoder_dir), task_model.kind).eval()
     else:
         model = load_encoder(str(encoder_dir)).eval()
     model.save_pretrained(out, safe_serialization=True)

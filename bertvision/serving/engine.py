@@ -29,7 +29,14 @@ import torch
 from bertvision.data.squad_windows import build_windows
 from bertvision.data.token_ids import tokenize_frame
 from bertvision.data.tokenized import TokenizedSplit, collate, length_batches
-from bertvision.models.encoder_io import SUMMARY_POSITION, load_encoder, pad_id, summary_position, uses_token_types
+from bertvision.models.encoder_io import (
+    SUMMARY_POSITION,
+    load_encoder,
+    load_task_model,
+    pad_id,
+    summary_position,
+    uses_token_types,
+)
 from bertvision.models.head_io import load_head
 from bertvision.models.heads import span_logits
 from bertvision.runtime.device import autocast, pick_device, set_threads, to_device
@@ -84,11 +91,7 @@ class Engine:
             raise BundleError(f"{encoder_dir}: no fast tokenizer (tokenizer.json)")
         summary_position(self.tokenizer)
         if self.bundle.task_model:  # ensembles: the task's whole model gives states and BERT's outputs
-            from bertvision.models.backbone import load_pretrained
-            from bertvision.training.encoder import MODEL_CLASSES
-
-            kind = self.bundle.tasks[self.bundle.task_model].kind
-            model = load_pretrained(MODEL_CLASSES[kind][0], encoder_dir)
+            model = load_task_model(encoder_dir, self.bundle.tasks[self.bundle.task_model].kind)
         else:
             model = load_encoder(encoder_dir)
         self.encoder = model.to(self.device).eval()

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from bertvision.config.settings import CurveSettings, FinetuneCompute
 from bertvision.files import atomic_write_json
-from bertvision.registry.task_spec import TaskSpec
-from bertvision.training.encoder import EvalData, scored_splits
+from bertvision.registry.task_spec import TaskSpec, scored_splits
+from bertvision.training.encoder import EvalData
 from bertvision.training.encoder_session import EncoderSession
 
 log = logging.getLogger(__name__)

@@ -25,12 +25,12 @@ from tqdm import tqdm
 from bertvision.config.settings import ExtractCompute, ExtractSettings
 from bertvision.data.tokenized import TokenizedSplit, collate, sorted_batches
 from bertvision.errors import DiskFullError, DiskSpaceError
-from bertvision.features.encode import cls_states, frozen_encoder, token_states
+from bertvision.evaluation.ensemble import save_logits
+from bertvision.features.encode import cls_of, encoder_pass, frozen_encoder, frozen_task_model
 from bertvision.features.shard_writer import ShardWriter, TokenShardWriter, shard_rows
 from bertvision.files import disk_full
-from bertvision.layout import shard_file, split_file
-from bertvision.models.backbone import encoder_parameter_count
-from bertvision.models.encoder_io import hidden_state_shape, pad_id
+from bertvision.layout import SHARD_BERT_LOGITS, shard_file, split_file
+from bertvision.models.encoder_io import bare_encoder_parameter_count, hidden_state_shape, pad_id
 from bertvision.runtime.device import pick_device, resolve_precision, set_threads, to_device
 
 log = logging.getLogger(__name__)
@@ -87,6 +87,20 @@ def extraction_devices(preference: str) -> list[torch.device]:
     return [device]
 
 
+class HeadOutputs:
+    """The task head's outputs (BERT's) on a shard's rows of one split, in row order: a (C,) row
+    of logits per example, or a window's (T, 2) start/end logits over its real tokens."""
+
+    def __init__(self, split: TokenizedSplit, start: int, end: int):
+        self.split, self.start = split, start
+        self.rows: list = [None] * (end - start)
+
+    def keep(self, rows: np.ndarray, head: torch.Tensor | None) -> None:
+        values = head.cpu().numpy()
+        for j, i in enumerate(rows):
+            self.rows[i - self.start] = values[j] if values.ndim == 2 else values[j, : self.split.lengths[i]]
+
+
 class BackgroundWriter:
     """Runs ``write(*item)`` for queued items in a thread, so compute never waits for the disk."""
 
@@ -129,7 +143,7 @@ def _shard_attrs(model, split, attrs, shard, n_shards, start, end, precision, de
         "split_rows": len(split),
         "layers": layers,
         "hidden": hidden,
-        "encoder_parameters": encoder_parameter_count(model),
+        "encoder_parameters": bare_encoder_parameter_count(model),
         "precision": precision,
         "device": str(device),
     }
@@ -144,9 +158,11 @@ def extract_split_cls(
     settings: ExtractSettings,
     precision: str,
     attrs: dict,
+    head_outputs: HeadOutputs | None = None,
 ) -> dict:
     """Rows of shard ``shard`` of one split -> ``out_path``: [CLS] states of every layer.
-    ``replicas``: (model, device) pairs; batches are spread over them."""
+    ``replicas``: (model, device) pairs; batches are spread over them. ``head_outputs``: keep
+    the task model's head outputs there too."""
     model, device = replicas[0]
     start, end = shard_rows(len(split), n_shards, shard)
     padding = pad_id(model)
@@ -166,8 +182,11 @@ def extract_split_cls(
                     block = np.empty((b1 - b0, layers, hidden), dtype=np.float16)
 
                     def run(rows, model, device, block=block, b0=b0):
-                        states = cls_states(model, to_device(collate(split, rows, padding), device), device, precision)
-                        block[rows - b0] = states.to("cpu", torch.float16).numpy()
+                        batch = to_device(collate(split, rows, padding), device)
+                        layer_states, head = encoder_pass(model, batch, device, precision)
+                        block[rows - b0] = cls_of(layer_states).to("cpu", torch.float16).numpy()
+                        if head_outputs is not None:
+                            head_outputs.keep(rows, head)
 
                     for rows in on_replicas(replicas, batches, run):
                         padded += int(split.lengths[rows].max()) * len(rows)
@@ -191,10 +210,12 @@ def extract_split_tokens(
     settings: ExtractSettings,
     precision: str,
     attrs: dict,
+    head_outputs: HeadOutputs | None = None,
 ) -> dict:
     """Windows of shard ``shard`` of one split -> ``out_path``: the states of every real token
     of every layer, ragged; span tasks with the windows' character offsets, example tasks
-    (``token_features``) with each example's label and its [CLS] rows kept apart as well."""
+    (``token_features``) with each example's label and its [CLS] rows kept apart as well.
+    ``head_outputs``: keep the task model's head outputs there too."""
     model, device = replicas[0]
     start, end = shard_rows(len(split), n_shards, shard)
     padding = pad_id(model)
@@ -227,11 +248,11 @@ def extract_split_tokens(
                     block = np.empty((int(local[-1]), layers, hidden), dtype=np.float16)
 
                     def run(rows, model, device, block=block, local=local, b0=b0):
-                        states = (
-                            token_states(model, to_device(collate(split, rows, padding), device), device, precision)
-                            .to("cpu", torch.float16)
-                            .numpy()
-                        )
+                        batch = to_device(collate(split, rows, padding), device)
+                        layer_states, head = encoder_pass(model, batch, device, precision)
+                        states = torch.stack(layer_states, dim=2).to("cpu", torch.float16).numpy()
+                        if head_outputs is not None:
+                            head_outputs.keep(rows, head)
                         for j, i in enumerate(rows):
                             block[local[i - b0] : local[i - b0 + 1]] = states[j, : split.lengths[i]]
 
@@ -318,16 +339,27 @@ def extract_shard(
     threads: int | None = None,
     micro_batches: int = 1,
     devices: list[torch.device] | None = None,
+    bert_logits: bool = False,
+    scored_splits: tuple[str, ...] = (),
 ) -> dict:
     """Shard ``shard`` of every split -> one HDF5 file per split in ``out_dir``. The files are
     written into a scratch directory beside it, renamed to ``out_dir`` at the end, so a killed
     job leaves no ``out_dir`` behind; the next attempt clears the scratch directory first.
     ``micro_batches`` > 1 (a retry after running out of GPU memory)
     divides the batch size; the features do not depend on it. ``devices``: run a replica of
-    the encoder on each (default: every GPU the job was given, else one device)."""
+    the encoder on each (default: every GPU the job was given, else one device). ``bert_logits``:
+    run the checkpoint's task model instead of its bare encoder (the same states) and keep its
+    head's outputs on the ``scored_splits`` beside the states (``SHARD_BERT_LOGITS``), so that
+    BERT's own head is scored from this pass (``stages/score_bert``) and not from a second one."""
     set_threads(threads)
     settings = settings.replace(batch_size=max(1, -(-settings.batch_size // micro_batches)))
-    replicas = [(frozen_encoder(checkpoint_dir, d), d) for d in (devices or extraction_devices(compute.device))]
+
+    def load(device):
+        if bert_logits:
+            return frozen_task_model(checkpoint_dir, attrs["label_kind"], device)
+        return frozen_encoder(checkpoint_dir, device)
+
+    replicas = [(load(d), d) for d in (devices or extraction_devices(compute.device))]
     model, model_device = replicas[0]
     log.info("extracting on %s", ", ".join(str(d) for _, d in replicas))
     layers, hidden = hidden_state_shape(model)
@@ -338,12 +370,14 @@ def extract_shard(
     shutil.rmtree(tmp_dir, ignore_errors=True)
     tmp_dir.mkdir(parents=True)
     tokens = {split: TokenizedSplit.read(split_file(tokens_dir, split)) for split in splits}
-    stats = {}
+    stats, outputs = {}, {}
     try:
         level = feature_level(attrs)
         needed = sum(planned_bytes(t, shard, n_shards, layers, hidden, kind, level) for t in tokens.values())
         free = check_disk_space(tmp_dir, needed)
         for split in splits:
+            if bert_logits and split in scored_splits:
+                outputs[split] = HeadOutputs(tokens[split], *shard_rows(len(tokens[split]), n_shards, shard))
             try:
                 stats[split] = extractor(attrs)(
                     replicas,
@@ -354,6 +388,7 @@ def extract_shard(
                     settings,
                     resolve_precision(model_device, compute.precision, model),
                     {**attrs, "split": split},
+                    outputs.get(split),
                 )
             except Exception as err:  # the writer thread's errors come back here too
                 if not disk_full(err):
@@ -363,6 +398,8 @@ def extract_shard(
                     f"is kept): the shard needs about {readable_size(needed)} of features and "
                     f"{readable_size(free)} was free when it began; free space or use more shards on other disks"
                 ) from None
+        if bert_logits:
+            save_logits(tmp_dir / SHARD_BERT_LOGITS, {split: kept.rows for split, kept in outputs.items()})
         if out_dir.exists():  # an empty directory left by the scheduler
             out_dir.rmdir()
         os.replace(tmp_dir, out_dir)

@@ -1,7 +1,8 @@
-"""The ``finetune`` stage: train the backbone with a sequence-classification head to one
-configured epoch fraction, going on from the one before, and save that checkpoint with BERT's
-own evaluation predictions and metrics. Fraction 0 is the pretrained encoder untouched (plus a
-freshly initialised head): saved, but not scored, since its head has not trained."""
+"""The ``finetune`` stage: train the backbone with its task head to one configured epoch fraction,
+going on from the one before, and save that checkpoint with its training record. Fraction 0 is
+the pretrained encoder untouched (plus a freshly initialised head). Scoring BERT's own head is
+rule ``score_bert``'s (``stages/score_bert``): from the extraction's pass where the states are
+stored, so a checkpoint is read once."""
 
 from __future__ import annotations
 
@@ -11,11 +12,9 @@ from pathlib import Path
 import torch
 
 from bertvision.config.settings import FinetuneCompute, FinetuneSettings
-from bertvision.evaluation.ensemble import save_logits
-from bertvision.files import atomic_path, atomic_write_json, atomic_write_parquet
-from bertvision.layout import BERT_LOGITS, BERT_METRICS, BERT_PREDICTIONS, RESUME_STATE, Checkpoint, checkpoint_dir
+from bertvision.files import atomic_path, atomic_write_json
+from bertvision.layout import RESUME_STATE, TRAIN_RECORD, Checkpoint, checkpoint_dir
 from bertvision.registry.task_spec import TaskSpec
-from bertvision.training.encoder import EvalData, scored_splits
 from bertvision.training.encoder_session import EncoderSession, save_checkpoint
 
 log = logging.getLogger(__name__)
@@ -27,7 +26,6 @@ def finetune(
     settings: FinetuneSettings,
     compute: FinetuneCompute,
     tokens_dir: Path,
-    raw_dir: Path,
     out_dir: Path,
     seed: int,
     checkpoint: Checkpoint,
@@ -46,8 +44,6 @@ def finetune(
     if checkpoint.fraction not in fractions:
         raise ValueError(f"checkpoint {checkpoint} is not one of finetune.epoch_fractions {fractions}")
     position = fractions.index(checkpoint.fraction)
-    scored = checkpoint.fraction > 0
-    evals = EvalData.read(tokens_dir, raw_dir, scored_splits(task)) if scored else None
     schedule = settings.schedule_epochs or max(fractions[-1], 1e-9)
     session = EncoderSession([task], settings, compute, {task.name: tokens_dir}, schedule, seed, threads, micro_batches)
     trainer = session.trainers[task.name]
@@ -61,25 +57,20 @@ def finetune(
         if main:
             ckpt = checkpoint_dir(out_dir, checkpoint)
             save_checkpoint(trainer.model, ckpt)
-            metrics = None  # an untrained head's predictions would be chance: no row, no ensemble
-            if scored:
-                metrics, predictions, logits = trainer.evaluate(evals)
-                atomic_write_parquet(predictions, ckpt / BERT_PREDICTIONS)
-                save_logits(ckpt / BERT_LOGITS, logits)
             record = {
                 "task": task.name,
                 "model": model_name,
                 "epoch_fraction": checkpoint.fraction,
                 "step": session.step,
                 "examples_seen": trainer.seen,
-                "metrics": metrics,
+                "metrics": None,  # rule score_bert's (none at checkpoint 0: its head has not trained)
                 "train_loss_recent": trainer.recent_loss,
                 "train_seconds": session.train_seconds,
                 "train_padding_ratio": trainer.padding_ratio,
             }
-            atomic_write_json({**record, **session.record()}, ckpt / BERT_METRICS)
+            atomic_write_json({**record, **session.record()}, ckpt / TRAIN_RECORD)
             save_resume_state(session.resume_state(with_optimizer=position < len(fractions) - 1), ckpt / RESUME_STATE)
-            log.info("checkpoint %s at step %d: %s", checkpoint, session.step, metrics)
+            log.info("checkpoint %s at step %d saved", checkpoint, session.step)
     session.close()
 
 

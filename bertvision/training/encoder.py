@@ -20,7 +20,7 @@ from bertvision.data.tokenized import TokenizedSplit, bucketed_batches, collate
 from bertvision.evaluation.inference import evaluate_outputs, predict, predict_span
 from bertvision.layout import split_file
 from bertvision.models.backbone import load_pretrained
-from bertvision.models.encoder_io import pad_id
+from bertvision.models.encoder_io import TASK_MODEL_CLASSES, pad_id
 from bertvision.registry.task_spec import TaskSpec
 from bertvision.runtime.device import autocast, autocast_dtype, check_simulated_oom, to_device
 from bertvision.runtime.distributed import Ranks, accumulating
@@ -36,12 +36,8 @@ def _model_kwargs(task: TaskSpec) -> dict:
     }
 
 
-# Task kind -> (Hugging Face auto class name, its from_pretrained keyword arguments).
-MODEL_CLASSES = {
-    "classification": ("AutoModelForSequenceClassification", _model_kwargs),
-    "regression": ("AutoModelForSequenceClassification", _model_kwargs),
-    "span": ("AutoModelForQuestionAnswering", lambda task: {}),
-}
+# Task kind -> the from_pretrained keyword arguments of its fresh head (TASK_MODEL_CLASSES: the class).
+HEAD_KWARGS = {"classification": _model_kwargs, "regression": _model_kwargs, "span": lambda task: {}}
 
 
 def span_loss(out, batch: dict) -> torch.Tensor:
@@ -79,27 +75,45 @@ def load_classifier(task: TaskSpec, backbone: str, seed: int):
 
     hf_logging.set_verbosity_error()
     torch.manual_seed(seed)
-    class_name, kwargs = MODEL_CLASSES[task.kind]
-    return load_pretrained(class_name, backbone, **kwargs(task))
+    return load_pretrained(TASK_MODEL_CLASSES[task.kind], backbone, **HEAD_KWARGS[task.kind](task))
+
+
+def score_labels(task, logits, splits, questions):
+    """(metrics per split, predictions table) of an example task's model outputs ``logits``
+    (split -> (N, C)) on ``splits`` (split -> TokenizedSplit)."""
+    metrics, tables = {}, []
+    for name, split in splits.items():
+        metrics[name], table = evaluate_outputs(logits[name], split, task, questions.get(name))
+        tables.append(pd.DataFrame(table).assign(split=name))
+    return metrics, pd.concat(tables, ignore_index=True)
+
+
+def score_spans(task, logits, splits, questions):
+    """(metrics per split, predictions table) of a span task's start/end logits (split -> one
+    (T, 2) array per window); the null threshold is tuned on the selection split."""
+    from bertvision.evaluation.span_eval import evaluate_span
+
+    return evaluate_span(task, logits, splits, questions)
+
+
+# Task kind -> how a model's outputs on a dict of splits are scored.
+SCORERS = {"classification": score_labels, "regression": score_labels, "span": score_spans}
 
 
 def evaluate_labels(task, model, evals, questions, batch_size, device, precision, pad_id):
-    metrics, tables, logits = {}, [], {}
-    for name, split in evals.items():
-        logits[name] = predict(model, split, batch_size, device, precision, pad_id, desc=f"evaluate {name}")
-        metrics[name], table = evaluate_outputs(logits[name], split, task, questions.get(name))
-        tables.append(pd.DataFrame(table).assign(split=name))
-    return metrics, pd.concat(tables, ignore_index=True), logits
+    logits = {
+        name: predict(model, split, batch_size, device, precision, pad_id, desc=f"evaluate {name}")
+        for name, split in evals.items()
+    }
+    return (*score_labels(task, logits, evals, questions), logits)
 
 
 def evaluate_spans(task, model, evals, questions, batch_size, device, precision, pad_id):
-    from bertvision.evaluation.span_eval import evaluate_span
-
     logits = {
         name: predict_span(model, split, batch_size, device, precision, pad_id, desc=f"evaluate {name}")
         for name, split in evals.items()
     }
-    return (*evaluate_span(task, logits, evals, questions), logits)
+    return (*score_spans(task, logits, evals, questions), logits)
 
 
 # Task kind -> how the model is evaluated on a dict of splits: (metrics per split, predictions
@@ -110,12 +124,6 @@ EVALUATORS = {
     "regression": evaluate_labels,
     "span": evaluate_spans,
 }
-
-
-def scored_splits(task: TaskSpec) -> tuple[str, ...]:
-    """The splits BERT's own head is scored on: selection (what choices are made on) and the
-    evaluation splits (what is reported)."""
-    return ("selection", *task.eval_splits)
 
 
 @dataclass

@@ -1,0 +1,85 @@
+"""The ``score_bert`` stage: BERT's own head at a fine-tuned checkpoint, scored on the selection
+split and the evaluation splits (its row in the tables; its logits feed the head + BERT
+ensembles). Where the checkpoint's states are stored, its extraction already ran the task model
+over those splits and kept the head's outputs beside the states (``extract --bert-logits``): they
+are only scored here, so the checkpoint is read once. Where they are streamed (``store: false``),
+no extraction runs, and this job runs the model itself."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bertvision.config.settings import FinetuneCompute, FinetuneSettings
+from bertvision.errors import FeatureError
+from bertvision.evaluation.ensemble import load_logits, save_logits
+from bertvision.files import atomic_write_json, atomic_write_parquet, read_json
+from bertvision.layout import BERT_LOGITS, BERT_METRICS, BERT_PREDICTIONS, SHARD_BERT_LOGITS, TRAIN_RECORD
+from bertvision.models.encoder_io import load_task_model, pad_id
+from bertvision.registry.task_spec import TaskSpec, scored_splits
+from bertvision.runtime.device import pick_device, resolve_precision, set_threads
+from bertvision.training.encoder import EVALUATORS, SCORERS, EvalData
+
+log = logging.getLogger(__name__)
+
+
+def extracted_outputs(shard_dirs: list[Path], evals: EvalData, kind: str) -> dict:
+    """split -> the head's outputs the extraction kept, its shards' rows joined in shard order:
+    (N, C) for example tasks, one (T, 2) array per window for span tasks."""
+    parts = [load_logits(Path(d) / SHARD_BERT_LOGITS) for d in shard_dirs]
+    outputs = {}
+    for split, tokens in evals.splits.items():
+        rows = [row for part in parts for row in part.get(split, [])]
+        if len(rows) != len(tokens):
+            raise FeatureError(
+                f"{Path(shard_dirs[0]) / SHARD_BERT_LOGITS}: BERT's outputs on {split} cover {len(rows)} rows over "
+                f"{len(shard_dirs)} shard(s); the split has {len(tokens)} (extract with --bert-logits again)"
+            )
+        outputs[split] = rows if kind == "span" else np.concatenate(rows)
+    return outputs
+
+
+def score_bert(
+    task: TaskSpec,
+    settings: FinetuneSettings,
+    compute: FinetuneCompute,
+    checkpoint_dir: Path,
+    tokens_dir: Path,
+    raw_dir: Path,
+    shard_dirs: list[Path] | None = None,
+    threads: int | None = None,
+) -> dict:
+    """Score BERT's head at ``checkpoint_dir`` from the outputs its extraction's ``shard_dirs``
+    kept, or (none given) by running the checkpoint's task model over the scored splits; write
+    its predictions, logits and record (the training record with its metrics) there."""
+    checkpoint_dir = Path(checkpoint_dir)
+    evals = EvalData.read(tokens_dir, raw_dir, scored_splits(task))
+    started = time.perf_counter()
+    if shard_dirs:
+        logits = extracted_outputs(shard_dirs, evals, task.kind)
+        metrics, predictions = SCORERS[task.kind](task, logits, evals.splits, evals.questions)
+        source = "extraction"
+    else:
+        set_threads(threads)
+        device = pick_device(compute.device)
+        model = load_task_model(str(checkpoint_dir), task.kind).to(device).eval()
+        precision = resolve_precision(device, compute.precision, model)
+        batch_size = settings.optimizer.eval_batch_size
+        metrics, predictions, logits = EVALUATORS[task.kind](
+            task, model, evals.splits, evals.questions, batch_size, device, precision, pad_id(model)
+        )
+        source = "own pass"
+    atomic_write_parquet(predictions, checkpoint_dir / BERT_PREDICTIONS)
+    save_logits(checkpoint_dir / BERT_LOGITS, logits)
+    record = {
+        **read_json(checkpoint_dir / TRAIN_RECORD),
+        "metrics": metrics,
+        "scored_from": source,  # the extraction's pass, or this job's own
+        "scoring_seconds": time.perf_counter() - started,
+    }
+    atomic_write_json(record, checkpoint_dir / BERT_METRICS)
+    log.info("BERT at checkpoint %s, scored from the %s: %s", record["epoch_fraction"], source, metrics)
+    return record

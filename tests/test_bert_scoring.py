@@ -1,0 +1,138 @@
+"""BERT's own head scored from the extraction's pass (rule score_bert): the extraction runs the
+checkpoint's task model, stores the very states the bare encoder gives, and keeps the head's
+outputs on the scored splits; scoring them gives what a pass of BERT's own gives (the workflow's
+way for streamed states), for example and span tasks, over several shards."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import h5py
+import numpy as np
+import pandas as pd
+import pytest
+
+from bertvision.evaluation.ensemble import load_logits
+from bertvision.layout import (
+    BERT_LOGITS,
+    BERT_METRICS,
+    BERT_PREDICTIONS,
+    SHARD_BERT_LOGITS,
+    TRAIN_RECORD,
+    Checkpoint,
+    Run,
+    checkpoint_dir,
+    shard_file,
+)
+from bertvision.registry.task_spec import scored_splits, splits_of
+from bertvision.registry.tasks import get_task
+from tests.conftest import squad_slice, workflow_settings
+from tests.stages import download_and_tokenize, fine_tune
+
+SHARDS = 2
+
+
+def settings_for(tiny_bert):
+    sizes = {"train_size": 40, "selection_size": 16, "eval_size": 24}
+    return workflow_settings(
+        backbones={"tiny": {"pretrained": str(tiny_bert)}},
+        tasks={"mrpc": sizes, "stsb": sizes, "squad2": squad_slice(24, 12, 12, max_length=96, doc_stride=32)},
+        finetune={"epoch_fractions": [0, 1], "settings": {"batch_size": 8}, "device": "cpu", "precision": "fp32"},
+        # a batch size unlike BERT's own evaluation's: other batches, other padding, the same outputs
+        extract={"precision": "fp32", "device": "cpu", "batch_size": 5},
+    )
+
+
+def prepared(settings, task, tmp_path):
+    """``task``'s raw rows and tokens under tmp_path/raw/TASK and tmp_path/tokens/TASK (the
+    layout tests.stages.fine_tune reads)."""
+    data = download_and_tokenize(settings, "tiny", task, tmp_path / "data", max_length=settings.max_length(task))
+    for kind in ("raw", "tokens"):
+        (tmp_path / kind).mkdir()
+        shutil.move(data / kind, tmp_path / kind / task)
+    return tmp_path
+
+
+def extract(settings, task, root, ckpt, out, bert_logits):
+    from bertvision.stages.extract import extract_shard
+
+    spec = get_task(task)
+    for shard in range(SHARDS):
+        extract_shard(
+            ckpt,
+            root / "tokens" / task,
+            out / f"shard-{shard}-of-{SHARDS}",
+            shard,
+            SHARDS,
+            list(splits_of(spec)),
+            settings.extract(),
+            settings.extract_compute(),
+            settings.extract_attrs(Run("tiny", task, 1, Checkpoint(1))),
+            threads=1,
+            bert_logits=bert_logits,
+            scored_splits=scored_splits(spec),
+        )
+    return [out / f"shard-{shard}-of-{SHARDS}" for shard in range(SHARDS)]
+
+
+@pytest.mark.parametrize("task", ["mrpc", "stsb", "squad2"])
+def test_bert_scored_from_the_extraction_equals_its_own_pass(tiny_bert, tmp_path, task):
+    from bertvision.stages.score_bert import score_bert
+
+    settings = settings_for(tiny_bert)
+    spec = get_task(task)
+    root = prepared(settings, task, tmp_path)
+    fine_tune(settings, "tiny", task, root, root / "ft")  # scores BERT at checkpoint 1 by its own pass
+    own = checkpoint_dir(root / "ft", Checkpoint(1))
+    assert json.loads((own / BERT_METRICS).read_text())["scored_from"] == "own pass"
+
+    with_outputs = extract(settings, task, root, own, root / "with", bert_logits=True)
+    plain = extract(settings, task, root, own, root / "plain", bert_logits=False)
+    for a, b in zip(with_outputs, plain):
+        assert not (b / SHARD_BERT_LOGITS).exists()
+        for split in splits_of(spec):  # the task model's states are the bare encoder's, bit for bit
+            with h5py.File(shard_file(a, split), "r") as fa, h5py.File(shard_file(b, split), "r") as fb:
+                assert sorted(fa) == sorted(fb)
+                for name in fa:
+                    assert np.array_equal(fa[name][()], fb[name][()]), (split, name)
+                assert fa.attrs["encoder_parameters"] == fb.attrs["encoder_parameters"]
+        assert sorted(load_logits(a / SHARD_BERT_LOGITS)) == sorted(scored_splits(spec))  # not train
+
+    scored = tmp_path / "from-extraction"
+    scored.mkdir()
+    for name in (TRAIN_RECORD, "config.json"):
+        shutil.copy(own / name, scored / name)
+    record = score_bert(spec, settings.finetune("tiny", task), settings.finetune_compute(), scored,
+                        root / "tokens" / task, root / "raw" / task, shard_dirs=with_outputs)  # fmt: skip
+    assert record["scored_from"] == "extraction"
+    mine, theirs = (json.loads((d / BERT_METRICS).read_text()) for d in (scored, own))
+    for split in scored_splits(spec):
+        # other batches, other padding: float32 sums in another order
+        assert mine["metrics"][split] == pytest.approx(theirs["metrics"][split], rel=1e-4, abs=1e-4), split
+    assert {k: v for k, v in mine.items() if k not in ("metrics", "scored_from", "scoring_seconds")} == {
+        k: v for k, v in theirs.items() if k not in ("metrics", "scored_from", "scoring_seconds")
+    }
+    a, b = load_logits(scored / BERT_LOGITS), load_logits(own / BERT_LOGITS)
+    for split in scored_splits(spec):
+        assert len(a[split]) == len(b[split])
+        assert all(np.allclose(x, y, atol=1e-5) for x, y in zip(a[split], b[split])), split
+    pa, pb = (pd.read_parquet(d / BERT_PREDICTIONS) for d in (scored, own))
+    assert list(pa.columns) == list(pb.columns) and len(pa) == len(pb)
+    if spec.kind == "classification":
+        assert (pa["prediction"] == pb["prediction"]).all()
+
+
+def test_outputs_missing_rows_fail_clearly(tiny_bert, tmp_path):
+    from bertvision.errors import FeatureError
+    from bertvision.stages.score_bert import score_bert
+
+    settings = settings_for(tiny_bert)
+    spec = get_task("mrpc")
+    root = prepared(settings, "mrpc", tmp_path)
+    fine_tune(settings, "tiny", "mrpc", root, root / "ft")
+    own = checkpoint_dir(root / "ft", Checkpoint(1))
+    shards = extract(settings, "mrpc", root, own, root / "with", bert_logits=True)
+    with pytest.raises(FeatureError, match=r"bert_logits.npz: BERT's outputs on selection cover \d+ rows over 1"):
+        score_bert(spec, settings.finetune("tiny", "mrpc"), settings.finetune_compute(), own,
+                   root / "tokens" / "mrpc", root / "raw" / "mrpc", shard_dirs=shards[:1])  # fmt: skip
