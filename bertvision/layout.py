@@ -201,6 +201,8 @@ def shard_file(shard_dir: Path, split: str) -> Path:
 # BERT's own head's logits on a shard's rows of the scored splits, kept by an extraction that ran the
 # task model (its states and BERT's outputs from one pass); rule score_bert scores them.
 SHARD_BERT_LOGITS = "bert_logits.npz"
+# and the seconds that pass spent on each of those splits (BERT's share of the extraction: its whole cost)
+SHARD_BERT_PASS = "bert_pass.json"
 
 
 def bert_record_file(checkpoint: Checkpoint) -> str:

@@ -19,6 +19,7 @@ from bertvision.layout import (
     BERT_METRICS,
     BERT_PREDICTIONS,
     SHARD_BERT_LOGITS,
+    SHARD_BERT_PASS,
     TRAIN_RECORD,
     Checkpoint,
     Run,
@@ -90,7 +91,7 @@ def test_bert_scored_from_the_extraction_equals_its_own_pass(tiny_bert, tmp_path
     with_outputs = extract(settings, task, root, own, root / "with", bert_logits=True)
     plain = extract(settings, task, root, own, root / "plain", bert_logits=False)
     for a, b in zip(with_outputs, plain):
-        assert not (b / SHARD_BERT_LOGITS).exists()
+        assert not (b / SHARD_BERT_LOGITS).exists() and not (b / SHARD_BERT_PASS).exists()
         for split in splits_of(spec):  # the task model's states are the bare encoder's, bit for bit
             with h5py.File(shard_file(a, split), "r") as fa, h5py.File(shard_file(b, split), "r") as fb:
                 assert sorted(fa) == sorted(fb)
@@ -106,12 +107,18 @@ def test_bert_scored_from_the_extraction_equals_its_own_pass(tiny_bert, tmp_path
     record = score_bert(spec, settings.finetune("tiny", task), settings.finetune_compute(), scored,
                         root / "tokens" / task, root / "raw" / task, shard_dirs=with_outputs)  # fmt: skip
     assert record["scored_from"] == "extraction"
+    # BERT's share of the extraction: that pass's seconds on the scored splits of every shard, not train's
+    passes = [json.loads((d / SHARD_BERT_PASS).read_text())["seconds"] for d in with_outputs]
+    assert all(sorted(p) == sorted(scored_splits(spec)) for p in passes)
+    assert record["extraction_pass_seconds"] == pytest.approx(sum(sum(p.values()) for p in passes))
+    assert record["extraction_pass_seconds"] > 0
     mine, theirs = (json.loads((d / BERT_METRICS).read_text()) for d in (scored, own))
     for split in scored_splits(spec):
         # other batches, other padding: float32 sums in another order
         assert mine["metrics"][split] == pytest.approx(theirs["metrics"][split], rel=1e-4, abs=1e-4), split
-    assert {k: v for k, v in mine.items() if k not in ("metrics", "scored_from", "scoring_seconds")} == {
-        k: v for k, v in theirs.items() if k not in ("metrics", "scored_from", "scoring_seconds")
+    scoring_facts = ("metrics", "scored_from", "scoring_seconds", "extraction_pass_seconds")
+    assert {k: v for k, v in mine.items() if k not in scoring_facts} == {
+        k: v for k, v in theirs.items() if k not in scoring_facts
     }
     a, b = load_logits(scored / BERT_LOGITS), load_logits(own / BERT_LOGITS)
     for split in scored_splits(spec):

@@ -20,8 +20,8 @@ Choosing among the heads of one checkpoint only (the frozen encoder's best head)
 sum at that checkpoint, with the fine-tuning jobs up to it; a pick within a budget (every
 checkpoint of at most c epochs), the sum over those checkpoints. BERT's own head at a
 checkpoint chooses nothing: its whole cost is its fine-tuning jobs up to the checkpoint and its
-scoring job there, and, when it was scored from the extraction's pass, that checkpoint's whole
-extraction (which also computed every state: an upper bound). Full
+scoring job there, and, when it was scored from the extraction's pass, the seconds that pass spent
+on the scored splits (it computed their states too: an upper bound). Full
 fine-tuning's whole cost is its job: every epoch it trained, the selection scoring after each
 (the kept epoch is only known after all of them) and its final scoring. Data-fraction and
 transfer experiments and shared encoders do not take part in the pick and are left out."""
@@ -123,13 +123,13 @@ class JobSeconds:
 
     def bert_at(self, record: dict, checkpoint: Checkpoint) -> float:
         """BERT's row at ``checkpoint`` (``record``: its scores): the fine-tuning jobs up to it, its
-        scoring job there and, scored from the extraction's pass, that extraction."""
+        scoring job there and, scored from the extraction's pass, that pass's seconds on the scored
+        splits (the record's ``extraction_pass_seconds``)."""
         model, task, seed = record["model"], record["task"], int(record["seed"])
         seconds = self.finetune_up_to(model, task, seed, checkpoint, ("finetune",))
         seconds += self.of("score_bert", model, task, seed, checkpoint)
         if record.get("scored_from") == "extraction":
-            manifest = self.of("feature_manifest", model, task, seed, checkpoint)
-            seconds += self.extract(model, task, seed, checkpoint) + manifest
+            seconds += record["extraction_pass_seconds"]
         return seconds
 
     def baseline(self, model: str, task: str, seed: int) -> float:

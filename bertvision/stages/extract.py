@@ -28,8 +28,8 @@ from bertvision.errors import DiskFullError, DiskSpaceError
 from bertvision.evaluation.ensemble import save_logits
 from bertvision.features.encode import cls_of, encoder_pass, frozen_encoder, frozen_task_model
 from bertvision.features.shard_writer import ShardWriter, TokenShardWriter, shard_rows
-from bertvision.files import disk_full
-from bertvision.layout import SHARD_BERT_LOGITS, shard_file, split_file
+from bertvision.files import atomic_write_json, disk_full
+from bertvision.layout import SHARD_BERT_LOGITS, SHARD_BERT_PASS, shard_file, split_file
 from bertvision.models.encoder_io import bare_encoder_parameter_count, hidden_state_shape, pad_id
 from bertvision.runtime.device import pick_device, resolve_precision, set_threads, to_device
 
@@ -349,8 +349,9 @@ def extract_shard(
     divides the batch size; the features do not depend on it. ``devices``: run a replica of
     the encoder on each (default: every GPU the job was given, else one device). ``bert_logits``:
     run the checkpoint's task model instead of its bare encoder (the same states) and keep its
-    head's outputs on the ``scored_splits`` beside the states (``SHARD_BERT_LOGITS``), so that
-    BERT's own head is scored from this pass (``stages/score_bert``) and not from a second one."""
+    head's outputs on the ``scored_splits`` beside the states (``SHARD_BERT_LOGITS``; the pass's
+    seconds on each, ``SHARD_BERT_PASS``), so that BERT's own head is scored from this pass
+    (``stages/score_bert``) and not from a second one."""
     set_threads(threads)
     settings = settings.replace(batch_size=max(1, -(-settings.batch_size // micro_batches)))
 
@@ -400,6 +401,9 @@ def extract_shard(
                 ) from None
         if bert_logits:
             save_logits(tmp_dir / SHARD_BERT_LOGITS, {split: kept.rows for split, kept in outputs.items()})
+            atomic_write_json(
+                {"seconds": {split: stats[split]["seconds"] for split in outputs}}, tmp_dir / SHARD_BERT_PASS
+            )
         if out_dir.exists():  # an empty directory left by the scheduler
             out_dir.rmdir()
         os.replace(tmp_dir, out_dir)

@@ -17,7 +17,14 @@ from bertvision.config.settings import FinetuneCompute, FinetuneSettings
 from bertvision.errors import FeatureError
 from bertvision.evaluation.ensemble import load_logits, save_logits
 from bertvision.files import atomic_write_json, atomic_write_parquet, read_json
-from bertvision.layout import BERT_LOGITS, BERT_METRICS, BERT_PREDICTIONS, SHARD_BERT_LOGITS, TRAIN_RECORD
+from bertvision.layout import (
+    BERT_LOGITS,
+    BERT_METRICS,
+    BERT_PREDICTIONS,
+    SHARD_BERT_LOGITS,
+    SHARD_BERT_PASS,
+    TRAIN_RECORD,
+)
 from bertvision.models.encoder_io import load_task_model, pad_id
 from bertvision.registry.task_spec import TaskSpec, scored_splits
 from bertvision.runtime.device import pick_device, resolve_precision, set_threads
@@ -42,6 +49,12 @@ def extracted_outputs(shard_dirs: list[Path], evals: EvalData, kind: str) -> dic
     return outputs
 
 
+def extraction_pass_seconds(shard_dirs: list[Path], splits) -> float:
+    """The seconds the extraction's pass spent on ``splits`` over every shard: BERT's share of it
+    (an upper bound: the same pass computed those splits' states)."""
+    return float(sum(read_json(Path(d) / SHARD_BERT_PASS)["seconds"][split] for d in shard_dirs for split in splits))
+
+
 def score_bert(
     task: TaskSpec,
     settings: FinetuneSettings,
@@ -58,10 +71,12 @@ def score_bert(
     checkpoint_dir = Path(checkpoint_dir)
     evals = EvalData.read(tokens_dir, raw_dir, scored_splits(task))
     started = time.perf_counter()
+    facts = {}
     if shard_dirs:
         logits = extracted_outputs(shard_dirs, evals, task.kind)
         metrics, predictions = SCORERS[task.kind](task, logits, evals.splits, evals.questions)
         source = "extraction"
+        facts["extraction_pass_seconds"] = extraction_pass_seconds(shard_dirs, evals.splits)
     else:
         set_threads(threads)
         device = pick_device(compute.device)
@@ -79,6 +94,7 @@ def score_bert(
         "metrics": metrics,
         "scored_from": source,  # the extraction's pass, or this job's own
         "scoring_seconds": time.perf_counter() - started,
+        **facts,
     }
     atomic_write_json(record, checkpoint_dir / BERT_METRICS)
     log.info("BERT at checkpoint %s, scored from the %s: %s", record["epoch_fraction"], source, metrics)
