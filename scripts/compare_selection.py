@@ -1,6 +1,8 @@
 """Two finished runs of one config side by side, the grid (heads.race.protocol: grid) and the race
 (racing, the default): job-seconds per rule from every job's Snakemake benchmark file, the ratio of
-head selection (train_heads, search_worker and the race's own jobs) and of the whole run, and every
+head selection (train_heads, search_worker and the race's own jobs) and of the whole run, the
+head jobs per task (tasks with stored states apart from streamed ones, whose head jobs run the
+encoder), and every
 task's pick with its dev score, its whole cost against full fine-tuning's and whether the two picks
 agree (the same path, or dev mean ± std ranges that overlap). Issue 33's goals are these ratios.
 
@@ -28,6 +30,15 @@ def job_seconds(workdir: Path) -> pd.Series:
         rule = path.relative_to(workdir / "benchmarks").parts[0].removesuffix(".tsv")
         rows.append((rule, float(pd.read_csv(path, sep="\t")["s"].iloc[0])))
     return pd.DataFrame(rows, columns=["rule", "seconds"]).groupby("rule")["seconds"].sum()
+
+
+def head_jobs_by_task(workdir: Path) -> pd.DataFrame:
+    """Task -> its train_heads job-seconds (the timing table) and whether its states are stored or
+    streamed into the head jobs (the cost table)."""
+    timing = pd.read_csv(workdir / table("timing", "csv"))
+    seconds = timing[timing["stage"] == "train_heads"].set_index("task")["seconds"]
+    features = pd.read_csv(workdir / table("cost", "csv")).groupby("task")["features"].first()
+    return pd.DataFrame({"seconds": seconds, "features": features.reindex(seconds.index)})
 
 
 def picks(workdir: Path) -> pd.DataFrame:
@@ -58,6 +69,14 @@ def main(grid_dir: str, racing_dir: str) -> None:
     print(f"\nhead selection ({', '.join(SELECTION_RULES)}): {sel['grid']:.1f} vs {sel['racing']:.1f} job-s, "
           f"{sel['racing'] / sel['grid']:.2f}x")  # fmt: skip
     print(f"whole run: {whole['grid']:.1f} vs {whole['racing']:.1f} job-s, {whole['racing'] / whole['grid']:.2f}x")
+    heads = head_jobs_by_task(grid).assign(seconds_racing=head_jobs_by_task(racing)["seconds"])
+    print("\n| task | states | grid train_heads job-s | racing | ratio |\n|---|---|---|---|---|")
+    for task, r in heads.iterrows():
+        print(f"| {task} | {r['features']} | {r['seconds']:.1f} | {r['seconds_racing']:.1f} | "
+              f"{r['seconds_racing'] / r['seconds']:.2f}x |")  # fmt: skip
+    for kind, part in heads.groupby("features"):
+        g, r = part["seconds"].sum(), part["seconds_racing"].sum()
+        print(f"train_heads of the tasks with {kind} states: {g:.1f} vs {r:.1f} job-s, {r / g:.2f}x")
     a, b = picks(grid), picks(racing)
     print("\n| task | grid pick (dev, whole cost) | racing pick (dev, whole cost) | agree |\n|---|---|---|---|")
     for key in a.index.union(b.index):
