@@ -28,7 +28,13 @@ def load_logits(path: Path) -> dict[str, list[np.ndarray]]:
     """split -> list of per-row arrays ((1, C) for examples, (T, 2) for windows)."""
     with np.load(path) as data:
         splits = {key.split("/")[0] for key in data.files}
-        return {s: np.split(data[f"{s}/values"], np.cumsum(data[f"{s}/lengths"])[:-1]) for s in splits}
+        return {s: _rows(data[f"{s}/values"], data[f"{s}/lengths"]) for s in splits}
+
+
+def _rows(values: np.ndarray, lengths: np.ndarray) -> list[np.ndarray]:
+    # np.split of an empty array at no index gives one empty part, not none: a split with no rows
+    # (an extraction shard past the end of a small split) has no rows here
+    return np.split(values, np.cumsum(lengths)[:-1]) if len(lengths) else []
 
 
 def softmax(x: np.ndarray, axis: int) -> np.ndarray:
