@@ -163,7 +163,7 @@ def test_hub_path_with_a_local_repository(tmp_path, dev, monkeypatch):
 
 
 def test_extraction_refuses_when_the_disk_is_too_small(tmp_path):
-    from bertvision.stages.extract import check_disk_space
+    from bertvision.features.disk_plan import check_disk_space
 
     check_disk_space(tmp_path, 1000)
     with pytest.raises(OSError, match=r"needs about .* GiB of features but only .* GiB is free"):

@@ -24,12 +24,13 @@ from tqdm import tqdm
 
 from bertvision.config.settings import ExtractCompute, ExtractSettings
 from bertvision.data.tokenized import TokenizedSplit, collate, sorted_batches
-from bertvision.errors import DiskFullError, DiskSpaceError
-from bertvision.evaluation.ensemble import save_logits
+from bertvision.errors import DiskFullError
+from bertvision.features import bert_outputs
+from bertvision.features.disk_plan import check_disk_space, planned_bytes, readable_size
 from bertvision.features.encode import cls_of, encoder_pass, frozen_encoder, frozen_task_model
 from bertvision.features.shard_writer import ShardWriter, TokenShardWriter, shard_rows
-from bertvision.files import atomic_write_json, disk_full
-from bertvision.layout import SHARD_BERT_LOGITS, SHARD_BERT_PASS, shard_file, split_file
+from bertvision.files import disk_full
+from bertvision.layout import shard_file, split_file
 from bertvision.models.encoder_io import bare_encoder_parameter_count, hidden_state_shape, pad_id
 from bertvision.runtime.device import pick_device, resolve_precision, set_threads, to_device
 
@@ -85,20 +86,6 @@ def extraction_devices(preference: str) -> list[torch.device]:
     ):
         return [torch.device("cuda", i) for i in range(torch.cuda.device_count())]
     return [device]
-
-
-class HeadOutputs:
-    """The task head's outputs (BERT's) on a shard's rows of one split, in row order: a (C,) row
-    of logits per example, or a window's (T, 2) start/end logits over its real tokens."""
-
-    def __init__(self, split: TokenizedSplit, start: int, end: int):
-        self.split, self.start = split, start
-        self.rows: list = [None] * (end - start)
-
-    def keep(self, rows: np.ndarray, head: torch.Tensor | None) -> None:
-        values = head.cpu().numpy()
-        for j, i in enumerate(rows):
-            self.rows[i - self.start] = values[j] if values.ndim == 2 else values[j, : self.split.lengths[i]]
 
 
 class BackgroundWriter:
@@ -158,7 +145,7 @@ def extract_split_cls(
     settings: ExtractSettings,
     precision: str,
     attrs: dict,
-    head_outputs: HeadOutputs | None = None,
+    head_outputs: bert_outputs.HeadOutputs | None = None,
 ) -> dict:
     """Rows of shard ``shard`` of one split -> ``out_path``: [CLS] states of every layer.
     ``replicas``: (model, device) pairs; batches are spread over them. ``head_outputs``: keep
@@ -210,7 +197,7 @@ def extract_split_tokens(
     settings: ExtractSettings,
     precision: str,
     attrs: dict,
-    head_outputs: HeadOutputs | None = None,
+    head_outputs: bert_outputs.HeadOutputs | None = None,
 ) -> dict:
     """Windows of shard ``shard`` of one split -> ``out_path``: the states of every real token
     of every layer, ragged; span tasks with the windows' character offsets, example tasks
@@ -293,39 +280,6 @@ def extractor(attrs: dict):
     return extract_split_tokens if feature_level(attrs) == "tokens" else EXTRACTORS[attrs["label_kind"]]
 
 
-def planned_bytes(
-    split: TokenizedSplit, shard: int, n_shards: int, layers: int, hidden: int, kind: str, level: str | None = None
-) -> int:
-    start, end = shard_rows(len(split), n_shards, shard)
-    tokens = int(split.lengths[start:end].sum())
-    if (level or ("tokens" if kind == "span" else "cls")) == "cls":
-        units = end - start
-    else:  # example tasks keep their [CLS] rows beside the tokens
-        units = tokens if kind == "span" else tokens + end - start
-    return units * layers * hidden * 2
-
-
-def readable_size(n: int) -> str:
-    return f"{n / 2**30:.2f} GiB" if n >= 2**28 else f"{n / 2**20:.1f} MiB"
-
-
-def check_disk_space(out_dir: Path, needed: int, headroom: float = 1.05) -> int:
-    """The bytes free on ``out_dir``'s disk; DiskSpaceError if fewer than ``needed`` (with ``headroom``)."""
-    free = shutil.disk_usage(out_dir).free
-    log.info(
-        "planned feature bytes for this shard: %s (%.1f MiB); free on disk: %.1f MiB",
-        f"{needed:,}",
-        needed / 2**20,
-        free / 2**20,
-    )
-    if free < needed * headroom:
-        raise DiskSpaceError(
-            f"{out_dir}: this shard needs about {readable_size(needed)} of features but only "
-            f"{readable_size(free)} is free; free space or use more shards on other disks"
-        )
-    return free
-
-
 def extract_shard(
     checkpoint_dir: Path,
     tokens_dir: Path,
@@ -378,7 +332,9 @@ def extract_shard(
         free = check_disk_space(tmp_dir, needed)
         for split in splits:
             if bert_logits and split in scored_splits:
-                outputs[split] = HeadOutputs(tokens[split], *shard_rows(len(tokens[split]), n_shards, shard))
+                outputs[split] = bert_outputs.HeadOutputs(
+                    tokens[split], *shard_rows(len(tokens[split]), n_shards, shard)
+                )
             try:
                 stats[split] = extractor(attrs)(
                     replicas,
@@ -400,10 +356,7 @@ def extract_shard(
                     f"{readable_size(free)} was free when it began; free space or use more shards on other disks"
                 ) from None
         if bert_logits:
-            save_logits(tmp_dir / SHARD_BERT_LOGITS, {split: kept.rows for split, kept in outputs.items()})
-            atomic_write_json(
-                {"seconds": {split: stats[split]["seconds"] for split in outputs}}, tmp_dir / SHARD_BERT_PASS
-            )
+            bert_outputs.save(tmp_dir, outputs, {split: s["seconds"] for split, s in stats.items()})
         if out_dir.exists():  # an empty directory left by the scheduler
             out_dir.rmdir()
         os.replace(tmp_dir, out_dir)

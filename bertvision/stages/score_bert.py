@@ -11,48 +11,17 @@ import logging
 import time
 from pathlib import Path
 
-import numpy as np
-
 from bertvision.config.settings import FinetuneCompute, FinetuneSettings
-from bertvision.errors import FeatureError
-from bertvision.evaluation.ensemble import load_logits, save_logits
+from bertvision.evaluation.ensemble import save_logits
+from bertvision.features import bert_outputs
 from bertvision.files import atomic_write_json, atomic_write_parquet, read_json
-from bertvision.layout import (
-    BERT_LOGITS,
-    BERT_METRICS,
-    BERT_PREDICTIONS,
-    SHARD_BERT_LOGITS,
-    SHARD_BERT_PASS,
-    TRAIN_RECORD,
-)
+from bertvision.layout import BERT_LOGITS, BERT_METRICS, BERT_PREDICTIONS, TRAIN_RECORD
 from bertvision.models.encoder_io import load_task_model, pad_id
 from bertvision.registry.task_spec import TaskSpec, scored_splits
 from bertvision.runtime.device import pick_device, resolve_precision, set_threads
 from bertvision.training.encoder import EVALUATORS, SCORERS, EvalData
 
 log = logging.getLogger(__name__)
-
-
-def extracted_outputs(shard_dirs: list[Path], evals: EvalData, kind: str) -> dict:
-    """split -> the head's outputs the extraction kept, its shards' rows joined in shard order:
-    (N, C) for example tasks, one (T, 2) array per window for span tasks."""
-    parts = [load_logits(Path(d) / SHARD_BERT_LOGITS) for d in shard_dirs]
-    outputs = {}
-    for split, tokens in evals.splits.items():
-        rows = [row for part in parts for row in part.get(split, [])]
-        if len(rows) != len(tokens):
-            raise FeatureError(
-                f"{Path(shard_dirs[0]) / SHARD_BERT_LOGITS}: BERT's outputs on {split} cover {len(rows)} rows over "
-                f"{len(shard_dirs)} shard(s); the split has {len(tokens)} (extract with --bert-logits again)"
-            )
-        outputs[split] = rows if kind == "span" else np.concatenate(rows)
-    return outputs
-
-
-def extraction_pass_seconds(shard_dirs: list[Path], splits) -> float:
-    """The seconds the extraction's pass spent on ``splits`` over every shard: BERT's share of it
-    (an upper bound: the same pass computed those splits' states)."""
-    return float(sum(read_json(Path(d) / SHARD_BERT_PASS)["seconds"][split] for d in shard_dirs for split in splits))
 
 
 def score_bert(
@@ -73,10 +42,10 @@ def score_bert(
     started = time.perf_counter()
     facts = {}
     if shard_dirs:
-        logits = extracted_outputs(shard_dirs, evals, task.kind)
+        logits = bert_outputs.joined_outputs(shard_dirs, evals.splits, task.kind)
         metrics, predictions = SCORERS[task.kind](task, logits, evals.splits, evals.questions)
         source = "extraction"
-        facts["extraction_pass_seconds"] = extraction_pass_seconds(shard_dirs, evals.splits)
+        facts["extraction_pass_seconds"] = bert_outputs.pass_seconds(shard_dirs, evals.splits)
     else:
         set_threads(threads)
         device = pick_device(compute.device)
