@@ -110,7 +110,11 @@ def test_cost_table_adds_up_from_its_sources(workflow_run):
     assert row["finetune_s"] == pytest.approx(bert["train_seconds"], rel=1e-4)
     manifest = json.loads((workdir / "features/tiny/mrpc/ft1/ckpt-1/manifest.json").read_text())
     assert row["feature_bytes"] == sum(sh["bytes"] for e in manifest["splits"].values() for sh in e["shards"])
-    assert (costs[costs["epoch_fraction"] == 0.0]["finetune_s"] < 0.01).all()  # nothing trained yet
+    # nothing trained yet: no step, and only the session's few milliseconds between its set-up and
+    # the save (12.6 ms on a loaded CI machine, over the 10 ms this once allowed)
+    untrained = json.loads((workdir / "models/tiny/mrpc/ft1/ckpt-0/train.json").read_text())
+    assert untrained["step"] == 0 and untrained["examples_seen"] == 0
+    assert (costs[costs["epoch_fraction"] == 0.0]["finetune_s"] < 0.1).all()
 
 
 def test_baseline_keeps_its_best_selection_epoch_and_heads_the_summary(workflow_run):
