@@ -6,7 +6,10 @@ encoder), and every
 task's pick with its dev score, its whole cost against full fine-tuning's and whether the two picks
 agree (the same path, or dev mean ± std ranges that overlap). Issue 33's goals are these ratios.
 
-    python scripts/compare_selection.py GRID_WORKDIR RACING_WORKDIR
+    python scripts/compare_selection.py GRID_WORKDIR RACING_WORKDIR [GRID_WORKDIR RACING_WORKDIR ...]
+
+Several pairs are one config run a part at a time (configs/cpu-glue-{cola,mrpc,stsb,rte}.yaml, one
+task each, for cpu-glue.yaml): their job-seconds are summed and their tasks listed together.
 """
 
 from __future__ import annotations
@@ -23,26 +26,30 @@ SELECTION_RULES = ("train_heads", "search_worker", "search_best", "race_checkpoi
 PICKED = "BERTVision (picked)"
 
 
-def job_seconds(workdir: Path) -> pd.Series:
-    """Rule -> seconds summed over its jobs' benchmark files (benchmarks/RULE/...)."""
+def job_seconds(workdirs: list[Path]) -> pd.Series:
+    """Rule -> seconds summed over its jobs' benchmark files (benchmarks/RULE/...) in every run."""
     rows = []
-    for path in sorted((workdir / "benchmarks").rglob("*.tsv")):
+    for workdir, path in ((w, p) for w in workdirs for p in sorted((w / "benchmarks").rglob("*.tsv"))):
         rule = path.relative_to(workdir / "benchmarks").parts[0].removesuffix(".tsv")
         rows.append((rule, float(pd.read_csv(path, sep="\t")["s"].iloc[0])))
     return pd.DataFrame(rows, columns=["rule", "seconds"]).groupby("rule")["seconds"].sum()
 
 
-def head_jobs_by_task(workdir: Path) -> pd.DataFrame:
+def head_jobs_by_task(workdirs: list[Path]) -> pd.DataFrame:
     """Task -> its train_heads job-seconds (the timing table) and whether its states are stored or
-    streamed into the head jobs (the cost table)."""
+    streamed into the head jobs (the cost table), over every run."""
+    return pd.concat([_head_jobs(w) for w in workdirs])
+
+
+def _head_jobs(workdir: Path) -> pd.DataFrame:
     timing = pd.read_csv(workdir / table("timing", "csv"))
     seconds = timing[timing["stage"] == "train_heads"].set_index("task")["seconds"]
     features = pd.read_csv(workdir / table("cost", "csv")).groupby("task")["features"].first()
     return pd.DataFrame({"seconds": seconds, "features": features.reindex(seconds.index)})
 
 
-def picks(workdir: Path) -> pd.DataFrame:
-    summary = pd.read_csv(workdir / table("summary", "csv"))
+def picks(workdirs: list[Path]) -> pd.DataFrame:
+    summary = pd.concat([pd.read_csv(w / table("summary", "csv")) for w in workdirs])
     return summary[summary["row"] == PICKED].set_index(["backbone", "task"])
 
 
@@ -58,8 +65,8 @@ def overlap(a, b) -> bool:
     return a["dev_mean"] - sa <= b["dev_mean"] + sb and b["dev_mean"] - sb <= a["dev_mean"] + sa
 
 
-def main(grid_dir: str, racing_dir: str) -> None:
-    grid, racing = Path(grid_dir), Path(racing_dir)
+def main(*workdirs: str) -> None:
+    grid, racing = [Path(w) for w in workdirs[0::2]], [Path(w) for w in workdirs[1::2]]
     seconds = pd.DataFrame({"grid": job_seconds(grid), "racing": job_seconds(racing)}).fillna(0.0)
     print("| rule | grid job-s | racing job-s |\n|---|---|---|")
     for rule, r in seconds.iterrows():
@@ -93,6 +100,6 @@ def main(grid_dir: str, racing_dir: str) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
+    if len(sys.argv) < 3 or len(sys.argv) % 2 == 0:
         sys.exit(__doc__)
     main(*sys.argv[1:])
