@@ -98,6 +98,22 @@ def test_two_worker_processes_share_one_study(tmp_path, storage):
     assert len(study.trials) == SEARCH.trials
 
 
+def test_one_worker_makes_a_search_reproducible(tmp_path):
+    """Each worker's sampler is seeded, so one worker (search.workers: 1) runs the same trials with the
+    same parameters and scores on a rerun: the documented way to a reproducible search."""
+    manifest = planted_features(tmp_path / "features", n_shards=1)
+    one = SEARCH.replace(workers=1, trials=4)
+    runs = []
+    for rerun in range(2):
+        out = tmp_path / f"worker-{rerun}.json"
+        subprocess.run(worker_command(manifest, tmp_path / f"study-{rerun}.journal", 0, out, one), check=True,
+                       capture_output=True)  # fmt: skip
+        runs.append([(t["state"], t["value"], t["params"]) for t in json.loads(out.read_text())["trials"]])
+    assert len(runs[0]) == 4
+    assert len({json.dumps(t["params"], sort_keys=True) for t in json.loads(out.read_text())["trials"]}) > 1
+    assert runs[0] == runs[1]
+
+
 def test_best_parameters_train_the_final_head(tmp_path):
     manifest = planted_features(tmp_path / "features", n_shards=1)
     best = {
