@@ -10,7 +10,7 @@ import pytest
 
 from bertvision.config.settings import HeadSettings, SearchSettings
 from bertvision.registry.tasks import get_task
-from bertvision.stages.search import open_storage, study_name, summarize_study
+from bertvision.stages.search import open_storage, study_name, summarize_study, worker_quota
 from bertvision.stages.train_heads import train_heads
 from bertvision.training.search_space import applicable_space, apply_params
 from bertvision.training.statistics import nested_subset
@@ -96,6 +96,26 @@ def test_two_worker_processes_share_one_study(tmp_path, storage):
     subprocess.run(worker_command(manifest, where, 0, outs[0]), check=True, capture_output=True)
     study = optuna.load_study(study_name=workers[0]["study"], storage=open_storage(str(where)))
     assert len(study.trials) == SEARCH.trials
+
+
+def test_each_worker_runs_its_own_share_whatever_the_order(tmp_path):
+    """Three trials over two workers: worker 0 runs two and worker 1 one, even when worker 1 runs
+    first. A cap on the study's count instead lets two workers that finish at once each start one
+    more (CI saw four trials of three)."""
+    assert [worker_quota(SEARCH.replace(trials=7, workers=3), w) for w in range(3)] == [3, 2, 2]
+    with pytest.raises(ValueError, match="worker 2: search.workers is 2"):
+        worker_quota(SEARCH, 2)
+    manifest = planted_features(tmp_path / "features", n_shards=1)
+    three = SEARCH.replace(trials=3)
+    where = tmp_path / "study.journal"
+    ran = {}
+    for worker in (1, 0, 1):  # the second run of worker 1 resumes: nothing left to run
+        out = tmp_path / f"worker-{worker}.json"
+        subprocess.run(worker_command(manifest, where, worker, out, three), check=True, capture_output=True)
+        ran[worker] = len(json.loads(out.read_text())["trials"])
+    assert ran == {0: 2, 1: 1}
+    study = optuna.load_study(study_name=json.loads(out.read_text())["study"], storage=open_storage(str(where)))
+    assert len(study.trials) == 3
 
 
 def test_one_worker_makes_a_search_reproducible(tmp_path):

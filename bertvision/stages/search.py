@@ -1,7 +1,8 @@
 """Hyperparameter search with optuna: one study per (task, checkpoint, head), maximizing the
 head's primary metric on the selection split (dev is never seen). Several workers, each its
 own process or cluster job, share the study through its storage (a journal file or an RDB
-URL); the study caps the combined number of finished trials. Trials start from the head's
+URL); worker w runs its own share of ``search.trials`` (``worker_quota``), so the study ends with
+exactly that many finished trials however the workers interleave. Trials start from the head's
 final settings (``WorkflowSettings.head_settings``); the best trial's parameters replace them
 in the final head training (``stages.train_heads``, the one place they are applied).
 """
@@ -11,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 import time
 from pathlib import Path
 
@@ -95,6 +95,15 @@ def finished_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
     return study.get_trials(deepcopy=False, states=FINISHED)
 
 
+def worker_quota(search: SearchSettings, worker: int) -> int:
+    """The trials worker ``worker`` runs: ``search.trials`` split as evenly as it goes, the first
+    workers taking one more. A fixed share per worker, rather than a cap on the study's count,
+    because workers that finish a trial at the same moment would each see room for one more."""
+    if not 0 <= worker < search.workers:
+        raise ValueError(f"worker {worker}: search.workers is {search.workers}, so workers are 0..{search.workers - 1}")
+    return search.trials // search.workers + (worker < search.trials % search.workers)
+
+
 def run_worker(
     task: TaskSpec,
     keys: dict,
@@ -127,8 +136,8 @@ def run_worker(
         sampler=optuna.samplers.TPESampler(seed=search.seed + worker, n_startup_trials=search.startup_trials),
         pruner=build_pruner(search.pruner),
     )
-    share = math.ceil(search.trials / search.workers)
-    budget = min(share, search.trials - len(finished_trials(study)))
+    done = sum(t.user_attrs.get("worker") == worker for t in finished_trials(study))
+    budget = worker_quota(search, worker) - done
     seed = search.head_seed
 
     def objective(trial: optuna.Trial) -> float:
@@ -147,9 +156,7 @@ def run_worker(
         return float(best["score"])
 
     if budget > 0:
-        study.optimize(
-            objective, n_trials=budget, callbacks=[optuna.study.MaxTrialsCallback(search.trials, states=FINISHED)]
-        )
+        study.optimize(objective, n_trials=budget)
     mine = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("worker") == worker]
     trials = [{"number": t.number, "state": t.state.name, "value": t.value, "params": t.params} for t in mine]
     record = {"study": name, "storage": storage, "worker": worker, "keys": keys, "space": space, "trials": trials}
