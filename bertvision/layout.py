@@ -283,6 +283,14 @@ class Run:
     def format(self, pattern: str, **extra) -> str:
         return pattern.format(**self.keys, **extra)
 
+    def states_owner(self, first_ftseed: int) -> Run:
+        """The run that holds this checkpoint's states and heads. Checkpoint 0 is the untouched
+        encoder, the same for every fine-tuning seed, so its extraction, heads and searches are
+        one run, under the first fine-tuning seed; every other checkpoint is its own run."""
+        if self.checkpoint.fraction == 0:
+            return dataclasses.replace(self, ftseed=first_ftseed)
+        return self
+
 
 @dataclass(frozen=True)
 class SharedEncoder:
@@ -296,6 +304,7 @@ class SharedEncoder:
     source: str | None = None
     checkpoint: Checkpoint | None = None
     tasks: tuple[str, ...] = ()
+    first_ftseed: int = 1  # the fine-tuning seed that holds the main pipeline's checkpoint 0 (Run.states_owner)
 
     @property
     def checkpoint_name(self) -> str:
@@ -329,10 +338,10 @@ class SharedEncoder:
         if self.kind == "mixture":
             return MIXTURE_DIR.format(**self.keys(model, ftseed))
         task = self.source if self.kind == "task" else any_task
-        return CHECKPOINT_DIR.format(model=model, task=task, ftseed=ftseed, frac=self.checkpoint)
+        return self._main(model, ftseed, task).format(CHECKPOINT_DIR)
 
     def _main(self, model: str, ftseed: int, task: str) -> Run:
-        return Run(model, task, ftseed, self.checkpoint)
+        return Run(model, task, ftseed, self.checkpoint).states_owner(self.first_ftseed)
 
     def manifest(self, model: str, ftseed: int, task: str) -> str:
         if self.reuses_main(task):
@@ -367,9 +376,13 @@ def baseline_job(model: str, task: str, seed: int) -> Job:
 
 def timing_jobs(runs: list[Run], n_shards: int, baselines: tuple[Job, ...] = ()) -> list[Job]:
     """Every job of the main pipeline behind ``runs`` (download to train_heads, BERT's scoring
-    included), once each,
-    and the ``baselines`` (full fine-tuning jobs)."""
+    included), once each, and the ``baselines`` (full fine-tuning jobs). A run's fine-tuning went
+    through every earlier checkpoint of its task among ``runs``, so those fine-tuning jobs of its
+    seed count too (a later seed's checkpoint 0, whose states are the first seed's, among them)."""
     jobs: dict[tuple, Job] = {}
+    checkpoints: dict[tuple, set] = {}
+    for run in runs:
+        checkpoints.setdefault((run.model, run.task), set()).add(run.checkpoint)
 
     def add(rule: str, **keys):
         jobs.setdefault((rule, *sorted(keys.items())), Job(rule, keys))
@@ -377,7 +390,8 @@ def timing_jobs(runs: list[Run], n_shards: int, baselines: tuple[Job, ...] = ())
     for run in runs:
         add("download", task=run.task)
         add("tokenize", task=run.task, model=run.model)
-        add("finetune", **run.keys)
+        for earlier in sorted(c for c in checkpoints[(run.model, run.task)] if c <= run.checkpoint):
+            add("finetune", **{**run.keys, "frac": earlier})
         if run.checkpoint.fraction > 0:
             add("score_bert", **run.keys)
         if run.stored:

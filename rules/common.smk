@@ -121,9 +121,9 @@ def features_arg(wildcards):
 
 
 def checkpoint_runs(wildcards):
-    """The run of every checkpoint of this fine-tuning run (cross-checkpoint transfer)."""
-    return [L.Run(wildcards.model, wildcards.task, int(wildcards.ftseed), c, S.store(wildcards.task))
-            for c in S.checkpoints]
+    """The run of every checkpoint of this fine-tuning run (cross-checkpoint transfer; checkpoint 0's
+    is the first fine-tuning seed's, ``S.run``)."""
+    return [S.run(wildcards.model, wildcards.task, int(wildcards.ftseed), c) for c in S.checkpoints]
 
 
 def transfer_head_dirs(wildcards):
@@ -225,11 +225,11 @@ def per_task(files, by_model=False):
 
 
 def race_inputs(wildcards):
-    """A checkpoint's race decision reads the heads of every fine-tuning seed there and the
-    decision before it."""
+    """A checkpoint's race decision reads the heads of every fine-tuning seed there (checkpoint 0's
+    once) and the decision before it."""
     here = L.Checkpoint.named(wildcards.frac)
     before = S.checkpoint_before(here)
-    heads = [L.Run(wildcards.model, wildcards.task, s, here).format(L.HEADS_DIR) for s in S.ft_seeds]
+    heads = head_dirs_of(run for run in S.runs([wildcards.task], [here]) if run.model == wildcards.model)
     previous = [L.RACE_DECISION.format(model=wildcards.model, task=wildcards.task, frac=before)] if before else []
     return {"heads": heads, "previous": previous}
 

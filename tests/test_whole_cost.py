@@ -53,7 +53,6 @@ EXTRACT = {
     (1, "0"): (3.0, 4.0),
     (1, "0.3"): (3.0, 3.0),
     (1, "1"): (4.0, 4.0),
-    (2, "0"): (3.0, 4.0),
     (2, "0.3"): (3.0, 4.0),
     (2, "1"): (4.0, 5.0),
 }
@@ -95,7 +94,14 @@ class HandWorked:
 
     def __init__(self, root: Path):
         self.root = root
-        self.runs = [Run(MODEL, TASK, ft, Checkpoint.named(frac)) for ft in FT_SEEDS for frac in FRACS]
+        # checkpoint 0 (the untouched encoder) is one run, under the first fine-tuning seed, as S.runs gives it
+        self.runs = list(
+            dict.fromkeys(
+                Run(MODEL, TASK, ft, Checkpoint.named(frac)).states_owner(FT_SEEDS[0])
+                for ft in FT_SEEDS
+                for frac in FRACS
+            )
+        )
         self.bert, self.baselines, self.manifests, self.head_dirs, self.workers = [], [], [], [], []
         for run in self.runs:
             self._checkpoint(run)
@@ -226,17 +232,22 @@ def test_the_whole_cost_of_the_pick_counts_everything_run_to_make_it(tables):
     summary = pd.read_csv(tables / "summary.csv").set_index("row")
     picked = summary.loc["BERTVision (picked)"]
     assert (picked["model"], picked["epoch_fraction"]) == ("ap", 0.3)
+    # Checkpoint 0 is one run (the first seed's), and each fine-tuning seed carries half of its
+    # extraction, both shards, (3 + 4) and manifest 0.5, its head job 9 and its search 5 + 6 + 1:
+    # (7 + 0.5 + 9 + 12) / 2 = 14.25.
     # Fine-tuning seed 1: every fine-tuning job to the largest checkpoint, 1 (2 + 7 + 15 = 24), not
     # only to the pick's 0.3, and BERT's scoring at 0.3 and 1 (its logits feed the ensembles the
-    # pick ranks): 2 × 1.5; every checkpoint's extraction, both shards: (3 + 4) + (3 + 3) + (4 + 4)
-    # = 21, and its manifest, 3 × 0.5; every checkpoint's head job (every head and head seed, with
-    # its set-up: 9, not the records' 1 + 2 + 2 + 3): 27; every search, workers and best:
-    # 3 × (5 + 6 + 1) = 36. 24 + 3 + 21 + 1.5 + 27 + 36 = 112.5.
-    seed1 = (2 + 7 + 15) + 2 * 1.5 + (3 + 4) + (3 + 3) + (4 + 4) + 3 * 0.5 + 3 * 9 + 3 * (5 + 6 + 1)
-    # Seed 2: (2 + 9 + 17) + 3 + ((3 + 4) + (3 + 4) + (4 + 5)) + 1.5 + 27 + 36 = 118.5.
-    seed2 = (2 + 9 + 17) + 2 * 1.5 + (3 + 4) + (3 + 4) + (4 + 5) + 3 * 0.5 + 3 * 9 + 3 * (5 + 6 + 1)
-    assert (seed1, seed2) == (112.5, 118.5)
-    assert picked["whole_seconds"] == pytest.approx(115.5)  # (112.5 + 118.5) / 2
+    # pick ranks): 2 × 1.5; the later checkpoints' extraction, both shards: (3 + 3) + (4 + 4), their
+    # manifests, 2 × 0.5; their head jobs (every head and head seed, with its set-up: 9, not the
+    # records' 1 + 2 + 2 + 3): 18; their searches, workers and best: 2 × (5 + 6 + 1) = 24; and the
+    # share of checkpoint 0. 24 + 3 + 14 + 1 + 18 + 24 + 14.25 = 98.25.
+    shared0 = ((3 + 4) + 0.5 + 9 + (5 + 6 + 1)) / 2
+    seed1 = (2 + 7 + 15) + 2 * 1.5 + (3 + 3) + (4 + 4) + 2 * 0.5 + 2 * 9 + 2 * (5 + 6 + 1) + shared0
+    # Seed 2 ran its own checkpoint-0 fine-tuning job (its run starts there), not checkpoint 0's
+    # extraction or heads: (2 + 9 + 17) + 3 + ((3 + 4) + (4 + 5)) + 1 + 18 + 24 + 14.25 = 104.25.
+    seed2 = (2 + 9 + 17) + 2 * 1.5 + (3 + 4) + (4 + 5) + 2 * 0.5 + 2 * 9 + 2 * (5 + 6 + 1) + shared0
+    assert (seed1, seed2) == (98.25, 104.25)
+    assert picked["whole_seconds"] == pytest.approx(101.25)  # (98.25 + 104.25) / 2
     # sqrt((3² + 3²) / 1); the CSV keeps 6 significant digits
     assert picked["whole_seconds_std"] == pytest.approx(np.sqrt(18), rel=1e-5)
     # Its own seconds, per run: fine-tuning to 0.3 + that checkpoint's extraction + ap's seconds:
@@ -246,28 +257,28 @@ def test_the_whole_cost_of_the_pick_counts_everything_run_to_make_it(tables):
     # own seconds stop at the kept epoch: 2 × 40 = 80 and 3 × 42 = 126).
     full = summary.loc["full fine-tuning"]
     assert full["whole_seconds"] == pytest.approx(135.0) and full["seconds"] == pytest.approx(103.0)
-    assert picked["whole_cost_ratio"] == pytest.approx(115.5 / 135, rel=1e-5)
+    assert picked["whole_cost_ratio"] == pytest.approx(101.25 / 135, rel=1e-5)
     assert picked["cost_ratio"] == pytest.approx(16 / 103, rel=1e-5)
-    # The frozen encoder's best head chose among checkpoint 0's heads only: 2 + 7 + 0.5 + 9 + 12
-    # = 30.5 for both fine-tuning seeds.
+    # The frozen encoder's best head chose among checkpoint 0's heads only, one run for both
+    # fine-tuning seeds: 2 + 7 + 0.5 + 9 + 12 = 30.5, with no spread to measure.
     frozen = summary.loc["frozen encoder (best head)"]
     assert (frozen["model"], frozen["epoch_fraction"]) == ("lp", 0.0)
-    # The untouched encoder is the same for both fine-tuning seeds: its two head seeds' runs are
-    # counted once in n (and in the dev tables), though each fine-tuning seed's run paid for them.
+    # The untouched encoder is the same for both fine-tuning seeds: its two head seeds' runs count
+    # once in n (and in the dev tables).
     assert frozen["n"] == 2 and picked["n"] == 4
     glue = pd.read_csv(tables / "glue.csv")
     at = glue[(glue["split"] == "dev") & (glue["model"] == "lp")].drop_duplicates("epoch_fraction")
     assert dict(zip(at["epoch_fraction"], at["n"])) == {0.0: 2, 0.3: 4, 1.0: 4}
     assert frozen["whole_seconds"] == pytest.approx(2 + (3 + 4) + 0.5 + 9 + (5 + 6 + 1))
-    assert frozen["whole_seconds_std"] == pytest.approx(0.0)
+    assert np.isnan(frozen["whole_seconds_std"])
     # The same pick within a budget of 0.3 epochs (checkpoints 0 and 0.3 only): the fine-tuning
-    # jobs to 0.3 and BERT's scoring there, two checkpoints' extraction, manifests, head jobs and
-    # searches. Seed 1: (2 + 7) + 1.5 + (3 + 4) + (3 + 3) + 1 + 2 × 9 + 2 × 12 = 66.5; seed 2:
-    # (2 + 9) + 1.5 + (3 + 4) + (3 + 4) + 1 + 18 + 24 = 69.5.
+    # jobs to 0.3 and BERT's scoring there, checkpoint 0.3's extraction, manifest, head job and
+    # search, and the share of checkpoint 0. Seed 1: (2 + 7) + 1.5 + (3 + 3) + 0.5 + 9 + 12 + 14.25
+    # = 52.25; seed 2: (2 + 9) + 1.5 + (3 + 4) + 0.5 + 9 + 12 + 14.25 = 55.25.
     within = summary.loc["BERTVision within a budget"]
     assert (within["model"], within["epoch_fraction"], within["budget"]) == ("ap", 0.3, 0.3)
-    assert within["whole_seconds"] == pytest.approx((66.5 + 69.5) / 2)
-    assert within["whole_cost_ratio"] == pytest.approx(68 / 135, rel=1e-5)
+    assert within["whole_seconds"] == pytest.approx((52.25 + 55.25) / 2)
+    assert within["whole_cost_ratio"] == pytest.approx(53.75 / 135, rel=1e-5)
     # BERT at a checkpoint chooses nothing: its fine-tuning jobs to that checkpoint, its scoring job
     # there and, scored from the extraction's pass, that pass's seconds on the scored splits (not
     # the whole extraction): 2 + 7 + 1.5 + 2.5 = 13 and 2 + 9 + 1.5 + 2.5 = 15 (its own seconds,
@@ -277,11 +288,11 @@ def test_the_whole_cost_of_the_pick_counts_everything_run_to_make_it(tables):
 
     md = (tables / "summary.md").read_text()
     assert "| own seconds | whole seconds |" in md and "| own cost | whole cost |" in md
-    assert "| 16.0 ± 1.8 | 115.5 ± 4.2 |" in md  # own: std of 14, 15, 17, 18
+    assert "| 16.0 ± 1.8 | 101.2 ± 4.2 |" in md  # own: std of 14, 15, 17, 18
     assert "| 103.0 ± 32.5 | 135.0 ± 7.1 |" in md  # full fine-tuning: own 80, 126; whole 130, 140
-    assert "| 0.16× | 0.86× |" in md
+    assert "| 0.16× | 0.75× |" in md
     assert "| BERTVision (picked, ≤ 0.3 epochs) | 0.3 | ap |" in md
-    assert "at 0.86× full fine-tuning's whole compute (own seconds 0.16×)" in md
+    assert "at 0.75× full fine-tuning's whole compute (own seconds 0.16×)" in md
 
 
 def test_the_cost_table_gives_the_whole_cost_at_each_checkpoint_and_over_every_one(tables):
@@ -292,9 +303,9 @@ def test_the_cost_table_gives_the_whole_cost_at_each_checkpoint_and_over_every_o
     # + head job 9 + search 12
     assert costs.loc[(1, 0.3, "lp"), "checkpoint_whole_s"] == pytest.approx(9 + 1.5 + 6 + 0.5 + 9 + 12)
     assert costs.loc[(2, 1.0, "ap"), "checkpoint_whole_s"] == pytest.approx(28 + 3 + 9 + 0.5 + 9 + 12)
-    assert set(costs.loc[1, "selection_whole_s"]) == {112.5} and set(costs.loc[2, "selection_whole_s"]) == {118.5}
+    assert set(costs.loc[1, "selection_whole_s"]) == {98.25} and set(costs.loc[2, "selection_whole_s"]) == {104.25}
     md = (tables / "cost.md").read_text()
-    assert "whole cost of a pick over every checkpoint: 112.5 s" in md
+    assert "whole cost of a pick over every checkpoint: 98.2 s" in md
     assert "| 14.5 ± 0.7 | 12.0 | 38.0 |" in md  # ap at 0.3, seed 1: BERTVision s, search s, checkpoint whole s
 
 
@@ -419,12 +430,13 @@ def test_a_race_stopped_after_a_checkpoint_counts_what_it_ran(tmp_path, monkeypa
                  r.baselines, pick(r.workers, len(WORKERS)), race_decisions=decisions)  # fmt: skip
     picked = pd.read_csv(tables / "summary.csv").set_index("row").loc["BERTVision (picked)"]
     assert (picked["model"], picked["epoch_fraction"]) == ("ap", 0.3)
-    # Seed 1: (2 + 7) + 1.5 (BERT's scoring at 0.3) + (3 + 4) + (3 + 3) + 2 × 0.5 + 2 × 9 + 2 × 12
-    # = 66.5, plus half of each race decision (0.6 s, one decision for both fine-tuning seeds):
-    # 67.1; seed 2: (2 + 9) + 1.5 + (3 + 4) + (3 + 4) + 1 + 18 + 24 + 0.6 = 70.1. Nothing of
-    # checkpoint 1 (the grid's 112.5 and 118.5).
-    assert picked["whole_seconds"] == pytest.approx((67.1 + 70.1) / 2)
-    assert picked["whole_cost_ratio"] == pytest.approx(68.6 / 135, rel=1e-5)
+    # Checkpoint 0, one run whose half each fine-tuning seed carries: its extraction (3 + 4), manifest
+    # 0.5, head job 9, search 12 and its race decision 0.6: 29.1 / 2 = 14.55. Seed 1: (2 + 7) + 1.5
+    # (BERT's scoring at 0.3) + (3 + 3) + 0.5 + 9 + 12 + half of 0.3's decision (one decision for
+    # both fine-tuning seeds) 0.3 + 14.55 = 52.85; seed 2: (2 + 9) + 1.5 + (3 + 4) + 0.5 + 9 + 12 +
+    # 0.3 + 14.55 = 55.85. Nothing of checkpoint 1 (the grid's 98.25 and 104.25).
+    assert picked["whole_seconds"] == pytest.approx((52.85 + 55.85) / 2)
+    assert picked["whole_cost_ratio"] == pytest.approx(54.35 / 135, rel=1e-5)
     md = (tables / "summary.md").read_text()
     assert "Checkpoints raced (the best candidate's mean selection score): 0 (lp 0.700) → 0.3 (ap 0.800)" in md
     assert "fine-tuning stopped after checkpoint 0.3 (best selection 0.8000 vs 0.7000 before: +0.1000 <= 0.2)" in md

@@ -496,6 +496,9 @@ def test_shipped_configs_plan_the_full_dag(tmp_path, config):
     spec = validate_config(yaml.safe_load(config.read_text()), source=config.name)  # defaults filled in
     n_tasks, n_seeds = len(spec["tasks"]), len(spec["finetune"]["seeds"])
     n_ckpts = len(spec["finetune"]["epoch_fractions"])
+    # checkpoint 0, the untouched encoder, is extracted and its heads trained once for every seed
+    untouched = 0 in spec["finetune"]["epoch_fractions"]
+    n_runs = n_seeds * n_ckpts - (n_seeds - 1) * untouched
     if spec["heads"]["race"]["protocol"] == "racing":
         # the race plans each task's first checkpoint and its decision; the rest waits on them
         racing = job_counts(snakemake(tmp_path, "-n", timeout=300).stdout)
@@ -515,12 +518,12 @@ def test_shipped_configs_plan_the_full_dag(tmp_path, config):
     assert counts.get("baseline", 0) == n_tasks * n_baselines
     store = spec.get("extract", {}).get("store", True)
     n_stored = sum(1 for over in spec["tasks"].values() if (over or {}).get("store", store))
-    assert counts.get("extract", 0) == n_stored * n_seeds * n_ckpts * spec.get("extract", {}).get("shards", 1)
-    assert counts["train_heads"] == n_tasks * n_seeds * n_ckpts
+    assert counts.get("extract", 0) == n_stored * n_runs * spec.get("extract", {}).get("shards", 1)
+    assert counts["train_heads"] == n_tasks * n_runs
     n_searched = sum(len(t.get("search_heads", [])) for t in spec["tasks"].values())
     workers = spec.get("search", {}).get("workers", 2)
-    assert counts.get("search_worker", 0) == n_searched * n_seeds * n_ckpts * workers
-    assert counts.get("search_best", 0) == n_searched * n_seeds * n_ckpts
+    assert counts.get("search_worker", 0) == n_searched * n_runs * workers
+    assert counts.get("search_best", 0) == n_searched * n_runs
     experiments = spec.get("experiments", {})
     assert counts.get("transfer", 0) == len(experiments.get("transfer", {}).get("tasks", [])) * n_seeds
     curve = experiments.get("bert_curve", {})
@@ -529,11 +532,10 @@ def test_shipped_configs_plan_the_full_dag(tmp_path, config):
     data_fraction = experiments.get("data_fraction", {"tasks": []})
     predicted = [t for t, over in spec["tasks"].items() if "test" in ((over or {}).get("files") or {})]
     assert counts.get("predict", 0) == len(predicted) * len(spec["backbones"])
+    subset_checkpoints = data_fraction.get("checkpoints") or []
+    subset_runs = n_seeds * len(subset_checkpoints) - (n_seeds - 1) * (0 in subset_checkpoints)
     assert counts.get("train_heads_subset", 0) == (
-        len(data_fraction["tasks"])
-        * n_seeds
-        * len(data_fraction.get("checkpoints") or [])
-        * len(data_fraction.get("fractions", []))
+        len(data_fraction["tasks"]) * subset_runs * len(data_fraction.get("fractions", []))
     )
 
 

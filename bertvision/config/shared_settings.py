@@ -27,10 +27,17 @@ class SharedEncoderSettings:
             return {}
         encoders = {}
         if shared["frozen"]:
-            encoders["frozen"] = SharedEncoder("frozen", "frozen", checkpoint=Checkpoint(0))
+            encoders["frozen"] = SharedEncoder(
+                "frozen", "frozen", checkpoint=Checkpoint(0), first_ftseed=self.ft_seeds[0]
+            )
         if shared["checkpoint"] is not None:
             checkpoint = Checkpoint(shared["checkpoint"])
-            encoders.update({t: SharedEncoder(t, "task", source=t, checkpoint=checkpoint) for t in self.shared_tasks})
+            encoders.update(
+                {
+                    t: SharedEncoder(t, "task", source=t, checkpoint=checkpoint, first_ftseed=self.ft_seeds[0])
+                    for t in self.shared_tasks
+                }
+            )
         for name, mixture in shared["mixtures"].items():
             encoders[name] = SharedEncoder(name, "mixture", tasks=tuple(mixture["tasks"]))
         return encoders

@@ -125,14 +125,21 @@ class WorkflowSettings(SharedEncoderSettings):
         return int(self.config["resources"]["gpu_rules"])
 
     def runs(self, tasks=None, checkpoints=None) -> list[Run]:
-        """Every model x task x fine-tuning seed x checkpoint (of ``tasks`` / ``checkpoints`` only, when given)."""
-        return [
-            Run(m, t, s, c, self.store(t))
+        """Every model x task x fine-tuning seed x checkpoint whose states and heads are their own
+        (of ``tasks`` / ``checkpoints`` only, when given): checkpoint 0 once, under the first
+        fine-tuning seed (``Run.states_owner``)."""
+        runs = [
+            self.run(m, t, s, c)
             for m in self.models
             for t in (self.tasks if tasks is None else tasks)
             for s in self.ft_seeds
             for c in (self.checkpoints if checkpoints is None else checkpoints)
         ]
+        return list(dict.fromkeys(runs))
+
+    def run(self, model: str, task: str, ftseed: int, checkpoint: Checkpoint) -> Run:
+        """The run that holds the states and heads of fine-tuning seed ``ftseed``'s ``checkpoint``."""
+        return Run(model, task, ftseed, checkpoint, self.store(task)).states_owner(self.ft_seeds[0])
 
     def task_overrides(self, task: str) -> dict:
         return self.config["tasks"].get(task) or {}

@@ -152,9 +152,9 @@ def training_loss_frame(head_metrics: list[Path], baseline_metrics: list[Path] =
     """The curves of the training-loss plot: one row per (backbone, task, model, checkpoint,
     epoch) with the training loss's mean, sample std and count over the runs (fine-tuning seeds
     x head seeds) whose history reaches that epoch. A head's loss is its epoch's mean training
-    loss (``history[].train_loss``); the untouched encoder's copies (one per fine-tuning seed)
-    count once. Full fine-tuning (``model`` FULL_FT, checkpoint NaN) is the baseline's loss over
-    its last steps at each epoch's end (``history[].train_loss_recent``)."""
+    loss (``history[].train_loss``); copies of the untouched encoder's runs (``repeats_frozen_run``)
+    count once. Full fine-tuning (``model`` FULL_FT, checkpoint NaN) is the baseline's loss over its
+    last steps at each epoch's end (``history[].train_loss_recent``)."""
     rows, frozen_seen = [], set()
     records = sorted((read_json(p) for p in head_metrics), key=lambda r: int(r["source"].get("ft_seed", 0)))
     for r in records:

@@ -58,8 +58,9 @@ def raced_out(record: dict) -> bool:
 def repeats_frozen_run(record: dict, seen: set) -> bool:
     """Whether a head record repeats an earlier one on the untouched encoder: checkpoint 0 is the
     same encoder, with the same states, for every fine-tuning seed, so its head runs with one
-    head seed are copies, not new samples (they count once in means, stds and n, but each
-    fine-tuning seed's run paid for its own; records are visited fine-tuning seed first)."""
+    head seed are copies, not new samples: they count once in means, stds and n (records are
+    visited fine-tuning seed first). The pipeline runs checkpoint 0 once (``Run.states_owner``);
+    copies come from runs made before it did, or from a heads directory given twice."""
     if source_checkpoint(record).fraction != 0:
         return False
     key = (record["source"]["model"], record["task"], record["head"], record["seed"], record.get("train_fraction"))

@@ -16,6 +16,12 @@ checkpoint by mean selection score. Making that pick took, per fine-tuning seed:
 - every search study of a searched head (its worker jobs and its search_best job);
 - the race's decision jobs (racing), shared evenly by the fine-tuning seeds they decide for.
 
+Checkpoint 0 is the untouched encoder, the same for every fine-tuning seed: its extraction, head
+and search jobs run once (under the first seed) and each seed of a pick over later checkpoints
+carries an even share of them, as of the race's decisions; every seed's own fine-tuning jobs
+start with its own checkpoint-0 job. A pick among checkpoint 0's heads alone rests on that one
+run and costs all of it.
+
 Choosing among the heads of one checkpoint only (the frozen encoder's best head) costs the same
 sum at that checkpoint, with the fine-tuning jobs up to it; a pick within a budget (every
 checkpoint of at most c epochs), the sum over those checkpoints. BERT's own head at a
@@ -186,15 +192,23 @@ def checkpoint_spend(head_runs: pd.DataFrame) -> pd.DataFrame:
 def selection_spend(checkpoints: pd.DataFrame, up_to: float = np.inf) -> pd.DataFrame:
     """One row per fine-tuning run: the whole cost of a pick among every checkpoint of at most
     ``up_to`` epochs (fine-tuning jobs to the largest of them, their extraction, heads, searches
-    and race decisions)."""
+    and race decisions). Checkpoint 0's extraction, heads, searches and decision ran once for
+    every fine-tuning seed (``Run.states_owner``): each seed that took part carries an even share."""
     rows = []
-    for key, g in checkpoints[checkpoints["epoch_fraction"] <= up_to].groupby(SEED_KEYS, sort=True):
-        last = g.loc[g["epoch_fraction"].idxmax()]
-        row = dict(zip(SEED_KEYS, key))
-        row["finetune_s"] = last["finetune_s"]  # every fine-tuning job up to the largest
-        row.update({part: g[part].sum(skipna=False) for part in PARTS[1:]})
-        row["whole_s"] = sum(row[part] for part in PARTS)
-        rows.append(row)
+    within = checkpoints[checkpoints["epoch_fraction"] <= up_to]
+    for (backbone, task), block in within.groupby(["backbone", "task"], sort=True):
+        seeds = sorted(block["ft_seed"].unique())
+        untouched = block["epoch_fraction"] == 0
+        shared = {part: block.loc[untouched, part].sum(skipna=False) / len(seeds) for part in PARTS[1:]}
+        for seed in seeds:
+            g = block[block["ft_seed"] == seed]
+            last = g.loc[g["epoch_fraction"].idxmax()]
+            own = g[g["epoch_fraction"] > 0]
+            row = {"backbone": backbone, "task": task, "ft_seed": seed}
+            row["finetune_s"] = last["finetune_s"]  # every fine-tuning job of this seed up to the largest
+            row.update({part: own[part].sum(skipna=False) + shared[part] for part in PARTS[1:]})
+            row["whole_s"] = sum(row[part] for part in PARTS)
+            rows.append(row)
     return pd.DataFrame(rows, columns=[*SEED_KEYS, *PARTS, "whole_s"])
 
 
