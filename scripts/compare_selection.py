@@ -8,8 +8,8 @@ agree (the same path, or dev mean ± std ranges that overlap). Issue 33's goals 
 
     python scripts/compare_selection.py GRID_WORKDIR RACING_WORKDIR [GRID_WORKDIR RACING_WORKDIR ...]
 
-Several pairs are one config run a part at a time (configs/cpu-glue-{cola,mrpc,stsb,rte}.yaml, one
-task each, for cpu-glue.yaml): their job-seconds are summed and their tasks listed together.
+Several pairs are one config run a part at a time (``--config run_tasks=[TASK]`` beside
+configs/cpu-glue.yaml, one task each): their job-seconds are summed and their tasks listed together.
 """
 
 from __future__ import annotations

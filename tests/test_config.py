@@ -327,3 +327,27 @@ def test_a_schedule_shorter_than_the_last_checkpoint_is_refused():
     with pytest.raises(ConfigError, match=r"tasks\.mrpc\.finetune\.schedule_epochs"):
         workflow_settings(tasks={"mrpc": {"finetune": {"schedule_epochs": 0.5}}})
     workflow_settings(finetune={"epoch_fractions": [0, 4.0], "settings": {"schedule_epochs": None}})
+
+
+def test_run_tasks_runs_a_share_of_the_tasks_with_their_settings():
+    """``run_tasks`` cuts cpu-glue to MRPC: MRPC keeps its own block and every other section, the
+    experiments and shared encoders keep MRPC only, and a name outside tasks or a mixture of a task
+    left out fails in one line."""
+    base = yaml.safe_load((REPO / "configs/cpu-glue.yaml").read_text())
+    base["experiments"] = {"transfer": {"tasks": ["mrpc", "rte"]}, "bert_curve": {"tasks": ["cola"]}}
+    base["shared"] = {"tasks": ["mrpc", "rte"]}
+    every = WorkflowSettings(validate_config(copy.deepcopy(base)))
+    one = WorkflowSettings(validate_config({**copy.deepcopy(base), "run_tasks": ["mrpc"]}))
+    assert every.tasks == ["cola", "mrpc", "stsb", "rte"] and one.tasks == ["mrpc"]
+    assert one.config["tasks"]["mrpc"] == every.config["tasks"]["mrpc"] == {"token_features": True}
+    assert one.head_settings("mrpc") == every.head_settings("mrpc") and one.head_seeds == every.head_seeds
+    assert one.transfer_tasks() == ["mrpc"] and one.bert_curve_tasks() == [] and one.shared_tasks == ["mrpc"]
+    assert [r.task for r in one.runs()] == ["mrpc"] * len(one.runs())
+    with pytest.raises(ConfigError, match=r"^cpu-glue: run_tasks: sst2 not in tasks \(cola, mrpc, stsb, rte\)$"):
+        WorkflowSettings(validate_config({**copy.deepcopy(base), "run_tasks": ["mrpc", "sst2"]}), "cpu-glue")
+    mixed = {
+        **copy.deepcopy(base),
+        "shared": {"tasks": ["mrpc", "rte"], "mixtures": {"mix": {"tasks": ["mrpc", "rte"]}}},
+    }
+    with pytest.raises(ConfigError, match=r"run_tasks: shared.mixtures.mix trains on rte, which run_tasks leaves out"):
+        WorkflowSettings(validate_config({**mixed, "run_tasks": ["mrpc"]}))

@@ -539,6 +539,21 @@ def test_shipped_configs_plan_the_full_dag(tmp_path, config):
     )
 
 
+def test_run_tasks_plans_one_task_of_a_config(tmp_path):
+    """`--config run_tasks=[mrpc]` beside cpu-glue.yaml plans MRPC's jobs alone, with its
+    settings: the way to run a big config a task at a time."""
+    (tmp_path / "resources").symlink_to(REPO / "resources")
+    grid = REPO / "configs/overlays/grid.yaml"
+    args = ("-n", "--configfile", str(REPO / "configs/cpu-glue.yaml"), str(grid), "--config", "run_tasks=[mrpc]")
+    out = snakemake(tmp_path, *args, timeout=300).stdout
+    counts = job_counts(out)
+    # 2 fine-tuning seeds x checkpoints 0, 0.3 and 1, checkpoint 0 once; 3 full fine-tuning seeds
+    assert counts["download"] == 1 and counts["finetune"] == 6 and counts["train_heads"] == 5
+    assert counts["baseline"] == 3 and counts["extract"] == 5
+    assert "task=mrpc" in out
+    assert "task=cola" not in out and "task=rte" not in out and "task=stsb" not in out
+
+
 def test_model_jobs_record_the_precision_auto_picks_here_and_fork_from_the_warm_pool(workflow_run):
     """precision auto everywhere (the tiny config sets none): every encoder stage's records,
     the timing table and the summary say what auto resolves to on this CPU; and the model jobs

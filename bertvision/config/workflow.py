@@ -5,6 +5,7 @@ built (``config/checks.py``), so a bad config fails the dry run with the key at 
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 from bertvision.config.checks import check
@@ -40,11 +41,37 @@ def load_workflow_config(path: Path) -> dict:
     return validate_config(read_config(path), source=str(path))
 
 
+def only_run_tasks(config: dict, source: str) -> dict:
+    """A validated ``config`` cut to its ``run_tasks`` (unchanged when null): its tasks, the
+    experiments' and the shared encoders' task lists keep only those; a name outside ``tasks``,
+    or a mixture that trains on a task left out, is a ConfigError."""
+    wanted = config.get("run_tasks")
+    if wanted is None:
+        return config
+    configured = list(config["tasks"])
+    unknown = [t for t in wanted if t not in configured]
+    if unknown:
+        raise ConfigError(f"{source}: run_tasks: {', '.join(unknown)} not in tasks ({', '.join(configured)})")
+    for name, mixture in config["shared"]["mixtures"].items():
+        left_out = [t for t in mixture["tasks"] if t not in wanted]
+        if left_out:
+            left = ", ".join(left_out)
+            raise ConfigError(
+                f"{source}: run_tasks: shared.mixtures.{name} trains on {left}, which run_tasks leaves out"
+            )
+    cut = copy.deepcopy(config)
+    cut["tasks"] = {t: block for t, block in config["tasks"].items() if t in wanted}
+    for experiment in cut["experiments"].values():
+        experiment["tasks"] = [t for t in experiment["tasks"] if t in wanted]
+    cut["shared"]["tasks"] = [t for t in cut["shared"]["tasks"] if t in wanted]
+    return cut
+
+
 class WorkflowSettings(SharedEncoderSettings):
-    """What a validated config asks for."""
+    """What a validated config asks for (of its ``run_tasks``, ``only_run_tasks``)."""
 
     def __init__(self, config: dict, source: str = "config"):
-        self.config, self.source = config, source
+        self.config, self.source = only_run_tasks(config, source), source
         self.declared = self._declare_tasks()
         check(self)
 
