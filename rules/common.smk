@@ -21,6 +21,7 @@ except ModuleNotFoundError:
     ) from None
 
 from bertvision import layout as L
+from bertvision.jobs import baseline_job, timing_jobs
 from bertvision.config.schema import validate_config
 from bertvision.config.workflow import WorkflowSettings
 from bertvision.errors import BertvisionError
@@ -286,13 +287,13 @@ def search_workers_of(runs):
 
 
 def baseline_jobs():
-    return [L.baseline_job(m, t, s) for m in S.models for t in S.tasks for s in S.baseline_seeds]
+    return [baseline_job(m, t, s) for m in S.models for t in S.tasks for s in S.baseline_seeds]
 
 
 def table_files(model, task, runs):
     """What the tables read of one backbone and task: BERT's and the heads' records, the
     manifests, every job's benchmark file, the search workers and the race's decisions."""
-    benchmarks = [job.benchmark for job in L.timing_jobs(runs, S.shards)]
+    benchmarks = [job.benchmark for job in timing_jobs(runs, S.shards)]
     return (bert_metrics_of(runs) + head_dirs_of(runs) + manifests_of(runs) + benchmarks
             + search_workers_of(runs) + race_decisions_of(model, task))  # fmt: skip
 

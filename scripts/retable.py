@@ -20,7 +20,8 @@ import json
 import os
 from pathlib import Path
 
-from bertvision.layout import BERT_METRICS, Checkpoint, Job, Run, bert_record_file
+from bertvision.jobs import Job
+from bertvision.layout import BERT_METRICS, Checkpoint, Run, bert_record_file
 from bertvision.stages.tables import build_tables
 
 

@@ -24,7 +24,7 @@ FLOORS = [
     {"config", "runtime"},
     {"models"},
     {"data"},
-    {"layout", "registry"},
+    {"layout", "jobs", "registry"},
     {"files", "errors", "__init__"},
 ]
 FLOOR = {room: level for level, rooms in enumerate(FLOORS) for room in rooms}

@@ -11,7 +11,7 @@ import sys
 
 import yaml
 
-from bertvision import layout
+from bertvision import jobs, layout
 from tests.conftest import REPO
 
 PACKAGE = REPO / "bertvision"
@@ -111,9 +111,9 @@ def test_every_rule_logs_where_the_layout_says():
         if "benchmark:" in body:
             assert f'L.benchmark("{rule}")' in body, rule
         assert set(re.findall(r"{(\w+)}", layout.log(rule))) == set(layout.JOB_KEYS.get(rule, ())), rule
-    for job in layout.timing_jobs([layout.Run("m", "mrpc", 1, layout.Checkpoint(0.3))], n_shards=2):
+    for job in jobs.timing_jobs([layout.Run("m", "mrpc", 1, layout.Checkpoint(0.3))], n_shards=2):
         assert f'L.benchmark("{job.rule}")' in bodies[job.rule]
-    job = layout.Job("extract", {"task": "mrpc", "model": "m", "ftseed": 1, "frac": "0.3", "shard": 0})
+    job = jobs.Job("extract", {"task": "mrpc", "model": "m", "ftseed": 1, "frac": "0.3", "shard": 0})
     assert job.benchmark == "benchmarks/extract/mrpc/m-ft1-ckpt0.3-0.tsv"
 
 

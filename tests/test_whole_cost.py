@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from bertvision.jobs import Job, baseline_job, timing_jobs
 from bertvision.layout import (
     BASELINE_FILE,
     BASELINE_METRICS,
@@ -25,12 +26,9 @@ from bertvision.layout import (
     MANIFEST,
     SEARCH_WORKER,
     Checkpoint,
-    Job,
     Run,
-    baseline_job,
     bert_record_file,
     head_run_dir,
-    timing_jobs,
 )
 from bertvision.reporting.candidates import candidate_runs
 from bertvision.reporting.summary import choose_picks, summary_markdown, summary_table, verdict

@@ -11,7 +11,8 @@ import pandas as pd
 
 from bertvision.evaluation.ensemble import ensemble_rules
 from bertvision.files import read_json
-from bertvision.layout import Checkpoint, Job, source_checkpoint
+from bertvision.jobs import Job
+from bertvision.layout import Checkpoint, source_checkpoint
 from bertvision.registry.tasks import get_task
 from bertvision.reporting.bert_records import is_scored
 from bertvision.reporting.costs import feature_bytes, storage_cost

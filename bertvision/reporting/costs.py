@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 
 from bertvision.files import read_json
-from bertvision.layout import Checkpoint, Job, source_checkpoint
+from bertvision.jobs import Job
+from bertvision.layout import Checkpoint, source_checkpoint
 from bertvision.registry.tasks import get_task
 from bertvision.reporting.bert_records import is_scored
 from bertvision.reporting.markdown import markdown_table

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bertvision.layout import Job
+from bertvision.jobs import Job
 from bertvision.reporting.markdown import markdown_table
 from bertvision.runtime.usage import read_usage
 

@@ -39,7 +39,8 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
-from bertvision.layout import Checkpoint, Job, source_checkpoint
+from bertvision.jobs import Job
+from bertvision.layout import Checkpoint, source_checkpoint
 from bertvision.reporting.timing import read_benchmark
 
 # One fine-tuning run: the unit whose whole cost is summed.

@@ -10,7 +10,8 @@ from pathlib import Path
 import pandas as pd
 
 from bertvision.files import read_json
-from bertvision.layout import Run, baseline_job, head_metrics_files, picks_record, table, timing_jobs
+from bertvision.jobs import baseline_job, timing_jobs
+from bertvision.layout import Run, head_metrics_files, picks_record, table
 from bertvision.reporting.candidates import candidate_runs
 from bertvision.reporting.costs import cost_markdown, cost_table
 from bertvision.reporting.markdown import write_csv, write_text
