@@ -29,9 +29,13 @@ def baseline_job(model: str, task: str, seed: int) -> Job:
     return Job("baseline", {"task": task, "model": model, "seed": seed})
 
 
+def peer_job(model: str, task: str, peer: str, seed: int) -> Job:
+    return Job("peer", {"task": task, "model": model, "peer": peer, "seed": seed})
+
+
 def timing_jobs(runs: list[Run], n_shards: int, baselines: tuple[Job, ...] = ()) -> list[Job]:
     """Every job of the main pipeline behind ``runs`` (download to train_heads, BERT's scoring
-    included), once each, and the ``baselines`` (full fine-tuning jobs). A run's fine-tuning went
+    included), once each, and the ``baselines`` (full fine-tuning's and the peers' jobs). A run's fine-tuning went
     through every earlier checkpoint of its task among ``runs``, so those fine-tuning jobs of its
     seed count too (a later seed's checkpoint 0, whose states are the first seed's, among them)."""
     jobs: dict[tuple, Job] = {}

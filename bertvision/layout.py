@@ -18,6 +18,7 @@ ROOTS = (
     "data",
     "models",
     "baselines",
+    "peers",
     "features",
     "heads",
     "heads-data",
@@ -55,6 +56,13 @@ BASELINE_DIR = "baselines/{model}/{task}/seed{seed}"
 BASELINE_METRICS, BASELINE_PREDICTIONS = "metrics.json", "eval_predictions.parquet"
 BASELINE_FILE = f"{BASELINE_DIR}/{{file}}"
 BASELINE_FILES = (BASELINE_METRICS, BASELINE_PREDICTIONS)
+
+# A peer method (config ``peers``, ``registry/peers.py``): one directory per method and seed,
+# its choice made on selection and its evaluation; the same two files as the baseline's.
+PEER_DIR = "peers/{model}/{task}/{peer}/seed{seed}"
+PEER_FILE = f"{PEER_DIR}/{{file}}"
+PEER_METRICS, PEER_PREDICTIONS = BASELINE_METRICS, BASELINE_PREDICTIONS
+PEER_FILES = BASELINE_FILES
 
 FEATURES_DIR = "features/{model}/{task}/ft{ftseed}/ckpt-{frac}"
 SHARD_DIR = f"{FEATURES_DIR}/shard-{{shard}}-of-{{n_shards}}"
@@ -118,6 +126,7 @@ JOB_KEYS = {
     "finetune": ("task", "model", "ftseed", "frac"),
     "score_bert": ("task", "model", "ftseed", "frac"),
     "baseline": ("task", "model", "seed"),
+    "peer": ("task", "model", "peer", "seed"),
     "extract": ("task", "model", "ftseed", "frac", "shard"),
     "feature_manifest": ("task", "model", "ftseed", "frac"),
     "train_heads": ("task", "model", "ftseed", "frac"),
@@ -146,6 +155,7 @@ _KEY_TEXT = {
     "head": "{head}",
     "worker": "{worker}",
     "seed": "seed{seed}",
+    "peer": "{peer}",
     "encoder": "enc-{encoder}",
 }
 

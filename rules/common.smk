@@ -21,7 +21,7 @@ except ModuleNotFoundError:
     ) from None
 
 from bertvision import layout as L
-from bertvision.jobs import baseline_job, timing_jobs
+from bertvision.jobs import baseline_job, peer_job, timing_jobs
 from bertvision.config.schema import validate_config
 from bertvision.config.workflow import WorkflowSettings
 from bertvision.errors import BertvisionError
@@ -72,6 +72,7 @@ wildcard_constraints:
     worker=r"\d+",
     pct=r"[0-9.]+",
     seed=r"\d+",
+    peer=r"[a-z]+",
     encoder=r"[A-Za-z0-9_.-]+",
 
 
@@ -424,6 +425,31 @@ def baseline_request(key):
 def all_baseline_metrics():
     return [L.BASELINE_FILE.format(model=m, task=t, seed=s, file=L.BASELINE_METRICS)
             for m in S.models for t in S.tasks for s in S.baseline_seeds]
+
+
+def peer_request(key):
+    """A peer's request: an encoder-training peer (LoRA, BitFit, SetFit) as full fine-tuning's,
+    one run per learning rate; the embedding peers as one pass over the task's texts."""
+    def request(wildcards, attempt):
+        settings = S.peer(wildcards.model, wildcards.task, wildcards.peer)
+        runs = len(getattr(settings.method, "learning_rates", ())) or 0
+        epochs = runs * getattr(settings.method, "epochs", 1) if runs else 0.1
+        batch = settings.optimizer.batch_size if settings.optimizer else 16
+        return requests.finetune_request(
+            encoder_shape(wildcards.model), batch, S.max_length(wildcards.task),
+            S.train_rows(wildcards.task), epochs, GPU, attempt,
+        )[key]
+
+    return request
+
+
+def peer_jobs():
+    """Every peer run: each configured peer that applies to a task, once per seed (``S.peer_seeds``)."""
+    return [peer_job(m, t, p, s) for m in S.models for t in S.tasks for p in S.peers(t) for s in S.peer_seeds(p)]
+
+
+def all_peer_metrics():
+    return [L.PEER_FILE.format(**job.keys, file=L.PEER_METRICS) for job in peer_jobs()]
 
 
 def bert_curve_request(key):

@@ -4,6 +4,7 @@ rule plots:
     input:
         tables=[rules.tables.output.glue_csv, rules.tables.output.squad_csv],
         summary=rules.tables.output.summary_csv,
+        methods=rules.tables.output.methods_csv,
         **per_task(lambda m, t, runs: head_dirs_of(runs)),
         baselines=all_baseline_metrics(),
     output:
@@ -24,6 +25,9 @@ rule plots:
             L.plot("score-vs-seconds"), category="Plots", caption="../workflow/report/score_vs_seconds.rst"
         ),
         loss=report(L.plot("training-loss"), category="Plots", caption="../workflow/report/training_loss.rst"),
+        methods=report(
+            L.plot("methods-cost-score"), category="Plots", caption="../workflow/report/methods_cost_score.rst"
+        ),
     params:
         tasks=S.tasks,
         head_dirs=lambda wc: head_dirs_of(raced_runs()),
@@ -33,7 +37,8 @@ rule plots:
     benchmark:
         L.benchmark("plots")
     shell:
-        "bertvision plots --tables {input.tables} --summary {input.summary} --head-dirs {params.head_dirs} "
+        "bertvision plots --tables {input.tables} --summary {input.summary} --methods {input.methods} "
+        "--head-dirs {params.head_dirs} "
         "--baseline-metrics {input.baselines} --tasks {params.tasks} "
         "--out-dir {params.out_dir} > {log} 2>&1"
 

@@ -10,6 +10,8 @@ rule tables:
     input:
         baselines=all_baseline_metrics(),
         baseline_benchmarks=[job.benchmark for job in baseline_jobs()],
+        peers=all_peer_metrics(),
+        peer_benchmarks=[job.benchmark for job in peer_jobs()],
         **per_task(table_files),
     output:
         **table_outputs(RESULT_TABLES, "Tables"),
@@ -23,6 +25,7 @@ rule tables:
         search_workers=lambda wc: search_workers_of(raced_runs()),
         race=lambda wc: race_decisions(),
         shards=S.shards,
+        peer_methods=as_json({t: S.configured_peers(t) for t in S.tasks}),
         out_dir=lambda wc, output: os.path.dirname(output.summary_md),
     log:
         L.log("tables"),
@@ -30,7 +33,7 @@ rule tables:
         L.benchmark("tables")
     shell:
         "bertvision tables --bert-metrics {params.bert} --baseline-metrics {input.baselines} --head-dirs {params.head_dirs} --manifests {params.manifests} "
-        "--search-workers {params.search_workers} --race-decisions {params.race} --runs {params.runs:q} --shards {params.shards} --heads {params.heads} --out-dir {params.out_dir} "
+        "--peer-metrics {input.peers} --peers {params.peer_methods:q} --search-workers {params.search_workers} --race-decisions {params.race} --runs {params.runs:q} --shards {params.shards} --heads {params.heads} --out-dir {params.out_dir} "
         "> {log} 2>&1"
 
 

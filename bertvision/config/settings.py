@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -232,6 +232,64 @@ class BaselineSettings(StageSettings):
     backbone: str = setting("backbones.<model>.pretrained")
     epochs: int = setting("baseline.epochs")
     optimizer: OptimizerSettings = setting("baseline.settings")
+
+
+class EmbeddingPeer(StageSettings):
+    """The backbone's sentence embedding and a linear model (``registry/peers``)."""
+
+    method: Literal["embedding"]
+    regularization: Numbers = setting("peers.embedding.regularization")
+    batch_size: int = setting("peers.embedding.batch_size")
+    max_length: int = setting("tasks.<task>.max_length")
+
+
+class CosinePeer(StageSettings):
+    """The cosine of two texts' sentence embeddings, no training."""
+
+    method: Literal["cosine"]
+    batch_size: int = setting("peers.embedding.batch_size")
+    max_length: int = setting("tasks.<task>.max_length")
+
+
+class LoraPeer(StageSettings):
+    method: Literal["lora"]
+    rank: int = setting("peers.lora.rank")
+    alpha: Number = setting("peers.lora.alpha")
+    dropout: Number = setting("peers.lora.dropout")
+    target_modules: Names = setting("peers.lora.target_modules")
+    learning_rates: Numbers = setting("peers.lora.learning_rates")
+    epochs: int = setting("peers.lora.epochs")
+
+
+class BitfitPeer(StageSettings):
+    method: Literal["bitfit"]
+    learning_rates: Numbers = setting("peers.bitfit.learning_rates")
+    epochs: int = setting("peers.bitfit.epochs")
+
+
+class SetfitPeer(StageSettings):
+    method: Literal["setfit"]
+    learning_rates: Numbers = setting("peers.setfit.learning_rates")
+    pairs_per_example: int = setting("peers.setfit.pairs_per_example")
+    max_pair_steps: int = setting("peers.setfit.max_pair_steps")
+    batch_size: int = setting("peers.setfit.batch_size")
+    max_length: int = setting("tasks.<task>.max_length")
+
+
+PeerMethodSettings = Annotated[
+    EmbeddingPeer | CosinePeer | LoraPeer | BitfitPeer | SetfitPeer,
+    Field(discriminator="method", json_schema_extra={"config": "peers"}),
+]
+
+
+class PeerSettings(StageSettings):
+    """One peer method's run (config ``peers``): its own block, and for the peers that train the
+    encoder with BERT's head (LoRA, BitFit) full fine-tuning's optimizer settings, whose learning
+    rate the method's own grid replaces."""
+
+    backbone: str = setting("backbones.<model>.pretrained")
+    optimizer: OptimizerSettings | None = setting("baseline.settings")
+    method: PeerMethodSettings
 
 
 class CurveSettings(StageSettings):

@@ -22,6 +22,7 @@ from bertvision.config.settings import (
     HeadRuntimeSettings,
     HeadSettings,
     HeadTrainingSettings,
+    PeerSettings,
     RaceSettings,
     SearchSettings,
     TokenizeSettings,
@@ -30,6 +31,7 @@ from bertvision.config.shared_settings import SharedEncoderSettings
 from bertvision.errors import ConfigError
 from bertvision.layout import Checkpoint, Run
 from bertvision.registry.heads import get_head_type, trains_on
+from bertvision.registry.peers import applicable, get_peer
 from bertvision.registry.task_spec import TaskSpec
 from bertvision.registry.tasks import TASKS, declare, get_task, registered_names
 
@@ -290,6 +292,37 @@ class WorkflowSettings(SharedEncoderSettings):
         base = self.config["baseline"]
         merged = self.layered("finetune.settings", task, base["settings"])
         return BaselineSettings.pick(merged, self.source, backbone=self.pretrained(model), epochs=base["epochs"])
+
+    def configured_peers(self, task: str) -> list[str]:
+        """The peers the config names for ``task`` (tasks.<task>.peers, else peers.methods)."""
+        own = self.task_overrides(task).get("peers")
+        return list(self.config["peers"]["methods"] if own is None else own)
+
+    def peers(self, task: str) -> list[str]:
+        """The configured peers that apply to ``task``'s kind (``registry.peers``)."""
+        return applicable(self.configured_peers(task), get_task(task))
+
+    def peer_seeds(self, peer: str) -> list[int]:
+        """A peer's seeds: peers.seeds, else the baseline's; one (the first) for a peer whose
+        result does not depend on the seed."""
+        seeds = list(self.config["peers"]["seeds"] or self.config["baseline"]["seeds"])
+        return seeds[:1] if get_peer(peer).deterministic else seeds
+
+    def peer(self, model: str, task: str, peer: str) -> PeerSettings:
+        peers = self.config["peers"]
+        own = peers["embedding" if peer == "cosine" else peer]
+        method = {"method": peer, **own}
+        if peer == "cosine":
+            method.pop("regularization")
+        if peer in ("embedding", "cosine", "setfit"):
+            method["max_length"] = self.max_length(task)
+        optimizer = None
+        if get_peer(peer).trains_encoder and peer != "setfit":
+            optimizer = self.baseline(model, task).optimizer
+        return PeerSettings.from_dict(
+            {"backbone": self.pretrained(model), "optimizer": optimizer, "method": method},
+            f"{self.source}: peers.{peer}",
+        )
 
     def bert_curve(self, model: str, task: str) -> CurveSettings:
         """Full fine-tuning's own settings (``baseline``'s), scored at the curve's points."""

@@ -20,6 +20,7 @@ from bertvision.reporting.results import BERT, ensemble_name, raced_out, repeats
 from bertvision.reporting.whole_cost import JobSeconds
 
 FULL_FT = "full fine-tuning"
+PEER = "peer"
 
 
 def _dev_facts(task, metrics: dict) -> dict:
@@ -57,12 +58,37 @@ def _encoder_row(record: dict, kind: str, checkpoint: Checkpoint | None, jobs: J
     }
 
 
+def _peer_row(record: dict, jobs: JobSeconds) -> dict:
+    """A peer's row (``stages/peer``): its chosen settings' scores, its job's whole seconds."""
+    task = get_task(record["task"])
+    return {
+        "backbone": record["model"],
+        "task": task.name,
+        "kind": PEER,
+        "epoch_fraction": np.nan,
+        "model": record["label"],
+        "peer": record["peer"],
+        "deterministic": bool(record["deterministic"]),
+        "selection": task.primary_score(record["metrics"], "selection"),
+        "dev": task.headline(record["metrics"]),
+        "trainable_params": record["trainable_parameters"],
+        "encoder_params": record["encoder_parameters"],
+        "seconds": record["train_seconds"],
+        "whole_seconds": jobs.peer(record["model"], task.name, record["peer"], record["seed"]),
+        "feature_bytes": 0.0,
+        "device": record["device"],
+        "precision": record.get("precision"),
+        **_dev_facts(task, record["metrics"]),
+    }
+
+
 def candidate_runs(
     baseline_metrics: list[Path],
     bert_metrics: list[Path],
     head_metrics: list[Path],
     manifests: list[Path],
     jobs: list[Job],
+    peer_metrics: list[Path] = (),
 ) -> pd.DataFrame:
     """One row per trained model (and seed): its selection and dev score on the task's primary
     metric, trainable parameters, seconds to produce it and feature bytes; a head's run also the
@@ -73,6 +99,7 @@ def candidate_runs(
         {**_encoder_row(r, FULL_FT, None, spent), "kept_epoch": r["best_epoch"], "epochs": r["epochs"]}
         for r in map(read_json, baseline_metrics)
     ]
+    rows += [_peer_row(r, spent) for r in map(read_json, peer_metrics)]
     bert = {}
     for r in map(read_json, bert_metrics):
         key = (r["model"], get_task(r["task"]).name, int(r["seed"]), Checkpoint(r["epoch_fraction"]))

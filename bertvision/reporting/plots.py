@@ -17,8 +17,9 @@ import pandas as pd  # noqa: E402
 from bertvision.files import read_json  # noqa: E402
 from bertvision.layout import plot, score_vs_epochs_plot, source_checkpoint  # noqa: E402
 from bertvision.registry.tasks import get_task  # noqa: E402
+from bertvision.reporting.methods import on_front as on_front_of  # noqa: E402
 from bertvision.reporting.results import BERT, repeats_frozen_run  # noqa: E402
-from bertvision.reporting.summary import FULL_FT, ROW_KINDS  # noqa: E402
+from bertvision.reporting.summary import FULL_FT, PEER, ROW_KINDS  # noqa: E402
 
 PANELS_PER_ROW = 3  # a grid, not one long row: six tasks in one 2,700 px row were unreadable
 
@@ -238,10 +239,13 @@ def build_plots(
     out_dir: Path,
     verdict_csv: Path | None = None,
     baseline_metrics: list[Path] = (),
+    methods_csv: Path | None = None,
 ) -> None:
     summary = pd.concat([pd.read_csv(p) for p in summary_csvs if Path(p).stat().st_size], ignore_index=True)
     if verdict_csv is not None:
         score_vs_seconds(verdict_csv, Path(plot("score-vs-seconds", out_dir)))
+    if methods_csv is not None:
+        methods_cost_score(methods_csv, Path(plot("methods-cost-score", out_dir)))
     for task in tasks:
         score_vs_epochs(summary, task, Path(plot(score_vs_epochs_plot(task), out_dir)))
     score_vs_params(summary, tasks, Path(plot("score-vs-parameters", out_dir)))
@@ -258,6 +262,7 @@ ROW_STYLES = dict(
             {"marker": "o", "s": 90, "color": "tab:red", "zorder": 3},
             {"marker": "o", "s": 60, "color": "tab:orange"},
             {"marker": "D", "s": 60, "color": "tab:blue"},
+            {"marker": "^", "s": 90, "color": "tab:green", "zorder": 3},
         ),
     )
 )
@@ -287,7 +292,7 @@ def score_vs_seconds(summary_csv: Path, path: Path) -> None:
                 linewidth=0.8,
             )
             ax.annotate(
-                "full FT" if np.isnan(r.epoch_fraction) else f"{r.model} @{r.epoch_fraction:g}",
+                "full FT" if r.row == FULL_FT else r.model if r.row == PEER else f"{r.model} @{r.epoch_fraction:g}",
                 (r.seconds, r.dev_mean),
                 fontsize=6,
                 xytext=(3, 3),
@@ -300,6 +305,58 @@ def score_vs_seconds(summary_csv: Path, path: Path) -> None:
         _label_panel(ax, table, task, backbone, "seconds to produce (log)", f"{block['metric'].iloc[0]} (dev)", 6)
     if not blocks:
         _say_empty(axes[0], "no results yet")
+    _save(fig, path)
+
+
+# method family (reporting/methods.py) -> marker style
+FAMILY_STYLES = {
+    "full fine-tuning": {"marker": "*", "s": 200, "color": "black", "zorder": 4},
+    "peer": {"marker": "^", "s": 80, "color": "tab:green", "zorder": 4},
+    "BERT at a checkpoint": {"marker": "s", "s": 45, "color": "tab:gray", "zorder": 3},
+    "BERTVision": {"marker": "o", "s": 25, "color": "tab:red", "alpha": 0.6, "zorder": 2},
+}
+
+
+def _front_line(ax, x: pd.Series, y: pd.Series) -> None:
+    """The cost-score front as a step line through the points no other beats on both."""
+    order = np.argsort(x.to_numpy())
+    xs, ys = x.to_numpy()[order], y.to_numpy()[order]
+    ax.step(xs, ys, where="post", color="tab:purple", linewidth=1, alpha=0.7, label="front")
+
+
+def methods_cost_score(methods_csv: Path, path: Path) -> None:
+    """Per task, two panels: every method's dev score (mean ± std over seeds) against its seconds
+    (log) and against its trainable parameters (log), full fine-tuning, the peers, BERT and every
+    BERTVision candidate, each front drawn (``reporting.methods``); the peers and full fine-tuning
+    named."""
+    table = pd.read_csv(methods_csv) if Path(methods_csv).stat().st_size else pd.DataFrame()
+    blocks = list(table.groupby(["backbone", "task"], sort=False)) if len(table) else []
+    rows = max(1, len(blocks))
+    fig, axes = plt.subplots(rows, 2, figsize=(11, 4 * rows), squeeze=False)
+    for (ax_s, ax_p), ((backbone, task), block) in zip(axes, blocks):
+        params = block["trainable_params"].clip(lower=1)  # the cosine trains nothing: drawn at 1
+        for ax, x in ((ax_s, block["cost_seconds"]), (ax_p, params)):
+            for family, style in FAMILY_STYLES.items():
+                rows_of = block["family"] == family
+                if rows_of.any():
+                    ax.scatter(x[rows_of], block["dev_mean"][rows_of], label=family, **style)
+            ax.errorbar(x, block["dev_mean"], yerr=block["dev_std"].fillna(0), fmt="none", ecolor="gray",
+                        elinewidth=0.7, capsize=2)  # fmt: skip
+            named = block["family"].isin(["full fine-tuning", "peer"])
+            for xv, yv, name in zip(x[named], block["dev_mean"][named], block["model"][named]):
+                ax.annotate("full FT" if name.startswith("BERT, epoch kept") else name, (xv, yv), fontsize=7,
+                            xytext=(3, 3), textcoords="offset points")  # fmt: skip
+            front = on_front_of(x, block["dev_mean"])
+            _front_line(ax, x[front], block["dev_mean"][front])
+            ax.set_xscale("log")
+            _log_axis(ax.xaxis, x)
+        title = task if table["backbone"].nunique() == 1 else f"{task} ({backbone})"
+        metric = f"{block['metric'].iloc[0]} (dev)"
+        _label_panel(ax_s, table, title, backbone, "seconds (log)", metric, 6)
+        _label_panel(ax_p, table, title, backbone, "trainable parameters (log)", metric, 6)
+    if not blocks:
+        _say_empty(axes[0][0], "no results yet")
+        axes[0][1].set_visible(False)
     _save(fig, path)
 
 

@@ -17,14 +17,16 @@ import numpy as np
 import pandas as pd
 
 from bertvision.layout import Checkpoint
+from bertvision.registry.peers import get_peer, inapplicable
 from bertvision.registry.tasks import get_task
-from bertvision.reporting.candidates import FULL_FT
+from bertvision.reporting.candidates import FULL_FT, PEER
 from bertvision.reporting.markdown import fmt, markdown_table, seconds_cell
 from bertvision.reporting.picks import Pick
 from bertvision.reporting.race_line import checkpoint_race_line, head_selection_line
 from bertvision.reporting.results import BERT
 from bertvision.reporting.verdict import (
     LEARNING_MARGIN,
+    against_best,
     comparison,
     constant_line,
     cost_phrase,
@@ -41,6 +43,8 @@ ROW_KINDS = (
     "BERTVision (picked)",
     "BERTVision within a budget",
     "frozen encoder (best head)",
+    # listed right after full fine-tuning: what a practitioner would use instead (registry/peers)
+    PEER,
 )
 SUMMARY_COLUMNS = [
     "backbone",
@@ -73,6 +77,8 @@ SUMMARY_COLUMNS = [
     "answerable_no_window",
     "device",
     "precision",
+    # a peer whose result does not depend on the seed: one run, its spread zero by construction
+    "deterministic",
     "best_dev_any",
     "head_selection",
     "head_runs",
@@ -101,6 +107,11 @@ def _configs(runs: pd.DataFrame) -> pd.DataFrame:
         # the fine-tuning seeds behind a row (0: none, full fine-tuning's and BERT's own rows)
         ft_seeds=("ft_seed", "nunique") if "ft_seed" in runs else ("dev", lambda v: 0),
         **({"raced_out": ("raced_out", lambda v: bool(v.isin([True]).any()))} if "raced_out" in runs else {}),
+        **(
+            {"deterministic": ("deterministic", lambda v: bool(v.isin([True]).all()))}
+            if "deterministic" in runs
+            else {}
+        ),
     ).reset_index()
     if "kept_epoch" in runs:  # full fine-tuning: name the row by the epochs each seed kept
         full = runs[runs["kind"] == FULL_FT]
@@ -207,6 +218,7 @@ def summary_table(runs: pd.DataFrame, picks: list[Pick]) -> pd.DataFrame:
         chosen = []
         full = configs[configs["kind"] == FULL_FT]
         chosen += [(ROW_KINDS[0], r) for _, r in full.iterrows()]
+        chosen += [(PEER, r) for _, r in configs[configs["kind"] == PEER].iterrows()]
         partial = configs[(configs["kind"] == BERT) & (configs["epoch_fraction"] > 0)].sort_values("epoch_fraction")
         chosen += [(ROW_KINDS[1], r) for _, r in partial.iterrows()]
         paths = _paths(configs)
@@ -266,14 +278,32 @@ def summary_table(runs: pd.DataFrame, picks: list[Pick]) -> pd.DataFrame:
                     **facts,
                     "device": r["device"],
                     "precision": r["precision"],
+                    "deterministic": bool(r.get("deterministic") is True),
                 }
             )
     return pd.DataFrame(out, columns=SUMMARY_COLUMNS)
 
 
+def best_on_selection(rows: pd.DataFrame) -> pd.Series | None:
+    """The row with the best mean selection score (ties: fewer trainable parameters, then the
+    name); None when no row has one."""
+    ranked = rows.dropna(subset=["selection_mean"])
+    if ranked.empty:
+        return None
+    order = ranked.sort_values(
+        ["selection_mean", "trainable_params", "model"], ascending=[False, True, True], kind="stable"
+    )
+    return order.iloc[0]
+
+
+def _method_name(row: pd.Series) -> str:
+    return "full fine-tuning" if row["row"] == ROW_KINDS[0] else f"{row['model']} (peer)"
+
+
 def verdict(block: pd.DataFrame) -> str:
-    """Plain words for a block: whether any model learned the task and, if so, how the picked
-    path compares with full fine-tuning (``reporting.verdict``)."""
+    """Plain words for a block: whether any model learned the task and, if so, the best method on
+    the selection split (full fine-tuning, a peer or the BERTVision pick) and where the pick
+    stands against it, then against full fine-tuning (``reporting.verdict``)."""
     task = get_task(block["task"].iloc[0])
     picked = block[block["row"] == ROW_KINDS[2]]
     if picked.empty:
@@ -283,13 +313,32 @@ def verdict(block: pd.DataFrame) -> str:
     if learned_nothing(task, block, block["constant_score"].iloc[0]):
         return nothing_learned(task, what)
     full = block[block["row"] == ROW_KINDS[0]]
-    if full.empty:
+    methods = block[block["row"].isin([ROW_KINDS[0], PEER])]
+    if methods.empty:
         return (
-            f"The pipeline picks {what}; no full fine-tuning baseline ran (baseline.enabled), so there is no verdict."
+            f"The pipeline picks {what}; no full fine-tuning baseline ran (baseline.enabled) and no peer "
+            "(peers.methods), so there is no verdict."
         )
+    best = best_on_selection(methods)
+    pick_is_best = best is None or p["selection_mean"] > best["selection_mean"]
+    lead = (
+        against_best(task, p, what, best, _method_name(best), runner_up=pick_is_best)
+        if best is not None
+        else f"The pipeline picks {what}."
+    )
+    if full.empty:
+        return f"{lead} No full fine-tuning baseline ran (baseline.enabled)."
     return (
-        f"The pipeline picks {what}: {comparison(task, p, full.iloc[0])}, at {cost_phrase(p)} "
+        f"{lead} Against full fine-tuning it is {comparison(task, p, full.iloc[0])}, at {cost_phrase(p)} "
         f"and {p['parameter_percent']:.3g}% of its trainable parameters."
+    )
+
+
+def peer_lines(task_name: str, configured: list[str]) -> str:
+    """One sentence per configured peer that does not apply to the task, saying why."""
+    task = get_task(task_name)
+    return " ".join(
+        f"{get_peer(name).label} does not apply here: {why}." for name, why in inapplicable(configured, task).items()
     )
 
 
@@ -299,7 +348,8 @@ def devices_line(table: pd.DataFrame) -> str:
     used = []
     for label, rows in (("full fine-tuning", table[table["row"] == ROW_KINDS[0]]),
                         ("BERT", table[table["row"] == ROW_KINDS[1]]),
-                        ("the heads' states", table[table["row"].isin(ROW_KINDS[2:])])):  # fmt: skip
+                        ("the heads' states", table[table["row"].isin(ROW_KINDS[2:5])]),
+                        ("the peers", table[table["row"] == PEER])):  # fmt: skip
         pairs = sorted({f"{d} {p if isinstance(p, str) else 'precision unknown'}" for d, p in
                         zip(rows["device"], rows["precision"]) if isinstance(d, str)})  # fmt: skip
         if pairs:
@@ -307,13 +357,19 @@ def devices_line(table: pd.DataFrame) -> str:
     return f"Devices and precision: {'; '.join(used)}." if used else ""
 
 
-def summary_markdown(table: pd.DataFrame, race_decisions: dict[tuple, list[dict]] | None = None) -> str:
-    """``race_decisions``: (backbone, task) -> the race's decisions at each checkpoint it reached."""
+def summary_markdown(
+    table: pd.DataFrame, race_decisions: dict[tuple, list[dict]] | None = None, peers: dict | None = None
+) -> str:
+    """``race_decisions``: (backbone, task) -> the race's decisions at each checkpoint it reached;
+    ``peers``: task -> the peers the config names for it."""
     parts = [
         "# Summary: does the BERTVision path pay off?",
         "",
         "Per task: the encoder fine-tuned the standard way (full fine-tuning, the epoch kept chosen on the "
-        "selection split), BERT's own head after the short partial fine-tuning, the BERTVision path the "
+        "selection split), the peers a practitioner would use instead (the backbone's own sentence embedding with a "
+        "linear model or the cosine, LoRA, BitFit, SetFit: each chooses its own settings on the selection split; "
+        "its whole seconds are its job's, every setting it tried included), BERT's own head after the short "
+        "partial fine-tuning, the BERTVision path the "
         "pipeline picks (checkpoint, head, alone or with BERT: the best mean **selection** score), and the "
         "best head on the untouched encoder. Dev scores and own seconds are mean ± sample std over seeds (n runs: "
         "fine-tuning seeds × head seeds). Own seconds: full fine-tuning's training to its kept epoch; a head's path "
@@ -330,7 +386,10 @@ def summary_markdown(table: pd.DataFrame, race_decisions: dict[tuple, list[dict]
         "nothing), with, where it was scored from the extraction's pass, that pass's seconds on the scored splits. "
         "Data-fraction and transfer runs are not counted. Δ = dev score minus full fine-tuning's, in points and "
         "in full fine-tuning's std; own and whole cost = mean own or whole seconds / full fine-tuning's. "
-        "The verdict is stated on the whole cost. "
+        "The verdict first names the best method on the selection split (full fine-tuning, a peer or the "
+        "BERTVision pick) and says where the pick stands against it on dev, then against full fine-tuning; "
+        "it is stated on the whole cost. A peer whose result does not depend on the seed (the embedding's linear "
+        "model, the cosine) runs once: its spread is zero by construction. "
         "It calls a difference undetermined when the seeds cannot measure a side's spread (one seed, every seed "
         "scoring the same, or one fine-tuning seed behind a path on a fine-tuned checkpoint), noise when the two "
         "mean ± std ranges overlap, "
@@ -390,8 +449,9 @@ def summary_markdown(table: pd.DataFrame, race_decisions: dict[tuple, list[dict]
             )
         )
         race = checkpoint_race_line((race_decisions or {}).get((backbone, task_name), []))
+        skipped = peer_lines(task_name, (peers or {}).get(task_name, []))
         notes = " ".join(
-            n for n in (constant_line(task, block["constant_score"].iloc[0]), no_window_line(block), race) if n
+            n for n in (constant_line(task, block["constant_score"].iloc[0]), no_window_line(block), race, skipped) if n
         )
         parts += ["", verdict(block), ""] + ([notes, ""] if notes else [])
     parts += [devices_line(table), head_selection_line(table), ""]

@@ -52,16 +52,23 @@ def learned_nothing(task, block: pd.DataFrame, base: float) -> bool:
     return bool((scores.dropna() <= base + learning_bar(task)).all())
 
 
-def undetermined_reason(picked: pd.Series, reference: pd.Series) -> str | None:
-    """Why the seeds cannot measure the spread of the picked path or of full fine-tuning (None
-    when they can): a side with one seed; a side whose seeds all scored the same (a std of 0
-    measures no spread); a path on a fine-tuned checkpoint with one fine-tuning seed (its spread
-    covers the head seeds only, not the fine-tuning's)."""
-    sides = (("full fine-tuning", reference), ("the picked path", picked))
-    single = [name for name, row in sides if row["n"] < 2]
+def _deterministic(row: pd.Series) -> bool:
+    """A method whose result does not depend on the seed (a peer with no training or a convex
+    fit): its one run is exact, its spread zero by construction, not unmeasured."""
+    return row.get("deterministic") is True or row.get("deterministic") == 1.0
+
+
+def undetermined_reason(picked: pd.Series, reference: pd.Series, name: str = "full fine-tuning") -> str | None:
+    """Why the seeds cannot measure the spread of the picked path or of the ``reference`` method
+    (``name``; None when they can): a side with one seed; a side whose seeds all scored the same
+    (a std of 0 measures no spread); a path on a fine-tuned checkpoint with one fine-tuning seed
+    (its spread covers the head seeds only, not the fine-tuning's). A deterministic method has no
+    spread to measure."""
+    sides = [(n, row) for n, row in ((name, reference), ("the picked path", picked)) if not _deterministic(row)]
+    single = [n for n, row in sides if row["n"] < 2]
     if single:
         return f"{' and '.join(single)} ran one seed, so its spread is unknown"
-    flat = [name for name, row in sides if row["dev_std"] == 0]
+    flat = [n for n, row in sides if row["dev_std"] == 0]
     if flat:
         return f"{' and '.join(flat)} scored the same on every seed, so its spread is unmeasured"
     if picked.get("epoch_fraction", 0) > 0 and picked.get("ft_seeds", 2) < 2:
@@ -69,20 +76,61 @@ def undetermined_reason(picked: pd.Series, reference: pd.Series) -> str | None:
     return None
 
 
-def comparison(task, picked: pd.Series, reference: pd.Series) -> str:
-    """The bold phrase: undetermined against, within noise of, beats or trails full fine-tuning,
-    with the points."""
+def _std(row: pd.Series) -> float:
+    return 0.0 if _deterministic(row) else row["dev_std"]
+
+
+def standing(task, picked: pd.Series, reference: pd.Series, name: str = "full fine-tuning") -> tuple[str, float, str]:
+    """Where the picked path stands against ``reference`` on dev: ("undetermined" | "noise" |
+    "ahead" | "behind", the points between them, the words in brackets)."""
     points = (picked["dev_mean"] - reference["dev_mean"]) * 100.0 / task.metric_scale()
-    reason = undetermined_reason(picked, reference)
+    reason = undetermined_reason(picked, reference, name)
     if reason:
-        return f"**undetermined against full fine-tuning** ({points:+.1f} points; {reason})"
-    if abs(picked["dev_mean"] - reference["dev_mean"]) <= picked["dev_std"] + reference["dev_std"]:
-        return f"**within noise of full fine-tuning** ({points:+.1f} points; the two mean ± std ranges overlap)"
-    units = picked["score_diff_std_units"]
-    std = "" if np.isnan(units) else f", {abs(units):.1f} of full fine-tuning's std"
-    if points >= 0:
-        return f"**beats full fine-tuning by {points:.1f} points** (beyond the seeds' spread{std})"
-    return f"**trails full fine-tuning by {-points:.1f} points** (beyond the seeds' spread{std})"
+        return "undetermined", points, f"{points:+.1f} points; {reason}"
+    if abs(picked["dev_mean"] - reference["dev_mean"]) <= _std(picked) + _std(reference):
+        return "noise", points, f"{points:+.1f} points; the two mean ± std ranges overlap"
+    spread = _std(reference)
+    std = f", {abs(picked['dev_mean'] - reference['dev_mean']) / spread:.1f} of its std" if spread > 0 else ""
+    return ("ahead" if points >= 0 else "behind"), points, f"beyond the seeds' spread{std}"
+
+
+def comparison(task, picked: pd.Series, reference: pd.Series, name: str = "full fine-tuning") -> str:
+    """The bold phrase: undetermined against, within noise of, beats or trails ``name``, with the points."""
+    kind, points, detail = standing(task, picked, reference, name)
+    if kind == "undetermined":
+        return f"**undetermined against {name}** ({detail})"
+    if kind == "noise":
+        return f"**within noise of {name}** ({detail})"
+    if kind == "ahead":
+        return f"**beats {name} by {points:.1f} points** ({detail})"
+    return f"**trails {name} by {-points:.1f} points** ({detail})"
+
+
+def against_best(task, picked: pd.Series, what: str, best: pd.Series, best_name: str, runner_up=None) -> str:
+    """The verdict's first sentence: the best method on the selection split, and where the
+    BERTVision pick (``what``) stands against it on dev and at what whole-cost ratio. When the pick
+    is itself the best on selection, ``best`` is the best other method (``runner_up``'s name)."""
+    ratio = picked["whole_seconds"] / best["whole_seconds"] if best["whole_seconds"] else np.nan
+    cost = "" if np.isnan(ratio) else f", at {ratio:.2f}× its whole compute"
+    kind, points, detail = standing(task, picked, best, best_name)
+    if runner_up:
+        return (
+            f"**The BERTVision pick is the best method on the selection split**: {what}; against the best other "
+            f"method, {best_name}, it is {_standing_words(kind, points)} ({detail}){cost}."
+        )
+    if kind == "behind":
+        return f"**{best_name} beats the BERTVision pick**: {what} trails it by {-points:.1f} points ({detail}){cost}."
+    lead = f"**{best_name} is the best method on the selection split**"
+    return f"{lead}; the BERTVision pick, {what}, is {_standing_words(kind, points)} ({detail}){cost}."
+
+
+def _standing_words(kind: str, points: float) -> str:
+    return {
+        "undetermined": "undetermined against it",
+        "noise": "within noise of it",
+        "ahead": f"ahead of it by {points:.1f} points on dev",
+        "behind": f"behind it by {-points:.1f} points",
+    }[kind]
 
 
 def cost_phrase(picked: pd.Series) -> str:

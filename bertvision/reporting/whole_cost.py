@@ -110,6 +110,8 @@ class JobSeconds:
             return ("race", k["model"], k["task"], Checkpoint.named(str(k["frac"])))
         if job.rule == "baseline":
             return ("baseline", k["model"], k["task"], int(k["seed"]))
+        if job.rule == "peer":
+            return ("peer", k["model"], k["task"], k["peer"], int(k["seed"]))
         return None
 
     def of(self, *key) -> float:
@@ -141,6 +143,10 @@ class JobSeconds:
 
     def baseline(self, model: str, task: str, seed: int) -> float:
         return self.of("baseline", model, task, int(seed))
+
+    def peer(self, model: str, task: str, peer: str, seed: int) -> float:
+        """A peer's one job: every setting it tried, its choice and its scoring."""
+        return self.of("peer", model, task, peer, int(seed))
 
     def search(self, record: dict) -> float:
         """The search behind one head record: 0 when the head was not searched, NaN when it was but

@@ -40,26 +40,7 @@ def full_finetune(
         [task], settings, compute, {task.name: tokens_dir}, settings.epochs, seed, threads, micro_batches
     )
     trainer = session.trainers[task.name]
-    history, best, best_state = [], None, None
-    for epoch in range(1, settings.epochs + 1):
-        session.train(epoch * session.epoch_steps, desc=f"baseline epoch {epoch}")
-        with session.aside() as main:
-            if main:
-                metrics = trainer.evaluate(evals.only("selection"))[0]["selection"]
-                score = float(metrics[task.primary_metric])
-                history.append(
-                    {
-                        "epoch": epoch,
-                        "step": session.step,
-                        "train_seconds": session.train_seconds,
-                        "train_loss_recent": trainer.recent_loss,
-                        "selection": metrics,
-                    }
-                )
-                log.info("epoch %d: selection %s = %.4f", epoch, task.primary_metric, score)
-                if best is None or score > best["score"]:
-                    best = {"epoch": epoch, "score": score, "train_seconds": session.train_seconds}
-                    best_state = {k: v.detach().to("cpu", copy=True) for k, v in trainer.model.state_dict().items()}
+    history, best, best_state = session.train_keeping_best_epoch(trainer, evals, settings.epochs, "baseline")
     train_seconds = session.train_seconds
     session.close()
     if not session.ranks.main:

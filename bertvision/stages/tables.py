@@ -10,11 +10,12 @@ from pathlib import Path
 import pandas as pd
 
 from bertvision.files import read_json
-from bertvision.jobs import baseline_job, timing_jobs
+from bertvision.jobs import baseline_job, peer_job, timing_jobs
 from bertvision.layout import Run, head_metrics_files, picks_record, table
 from bertvision.reporting.candidates import candidate_runs
 from bertvision.reporting.costs import cost_markdown, cost_table
 from bertvision.reporting.markdown import write_csv, write_text
+from bertvision.reporting.methods import method_table, methods_markdown
 from bertvision.reporting.picks import write_picks
 from bertvision.reporting.results import long_records, result_tables
 from bertvision.reporting.summary import choose_picks, summary_markdown, summary_table
@@ -22,7 +23,7 @@ from bertvision.reporting.timing import stage_precisions, timing_markdown, timin
 from bertvision.reporting.whole_cost import race_jobs, search_jobs
 
 # Every table this stage writes (each as .md and .csv).
-TABLE_NAMES = ("summary", "glue", "squad", "cost", "timing")
+TABLE_NAMES = ("summary", "methods", "glue", "squad", "cost", "timing")
 
 
 def _write(name: str, frame: pd.DataFrame, markdown: str, out_dir: Path) -> None:
@@ -41,26 +42,33 @@ def build_tables(
     baseline_metrics: list[Path] = (),
     search_workers: list[Path] = (),
     race_decisions: list[Path] = (),
+    peer_metrics: list[Path] = (),
+    peers: dict | None = None,
 ) -> None:
     """``runs``: every run the workflow made, whose jobs' benchmark files give the times;
     ``baseline_metrics``: the full fine-tuning runs (the summary's reference); ``search_workers``:
     every search worker's record, whose job's time is part of a pick's whole cost;
-    ``race_decisions``: the race's decision at every checkpoint it reached. Besides the
+    ``race_decisions``: the race's decision at every checkpoint it reached; ``peer_metrics``:
+    every peer run (``stages/peer``), ``peers``: task -> the peers the config names for it (those
+    that do not apply get a line saying why). Besides the
     tables, ``out_dir`` gets each task's pick (``layout.picks_record``)."""
     head_metrics = head_metrics_files(head_dirs)
     baselines = tuple(baseline_job(r["model"], r["task"], r["seed"]) for r in map(read_json, baseline_metrics))
+    baselines += tuple(peer_job(r["model"], r["task"], r["peer"], r["seed"]) for r in map(read_json, peer_metrics))
     jobs = timing_jobs(runs, n_shards, baselines)
     raced = sorted(map(read_json, race_decisions), key=lambda d: float(d["checkpoint"]))
     # every job the picks ran: the summary's and the cost table's whole costs
     spent = jobs + search_jobs(map(read_json, search_workers)) + race_jobs(raced)
-    candidates = candidate_runs(list(baseline_metrics), bert_metrics, head_metrics, manifests, spent)
+    candidates = candidate_runs(list(baseline_metrics), bert_metrics, head_metrics, manifests, spent, peer_metrics)
     picks = choose_picks(candidates)
     write_picks(picks, picks_record(out_dir))
     verdict = summary_table(candidates, picks)
     decisions: dict[tuple, list[dict]] = {}
     for d in raced:
         decisions.setdefault((d["model"], d["task"]), []).append(d)
-    _write("summary", verdict, summary_markdown(verdict, decisions), out_dir)
+    _write("summary", verdict, summary_markdown(verdict, decisions, peers or {}), out_dir)
+    methods = method_table(candidates)
+    _write("methods", methods, methods_markdown(methods), out_dir)
     for name, (summary, markdown) in result_tables(long_records(bert_metrics, head_metrics), head_order).items():
         _write(name, summary, markdown, out_dir)
     costs = cost_table(bert_metrics, head_metrics, manifests, spent)

@@ -73,12 +73,19 @@ class EncoderSession:
         seed: int,
         threads: int | None,
         micro_batches: int,
+        adapt=None,
     ):
+        """``adapt``: a function of a task model that returns the model to train, its parameters
+        to leave frozen with ``requires_grad`` False (a peer's LoRA or BitFit, ``peers/adapted``)."""
         set_threads(threads)
         self.ranks, self.device = ranks, device = Ranks.from_env(pick_device(compute.device))
         trains = {t.name: TokenizedSplit.read(split_file(tokens_dirs[t.name], "train")) for t in tasks}
-        models = {n: m.to(device) for n, m in models_sharing_one_encoder(tasks, settings.backbone, seed).items()}
+        models = models_sharing_one_encoder(tasks, settings.backbone, seed)
         self.encoder = next(iter(models.values())).base_model
+        self.encoder_parameters = encoder_parameter_count(self.encoder)  # before any adapter is added
+        if adapt is not None:
+            models = {n: adapt(m) for n, m in models.items()}
+        models = {n: m.to(device) for n, m in models.items()}
         optimizer = settings.optimizer
         self.epoch_steps = sum(steps_per_epoch(len(train), optimizer.batch_size) for train in trains.values())
         self.total_steps = total = max(1, math.ceil(schedule_epochs * self.epoch_steps))
@@ -216,10 +223,37 @@ class EncoderSession:
         return {
             "backbone": self.backbone,
             "seed": self.seed,
-            "encoder_parameters": encoder_parameter_count(self.encoder),
+            "encoder_parameters": self.encoder_parameters,
             "device": str(self.device),
             "precision": self.precision,
         }
+
+    def train_keeping_best_epoch(self, trainer, evals, epochs: int, desc: str) -> tuple[list, dict, dict]:
+        """Train ``epochs`` passes, scoring ``trainer``'s model on the selection split of
+        ``evals`` after each: (history, the best epoch's {epoch, score, train_seconds}, its weights
+        on the CPU). The dev split takes no part; only the main rank scores (the others get None)."""
+        task = trainer.task
+        history, best, best_state = [], None, None
+        for epoch in range(1, epochs + 1):
+            self.train(epoch * self.epoch_steps, desc=f"{desc} epoch {epoch}")
+            with self.aside() as main:
+                if main:
+                    metrics = trainer.evaluate(evals.only("selection"))[0]["selection"]
+                    score = float(metrics[task.primary_metric])
+                    history.append(
+                        {
+                            "epoch": epoch,
+                            "step": self.step,
+                            "train_seconds": self.train_seconds,
+                            "train_loss_recent": trainer.recent_loss,
+                            "selection": metrics,
+                        }
+                    )
+                    log.info("epoch %d: selection %s = %.4f", epoch, task.primary_metric, score)
+                    if best is None or score > best["score"]:
+                        best = {"epoch": epoch, "score": score, "train_seconds": self.train_seconds}
+                        best_state = {k: v.detach().to("cpu", copy=True) for k, v in trainer.model.state_dict().items()}
+        return history, best, best_state
 
     def close(self) -> None:
         """Leave the process group (torchrun's ranks)."""

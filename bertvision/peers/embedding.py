@@ -1,0 +1,126 @@
+"""The practitioner's first try with a sentence-embedding backbone: encode each text once with
+the backbone's own pooling, then a linear model on the embedding (SBERT's [u, v, |u-v|, u*v] for
+a pair), or for a similarity regression the plain cosine of the two embeddings. The
+regularisation is chosen on the selection split; nothing here depends on a seed."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+import pandas as pd
+import torch
+
+from bertvision.models.backbone import load_pretrained, load_tokenizer, resolve_pretrained
+from bertvision.peers.pooling import Pooling, declared_pooling, pool
+from bertvision.registry.task_spec import TaskSpec
+
+log = logging.getLogger(__name__)
+
+
+def encode_texts(backbone: str, texts: list[str], max_length: int, batch_size: int) -> tuple[np.ndarray, Pooling, int]:
+    """Each distinct text of ``texts`` encoded once, in length order: (len(texts), dim) float32
+    rows in the order given, the pooling used and the encoder's parameter count."""
+    source = resolve_pretrained(backbone)
+    pooling = declared_pooling(source)
+    tokenizer = load_tokenizer(backbone)
+    model = load_pretrained("AutoModel", backbone).eval()
+    distinct, where = np.unique(np.asarray(texts, dtype=object), return_inverse=True)
+    lengths = np.array([len(t) for t in distinct])
+    order = np.argsort(lengths, kind="stable")
+    out = None
+    with torch.inference_mode():
+        for start in range(0, len(order), batch_size):
+            rows = order[start : start + batch_size]
+            batch = tokenizer(
+                [distinct[i] for i in rows], padding=True, truncation=True, max_length=max_length, return_tensors="pt"
+            )
+            states = model(**batch).last_hidden_state
+            pooled = pool(states.float(), batch["attention_mask"], pooling).numpy()
+            if out is None:
+                out = np.empty((len(distinct), pooled.shape[1]), dtype=np.float32)
+            out[rows] = pooled
+    log.info("encoded %d distinct texts of %d (pooling %s)", len(distinct), len(texts), pooling.modes)
+    return out[where.reshape(-1)], pooling, sum(p.numel() for p in model.parameters())
+
+
+def split_embeddings(task: TaskSpec, rows: dict[str, pd.DataFrame], vectors: np.ndarray) -> dict[str, list[np.ndarray]]:
+    """The embedding rows of ``encode_texts`` over every split's text fields back per split:
+    split -> one (N, dim) array per text field."""
+    out, at = {}, 0
+    for name, frame in rows.items():
+        fields = []
+        for _ in task.text_fields:
+            fields.append(vectors[at : at + len(frame)])
+            at += len(frame)
+        out[name] = fields
+    return out
+
+
+def all_texts(task: TaskSpec, rows: dict[str, pd.DataFrame]) -> list[str]:
+    """Every text of every split, split by split and field by field (``split_embeddings``'s order)."""
+    return [str(t) for frame in rows.values() for field in task.text_fields for t in frame[field]]
+
+
+def feature_sets(fields: list[np.ndarray]) -> dict[str, np.ndarray]:
+    """The features a linear model may read, by name: one text, its embedding; a pair, SBERT's
+    classification features [u, v, |u-v|, u*v] and the symmetric [|u-v|, u*v, cos] (the order of
+    the two texts does not matter to them); the selection split chooses."""
+    if len(fields) == 1:
+        return {"u": fields[0]}
+    u, v = fields
+    return {
+        "[u, v, |u-v|, u*v]": np.concatenate([u, v, np.abs(u - v), u * v], axis=1),
+        "[|u-v|, u*v, cos]": np.concatenate([np.abs(u - v), u * v, cosine(fields)], axis=1),
+    }
+
+
+def cosine(fields: list[np.ndarray]) -> np.ndarray:
+    """(N, 1): the cosine of each pair's two embeddings."""
+    u, v = fields
+    num = (u * v).sum(1)
+    den = np.linalg.norm(u, axis=1) * np.linalg.norm(v, axis=1)
+    return (num / np.maximum(den, 1e-12)).reshape(-1, 1)
+
+
+def linear_model(task: TaskSpec, strength: float):
+    """LogisticRegression(C) or Ridge(alpha = 1 / C) on the features as they are: the embeddings
+    are the backbone's own scale (unit length where it normalises), which standardising measured
+    worse on MRPC's selection split."""
+    from sklearn.linear_model import LogisticRegression, Ridge
+
+    if task.kind == "regression":
+        return Ridge(alpha=1.0 / strength)
+    return LogisticRegression(C=strength, max_iter=5000)
+
+
+def outputs_of(task: TaskSpec, model, features: np.ndarray) -> np.ndarray:
+    """(N, C) outputs the registry's scorer reads: log-probabilities, or the regression value."""
+    if task.kind == "regression":
+        return model.predict(features).reshape(-1, 1)
+    return model.predict_log_proba(features)
+
+
+def fit_on_selection(task: TaskSpec, features: dict[str, dict[str, np.ndarray]], labels: dict[str, np.ndarray],
+                     strengths, scorer) -> tuple[object, dict, list[dict]]:  # fmt: skip
+    """A linear model per feature set and strength, trained on train and scored on selection by
+    ``scorer(outputs, split)`` (``features``: split -> feature set -> rows): (the best one, its
+    choice, every choice's selection score). Ties keep the earlier feature set and the stronger
+    regularisation (the smaller C)."""
+    tried, best = [], None
+    for name in features["train"]:
+        for strength in sorted(strengths):
+            started = time.perf_counter()
+            model = linear_model(task, strength).fit(features["train"][name], labels["train"])
+            score = scorer(outputs_of(task, model, features["selection"][name]), "selection")
+            choice = {"features": name, "regularization": strength}
+            tried.append({**choice, "selection": score, "fit_seconds": time.perf_counter() - started})
+            if best is None or score > best[2]:
+                best = (model, choice, score)
+    return best[0], best[1], tried
+
+
+def parameter_count(model) -> int:
+    """The linear model's weights and intercepts."""
+    return int(np.size(model.coef_) + np.size(model.intercept_))

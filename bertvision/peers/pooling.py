@@ -1,0 +1,89 @@
+"""The sentence embedding a backbone declares: sentence-transformers' layout (``modules.json``
+naming a Pooling module, its ``config.json``, and a Normalize module), read from the backbone's
+folder or, for a hub id, from the hub cache; mean over real tokens, unnormalised, when it
+declares none. Pooling here is ours (a few lines of torch) so that the same states the pipeline
+runs are pooled, without loading the encoder a second time through sentence-transformers."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+# sentence-transformers' Pooling config keys -> our mode names, in the order it concatenates them
+POOLING_KEYS = {
+    "pooling_mode_cls_token": "cls",
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_max_tokens": "max",
+    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len",
+}
+
+
+@dataclass(frozen=True)
+class Pooling:
+    modes: tuple[str, ...]  # concatenated, in POOLING_KEYS' order
+    normalize: bool
+    declared_by: str  # the file that declared it, or why the fallback applies
+
+    def to_dict(self) -> dict:
+        return {"modes": list(self.modes), "normalize": self.normalize, "declared_by": self.declared_by}
+
+
+MEAN_FALLBACK = "the backbone declares no sentence-transformers pooling: mean over real tokens"
+
+
+def _layout_file(source: str, name: str) -> Path | None:
+    """``name`` inside the backbone folder ``source``, or in the hub cache of the hub id ``source``."""
+    folder = Path(source)
+    if folder.is_dir():
+        path = folder / name
+        return path if path.exists() else None
+    from huggingface_hub import try_to_load_from_cache
+
+    cached = try_to_load_from_cache(source, name)
+    return Path(cached) if isinstance(cached, str) else None
+
+
+def declared_pooling(source: str) -> Pooling:
+    """The pooling of the backbone at ``source`` (a resolved folder or hub id)."""
+    modules_file = _layout_file(source, "modules.json")
+    if modules_file is None:
+        return Pooling(("mean",), False, MEAN_FALLBACK)
+    modules = json.loads(modules_file.read_text())
+    types = [m["type"].rsplit(".", 1)[-1] for m in modules]
+    normalize = "Normalize" in types
+    if "Pooling" not in types:
+        return Pooling(("mean",), normalize, f"{modules_file}: no Pooling module, so mean over real tokens")
+    entry = modules[types.index("Pooling")]
+    config_file = _layout_file(source, f"{entry['path']}/config.json".lstrip("/"))
+    if config_file is None:
+        raise FileNotFoundError(f"{modules_file}: its Pooling module's {entry['path']}/config.json is missing")
+    config = json.loads(config_file.read_text())
+    if isinstance(config.get("pooling_mode"), str):  # the newer single-key form
+        modes = (config["pooling_mode"].replace("lasttoken", "last"),)
+    else:
+        modes = tuple(mode for key, mode in POOLING_KEYS.items() if config.get(key))
+    unknown = [m for m in modes if m not in POOLING_KEYS.values()]
+    if not modes or unknown:
+        raise ValueError(f"{config_file}: pooling {modes or 'none'} is not one of {', '.join(POOLING_KEYS.values())}")
+    return Pooling(modes, normalize, str(config_file))
+
+
+def pool(states: torch.Tensor, mask: torch.Tensor, pooling: Pooling) -> torch.Tensor:
+    """(B, T, H) token states and their (B, T) attention mask -> (B, H x modes) sentence embeddings."""
+    mask_f = mask.unsqueeze(-1).to(states.dtype)
+    counts = mask_f.sum(1).clamp(min=1)
+    parts = []
+    for mode in pooling.modes:
+        if mode == "cls":
+            parts.append(states[:, 0])
+        elif mode == "mean":
+            parts.append((states * mask_f).sum(1) / counts)
+        elif mode == "max":
+            parts.append(states.masked_fill(mask_f == 0, torch.finfo(states.dtype).min).max(1).values)
+        else:  # mean_sqrt_len
+            parts.append((states * mask_f).sum(1) / counts.sqrt())
+    out = torch.cat(parts, dim=-1)
+    return torch.nn.functional.normalize(out, dim=-1) if pooling.normalize else out

@@ -1,0 +1,207 @@
+"""The ``peer`` stage: one peer method (config ``peers``, ``registry/peers``) on one task and
+seed, its own settings chosen on the selection split, scored once on every split with the
+choice it made. The record has the baseline's shape (the summary reads both alike): the
+metrics, the selection score that made the choice, the trainable and encoder parameters, the
+seconds of the kept run, and every setting it tried with its selection score."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from bertvision.config.settings import BaselineSettings, FinetuneCompute, PeerSettings
+from bertvision.files import atomic_write_json, atomic_write_parquet
+from bertvision.layout import PEER_METRICS, PEER_PREDICTIONS, split_file
+from bertvision.models.backbone import resolve_pretrained
+from bertvision.peers import embedding as emb
+from bertvision.peers.adapted import bitfit, lora, trainable_parameters
+from bertvision.registry.metrics import predictions_from_outputs, score
+from bertvision.registry.peers import get_peer
+from bertvision.registry.task_spec import TaskSpec, scored_splits, splits_of
+from bertvision.runtime.device import set_threads
+
+log = logging.getLogger(__name__)
+
+
+def _raw_rows(task: TaskSpec, raw_dir: Path, splits) -> dict[str, pd.DataFrame]:
+    return {s: pd.read_parquet(split_file(raw_dir, s)) for s in splits}
+
+
+def _scored(task: TaskSpec, rows: dict[str, pd.DataFrame], outputs: dict[str, np.ndarray]) -> tuple[dict, pd.DataFrame]:
+    """(metrics per split, predictions table) of ``outputs`` (split -> (N, C)) on the raw rows."""
+    metrics, tables = {}, []
+    for name, out in outputs.items():
+        frame = rows[name]
+        metrics[name] = score(task, out, frame["label"].to_numpy(), frame["idx"].to_numpy())
+        pred = predictions_from_outputs(out, task.kind)
+        tables.append(pd.DataFrame({"idx": frame["idx"], "label": frame["label"], "prediction": pred, "split": name}))
+    return metrics, pd.concat(tables, ignore_index=True)
+
+
+def sentence_embedding(task, settings: PeerSettings, rows: dict[str, pd.DataFrame]) -> dict:
+    """The ``embedding`` peer (a linear model, its strength chosen on selection) or the ``cosine``
+    peer (no training) on the backbone's own sentence embedding."""
+    method = settings.method
+    started = time.perf_counter()
+    vectors, pooling, encoder_params = emb.encode_texts(
+        settings.backbone, emb.all_texts(task, rows), method.max_length, method.batch_size
+    )
+    encode_seconds = time.perf_counter() - started
+    fields = emb.split_embeddings(task, rows, vectors)
+    scored = scored_splits(task)
+    if method.method == "cosine":
+        outputs = {s: emb.cosine(fields[s]) for s in scored}
+        chosen, tried, params, fit_seconds = {}, [], 0, 0.0
+    else:
+        features = {s: emb.feature_sets(fields[s]) for s in rows}
+        labels = {s: rows[s]["label"].to_numpy() for s in rows}
+
+        def selection_score(out, split):
+            return task.primary_score({split: score(task, out, labels[split], rows[split]["idx"].to_numpy())}, split)
+
+        model, chosen, tried = emb.fit_on_selection(task, features, labels, method.regularization, selection_score)
+        outputs = {s: emb.outputs_of(task, model, features[s][chosen["features"]]) for s in scored}
+        params = emb.parameter_count(model)
+        fit_seconds = next(t["fit_seconds"] for t in tried if t | chosen == t)
+    metrics, predictions = _scored(task, rows, outputs)
+    return {
+        "metrics": metrics,
+        "predictions": predictions,
+        "chosen": chosen,
+        "tried": tried,
+        "pooling": pooling.to_dict(),
+        "trainable_parameters": params,
+        "encoder_parameters": encoder_params,
+        "train_seconds": encode_seconds + fit_seconds,
+        "device": "cpu",
+        "precision": "fp32",
+    }
+
+
+def adapted_encoder(task, settings: PeerSettings, compute, tokens_dir: Path, raw_dir: Path, seed: int,
+                    threads, micro_batches) -> dict | None:  # fmt: skip
+    """LoRA or BitFit: one run of the baseline's schedule per learning rate of the grid, the run
+    and epoch kept by the selection score; each kept model is scored on every split as it is
+    made, and the best one's scores are kept (the dev scores of the others are never read)."""
+    from bertvision.training.encoder import EvalData
+    from bertvision.training.encoder_session import EncoderSession
+
+    method = settings.method
+    evals = EvalData.read(tokens_dir, raw_dir, scored_splits(task))
+    adapt = lora(method, task) if method.method == "lora" else bitfit
+    tried, best = [], None
+    for rate in method.learning_rates:
+        schedule = BaselineSettings(
+            backbone=settings.backbone, epochs=method.epochs, optimizer=settings.optimizer.replace(learning_rate=rate)
+        )
+        session = EncoderSession(
+            [task], schedule, compute, {task.name: tokens_dir}, method.epochs, seed, threads, micro_batches, adapt
+        )
+        trainer = session.trainers[task.name]
+        history, kept, state = session.train_keeping_best_epoch(
+            trainer, evals, method.epochs, f"{method.method} lr {rate:g}"
+        )
+        session.close()
+        if not session.ranks.main:
+            continue
+        tried.append({"learning_rate": rate, "best_epoch": kept["epoch"], "selection": kept["score"],
+                      "train_seconds": session.train_seconds, "history": history})  # fmt: skip
+        if best is None or kept["score"] > best["selection"]:
+            trainer.model.load_state_dict(state)
+            metrics, predictions, _ = trainer.evaluate(evals)
+            best = {
+                "selection": kept["score"],
+                "metrics": metrics,
+                "predictions": predictions,
+                "chosen": {"learning_rate": rate, "epoch": kept["epoch"]},
+                "trainable_parameters": trainable_parameters(trainer.model),
+                "train_seconds": kept["train_seconds"],
+                **{k: v for k, v in session.record().items() if k in ("encoder_parameters", "device", "precision")},
+            }
+    if best is None:
+        return None
+    best.pop("selection")
+    return {**best, "tried": tried}
+
+
+def setfit(task, settings: PeerSettings, rows: dict[str, pd.DataFrame], seed: int) -> dict:
+    """SetFit, one run per body learning rate, the one kept by its selection score."""
+    from bertvision.peers.setfit_run import setfit_outputs, setfit_parameters, train_setfit
+
+    method, field = settings.method, task.text_fields[0]
+    source = resolve_pretrained(settings.backbone)
+    texts = {s: [str(t) for t in rows[s][field]] for s in rows}
+    tried, best = [], None
+    for rate in method.learning_rates:
+        started = time.perf_counter()
+        model = train_setfit(source, method, rate, texts["train"], rows["train"]["label"].to_numpy(), seed)
+        seconds = time.perf_counter() - started
+        selection = {"selection": setfit_outputs(model, texts["selection"])}
+        chosen_score = task.primary_score(_scored(task, rows, selection)[0], "selection")
+        tried.append({"learning_rate": rate, "selection": chosen_score, "train_seconds": seconds})
+        if best is None or chosen_score > best[0]:
+            body = sum(p.numel() for p in model.model_body.parameters())
+            best = (chosen_score, rate, model, seconds, body)
+    _, rate, model, seconds, body = best
+    metrics, predictions = _scored(task, rows, {s: setfit_outputs(model, texts[s]) for s in scored_splits(task)})
+    return {
+        "metrics": metrics,
+        "predictions": predictions,
+        "chosen": {"learning_rate": rate},
+        "tried": tried,
+        "trainable_parameters": setfit_parameters(model),
+        "encoder_parameters": body,
+        "train_seconds": seconds,
+        "device": str(model.model_body.device),
+        "precision": "fp32",
+    }
+
+
+def run_peer(
+    task: TaskSpec,
+    model_name: str,
+    settings: PeerSettings,
+    compute: FinetuneCompute,
+    tokens_dir: Path,
+    raw_dir: Path,
+    out_dir: Path,
+    seed: int,
+    threads: int | None = None,
+    micro_batches: int = 1,
+) -> None:
+    name = settings.method.method
+    peer = get_peer(name)
+    if why := peer.inapplicable(task):
+        raise ValueError(f"peer {name} does not apply to task {task.name}: {why}")
+    set_threads(threads)
+    started = time.perf_counter()
+    if name in ("embedding", "cosine"):
+        result = sentence_embedding(task, settings, _raw_rows(task, raw_dir, splits_of(task)))
+    elif name == "setfit":
+        result = setfit(task, settings, _raw_rows(task, raw_dir, splits_of(task)), seed)
+    else:
+        result = adapted_encoder(task, settings, compute, tokens_dir, raw_dir, seed, threads, micro_batches)
+        if result is None:  # not the main rank
+            return
+    predictions = result.pop("predictions")
+    record = {
+        "task": task.name,
+        "model": model_name,
+        "peer": name,
+        "label": peer.label,
+        "seed": seed,
+        "deterministic": peer.deterministic,
+        "selection_score": task.primary_score(result["metrics"], "selection"),
+        **result,
+        "job_seconds": time.perf_counter() - started,
+        "settings": settings.to_dict(),
+    }
+    out_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_parquet(predictions, out_dir / PEER_PREDICTIONS)
+    atomic_write_json(record, out_dir / PEER_METRICS)
+    log.info("%s %s: chose %s on selection (%.4f); %s %s", task.name, name, result["chosen"],
+             record["selection_score"], task.eval_splits[0], result["metrics"][task.eval_splits[0]])  # fmt: skip

@@ -1,0 +1,31 @@
+rule peer:
+    """A peer method (config ``peers``): what a practitioner would use instead of the BERTVision
+    path (the backbone's own sentence embedding with a linear model or the cosine, LoRA, BitFit,
+    SetFit), its settings chosen on the selection split, its dev score reported beside full
+    fine-tuning's."""
+    input:
+        tokens=rules.tokenize.output,
+        raw=rules.download.output,
+    output:
+        expand(L.PEER_FILE, file=L.PEER_FILES, allow_missing=True),
+    params:
+        settings=lambda wc: as_json(S.peer(wc.model, wc.task, wc.peer)),
+        compute=as_json(S.finetune_compute()),
+        out_dir=L.PEER_DIR,
+        bertvision=launcher,
+    log:
+        L.log("peer"),
+    benchmark:
+        L.benchmark("peer")
+    threads: S.threads
+    resources:
+        gpu=GPU,
+        gpu_model=GPU_MODEL,
+        mem_mb=peer_request("mem_mb"),
+        runtime=peer_request("runtime"),
+        micro_batches=micro_batches,
+    shell:
+        "{params.bertvision} peer --task {wildcards.task} --model {wildcards.model} "
+        "--settings {params.settings:q} --compute {params.compute:q} --tokens-dir {input.tokens} "
+        "--raw-dir {input.raw} --out-dir {params.out_dir} --seed {wildcards.seed} "
+        "--micro-batches {resources.micro_batches} --threads {threads} > {log} 2>&1"

@@ -1,0 +1,275 @@
+"""The peers (config ``peers``): what a practitioner would use instead of the BERTVision path.
+The pooling a backbone declares (a sentence-transformers layout stand-in, and the mean
+fallback); the embedding and cosine peers run on a tiny BERT and checked against a computation
+done another way (one text at a time, scipy's Pearson); the parameters LoRA and BitFit leave
+trainable; the choices made on selection only; the peers' rows, whole cost and verdict in the
+summary worked by hand."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from bertvision.config.settings import PeerSettings
+from bertvision.jobs import peer_job
+from bertvision.layout import PEER_FILE, PEER_METRICS
+from bertvision.peers import embedding as emb
+from bertvision.peers.pooling import MEAN_FALLBACK, Pooling, declared_pooling, pool
+from bertvision.registry.peers import applicable, inapplicable
+from bertvision.registry.tasks import get_task
+from bertvision.stages.peer import sentence_embedding
+from tests.conftest import workflow_settings
+from tests.tiny_bert import DEFAULT_BACKBONE
+
+
+def st_layout(folder: Path, pooling: dict, normalize: bool) -> Path:
+    """A sentence-transformers folder's layout files (the weights are not read here)."""
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+    ]
+    if normalize:
+        modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"})
+    (folder / "1_Pooling").mkdir(parents=True)
+    (folder / "modules.json").write_text(json.dumps(modules))
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 8, **pooling}))
+    return folder
+
+
+def test_the_pooling_is_read_from_a_sentence_transformers_layout(tmp_path):
+    cls = st_layout(tmp_path / "cls", {"pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False}, True)
+    assert declared_pooling(str(cls)) == Pooling(("cls",), True, str(cls / "1_Pooling" / "config.json"))
+    both = st_layout(tmp_path / "both", {"pooling_mode_mean_tokens": True, "pooling_mode_max_tokens": True}, False)
+    assert declared_pooling(str(both)).modes == ("mean", "max") and not declared_pooling(str(both)).normalize
+    # the shipped backbone declares mean pooling and unit length
+    from bertvision.models.backbone import resolve_pretrained
+
+    shipped = declared_pooling(resolve_pretrained(DEFAULT_BACKBONE))
+    assert (shipped.modes, shipped.normalize) == (("mean",), True)
+
+
+def test_a_backbone_that_declares_no_pooling_is_mean_pooled(tiny_bert):
+    assert declared_pooling(str(tiny_bert)) == Pooling(("mean",), False, MEAN_FALLBACK)
+
+
+def test_pooling_reads_real_tokens_only():
+    states = torch.tensor(
+        [[[1.0, 2.0], [3.0, 4.0], [1e6, -1e6]], [[5.0, 0.0], [1e6, 1e6], [1e6, 1e6]]]
+    )  # padding planted far off
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    assert pool(states, mask, Pooling(("mean",), False, "")).tolist() == [[2.0, 3.0], [5.0, 0.0]]
+    assert pool(states, mask, Pooling(("max",), False, "")).tolist() == [[3.0, 4.0], [5.0, 0.0]]
+    assert pool(states, mask, Pooling(("cls", "mean"), False, "")).tolist() == [[1.0, 2.0, 2.0, 3.0], [5, 0, 5, 0]]
+    unit = pool(states, mask, Pooling(("mean",), True, ""))
+    assert torch.allclose(unit.norm(dim=1), torch.ones(2))
+
+
+def test_the_cosine_of_planted_embeddings():
+    u = np.array([[1.0, 0.0], [3.0, 4.0], [1.0, 1.0]])
+    v = np.array([[0.0, 2.0], [6.0, 8.0], [-2.0, -2.0]])
+    assert emb.cosine([u, v]).ravel().tolist() == pytest.approx([0.0, 1.0, -1.0])
+    sets = emb.feature_sets([u, v])
+    assert sets["[|u-v|, u*v, cos]"][1].tolist() == pytest.approx([3.0, 4.0, 18.0, 32.0, 1.0])
+    assert sets["[u, v, |u-v|, u*v]"].shape == (3, 8)
+
+
+def stsb_rows(n: int = 12, offset: int = 0) -> pd.DataFrame:
+    """STS-B pairs from the shipped GLUE files."""
+    from bertvision.data.glue_files import locate, parse_split
+    from tests.conftest import SHIPPED_GLUE
+
+    task = get_task("stsb")
+    rows = parse_split(locate(SHIPPED_GLUE, task, "train"), task, "train").iloc[offset : offset + n]
+    return rows.reset_index(drop=True)[["idx", "sentence1", "sentence2", "label"]]
+
+
+def settings_of(tiny_bert: Path, method: dict) -> PeerSettings:
+    return PeerSettings.from_dict({"backbone": str(tiny_bert), "optimizer": None, "method": method})
+
+
+def test_the_cosine_peer_is_the_cosine_of_each_text_encoded_alone(tiny_bert):
+    """The stage encodes distinct texts once, sorted by length in padded batches; here each text
+    goes through the encoder alone, unpadded, its tokens averaged by hand, and scipy scores it."""
+    from scipy.stats import pearsonr
+    from transformers import AutoModel, AutoTokenizer
+
+    task = get_task("stsb")
+    rows = {"train": stsb_rows(6), "selection": stsb_rows(6, 6), "dev": stsb_rows(10, 12)}
+    settings = settings_of(tiny_bert, {"method": "cosine", "batch_size": 4, "max_length": 64})
+    result = sentence_embedding(task, settings, rows)
+    assert result["trainable_parameters"] == 0 and result["pooling"]["declared_by"] == MEAN_FALLBACK
+
+    model, tokenizer = AutoModel.from_pretrained(tiny_bert).eval(), AutoTokenizer.from_pretrained(tiny_bert)
+
+    def embed(text: str) -> np.ndarray:
+        with torch.inference_mode():
+            ids = tokenizer(text, truncation=True, max_length=64, return_tensors="pt")
+            return model(**ids).last_hidden_state[0].mean(0).numpy()
+
+    dev = rows["dev"]
+    cosines = []
+    for a, b in zip(dev["sentence1"], dev["sentence2"]):
+        u, v = embed(a), embed(b)
+        cosines.append(float(u @ v / np.linalg.norm(u) / np.linalg.norm(v)))
+    assert result["metrics"]["dev"]["pearson"] == pytest.approx(pearsonr(cosines, dev["label"])[0], abs=1e-4)
+
+
+def test_the_embedding_peer_chooses_on_selection_only(tiny_bert):
+    """The linear model's features and strength are the best on selection among those tried;
+    new dev labels change the dev score, never the choice."""
+    task = get_task("stsb")
+    rows = {"train": stsb_rows(40), "selection": stsb_rows(20, 40), "dev": stsb_rows(20, 60)}
+    settings = settings_of(
+        tiny_bert, {"method": "embedding", "regularization": [0.1, 1.0, 10.0], "batch_size": 8, "max_length": 64}
+    )
+    first = sentence_embedding(task, settings, rows)
+    assert len(first["tried"]) == 2 * 3  # two feature sets of a pair, three strengths
+    best = max(first["tried"], key=lambda t: t["selection"])
+    assert first["chosen"] == {"features": best["features"], "regularization": best["regularization"]}
+    flipped = {**rows, "dev": rows["dev"].assign(label=5.0 - rows["dev"]["label"])}
+    second = sentence_embedding(task, settings, flipped)
+    assert second["chosen"] == first["chosen"]
+    assert [t["selection"] for t in second["tried"]] == [t["selection"] for t in first["tried"]]
+    assert second["metrics"]["dev"]["pearson"] == pytest.approx(-first["metrics"]["dev"]["pearson"])
+    # the weights and intercept of a ridge regression on the chosen features
+    width = 32 * (4 if best["features"].startswith("[u, v") else 2) + (0 if best["features"].startswith("[u") else 1)
+    assert first["trainable_parameters"] == width + 1
+
+
+def test_bitfit_and_lora_leave_only_their_parameters_trainable(tiny_bert):
+    from bertvision.config.settings import LoraPeer
+    from bertvision.peers.adapted import bitfit, lora, trainable_parameters
+    from bertvision.training.encoder import load_classifier
+
+    task = get_task("mrpc")
+    model = bitfit(load_classifier(task, str(tiny_bert), seed=1))
+    trained = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert trained and all(n.endswith(".bias") or n.startswith("classifier.") for n in trained)
+    assert "classifier.weight" in trained and not any(n.endswith("query.weight") for n in trained)
+    biases = sum(p.numel() for n, p in model.bert.named_parameters() if n.endswith(".bias"))
+    assert trainable_parameters(model) == biases + 32 * 2 + 2  # every encoder bias + the 2-class head
+    settings = LoraPeer(method="lora", rank=4, alpha=8, dropout=0.0, target_modules=("query", "value"),
+                        learning_rates=(1e-3,), epochs=1)  # fmt: skip
+    adapted = lora(settings, task)(load_classifier(task, str(tiny_bert), seed=1))
+    # 2 layers x (query, value) x (A: 32 x 4 + B: 4 x 32), and the new head trained whole
+    assert trainable_parameters(adapted) == 2 * 2 * (32 * 4 + 4 * 32) + (32 * 2 + 2)
+
+
+def test_which_peers_apply_to_which_task():
+    names = ["embedding", "cosine", "lora", "bitfit", "setfit"]
+    assert applicable(names, get_task("sst2")) == ["embedding", "lora", "bitfit", "setfit"]
+    assert applicable(names, get_task("mrpc")) == ["embedding", "lora", "bitfit"]
+    assert applicable(names, get_task("stsb")) == ["embedding", "cosine", "lora", "bitfit"]
+    assert applicable(names, get_task("squad2")) == ["lora", "bitfit"]
+    why = inapplicable(names, get_task("squad2"))
+    assert set(why) == {"embedding", "cosine", "setfit"} and "question task" in why["embedding"]
+
+
+def test_the_config_names_the_peers_per_task_and_their_seeds():
+    s = workflow_settings(
+        tasks={"mrpc": None, "stsb": {"peers": ["cosine", "setfit"]}},
+        baseline={"seeds": [3, 4]},
+    )
+    assert s.peers("mrpc") == ["embedding", "lora", "bitfit"]
+    assert s.configured_peers("stsb") == ["cosine", "setfit"] and s.peers("stsb") == ["cosine"]
+    # the peers that train take the baseline's seeds; the ones that do not depend on one run once
+    assert s.peer_seeds("lora") == [3, 4] and s.peer_seeds("embedding") == [3]
+    lora = s.peer("m", "mrpc", "lora")
+    assert lora.method.learning_rates == (5e-4, 1e-3) and lora.optimizer.batch_size == 32
+    assert s.peer("m", "stsb", "cosine").optimizer is None
+
+
+# --- the summary, worked by hand ----------------------------------------------------------------
+
+
+def write_peer(root: Path, peer: str, label: str, seed: int, selection: float, dev: float, own: float,
+               job: float, deterministic: bool = False, params: int = 50) -> Path:  # fmt: skip
+    from tests.test_whole_cost import MODEL, TASK, write_benchmark, write_json
+
+    metrics = {"selection": {"accuracy": selection, "f1": selection}, "dev": {"accuracy": dev, "f1": dev,
+                                                                               "constant_score": 0.5}}  # fmt: skip
+    record = {"task": TASK, "model": MODEL, "peer": peer, "label": label, "seed": seed,
+              "deterministic": deterministic, "metrics": metrics, "trainable_parameters": params,
+              "encoder_parameters": 1000, "train_seconds": own, "device": "cpu", "precision": "fp32"}  # fmt: skip
+    write_benchmark(peer_job(MODEL, TASK, peer, seed), job)
+    return write_json(root / PEER_FILE.format(model=MODEL, task=TASK, peer=peer, seed=seed, file=PEER_METRICS), record)
+
+
+def test_the_peers_rows_and_whole_cost_worked_by_hand(tmp_path, monkeypatch):
+    """The hand-worked records of tests/test_whole_cost.py (the pick: ap at 0.3, selection 0.80,
+    dev 0.75 on every seed, whole cost 101.25 s; full fine-tuning 135 s) with two peers: the
+    embedding's linear model (one run: selection 0.90, dev 0.85, its job 10 s) and LoRA (two
+    seeds: selection 0.78, dev 0.79 and 0.81, jobs 50 and 60 s)."""
+    from bertvision.stages.tables import build_tables
+    from tests.test_whole_cost import SHARDS, HandWorked
+
+    monkeypatch.chdir(tmp_path)
+    r = HandWorked(Path("."))
+    peers = [
+        write_peer(Path("."), "embedding", "embedding + linear", 1, 0.90, 0.85, 3.0, 10.0, deterministic=True),
+        write_peer(Path("."), "lora", "LoRA", 1, 0.78, 0.79, 40.0, 50.0, params=74),
+        write_peer(Path("."), "lora", "LoRA", 2, 0.78, 0.81, 44.0, 60.0, params=74),
+    ]
+    out = tmp_path / "results" / "tables"
+    build_tables(r.bert, r.head_dirs, r.manifests, r.runs, SHARDS, ["lp", "ap"], out, r.baselines, r.workers,
+                 peer_metrics=peers, peers={"mrpc": ["embedding", "lora", "setfit"]})  # fmt: skip
+    summary = pd.read_csv(out / "summary.csv")
+    rows = summary[summary["row"] == "peer"].set_index("model")
+    assert list(summary["row"][:3]) == ["full fine-tuning", "peer", "peer"]  # the peers right after the bar
+    embedding, lora = rows.loc["embedding + linear"], rows.loc["LoRA"]
+    # whole: the peer's own jobs, every setting it tried (10; 50 and 60); own: the records' seconds
+    assert (embedding["whole_seconds"], embedding["n"], bool(embedding["deterministic"])) == (10.0, 1, True)
+    assert lora["whole_seconds"] == pytest.approx(55.0) and lora["whole_seconds_std"] == pytest.approx(np.sqrt(50))
+    assert lora["seconds"] == pytest.approx(42.0) and lora["whole_cost_ratio"] == pytest.approx(55 / 135, rel=1e-5)
+    assert lora["parameter_percent"] == pytest.approx(7.4)
+    assert lora["score_diff"] == pytest.approx(0.80 - 0.81)  # dev 0.80 vs full fine-tuning's 0.80 and 0.82
+    md = (out / "summary.md").read_text()
+    # the embedding is the best on selection; the pick scored 0.75 on every seed: its spread is unmeasured
+    assert (
+        "**embedding + linear (peer) is the best method on the selection split**; the BERTVision pick, `ap` on the "
+        "0.3-epoch checkpoint, is undetermined against it (-10.0 points; the picked path scored the same on every "
+        "seed, so its spread is unmeasured), at 10.12× its whole compute." in md
+    )
+    assert "SetFit does not apply here: SetFit's contrastive pairs and logistic head are for single-text" in md
+    methods = pd.read_csv(out / "methods.csv")
+    assert set(methods["family"]) == {"full fine-tuning", "peer", "BERT at a checkpoint", "BERTVision"}
+    # the embedding costs 10 s and scores 0.85: nothing is both cheaper and better
+    assert methods.set_index("model").loc["embedding + linear", "on_front"]
+
+
+def verdict_block(pick_dev: float, pick_std: float, peer_selection: float) -> pd.DataFrame:
+    base = {"backbone": "m", "task": "mrpc", "budget": np.nan, "metric": "accuracy", "constant_score": 0.5,
+            "best_dev_any": 0.9, "parameter_percent": 1.0, "ft_seeds": 2, "deterministic": False}  # fmt: skip
+    return pd.DataFrame(
+        [
+            {**base, "row": "full fine-tuning", "model": "BERT", "epoch_fraction": np.nan, "dev_mean": 0.80,
+             "dev_std": 0.01, "n": 3, "selection_mean": 0.81, "trainable_params": 1000, "whole_seconds": 100.0,
+             "whole_cost_ratio": 1.0, "cost_ratio": 1.0, "score_diff_std_units": np.nan},
+            {**base, "row": "peer", "model": "LoRA", "epoch_fraction": np.nan, "dev_mean": 0.84, "dev_std": 0.01,
+             "n": 3, "selection_mean": peer_selection, "trainable_params": 7, "whole_seconds": 80.0,
+             "whole_cost_ratio": 0.8, "cost_ratio": 0.8, "score_diff_std_units": np.nan},
+            {**base, "row": "BERTVision (picked)", "model": "lp", "epoch_fraction": 0.0, "dev_mean": pick_dev,
+             "dev_std": pick_std, "n": 3, "selection_mean": 0.83, "trainable_params": 1, "whole_seconds": 40.0,
+             "whole_cost_ratio": 0.4, "cost_ratio": 0.3, "score_diff_std_units": np.nan},
+        ]
+    )  # fmt: skip
+
+
+def test_a_pick_that_loses_to_a_peer_says_so_first():
+    from bertvision.reporting.summary import verdict
+
+    text = verdict(verdict_block(0.78, 0.01, peer_selection=0.85))
+    assert text.startswith("**LoRA (peer) beats the BERTVision pick**: `lp` on the 0-epoch checkpoint trails it by 6.0")
+    assert "at 0.50× its whole compute" in text and "Against full fine-tuning it is **trails full fine-tuning" in text
+    within = verdict(verdict_block(0.83, 0.01, peer_selection=0.85))
+    assert within.startswith("**LoRA (peer) is the best method on the selection split**; the BERTVision pick")
+    assert "is within noise of it" in within
+    best = verdict(verdict_block(0.86, 0.01, peer_selection=0.82))
+    assert best.startswith("**The BERTVision pick is the best method on the selection split**")
+    # the best other method on selection is LoRA (0.82) over full fine-tuning (0.81)
+    assert "against the best other method, LoRA (peer), it is ahead of it by 2.0 points on dev" in best
