@@ -18,7 +18,7 @@ FLOORS = [
     {"stages"},
     {"serving"},
     {"reporting"},
-    {"training"},
+    {"training", "peers"},
     {"features"},
     {"evaluation"},
     {"config", "runtime"},
