@@ -108,16 +108,22 @@ def tiny_config(tiny_bert: Path) -> dict:
         },
         "tasks": {
             # every token's states, so mrpc also trains the token-level head (stsb leaves it out)
-            "mrpc": {"train_size": 50, "eval_size": 30, "token_features": True},
+            "mrpc": {"train_size": 50, "eval_size": 30, "token_features": True, "peers": ["embedding", "lora"]},
             # states streamed into its head jobs (store: false): search, data fraction and
             # transfer run on them too
-            "stsb": {"train_size": 50, "eval_size": 30, "search_heads": ["adapter8"], "store": False},
-            "squad2": squad_slice(30, 20, 30, max_length=128, doc_stride=64, heads=["lp", "ladder"]),
+            "stsb": {
+                "train_size": 50,
+                "eval_size": 30,
+                "search_heads": ["adapter8"],
+                "store": False,
+                "peers": ["embedding", "cosine", "bitfit"],
+            },
+            "squad2": squad_slice(30, 20, 30, max_length=128, doc_stride=64, heads=["lp", "ladder"], peers=["lora"]),
             # the same questions' answerability, from each window's [CLS] states
-            "squad2-answerable": squad_slice(30, 20, 30, max_length=128, doc_stride=64),
+            "squad2-answerable": squad_slice(30, 20, 30, max_length=128, doc_stride=64, peers=["bitfit"]),
             # RTE and WNLI share their labels: RTE's heads answer WNLI as they are (head_transfer)
-            "rte": {"train_size": 40, "eval_size": 30},
-            "wnli": {"train_size": 40, "eval_size": 30},
+            "rte": {"train_size": 40, "eval_size": 30, "peers": []},
+            "wnli": {"train_size": 40, "eval_size": 30, "peers": []},
         },
         "shared": {
             "tasks": ["rte", "wnli", "squad2"],
@@ -126,6 +132,12 @@ def tiny_config(tiny_bert: Path) -> dict:
         },
         "finetune": {"epoch_fractions": [0, 1.0], "settings": {"batch_size": 8}},
         "baseline": {"epochs": 2, "seeds": [1, 2]},
+        # every peer but SetFit (single-text classification: tests/test_honest_choices.py), each on
+        # the tasks that name it; LoRA and BitFit choose between two learning rates on selection
+        "peers": {
+            "lora": {"rank": 2, "learning_rates": [1e-3, 1e-2], "epochs": 2},
+            "bitfit": {"learning_rates": [1e-3, 1e-2], "epochs": 2},
+        },
         "extract": {"shards": 2, "batch_size": 16},
         # one thread per fine-tuning job too (2 by default), so that two jobs share the 2 cores
         "resources": {"threads": 1},

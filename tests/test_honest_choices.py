@@ -26,9 +26,11 @@ def config(tiny_bert: Path, glue_dir: Path, squad_dir: Path) -> dict:
         "backbones": {"tiny": {"pretrained": str(tiny_bert)}},
         "data": {"glue_dir": str(glue_dir), "squad_dir": str(squad_dir), "selection_fraction": 0.3},
         "tasks": {
-            "mrpc": {"train_size": 60, "eval_size": 40, "search_heads": ["adapter8"]},
-            "stsb": {"train_size": 60, "eval_size": 40},
-            "squad2": squad_slice(30, 20, 30, max_length=128, doc_stride=64, heads=["lp"]),
+            "mrpc": {"train_size": 60, "eval_size": 40, "search_heads": ["adapter8"], "peers": ["lora"]},
+            "stsb": {"train_size": 60, "eval_size": 40, "peers": ["embedding", "cosine"]},
+            "squad2": squad_slice(30, 20, 30, max_length=128, doc_stride=64, heads=["lp"], peers=[]),
+            # single texts: SetFit's task kind, no heads of its own beyond lp
+            "sst2": {"train_size": 60, "eval_size": 40, "heads": ["lp"], "peers": ["setfit", "embedding"]},
             # a task of the config's own, three classes from a CSV in the run's folder (own_files)
             "bands": {
                 "files": {"train": "own/bands-train.csv", "dev": "own/bands-dev.csv"},
@@ -36,10 +38,17 @@ def config(tiny_bert: Path, glue_dir: Path, squad_dir: Path) -> dict:
                 "label": "band",
                 "kind": "classification",
                 "labels": list(BANDS),
+                "peers": ["bitfit"],
             },
         },
         "finetune": {"epoch_fractions": [0, 0.5, 1.0], "settings": {"batch_size": 8}},
         "baseline": {"epochs": 3, "seeds": [1, 2]},
+        # every peer chooses among two settings on selection (the embedding: features x strengths)
+        "peers": {
+            "lora": {"rank": 2, "learning_rates": [1e-3, 1e-2], "epochs": 2},
+            "bitfit": {"learning_rates": [1e-3, 1e-2], "epochs": 2},
+            "setfit": {"learning_rates": [1e-4, 1e-3], "pairs_per_example": 2, "max_pair_steps": 4, "batch_size": 8},
+        },
         "extract": {"batch_size": 16},
         "resources": {"threads": 1},  # one thread per fine-tuning job too: two jobs share the 2 cores
         # one worker: the trials run in order, so the study is a function of its objective values
@@ -93,7 +102,14 @@ def mirror_stsb(fields):
     return "\t".join(fields)
 
 
+def flip_sst2(fields):
+    fields[-1] = str(1 - int(fields[-1]))
+    return "\t".join(fields)
+
+
 def changed_glue(root: Path) -> Path:
+    rewrite_gz_tsv(SHIPPED_GLUE / "SST-2" / "dev.tsv.gz", root / "SST-2" / "dev.tsv.gz", flip_sst2)
+    shutil.copy(SHIPPED_GLUE / "SST-2" / "train.tsv.gz", root / "SST-2" / "train.tsv.gz")
     for folder in ("MRPC", "STS-B"):
         (root / folder).mkdir(parents=True)
         shutil.copy(SHIPPED_GLUE / folder / "train.tsv.gz", root / folder / "train.tsv.gz")
@@ -177,7 +193,7 @@ def two_runs(tiny_bert, tmp_path_factory):
 
 def test_the_dev_labels_did_change(two_runs):
     first, second = two_runs
-    for task in ("mrpc", "stsb", "squad2", "bands"):
+    for task in ("mrpc", "stsb", "squad2", "bands", "sst2"):
         a, b = (pd.read_parquet(w / f"data/raw/{task}/dev.parquet") for w in two_runs)
         assert not a.equals(b), task
         for split in ("train", "selection"):
@@ -190,6 +206,7 @@ def test_the_dev_labels_did_change(two_runs):
     "pattern",
     [
         "baselines/tiny/*/seed*/metrics.json",  # the kept epoch and its selection history
+        "peers/tiny/*/*/seed*/metrics.json",  # each peer's settings and epoch, every one it tried
         "models/tiny/*/ft*/ckpt-*/eval_metrics.json",  # BERT's selection scores and null thresholds
         "heads/tiny/*/ft*/ckpt-*/*/seed*/metrics.json",  # each head's epoch, history, threshold, search params
         "search/tiny/*/ft*/ckpt-*/*/best.json",  # the best trial

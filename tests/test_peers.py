@@ -180,7 +180,7 @@ def test_the_config_names_the_peers_per_task_and_their_seeds():
     # the peers that train take the baseline's seeds; the ones that do not depend on one run once
     assert s.peer_seeds("lora") == [3, 4] and s.peer_seeds("embedding") == [3]
     lora = s.peer("m", "mrpc", "lora")
-    assert lora.method.learning_rates == (5e-4, 1e-3) and lora.optimizer.batch_size == 32
+    assert lora.method.learning_rates == (1e-3, 5e-3) and lora.optimizer.batch_size == 32
     assert s.peer("m", "stsb", "cosine").optimizer is None
 
 

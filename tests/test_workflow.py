@@ -132,8 +132,10 @@ def test_baseline_keeps_its_best_selection_epoch_and_heads_the_summary(workflow_
             assert len(scores) == 2 and run["best_epoch"] == 1 + scores.index(max(scores))
             assert run["train_seconds"] == run["history"][run["best_epoch"] - 1]["train_seconds"]
         block = summary[summary["task"] == task].set_index("row")
+        peers = config["tasks"][task]["peers"]
         assert list(block.index) == [
             "full fine-tuning",
+            *["peer"] * len(peers),
             "BERT at a checkpoint",
             "BERTVision (picked)",
             "frozen encoder (best head)",
@@ -145,7 +147,38 @@ def test_baseline_keeps_its_best_selection_epoch_and_heads_the_summary(workflow_
         assert picked["score_diff"] == pytest.approx(picked["dev_mean"] - full["dev_mean"], rel=1e-4, abs=1e-4)
         assert picked["cost_ratio"] == pytest.approx(picked["seconds"] / full["seconds"], rel=1e-4)
     md = (workdir / "results/tables/summary.md").read_text()
-    assert md.count("The pipeline picks") == len(config["tasks"])
+    # every task's verdict names the best method on selection, or that no model learned it
+    verdicts = [line for line in md.splitlines() if "BERTVision pick" in line or "no model learned" in line]
+    assert len(verdicts) == len(config["tasks"])
+
+
+def test_every_peer_runs_chooses_on_selection_and_is_a_summary_row(workflow_run):
+    """The peers each task names (tests/conftest.py): one record per seed (the embedding's and the
+    cosine's one run), the choice the best selection score among the settings tried, and a row of
+    the summary, the methods table and its plot."""
+    workdir, config = workflow_run
+    summary = pd.read_csv(workdir / "results/tables/summary.csv")
+    labels = {"embedding": "embedding + linear", "cosine": "embedding cosine", "lora": "LoRA", "bitfit": "BitFit"}
+    for task, block in config["tasks"].items():
+        for peer in block["peers"]:
+            seeds = [1] if peer in ("embedding", "cosine") else [1, 2]
+            records = [json.loads((workdir / f"peers/tiny/{task}/{peer}/seed{s}/metrics.json").read_text())
+                       for s in seeds]  # fmt: skip
+            for record in records:
+                assert record["peer"] == peer and record["metrics"]["dev"]
+                if record["tried"]:
+                    best = max(record["tried"], key=lambda t: t["selection"])
+                    assert record["selection_score"] == pytest.approx(best["selection"])
+            row = summary[(summary["task"] == task) & (summary["row"] == "peer") & (summary["model"] == labels[peer])]
+            assert len(row) == 1 and row["n"].iloc[0] == len(seeds) and row["whole_seconds"].iloc[0] > 0
+    lora = json.loads((workdir / "peers/tiny/mrpc/lora/seed1/metrics.json").read_text())
+    assert [t["learning_rate"] for t in lora["tried"]] == [1e-3, 1e-2] and lora["trainable_parameters"] > 0
+    cosine = summary[(summary["task"] == "stsb") & (summary["model"] == "embedding cosine")].iloc[0]
+    assert cosine["trainable_params"] == 0 and cosine["deterministic"]
+    methods = pd.read_csv(workdir / "results/tables/methods.csv")
+    assert {"peer", "full fine-tuning", "BERTVision"} <= set(methods["family"]) and methods["on_front"].any()
+    md = (workdir / "results/tables/summary.md").read_text()
+    assert "SetFit does not apply" not in md  # named by no task here
 
 
 def test_plots_and_html_report(workflow_run, tmp_path):
@@ -160,6 +193,7 @@ def test_plots_and_html_report(workflow_run, tmp_path):
         "score-vs-seconds.png",
         "training-loss.png",
         "cross-task.png",
+        "methods-cost-score.png",
     }
     assert {p.name for p in plots.glob("*.png")} == names
     for name in names:
@@ -183,6 +217,8 @@ def test_plots_and_html_report(workflow_run, tmp_path):
         "bert_curve.csv",
         "cross_task.csv",
         "cross-task.png",
+        "methods.csv",
+        "methods-cost-score.png",
     ):
         assert name in html
 
