@@ -264,8 +264,15 @@ def test_a_pick_that_loses_to_a_peer_says_so_first():
     from bertvision.reporting.summary import verdict
 
     text = verdict(verdict_block(0.78, 0.01, peer_selection=0.85))
-    assert text.startswith("**LoRA (peer) beats the BERTVision pick**: `lp` on the 0-epoch checkpoint trails it by 6.0")
-    assert "at 0.50× its whole compute" in text and "Against full fine-tuning it is **trails full fine-tuning" in text
+    assert text.startswith(
+        "**LoRA (peer) beats the BERTVision pick**: `lp` on the 0-epoch checkpoint trails it by 6.0 points on dev"
+    )
+    assert "at 0.50× its whole compute; LoRA (peer) is also the best method on the selection split." in text
+    assert "Against full fine-tuning: **trails full fine-tuning by 2.0 points**" in text
+    # the pick best on selection but behind LoRA on dev beyond the spread: the loss comes first
+    ahead_on_selection = verdict(verdict_block(0.78, 0.01, peer_selection=0.82))
+    assert ahead_on_selection.startswith("**LoRA (peer) beats the BERTVision pick**")
+    assert "; the pick scored best on the selection split." in ahead_on_selection
     within = verdict(verdict_block(0.83, 0.01, peer_selection=0.85))
     assert within.startswith("**LoRA (peer) is the best method on the selection split**; the BERTVision pick")
     assert "is within noise of it" in within

@@ -19,13 +19,17 @@ from bertvision.registry.task_spec import TaskSpec
 log = logging.getLogger(__name__)
 
 
-def encode_texts(backbone: str, texts: list[str], max_length: int, batch_size: int) -> tuple[np.ndarray, Pooling, int]:
-    """Each distinct text of ``texts`` encoded once, in length order: (len(texts), dim) float32
-    rows in the order given, the pooling used and the encoder's parameter count."""
+def encode_texts(
+    backbone: str, texts: list[str], max_length: int, batch_size: int, device: torch.device | None = None
+) -> tuple[np.ndarray, Pooling, int]:
+    """Each distinct text of ``texts`` encoded once, in length order, in fp32 on ``device`` (the
+    CPU by default): (len(texts), dim) float32 rows in the order given, the pooling used and the
+    encoder's parameter count."""
     source = resolve_pretrained(backbone)
     pooling = declared_pooling(source)
     tokenizer = load_tokenizer(backbone)
-    model = load_pretrained("AutoModel", backbone).eval()
+    device = device or torch.device("cpu")
+    model = load_pretrained("AutoModel", backbone).eval().to(device)
     distinct, where = np.unique(np.asarray(texts, dtype=object), return_inverse=True)
     lengths = np.array([len(t) for t in distinct])
     order = np.argsort(lengths, kind="stable")
@@ -36,8 +40,9 @@ def encode_texts(backbone: str, texts: list[str], max_length: int, batch_size: i
             batch = tokenizer(
                 [distinct[i] for i in rows], padding=True, truncation=True, max_length=max_length, return_tensors="pt"
             )
+            batch = {k: v.to(device) for k, v in batch.items()}
             states = model(**batch).last_hidden_state
-            pooled = pool(states.float(), batch["attention_mask"], pooling).numpy()
+            pooled = pool(states.float(), batch["attention_mask"], pooling).cpu().numpy()
             if out is None:
                 out = np.empty((len(distinct), pooled.shape[1]), dtype=np.float32)
             out[rows] = pooled

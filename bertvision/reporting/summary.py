@@ -319,17 +319,16 @@ def verdict(block: pd.DataFrame) -> str:
             f"The pipeline picks {what}; no full fine-tuning baseline ran (baseline.enabled) and no peer "
             "(peers.methods), so there is no verdict."
         )
-    best = best_on_selection(methods)
-    pick_is_best = best is None or p["selection_mean"] > best["selection_mean"]
-    lead = (
-        against_best(task, p, what, best, _method_name(best), runner_up=pick_is_best)
-        if best is not None
-        else f"The pipeline picks {what}."
-    )
+    rival = best_on_selection(methods)
+    if rival is None:
+        lead = f"The pipeline picks {what}."
+    else:
+        pick_is_best = p["selection_mean"] > rival["selection_mean"]
+        lead = against_best(task, p, what, rival, _method_name(rival), pick_is_best)
     if full.empty:
         return f"{lead} No full fine-tuning baseline ran (baseline.enabled)."
     return (
-        f"{lead} Against full fine-tuning it is {comparison(task, p, full.iloc[0])}, at {cost_phrase(p)} "
+        f"{lead} Against full fine-tuning: {comparison(task, p, full.iloc[0])}, at {cost_phrase(p)} "
         f"and {p['parameter_percent']:.3g}% of its trainable parameters."
     )
 
@@ -418,7 +417,7 @@ def summary_markdown(
                     r.row if np.isnan(r.budget) else f"BERTVision (picked, ≤ {r.budget:g} epochs)",
                     frac,
                     r.model,
-                    fmt(r.dev_mean, r.dev_std, scale),
+                    fmt(r.dev_mean, r.dev_std, scale) + (" (no seed: exact)" if r.deterministic is True else ""),
                     str(r.n),
                     f"{r.parameter_percent:.3g}",
                     seconds_cell(r.seconds, r.seconds_std),

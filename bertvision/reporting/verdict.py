@@ -106,22 +106,33 @@ def comparison(task, picked: pd.Series, reference: pd.Series, name: str = "full 
     return f"**trails {name} by {-points:.1f} points** ({detail})"
 
 
-def against_best(task, picked: pd.Series, what: str, best: pd.Series, best_name: str, runner_up=None) -> str:
-    """The verdict's first sentence: the best method on the selection split, and where the
-    BERTVision pick (``what``) stands against it on dev and at what whole-cost ratio. When the pick
-    is itself the best on selection, ``best`` is the best other method (``runner_up``'s name)."""
-    ratio = picked["whole_seconds"] / best["whole_seconds"] if best["whole_seconds"] else np.nan
+def against_best(task, picked: pd.Series, what: str, rival: pd.Series, rival_name: str, pick_is_best: bool) -> str:
+    """The verdict's first sentence: where the BERTVision pick (``what``) stands on dev against the
+    best other method on the selection split (``rival``), and at what whole-cost ratio to it. A
+    pick that trails it beyond the seeds' spread says so first, even when the pick itself scored
+    best on selection."""
+    ratio = picked["whole_seconds"] / rival["whole_seconds"] if rival["whole_seconds"] else np.nan
     cost = "" if np.isnan(ratio) else f", at {ratio:.2f}× its whole compute"
-    kind, points, detail = standing(task, picked, best, best_name)
-    if runner_up:
+    kind, points, detail = standing(task, picked, rival, rival_name)
+    if kind == "behind":
+        chosen = (
+            "the pick scored best on the selection split"
+            if pick_is_best
+            else f"{rival_name} is also the best method on the selection split"
+        )
+        return (
+            f"**{rival_name} beats the BERTVision pick**: {what} trails it by {-points:.1f} points on dev "
+            f"({detail}){cost}; {chosen}."
+        )
+    if pick_is_best:
         return (
             f"**The BERTVision pick is the best method on the selection split**: {what}; against the best other "
-            f"method, {best_name}, it is {_standing_words(kind, points)} ({detail}){cost}."
+            f"method, {rival_name}, it is {_standing_words(kind, points)} ({detail}){cost}."
         )
-    if kind == "behind":
-        return f"**{best_name} beats the BERTVision pick**: {what} trails it by {-points:.1f} points ({detail}){cost}."
-    lead = f"**{best_name} is the best method on the selection split**"
-    return f"{lead}; the BERTVision pick, {what}, is {_standing_words(kind, points)} ({detail}){cost}."
+    return (
+        f"**{rival_name} is the best method on the selection split**; the BERTVision pick, {what}, is "
+        f"{_standing_words(kind, points)} ({detail}){cost}."
+    )
 
 
 def _standing_words(kind: str, points: float) -> str:

@@ -22,12 +22,12 @@ from bertvision.peers.adapted import bitfit, lora, trainable_parameters
 from bertvision.registry.metrics import predictions_from_outputs, score
 from bertvision.registry.peers import get_peer
 from bertvision.registry.task_spec import TaskSpec, scored_splits, splits_of
-from bertvision.runtime.device import set_threads
+from bertvision.runtime.device import pick_device, set_threads
 
 log = logging.getLogger(__name__)
 
 
-def _raw_rows(task: TaskSpec, raw_dir: Path, splits) -> dict[str, pd.DataFrame]:
+def _raw_rows(raw_dir: Path, splits) -> dict[str, pd.DataFrame]:
     return {s: pd.read_parquet(split_file(raw_dir, s)) for s in splits}
 
 
@@ -42,13 +42,13 @@ def _scored(task: TaskSpec, rows: dict[str, pd.DataFrame], outputs: dict[str, np
     return metrics, pd.concat(tables, ignore_index=True)
 
 
-def sentence_embedding(task, settings: PeerSettings, rows: dict[str, pd.DataFrame]) -> dict:
+def sentence_embedding(task, settings: PeerSettings, rows: dict[str, pd.DataFrame], device=None) -> dict:
     """The ``embedding`` peer (a linear model, its strength chosen on selection) or the ``cosine``
     peer (no training) on the backbone's own sentence embedding."""
     method = settings.method
     started = time.perf_counter()
     vectors, pooling, encoder_params = emb.encode_texts(
-        settings.backbone, emb.all_texts(task, rows), method.max_length, method.batch_size
+        settings.backbone, emb.all_texts(task, rows), method.max_length, method.batch_size, device
     )
     encode_seconds = time.perf_counter() - started
     fields = emb.split_embeddings(task, rows, vectors)
@@ -77,7 +77,7 @@ def sentence_embedding(task, settings: PeerSettings, rows: dict[str, pd.DataFram
         "trainable_parameters": params,
         "encoder_parameters": encoder_params,
         "train_seconds": encode_seconds + fit_seconds,
-        "device": "cpu",
+        "device": str(device or "cpu"),
         "precision": "fp32",
     }
 
@@ -180,9 +180,10 @@ def run_peer(
     set_threads(threads)
     started = time.perf_counter()
     if name in ("embedding", "cosine"):
-        result = sentence_embedding(task, settings, _raw_rows(task, raw_dir, splits_of(task)))
+        rows = _raw_rows(raw_dir, splits_of(task))
+        result = sentence_embedding(task, settings, rows, pick_device(compute.device))
     elif name == "setfit":
-        result = setfit(task, settings, _raw_rows(task, raw_dir, splits_of(task)), seed)
+        result = setfit(task, settings, _raw_rows(raw_dir, splits_of(task)), seed)
     else:
         result = adapted_encoder(task, settings, compute, tokens_dir, raw_dir, seed, threads, micro_batches)
         if result is None:  # not the main rank
