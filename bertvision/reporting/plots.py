@@ -349,7 +349,7 @@ def methods_cost_score(methods_csv: Path, path: Path) -> None:
             front = on_front_of(x, block["dev_mean"])
             _front_line(ax, x[front], block["dev_mean"][front])
             ax.set_xscale("log")
-            _log_axis(ax.xaxis, x)
+        _log_axis(ax_s.xaxis, block["cost_seconds"])  # seconds span a decade or two; parameters 10^0 to 10^8
         title = task if table["backbone"].nunique() == 1 else f"{task} ({backbone})"
         metric = f"{block['metric'].iloc[0]} (dev)"
         _label_panel(ax_s, table, title, backbone, "seconds (log)", metric, 6)
