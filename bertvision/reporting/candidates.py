@@ -23,6 +23,22 @@ FULL_FT = "full fine-tuning"
 PEER = "peer"
 
 
+def sample_std(values: pd.Series) -> float:
+    """The sample std over seeds; NaN for one run (a spread one run cannot measure)."""
+    return values.std(ddof=1) if len(values) > 1 else np.nan
+
+
+# A configuration's runs (its seeds) as one row: the summary's and the methods table's columns.
+SEED_AGGREGATES = {
+    "dev_mean": ("dev", "mean"),
+    "dev_std": ("dev", sample_std),
+    "n": ("dev", "size"),
+    "selection_mean": ("selection", "mean"),
+    "trainable_params": ("trainable_params", "first"),
+    "encoder_params": ("encoder_params", "first"),
+}
+
+
 def _dev_facts(task, metrics: dict) -> dict:
     """The reported split's constant score and (answerability) uncovered-question count."""
     dev = metrics.get(task.eval_splits[0], {})

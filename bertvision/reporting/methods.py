@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from bertvision.registry.tasks import get_task
-from bertvision.reporting.candidates import FULL_FT, PEER
+from bertvision.reporting.candidates import FULL_FT, PEER, SEED_AGGREGATES, sample_std
 from bertvision.reporting.markdown import fmt, markdown_table, seconds_cell
 from bertvision.reporting.results import BERT
 
@@ -57,14 +57,9 @@ def method_table(runs: pd.DataFrame) -> pd.DataFrame:
         task = get_task(task_name)
         g = block.groupby(["kind", "epoch_fraction", "model"], sort=False, dropna=False)
         table = g.agg(
-            dev_mean=("dev", "mean"),
-            dev_std=("dev", lambda v: v.std(ddof=1) if len(v) > 1 else np.nan),
-            n=("dev", "size"),
-            selection_mean=("selection", "mean"),
-            trainable_params=("trainable_params", "first"),
-            encoder_params=("encoder_params", "first"),
+            **SEED_AGGREGATES,
             cost_seconds=("cost", lambda v: v.mean(skipna=False)),
-            cost_seconds_std=("cost", lambda v: v.std(ddof=1) if len(v) > 1 else np.nan),
+            cost_seconds_std=("cost", sample_std),
         ).reset_index()
         table = table.assign(
             backbone=backbone,

@@ -19,7 +19,7 @@ import pandas as pd
 from bertvision.layout import Checkpoint
 from bertvision.registry.peers import get_peer, inapplicable
 from bertvision.registry.tasks import get_task
-from bertvision.reporting.candidates import FULL_FT, PEER
+from bertvision.reporting.candidates import FULL_FT, PEER, SEED_AGGREGATES, sample_std
 from bertvision.reporting.markdown import fmt, markdown_table, seconds_cell
 from bertvision.reporting.picks import Pick
 from bertvision.reporting.race_line import checkpoint_race_line, head_selection_line
@@ -91,16 +91,11 @@ def _configs(runs: pd.DataFrame) -> pd.DataFrame:
     keys = ["kind", "epoch_fraction", "model"]
     g = runs.groupby(keys, sort=False, dropna=False)  # full fine-tuning has no checkpoint
     out = g.agg(
-        dev_mean=("dev", "mean"),
-        dev_std=("dev", lambda v: v.std(ddof=1) if len(v) > 1 else np.nan),
-        n=("dev", "size"),
-        selection_mean=("selection", "mean"),
-        trainable_params=("trainable_params", "first"),
-        encoder_params=("encoder_params", "first"),
+        **SEED_AGGREGATES,
         seconds=("seconds", "mean"),
-        seconds_std=("seconds", lambda v: v.std(ddof=1) if len(v) > 1 else np.nan),
+        seconds_std=("seconds", sample_std),
         whole_seconds=("whole_seconds", lambda v: v.mean(skipna=False)),
-        whole_seconds_std=("whole_seconds", lambda v: v.std(ddof=1) if len(v) > 1 else np.nan),
+        whole_seconds_std=("whole_seconds", sample_std),
         feature_bytes=("feature_bytes", "mean"),
         device=("device", "first"),
         precision=("precision", "first"),
