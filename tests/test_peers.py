@@ -280,3 +280,18 @@ def test_a_pick_that_loses_to_a_peer_says_so_first():
     assert best.startswith("**The BERTVision pick is the best method on the selection split**")
     # the best other method on selection is LoRA (0.82) over full fine-tuning (0.81)
     assert "against the best other method, LoRA (peer), it is ahead of it by 2.0 points on dev" in best
+
+
+def test_the_tables_of_peers_alone(tmp_path, monkeypatch):
+    """A run of the peer rules alone (no checkpoint, head or baseline): the summary and the
+    methods table hold their rows, the other tables say there is nothing."""
+    from bertvision.stages.tables import build_tables
+
+    monkeypatch.chdir(tmp_path)
+    peers = [write_peer(Path("."), "embedding", "embedding + linear", 1, 0.7, 0.72, 3.0, 10.0, deterministic=True)]
+    out = tmp_path / "tables"
+    build_tables([], [], [], [], 1, [], out, peer_metrics=peers, peers={"mrpc": ["embedding", "cosine"]})
+    summary = pd.read_csv(out / "summary.csv")
+    assert list(summary["row"]) == ["peer"] and summary["whole_seconds"].iloc[0] == 10.0
+    assert "embedding cosine does not apply here" in (out / "summary.md").read_text()
+    assert pd.read_csv(out / "methods.csv")["on_front"].all()

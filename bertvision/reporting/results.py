@@ -266,7 +266,7 @@ def result_tables(records: pd.DataFrame, head_order: list[str]) -> dict[str, tup
     for name, (title, holds) in TABLES.items():
         part = records[[holds(get_task(t)) for t in records["task"]]] if len(records) else records
         summary = summarize(part, head_order) if len(part) else pd.DataFrame(columns=SUMMARY_COLUMNS)
-        if any(get_task(t).declared for t in part["task"].unique()):
+        if len(part) and any(get_task(t).declared for t in part["task"].unique()):
             title = f"{title} and the config's own tasks"
         markdown = results_markdown(summary, title) if len(summary) else f"# {title}\n\nNo such task configured.\n"
         if len(summary):  # the question counts in the CSV: for answerability tasks only
