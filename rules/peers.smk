@@ -12,20 +12,21 @@ rule peer:
         settings=lambda wc: as_json(S.peer(wc.model, wc.task, wc.peer)),
         compute=as_json(S.finetune_compute()),
         out_dir=L.PEER_DIR,
-        bertvision=launcher,
     log:
         L.log("peer"),
     benchmark:
         L.benchmark("peer")
     threads: S.threads
     resources:
-        gpu=GPU,
+        # one process on at most one GPU: a peer runs one session per learning rate, which
+        # torchrun's process group would have to outlive
+        gpu=min(GPU, 1),
         gpu_model=GPU_MODEL,
         mem_mb=peer_request("mem_mb"),
         runtime=peer_request("runtime"),
         micro_batches=micro_batches,
     shell:
-        "{params.bertvision} peer --task {wildcards.task} --model {wildcards.model} "
+        "bertvision peer --task {wildcards.task} --model {wildcards.model} "
         "--settings {params.settings:q} --compute {params.compute:q} --tokens-dir {input.tokens} "
         "--raw-dir {input.raw} --out-dir {params.out_dir} --seed {wildcards.seed} "
         "--micro-batches {resources.micro_batches} --threads {threads} > {log} 2>&1"
