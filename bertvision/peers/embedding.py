@@ -111,8 +111,8 @@ def fit_on_selection(task: TaskSpec, features: dict[str, dict[str, np.ndarray]],
                      strengths, scorer) -> tuple[object, dict, list[dict]]:  # fmt: skip
     """A linear model per feature set and strength, trained on train and scored on selection by
     ``scorer(outputs, split)`` (``features``: split -> feature set -> rows): (the best one, its
-    choice, every choice's selection score). Ties keep the earlier feature set and the stronger
-    regularisation (the smaller C)."""
+    entry of the choices tried, every choice tried with its selection score and fit seconds).
+    Ties keep the earlier feature set and the stronger regularisation (the smaller C)."""
     tried, best = [], None
     for name in features["train"]:
         for strength in sorted(strengths):
@@ -122,7 +122,7 @@ def fit_on_selection(task: TaskSpec, features: dict[str, dict[str, np.ndarray]],
             choice = {"features": name, "regularization": strength}
             tried.append({**choice, "selection": score, "fit_seconds": time.perf_counter() - started})
             if best is None or score > best[2]:
-                best = (model, choice, score)
+                best = (model, tried[-1], score)
     return best[0], best[1], tried
 
 

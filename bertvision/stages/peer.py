@@ -63,10 +63,10 @@ def sentence_embedding(task, settings: PeerSettings, rows: dict[str, pd.DataFram
         def selection_score(out, split):
             return task.primary_score({split: score(task, out, labels[split], rows[split]["idx"].to_numpy())}, split)
 
-        model, chosen, tried = emb.fit_on_selection(task, features, labels, method.regularization, selection_score)
+        model, kept, tried = emb.fit_on_selection(task, features, labels, method.regularization, selection_score)
+        chosen = {k: kept[k] for k in ("features", "regularization")}
         outputs = {s: emb.outputs_of(task, model, features[s][chosen["features"]]) for s in scored}
-        params = emb.parameter_count(model)
-        fit_seconds = next(t["fit_seconds"] for t in tried if t | chosen == t)
+        params, fit_seconds = emb.parameter_count(model), kept["fit_seconds"]
     metrics, predictions = _scored(task, rows, outputs)
     return {
         "metrics": metrics,
