@@ -432,7 +432,7 @@ def peer_request(key):
     one run per learning rate; the embedding peers as one pass over the task's texts."""
     def request(wildcards, attempt):
         settings = S.peer(wildcards.model, wildcards.task, wildcards.peer)
-        runs = len(getattr(settings.method, "learning_rates", ())) or 0
+        runs = len(getattr(settings.method, "learning_rates", ()))
         epochs = runs * getattr(settings.method, "epochs", 1) if runs else 0.1
         batch = settings.optimizer.batch_size if settings.optimizer else 16
         return requests.finetune_request(
