@@ -279,18 +279,6 @@ def summary_table(runs: pd.DataFrame, picks: list[Pick]) -> pd.DataFrame:
     return pd.DataFrame(out, columns=SUMMARY_COLUMNS)
 
 
-def best_on_selection(rows: pd.DataFrame) -> pd.Series | None:
-    """The row with the best mean selection score (ties: fewer trainable parameters, then the
-    name); None when no row has one."""
-    ranked = rows.dropna(subset=["selection_mean"])
-    if ranked.empty:
-        return None
-    order = ranked.sort_values(
-        ["selection_mean", "trainable_params", "model"], ascending=[False, True, True], kind="stable"
-    )
-    return order.iloc[0]
-
-
 def _method_name(row: pd.Series) -> str:
     return "full fine-tuning" if row["row"] == ROW_KINDS[0] else f"{row['model']} (peer)"
 
@@ -314,7 +302,7 @@ def verdict(block: pd.DataFrame) -> str:
             f"The pipeline picks {what}; no full fine-tuning baseline ran (baseline.enabled) and no peer "
             "(peers.methods), so there is no verdict."
         )
-    rival = best_on_selection(methods)
+    rival = pick(methods)  # the same ranking as the pick's: selection score, then fewer parameters
     if rival is None:
         lead = f"The pipeline picks {what}."
     else:
