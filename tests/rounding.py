@@ -31,7 +31,8 @@ NOISE = 4e-6  # float32 states of one sequence in two batchings differ by less
 
 def float32_states(encoder_dir: Path, tokens_file: Path, level: str):
     """Every row's states in one float32 pass of the encoder (before any float16 rounding):
-    [CLS] (N, L, H) for level 'cls'; every token's (N, T, L, H) and the mask (N, T) for 'tokens'."""
+    [CLS] (N, L, H) for level 'cls', the mean over real tokens (N, L, H) for 'mean'; every
+    token's (N, T, L, H) and the mask (N, T) for 'tokens'."""
     from bertvision.data.tokenized import TokenizedSplit, collate
     from bertvision.models.encoder_io import SUMMARY_POSITION, load_encoder, pad_id
 
@@ -43,13 +44,19 @@ def float32_states(encoder_dir: Path, tokens_file: Path, level: str):
     if level == "cls":
         return (states[:, SUMMARY_POSITION],)
     mask = batch["attention_mask"].bool().numpy()
+    if level == "mean":
+        return ((states * mask[..., None, None]).sum(1) / mask.sum(1)[:, None, None],)
     return states * mask[..., None, None], mask
 
 
-def rounding_bound(head: torch.nn.Module, x: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+def rounding_bound(
+    head: torch.nn.Module, x: np.ndarray, mask: np.ndarray | None = None, exact_first_layer: bool = True
+) -> np.ndarray:
     """Per row (and token, for a span head, which scores each token on its own) and output: the
     sum over the row's elements at risk (float32 states ``x``; layers on dim -2) of
-    |d output / d element| x the float16 step it may take."""
+    |d output / d element| x the float16 step it may take. ``exact_first_layer``: the states of
+    layer 0 are the same in any batching (true of a token's, not of a mean over tokens, whose
+    sums run over each batch's padded width)."""
     x = np.asarray(x, dtype=np.float32)
     rounded = x.astype(np.float16)
     residual = x - rounded.astype(np.float32)
@@ -57,7 +64,8 @@ def rounding_bound(head: torch.nn.Module, x: np.ndarray, mask: np.ndarray | None
     down = rounded.astype(np.float32) - np.nextafter(rounded, np.float16(-np.inf)).astype(np.float32)
     half = np.where(residual >= 0, up, down) / 2
     at_risk = np.abs(residual) >= half - NOISE
-    at_risk[..., 0, :] = False  # the embeddings' layer: token by token, the same in any batch
+    if exact_first_layer:
+        at_risk[..., 0, :] = False  # the embeddings' layer: token by token, the same in any batch
     if mask is not None:
         at_risk &= np.asarray(mask, dtype=bool)[..., None, None]
     step = np.maximum(up, down) + np.where(np.minimum(up, down) < NOISE, NOISE, 0)

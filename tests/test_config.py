@@ -63,6 +63,7 @@ def test_defaults_are_filled_from_the_schema():
         "shared": True,
         "skip": False,
         "dropout": 0.0,
+        "reads": "cls",
     }
 
 
@@ -91,7 +92,7 @@ def test_head_settings_merge_the_task_and_the_head_layers_once():
     assert (own.learning_rate, own.patience, own.max_epochs, own.batch_size) == (5e-3, 2, 3, 32)
     assert (sst2["short"].training.learning_rate, sst2["short"].training.patience) == (5e-3, 5)
     assert sst2["lp"].training == settings.head_training("sst2")
-    assert mrpc["short"].spec == {"type": "lp", "dropout": 0.0}
+    assert mrpc["short"].spec == {"type": "lp", "dropout": 0.0, "reads": "cls"}
     assert list(settings.head_settings("mrpc", ["short"])) == ["short"]
 
 

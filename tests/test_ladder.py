@@ -233,3 +233,16 @@ def test_span_tasks_train_the_ladder_but_not_a_pooling_token_head():
     assert set(workflow.task_heads("mrpc")) == {"lp", "side", "tok"}
     with pytest.raises(ConfigError, match=r"tasks\.squad2\.heads: \['tok'\] pool an example's tokens"):
         settings({"squad2": {"heads": ["tok"]}}, models=models)
+
+
+def test_a_head_reading_mean_states_trains_on_example_tasks_only():
+    models = {"lp": {"type": "lp"}, "lp-mean": {"type": "lp", "reads": "mean"}}
+    workflow = settings({"squad2": None, "rte": None}, models=models)
+    assert set(workflow.task_heads("squad2")) == {"lp"}
+    assert set(workflow.task_heads("rte")) == {"lp", "lp-mean"}
+    with pytest.raises(ConfigError, match=r"tasks\.squad2\.heads: \['lp-mean'\] pool an example's tokens"):
+        settings({"squad2": {"heads": ["lp-mean"]}}, models=models)
+    with pytest.raises(ConfigError, match="reads"):
+        settings({"rte": None}, models={"lp-max": {"type": "lp", "reads": "max"}})
+    with pytest.raises(ConfigError, match="reads"):
+        settings({"rte": {"token_features": True}}, models={"tok": {"type": "token-pool", "reads": "mean"}})

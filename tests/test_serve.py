@@ -22,6 +22,7 @@ import torch
 from bertvision.files import read_json
 from bertvision.layout import BERT_LOGITS, HEAD_METRICS, HEAD_PREDICTIONS, Checkpoint, head_run_dir, head_runs
 from bertvision.models.head_io import load_head
+from bertvision.registry.heads import head_reads
 from bertvision.registry.tasks import get_task
 from bertvision.serving.bundle import BundleError, load_bundle
 from bertvision.serving.bundle_writer import write_bundle
@@ -42,8 +43,8 @@ def run_settings(tiny_bert):
     return workflow_settings(
         backbones={"tiny": {"pretrained": str(tiny_bert)}},
         tasks={
-            "mrpc": {**sizes, "token_features": True, "heads": ["lp", "tok", "lad"]},
-            "stsb": {**sizes, "heads": ["lp", "ad8"]},
+            "mrpc": {**sizes, "token_features": True, "heads": ["lp", "lpm", "tok", "lad"]},
+            "stsb": {**sizes, "heads": ["lp", "ad8", "lpm"]},
             "squad2": squad_slice(40, 16, 16, max_length=96, doc_stride=32, heads=["lp"]),
             # the same questions' answerability: one label per question from its windows
             "squad2-answerable": squad_slice(
@@ -55,6 +56,7 @@ def run_settings(tiny_bert):
         heads={
             "models": {
                 "lp": {"type": "lp"},
+                "lpm": {"type": "lp", "reads": "mean"},
                 "ad8": {"type": "adapter", "width": 8},
                 "tok": {"type": "token-pool"},
                 "lad": {"type": "ladder", "reduction": 4, "attention_heads": 2},
@@ -209,8 +211,10 @@ def rounding_bounds(run, bundle, task: str, head: str, texts_of: str, idx) -> np
     """(rows, outputs): how far float16 rounding can move ``task``'s ``head`` on the dev texts
     of ``texts_of`` with these ``idx`` (both tasks tokenize at max_length 64)."""
     tokens = run / "tokens" / texts_of / "dev.parquet"
-    states = float32_states(bundle.encoder_dir, tokens, bundle.tasks[task].heads[head].level)
-    bound = rounding_bound(bundle_head(bundle, task, head), *states)
+    entry = bundle.tasks[task].heads[head]
+    reads = head_reads(entry.spec)
+    states = float32_states(bundle.encoder_dir, tokens, reads)
+    bound = rounding_bound(bundle_head(bundle, task, head), *states, exact_first_layer=reads != "mean")
     position = {int(i): k for k, i in enumerate(pd.read_parquet(tokens, columns=["idx"])["idx"])}
     return bound[[position[int(i)] for i in idx]]
 
@@ -234,7 +238,16 @@ def ask_texts(server, task: str, head: str, rows: pd.DataFrame) -> list[dict]:
 
 
 @pytest.mark.parametrize(
-    "task, head", [("mrpc", "lp"), ("mrpc", "tok"), ("mrpc", "lad"), ("stsb", "lp"), ("stsb", "ad8")]
+    "task, head",
+    [
+        ("mrpc", "lp"),
+        ("mrpc", "lpm"),
+        ("mrpc", "tok"),
+        ("mrpc", "lad"),
+        ("stsb", "lp"),
+        ("stsb", "ad8"),
+        ("stsb", "lpm"),
+    ],
 )
 def test_example_answers_equal_the_pipelines_predictions(run, bundle, server, task, head):
     rows = dev_rows(run, task)
@@ -355,7 +368,7 @@ def test_tasks_and_health(server, bundle):
     }
     mrpc = tasks["tasks"]["mrpc"]
     assert mrpc["kind"] == "classification" and mrpc["label_names"] == ["not_equivalent", "equivalent"]
-    assert mrpc["picked"] == bundle.tasks["mrpc"].picked and set(mrpc["heads"]) == {"lp", "tok", "lad"}
+    assert mrpc["picked"] == bundle.tasks["mrpc"].picked and set(mrpc["heads"]) == {"lp", "lpm", "tok", "lad"}
     assert mrpc["heads"]["lp"]["parameters"] > 0 and "accuracy" in mrpc["heads"]["lp"]["eval_metrics"]["dev"]
     assert "accuracy" in mrpc["heads"]["lp"]["selection_metrics"]
     assert server.client.get("/health").json()["status"] == "ok"

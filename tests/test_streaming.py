@@ -40,6 +40,7 @@ COMPUTE = ExtractCompute(device="cpu", precision="fp32")
 HEADS = {
     "mrpc": {
         "lp": {"type": "lp"},
+        "lp-mean": {"type": "lp", "reads": "mean"},
         "adapter8": {"type": "adapter", "width": 8},
         "tokpool": {"type": "token-pool"},
         "ladder": {"type": "ladder", "reduction": 4, "attention_heads": 2},
@@ -149,13 +150,13 @@ def test_every_head_and_seed_trains_on_one_pass_and_the_first_seed_keeps_its_ord
     stored = trained(task, root, root / "features" / "manifest.json", tmp_path / "stored", seeds=(1, 2))
     streamed = trained(task, root, stream_source(task, root, checkpoint), tmp_path / "streamed", seeds=(1, 2))
     runs = len(HEADS[task]) * 2
-    # [CLS] heads and the token head read different batches (problems): one pass each per epoch
+    # [CLS] heads, mean heads and the token head read different batches (problems): one pass each per epoch
     assert {r["stream"]["runs_per_pass"] for r in streamed.values()} == {runs}
     sequences = streamed["lp", 1]["stream"]["encoder_sequences"]
     n_train = streamed["lp", 1]["train_examples"]
     n_held = sum(len(pd.read_parquet(root / "tokens" / f"{s}.parquet")) for s in ("selection", "dev"))
     # per problem: one pass for the input moments + one per epoch + the held splits once
-    assert sequences == 2 * (n_train * (1 + SETTINGS.max_epochs) + n_held)
+    assert sequences == 3 * (n_train * (1 + SETTINGS.max_epochs) + n_held)
 
     def losses(record):
         return [h["train_loss"] for h in record["history"]]

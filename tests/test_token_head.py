@@ -129,6 +129,17 @@ def test_token_features_of_an_example_task_serve_the_cls_heads_too(tmp_path, tin
     with pytest.raises(FeatureError, match="token_features: true"):
         sets["cls"].read_windows()
 
+    # the stored mean states: every layer averaged over each row's real tokens only (the rows of
+    # a batch are padded to its longest, and the lengths differ), in both kinds of shard
+    tokens = examples.states.astype(np.float32)
+    direct = np.stack([tokens[examples.window(i)].mean(0) for i in range(len(examples))])
+    for features in sets.values():
+        assert features.manifest["reads"] == ["cls", "mean"]
+        mean_x, mean_y, mean_idx = features.reading("mean").read_all()
+        np.testing.assert_allclose(mean_x.astype(np.float32), direct, rtol=5e-3, atol=5e-3)
+        assert (mean_y == cls_y).all() and (mean_idx == cls_idx).all()
+    assert np.abs(mean_x.astype(np.float32) - cls_x.astype(np.float32)).max() > 0.1
+
 
 # --- training -------------------------------------------------------------------------------
 SETTINGS = HeadTrainingSettings(

@@ -9,6 +9,7 @@ import torch
 from safetensors.torch import load_file
 
 from bertvision.config.settings import HeadRuntimeSettings, HeadTrainingSettings
+from bertvision.errors import FeatureError
 from bertvision.features.shard_writer import ShardWriter, shard_rows
 from bertvision.features.store import write_manifest
 from bertvision.registry.tasks import get_task
@@ -34,15 +35,24 @@ HEADS = {
 }
 
 
-def planted_features(root, n_shards=2):
+def planted_states(rng, labels: np.ndarray, layers: int, hidden: int) -> np.ndarray:
+    x = rng.normal(size=(len(labels), layers, hidden)) * 3.0
+    x[:, 2, 0] = (2 * labels - 1) * 2.0 + rng.normal(size=len(labels)) * 0.5  # the signal: layer 2, dim 0
+    x[:, 2, 1] += 50.0  # an outlier dimension with a large offset, as BERT states have
+    return x
+
+
+def planted_features(root, n_shards=2, signal_in="cls"):
+    """Shards whose per-example states ``signal_in`` ('cls', or 'mean' with noise in 'cls') carry the label."""
     rng = np.random.default_rng(0)
     layers, hidden = 4, 16
     sizes = {"train": 400, "selection": 100, "dev": 200}
     for split, n in sizes.items():
         labels = rng.integers(0, 2, n)
-        x = rng.normal(size=(n, layers, hidden)) * 3.0
-        x[:, 2, 0] = (2 * labels - 1) * 2.0 + rng.normal(size=n) * 0.5  # the signal: layer 2, dim 0
-        x[:, 2, 1] += 50.0  # an outlier dimension with a large offset, as BERT states have
+        x = planted_states(rng, labels, layers, hidden)
+        mean = None
+        if signal_in == "mean":
+            mean, x = x, rng.normal(size=x.shape) * 3.0
         for shard in range(n_shards):
             a, b = shard_rows(n, n_shards, shard)
             attrs = {
@@ -57,10 +67,10 @@ def planted_features(root, n_shards=2):
                 "row_end": b,
                 "split_rows": n,
             }
-            with ShardWriter(
-                root / f"shard-{shard}-of-{n_shards}" / f"{split}.h5", b - a, layers, hidden, "int64", attrs
-            ) as w:
-                w.write_block(0, x[a:b].astype(np.float16), labels[a:b], np.arange(a, b))
+            path = root / f"shard-{shard}-of-{n_shards}" / f"{split}.h5"
+            with ShardWriter(path, b - a, layers, hidden, "int64", attrs, store_mean=mean is not None) as w:
+                block_mean = None if mean is None else mean[a:b]
+                w.write_block(0, x[a:b].astype(np.float16), labels[a:b], np.arange(a, b), block_mean)
     write_manifest(sorted(root.glob("shard-*")), root / "manifest.json", list(sizes))
     return root / "manifest.json"
 
@@ -84,6 +94,26 @@ def test_every_head_learns_the_planted_signal(tmp_path, in_memory_max_mb):
     lp = json.loads((tmp_path / "heads" / "lp" / "seed1" / "metrics.json").read_text())
     weights = lp["layer_weights"]
     assert abs(sum(weights) - 1) < 1e-5 and int(np.argmax(weights)) == 2  # the mix found the informative layer
+
+
+@pytest.mark.parametrize("in_memory_max_mb", [4096, 0], ids=["in-memory", "streamed"])
+def test_a_head_reads_the_states_its_spec_names(tmp_path, in_memory_max_mb):
+    """The label lives in the mean states only: the head that reads them learns it, the same head
+    reading [CLS] in the same job cannot; a manifest without mean states refuses a mean head."""
+    manifest = planted_features(tmp_path / "features", signal_in="mean")
+    heads = {"lp": HEADS["lp"], "lp-mean": {"type": "lp", "reads": "mean"}}
+    settings = SETTINGS.replace(in_memory_max_mb=in_memory_max_mb)
+    train_heads(get_task("sst2"), with_training(heads, settings), RUNTIME, manifest, [1], tmp_path / "heads", threads=1)
+    dev = {
+        n: json.loads((tmp_path / "heads" / n / "seed1" / "metrics.json").read_text())["metrics"]["dev"] for n in heads
+    }
+    assert dev["lp-mean"]["accuracy"] > 0.9 and dev["lp"]["accuracy"] < 0.65, dev
+
+    cls_only = planted_features(tmp_path / "cls-only")
+    with pytest.raises(FeatureError, match="not 'mean'"):
+        train_heads(
+            get_task("sst2"), with_training(heads, settings), RUNTIME, cls_only, [1], tmp_path / "h2", threads=1
+        )
 
 
 def test_seeds_are_reproducible(tmp_path):
@@ -119,13 +149,13 @@ def test_a_head_takes_its_own_training_settings(tmp_path):
     assert workflow.config["heads"]["models"]["short"]["training"] == {"max_epochs": 2}
     heads = workflow.head_settings("sst2")
     assert heads["short"].training == task_settings.replace(max_epochs=2) and heads["lp"].training == task_settings
-    assert heads["short"].spec == {"type": "lp", "dropout": 0.0}
+    assert heads["short"].spec == {"type": "lp", "dropout": 0.0, "reads": "cls"}
     manifest = planted_features(tmp_path / "features", n_shards=1)
     train_heads(get_task("sst2"), heads, RUNTIME, manifest, [1], tmp_path / "h", threads=1)
     records = {n: json.loads((tmp_path / "h" / n / "seed1" / "metrics.json").read_text()) for n in heads}
     assert len(records["short"]["history"]) == 2 and records["short"]["training_settings"]["max_epochs"] == 2
     assert len(records["lp"]["history"]) == SETTINGS.max_epochs
-    assert records["short"]["head_spec"] == {"type": "lp", "dropout": 0.0}
+    assert records["short"]["head_spec"] == {"type": "lp", "dropout": 0.0, "reads": "cls"}
 
 
 @pytest.mark.parametrize("in_memory_max_mb", [4096, 0], ids=["in-memory", "from-shards"])

@@ -43,8 +43,9 @@ def check(workflow) -> None:
         unfit = [n for n in listed if not trains_on(models[n], spec.kind, workflow.token_features(task))]
         if unfit and spec.kind == "span":
             problems.append(
-                f"tasks.{task}.heads: {unfit} pool an example's tokens into one output; span tasks "
-                "need per-token outputs (a per-token head, or a sequence head such as ladder)"
+                f"tasks.{task}.heads: {unfit} pool an example's tokens into one output (token-level "
+                "heads, or reads: mean); span tasks need per-token outputs (a per-token head, or a "
+                "sequence head such as ladder)"
             )
             continue
         if unfit:

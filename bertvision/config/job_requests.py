@@ -10,6 +10,8 @@ import functools
 import math
 from dataclasses import dataclass
 
+from bertvision.registry.heads import READS
+
 # Interpreter, torch, transformers, pandas: a job's resident floor. Measured (the usage line of
 # docs/results/paper-shape-requests.md): 130-700 MB, more when forked from the warm pool, whose
 # pages count in the child's resident set.
@@ -132,9 +134,9 @@ def extract_request(
     filled, four queued for the writer), never more than the shard's rows can fill. Attempt n
     divides the batch by 2^(n-1)."""
     states = shape.layers + 1
-    block = (block_tokens if token_level else block_rows) * states * shape.hidden * 2
+    block = (block_tokens if token_level else len(READS) * block_rows) * states * shape.hidden * 2
     shard_rows = WINDOWS_PER_ROW * rows * (1 + EVAL_SHARE) / shards
-    shard_bytes = shard_rows * (max_length if token_level else 1) * states * shape.hidden * 2
+    shard_bytes = shard_rows * (max_length if token_level else len(READS)) * states * shape.hidden * 2
     batch = math.ceil(min(batch_size, shard_rows) / 2 ** (attempt - 1))
     kept = batch * (max_length if token_level else 1) * states * shape.hidden * 2
     activations = kept if gpus else batch * max_length * states * shape.hidden * 4 * 2

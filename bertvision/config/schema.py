@@ -14,7 +14,7 @@ import jsonschema
 import yaml
 
 from bertvision.errors import ConfigError
-from bertvision.registry.heads import HEAD_TYPES, searchable_parameters
+from bertvision.registry.heads import HEAD_TYPES, head_options, searchable_parameters
 from bertvision.runtime.precision import PRECISIONS
 
 SCHEMA_FILE = Path(str(resources.files("bertvision.config") / "schema.yaml"))
@@ -30,7 +30,7 @@ def _head_spec_schema(node: dict) -> dict:
                 "additionalProperties": False,
                 "properties": {
                     "type": {},
-                    **{k: o.json_schema() for k, o in head_type.options.items()},
+                    **{k: o.json_schema() for k, o in head_options(head_type).items()},
                     "training": {
                         "$ref": "#/$defs/head_training",
                         "description": "This head's own training settings, over heads.training and the task's.",

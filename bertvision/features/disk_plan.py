@@ -10,6 +10,7 @@ from pathlib import Path
 from bertvision.data.tokenized import TokenizedSplit
 from bertvision.errors import DiskSpaceError
 from bertvision.features.shard_writer import shard_rows
+from bertvision.registry.heads import READS
 
 log = logging.getLogger(__name__)
 
@@ -19,10 +20,11 @@ def planned_bytes(
 ) -> int:
     start, end = shard_rows(len(split), n_shards, shard)
     tokens = int(split.lengths[start:end].sum())
+    per_example = len(READS) * (end - start)  # the [CLS] and the mean rows of example tasks
     if (level or ("tokens" if kind == "span" else "cls")) == "cls":
-        units = end - start
-    else:  # example tasks keep their [CLS] rows beside the tokens
-        units = tokens if kind == "span" else tokens + end - start
+        units = per_example
+    else:  # example tasks keep their per-example rows beside the tokens
+        units = tokens if kind == "span" else tokens + per_example
     return units * layers * hidden * 2
 
 

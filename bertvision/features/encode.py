@@ -1,6 +1,7 @@
 """The frozen encoder's forward passes that produce features: the summary-token ([CLS], <s>)
-state of every layer, or every token's. The extract stage stores what they return; streamed
-head training (``features/streamed.py``) feeds it to the heads directly."""
+state and the mean over real tokens of every layer, or every token's. The extract stage stores
+what they return; streamed head training (``features/streamed.py``) feeds it to the heads
+directly."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 import torch
 
 from bertvision.models.encoder_io import SUMMARY_POSITION, load_encoder, load_task_model
+from bertvision.registry.heads import READS
 from bertvision.runtime.device import autocast, check_simulated_oom
 
 
@@ -53,9 +55,31 @@ def cls_of(hidden_states) -> torch.Tensor:
     return torch.stack([h[:, SUMMARY_POSITION] for h in hidden_states], dim=1)
 
 
+def mean_of(hidden_states, attention_mask: torch.Tensor) -> torch.Tensor:
+    """(B, layers, hidden) float32: every hidden layer's states averaged over each row's real
+    tokens (``attention_mask`` 1; padding never counts), sentence-transformers' mean pooling
+    applied to every layer."""
+    mask = attention_mask.to(torch.float32)[:, :, None]
+    counts = mask.sum(1).clamp(min=1)
+    return torch.stack([(h.float() * mask).sum(1) / counts for h in hidden_states], dim=1)
+
+
+def per_example_states(hidden_states, attention_mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    """What a per-example head may read (``registry.heads.READS``): 'cls' and 'mean', each
+    (B, layers, hidden)."""
+    states = {"cls": cls_of(hidden_states), "mean": mean_of(hidden_states, attention_mask)}
+    return {reads: states[reads] for reads in READS}
+
+
 def cls_states(model, batch: dict, device, precision: str) -> torch.Tensor:
     """(B, layers, hidden) summary-token ([CLS], <s>) states of every hidden layer."""
     return cls_of(encoder_pass(model, batch, device, precision)[0])
+
+
+def example_states(model, batch: dict, device, precision: str, reads: str) -> torch.Tensor:
+    """(B, layers, hidden) states of every hidden layer as a head that ``reads`` them sees."""
+    hidden_states = encoder_pass(model, batch, device, precision)[0]
+    return per_example_states(hidden_states, batch["attention_mask"])[reads]
 
 
 def token_states(model, batch: dict, device, precision: str) -> torch.Tensor:

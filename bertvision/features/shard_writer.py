@@ -45,17 +45,30 @@ class ShardWriter:
     exception (or a kill) leaves only the temporary file, which no reader ever opens.
     """
 
-    def __init__(self, path: Path, n_rows: int, layers: int, hidden: int, label_dtype, attrs: dict):
+    def __init__(
+        self, path: Path, n_rows: int, layers: int, hidden: int, label_dtype, attrs: dict, store_mean: bool = False
+    ):
         with self._opened(path):
-            # fletcher32 needs chunked storage, and HDF5 refuses chunks on an empty dataset.
-            rows = chunk_rows(n_rows, layers * hidden * 2)
-            chunked = {"chunks": (rows, layers, hidden), "fletcher32": True} if n_rows else {}
-            self.cls = self.file.create_dataset("cls", shape=(n_rows, layers, hidden), dtype="float16", **chunked)
+            self.cls = self._example_states("cls", n_rows, layers, hidden)
+            self.mean = self._example_states("mean", n_rows, layers, hidden) if store_mean else None
             self.labels = self.file.create_dataset("labels", shape=(n_rows,), dtype=label_dtype)
             self.idx = self.file.create_dataset("idx", shape=(n_rows,), dtype="int64")
             self._set_attrs(attrs)
         self.n_rows = n_rows
         self.rows_written = 0
+
+    def _example_states(self, name: str, n_rows: int, layers: int, hidden: int):
+        """An (n_rows, layers, hidden) float16 dataset of per-example states ('cls' or 'mean')."""
+        # fletcher32 needs chunked storage, and HDF5 refuses chunks on an empty dataset.
+        rows = chunk_rows(n_rows, layers * hidden * 2)
+        chunked = {"chunks": (rows, layers, hidden), "fletcher32": True} if n_rows else {}
+        return self.file.create_dataset(name, shape=(n_rows, layers, hidden), dtype="float16", **chunked)
+
+    def _write_mean(self, start: int, end: int, mean: np.ndarray | None) -> None:
+        if (mean is None) != (self.mean is None):
+            raise ValueError(f"{self.path}: mean states given {mean is not None}, stored {self.mean is not None}")
+        if mean is not None:
+            self.mean[start:end] = mean.astype(np.float16, copy=False)
 
     @contextlib.contextmanager
     def _opened(self, path: Path):
@@ -81,9 +94,12 @@ class ShardWriter:
             self.file.attrs[key] = value
         self.file.attrs["format"] = FORMAT
 
-    def write_block(self, start: int, cls: np.ndarray, labels: np.ndarray, idx: np.ndarray) -> None:
+    def write_block(
+        self, start: int, cls: np.ndarray, labels: np.ndarray, idx: np.ndarray, mean: np.ndarray | None = None
+    ) -> None:
         end = start + len(cls)
         self.cls[start:end] = cls.astype(np.float16, copy=False)
+        self._write_mean(start, end, mean)
         self.labels[start:end] = labels
         self.idx[start:end] = idx
         self.rows_written += len(cls)
@@ -125,8 +141,8 @@ class TokenShardWriter(ShardWriter):
     - ``labels``: (n, 2) gold (start, end) token positions for span tasks, or (n,) example
       labels (``label_shape=()``, ``label_dtype``); ``idx``: (n,) question / example rows;
     - ``cls`` (``store_cls=True``, example tasks): (n, layers, hidden), each row's summary token
-      (``encoder_io.SUMMARY_POSITION``), so that [CLS] readers (``read_shard``, ``BatchStream``) need
-    not touch ``states``.
+      (``encoder_io.SUMMARY_POSITION``), and ``mean`` (``store_mean=True``) each row's mean over its
+      tokens, so that per-example readers (``read_shard``, ``BatchStream``) need not touch ``states``.
     Rows are windows (or examples); blocks of them arrive in order.
     """
 
@@ -141,6 +157,7 @@ class TokenShardWriter(ShardWriter):
         label_dtype="int64",
         char_offsets: bool = True,
         store_cls: bool = False,
+        store_mean: bool = False,
     ):
         with self._opened(path):
             n_tokens = int(window_lengths.sum())
@@ -152,16 +169,9 @@ class TokenShardWriter(ShardWriter):
             self.char_offsets = (
                 self.file.create_dataset("char_offsets", shape=(n_tokens, 2), dtype="int32") if char_offsets else None
             )
-            self.cls = None
             n = len(window_lengths)
-            if store_cls:
-                rows = chunk_rows(n, layers * hidden * 2)
-                self.cls = self.file.create_dataset(
-                    "cls",
-                    shape=(n, layers, hidden),
-                    dtype="float16",
-                    **({"chunks": (rows, layers, hidden), "fletcher32": True} if n else {}),
-                )
+            self.cls = self._example_states("cls", n, layers, hidden) if store_cls else None
+            self.mean = self._example_states("mean", n, layers, hidden) if store_mean else None
             offsets = np.concatenate([[0], np.cumsum(window_lengths)]).astype(np.int64)
             self.file.create_dataset("window_offsets", data=offsets)
             self.window_offsets = offsets
@@ -171,9 +181,12 @@ class TokenShardWriter(ShardWriter):
         self.n_rows = len(window_lengths)
         self.rows_written = 0
 
-    def write_windows(self, start: int, states: np.ndarray, char_offsets: np.ndarray | None, labels, idx) -> None:
+    def write_windows(
+        self, start: int, states: np.ndarray, char_offsets: np.ndarray | None, labels, idx, mean=None
+    ) -> None:
         """Windows ``start .. start + len(labels)``; ``states``/``char_offsets`` hold their tokens
-        (``char_offsets`` None when the shard stores none)."""
+        (``char_offsets`` None when the shard stores none); ``mean``: their (n, layers, hidden)
+        mean states, computed from the encoder's states before rounding (``store_mean``)."""
         end = start + len(labels)
         t0, t1 = self.window_offsets[start], self.window_offsets[end]
         states = states.astype(np.float16, copy=False)
@@ -182,6 +195,7 @@ class TokenShardWriter(ShardWriter):
             self.char_offsets[t0:t1] = char_offsets
         if self.cls is not None:
             self.cls[start:end] = states[self.window_offsets[start:end] - t0 + SUMMARY_POSITION]
+        self._write_mean(start, end, mean)
         self.labels[start:end] = labels
         self.idx[start:end] = idx
         self.rows_written += len(labels)

@@ -4,17 +4,19 @@ manifest that readers verify before trusting a byte.
 Shard ``i`` of a checkpoint is a directory ``shard-{i}-of-{n}/`` with one file per split; each
 file holds rows ``[row_start, row_end)`` of its split:
 - ``cls``: (n, layers, hidden) float16, the [CLS] state of every layer (embedding output first);
+- ``mean``: (n, layers, hidden) float16, every layer's states averaged over the row's real tokens
+  (shards written before it existed lack it: a head that reads it asks for a new extraction);
 - ``labels``: (n,) int64 or float32; ``idx``: (n,) int64, the example ids;
 - attributes describing where it came from.
 Token-level shards (span tasks, and example tasks with ``token_features``) hold every real
-token instead (``shard_writer.TokenShardWriter``); example-task token shards keep the ``cls`` rows too, so
-the [CLS] heads read them exactly like a [CLS] shard.
+token instead (``shard_writer.TokenShardWriter``); example-task token shards keep the ``cls`` and
+``mean`` rows too, so the per-example heads read them exactly like a [CLS] shard.
 The checkpoint's manifest lists, per split, every shard file with its row range, byte size and sha256.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import h5py
@@ -23,6 +25,7 @@ import numpy as np
 from bertvision.errors import FeatureError
 from bertvision.files import atomic_write_json, read_json, sha256_file
 from bertvision.layout import shard_file
+from bertvision.registry.heads import READS
 
 FORMAT = "bertvision-features/1"
 
@@ -33,6 +36,7 @@ def shard_summary(path: Path, root: Path) -> dict:
     with h5py.File(path, "r") as f:
         attrs = {k: (v.item() if hasattr(v, "item") else v) for k, v in f.attrs.items()}
         shape = f["states" if "states" in f else "cls"].shape
+        reads = [reads for reads in READS if reads in f]
     return {
         "file": str(Path(path).relative_to(root)),
         "rows": [int(attrs["row_start"]), int(attrs["row_end"])],
@@ -40,13 +44,14 @@ def shard_summary(path: Path, root: Path) -> dict:
         "sha256": sha256_file(path),
         "shape": list(shape),
         "attrs": attrs,
+        "reads": reads,
     }
 
 
 def write_manifest(shard_dirs: list[Path], manifest_path: Path, splits: list[str]) -> dict:
     """Check that, for every split, the shards tile it exactly; then record them."""
     root = Path(manifest_path).parent
-    per_split, source, layers, hidden = {}, None, None, None
+    per_split, source, layers, hidden, reads = {}, None, None, None, set(READS)
     for split in splits:
         shards = sorted((shard_summary(shard_file(d, split), root) for d in shard_dirs), key=lambda s: s["rows"][0])
         expected = 0
@@ -54,6 +59,7 @@ def write_manifest(shard_dirs: list[Path], manifest_path: Path, splits: list[str
             if s["rows"][0] != expected:
                 raise FeatureError(f"{manifest_path}: {s['file']} starts at row {s['rows'][0]}, expected {expected}")
             expected = s["rows"][1]
+            reads &= set(s["reads"])
             if layers is None:
                 layers, hidden, source = s["shape"][1], s["shape"][2], s["attrs"]
             if s["shape"][1:] != [layers, hidden]:
@@ -76,6 +82,8 @@ def write_manifest(shard_dirs: list[Path], manifest_path: Path, splits: list[str
         "source": {k: source[k] for k in ("model", "task", "checkpoint", "ft_seed", "encoder") if k in source},
         "encoder_parameters": int(source["encoder_parameters"]),
         "label_kind": source["label_kind"],
+        # the per-example states every shard holds, each a head's ``reads`` (registry.heads.READS)
+        "reads": [r for r in READS if r in reads],
         "encoder_dir": source.get("encoder_dir"),  # the checkpoint extracted (older shards: unknown)
         # where and how the states were computed (older shards: unknown)
         "precision": source.get("precision"),
@@ -93,6 +101,17 @@ class FeatureSet:
     manifest_path: Path
     manifest: dict
     split: str
+    reads: str = "cls"  # the per-example states read_all and the batch readers give
+
+    def reading(self, reads: str) -> FeatureSet:
+        """This split's view that reads ``reads`` ('cls' or 'mean') per example."""
+        held = self.manifest.get("reads", ["cls"])
+        if reads not in held:
+            raise FeatureError(
+                f"{self.manifest_path}: holds per-example states {held}, not {reads!r} (extracted before "
+                f"{reads!r} states were stored: run the extraction again)"
+            )
+        return replace(self, reads=reads)
 
     @classmethod
     def open(cls, manifest_path: Path, split: str, verify: str = "sha256") -> FeatureSet:
@@ -138,9 +157,9 @@ class FeatureSet:
         return [self.manifest_path.parent / s["file"] for s in self.entry["shards"]]
 
     def read_all(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(cls float16 (N, L, H), labels, idx) in row order. Every chunk's fletcher32 is checked.
-        Token-level features of example tasks give their [CLS] rows (first token of each row)."""
-        parts = [read_shard(p) for p in self.shard_paths()]
+        """(states float16 (N, L, H) as ``reads``, labels, idx) in row order. Every chunk's
+        fletcher32 is checked. Token-level features of example tasks give their per-example rows."""
+        parts = [read_shard(p, self.reads) for p in self.shard_paths()]
         return tuple(np.concatenate([p[i] for p in parts]) for i in range(3))
 
     def read_windows(self) -> WindowStates:
@@ -157,10 +176,11 @@ class FeatureSet:
         return sum(s["bytes"] for s in self.entry["shards"])
 
 
-def read_shard(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def read_shard(path: Path, reads: str = "cls") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(per-example states ``reads``, labels, idx) of one shard file."""
     try:
         with h5py.File(path, "r") as f:
-            return f["cls"][...], f["labels"][...], f["idx"][...]
+            return f[reads][...], f["labels"][...], f["idx"][...]
     except OSError as err:  # fletcher32 mismatch or a damaged file
         raise FeatureError(f"{path}: unreadable HDF5 shard ({err})") from err
 

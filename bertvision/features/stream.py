@@ -96,11 +96,12 @@ class BatchStream(Prefetched):
             path = self.features.shard_paths()[shard]
             try:
                 with h5py.File(path, "r") as f:
-                    n = f["cls"].shape[0]
+                    states = f[self.features.reads]
+                    n = states.shape[0]
                     starts = self.rng.permutation(np.arange(0, n, self.block_rows))
                     for start in starts:
                         end = min(n, start + self.block_rows)
-                        yield f["cls"][start:end], f["labels"][start:end]
+                        yield states[start:end], f["labels"][start:end]
             except OSError as err:
                 raise FeatureError(f"{path}: unreadable HDF5 shard ({err})") from err
 

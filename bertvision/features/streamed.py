@@ -8,6 +8,7 @@ stored ones are, so both paths feed the heads the same values."""
 
 from __future__ import annotations
 
+import copy
 import time
 from pathlib import Path
 
@@ -15,12 +16,13 @@ import numpy as np
 import torch
 
 from bertvision.data.tokenized import TokenizedSplit, collate, sorted_batches
-from bertvision.features.encode import as_stored, cls_states, frozen_encoder, token_states
+from bertvision.features.encode import as_stored, example_states, frozen_encoder, token_states
 from bertvision.features.source import SOURCE_KEYS, StreamSource
 from bertvision.features.store import FeatureSet, WindowBatching, WindowStates
 from bertvision.layout import split_file
 from bertvision.models.backbone import encoder_parameter_count
-from bertvision.models.encoder_io import SUMMARY_POSITION, hidden_state_shape, pad_id
+from bertvision.models.encoder_io import hidden_state_shape, pad_id
+from bertvision.registry.heads import READS
 from bertvision.runtime.device import pick_device, resolve_precision, to_device
 
 
@@ -39,13 +41,14 @@ class StreamedEncoder:
         self.seconds, self.sequences, self.tokens = 0.0, 0, 0
 
     def encode(self, split: TokenizedSplit, rows: np.ndarray, level: str):
-        """[CLS] states (B, L, H), or (every token's states (B, T, L, H), mask (B, T)), float32
-        on the device, rounded as stored."""
+        """Per-example states (B, L, H) for ``level`` 'cls' or 'mean' (``registry.heads.READS``),
+        or (every token's states (B, T, L, H), mask (B, T)) for 'tokens'; float32 on the device,
+        rounded as stored."""
         t0 = time.perf_counter()
         batch = to_device(collate(split, rows, self.pad_id), self.device)
         with torch.no_grad():  # not inference mode: the heads keep these for their backward pass
-            if level == "cls":
-                out = as_stored(cls_states(self.model, batch, self.device, self.precision))
+            if level in READS:
+                out = as_stored(example_states(self.model, batch, self.device, self.precision, level))
             else:
                 out = (
                     as_stored(token_states(self.model, batch, self.device, self.precision)),
@@ -77,6 +80,8 @@ def streamed_encoder(source: StreamSource) -> StreamedEncoder:
 class StreamedSplit:
     """One split of a streamed source, read like a ``FeatureSet``: nothing is stored; reads run
     the encoder (``read_all``/``read_windows`` once over the whole split, ``windows`` lazily)."""
+
+    reads = "cls"  # the per-example states read_all and the batches give (FeatureSet.reads)
 
     def __init__(self, source: StreamSource, split: str):
         self.source, self.split = source, split
@@ -117,17 +122,22 @@ class StreamedSplit:
     def _passes(self):
         return sorted_batches(self.tokens.lengths, self.source.settings.batch_size)
 
-    def cls_batch(self, rows: np.ndarray) -> torch.Tensor:
-        if self.feature == "tokens":
-            return self.encoder.encode(self.tokens, rows, "tokens")[0][:, SUMMARY_POSITION]
-        return self.encoder.encode(self.tokens, rows, "cls")
+    def reading(self, reads: str) -> StreamedSplit:
+        """This split's view that gives ``reads`` ('cls' or 'mean') per example."""
+        view = copy.copy(self)
+        view.reads = reads
+        return view
+
+    def example_batch(self, rows: np.ndarray) -> torch.Tensor:
+        """(B, L, H) per-example states of ``rows`` as ``reads``, computed now."""
+        return self.encoder.encode(self.tokens, rows, self.reads)
 
     def read_all(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(cls float16 (N, L, H), labels, idx) in row order, from one pass."""
+        """(per-example states float16 (N, L, H) as ``reads``, labels, idx) in row order, from one pass."""
         layers, hidden = self.shape
         x = np.empty((len(self.tokens), layers, hidden), dtype=np.float16)
         for rows in self._passes():
-            x[rows] = self.cls_batch(rows).to("cpu", torch.float16).numpy()
+            x[rows] = self.example_batch(rows).to("cpu", torch.float16).numpy()
         return x, self.tokens.labels, self.tokens.idx
 
     def read_windows(self) -> WindowStates:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from bertvision.registry.heads import complete_spec, get_head_type
+from bertvision.registry.heads import constructor_options, get_head_type
 
 
 class ScalarMixHead(nn.Module):
@@ -157,9 +157,7 @@ def span_logits(head: nn.Module, x: torch.Tensor, mask: torch.Tensor) -> torch.T
 def build_head(spec: dict, layers: int, hidden: int, outputs: int) -> nn.Module:
     """``spec``: {"type": a registered head type, plus any of its options (the others take their
     registered defaults)}."""
-    spec = complete_spec(spec)
-    options = {k: v for k, v in spec.items() if k != "type"}
-    return get_head_type(spec["type"]).load()(layers, hidden, outputs, **options)
+    return get_head_type(spec["type"]).load()(layers, hidden, outputs, **constructor_options(spec))
 
 
 def count_parameters(module: nn.Module) -> int:

@@ -66,7 +66,7 @@ SEARCHABLE_TRAINING = {"learning_rate": float, "weight_decay": float, "batch_siz
 def register(head_type: HeadType) -> HeadType:
     if head_type.name in HEAD_TYPES:
         raise ValueError(f"head type {head_type.name!r} registered twice")
-    clash = sorted(set(head_type.options) & (set(SEARCHABLE_TRAINING) | {"type"}))
+    clash = sorted(set(head_type.options) & (set(SEARCHABLE_TRAINING) | {"type", "reads"}))
     if clash:
         raise ValueError(f"head type {head_type.name!r}: options {clash} clash with training settings")
     HEAD_TYPES[head_type.name] = head_type
@@ -80,17 +80,49 @@ def get_head_type(name: str) -> HeadType:
         raise KeyError(f"unknown head type {name!r}; known: {', '.join(HEAD_TYPES)}") from None
 
 
+# What a per-example head reads of each layer: its [CLS] (summary-token) state, or the mean of
+# its real tokens' states (the pooling sentence-transformers backbones are trained with). Both
+# are stored by every extraction; token-level heads read every token and pool it themselves.
+READS = ("cls", "mean")
+READS_OPTION = Option(
+    str,
+    "cls",
+    "The per-example states of every layer this head reads: the summary token's ([CLS], <s>), or "
+    "the mean over the example's real tokens (a bi-encoder backbone's own pooling).",
+    choices=READS,
+)
+
+
+def head_options(head_type: HeadType) -> dict[str, Option]:
+    """Every key a spec of ``head_type`` may set besides ``type``: its constructor options, and
+    ``reads`` for the per-example heads."""
+    return head_type.options if head_type.token_level else {**head_type.options, "reads": READS_OPTION}
+
+
 def complete_spec(spec: dict) -> dict:
     """``spec`` ({"type": ..., options}) with every option its type has, defaults filled in."""
     head_type = get_head_type(spec["type"])
-    unknown = sorted(set(spec) - {"type"} - set(head_type.options))
+    options = head_options(head_type)
+    unknown = sorted(set(spec) - {"type"} - set(options))
     if unknown:
-        raise ValueError(f"head type {head_type.name!r} has no option(s) {unknown}; it has {sorted(head_type.options)}")
+        raise ValueError(f"head type {head_type.name!r} has no option(s) {unknown}; it has {sorted(options)}")
     return {
         "type": head_type.name,
-        **{k: o.default for k, o in head_type.options.items()},
+        **{k: o.default for k, o in options.items()},
         **{k: v for k, v in spec.items() if k != "type"},
     }
+
+
+def head_reads(spec: dict) -> str:
+    """'cls' or 'mean' for a per-example head (``READS``); 'tokens' for a token-level one."""
+    if is_token_head(spec):
+        return "tokens"
+    return spec.get("reads", READS_OPTION.default)
+
+
+def constructor_options(spec: dict) -> dict:
+    """The keys of ``spec`` its head class is built with (``reads`` picks its input, not its shape)."""
+    return {k: v for k, v in complete_spec(spec).items() if k not in ("type", "reads")}
 
 
 def is_token_head(spec: dict) -> bool:
@@ -100,10 +132,11 @@ def is_token_head(spec: dict) -> bool:
 
 def trains_on(spec: dict, task_kind: str, token_features: bool) -> bool:
     """Whether a head of ``spec["type"]`` can train on a task of ``task_kind`` ('span' or an
-    example kind) that stores every token's states (``token_features``; span tasks always do)."""
+    example kind) that stores every token's states (``token_features``; span tasks always do).
+    A head that reads the mean over an example's tokens has no per-token form for span tasks."""
     head_type = get_head_type(spec["type"])
-    if task_kind == "span":
-        return head_type.sequence or not head_type.token_level
+    if task_kind == "span":  # per-token outputs: a sequence head, or a per-example head applied to each token
+        return head_type.sequence or (not head_type.token_level and head_reads(spec) == "cls")
     return token_features or not head_type.token_level
 
 

@@ -4,7 +4,8 @@ that answers a batch of requests for any of the bundle's tasks from ONE encoder 
 The features are computed exactly as the pipeline computed the heads' training features:
 texts tokenized as ``stages.tokenize`` does (span tasks: ``build_windows``), padded batches from
 ``collate``, the encoder under the extraction precision's autocast, every hidden state stored
-as float16 and read back as float32; a [CLS] head sees (layers, hidden) per example, a token head
+as float16 and read back as float32; a per-example head sees (layers, hidden) per example (the
+[CLS] states or the mean over real tokens, as it ``reads``), a token head
 every real token with a padding mask, a span head every window's tokens, and span answers are
 decoded with the evaluation's functions and the null threshold tuned on the selection split
 (``serving.answers`` reads a batch's outputs as answers).
@@ -29,8 +30,8 @@ import torch
 from bertvision.data.squad_windows import build_windows
 from bertvision.data.token_ids import tokenize_frame
 from bertvision.data.tokenized import TokenizedSplit, collate, length_batches
+from bertvision.features.encode import per_example_states
 from bertvision.models.encoder_io import (
-    SUMMARY_POSITION,
     load_encoder,
     load_task_model,
     pad_id,
@@ -39,6 +40,7 @@ from bertvision.models.encoder_io import (
 )
 from bertvision.models.head_io import load_head
 from bertvision.models.heads import span_logits
+from bertvision.registry.heads import READS, head_reads
 from bertvision.runtime.device import autocast, pick_device, set_threads, to_device
 from bertvision.serving.answers import answerability, bert_outputs, example_result, span_answer, with_bert
 from bertvision.serving.bundle import Bundle, BundleError, TaskEntry, load_bundle
@@ -262,7 +264,7 @@ class Engine:
         float16 as stored; the token-level heads are applied chunk by chunk, so a batch of long
         contexts never holds every token's states at once."""
         split = sequences.split(self.token_types)
-        cls = np.empty((len(split), self.bundle.layers, self.bundle.hidden), dtype=np.float16)
+        states = {reads: np.empty((len(split), self.bundle.layers, self.bundle.hidden), np.float16) for reads in READS}
         bert: dict[int, np.ndarray] = {}
         outputs: dict[tuple[str, str], dict[int, np.ndarray]] = {}
         for rows in length_batches(split.lengths, self.max_batch_tokens):
@@ -273,8 +275,8 @@ class Engine:
                 hidden = out.hidden_states
                 if self.bundle.task_model:
                     bert.update(bert_outputs(out, rows, split.lengths))
-                summary = torch.stack([h[:, SUMMARY_POSITION] for h in hidden], dim=1)
-                cls[rows] = summary.to("cpu", torch.float16).numpy()
+                for reads, pooled in per_example_states(hidden, batch["attention_mask"]).items():
+                    states[reads][rows] = pooled.to("cpu", torch.float16).numpy()
                 reading = [j for j, row in enumerate(rows) if int(row) in readers]
                 if reading:
                     self._apply_token_heads(
@@ -287,7 +289,7 @@ class Engine:
                     )
             self.encoder_passes += 1
         self.sequences_encoded += len(split)
-        return Encoded(cls, outputs, bert)
+        return Encoded(states, outputs, bert)
 
     def _apply_token_heads(
         self, hidden, rows: np.ndarray, lengths: np.ndarray, readers: dict, outputs: dict, index: torch.Tensor
@@ -325,10 +327,12 @@ class Engine:
             task = self.tasks[task_name]
             items = [i for i, item in enumerate(texts) if item.heads.get(task_name) == head]
             rows = [text_rows[i][task_name] for i in items]
-            if task.heads[head].level == "tokens":
+            entry = task.heads[head]
+            if entry.level == "tokens":
                 outputs = [encoded.token_outputs[task_name, head][row] for row in rows]
             else:
-                outputs = self._run_head(task_name, head, torch.from_numpy(encoded.cls[rows].astype(np.float32)))
+                x = encoded.example_states[head_reads(entry.spec)][rows]
+                outputs = self._run_head(task_name, head, torch.from_numpy(x.astype(np.float32)))
             ensemble = task.heads[head].ensemble
             if ensemble:
                 outputs = with_bert(task, ensemble["how"], outputs, [encoded.bert_logits[row] for row in rows])
@@ -369,14 +373,15 @@ class Engine:
 
     def _window_outputs(self, task: str, head: str, group: SpanGroup, encoded: Encoded) -> list[np.ndarray]:
         """The head's outputs for every window of the group: read from the token pass (span and
-        token-level heads), or the [CLS] head run over the windows' states; a head + BERT
+        token-level heads), or the per-example head run over the windows' states; a head + BERT
         ensemble combines them window by window with BERT's, as the evaluation does."""
         entry = self.tasks[task]
         if entry.heads[head].level == "tokens":
             computed = encoded.token_outputs.get((task, head), {})
             outputs = [computed.get(row) for row in group.rows]
         else:
-            states = torch.from_numpy(encoded.cls[group.rows].astype(np.float32))
+            x = encoded.example_states[head_reads(entry.heads[head].spec)][group.rows]
+            states = torch.from_numpy(x.astype(np.float32))
             outputs = list(self._run_head(task, head, states))
         ensemble = entry.heads[head].ensemble
         if not ensemble or not outputs:

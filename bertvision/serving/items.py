@@ -110,11 +110,12 @@ class Sequences:
 
 @dataclass
 class Encoded:
-    """A batch's features: [CLS] of every layer for every row (float16, as stored), and the
-    outputs of the heads that read every token, computed chunk by chunk as the encoder runs
-    (span heads: per window, (tokens, 2) logits; token-level example heads: per example)."""
+    """A batch's features: per-example states of every layer for every row ('cls' and 'mean',
+    float16, as stored), and the outputs of the heads that read every token, computed chunk by
+    chunk as the encoder runs (span heads: per window, (tokens, 2) logits; token-level example
+    heads: per example)."""
 
-    cls: np.ndarray  # (rows, layers, hidden) float16
+    example_states: dict[str, np.ndarray]  # reads ('cls', 'mean') -> (rows, layers, hidden) float16
     token_outputs: dict[tuple[str, str], dict[int, np.ndarray]]  # (task, head) -> row -> outputs
     bert_logits: dict[int, np.ndarray] = field(default_factory=dict)  # row -> the task model's own outputs
 

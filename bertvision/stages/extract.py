@@ -1,6 +1,7 @@
-"""The ``extract`` stage: run a frozen checkpoint over one shard of a split and store the [CLS]
-hidden state of every layer (embedding output + each encoder layer), or, for span tasks and
-tasks with ``token_features`` (attrs ``features: tokens``), every real token's states.
+"""The ``extract`` stage: run a frozen checkpoint over one shard of a split and store, per example,
+the [CLS] hidden state and the mean over real tokens of every layer (embedding output + each
+encoder layer), or, for span tasks and tasks with ``token_features`` (attrs ``features: tokens``),
+every real token's states (example tasks keep their per-example states too).
 
 Rows are processed in contiguous blocks; inside a block, batches are length-sorted so padding
 stays small, and the finished block is handed to a writer thread so the forward passes never
@@ -27,11 +28,12 @@ from bertvision.data.tokenized import TokenizedSplit, collate, sorted_batches
 from bertvision.errors import DiskFullError
 from bertvision.features import bert_outputs
 from bertvision.features.disk_plan import check_disk_space, planned_bytes, readable_size
-from bertvision.features.encode import cls_of, encoder_pass, frozen_encoder, frozen_task_model
+from bertvision.features.encode import encoder_pass, frozen_encoder, frozen_task_model, mean_of, per_example_states
 from bertvision.features.shard_writer import ShardWriter, TokenShardWriter, shard_rows
 from bertvision.files import disk_full
 from bertvision.layout import shard_file, split_file
 from bertvision.models.encoder_io import bare_encoder_parameter_count, hidden_state_shape, pad_id
+from bertvision.registry.heads import READS
 from bertvision.runtime.device import pick_device, resolve_precision, set_threads, to_device
 
 log = logging.getLogger(__name__)
@@ -159,19 +161,20 @@ def extract_split_cls(
     t0 = time.perf_counter()
     padded = real = 0
     shard_attrs = _shard_attrs(model, split, attrs, shard, n_shards, start, end, precision, device)
-    with ShardWriter(out_path, end - start, layers, hidden, label_dtype, shard_attrs) as writer:
+    with ShardWriter(out_path, end - start, layers, hidden, label_dtype, shard_attrs, store_mean=True) as writer:
         background = BackgroundWriter(writer.write_block)
         n_batches = sum(-(-min(block_rows, end - b) // batch_size) for b in range(start, end, block_rows))
         progress = tqdm(total=n_batches, desc=f"extract {attrs['split']} shard {shard}", mininterval=10, unit="batch")
         try:
             with torch.inference_mode():
                 for b0, b1, batches in iter_blocks(split, start, end, block_rows, batch_size):
-                    block = np.empty((b1 - b0, layers, hidden), dtype=np.float16)
+                    block = {reads: np.empty((b1 - b0, layers, hidden), dtype=np.float16) for reads in READS}
 
                     def run(rows, model, device, block=block, b0=b0):
                         batch = to_device(collate(split, rows, padding), device)
                         layer_states, head = encoder_pass(model, batch, device, precision)
-                        block[rows - b0] = cls_of(layer_states).to("cpu", torch.float16).numpy()
+                        for reads, states in per_example_states(layer_states, batch["attention_mask"]).items():
+                            block[reads][rows - b0] = states.to("cpu", torch.float16).numpy()
                         if head_outputs is not None:
                             head_outputs.keep(rows, head)
 
@@ -179,7 +182,7 @@ def extract_split_cls(
                         padded += int(split.lengths[rows].max()) * len(rows)
                         real += int(split.lengths[rows].sum())
                         progress.update(1)
-                    background.put((b0 - start, block, split.labels[b0:b1], split.idx[b0:b1]))
+                    background.put((b0 - start, block["cls"], split.labels[b0:b1], split.idx[b0:b1], block["mean"]))
         finally:
             progress.close()  # first: a writer's error ends the log on a line of its own
             background.close()
@@ -220,6 +223,7 @@ def extract_split_tokens(
             "label_shape": (),
             "char_offsets": False,
             "store_cls": True,
+            "store_mean": True,
             "label_dtype": "float32" if attrs["label_kind"] == "regression" else "int64",
         }
     )
@@ -233,11 +237,15 @@ def extract_split_tokens(
                 for b0, b1, batches in iter_blocks(split, start, end, block_rows, batch_size, block_tokens):
                     local = np.concatenate([[0], np.cumsum(split.lengths[b0:b1])])
                     block = np.empty((int(local[-1]), layers, hidden), dtype=np.float16)
+                    means = None if span else np.empty((b1 - b0, layers, hidden), dtype=np.float16)
 
-                    def run(rows, model, device, block=block, local=local, b0=b0):
+                    def run(rows, model, device, block=block, local=local, b0=b0, means=means):
                         batch = to_device(collate(split, rows, padding), device)
                         layer_states, head = encoder_pass(model, batch, device, precision)
                         states = torch.stack(layer_states, dim=2).to("cpu", torch.float16).numpy()
+                        if means is not None:
+                            mean = mean_of(layer_states, batch["attention_mask"])
+                            means[rows - b0] = mean.to("cpu", torch.float16).numpy()
                         if head_outputs is not None:
                             head_outputs.keep(rows, head)
                         for j, i in enumerate(rows):
@@ -248,7 +256,7 @@ def extract_split_tokens(
                         real += int(split.lengths[rows].sum())
                         progress.update(len(rows))
                     char_offsets = np.concatenate([split.offsets[i] for i in range(b0, b1)]) if span else None
-                    background.put((b0 - start, block, char_offsets, split.labels[b0:b1], split.idx[b0:b1]))
+                    background.put((b0 - start, block, char_offsets, split.labels[b0:b1], split.idx[b0:b1], means))
         finally:
             progress.close()  # first: a writer's error ends the log on a line of its own
             background.close()

@@ -63,7 +63,8 @@ class TrainingData:
         """Per-(layer, dimension) mean and std of the training features."""
         if self.in_memory:
             return self.x.mean(dim=0), self.x.std(dim=0)
-        return moments((read_shard(p)[0] for p in self.features.shard_paths()), self.features.n_examples, self.device)
+        shards = (read_shard(p, self.features.reads)[0] for p in self.features.shard_paths())
+        return moments(shards, self.features.n_examples, self.device)
 
     def _shuffled(self, seed: int):
         order = torch.randperm(len(self.x), generator=torch.Generator().manual_seed(seed)).to(self.device)
@@ -85,7 +86,7 @@ class TrainingData:
 
 
 class StreamedBatches(Prefetched):
-    """One epoch of (x, y) batches whose [CLS] states the frozen encoder computes, a couple of
+    """One epoch of (x, y) batches whose per-example states the frozen encoder computes, a couple of
     batches ahead in a background thread; ``wait_seconds``: the trainer's wait for them."""
 
     prefetch = 2
@@ -98,7 +99,7 @@ class StreamedBatches(Prefetched):
         labels = self.features.tokens.labels
         for i in range(0, len(self.order), self.batch_size):
             rows = self.order[i : i + self.batch_size]
-            yield self.features.cls_batch(rows), torch.from_numpy(labels[rows])
+            yield self.features.example_batch(rows), torch.from_numpy(labels[rows])
 
 
 class StreamedTrainingData:
@@ -118,7 +119,7 @@ class StreamedTrainingData:
         """Per-(layer, dimension) mean and std of the training states (one encoder pass)."""
         batch = self.features.source.settings.batch_size
         chunks = (
-            self.features.cls_batch(self.rows[i : i + batch]).to("cpu", torch.float16).numpy()
+            self.features.example_batch(self.rows[i : i + batch]).to("cpu", torch.float16).numpy()
             for i in range(0, len(self.rows), batch)
         )
         return moments(chunks, len(self.rows), self.features.encoder.device)

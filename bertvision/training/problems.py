@@ -1,5 +1,5 @@
-"""What differs between task kinds lives in a "problem": per-example [CLS] features
-(classification, regression), every real token of each example (token-level heads), or
+"""What differs between task kinds lives in a "problem": per-example features, [CLS] or mean
+states (classification, regression), every real token of each example (token-level heads), or
 per-token features of context windows (span). ``Problems`` builds each once per checkpoint,
 over its stored features (a manifest) or streamed from its frozen encoder (a StreamSource)."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 from bertvision.config.settings import HeadRuntimeSettings
 from bertvision.features.source import StreamSource
 from bertvision.features.streamed import open_split, streamed_encoder
-from bertvision.registry.heads import is_token_head
+from bertvision.registry.heads import head_reads, is_token_head
 from bertvision.registry.task_spec import TaskSpec, splits_of
 from bertvision.runtime.device import pick_device
 from bertvision.training.example import ExampleProblem
@@ -30,7 +30,7 @@ def problem_class(task: TaskSpec, spec: dict):
 
 class Problems:
     """The training problems over one checkpoint's features, one per problem class (per-example
-    [CLS], token-level, span), each built (and its input moments computed) when a head first
+    [CLS] or mean, token-level, span), each built (and its input moments computed) when a head first
     needs it. ``in_memory_max_mb``: heads.training.in_memory_max_mb."""
 
     def __init__(
@@ -54,17 +54,25 @@ class Problems:
         self._problems: dict = {}
         self._moments: dict = {}
 
-    def get(self, spec: dict):
+    def _key(self, spec: dict) -> tuple:
+        """What tells two heads' problems apart: the problem class and the states a
+        per-example head reads ('cls' or 'mean'; token-level heads and span tasks read every token)."""
         cls = problem_class(self.task, spec)
-        if cls not in self._problems:
-            self._problems[cls] = cls(
-                self.task, self.feats, self.device, self.in_memory_max_mb, self.raw_dir, self.train_fraction
+        return cls, head_reads(spec) if cls is ExampleProblem else "tokens"
+
+    def get(self, spec: dict):
+        key = self._key(spec)
+        if key not in self._problems:
+            cls, reads = key
+            feats = self.feats if reads == "tokens" else {s: f.reading(reads) for s, f in self.feats.items()}
+            self._problems[key] = cls(
+                self.task, feats, self.device, self.in_memory_max_mb, self.raw_dir, self.train_fraction
             )
-        return self._problems[cls]
+        return self._problems[key]
 
     def moments(self, spec: dict):
         """(mean, std) of the training features ``spec``'s problem sees."""
-        cls = problem_class(self.task, spec)
-        if cls not in self._moments:
-            self._moments[cls] = self.get(spec).moments()
-        return self._moments[cls]
+        key = self._key(spec)
+        if key not in self._moments:
+            self._moments[key] = self.get(spec).moments()
+        return self._moments[key]
