@@ -3,11 +3,14 @@ worked on planted head records."""
 
 import json
 
+import pandas as pd
 import pytest
 
 from bertvision.config.settings import RaceSettings
-from bertvision.layout import HEAD_METRICS, Checkpoint, head_run_dir
+from bertvision.layout import HEAD_METRICS, HEAD_WEIGHTS, Checkpoint, head_metrics_files, head_run_dir
 from bertvision.registry.tasks import get_task
+from bertvision.reporting.summary import pick
+from bertvision.serving.bundle import BundleError
 from bertvision.stages.race import best_candidate, decide_checkpoint
 
 TASK = get_task("mrpc")
@@ -21,6 +24,9 @@ def plant(heads_dir, head, seed, selection, raced_out=None, ensemble=None):
         "task": TASK.name,
         "head": head,
         "seed": seed,
+        "parameters": 1_000,
+        "encoder_parameters": 22_000_000,
+        "head_spec": {"type": "lp"},
         "metrics": {"selection": {TASK.primary_metric: selection}, "dev": {TASK.primary_metric: 1.0}},
         "race": {"protocol": "racing", "raced_out_at_epoch": raced_out},
         "ensembles": {} if ensemble is None else {"mean": {"selection": {TASK.primary_metric: ensemble}}},
@@ -45,6 +51,47 @@ def test_the_best_candidate_is_the_best_mean_over_every_run_and_raced_out_runs_d
     plant(dirs[0], "adapter", 1, 0.99, raced_out=2)  # stopped by the race: never the best
     best = best_candidate(TASK, dirs)
     assert best == {"candidate": "lp", "selection": pytest.approx(0.715), "runs": 4}
+
+
+def test_a_head_the_race_stopped_in_one_seeds_job_is_no_candidate_for_the_race_the_pick_or_a_bundle(tmp_path):
+    """Two fine-tuning seeds' jobs at one checkpoint: adapter survives seed 1's race with the best
+    scores and is stopped in seed 2's. Counting only its finished runs would make it the race's
+    best; the pick drops it; the one ranking drops it everywhere, and a bundle of the job that
+    stopped it does not serve it."""
+    from bertvision.reporting.ranking import Candidate, best, ranked_frame
+    from bertvision.serving.bundle_writer import collect_runs, task_json
+
+    dirs = checkpoint_heads(tmp_path, "0.3", [{"lp": [0.70, 0.72], "adapter": [0.90, 0.91]}, {"lp": [0.71, 0.73]}])
+    plant(dirs[1], "adapter", 1, 0.95, raced_out=2)
+    assert best_candidate(TASK, dirs) == {"candidate": "lp", "selection": pytest.approx(0.715), "runs": 4}
+
+    configs = pd.DataFrame(
+        {
+            "model": ["adapter", "lp"],
+            "selection_mean": [0.92, 0.715],
+            "trainable_params": [5_000, 1_000],
+            "epoch_fraction": [0.3, 0.3],
+            "raced_out": [True, False],
+        }
+    )
+    assert pick(configs)["model"] == "lp"
+    assert list(ranked_frame(configs, "model", "selection_mean", "trainable_params", "epoch_fraction")["model"]) == [
+        "lp"
+    ]
+    # ties: fewer parameters, then the earlier checkpoint, then the name; a missing score never ranks
+    tied = [Candidate("b", 0.8, 10, 1.0), Candidate("a", 0.8, 10, 1.0), Candidate("c", 0.8, 5, 1.0)]
+    assert best(tied).name == "c" and best([Candidate("z", 0.8, 10, 1.0), Candidate("y", 0.8, 10, 0.3)]).name == "y"
+    assert best([Candidate("nan", float("nan"), 1)]) is None
+
+    for path in head_metrics_files(dirs):
+        (path.parent / HEAD_WEIGHTS).touch()
+    assert {run.head for run in collect_runs(TASK, [dirs[0]])} == {"lp", "adapter"}  # it ran to its end there
+    runs = collect_runs(TASK, [dirs[1]])  # a bundle of seed 2's heads
+    assert {run.head for run in runs} == {"lp"}
+    served = task_json(TASK, {}, runs)
+    assert set(served["heads"]) == {"lp"} and served["picked"] == "lp"
+    with pytest.raises(BundleError, match="never served"):
+        task_json(TASK, {"picked": "adapter"}, runs)
 
 
 def test_the_best_candidate_may_be_a_head_with_bert_as_the_pick_would_take_it(tmp_path):
@@ -103,7 +150,7 @@ def test_min_gain_is_a_share_of_the_metric_scale(tmp_path):
         run = head_run_dir(d, "lp", 1)
         run.mkdir(parents=True)
         (run / HEAD_METRICS).write_text(
-            json.dumps({"head": "lp", "metrics": {"selection": {squad.primary_metric: value}}})
+            json.dumps({"head": "lp", "parameters": 1000, "metrics": {"selection": {squad.primary_metric: value}}})
         )
         return [d]
 

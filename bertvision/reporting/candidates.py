@@ -16,7 +16,7 @@ from bertvision.layout import Checkpoint, source_checkpoint
 from bertvision.registry.tasks import get_task
 from bertvision.reporting.bert_records import is_scored
 from bertvision.reporting.costs import feature_bytes, storage_cost
-from bertvision.reporting.results import BERT, ensemble_name, raced_out, repeats_frozen_run
+from bertvision.reporting.results import BERT, ensemble_name, ensemble_parameters, raced_out, repeats_frozen_run
 from bertvision.reporting.whole_cost import JobSeconds
 
 FULL_FT = "full fine-tuning"
@@ -176,7 +176,7 @@ def candidate_runs(
                         "ensemble": how,
                         "selection": task.primary_score(ens, "selection"),
                         "dev": task.headline(ens),
-                        "trainable_params": r["parameters"] + r["encoder_parameters"],
+                        "trainable_params": ensemble_parameters(r),
                     }
                 )
     return pd.DataFrame(rows)

@@ -1,8 +1,8 @@
 """Cross-task transfer: for each task, the heads trained on every shared encoder's states (the
 frozen encoder, the task's own fine-tuned encoder, every other task's, every mixture's), and
 the heads of tasks with the same label space applied as they are. Per (task, encoder) the
-head is picked on the selection split (best mean over seeds; ties go to fewer parameters,
-then the name); its dev score is reported and set against the task's own encoder and the
+head is picked on the selection split (``reporting.ranking``: best mean over seeds; ties go to
+fewer parameters, then the name); its dev score is reported and set against the task's own encoder and the
 frozen one."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from bertvision.files import read_json
 from bertvision.layout import SharedEncoder, head_metrics_files
 from bertvision.registry.tasks import get_task
 from bertvision.reporting.markdown import fmt, markdown_table
+from bertvision.reporting.ranking import ranked_frame
 from bertvision.reporting.results import raced_out
 
 OWN, FROZEN, OTHER, MIXTURE, AS_IS = "own encoder", "frozen", "other task's encoder", "mixture", "source head as is"
@@ -76,7 +77,7 @@ def head_runs_on_encoders(
                     task = get_task(task_name)
                     for path in head_metrics_files([Path(enc.heads_dir(model, seed, task_name))]):
                         r = read_json(path)
-                        if r["head"] not in names or raced_out(r):
+                        if r["head"] not in names:
                             continue
                         rows.append(
                             {
@@ -89,6 +90,7 @@ def head_runs_on_encoders(
                                 "selection": task.primary_score(r["metrics"], "selection"),
                                 "dev": task.headline(r["metrics"]),
                                 "parameters": r["parameters"],
+                                "raced_out": raced_out(r),
                             }
                         )
     return pd.DataFrame(rows)
@@ -112,6 +114,7 @@ def heads_applied_as_is(transfer_files: list[Path]) -> pd.DataFrame:
                     "selection": r["source_selection"],
                     "dev": task.headline(r["metrics"]),
                     "parameters": r["parameters"],
+                    "raced_out": False,  # head_transfer applies no head its race stopped
                 }
             )
     return pd.DataFrame(rows)
@@ -131,12 +134,11 @@ def cross_task_table(runs: pd.DataFrame) -> pd.DataFrame:
             n=("dev", "size"),
             selection_mean=("selection", "mean"),
             parameters=("parameters", "first"),
+            raced_out=("raced_out", lambda v: bool(v.isin([True]).any())),
         )
         .reset_index()
     )
-    ranked = per_head.sort_values(
-        ["selection_mean", "parameters", "head"], ascending=[False, True, True], kind="stable", na_position="last"
-    )
+    ranked = ranked_frame(per_head, "head", "selection_mean", "parameters")
     picked = ranked.groupby(keys, sort=False).head(1).copy()
     picked["metric"] = [get_task(t).primary_metric for t in picked["task"]]
     for ref, column in ((OWN, "diff_vs_own"), (FROZEN, "diff_vs_frozen")):

@@ -24,6 +24,11 @@ def ensemble_name(head: str, how: str) -> str:
     return f"{head} + BERT ({how})"
 
 
+def ensemble_parameters(record: dict) -> int:
+    """A head + BERT ensemble's trainable parameters: the head's and the fine-tuned encoder's."""
+    return record["parameters"] + record["encoder_parameters"]
+
+
 # What an answerability record counts besides its metrics (registry.metrics.score).
 QUESTION_COUNTS = ("questions", "answerable_no_window")
 

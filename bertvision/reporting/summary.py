@@ -23,6 +23,7 @@ from bertvision.reporting.candidates import FULL_FT, PEER, SEED_AGGREGATES, samp
 from bertvision.reporting.markdown import fmt, markdown_table, seconds_cell
 from bertvision.reporting.picks import Pick
 from bertvision.reporting.race_line import checkpoint_race_line, head_selection_line
+from bertvision.reporting.ranking import ranked_frame
 from bertvision.reporting.results import BERT
 from bertvision.reporting.verdict import (
     LEARNING_MARGIN,
@@ -117,20 +118,11 @@ def _configs(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def pick(configs: pd.DataFrame) -> pd.Series | None:
-    """The candidate with the best mean selection score; ties go to fewer trainable
-    parameters, then the earlier checkpoint, then the name (never to a dev score or a time). A
-    head its job's race stopped is no candidate (it has one seed, cut short)."""
-    ranked = configs.dropna(subset=["selection_mean"])
-    if "raced_out" in ranked:
-        ranked = ranked[~ranked["raced_out"].isin([True])]
-    if ranked.empty:
-        return None
-    order = ranked.sort_values(
-        ["selection_mean", "trainable_params", "epoch_fraction", "model"],
-        ascending=[False, True, True, True],
-        kind="stable",
-    )
-    return order.iloc[0]
+    """The row that ranks first (``reporting.ranking``): the best mean selection score; ties go to
+    fewer trainable parameters, then the earlier checkpoint, then the name (never to a dev score or
+    a time). A head the race stopped in any of its jobs is no candidate (a seed cut short)."""
+    order = ranked_frame(configs, "model", "selection_mean", "trainable_params", "epoch_fraction")
+    return None if order.empty else order.iloc[0]
 
 
 def _counted(block: pd.DataFrame) -> pd.DataFrame:

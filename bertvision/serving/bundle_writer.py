@@ -1,10 +1,12 @@
 """Writing a serving bundle (format: ``bertvision.serving.bundle``) from a run's encoder checkpoint
 and each task's ``train_heads`` outputs: per task and head the seed best on the selection split,
-and the task's default head, picked on selection only; written to a scratch directory and renamed
+and the task's default head, picked on selection only (``reporting.ranking``, as the summary
+picks; a head the race stopped in any job is not served); written to a scratch directory and renamed
 into place."""
 
 from __future__ import annotations
 
+import logging
 import math
 import shutil
 from dataclasses import dataclass
@@ -16,9 +18,13 @@ from bertvision.layout import BUNDLE_ENCODER, BUNDLE_HEAD, BUNDLE_INDEX, HEAD_ME
 from bertvision.registry.heads import is_token_head
 from bertvision.registry.task_spec import TaskSpec
 from bertvision.registry.tasks import get_task
+from bertvision.reporting.ranking import best, head_candidates
+from bertvision.reporting.results import raced_out
 from bertvision.runtime.precision import PRECISIONS
 from bertvision.serving.bundle import FORMAT, Bundle, BundleError, check_safetensors_dir, load_bundle
 from bertvision.serving.settings import checked_task_settings
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -53,18 +59,6 @@ def keep_best_seeds(task: TaskSpec, runs: list[TrainedHead]) -> dict[str, Traine
     return kept
 
 
-def mean_selection_scores(task: TaskSpec, runs: list[TrainedHead]) -> dict[str, float]:
-    by_head: dict[str, list[float]] = {}
-    for run in runs:
-        by_head.setdefault(run.head, []).append(selection_score(task, run))
-    return {head: sum(scores) / len(scores) for head, scores in by_head.items()}
-
-
-def pick_default_head(means: dict[str, float], parameters: dict[str, int]) -> str:
-    """The best mean selection score; ties: fewer parameters, then the name."""
-    return min(means, key=lambda head: (-means[head], parameters[head], head))
-
-
 def collect_runs(task: TaskSpec, heads_dirs: list[Path]) -> list[TrainedHead]:
     runs: list[TrainedHead] = []
     seen: dict[tuple[str, int], Path] = {}
@@ -90,7 +84,10 @@ def collect_runs(task: TaskSpec, heads_dirs: list[Path]) -> list[TrainedHead]:
                 )
             seen[run.head, run.seed] = run_dir
             runs.append(run)
-    return runs
+    stopped = {run.head for run in runs if raced_out(run.record)}
+    if stopped:
+        log.info("%s: not served, stopped by the race in some job: %s", task.name, ", ".join(sorted(stopped)))
+    return [run for run in runs if run.head not in stopped]
 
 
 def head_level(task: TaskSpec, spec: dict) -> str:
@@ -151,18 +148,26 @@ def ensemble_entry_json(task: TaskSpec, ensemble: dict, heads: dict, kept: dict[
 
 
 def task_json(task: TaskSpec, settings: dict, runs: list[TrainedHead]) -> dict:
+    if not runs:
+        raise BundleError(f"{task.name}: no head to serve (the race stopped every head of its heads directories)")
     kept = keep_best_seeds(task, runs)
-    means = mean_selection_scores(task, runs)
+    candidates = {c.name: c for c in head_candidates(task, [run.record for run in runs]) if c.name in kept}
     seeds: dict[str, list[int]] = {}
     for run in runs:
         seeds.setdefault(run.head, []).append(run.seed)
-    heads = {head: head_entry_json(task, run, seeds[head], means[head]) for head, run in sorted(kept.items())}
+    heads = {
+        head: head_entry_json(task, run, seeds[head], candidates[head].selection) for head, run in sorted(kept.items())
+    }
     if settings.get("ensemble"):
         name, entry = ensemble_entry_json(task, settings["ensemble"], heads, kept)
         heads[name] = entry
-    picked = settings.get("picked") or pick_default_head(means, {h: e["parameters"] for h, e in heads.items()})
+    top = best(candidates.values())
+    picked = settings.get("picked") or (top.name if top else min(heads))
     if picked not in heads:
-        raise BundleError(f"{task.name}: the picked head {picked!r} is not among its trained heads {sorted(heads)}")
+        raise BundleError(
+            f"{task.name}: the picked head {picked!r} is not among its servable heads {sorted(heads)} "
+            "(a head the race stopped is never served)"
+        )
     span = task.span
     doc_stride = settings.get("doc_stride") or task.doc_stride
     return {

@@ -1,8 +1,9 @@
 """The race between checkpoints (``heads.race``, protocol racing): after the heads of a checkpoint
 have trained (every fine-tuning seed), decide whether fine-tuning goes on to the next one.
 
-The best candidate at a checkpoint is the one the pick would take there: the head, or head + BERT
-ensemble, with the highest mean selection score over its runs (raced-out runs left aside).
+The best candidate at a checkpoint is the one the pick would take there (``reporting.ranking``): the
+head, or head + BERT ensemble, with the highest mean selection score over its runs, among those
+that every job ran to the end.
 Fine-tuning goes on from the first checkpoint (the untouched encoder) to the second always (only
 a fine-tuned one can show whether fine-tuning helps), and past a later checkpoint only if its
 best beat every earlier checkpoint's best by more than ``min_gain`` times the metric's best
@@ -11,37 +12,23 @@ possible score. Dev is never read."""
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
 from pathlib import Path
-
-import numpy as np
 
 from bertvision.config.settings import RaceSettings
 from bertvision.files import atomic_write_json, read_json
 from bertvision.layout import Checkpoint, head_metrics_files
 from bertvision.registry.task_spec import TaskSpec
-from bertvision.reporting.results import ensemble_name, raced_out
+from bertvision.reporting.ranking import best, head_candidates
 
 log = logging.getLogger(__name__)
 
 
 def best_candidate(task: TaskSpec, head_dirs: list[Path]) -> dict | None:
-    """The candidate (a head, or head + BERT ensemble) with the best mean selection score over
-    its runs in ``head_dirs`` (raced-out runs left aside): {candidate, selection, runs}; None when
-    none has a selection score."""
-    scores: dict[str, list[float]] = defaultdict(list)
-    for path in head_metrics_files(head_dirs):
-        record = read_json(path)
-        if raced_out(record):
-            continue
-        scores[record["head"]].append(task.primary_score(record["metrics"], "selection"))
-        for how, metrics in (record.get("ensembles") or {}).items():
-            scores[ensemble_name(record["head"], how)].append(task.primary_score(metrics, "selection"))
-    means = {name: float(np.mean(v)) for name, v in scores.items() if not np.isnan(v).any()}
-    if not means:
-        return None
-    best = max(sorted(means), key=lambda name: means[name])  # ties: the first name
-    return {"candidate": best, "selection": means[best], "runs": len(scores[best])}
+    """The candidate (a head, or head + BERT ensemble) the pick would take among its runs in
+    ``head_dirs`` (every fine-tuning seed's job at one checkpoint; ``reporting.ranking``: a head
+    the race stopped in any of them is none): {candidate, selection, runs}; None when none ranks."""
+    top = best(head_candidates(task, [read_json(path) for path in head_metrics_files(head_dirs)]))
+    return None if top is None else {"candidate": top.name, "selection": top.selection, "runs": top.runs}
 
 
 def decide_checkpoint(

@@ -1,0 +1,105 @@
+"""The one ranking of candidates: a head or head + BERT ensemble at a checkpoint, and, in the
+verdict, full fine-tuning and the peers. The race's checkpoint decisions, the summary's pick, the
+verdict's best other method, the cross-task table and every bundle writer rank with it.
+
+A candidate counts only when every run of it ran to its end: a head the race stopped in any of
+its jobs (one fine-tuning seed's job may stop a head that another's keeps) is no candidate
+anywhere, because what the race stopped has a seed cut short and the pick averages over seeds.
+The race thus goes on, or stops, on the same candidate the pick then takes, and no bundle serves
+a head the race stopped. Among the others: the best mean selection score; ties go to fewer
+trainable parameters, then the earlier checkpoint, then the name; a missing score or size comes
+last (never a dev score or a time)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from bertvision.registry.task_spec import TaskSpec
+from bertvision.reporting.results import ensemble_name, ensemble_parameters, raced_out
+
+
+def _last_if_missing(value) -> tuple:
+    missing = value is None or (isinstance(value, float) and math.isnan(value))
+    return (1, 0.0) if missing else (0, float(value))
+
+
+@dataclass(frozen=True)
+class Candidate:
+    name: str
+    selection: float  # mean selection score over its runs
+    parameters: float  # trainable parameters
+    checkpoint: float | None = None  # epochs of fine-tuning its states come from (None: not a head path)
+    raced_out: bool = False  # some run of it was stopped by the race
+    runs: int = 1
+    ref: object = field(default=None, compare=False)  # what the caller ranks (a row's index)
+
+    @property
+    def eligible(self) -> bool:
+        return not self.raced_out and not math.isnan(self.selection)
+
+    def key(self) -> tuple:
+        return (
+            _last_if_missing(-self.selection),
+            _last_if_missing(self.parameters),
+            _last_if_missing(self.checkpoint),
+            self.name,
+        )
+
+
+def ranked(candidates: Iterable[Candidate]) -> list[Candidate]:
+    """The eligible candidates, best first."""
+    return sorted((c for c in candidates if c.eligible), key=Candidate.key)
+
+
+def best(candidates: Iterable[Candidate]) -> Candidate | None:
+    order = ranked(candidates)
+    return order[0] if order else None
+
+
+def ranked_frame(
+    frame: pd.DataFrame, name: str, selection: str, parameters: str, checkpoint: str | None = None
+) -> pd.DataFrame:
+    """The rows of ``frame`` (one per candidate, with these columns, and ``raced_out`` where the
+    race ran) that rank, best first."""
+    candidates = [
+        Candidate(
+            str(row[name]),
+            float(row[selection]),
+            row[parameters],
+            row[checkpoint] if checkpoint else None,
+            raced_out=row.get("raced_out") in (True,),  # NaN or None where no race ran
+            ref=index,
+        )
+        for index, row in frame.iterrows()
+    ]
+    return frame.loc[[c.ref for c in ranked(candidates)]]
+
+
+def head_candidates(task: TaskSpec, records: list[dict], checkpoint: float | None = None) -> list[Candidate]:
+    """Every head and head + BERT ensemble in these head records (the runs of one checkpoint,
+    over its fine-tuning and head seeds), each over all its runs."""
+    runs: dict[str, list[tuple[float, dict]]] = {}
+    for record in records:
+        runs.setdefault(record["head"], []).append((task.primary_score(record["metrics"], "selection"), record))
+        for how, metrics in (record.get("ensembles") or {}).items():
+            name = ensemble_name(record["head"], how)
+            runs.setdefault(name, []).append((task.primary_score(metrics, "selection"), record))
+    out = []
+    for name, scored in runs.items():
+        records_of = [r for _, r in scored]
+        ensemble = name != records_of[0]["head"]
+        out.append(
+            Candidate(
+                name,
+                float(sum(s for s, _ in scored) / len(scored)),
+                ensemble_parameters(records_of[0]) if ensemble else records_of[0]["parameters"],
+                checkpoint,
+                raced_out=any(raced_out(r) for r in records_of),
+                runs=len(scored),
+            )
+        )
+    return out
