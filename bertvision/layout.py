@@ -199,6 +199,12 @@ def split_file(split_dir: Path, split: str) -> Path:
     return Path(split_dir) / f"{split}.parquet"
 
 
+def texts_file(tokens_dir: Path, split: str) -> Path:
+    """A pair task's distinct texts of one split, each tokenized alone (``tasks.<task>.pair: apart``);
+    the split's rows name theirs in columns ``text_a`` and ``text_b``."""
+    return Path(tokens_dir) / f"{split}-texts.parquet"
+
+
 def checkpoint_dir(finetune_dir: Path, checkpoint: Checkpoint) -> Path:
     """A checkpoint's directory inside a fine-tuning run's directory."""
     return Path(finetune_dir) / CHECKPOINT_SUBDIR.format(frac=checkpoint)

@@ -236,10 +236,17 @@ def race_inputs(wildcards):
     return {"heads": heads, "previous": previous}
 
 
+def bundle_task_settings(model, tasks):
+    """What a bundle records of each task's tokenization (``serving.settings.BundleTaskSettings``)."""
+    return as_json(
+        {t: {"max_length": S.max_length(t), "doc_stride": S.tokenize(model, t).doc_stride, "pair": S.pair(t)} for t in tasks}
+    )
+
+
 def scored_in_extraction(run):
     """Whether BERT's head at ``run``'s checkpoint is scored from its extraction's pass: where the
     states are stored and the head has trained (not checkpoint 0)."""
-    return run.stored and run.checkpoint.fraction > 0
+    return run.stored and run.checkpoint.fraction > 0 and S.pair(run.task) == "joint"
 
 
 def bert_scoring_inputs(wildcards):

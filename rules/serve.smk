@@ -16,9 +16,7 @@ rule serve_bundles:
     params:
         runs=lambda wc: as_json([served_run(run) for run in backbone_runs(wc)]),
         tokenizer=lambda wc: S.pretrained(wc.model),
-        task_settings=lambda wc: as_json(
-            {t: {"max_length": S.max_length(t), "doc_stride": S.tokenize(wc.model, t).doc_stride} for t in S.tasks}
-        ),
+        task_settings=lambda wc: bundle_task_settings(wc.model, S.tasks),
         provenance=lambda wc: as_json({"backbone": wc.model}),
         precision=S.extract_compute().precision,
     log:

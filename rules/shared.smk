@@ -157,8 +157,7 @@ rule bundle:
         encoder_dir=lambda wc, input: os.path.dirname(input.checkpoint),
         tokenizer=lambda wc: S.pretrained(wc.model),
         heads=lambda wc: " ".join(f"{t}={d}" for t, d in bundle_heads(wc).items()),
-        task_settings=as_json({t: {"max_length": S.max_length(t), "doc_stride": S.tokenize(S.models[0], t).doc_stride}
-                               for t in S.shared_tasks}),
+        task_settings=bundle_task_settings(S.models[0], S.shared_tasks),
         provenance=lambda wc: as_json({"backbone": wc.model, "encoder": wc.encoder, "ft_seed": S.shared_ft_seeds[0]}),
         precision=S.extract_compute().precision,
     log:

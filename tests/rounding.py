@@ -49,6 +49,31 @@ def float32_states(encoder_dir: Path, tokens_file: Path, level: str):
     return states * mask[..., None, None], mask
 
 
+def apart_rounding_bound(
+    head: torch.nn.Module, encoder_dir: Path, tokens_dir: Path, split: str, reads: str
+) -> np.ndarray:
+    """``rounding_bound`` for a pair encoded apart: each text's states (one float32 pass over the
+    split's distinct texts) may round either way, and so may their ``pair_features``; the bound
+    sums both (the first through the features' gradient)."""
+    from bertvision.data.tokenized import TokenizedSplit
+    from bertvision.features.encode import pair_features
+    from bertvision.layout import split_file, texts_file
+
+    (texts,) = float32_states(encoder_dir, texts_file(tokens_dir, split), reads)
+    sides = TokenizedSplit.read(split_file(tokens_dir, split)).sides
+    per_side = np.stack([texts[sides[:, 0]], texts[sides[:, 1]]], axis=1)  # (N, 2, L, H)
+
+    def through_features(x):
+        return head(pair_features(x[:, 0], x[:, 1]))
+
+    rounded = torch.from_numpy(per_side.astype(np.float16).astype(np.float32))
+    combined = pair_features(rounded[:, 0], rounded[:, 1]).numpy()
+    exact = reads != "mean"
+    return rounding_bound(through_features, per_side, exact_first_layer=exact) + rounding_bound(
+        head, combined, exact_first_layer=False
+    )
+
+
 def rounding_bound(
     head: torch.nn.Module, x: np.ndarray, mask: np.ndarray | None = None, exact_first_layer: bool = True
 ) -> np.ndarray:

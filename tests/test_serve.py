@@ -28,10 +28,16 @@ from bertvision.serving.bundle import BundleError, load_bundle
 from bertvision.serving.bundle_writer import write_bundle
 from tests.conftest import squad_slice, workflow_settings
 from tests.http_server import Server
-from tests.rounding import assert_close_within_rounding, float32_states, rounding_bound, span_tolerances
+from tests.rounding import (
+    apart_rounding_bound,
+    assert_close_within_rounding,
+    float32_states,
+    rounding_bound,
+    span_tolerances,
+)
 from tests.stages import extract_and_train, fine_tune
 
-TASKS = ("mrpc", "stsb", "squad2", "squad2-answerable")
+TASKS = ("mrpc", "stsb", "rte", "squad2", "squad2-answerable")
 MAX_TEXTS = 32
 MAX_BODY = 64_000
 MAX_CHARS = 3_000
@@ -45,6 +51,8 @@ def run_settings(tiny_bert):
         tasks={
             "mrpc": {**sizes, "token_features": True, "heads": ["lp", "lpm", "tok", "lad"]},
             "stsb": {**sizes, "heads": ["lp", "ad8", "lpm"]},
+            # each text encoded alone (a bi-encoder's way); the heads read both sides per layer
+            "rte": {**sizes, "pair": "apart", "heads": ["lp", "lpm", "cos"]},
             "squad2": squad_slice(40, 16, 16, max_length=96, doc_stride=32, heads=["lp"]),
             # the same questions' answerability: one label per question from its windows
             "squad2-answerable": squad_slice(
@@ -57,6 +65,7 @@ def run_settings(tiny_bert):
             "models": {
                 "lp": {"type": "lp"},
                 "lpm": {"type": "lp", "reads": "mean"},
+                "cos": {"type": "cosine", "reads": "mean"},
                 "ad8": {"type": "adapter", "width": 8},
                 "tok": {"type": "token-pool"},
                 "lad": {"type": "ladder", "reduction": 4, "attention_heads": 2},
@@ -92,6 +101,7 @@ def bundle_tasks(root) -> dict:
     return {
         "mrpc": {"heads_dirs": [root / "heads" / "mrpc"], "max_length": 64},
         "stsb": {"heads_dirs": [root / "heads" / "stsb"], "max_length": 64},
+        "rte": {"heads_dirs": [root / "heads" / "rte"], "max_length": 64, "pair": "apart"},
         "squad2": {"heads_dirs": [root / "heads" / "squad2"], "max_length": 96, "doc_stride": 32},
         "squad2-answerable": {
             "heads_dirs": [root / "heads" / "squad2-answerable"],
@@ -204,7 +214,7 @@ def dev_rows(run, task: str) -> pd.DataFrame:
 
 def bundle_head(bundle, task: str, head: str):
     entry = bundle.tasks[task]
-    return load_head(entry.heads[head].dir, bundle.layers, bundle.hidden, entry.outputs)
+    return load_head(entry.heads[head].dir, bundle.layers, entry.state_width(bundle.hidden), entry.outputs)
 
 
 def rounding_bounds(run, bundle, task: str, head: str, texts_of: str, idx) -> np.ndarray:
@@ -213,8 +223,11 @@ def rounding_bounds(run, bundle, task: str, head: str, texts_of: str, idx) -> np
     tokens = run / "tokens" / texts_of / "dev.parquet"
     entry = bundle.tasks[task].heads[head]
     reads = head_reads(entry.spec)
-    states = float32_states(bundle.encoder_dir, tokens, reads)
-    bound = rounding_bound(bundle_head(bundle, task, head), *states, exact_first_layer=reads != "mean")
+    if bundle.tasks[task].pair == "apart":
+        bound = apart_rounding_bound(bundle_head(bundle, task, head), bundle.encoder_dir, tokens.parent, "dev", reads)
+    else:
+        states = float32_states(bundle.encoder_dir, tokens, reads)
+        bound = rounding_bound(bundle_head(bundle, task, head), *states, exact_first_layer=reads != "mean")
     position = {int(i): k for k, i in enumerate(pd.read_parquet(tokens, columns=["idx"])["idx"])}
     return bound[[position[int(i)] for i in idx]]
 
@@ -247,6 +260,9 @@ def ask_texts(server, task: str, head: str, rows: pd.DataFrame) -> list[dict]:
         ("stsb", "lp"),
         ("stsb", "ad8"),
         ("stsb", "lpm"),
+        ("rte", "lp"),
+        ("rte", "lpm"),
+        ("rte", "cos"),
     ],
 )
 def test_example_answers_equal_the_pipelines_predictions(run, bundle, server, task, head):
@@ -352,12 +368,29 @@ def test_all_tasks_of_a_text_come_from_one_encoder_pass(server, bundle):
     body = response.json()
     assert server.client.get("/health").json()["encoder_passes"] == before + 1
     for per_text in body["predictions"]:  # default: every task that takes a pair, each with its picked head
-        assert list(per_text) == ["mrpc", "stsb"]
+        assert list(per_text) == ["mrpc", "rte", "stsb"]  # rte's pairs encoded apart, in the same pass
         assert per_text["mrpc"]["head"] == bundle.tasks["mrpc"].picked and per_text["mrpc"]["label"] is not None
         assert per_text["stsb"]["head"] == bundle.tasks["stsb"].picked and per_text["stsb"]["score"] is not None
     assert body["predictions"][0] == body["predictions"][1] == body["predictions"][2]
     assert list(body["answers"][0]) == ["squad2", "squad2-answerable"]
     assert body["answers"][0]["squad2-answerable"]["label"] in ("answerable", "no_answer")
+
+
+def test_a_pair_encoded_apart_encodes_each_distinct_text_once_beside_the_joint_pairs(bundle):
+    """Two pairs sharing a text, asked of a joint task (mrpc) and a task encoded apart (rte), and
+    the shared text alone of no task: the two joint sequences and the three distinct texts, one
+    pass; the same pair asked alone gets the same answer."""
+    from bertvision.serving.engine import Engine
+    from bertvision.serving.items import TextItem
+
+    engine = Engine(bundle, "cpu")
+    a, b, c = "A man is playing a guitar.", "A man plays the guitar.", "Stocks fell."
+    heads = {"mrpc": "lp", "rte": "cos"}
+    together, _ = engine.predict([TextItem((a, b), heads), TextItem((a, c), heads)])
+    assert engine.encoder_passes == 1 and engine.sequences_encoded == 5
+    alone, _ = engine.predict([TextItem((a, c), {"rte": "cos"})])
+    assert engine.sequences_encoded == 5 + 2  # no joint sequence for a task encoded apart
+    np.testing.assert_allclose(alone[0]["rte"].outputs, together[1]["rte"].outputs, rtol=1e-4, atol=1e-4)
 
 
 def test_tasks_and_health(server, bundle):
@@ -891,10 +924,14 @@ def test_two_bundles_serve_their_tasks_each_with_its_own_encoder_pass(run, tiny_
     with Server(create_app([pairs_bundle.root, rest_bundle.root], settings)) as running:
         client = httpx.Client(base_url=running.url, timeout=60)
         summary = client.get("/tasks").json()
-        assert [sorted(e["tasks"]) for e in summary["encoders"]] == [["mrpc"], ["squad2", "squad2-answerable", "stsb"]]
+        assert [sorted(e["tasks"]) for e in summary["encoders"]] == [
+            ["mrpc"],
+            ["rte", "squad2", "squad2-answerable", "stsb"],
+        ]
         assert {n: t["encoder"] for n, t in summary["tasks"].items()} == {
             "mrpc": 0,
             "stsb": 1,
+            "rte": 1,
             "squad2": 1,
             "squad2-answerable": 1,
         }
@@ -904,7 +941,7 @@ def test_two_bundles_serve_their_tasks_each_with_its_own_encoder_pass(run, tiny_
         assert client.get("/health").json()["encoder_passes"] == before + 2  # one pass per encoder
         both = response.json()
         for got, want in zip(both["predictions"], single["predictions"]):
-            assert set(got) == {"mrpc", "stsb"} and got["mrpc"]["label"] == want["mrpc"]["label"]
+            assert set(got) == {"mrpc", "rte", "stsb"} and got["mrpc"]["label"] == want["mrpc"]["label"]
             assert got["stsb"]["score"] == pytest.approx(want["stsb"]["score"], abs=1e-5)
         assert both["answers"][0]["squad2"]["best_span"] == single["answers"][0]["squad2"]["best_span"]
         assert (

@@ -190,6 +190,10 @@ class WorkflowSettings(SharedEncoderSettings):
         """Whether ``task`` (an example task) stores every real token's states, not only [CLS]."""
         return bool(self.task_overrides(task).get("token_features", schema_default("tasks.<task>.token_features")))
 
+    def pair(self, task: str) -> str:
+        """How ``task``'s two texts reach the frozen encoder for its heads: 'joint' or 'apart'."""
+        return str(self.task_overrides(task).get("pair", schema_default("tasks.<task>.pair")))
+
     def store(self, task: str) -> bool:
         """Whether ``task``'s hidden states are written to feature files (False: streamed into
         its head-training jobs)."""
@@ -206,7 +210,8 @@ class WorkflowSettings(SharedEncoderSettings):
         models = self.config["heads"]["models"]
         names = self.task_overrides(task).get("heads") or self.heads
         kind = get_task(task).kind
-        return {n: dict(models[n]) for n in names if trains_on(models[n], kind, self.token_features(task))}
+        features = self.token_features(task)
+        return {n: dict(models[n]) for n in names if trains_on(models[n], kind, features, self.pair(task))}
 
     def heads_read_encoder(self, task: str) -> bool:
         """Some head of ``task`` starts from the encoder's own layers (ladder ``init: encoder``):
@@ -271,7 +276,9 @@ class WorkflowSettings(SharedEncoderSettings):
     def tokenize(self, model: str, task: str) -> TokenizeSettings:
         spec = get_task(task)
         stride = (self.task_overrides(task).get("doc_stride") or spec.doc_stride) if spec.windowed else None
-        return TokenizeSettings(backbone=self.pretrained(model), max_length=self.max_length(task), doc_stride=stride)
+        return TokenizeSettings(
+            backbone=self.pretrained(model), max_length=self.max_length(task), doc_stride=stride, pair=self.pair(task)
+        )
 
     def finetune(self, model: str, task: str) -> FinetuneSettings:
         return FinetuneSettings.pick(
@@ -403,6 +410,7 @@ class WorkflowSettings(SharedEncoderSettings):
             "label_kind": get_task(run.task).kind,
             # only when every token is stored for an example task, so [CLS] extractions keep their params
             **({"features": "tokens"} if self.token_features(run.task) else {}),
+            **({"pair": "apart"} if self.pair(run.task) == "apart" else {}),  # likewise
         }
 
     def shared_extract_attrs(self, model: str, encoder: str, ftseed: int, task: str) -> dict:

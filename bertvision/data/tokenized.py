@@ -28,6 +28,8 @@ class TokenizedSplit:
             self.idx = df["idx"].to_numpy()
             self.labels = df["label"].to_numpy()
             self.offsets = None
+        # a pair task encoded apart: each row's two texts, rows of its split's texts file
+        self.sides = df[["text_a", "text_b"]].to_numpy() if "text_a" in df.columns else None
 
     @classmethod
     def read(cls, path: Path) -> TokenizedSplit:

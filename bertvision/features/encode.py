@@ -71,6 +71,13 @@ def per_example_states(hidden_states, attention_mask: torch.Tensor) -> dict[str,
     return {reads: states[reads] for reads in READS}
 
 
+def pair_features(u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """(B, layers, len(PAIR_PARTS) x hidden) float32 from each side's (B, layers, hidden) states
+    (as stored: float16 values), so that the extraction and the service compute the same."""
+    u, v = u.float(), v.float()
+    return torch.cat([u, v, (u - v).abs(), u * v], dim=-1)
+
+
 def cls_states(model, batch: dict, device, precision: str) -> torch.Tensor:
     """(B, layers, hidden) summary-token ([CLS], <s>) states of every hidden layer."""
     return cls_of(encoder_pass(model, batch, device, precision)[0])

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from bertvision.config.settings import ExtractCompute, ExtractSettings
 
-SOURCE_KEYS = ("model", "task", "checkpoint", "ft_seed", "encoder")
+# What a manifest (and every head record through it) keeps of its shards' attributes
+SOURCE_KEYS = ("model", "task", "checkpoint", "ft_seed", "encoder", "pair")
 
 
 @dataclass(frozen=True)

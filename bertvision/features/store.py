@@ -23,6 +23,7 @@ import h5py
 import numpy as np
 
 from bertvision.errors import FeatureError
+from bertvision.features.source import SOURCE_KEYS
 from bertvision.files import atomic_write_json, read_json, sha256_file
 from bertvision.layout import shard_file
 from bertvision.registry.heads import READS
@@ -79,9 +80,10 @@ def write_manifest(shard_dirs: list[Path], manifest_path: Path, splits: list[str
         "dtype": "float16",
         "layers": layers,
         "hidden": hidden,
-        "source": {k: source[k] for k in ("model", "task", "checkpoint", "ft_seed", "encoder") if k in source},
+        "source": {k: source[k] for k in SOURCE_KEYS if k in source},
         "encoder_parameters": int(source["encoder_parameters"]),
         "label_kind": source["label_kind"],
+        "pair": source.get("pair", "joint"),  # a pair task's texts: one sequence, or each alone
         # the per-example states every shard holds, each a head's ``reads`` (registry.heads.READS)
         "reads": [r for r in READS if r in reads],
         "encoder_dir": source.get("encoder_dir"),  # the checkpoint extracted (older shards: unknown)

@@ -8,6 +8,8 @@ with two outputs per token (start and end logits).
 - ``LayerMeanHead`` (AP, average pooling): mean over layers, then a linear head.
 - ``AdapterPoolerHead``: Z[l] = GELU(W X[l] + b) with W shared by all layers or one per layer,
   flattened over layers (optionally concatenated with the last layer's state), then a linear head.
+- ``CosineHead`` (pairs encoded apart): the cosine of the two texts' layer-mixed states, then a
+  linear head.
 - ``TokenPoolHead`` (token level, per example): every real token of the example,
   X (batch, tokens, layers, hidden) with a padding mask (batch, tokens); a learned scalar mix
   over layers per token, then masked pooling over the real tokens that does not depend on
@@ -24,7 +26,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from bertvision.registry.heads import constructor_options, get_head_type
+from bertvision.registry.heads import PAIR_PARTS, constructor_options, get_head_type
 
 
 class ScalarMixHead(nn.Module):
@@ -75,6 +77,29 @@ class AdapterPoolerHead(nn.Module):
         if self.skip:
             features = torch.cat([features, x[..., -1, :]], dim=-1)
         return self.classifier(self.dropout(features))
+
+
+class CosineHead(nn.Module):
+    """A pair encoded apart (features ``registry.heads.PAIR_PARTS``: u, v, |u-v|, u*v per layer): one
+    learned layer mix applied to each side's states, the cosine of the two mixes, then a linear
+    layer on it (for a similarity regression, a scale and an offset). The cosine of two pooled
+    embeddings is what a bi-encoder was trained to score."""
+
+    def __init__(self, layers: int, hidden: int, outputs: int, *, dropout: float):
+        super().__init__()
+        self.side = hidden // len(PAIR_PARTS)
+        self.layer_logits = nn.Parameter(torch.zeros(layers))
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(1, outputs)
+
+    def layer_weights(self) -> torch.Tensor:
+        return torch.softmax(self.layer_logits, dim=0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mixed = torch.einsum("l,...lh->...h", self.layer_weights(), x[..., : 2 * self.side])
+        u, v = mixed[..., : self.side], mixed[..., self.side :]
+        cosine = nn.functional.cosine_similarity(u, v, dim=-1)[..., None]
+        return self.classifier(self.dropout(cosine))
 
 
 class TokenPoolHead(nn.Module):

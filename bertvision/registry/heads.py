@@ -48,6 +48,8 @@ class HeadType:
     # Reads a whole padded sequence with its mask (``forward(x, mask, per_token)``): per example,
     # or per token for span tasks, whose windows it then also trains on.
     sequence: bool = False
+    # Reads the two sides of a pair encoded apart (PAIR_PARTS): trains only on such tasks.
+    pair_apart: bool = False
     # Training seconds per example relative to an adapter of width 64 (measured on [CLS] states
     # of MiniLM on a CPU): sizes the runtime each head-training job asks the scheduler for.
     relative_cost: float = 1.0
@@ -79,6 +81,10 @@ def get_head_type(name: str) -> HeadType:
     except KeyError:
         raise KeyError(f"unknown head type {name!r}; known: {', '.join(HEAD_TYPES)}") from None
 
+
+# What a pair encoded apart (tasks.<task>.pair: apart) gives its heads per layer, in this order
+# along the hidden axis: SBERT's classification features of the two texts' states u and v.
+PAIR_PARTS = ("u", "v", "|u-v|", "u*v")
 
 # What a per-example head reads of each layer: its [CLS] (summary-token) state, or the mean of
 # its real tokens' states (the pooling sentence-transformers backbones are trained with). Both
@@ -130,11 +136,14 @@ def is_token_head(spec: dict) -> bool:
     return get_head_type(spec["type"]).token_level
 
 
-def trains_on(spec: dict, task_kind: str, token_features: bool) -> bool:
+def trains_on(spec: dict, task_kind: str, token_features: bool, pair: str = "joint") -> bool:
     """Whether a head of ``spec["type"]`` can train on a task of ``task_kind`` ('span' or an
     example kind) that stores every token's states (``token_features``; span tasks always do).
-    A head that reads the mean over an example's tokens has no per-token form for span tasks."""
+    A head that reads the mean over an example's tokens has no per-token form for span tasks; a
+    head of a pair's two sides needs the pair encoded apart (``pair``)."""
     head_type = get_head_type(spec["type"])
+    if head_type.pair_apart and pair != "apart":
+        return False
     if task_kind == "span":  # per-token outputs: a sequence head, or a per-example head applied to each token
         return head_type.sequence or (not head_type.token_level and head_reads(spec) == "cls")
     return token_features or not head_type.token_level
@@ -196,6 +205,17 @@ register(
             "dropout": DROPOUT,
         },
         token_level=True,
+    )
+)
+
+register(
+    HeadType(
+        "cosine",
+        "bertvision.models.heads:CosineHead",
+        "Pairs encoded apart (tasks.<task>.pair: apart): one learned layer mix of each text's states, "
+        "the cosine of the two, then a linear layer (a scale and an offset for a similarity regression).",
+        {"dropout": DROPOUT},
+        pair_apart=True,
     )
 )
 

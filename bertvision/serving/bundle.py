@@ -36,6 +36,7 @@ from pathlib import Path
 from bertvision.errors import BertvisionError
 from bertvision.layout import BUNDLE_ENCODER, BUNDLE_INDEX, BUNDLE_SET_INDEX, HEAD_METRICS, HEAD_WEIGHTS
 from bertvision.models.backbone import missing_safetensors
+from bertvision.registry.heads import PAIR_PARTS
 from bertvision.runtime.precision import PRECISIONS
 
 FORMAT = 1
@@ -90,6 +91,12 @@ class TaskEntry:
     feature_level: str
     picked: str
     heads: dict[str, HeadEntry]
+    pair: str = "joint"  # a pair task's texts: one sequence, or each encoded alone (tasks.<task>.pair)
+
+    def state_width(self, hidden: int) -> int:
+        """The width of what this task's heads read per layer: the encoder's hidden size, or for a
+        pair encoded apart its ``PAIR_PARTS`` features of the two texts."""
+        return len(PAIR_PARTS) * hidden if self.pair == "apart" else hidden
 
     @property
     def outputs(self) -> int:
@@ -186,6 +193,7 @@ def _task_entry(root: Path, name: str, data: dict) -> TaskEntry:
             feature_level=data["feature_level"],
             picked=data["picked"],
             heads=heads,
+            pair=data.get("pair", "joint"),
         )
     except (KeyError, TypeError, ValueError) as err:
         if isinstance(err, BundleError):

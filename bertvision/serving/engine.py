@@ -30,7 +30,7 @@ import torch
 from bertvision.data.squad_windows import build_windows
 from bertvision.data.token_ids import tokenize_frame
 from bertvision.data.tokenized import TokenizedSplit, collate, length_batches
-from bertvision.features.encode import per_example_states
+from bertvision.features.encode import pair_features, per_example_states
 from bertvision.models.encoder_io import (
     load_encoder,
     load_task_model,
@@ -101,7 +101,7 @@ class Engine:
         self.token_types = uses_token_types(self.tokenizer, self.encoder.config)
         layers, hidden = self.bundle.layers, self.bundle.hidden
         self.heads = {
-            (task.name, name): load_head(entry.dir, layers, hidden, task.outputs).to(self.device)
+            (task.name, name): load_head(entry.dir, layers, task.state_width(hidden), task.outputs).to(self.device)
             for task in self.bundle.tasks.values()
             for name, entry in task.heads.items()
         }
@@ -215,26 +215,46 @@ class Engine:
                     readers.setdefault(row, set()).update(pairs)
         return readers
 
-    def _tokenize_texts(self, texts: list[TextItem], sequences: Sequences) -> list[dict[str, int]]:
-        """Per item, task -> its row in ``sequences``; each text tokenized once per distinct max_length."""
-        rows: list[dict[str, int]] = [{} for _ in texts]
+    def _sequence_rows(self, values: list[tuple[str, ...]], fields, max_length: int, sequences: Sequences) -> list[int]:
+        """The rows in ``sequences`` of these texts (a tuple of ``fields`` each), tokenized as the
+        tokenize stage does."""
+        frame = pd.DataFrame({name: [v[k] for v in values] for k, name in enumerate(fields.text_fields)})
+        frame["idx"], frame["label"] = np.arange(len(values)), 0
+        encoded = tokenize_frame(frame, fields, self.tokenizer, max_length)
+        return [sequences.add(ids, types) for ids, types in zip(encoded["input_ids"], encoded["token_type_ids"])]
+
+    def _tasks_at(self, item: TextItem, max_length: int, apart: bool) -> list[str]:
+        """``item``'s tasks of this max_length whose texts are encoded apart (``apart``) or not."""
+        pair = len(item.texts) == 2
+        return [
+            t
+            for t in item.heads
+            if self.tasks[t].max_length == max_length and (pair and self.tasks[t].pair == "apart") == apart
+        ]
+
+    def _tokenize_texts(self, texts: list[TextItem], sequences: Sequences) -> list[dict[str, int | tuple[int, int]]]:
+        """Per item, task -> its row in ``sequences`` (a pair encoded apart: its two texts' rows);
+        each text tokenized once per distinct max_length and form."""
+        rows: list[dict] = [{} for _ in texts]
         lengths = sorted({self.tasks[t].max_length for item in texts for t in item.heads})
         for max_length in lengths:
-            wanted = [
-                i for i, item in enumerate(texts) if any(self.tasks[t].max_length == max_length for t in item.heads)
-            ]
             for fields, arity in ((SINGLE, 1), (PAIR, 2)):
-                items = [i for i in wanted if len(texts[i].texts) == arity]
-                if not items:
-                    continue
-                frame = pd.DataFrame(
-                    {name: [texts[i].texts[k] for i in items] for k, name in enumerate(fields.text_fields)}
-                )
-                frame["idx"], frame["label"] = np.arange(len(items)), 0
-                encoded = tokenize_frame(frame, fields, self.tokenizer, max_length)
-                for i, ids, types in zip(items, encoded["input_ids"], encoded["token_type_ids"]):
-                    row = sequences.add(ids, types)
-                    rows[i].update({t: row for t in texts[i].heads if self.tasks[t].max_length == max_length})
+                joint = [
+                    i
+                    for i, item in enumerate(texts)
+                    if len(item.texts) == arity and self._tasks_at(item, max_length, False)
+                ]
+                if joint:
+                    found = self._sequence_rows([tuple(texts[i].texts) for i in joint], fields, max_length, sequences)
+                    for i, row in zip(joint, found):
+                        rows[i].update({t: row for t in self._tasks_at(texts[i], max_length, False)})
+            apart = [i for i, item in enumerate(texts) if self._tasks_at(item, max_length, True)]
+            if apart:
+                sides = [(text,) for i in apart for text in texts[i].texts]
+                found = self._sequence_rows(sides, SINGLE, max_length, sequences)
+                for k, i in enumerate(apart):
+                    pair_rows = (found[2 * k], found[2 * k + 1])
+                    rows[i].update({t: pair_rows for t in self._tasks_at(texts[i], max_length, True)})
         return rows
 
     def _tokenize_questions(self, questions: list[QuestionItem], sequences: Sequences) -> list[SpanGroup]:
@@ -331,8 +351,7 @@ class Engine:
             if entry.level == "tokens":
                 outputs = [encoded.token_outputs[task_name, head][row] for row in rows]
             else:
-                x = encoded.example_states[head_reads(entry.spec)][rows]
-                outputs = self._run_head(task_name, head, torch.from_numpy(x.astype(np.float32)))
+                outputs = self._run_head(task_name, head, self._example_input(task, entry, encoded, rows))
             ensemble = task.heads[head].ensemble
             if ensemble:
                 outputs = with_bert(task, ensemble["how"], outputs, [encoded.bert_logits[row] for row in rows])
@@ -340,6 +359,16 @@ class Engine:
                 results[i][task_name] = example_result(task, head, out)
         # the order the tasks were asked in
         return [{t: results[i][t] for t in item.heads} for i, item in enumerate(texts)]
+
+    @staticmethod
+    def _example_input(task: TaskEntry, entry, encoded: Encoded, rows: list) -> torch.Tensor:
+        """What a per-example head reads for ``rows``, as its training read it: the stored states it
+        ``reads``, or for a pair encoded apart the ``pair_features`` of its two texts' rows, rounded as stored."""
+        states = encoded.example_states[head_reads(entry.spec)]
+        if task.pair != "apart":
+            return torch.from_numpy(states[rows].astype(np.float32))
+        a, b = (torch.from_numpy(states[[row[side] for row in rows]]) for side in (0, 1))
+        return pair_features(a, b).to(torch.float16).float()
 
     def _question_results(
         self, questions: list[QuestionItem], groups: list[SpanGroup], encoded: Encoded

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, fields
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
@@ -47,6 +48,7 @@ class BundleTaskSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
     max_length: int | None = None
     doc_stride: int | None = None
+    pair: Literal["joint", "apart"] | None = None
 
 
 # --task-settings: {task: BundleTaskSettings}
@@ -54,11 +56,12 @@ BUNDLE_TASK_SETTINGS = TypeAdapter(dict[str, BundleTaskSettings])
 
 
 def checked_task_settings(given: dict) -> dict:
-    """--task-settings as {task: {max_length, doc_stride}} (set ones only), or one line naming the key."""
+    """--task-settings as {task: {max_length, doc_stride, pair}} (set ones only), or one line naming the key."""
     try:
         task_settings = BUNDLE_TASK_SETTINGS.validate_python(given)
     except ValidationError as err:
         first = err.errors()[0]
         where, what = "".join(f"{p}: " for p in first["loc"]), first["msg"][0].lower() + first["msg"][1:]
-        raise SettingsError(f"--task-settings: {where}{what} (expected {{task: {{max_length, doc_stride}}}})") from None
+        expected = "{task: {max_length, doc_stride, pair}}"
+        raise SettingsError(f"--task-settings: {where}{what} (expected {expected})") from None
     return {name: settings.model_dump(exclude_none=True) for name, settings in task_settings.items()}

@@ -28,12 +28,19 @@ from bertvision.data.tokenized import TokenizedSplit, collate, sorted_batches
 from bertvision.errors import DiskFullError
 from bertvision.features import bert_outputs
 from bertvision.features.disk_plan import check_disk_space, planned_bytes, readable_size
-from bertvision.features.encode import encoder_pass, frozen_encoder, frozen_task_model, mean_of, per_example_states
+from bertvision.features.encode import (
+    encoder_pass,
+    frozen_encoder,
+    frozen_task_model,
+    mean_of,
+    pair_features,
+    per_example_states,
+)
 from bertvision.features.shard_writer import ShardWriter, TokenShardWriter, shard_rows
 from bertvision.files import disk_full
-from bertvision.layout import shard_file, split_file
+from bertvision.layout import shard_file, split_file, texts_file
 from bertvision.models.encoder_io import bare_encoder_parameter_count, hidden_state_shape, pad_id
-from bertvision.registry.heads import READS
+from bertvision.registry.heads import PAIR_PARTS, READS
 from bertvision.runtime.device import pick_device, resolve_precision, set_threads, to_device
 
 log = logging.getLogger(__name__)
@@ -191,6 +198,65 @@ def extract_split_cls(
     return stats
 
 
+def extract_split_apart(
+    replicas,
+    split: TokenizedSplit,
+    texts: TokenizedSplit,
+    out_path: Path,
+    shard: int,
+    n_shards: int,
+    settings: ExtractSettings,
+    precision: str,
+    attrs: dict,
+) -> dict:
+    """Rows of shard ``shard`` of a pair task encoded apart (``pair: apart``) -> ``out_path``: each
+    distinct text the rows name encoded alone, once (``texts``), its per-example states rounded as
+    stored, then per row and layer ``pair_features`` of its two texts' states, for each of
+    ``READS``. Runs on the first replica's device."""
+    model, device = replicas[0]
+    start, end = shard_rows(len(split), n_shards, shard)
+    sides = split.sides[start:end]
+    needed = np.unique(sides)
+    position = np.full(len(texts), -1, dtype=np.int64)
+    position[needed] = np.arange(len(needed))
+    layers, hidden = hidden_state_shape(model)
+    width = len(PAIR_PARTS) * hidden
+    padding = pad_id(model)
+    states = {reads: np.empty((len(needed), layers, hidden), dtype=np.float16) for reads in READS}
+    t0 = time.perf_counter()
+    padded = real = 0
+    with torch.inference_mode():
+        batches = sorted_batches(texts.lengths[needed], settings.batch_size)
+        for rows in tqdm(batches, desc=f"encode {attrs['split']} texts", mininterval=10, unit="batch"):
+            batch = to_device(collate(texts, needed[rows], padding), device)
+            layer_states, _ = encoder_pass(model, batch, device, precision)
+            for reads, pooled in per_example_states(layer_states, batch["attention_mask"]).items():
+                states[reads][rows] = pooled.to("cpu", torch.float16).numpy()
+            lengths = texts.lengths[needed[rows]]
+            padded, real = padded + int(lengths.max()) * len(rows), real + int(lengths.sum())
+    label_dtype = "float32" if attrs["label_kind"] == "regression" else "int64"
+    shard_attrs = {**_shard_attrs(model, split, attrs, shard, n_shards, start, end, precision, device), "hidden": width}
+    with ShardWriter(out_path, end - start, layers, width, label_dtype, shard_attrs, store_mean=True) as writer:
+        for b0 in range(0, end - start, settings.block_rows):
+            b1 = min(end - start, b0 + settings.block_rows)
+            a, b = position[sides[b0:b1, 0]], position[sides[b0:b1, 1]]
+            combined = {
+                reads: pair_features(torch.from_numpy(x[a]), torch.from_numpy(x[b])).to(torch.float16).numpy()
+                for reads, x in states.items()
+            }
+            rows = slice(start + b0, start + b1)
+            writer.write_block(b0, combined["cls"], split.labels[rows], split.idx[rows], combined["mean"])
+    stats = {
+        "rows": end - start,
+        "texts": len(needed),
+        "seconds": time.perf_counter() - t0,
+        "padded_tokens": padded,
+        "real_tokens": real,
+    }
+    log.info("wrote %s: %s", out_path, stats)
+    return stats
+
+
 def extract_split_tokens(
     replicas,
     split: TokenizedSplit,
@@ -333,10 +399,15 @@ def extract_shard(
     shutil.rmtree(tmp_dir, ignore_errors=True)
     tmp_dir.mkdir(parents=True)
     tokens = {split: TokenizedSplit.read(split_file(tokens_dir, split)) for split in splits}
+    apart = attrs.get("pair") == "apart"
+    if apart and bert_logits:
+        raise ValueError("a pair encoded apart is not BERT's input: its head is scored by its own pass")
+    texts = {split: TokenizedSplit.read(texts_file(tokens_dir, split)) for split in splits} if apart else {}
+    width = len(PAIR_PARTS) * hidden if apart else hidden
     stats, outputs = {}, {}
     try:
         level = feature_level(attrs)
-        needed = sum(planned_bytes(t, shard, n_shards, layers, hidden, kind, level) for t in tokens.values())
+        needed = sum(planned_bytes(t, shard, n_shards, layers, width, kind, level) for t in tokens.values())
         free = check_disk_space(tmp_dir, needed)
         for split in splits:
             if bert_logits and split in scored_splits:
@@ -344,6 +415,19 @@ def extract_shard(
                     tokens[split], *shard_rows(len(tokens[split]), n_shards, shard)
                 )
             try:
+                if apart:
+                    stats[split] = extract_split_apart(
+                        replicas,
+                        tokens[split],
+                        texts[split],
+                        shard_file(tmp_dir, split),
+                        shard,
+                        n_shards,
+                        settings,
+                        resolve_precision(model_device, compute.precision, model),
+                        {**attrs, "split": split},
+                    )
+                    continue
                 stats[split] = extractor(attrs)(
                     replicas,
                     tokens[split],

@@ -11,10 +11,10 @@ import pandas as pd
 
 from bertvision.config.settings import TokenizeSettings
 from bertvision.data.squad_windows import build_windows
-from bertvision.data.token_ids import tokenize_frame
+from bertvision.data.token_ids import tokenize_apart, tokenize_frame
 from bertvision.errors import ConfigError
 from bertvision.files import atomic_write_parquet
-from bertvision.layout import split_file
+from bertvision.layout import split_file, texts_file
 from bertvision.models.backbone import load_tokenizer
 from bertvision.models.encoder_io import load_model_config, summary_position, uses_token_types
 from bertvision.registry.metrics import question_gold
@@ -76,8 +76,16 @@ def tokenize_task(task: TaskSpec, settings: TokenizeSettings, raw_dir: Path, out
             tokens = answerability_windows(df, build_windows(df, tokenizer, max_length, settings.doc_stride))
         else:
             tokens = tokenize_frame(df, task, tokenizer, max_length)
+        texts = None
+        if settings.pair == "apart":
+            texts, sides = tokenize_apart(df, task, tokenizer, max_length)
+            tokens["text_a"], tokens["text_b"] = sides[:, 0], sides[:, 1]
         if not token_types:  # the encoder takes none (RoBERTa, DistilBERT): collate sends none
             tokens = tokens.drop(columns="token_type_ids")
+            texts = None if texts is None else texts.drop(columns="token_type_ids")
+        if texts is not None:
+            atomic_write_parquet(texts, texts_file(out_dir, split))
+            log.info("%s/%s: %d distinct texts for %d pairs, each encoded alone", task.name, split, len(texts), len(df))
         truncated = int((tokens["length"] >= max_length).sum())
         stats[split] = {
             "rows": len(tokens),

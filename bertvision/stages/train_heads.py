@@ -164,8 +164,9 @@ def _evaluated(task: TaskSpec, group: list[Plan], lockstep: Lockstep, problems: 
             "states_precision": train_source.get("precision"),
         }
         core = head.head if isinstance(head, Standardized) else head
-        if hasattr(core, "layer_weights"):  # the learned layer mix (LP, token-pool)
+        if hasattr(core, "layer_weights"):  # the learned layer mix (LP, token-pool, cosine)
             record["layer_weights"] = core.layer_weights().detach().cpu().tolist()
+        if hasattr(core, "gamma"):
             record["gamma"] = float(core.gamma.detach())
         finished.append(
             {
