@@ -121,9 +121,10 @@ def tiny_config(tiny_bert: Path) -> dict:
             "squad2": squad_slice(30, 20, 30, max_length=128, doc_stride=64, heads=["lp", "ladder"], peers=["lora"]),
             # the same questions' answerability, from each window's [CLS] states
             "squad2-answerable": squad_slice(30, 20, 30, max_length=128, doc_stride=64, peers=["bitfit"]),
-            # RTE and WNLI share their labels: RTE's heads answer WNLI as they are (head_transfer)
-            "rte": {"train_size": 40, "eval_size": 30, "peers": []},
-            "wnli": {"train_size": 40, "eval_size": 30, "peers": []},
+            # RTE and WNLI share their labels: RTE's heads answer WNLI as they are (head_transfer);
+            # their pairs encoded apart (each text alone), on every encoder, shared ones included
+            "rte": {"train_size": 40, "eval_size": 30, "peers": [], "pair": "apart"},
+            "wnli": {"train_size": 40, "eval_size": 30, "peers": [], "pair": "apart"},
         },
         "shared": {
             "tasks": ["rte", "wnli", "squad2"],
@@ -161,6 +162,8 @@ def tiny_config(tiny_bert: Path) -> dict:
                 "adapter8": {"type": "adapter", "width": 8, "skip": True},
                 "tokpool": {"type": "token-pool"},
                 "ladder": {"type": "ladder", "reduction": 4, "attention_heads": 2, "blocks": 1, "init": "encoder"},
+                # the pairs encoded apart only (rte, wnli)
+                "cos": {"type": "cosine", "reads": "mean"},
             },
         },
     }

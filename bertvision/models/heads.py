@@ -91,6 +91,10 @@ class CosineHead(nn.Module):
         self.layer_logits = nn.Parameter(torch.zeros(layers))
         self.dropout = nn.Dropout(dropout)
         self.classifier = nn.Linear(1, outputs)
+        # From zero, the first steps move the scale in the direction the labels ask for; a random
+        # start of the wrong sign takes a head's small learning rate hundreds of steps to undo.
+        nn.init.zeros_(self.classifier.weight)
+        nn.init.zeros_(self.classifier.bias)
 
     def layer_weights(self) -> torch.Tensor:
         return torch.softmax(self.layer_logits, dim=0)

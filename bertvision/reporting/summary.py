@@ -78,6 +78,7 @@ SUMMARY_COLUMNS = [
     "answerable_no_window",
     "device",
     "precision",
+    "pair",  # the heads' rows: a pair task's texts encoded as one sequence (joint) or apart
     # a peer whose result does not depend on the seed: one run, its spread zero by construction
     "deterministic",
     "best_dev_any",
@@ -100,6 +101,7 @@ def _configs(runs: pd.DataFrame) -> pd.DataFrame:
         feature_bytes=("feature_bytes", "mean"),
         device=("device", "first"),
         precision=("precision", "first"),
+        **({"pair": ("pair", "first")} if "pair" in runs else {}),
         # the fine-tuning seeds behind a row (0: none, full fine-tuning's and BERT's own rows)
         ft_seeds=("ft_seed", "nunique") if "ft_seed" in runs else ("dev", lambda v: 0),
         **({"raced_out": ("raced_out", lambda v: bool(v.isin([True]).any()))} if "raced_out" in runs else {}),
@@ -265,6 +267,7 @@ def summary_table(runs: pd.DataFrame, picks: list[Pick]) -> pd.DataFrame:
                     **facts,
                     "device": r["device"],
                     "precision": r["precision"],
+                    "pair": r.get("pair"),
                     "deterministic": bool(r.get("deterministic") is True),
                 }
             )
@@ -313,6 +316,17 @@ def peer_lines(task_name: str, configured: list[str]) -> str:
     task = get_task(task_name)
     return " ".join(
         f"{get_peer(name).label} does not apply here: {why}." for name, why in inapplicable(configured, task).items()
+    )
+
+
+def pair_line(block: pd.DataFrame) -> str:
+    """Which form of a pair task each row read, where the heads read it apart."""
+    heads = block[block["row"].isin(ROW_KINDS[2:5])]
+    if not heads["pair"].isin(["apart"]).any():
+        return ""
+    return (
+        "The heads read each pair encoded apart (each text alone, per layer [u, v, |u-v|, u*v] of the two "
+        "texts' states: tasks.<task>.pair); fine-tuning, BERT's own head and full fine-tuning read it as one sequence."
     )
 
 
@@ -425,7 +439,15 @@ def summary_markdown(
         race = checkpoint_race_line((race_decisions or {}).get((backbone, task_name), []))
         skipped = peer_lines(task_name, (peers or {}).get(task_name, []))
         notes = " ".join(
-            n for n in (constant_line(task, block["constant_score"].iloc[0]), no_window_line(block), race, skipped) if n
+            n
+            for n in (
+                constant_line(task, block["constant_score"].iloc[0]),
+                no_window_line(block),
+                pair_line(block),
+                race,
+                skipped,
+            )
+            if n
         )
         parts += ["", verdict(block), ""] + ([notes, ""] if notes else [])
     parts += [devices_line(table), head_selection_line(table), ""]
