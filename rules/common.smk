@@ -264,8 +264,9 @@ def bert_scoring_inputs(wildcards):
 
 
 def bert_logits_input(wildcards):
-    """BERT's logits for a head job's ensembles: none at checkpoint 0, whose head has not trained."""
-    if L.Checkpoint.named(wildcards.frac).fraction == 0:
+    """BERT's logits for a head job's ensembles: none at checkpoint 0, whose head has not trained,
+    nor for a pair encoded apart (BERT reads it joint: the service could not combine the two)."""
+    if L.Checkpoint.named(wildcards.frac).fraction == 0 or S.pair(wildcards.task) == "apart":
         return []
     return L.CHECKPOINT_FILE.format(**wildcards, file=L.BERT_LOGITS)
 
