@@ -145,6 +145,10 @@ def _shard_attrs(model, split, attrs, shard, n_shards, start, end, precision, de
     }
 
 
+def example_label_dtype(attrs: dict) -> str:
+    return "float32" if attrs["label_kind"] == "regression" else "int64"
+
+
 def extract_split_cls(
     replicas,
     split: TokenizedSplit,
@@ -163,7 +167,7 @@ def extract_split_cls(
     start, end = shard_rows(len(split), n_shards, shard)
     padding = pad_id(model)
     layers, hidden = hidden_state_shape(model)
-    label_dtype = "float32" if attrs["label_kind"] == "regression" else "int64"
+    label_dtype = example_label_dtype(attrs)
     batch_size, block_rows = settings.batch_size, settings.block_rows
     t0 = time.perf_counter()
     padded = real = 0
@@ -234,7 +238,7 @@ def extract_split_apart(
                 states[reads][rows] = pooled.to("cpu", torch.float16).numpy()
             lengths = texts.lengths[needed[rows]]
             padded, real = padded + int(lengths.max()) * len(rows), real + int(lengths.sum())
-    label_dtype = "float32" if attrs["label_kind"] == "regression" else "int64"
+    label_dtype = example_label_dtype(attrs)
     shard_attrs = {**_shard_attrs(model, split, attrs, shard, n_shards, start, end, precision, device), "hidden": width}
     with ShardWriter(out_path, end - start, layers, width, label_dtype, shard_attrs, store_mean=True) as writer:
         for b0 in range(0, end - start, settings.block_rows):
@@ -290,7 +294,7 @@ def extract_split_tokens(
             "char_offsets": False,
             "store_cls": True,
             "store_mean": True,
-            "label_dtype": "float32" if attrs["label_kind"] == "regression" else "int64",
+            "label_dtype": example_label_dtype(attrs),
         }
     )
     with TokenShardWriter(out_path, lengths, layers, hidden, shard_attrs, **labels) as writer:
