@@ -21,6 +21,8 @@ import pandas as pd
 from bertvision.registry.task_spec import TaskSpec
 from bertvision.reporting.results import ensemble_name, ensemble_parameters, raced_out
 
+SCORE_DIGITS = 9
+
 
 def _last_if_missing(value) -> tuple:
     missing = value is None or (isinstance(value, float) and math.isnan(value))
@@ -42,8 +44,10 @@ class Candidate:
         return not self.raced_out and not math.isnan(self.selection)
 
     def key(self) -> tuple:
+        # Means of the same scores summed in another order (pandas in the pick, Python in the race)
+        # differ in the last bits: rounded, such a tie is a tie everywhere.
         return (
-            _last_if_missing(-self.selection),
+            _last_if_missing(-round(self.selection, SCORE_DIGITS)),
             _last_if_missing(self.parameters),
             _last_if_missing(self.checkpoint),
             self.name,
