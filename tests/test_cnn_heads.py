@@ -196,6 +196,7 @@ def test_the_config_accepts_the_heads_and_rejects_unknown_options():
         "pool": "none",
         "adapter_width": 0,
         "dropout": 0.0,
+        "reads": "cls",
     }
     assert models["cnn-lp"] == {
         "type": "cnn",
@@ -205,6 +206,7 @@ def test_the_config_accepts_the_heads_and_rejects_unknown_options():
         "pool": "lp",
         "adapter_width": 0,
         "dropout": 0.1,
+        "reads": "cls",
     }
     bad = [
         ({"type": "cnn", "kernal": 5}, r"heads.models.x: Additional properties are not allowed \('kernal' was"),
