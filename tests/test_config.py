@@ -340,7 +340,7 @@ def test_run_tasks_runs_a_share_of_the_tasks_with_their_settings():
     every = WorkflowSettings(validate_config(copy.deepcopy(base)))
     one = WorkflowSettings(validate_config({**copy.deepcopy(base), "run_tasks": ["mrpc"]}))
     assert every.tasks == ["cola", "mrpc", "stsb", "rte"] and one.tasks == ["mrpc"]
-    assert one.config["tasks"]["mrpc"] == every.config["tasks"]["mrpc"] == {"token_features": True}
+    assert one.config["tasks"]["mrpc"] == every.config["tasks"]["mrpc"] == {"token_features": True, "pair": "joint"}
     assert one.head_settings("mrpc") == every.head_settings("mrpc") and one.head_seeds == every.head_seeds
     assert one.transfer_tasks() == ["mrpc"] and one.bert_curve_tasks() == [] and one.shared_tasks == ["mrpc"]
     assert [r.task for r in one.runs()] == ["mrpc"] * len(one.runs())
