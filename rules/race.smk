@@ -1,7 +1,7 @@
 checkpoint race_checkpoint:
     """The race between checkpoints (heads.race, protocol racing): whether the best head's mean
-    selection score at this checkpoint beat the earlier checkpoints' by more than min_gain, and
-    so whether fine-tuning goes on to the next one. A Snakemake checkpoint: the tables, plots
+    selection score at this checkpoint may beat the earlier checkpoints' by more than min_gain
+    (checkpoint_rule), and so whether fine-tuning goes on to the next one. A Snakemake checkpoint: the tables, plots
     and bundles ask for the next checkpoint's heads only once this has decided."""
     input:
         unpack(race_inputs),

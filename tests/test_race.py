@@ -14,7 +14,7 @@ from bertvision.serving.bundle import BundleError
 from bertvision.stages.race import best_candidate, decide_checkpoint
 
 TASK = get_task("mrpc")
-RACE = RaceSettings(protocol="racing", rungs=(2,), keep=0.5, min_gain=0.01)
+RACE = RaceSettings(protocol="racing", rungs=(2,), keep=0.5, min_gain=0.01, checkpoint_rule="spread")
 
 
 def plant(heads_dir, head, seed, selection, raced_out=None, ensemble=None):
@@ -50,7 +50,8 @@ def test_the_best_candidate_is_the_best_mean_over_every_run_and_raced_out_runs_d
     dirs = checkpoint_heads(tmp_path, "0", [{"lp": [0.70, 0.72], "ap": [0.80, 0.60]}, {"lp": [0.71, 0.73]}])
     plant(dirs[0], "adapter", 1, 0.99, raced_out=2)  # stopped by the race: never the best
     best = best_candidate(TASK, dirs)
-    assert best == {"candidate": "lp", "selection": pytest.approx(0.715), "runs": 4}
+    assert best == {"candidate": "lp", "selection": pytest.approx(0.715), "runs": 4,
+                    "standard_error": pytest.approx(0.012910 / 2, abs=1e-6)}  # fmt: skip
 
 
 def test_a_head_the_race_stopped_in_one_seeds_job_is_no_candidate_for_the_race_the_pick_or_a_bundle(tmp_path):
@@ -63,7 +64,7 @@ def test_a_head_the_race_stopped_in_one_seeds_job_is_no_candidate_for_the_race_t
 
     dirs = checkpoint_heads(tmp_path, "0.3", [{"lp": [0.70, 0.72], "adapter": [0.90, 0.91]}, {"lp": [0.71, 0.73]}])
     plant(dirs[1], "adapter", 1, 0.95, raced_out=2)
-    assert best_candidate(TASK, dirs) == {"candidate": "lp", "selection": pytest.approx(0.715), "runs": 4}
+    assert best_candidate(TASK, dirs)["candidate"] == "lp"
 
     configs = pd.DataFrame(
         {
@@ -104,7 +105,8 @@ def test_the_best_candidate_may_be_a_head_with_bert_as_the_pick_would_take_it(tm
     dirs = [tmp_path / "ft1"]
     plant(dirs[0], "lp", 1, 0.70, ensemble=0.78)
     plant(dirs[0], "ap", 1, 0.75, ensemble=0.72)
-    assert best_candidate(TASK, dirs) == {"candidate": "lp + BERT (mean)", "selection": pytest.approx(0.78), "runs": 1}
+    assert best_candidate(TASK, dirs) == {"candidate": "lp + BERT (mean)", "selection": pytest.approx(0.78), "runs": 1,
+                                          "standard_error": 0.0}  # fmt: skip
 
 
 def test_fine_tuning_goes_on_while_the_best_rises_by_more_than_min_gain(tmp_path):
@@ -117,9 +119,38 @@ def test_fine_tuning_goes_on_while_the_best_rises_by_more_than_min_gain(tmp_path
     assert rising["go_on"] and rising["best_before"] == 0.70 and rising["best_so_far"] == 0.75
     flat = decide_checkpoint(TASK, "m", Checkpoint(1), checkpoint_heads(tmp_path, "1", [{"ap": [0.755]}]),
                              RACE, out / "1.json", previous=out / "0.3.json")  # fmt: skip
-    assert not flat["go_on"] and "<=" in flat["why"]  # +0.005 is not more than 0.01
+    assert not flat["go_on"] and "below 0.01" in flat["why"]  # +0.005, one run each: no spread to be within
     assert flat["best_so_far"] == 0.755
     assert json.loads((out / "1.json").read_text()) == flat
+
+
+def test_a_gain_within_the_seeds_spread_of_the_bar_goes_on_where_the_gain_alone_stopped(tmp_path):
+    """A planted noisy gain: lp scores 0.72 ± 0.02 over three head seeds on the untouched encoder and
+    0.725 ± 0.024 over two fine-tuning seeds x two head seeds at 0.3 epochs. The gain, +0.005, is
+    under min_gain 0.01, so the old rule (``gain``) stops there; its standard error (0.0166) puts
+    the bar within the seeds' noise, so ``spread`` goes on. A gain as small whose seeds agree, and a
+    clear loss, still stop."""
+    out = tmp_path / "race"
+    decide_checkpoint(TASK, "m", Checkpoint(0), checkpoint_heads(tmp_path, "0", [{"lp": [0.70, 0.74, 0.72]}]), RACE,
+                      out / "0.json")  # fmt: skip
+    noisy = checkpoint_heads(tmp_path, "0.3", [{"lp": [0.70, 0.74]}, {"lp": [0.71, 0.75]}])
+    gain_rule = RACE.model_copy(update={"checkpoint_rule": "gain"})
+    old = decide_checkpoint(TASK, "m", Checkpoint(0.3), noisy, gain_rule, out / "old.json", previous=out / "0.json")
+    assert not old["go_on"] and "+0.0050 <= 0.01" in old["why"]
+    new = decide_checkpoint(TASK, "m", Checkpoint(0.3), noisy, RACE, out / "new.json", previous=out / "0.json")
+    assert new["go_on"] and "+0.0050 ± 0.0166 (standard error), within noise of 0.01" in new["why"]
+    assert new["best_so_far"] == pytest.approx(0.725) and new["best_so_far_error"] == pytest.approx(0.0119, abs=1e-4)
+
+    decide_checkpoint(TASK, "m", Checkpoint(0), checkpoint_heads(tmp_path, "a", [{"lp": [0.72, 0.72, 0.72]}]), RACE,
+                      out / "a.json")  # fmt: skip
+    steady = checkpoint_heads(tmp_path, "b", [{"lp": [0.7249, 0.7251]}, {"lp": [0.7250, 0.7250]}])
+    assert not decide_checkpoint(TASK, "m", Checkpoint(0.3), steady, RACE, out / "b.json", previous=out / "a.json")[
+        "go_on"
+    ]
+    worse = checkpoint_heads(tmp_path, "c", [{"lp": [0.60, 0.64]}, {"lp": [0.61, 0.65]}])
+    assert not decide_checkpoint(TASK, "m", Checkpoint(0.3), worse, RACE, out / "c.json", previous=out / "0.json")[
+        "go_on"
+    ]
 
 
 def test_a_checkpoint_below_the_best_before_stops_and_the_last_one_never_goes_on(tmp_path):

@@ -411,7 +411,7 @@ def test_a_race_stopped_after_a_checkpoint_counts_what_it_ran(tmp_path, monkeypa
     monkeypatch.chdir(tmp_path)
     r = HandWorked(Path("."))
     reached = [i for i, run in enumerate(r.runs) if run.checkpoint.name != "1"]
-    race = RaceSettings(protocol="racing", rungs=(2,), keep=0.5, min_gain=0.2)
+    race = RaceSettings(protocol="racing", rungs=(2,), keep=0.5, min_gain=0.2, checkpoint_rule="gain")
     decisions = []
     for frac in ("0", "0.3"):
         dirs = [r.head_dirs[i] for i in reached if r.runs[i].checkpoint.name == frac]

@@ -357,6 +357,7 @@ class RaceSettings(StageSettings):
     rungs: Annotated[tuple[int, ...], Field(strict=False)] = setting("heads.race.rungs")
     keep: Number = setting("heads.race.keep")
     min_gain: Number = setting("heads.race.min_gain")
+    checkpoint_rule: str = setting("heads.race.checkpoint_rule")
 
     @property
     def racing(self) -> bool:

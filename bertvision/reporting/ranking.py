@@ -37,6 +37,9 @@ class Candidate:
     checkpoint: float | None = None  # epochs of fine-tuning its states come from (None: not a head path)
     raced_out: bool = False  # some run of it was stopped by the race
     runs: int = 1
+    std: float = field(
+        default=math.nan, compare=False
+    )  # sample std of its selection scores over its runs (NaN: one run)
     ref: object = field(default=None, compare=False)  # what the caller ranks (a row's index)
 
     @property
@@ -96,14 +99,18 @@ def head_candidates(task: TaskSpec, records: list[dict], checkpoint: float | Non
     for name, scored in runs.items():
         records_of = [r for _, r in scored]
         ensemble = name != records_of[0]["head"]
+        scores = [s for s, _ in scored]
+        mean = float(sum(scores) / len(scores))
+        std = math.sqrt(sum((s - mean) ** 2 for s in scores) / (len(scores) - 1)) if len(scores) > 1 else math.nan
         out.append(
             Candidate(
                 name,
-                float(sum(s for s, _ in scored) / len(scored)),
+                mean,
                 ensemble_parameters(records_of[0]) if ensemble else records_of[0]["parameters"],
                 checkpoint,
                 raced_out=any(raced_out(r) for r in records_of),
                 runs=len(scored),
+                std=std,
             )
         )
     return out
