@@ -4,7 +4,7 @@ reached (the one ranking, on selection) and that pick's dev score, beside the gr
 Nothing is trained; the decisions are the race stage's own (``stages.race.decide_checkpoint``).
 
     python scripts/checkpoint_rules.py RUN_DIR --model minilm-l6 --tasks review-sentiment review-site \\
-        --ftseeds 1 2 3 --checkpoints 0 0.3 1 [--min-gain 0.005]
+        --ftseeds 1 2 3 --checkpoints 0 0.3 1 [--min-gain 0.005] [--config CONFIG (declares own tasks)]
 """
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ import statistics
 import tempfile
 from pathlib import Path
 
+from bertvision.config.schema import validate_config
 from bertvision.config.settings import RaceSettings
+from bertvision.config.workflow import WorkflowSettings, load_workflow_config
 from bertvision.files import read_json
 from bertvision.layout import HEADS_DIR, Checkpoint, Run, head_metrics_files
 from bertvision.registry.tasks import get_task
@@ -65,7 +67,10 @@ def main() -> None:
     parser.add_argument("--ftseeds", nargs="+", type=int, required=True)
     parser.add_argument("--checkpoints", nargs="+", required=True)
     parser.add_argument("--min-gain", type=float, default=0.005)
+    parser.add_argument("--config", type=Path, help="the run's config, read for the tasks it declares")
     args = parser.parse_args()
+    if args.config:  # reading it declares the config's own tasks (run from the run's directory)
+        WorkflowSettings(validate_config(load_workflow_config(args.config), source=str(args.config)))
     checkpoints = [Checkpoint.named(c) for c in args.checkpoints]
     print("| task | rule | decisions (checkpoint: best selection, gain) | stopped after | pick | selection | dev |")
     print("|---|---|---|---|---|---|---|")
