@@ -64,12 +64,11 @@ def train_heads(
     ``training.racing``, and each record says where the race stopped it).
 
     Every head that shares a problem and batch size trains in lockstep, each batch drawn once for
-    all of them (``train_together``), and the seeds of one head spec step as one stacked module
-    (``training.loop.Stack``). Stored features: each run in its own seed's batch order, so each
-    trains as it would alone. Streamed: every seed on one encoder pass per epoch, in the first
-    seed's batch order (seeds then differ in initialization and dropout only). Each run's
-    ``seconds`` is its own work (steps, selection scoring, evaluation) plus an even share of the
-    group's common work (batches, the encoder)."""
+    all of them (``train_together``). Stored features: one lockstep group per seed, in that seed's
+    batch order, so each run trains exactly as it would alone. Streamed: every seed in one group
+    on one encoder pass per epoch, in the first seed's batch order (seeds then differ in
+    initialization and dropout only). Each run's ``seconds`` is its own work (steps, selection
+    scoring, evaluation) plus an even share of the group's common work (batches, the encoder)."""
     t_start = time.perf_counter()
     searched = searched or {}
     set_threads(threads)
@@ -112,23 +111,15 @@ def train_heads(
 
 def _lockstep_groups(plans: list[Plan], problems: Problems, first_seed: int, task: TaskSpec) -> list[tuple]:
     """The plans that train together, each group with its (not yet trained) ``Lockstep``: one
-    problem and batch size; each run in its own seed's batch order for stored features, every run
-    in the first seed's for streamed ones (one encoder pass per epoch for every seed)."""
+    problem and batch size, and one batch order: the run's seed's for stored features, the first
+    seed's for streamed ones (one encoder pass per epoch for every seed)."""
     groups: dict = {}
     for plan in plans:
-        groups.setdefault((id(plan.problem), plan.run.settings.batch_size), []).append(plan)
+        order_seed = first_seed if problems.streamed else plan.run.seed
+        groups.setdefault((id(plan.problem), plan.run.settings.batch_size, order_seed), []).append(plan)
     return [
-        (
-            group,
-            Lockstep(
-                task,
-                [plan.run for plan in group],
-                group[0].problem,
-                problems.device,
-                [first_seed if problems.streamed else plan.run.seed for plan in group],
-            ),
-        )  # fmt: skip
-        for group in groups.values()
+        (group, Lockstep(task, [plan.run for plan in group], group[0].problem, problems.device, order_seed))
+        for (_, _, order_seed), group in groups.items()
     ]
 
 

@@ -3,6 +3,9 @@ streamed from the shards when they do not fit), scoring, predictions and head + 
 
 from __future__ import annotations
 
+import time
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pandas as pd
 import torch
@@ -19,27 +22,22 @@ from bertvision.training.statistics import moments, nested_subset
 
 
 class PermutedBatches:
-    """One epoch of mini-batches over the rows in ``order``, each gathered as it is asked for (no
-    shuffled copy of the whole split: runs of several batch orders train side by side)."""
+    """One epoch of contiguous mini-batches over already-shuffled tensors."""
 
-    def __init__(self, x, y, order, batch_size: int):
-        self.x, self.y, self.order, self.batch_size = x, y, order, batch_size
-        self.wait_seconds = 0.0
-
-    def __len__(self) -> int:
-        return -(-len(self.order) // self.batch_size)
+    def __init__(self, x, y, batch_size: int, wait_seconds: float):
+        self.x, self.y, self.batch_size, self.wait_seconds = x, y, batch_size, wait_seconds
 
     def __iter__(self):
-        for i in range(0, len(self.order), self.batch_size):
-            rows = self.order[i : i + self.batch_size]
-            yield self.x[rows], self.y[rows]
+        for i in range(0, len(self.x), self.batch_size):
+            yield self.x[i : i + self.batch_size], self.y[i : i + self.batch_size]
 
 
 class TrainingData:
     """Per-example training batches for every epoch.
 
     When the features fit in ``in_memory_max_mb`` (as float32) they are held on the training
-    device; otherwise they are streamed from the shards (``BatchStream``).
+    device, and a background thread prepares the next epoch's shuffled copy while the current
+    epoch trains; otherwise they are streamed from the shards (``BatchStream``).
     """
 
     def __init__(self, features: FeatureSet, device: torch.device, in_memory_max_mb: float, rows=None):
@@ -58,6 +56,8 @@ class TrainingData:
                 x, y = x[rows], y[rows]
             self.x = torch.from_numpy(x.astype(np.float32)).to(device)
             self.y = torch.from_numpy(y).to(device)
+            self._pool = ThreadPoolExecutor(max_workers=1)
+            self._next: dict = {}
 
     def moments(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-(layer, dimension) mean and std of the training features."""
@@ -66,15 +66,23 @@ class TrainingData:
         shards = (read_shard(p, self.features.reads)[0] for p in self.features.shard_paths())
         return moments(shards, self.features.n_examples, self.device)
 
+    def _shuffled(self, seed: int):
+        order = torch.randperm(len(self.x), generator=torch.Generator().manual_seed(seed)).to(self.device)
+        return self.x[order], self.y[order]
+
     def __len__(self) -> int:
         return len(self.x) if self.in_memory else self.features.n_examples
 
     def epoch(self, seed: int, batch_size: int):
-        """Batches for the epoch with shuffling ``seed``."""
+        """Batches for the epoch with shuffling ``seed``; the next call is expected with ``seed + 1``."""
         if not self.in_memory:
             return BatchStream(self.features, batch_size, seed=seed, pin_memory=self.device.type == "cuda")
-        order = torch.randperm(len(self.x), generator=torch.Generator().manual_seed(seed)).to(self.device)
-        return PermutedBatches(self.x, self.y, order, batch_size)
+        t0 = time.perf_counter()
+        pending = self._next.pop(seed, None) or self._pool.submit(self._shuffled, seed)
+        x, y = pending.result()
+        wait = time.perf_counter() - t0
+        self._next = {seed + 1: self._pool.submit(self._shuffled, seed + 1)}
+        return PermutedBatches(x, y, batch_size, wait)
 
 
 class StreamedBatches(Prefetched):
@@ -143,10 +151,7 @@ def held_questions(task: TaskSpec, raw_dir, splits) -> dict[str, pd.DataFrame]:
 
 class ExampleProblem:
     """Classification / regression on per-example [CLS] features. ``train_fraction`` < 1 trains
-    on a nested random subset of the training rows (data-fraction experiments). ``stackable``:
-    every batch has one shape, so runs stacked in one module step on their batches together."""
-
-    stackable = True
+    on a nested random subset of the training rows (data-fraction experiments)."""
 
     def __init__(
         self,

@@ -48,10 +48,7 @@ class TokenExampleProblem(ExampleProblem):
     """Per-example classification / regression whose head sees every real token: (x, mask, y)
     batches, CE or MSE loss, and ExampleProblem's selection metrics, evaluation, predictions and
     ensembles (``self.held[split]`` = (examples, labels, idx), ``_score`` from token outputs).
-    ``moments``: per-(layer, dimension) mean and std over every real training token. Batches
-    are padded to their longest example, so runs do not stack (``training.loop.Stack``)."""
-
-    stackable = False
+    ``moments``: per-(layer, dimension) mean and std over every real training token."""
 
     def __init__(
         self,
