@@ -75,13 +75,18 @@ def main() -> None:
     problem = problems.get(runs[0].spec)
 
     def one_by_one():
-        return [train_together(task, [run], problem, problems.device, run.seed)[0] for run in runs]
+        return [train_together(task, [run], problems.get(run.spec), problems.device, run.seed)[0] for run in runs]
 
     def together_by_seed():
+        """As the head-training job groups them: per seed, the heads of one problem (one kind of states)."""
         together = []
         for seed in args.seeds:
-            group = [run for run in runs if run.seed == seed]
-            together += list(zip(group, train_together(task, group, problem, problems.device, seed)))
+            groups: dict = {}
+            for run in (run for run in runs if run.seed == seed):
+                groups.setdefault(id(problems.get(run.spec)), []).append(run)
+            for group in groups.values():
+                trained = train_together(task, group, problems.get(group[0].spec), problems.device, seed)
+                together += list(zip(group, trained))
         return together
 
     alone = together = None

@@ -193,7 +193,7 @@ def test_a_race_keeps_the_planted_best_head_and_stops_a_planted_bad_one_at_the_f
     settings = SETTINGS.replace(max_epochs=8, patience=8)
     heads = with_training({"lp": HEADS["lp"], "ap": HEADS["ap"], "stuck": HEADS["adapter"]}, settings)
     heads["stuck"] = heads["stuck"].replace(training=settings.replace(learning_rate=1e-9))
-    race = RaceSettings(protocol="racing", rungs=(2, 4), keep=0.5, min_gain=0.005)
+    race = RaceSettings(protocol="racing", rungs=(2, 4), keep=0.5, min_gain=0.005, checkpoint_rule="spread")
     train_heads(get_task("sst2"), heads, RUNTIME, manifest, [1, 2], tmp_path / "raced", threads=1, race=race)
     train_heads(get_task("sst2"), heads, RUNTIME, manifest, [1, 2], tmp_path / "grid", threads=1)
 

@@ -64,8 +64,10 @@ class RunState:
             head = Standardized(head, *run.moments)
         self.head = head.to(device)
         total = run.settings.max_epochs * steps_per_epoch
+        # fused, as the encoder's: one kernel over every tensor instead of a dozen small ops per
+        # tensor; 0.87x the step on a CPU (docs/results/heads-fused-adamw-mrpc.txt)
         self.opt = torch.optim.AdamW(
-            self.head.parameters(), lr=run.settings.learning_rate, weight_decay=run.settings.weight_decay
+            self.head.parameters(), lr=run.settings.learning_rate, weight_decay=run.settings.weight_decay, fused=True
         )
         self.sched = get_linear_schedule_with_warmup(self.opt, int(round(run.settings.warmup_ratio * total)), total)
         self.best = {"score": -np.inf, "epoch": 0, "state": copy.deepcopy(self.head.state_dict()), "metrics": None}
