@@ -1,8 +1,12 @@
 """No choice reads the reported split. The workflow runs twice on the same data except for the
 dev labels (MRPC's classes flipped, STS-B's scores mirrored, SQuAD's dev questions made
-unanswerable); every choice must come out the same: the baseline's kept epoch, each head's
-epoch, the search's best trial, the null thresholds, the cost table's BERT reference and the
-path the summary picks. The dev scores must differ, or the test would prove nothing."""
+unanswerable); every choice must come out the same: the baseline's and the peers' kept epochs
+and settings, each head's epoch, the race's survivors and checkpoints, the search's best trial,
+the null thresholds, the cost table's BERT reference, the path the summary picks and every
+bundle's served heads and seeds. The run covers two fine-tuning seeds, the ladder and token-pool
+(MRPC's every token), a pair encoded apart with mean and cosine heads (STS-B), a streamed task
+(SST-2), answerability and spans (SQuAD 2.0) and a task of the config's own. The dev scores must
+differ, or the test would prove nothing; a choice planted to read dev must be caught."""
 
 from __future__ import annotations
 
@@ -26,11 +30,34 @@ def config(tiny_bert: Path, glue_dir: Path, squad_dir: Path) -> dict:
         "backbones": {"tiny": {"pretrained": str(tiny_bert)}},
         "data": {"glue_dir": str(glue_dir), "squad_dir": str(squad_dir), "selection_fraction": 0.3},
         "tasks": {
-            "mrpc": {"train_size": 60, "eval_size": 40, "search_heads": ["adapter8"], "peers": ["lora"]},
-            "stsb": {"train_size": 60, "eval_size": 40, "peers": ["embedding", "cosine"]},
+            # every token's states: the ladder and token-pool choose their epochs too
+            "mrpc": {
+                "train_size": 60,
+                "eval_size": 40,
+                "search_heads": ["adapter8"],
+                "peers": ["lora"],
+                "token_features": True,
+                "heads": ["lp", "adapter8", "tokpool", "ladder"],
+            },
+            # each text encoded alone: heads on [CLS] and on the mean states, and the cosine
+            "stsb": {
+                "train_size": 60,
+                "eval_size": 40,
+                "peers": ["embedding", "cosine"],
+                "pair": "apart",
+                "heads": ["lp", "lp-mean", "cos"],
+            },
             "squad2": squad_slice(30, 20, 30, max_length=128, doc_stride=64, heads=["lp"], peers=[]),
-            # single texts: SetFit's task kind, no heads of its own beyond lp
-            "sst2": {"train_size": 60, "eval_size": 40, "heads": ["lp"], "peers": ["setfit", "embedding"]},
+            "squad2-answerable": squad_slice(30, 20, 30, max_length=128, doc_stride=64, heads=["lp"], peers=[]),
+            # single texts: SetFit's task kind, no heads of its own beyond lp; its states streamed
+            # into the head jobs (store: false)
+            "sst2": {
+                "train_size": 60,
+                "eval_size": 40,
+                "heads": ["lp"],
+                "peers": ["setfit", "embedding"],
+                "store": False,
+            },
             # a task of the config's own, three classes from a CSV in the run's folder (own_files)
             "bands": {
                 "files": {"train": "own/bands-train.csv", "dev": "own/bands-dev.csv"},
@@ -41,7 +68,8 @@ def config(tiny_bert: Path, glue_dir: Path, squad_dir: Path) -> dict:
                 "peers": ["bitfit"],
             },
         },
-        "finetune": {"epoch_fractions": [0, 0.5, 1.0], "settings": {"batch_size": 8}},
+        # two fine-tuning seeds: the pick averages over them and a bundle serves one
+        "finetune": {"epoch_fractions": [0, 0.5, 1.0], "seeds": [1, 2], "settings": {"batch_size": 8}},
         "baseline": {"epochs": 3, "seeds": [1, 2]},
         # every peer chooses among two settings on selection (the embedding: features x strengths)
         "peers": {
@@ -56,7 +84,14 @@ def config(tiny_bert: Path, glue_dir: Path, squad_dir: Path) -> dict:
         "heads": {
             "seeds": [1, 2],
             "training": {"max_epochs": 4, "patience": 2, "batch_size": 16},
-            "models": {"lp": {"type": "lp"}, "adapter8": {"type": "adapter", "width": 8}},
+            "models": {
+                "lp": {"type": "lp"},
+                "adapter8": {"type": "adapter", "width": 8},
+                "lp-mean": {"type": "lp", "reads": "mean"},
+                "cos": {"type": "cosine", "reads": "mean"},
+                "tokpool": {"type": "token-pool"},
+                "ladder": {"type": "ladder", "reduction": 4, "attention_heads": 2, "blocks": 1},
+            },
             # the heads and the checkpoints race (on the selection split): who goes on is a choice too
             "race": {"protocol": "racing", "rungs": [1, 2], "keep": 0.5},
         },
@@ -193,7 +228,7 @@ def two_runs(tiny_bert, tmp_path_factory):
 
 def test_the_dev_labels_did_change(two_runs):
     first, second = two_runs
-    for task in ("mrpc", "stsb", "squad2", "bands", "sst2"):
+    for task in ("mrpc", "stsb", "squad2", "squad2-answerable", "bands", "sst2"):
         a, b = (pd.read_parquet(w / f"data/raw/{task}/dev.parquet") for w in two_runs)
         assert not a.equals(b), task
         for split in ("train", "selection"):
@@ -212,7 +247,7 @@ def test_the_dev_labels_did_change(two_runs):
         "search/tiny/*/ft*/ckpt-*/*/best.json",  # the best trial
         "race/tiny/*/ckpt-*.json",  # the race between checkpoints: where fine-tuning stopped
         "shared/tiny/*/ft*/heads/*/*/seed*/metrics.json",  # heads on the other tasks' and the mixture's encoders
-        "bundles/tiny/*/bundle.json",  # the seed kept per head and the head served per task
+        "bundles/tiny/**/bundle.json",  # the seed kept per head and the head served per task, picked ones too
     ],
 )
 def test_no_choice_changes_with_the_dev_labels(two_runs, pattern):
@@ -239,3 +274,33 @@ def test_summary_and_cost_picks_do_not_change(two_runs):
     heads = [records(w, "heads/tiny/squad2/ft*/ckpt-*/lp/seed*/metrics.json") for w in two_runs]
     thresholds = [[r["metrics"]["dev"]["null_threshold"] for r in h.values()] for h in heads]
     assert thresholds[0] == thresholds[1]
+
+
+def best_by_dev(recs: dict[str, dict]) -> dict[str, tuple]:
+    """Per task, the (checkpoint's heads, head, seed) with the best dev score: a choice made on
+    the reported split, as a leak would make it."""
+    from bertvision.registry.tasks import get_task
+
+    best: dict[str, tuple] = {}
+    for name, record in recs.items():
+        task = get_task(record["task"])
+        score = task.primary_score(record["metrics"], "dev")
+        if record["task"] not in best or score > best[record["task"]][0]:
+            best[record["task"]] = (score, str(Path(name).parent.parent.parent), record["head"], record["seed"])
+    return {task: choice[1:] for task, choice in best.items()}
+
+
+def test_a_choice_that_reads_dev_is_caught(two_runs):
+    """The comparison is not blind: the head each task would keep by its dev score differs
+    between the two runs, and the view the tests above compare sees the difference; kept by the
+    selection score, the same choice is the same in both."""
+    pattern = "heads/tiny/*/ft*/ckpt-*/*/seed*/metrics.json"
+    first, second = (records(w, pattern) for w in two_runs)
+    leaked = [{"kept": best_by_dev(recs)} for recs in (first, second)]
+    assert selection_view(leaked[0]) != selection_view(leaked[1])
+
+    def best_by_selection(recs):
+        swapped = {n: {**r, "metrics": {**r["metrics"], "dev": r["metrics"]["selection"]}} for n, r in recs.items()}
+        return best_by_dev(swapped)
+
+    assert selection_view({"kept": best_by_selection(first)}) == selection_view({"kept": best_by_selection(second)})

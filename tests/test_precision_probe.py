@@ -51,10 +51,10 @@ def test_a_cpu_listing_bf16_gets_the_faster_precision_as_measured_and_caches_it(
 def test_a_forced_slow_bf16_path_makes_auto_pick_fp32_despite_the_flag(encoder, cache, monkeypatch):
     measure = precision_probe.step_seconds
 
-    def slow_bf16(config, precision, steps=precision_probe.STEPS):
+    def slow_bf16(config, precision, steps=precision_probe.STEPS, device=CPU):
         if precision == "bf16":
             time.sleep(0.2)  # inside the timed step: what a CPU that emulates bf16 costs
-        return measure(config, precision, steps) + (0.2 if precision == "bf16" else 0.0)
+        return measure(config, precision, steps, device) + (0.2 if precision == "bf16" else 0.0)
 
     monkeypatch.setattr(precision_probe, "step_seconds", slow_bf16)
     flagged_bf16(monkeypatch, True)

@@ -57,14 +57,15 @@ def _resolve(device_type: str, precision: str) -> str:
 def resolve_precision(device: torch.device, precision: str, model=None) -> str:
     """The precision actually used on ``device`` for the configured ``precision`` (see
     ``choose_precision``); an explicit bf16 on a CPU without native bf16 logs one warning. With
-    ``model`` (the encoder to run), ``auto`` on a CPU that lists native bf16 is measured on its
-    shape instead (``runtime.precision_probe``): the flag is only the fallback."""
+    ``model`` (the encoder to run), ``auto`` where bf16 is on offer (a CPU that lists native
+    bf16, a CUDA GPU that supports it) is measured on its shape on the device instead
+    (``runtime.precision_probe``): the flag is only the fallback."""
     chosen = _resolve(device.type, precision)
-    measurable = precision == "auto" and device.type == "cpu" and not os.environ.get(AUTO_PRECISION_ENV)
+    measurable = precision == "auto" and device.type in ("cpu", "cuda") and not os.environ.get(AUTO_PRECISION_ENV)
     if chosen == "bf16" and measurable and model is not None:
-        from bertvision.runtime.precision_probe import measured_cpu_precision
+        from bertvision.runtime.precision_probe import measured_precision
 
-        return measured_cpu_precision(model.config)
+        return measured_precision(model.config, device)
     return chosen
 
 

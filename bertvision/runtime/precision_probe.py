@@ -1,10 +1,11 @@
-"""``precision: auto`` on a CPU that lists native bf16 decides by measuring, not by the flag: a CPU
-flag is not a speed (bf16 autocast was 1.5x slower than fp32 for MiniLM-L6 on an Intel Xeon that
-lists AVX512-BF16 but has no AMX). The probe times a few training steps (forward and backward) of
-a one-layer random copy of the run's own encoder shape in fp32 and in bf16 autocast, and picks
-the faster; the choice and both timings are logged and cached per machine, torch version,
-thread count and encoder shape, so each machine measures once. A CPU without the flags gets
-fp32 with no probe (bf16 is emulated there)."""
+"""``precision: auto`` decides by measuring, not by a flag, where bf16 is on offer: on a CPU that
+lists native bf16 (a CPU flag is not a speed: bf16 autocast was 1.5x slower than fp32 for
+MiniLM-L6 on an Intel Xeon that lists AVX512-BF16 but has no AMX) and on a CUDA GPU that
+supports it. The probe times a few training steps (forward and backward) of a one-layer random
+copy of the run's own encoder shape in fp32 and in bf16 autocast on the device, and picks the
+faster; the choice and both timings are logged and cached per device, torch version, thread
+count and encoder shape, so each machine measures once. A CPU without the flags gets fp32 with
+no probe (bf16 is emulated there)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ log = logging.getLogger(__name__)
 CACHE_ENV = "BERTVISION_PRECISION_CACHE"  # the cache file (default: ~/.cache/bertvision/precision.json)
 SHAPE_KEYS = ("model_type", "hidden_size", "num_attention_heads", "intermediate_size", "max_position_embeddings")
 BATCH, TOKENS, STEPS = 8, 64, 3
+CPU = torch.device("cpu")
 
 
 def cache_file() -> Path:
@@ -41,47 +43,61 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def probe_key(config) -> str:
-    """What a measurement holds for: this machine's CPU, torch, threads and the encoder's shape."""
+def device_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
+
+
+def probe_key(config, device: torch.device = CPU) -> str:
+    """What a measurement holds for: this machine's device, torch, threads and the encoder's shape."""
     shape = {k: getattr(config, k, None) for k in SHAPE_KEYS}
     facts = {"cpu": cpu_name(), "torch": torch.__version__, "threads": torch.get_num_threads(), **shape}
+    if device.type != "cpu":
+        facts["device"] = device_name(device)
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def step_seconds(config, precision: str, steps: int = STEPS) -> float:
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def step_seconds(config, precision: str, steps: int = STEPS, device: torch.device = CPU) -> float:
     """Median seconds of one forward and backward step of a one-layer random copy of ``config``."""
     from transformers import AutoModel
 
     small = config.__class__.from_dict({**config.to_dict(), "num_hidden_layers": 1})
     torch.manual_seed(0)
-    model = AutoModel.from_config(small).train()
-    ids = torch.randint(0, min(small.vocab_size, 1000), (BATCH, TOKENS))
+    model = AutoModel.from_config(small).to(device).train()
+    ids = torch.randint(0, min(small.vocab_size, 1000), (BATCH, TOKENS), device=device)
     dtype = {"bf16": torch.bfloat16}.get(precision)
     times = []
     for _ in range(steps + 1):  # the first step warms up
+        _synchronize(device)
         t0 = time.perf_counter()
-        with torch.autocast("cpu", dtype=dtype) if dtype else contextlib.nullcontext():
+        with torch.autocast(device.type, dtype=dtype) if dtype else contextlib.nullcontext():
             out = model(input_ids=ids).last_hidden_state
         out.float().pow(2).mean().backward()
+        _synchronize(device)
         times.append(time.perf_counter() - t0)
     return sorted(times[1:])[len(times[1:]) // 2]
 
 
-def measured_cpu_precision(config, measure=None) -> str:
-    """fp32 or bf16, whichever trains the encoder shape of ``config`` faster on this CPU (cached).
+def measured_precision(config, device: torch.device = CPU, measure=None) -> str:
+    """fp32 or bf16, whichever trains the encoder shape of ``config`` faster on ``device`` (cached).
     ``measure``: how a step is timed (default ``step_seconds``, looked up when called)."""
     measure = measure or step_seconds
-    key, path = probe_key(config), cache_file()
+    key, path = probe_key(config, device), cache_file()
     cached = _read(path).get(key)
     if cached:
         return cached["choice"]
-    seconds = {precision: measure(config, precision) for precision in ("fp32", "bf16")}
+    seconds = {precision: measure(config, precision, device=device) for precision in ("fp32", "bf16")}
     choice = min(seconds, key=seconds.get)
+    name = device_name(device)
     log.info(
         "precision auto: measured a training step of this encoder's shape on %s: fp32 %.1f ms, bf16 %.1f ms -> %s "
-        "(cached in %s)", cpu_name(), 1e3 * seconds["fp32"], 1e3 * seconds["bf16"], choice, path,
+        "(cached in %s)", name, 1e3 * seconds["fp32"], 1e3 * seconds["bf16"], choice, path,
     )  # fmt: skip
-    _write(path, key, {"choice": choice, "seconds": seconds, "cpu": cpu_name(), "torch": torch.__version__})
+    _write(path, key, {"choice": choice, "seconds": seconds, "device": name, "torch": torch.__version__})
     return choice
 
 
