@@ -290,10 +290,15 @@ def best_by_dev(recs: dict[str, dict]) -> dict[str, tuple]:
     return {task: choice[1:] for task, choice in best.items()}
 
 
-def test_a_choice_that_reads_dev_is_caught(two_runs):
+def test_a_choice_that_reads_dev_is_caught(two_runs, monkeypatch):
     """The comparison is not blind: the head each task would keep by its dev score differs
     between the two runs, and the view the tests above compare sees the difference; kept by the
     selection score, the same choice is the same in both."""
+    from bertvision.config.schema import validate_config
+    from bertvision.config.workflow import WorkflowSettings
+
+    monkeypatch.chdir(two_runs[0])  # the config's own task (bands) is declared from its files there
+    WorkflowSettings(validate_config(yaml.safe_load(Path("config.yaml").read_text())))
     pattern = "heads/tiny/*/ft*/ckpt-*/*/seed*/metrics.json"
     first, second = (records(w, pattern) for w in two_runs)
     leaked = [{"kept": best_by_dev(recs)} for recs in (first, second)]
