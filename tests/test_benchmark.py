@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -61,3 +62,25 @@ def test_stored_and_streamed_side_by_side():
     rows = {m.group(1): m.group(2) for m in re.finditer(r"^(stored|streamed)\s+([\d,]+)\s", out, re.MULTILINE)}
     assert set(rows) == {"stored", "streamed"}, out
     assert int(rows["stored"].replace(",", "")) > 0 and rows["streamed"] == "0"
+
+
+def test_the_gpu_check_dry_runs_on_a_cpu(tmp_path):
+    """scripts/gpu_check.sh, prepared for a session that is lent a GPU, runs here as a dry run: the
+    default workflow's plan from a fresh copy of the commit, the bert-base throughput for a
+    second, and its results file naming the device; without --dry-run and a GPU it refuses."""
+    import os
+
+    env = {**os.environ, "PYTHON": sys.executable, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    out = tmp_path / "gpu-check.md"
+    run = subprocess.run(["bash", "scripts/gpu_check.sh", "--dry-run", str(out)], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    text = out.read_text()
+    assert "GPU: none (dry run" in text and re.search(r"dry run: \d+ jobs planned", text)
+    assert re.search(r"^baseline\s+6$", text, re.M) and "sequences/s" in text
+    import shutil
+
+    if shutil.which("nvidia-smi") is None:
+        refused = subprocess.run(["bash", "scripts/gpu_check.sh", str(out)], cwd=REPO, env=env, capture_output=True,
+                                 text=True)  # fmt: skip
+        assert refused.returncode == 2 and "no GPU here" in refused.stderr

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The GPU check (issue 46), one short script for a machine with a GPU (about 10 minutes on one
+# H100), run from the repository root:
+#   1. the default config end to end on the GPU: fine-tuning, full fine-tuning, extraction and the
+#      peers on `auto` devices (the GPU) with precision `auto`, measured on the GPU; a head job;
+#   2. extraction throughput at bert-base shape (random weights, batch 64 x 128 tokens, precision
+#      auto: bf16 on a GPU that supports it), sequences per second and MFU;
+#   3. the service on the run's picked bundles at 32 clients;
+# and writes docs/results/gpu-check-<GPU>.md naming the GPU (or the file given as $1).
+#
+#   bash scripts/gpu_check.sh                   # on the GPU machine
+#   bash scripts/gpu_check.sh --dry-run OUT.md  # anywhere: the workflow's plan only (snakemake -n),
+#                                               # throughput for 1 s, no service (the tests run it)
+set -euo pipefail
+
+dry_run=0
+if [[ "${1:-}" == "--dry-run" ]]; then dry_run=1; shift; fi
+PY=$(command -v "${PYTHON:-python}")
+PY="$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY")"  # absolute, the venv's link kept: the run is elsewhere
+if [[ $dry_run == 0 ]] && ! nvidia-smi > /dev/null 2>&1; then
+    echo "gpu_check: no GPU here (nvidia-smi failed); run with --dry-run to check the script on a CPU" >&2
+    exit 2
+fi
+if [[ $dry_run == 1 ]]; then
+    gpu="none (dry run on $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs))"
+else
+    gpu=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | head -1)
+fi
+slug=$(echo "${gpu%%,*}" | tr '[:upper:] ' '[:lower:]-' | tr -cd 'a-z0-9-')
+out=${1:-docs/results/gpu-check-$slug.md}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+started=$(date -u +"%Y-%m-%d %H:%M:%S UTC")
+
+# 1. the default config in a fresh working directory: the commit's files, nothing of an earlier run
+git archive HEAD | tar -x -C "$work"
+if [[ $dry_run == 1 ]]; then
+    (cd "$work" && $PY -m snakemake -n --cores 2 > "$work/snakemake.txt" 2>&1)
+    workflow="dry run: $(awk '$1 == "total" {print $2; exit}' "$work/snakemake.txt") jobs planned"
+else
+    t0=$(date +%s)
+    (cd "$work" && $PY -m snakemake --cores "$(nproc)" > "$work/snakemake.txt" 2>&1)
+    workflow="$(grep -m1 'Elapsed time' "$work/snakemake.txt" || echo "$(( $(date +%s) - t0 )) s") of workflow"
+fi
+
+# 2. extraction throughput at bert-base shape
+seconds=20 batch=64; [[ $dry_run == 1 ]] && seconds=1 batch=4
+$PY scripts/benchmark.py --throughput-only --throughput-batch $batch --throughput-seconds $seconds \
+    > "$work/throughput.txt" 2>&1
+
+# 3. the service at 32 clients on the picked bundles
+if [[ $dry_run == 0 ]]; then
+    $PY scripts/benchmark_serve.py --bundle "$work/bundles/minilm-l6/picked" --concurrency 32 --seconds 20 \
+        --memory-requests --burst 0 > "$work/serve.txt" 2>&1
+else
+    echo "(dry run: no service)" > "$work/serve.txt"
+fi
+
+mkdir -p "$(dirname "$out")"
+{
+    echo "> **Provenance.** \`bash scripts/gpu_check.sh\` at commit $commit, started $started. GPU: $gpu."
+    echo "> Workflow: the default config.yaml, devices and precision auto; $workflow. Unedited output below."
+    echo
+    echo "## The default run"
+    echo
+    if [[ $dry_run == 1 ]]; then sed -n '/^Job stats/,/^total/p' "$work/snakemake.txt"
+    else
+        cat "$work/results/tables/summary.md"; echo; cat "$work/results/tables/timing.md"
+    fi
+    echo
+    echo "## Extraction throughput, bert-base shape, 128 tokens"
+    echo
+    grep -v " INFO " "$work/throughput.txt"
+    echo
+    echo "## The service at 32 clients"
+    echo
+    grep -v " INFO " "$work/serve.txt"
+} > "$out"
+echo "gpu_check: wrote $out"
