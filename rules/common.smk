@@ -236,6 +236,21 @@ def race_inputs(wildcards):
     return {"heads": heads, "previous": previous}
 
 
+def survivors_of(pattern):
+    """The input that makes a head job's race decided once per checkpoint: a fine-tuned
+    checkpoint's heads under a later fine-tuning seed train only what the first seed's job there
+    kept (its ``pattern``: the same directory under the first seed); nothing elsewhere."""
+
+    def inputs(wildcards):
+        first = S.ft_seeds[0]
+        decided = S.head_race().racing and L.Checkpoint.named(wildcards.frac).fraction > 0
+        if not decided or int(wildcards.ftseed) == first:
+            return []
+        return [pattern.format(**{**dict(wildcards.items()), "ftseed": first})]
+
+    return inputs
+
+
 def bundle_task_settings(model, tasks):
     """What a bundle records of each task's tokenization (``serving.settings.BundleTaskSettings``)."""
     return as_json(

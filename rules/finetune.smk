@@ -82,6 +82,9 @@ rule baseline:
         L.log("baseline"),
     benchmark:
         L.benchmark("baseline")
+    # the longest jobs of a run start as soon as their tokens exist, with fine-tuning's priority,
+    # so that the short ones fill the other cores beside them instead of leaving them for the end
+    priority: 20
     threads: S.threads
     resources:
         gpu=GPU,

@@ -1,12 +1,14 @@
 rule train_heads:
     """Every head configured for the task on one checkpoint's features, for every seed, one run
     directory each (epochs chosen on the selection split; the evaluation splits are only
-    scored). Each head comes with its final training settings (S.head_settings)."""
+    scored). Each head comes with its final training settings (S.head_settings). Under racing,
+    the first fine-tuning seed's job decides which heads every fine-tuning seed trains there."""
     input:
         features=features_input,
         raw=rules.download.output,
         bert_logits=bert_logits_input,
         searched=lambda wc: searched_best(wc).values(),
+        survivors=survivors_of(L.HEADS_DIR),
     output:
         directory(L.HEADS_DIR),
     params:
@@ -17,6 +19,7 @@ rule train_heads:
         searched=lambda wc: searched_args(wc),
         features=features_arg,
         train_fraction=1,
+        survivors=lambda wc, input: f"--survivors-from {input.survivors}" if input.survivors else "",
     log:
         L.log("train_heads"),
     benchmark:
@@ -30,7 +33,8 @@ rule train_heads:
         "bertvision train-heads --task {wildcards.task} --heads {params.heads:q} "
         "--runtime {params.runtime:q} --race {params.race:q} --manifest {params.features} --raw-dir {input.raw} "
         "--bert-logits {input.bert_logits} --seeds {params.seeds} --out-dir {output} "
-        "--searched {params.searched} --train-fraction {params.train_fraction} --threads {threads} > {log} 2>&1"
+        "--searched {params.searched} --train-fraction {params.train_fraction} {params.survivors} --threads {threads} "
+        "> {log} 2>&1"
 
 
 use rule train_heads as train_heads_subset with:
@@ -41,6 +45,7 @@ use rule train_heads as train_heads_subset with:
         raw=rules.download.output,
         bert_logits=bert_logits_input,
         searched=lambda wc: searched_best(wc, S.data_fraction_heads(wc.task)).values(),
+        survivors=survivors_of(L.SUBSET_HEADS_DIR),
     output:
         directory(L.SUBSET_HEADS_DIR),
     params:

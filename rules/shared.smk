@@ -72,6 +72,7 @@ use rule train_heads as train_heads_shared with:
         raw=rules.download.output,
         bert_logits=[],  # no BERT output layer belongs to a shared encoder: no ensembles
         searched=[],
+        survivors=[],  # every fine-tuning seed's job races on its own (one head by default)
     output:
         directory(L.SHARED_HEADS_DIR),
     params:

@@ -211,6 +211,32 @@ def test_a_race_keeps_the_planted_best_head_and_stops_a_planted_bad_one_at_the_f
     assert (lp["history"], lp["metrics"], lp["best_epoch"]) == (grid["history"], grid["metrics"], grid["best_epoch"])
 
 
+def test_the_first_fine_tuning_seeds_race_decides_what_the_others_train(tmp_path):
+    """Two fine-tuning seeds' jobs at one checkpoint: the first races (the stuck head out at the
+    first rung, the layer mean at the second); the second trains only what the first kept, with
+    every seed to its end, so every candidate the ranking sees ran in both (one decision per
+    candidate, not per job), and the ranking has a candidate."""
+    from bertvision.config.settings import RaceSettings
+    from bertvision.layout import head_metrics_files
+    from bertvision.reporting.ranking import best, head_candidates
+
+    manifest = planted_features(tmp_path / "features", n_shards=1)
+    settings = SETTINGS.replace(max_epochs=8, patience=8)
+    heads = with_training({"lp": HEADS["lp"], "ap": HEADS["ap"], "stuck": HEADS["adapter"]}, settings)
+    heads["stuck"] = heads["stuck"].replace(training=settings.replace(learning_rate=1e-9))
+    race = RaceSettings(protocol="racing", rungs=(2, 4), keep=0.5, min_gain=0.005, checkpoint_rule="spread")
+    first, second = tmp_path / "ft1", tmp_path / "ft2"
+    train_heads(get_task("sst2"), heads, RUNTIME, manifest, [1, 2], first, threads=1, race=race)
+    train_heads(get_task("sst2"), heads, RUNTIME, manifest, [1, 2], second, threads=1, race=race, survivors_from=first)
+    trained = {(p.parent.parent.name, p.parent.name) for p in head_metrics_files([second])}
+    assert trained == {("lp", "seed1"), ("lp", "seed2")}
+    record = json.loads((second / "lp" / "seed1" / "metrics.json").read_text())
+    assert record["race"]["raced_out_at_epoch"] is None and record["race"]["decided_by"] == str(first)
+    records = [json.loads(p.read_text()) for p in head_metrics_files([first, second])]
+    top = best(head_candidates(get_task("sst2"), records))
+    assert top is not None and top.name == "lp" and top.runs == 4
+
+
 def test_a_head_stopped_by_a_race_is_never_picked():
     import pandas as pd
 

@@ -140,6 +140,8 @@ COMMANDS = [
             searched=NamePaths("HEAD=best.json: train HEAD with its search's best parameters", nargs="*",
                                required=False, default=[]),
             train_fraction=Arg("train on this nested share of the rows", type=float, required=False),
+            survivors_from=path("the first fine-tuning seed's train_heads output at this checkpoint: train only the "
+                                "heads its race kept", nargs="?", required=False),
             threads=THREADS),
     command("race-checkpoint", "the race at a checkpoint: does fine-tuning go on (rule race_checkpoint)",
             "bertvision.stages.race:decide_checkpoint",

@@ -17,10 +17,11 @@ from bertvision.config.settings import HeadRuntimeSettings, HeadSettings, RaceSe
 from bertvision.evaluation.ensemble import load_logits
 from bertvision.features.source import StreamSource
 from bertvision.files import atomic_write_json, atomic_write_parquet, read_json
-from bertvision.layout import HEAD_METRICS, HEAD_PREDICTIONS, head_run_dir
+from bertvision.layout import HEAD_METRICS, HEAD_PREDICTIONS, head_metrics_files, head_run_dir
 from bertvision.models.head_io import save_head
 from bertvision.models.heads import Standardized, count_parameters
 from bertvision.registry.task_spec import TaskSpec
+from bertvision.reporting.results import raced_out
 from bertvision.runtime.device import set_threads
 from bertvision.training.loop import Lockstep, SeededHead
 from bertvision.training.problems import Problems
@@ -51,6 +52,7 @@ def train_heads(
     searched: dict[str, Path] | None = None,
     train_fraction: float = 1.0,
     race: RaceSettings | None = None,
+    survivors_from: Path | None = None,
 ) -> None:
     """Write a run directory (weights, eval predictions, metrics) under ``out_root`` for every
     head (name -> its spec and final training settings) and seed. ``source``: the checkpoint's
@@ -61,7 +63,11 @@ def train_heads(
     head name -> its study's ``best.json``, whose parameters replace the head's settings;
     ``train_fraction``: train on that nested share of the training rows; ``race``: how the job
     chooses among its heads (None: the grid, every head with every seed to its end; racing:
-    ``training.racing``, and each record says where the race stopped it).
+    ``training.racing``, and each record says where the race stopped it); ``survivors_from``: the
+    first fine-tuning seed's heads at this checkpoint, whose race decides for every fine-tuning
+    seed: only the heads it kept train here, each with every seed to its end. Deciding per job
+    let each fine-tuning seed keep other heads, and a head stopped in one seed's job is no
+    candidate at all (``reporting.ranking``): the default run's SST-2 was left with none at 0.3.
 
     Every head that shares a problem and batch size trains in lockstep, each batch drawn once for
     all of them (``train_together``). Stored features: one lockstep group per seed, in that seed's
@@ -86,7 +92,12 @@ def train_heads(
             Plan(SeededHead(head_name, head.spec, head.training, seed, moments, problems.encoder_dir), problem, search)
             for seed in seeds
         ]
-    racing = race is not None and race.racing and len(heads) > 1
+    decided = survivors_from is not None and race is not None and race.racing
+    if decided:
+        decisions = map(read_json, head_metrics_files([survivors_from]))
+        kept = {record["head"] for record in decisions if not raced_out(record)}
+        plans = [plan for plan in plans if plan.run.name in kept]
+    racing = race is not None and race.racing and len(heads) > 1 and not decided
     if racing:  # the first seed's heads race; only the survivors train with the other seeds
         groups = _lockstep_groups([p for p in plans if p.run.seed == seeds[0]], problems, seeds[0], task)
         survivors = {state.run.name for state in run_race([g for _, g in groups], race.rungs, race.keep)}
@@ -98,7 +109,10 @@ def train_heads(
         lockstep.advance()
         finished += _evaluated(task, group, lockstep, problems, bert)
     for f in finished:
-        f["record"]["race"] = None if not racing else {**race.to_dict(), "raced_out_at_epoch": f["raced_out_at"]}
+        if decided:
+            f["record"]["race"] = {**race.to_dict(), "raced_out_at_epoch": None, "decided_by": str(survivors_from)}
+        else:
+            f["record"]["race"] = None if not racing else {**race.to_dict(), "raced_out_at_epoch": f["raced_out_at"]}
     shared = (time.perf_counter() - t_start - sum(f["own"] for f in finished)) / len(finished)
     spent = {k: v - spent_before[k] for k, v in problems.encoder.spent().items()} if problems.streamed else None
     for f in finished:
