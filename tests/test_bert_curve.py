@@ -125,6 +125,7 @@ def test_the_plot_draws_the_curve_or_says_it_is_not_configured(tmp_path):
     assert "bert_curve" in TABLE_NAMES
 
 
+@pytest.mark.slow  # over 10 s on 2 cores (processes, a workflow's plan): make test-all, CI
 def test_the_workflow_plans_a_curve_per_task_and_seed_and_its_plot(tiny_bert, tmp_path):
     config = tiny_config(tiny_bert)
     config["experiments"]["bert_curve"] = {"tasks": ["mrpc", "stsb"], "points": [0.5, 1], "seeds": [1, 2]}

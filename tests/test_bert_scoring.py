@@ -77,7 +77,10 @@ def extract(settings, task, root, ckpt, out, bert_logits):
     return [out / f"shard-{shard}-of-{SHARDS}" for shard in range(SHARDS)]
 
 
-@pytest.mark.parametrize("task", ["mrpc", "stsb", "squad2"])
+SLOW = pytest.mark.slow  # over 10 s each on 2 cores: the fast tier keeps one example task
+
+
+@pytest.mark.parametrize("task", ["mrpc", pytest.param("stsb", marks=SLOW), pytest.param("squad2", marks=SLOW)])
 def test_bert_scored_from_the_extraction_equals_its_own_pass(tiny_bert, tmp_path, task):
     from bertvision.stages.score_bert import score_bert
 

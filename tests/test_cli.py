@@ -73,6 +73,7 @@ def test_a_missing_input_file_is_named_in_one_line(tiny_bert, tmp_path):
     assert str(tmp_path / "no-raw") in line and line.endswith(": no such file or directory")
 
 
+@pytest.mark.slow  # over 10 s on 2 cores (processes, a workflow's plan): make test-all, CI
 def test_a_doc_stride_that_leaves_no_context_is_named(tmp_path):
     split = {"from": "dev", "train": 0.6, "selection": 0.1, "dev": 0.3}
     task = {"article_split": split, "train_size": 4, "selection_size": 2, "eval_size": 4, "max_length": 64}

@@ -152,6 +152,7 @@ def test_extraction_spread_over_device_replicas_equals_one_device(tmp_path, tiny
         )
 
 
+@pytest.mark.slow  # over 10 s on 2 cores (processes, a workflow's plan): make test-all, CI
 def test_parallel_jobs_claim_different_gpus_and_release_them_on_exit(tmp_path):
     """Three processes, two slots: two hold distinct slots; the third waits until one of them
     is killed and then takes exactly its slot."""

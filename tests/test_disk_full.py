@@ -84,6 +84,7 @@ def write_tokens(path) -> None:
         ).to_parquet(path / f"{split}.parquet")
 
 
+@pytest.mark.slow  # over 10 s on 2 cores (processes, a workflow's plan): make test-all, CI
 @pytest.mark.parametrize("attrs", [ATTRS, {**ATTRS, "features": "tokens"}], ids=["cls", "tokens"])
 def test_a_disk_that_fills_up_during_extraction_ends_in_one_line(tmp_path, tiny_bert, attrs):
     write_tokens(tmp_path / "tokens")

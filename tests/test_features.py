@@ -171,6 +171,7 @@ def test_shard_rows_tile_exactly():
             assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
 
 
+@pytest.mark.slow  # over 10 s on 2 cores (processes, a workflow's plan): make test-all, CI
 def test_killed_extraction_leaves_nothing_a_rerun_accepts(tmp_path, tiny_bert):
     """SIGKILL an extraction midway: the shard directory must not exist, only a scratch one,
     which the next attempt clears before it writes the shard."""

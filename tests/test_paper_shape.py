@@ -125,6 +125,7 @@ def test_every_command_ends_its_log_with_its_usage(tmp_path, caplog):
     assert usage is not None and usage.peak_mib > 50  # an interpreter with pandas and yaml loaded
 
 
+@pytest.mark.slow  # over 10 s on 2 cores (processes, a workflow's plan): make test-all, CI
 def test_the_dry_run_lists_every_job_with_its_request(tmp_path):
     (tmp_path / "resources").symlink_to(REPO / "resources")
     cmd = snakemake_command(tmp_path, "-n", "--forceall", "--cores", "2")
@@ -143,6 +144,7 @@ def test_the_dry_run_lists_every_job_with_its_request(tmp_path):
     assert set(table["verdict"]) == {"not run"}
 
 
+@pytest.mark.slow  # over 10 s on 2 cores (processes, a workflow's plan): make test-all, CI
 def test_paper_scale_head_jobs_take_a_gpu_where_a_cpu_would_take_hours(tmp_path):
     """The paper config's dry run: heads on BERT-large's MNLI states (CNN heads included) and
     on SQuAD windows ask for the GPU, and their runtimes are then hours, not months; every head

@@ -108,6 +108,7 @@ def finetune(root, model, settings, out, micro_batches, env=None, check=True):
     return bertvision(*finetune_args(root, settings, out), "--micro-batches", str(micro_batches), env=env, check=check)
 
 
+@pytest.mark.slow  # over 10 s on 2 cores (processes, a workflow's plan): make test-all, CI
 def test_out_of_memory_fails_clearly_and_micro_batches_give_the_same_model(prepared):
     root, model, settings = prepared
     oom = {SIMULATE_OOM_ENV: "4"}  # a batch of 8 rows does not fit; 4 does
@@ -130,6 +131,7 @@ def test_out_of_memory_fails_clearly_and_micro_batches_give_the_same_model(prepa
     assert metrics[0]["dev"] == pytest.approx(metrics[1]["dev"], abs=1e-6)
 
 
+@pytest.mark.slow  # over 10 s on 2 cores (processes, a workflow's plan): make test-all, CI
 def test_extraction_retries_with_smaller_batches(prepared):
     root, model, settings = prepared
     if not (root / "whole/ckpt-1/model.safetensors").exists():
@@ -163,6 +165,7 @@ def test_extraction_retries_with_smaller_batches(prepared):
     assert (root / "f2" / "dev.h5").exists()
 
 
+@pytest.mark.slow  # over 10 s on 2 cores (processes, a workflow's plan): make test-all, CI
 def test_two_data_parallel_ranks_train_the_same_model_as_one_process(prepared):
     """torchrun with 2 ranks (gloo on CPU: the same code path as NCCL on GPUs)."""
     root, model, settings = prepared

@@ -66,6 +66,7 @@ def worker_command(manifest, storage, worker, out, search=SEARCH):
     ]
 
 
+@pytest.mark.slow  # over 10 s on 2 cores (processes, a workflow's plan): make test-all, CI
 @pytest.mark.parametrize("storage", ["journal", "sqlite"])
 def test_two_worker_processes_share_one_study(tmp_path, storage):
     manifest = planted_features(tmp_path / "features", n_shards=1)
@@ -98,6 +99,7 @@ def test_two_worker_processes_share_one_study(tmp_path, storage):
     assert len(study.trials) == SEARCH.trials
 
 
+@pytest.mark.slow  # over 10 s on 2 cores (processes, a workflow's plan): make test-all, CI
 def test_each_worker_runs_its_own_share_whatever_the_order(tmp_path):
     """Three trials over two workers: worker 0 runs two and worker 1 one, even when worker 1 runs
     first. A cap on the study's count instead lets two workers that finish at once each start one
@@ -118,6 +120,7 @@ def test_each_worker_runs_its_own_share_whatever_the_order(tmp_path):
     assert len(study.trials) == 3
 
 
+@pytest.mark.slow  # over 10 s on 2 cores (processes, a workflow's plan): make test-all, CI
 def test_one_worker_makes_a_search_reproducible(tmp_path):
     """Each worker's sampler is seeded, so one worker (search.workers: 1) runs the same trials with the
     same parameters and scores on a rerun: the documented way to a reproducible search."""

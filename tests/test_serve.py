@@ -1000,6 +1000,7 @@ def test_a_client_that_stalls_mid_body_does_not_delay_others(server):
         assert time.perf_counter() - t0 < 10
 
 
+@pytest.mark.slow  # over 10 s on 2 cores (processes, a workflow's plan): make test-all, CI
 def test_the_serve_benchmark_measures_load_memory_and_faults(bundle):
     """scripts/benchmark_serve.py end to end at a small size: its tables, no errors under load,
     and a burst answered with 200s and 503s only."""

@@ -287,6 +287,7 @@ def test_which_splits_are_held_follows_the_bound(tmp_path):
     }
 
 
+@pytest.mark.slow  # over 10 s on 2 cores (processes, a workflow's plan): make test-all, CI
 def test_a_split_four_times_the_bound_trains_within_a_small_multiple_of_it(tmp_path):
     """64 MiB of training states (float16) and a 16 MiB bound: the lazy reader's peak stays
     under twice the bound (held-out splits held in it, the reader's buffer and float32 batches,

@@ -166,6 +166,7 @@ def test_a_killed_client_takes_its_job_with_it(pool, tmp_path):
     assert gone(child)
 
 
+@pytest.mark.slow  # over 10 s on 2 cores (processes, a workflow's plan): make test-all, CI
 def test_the_pool_ends_with_its_parent(tiny_bert, tmp_path):
     """A Snakemake killed without its hooks (SIGKILL) leaves no warm process behind."""
     script = (
