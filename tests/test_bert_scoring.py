@@ -133,6 +133,7 @@ def test_bert_scored_from_the_extraction_equals_its_own_pass(tiny_bert, tmp_path
         assert (pa["prediction"] == pb["prediction"]).all()
 
 
+@pytest.mark.slow  # over 10 s on 2 cores (processes, a workflow's plan): make test-all, CI
 def test_outputs_missing_rows_fail_clearly(tiny_bert, tmp_path):
     from bertvision.errors import FeatureError
     from bertvision.stages.score_bert import score_bert

@@ -63,6 +63,7 @@ def test_a_missing_local_model_folder_is_named(tmp_path):
     assert f"{tmp_path / 'no-such-model'}: no such local directory" in line
 
 
+@pytest.mark.slow  # over 10 s on 2 cores (processes, a workflow's plan): make test-all, CI
 def test_a_missing_input_file_is_named_in_one_line(tiny_bert, tmp_path):
     settings = workflow_settings().tokenize("m", "mrpc").replace(backbone=str(tiny_bert))
     proc = bertvision(

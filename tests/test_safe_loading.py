@@ -51,6 +51,7 @@ def test_extraction_refuses_a_pickle_checkpoint(pickle_only):
         frozen_encoder(pickle_only, torch.device("cpu"))
 
 
+@pytest.mark.slow  # over 10 s on 2 cores (processes, a workflow's plan): make test-all, CI
 def test_the_command_line_prints_one_line_and_exits_2(pickle_only, tmp_path):
     proc = subprocess.run(
         [
