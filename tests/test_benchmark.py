@@ -77,7 +77,7 @@ def test_the_gpu_check_dry_runs_on_a_cpu(tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     text = out.read_text()
     assert "GPU: none (dry run" in text and re.search(r"dry run: \d+ jobs planned", text)
-    assert re.search(r"^baseline\s+6$", text, re.M) and "sequences/s" in text
+    assert re.search(r"^baseline\s+\d+$", text, re.M) and "sequences/s" in text
     import shutil
 
     if shutil.which("nvidia-smi") is None:
