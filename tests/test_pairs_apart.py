@@ -167,3 +167,79 @@ def workflow_run(task: str):
     from bertvision.layout import Checkpoint, Run
 
     return Run("m", task, 1, Checkpoint(0))
+
+
+def planted_similarity(root, layers: int = 3, side: int = 8):
+    """Pair features of a similarity regression on STS-B's 0-5 scale whose label is the cosine of
+    the last layer's two sides, stretched to 0.5-4.5 (the scale a served answer must keep)."""
+    from bertvision.features.encode import pair_features
+    from bertvision.features.shard_writer import ShardWriter
+
+    rng = np.random.default_rng(0)
+    sizes = {"train": 300, "selection": 100, "dev": 150}
+    for split, n in sizes.items():
+        u = torch.from_numpy(rng.normal(size=(n, layers, side))).float()
+        mix = torch.from_numpy(rng.uniform(0, 1, size=(n, 1, 1))).float()
+        v = mix * u + (1 - mix) * torch.from_numpy(rng.normal(size=(n, layers, side))).float()
+        cosine = torch.nn.functional.cosine_similarity(u[:, -1], v[:, -1], dim=-1).numpy()
+        labels = (0.5 + 4.0 * (cosine + 1) / 2).astype(np.float32)
+        x = pair_features(u, v).numpy().astype(np.float16)
+        attrs = {
+            "model": "m",
+            "task": "stsb",
+            "checkpoint": "0",
+            "ft_seed": 1,
+            "split": split,
+            "label_kind": "regression",
+            "encoder_parameters": 10_000,
+            "row_start": 0,
+            "row_end": n,
+            "split_rows": n,
+        }
+        with ShardWriter(root / "shard-0-of-1" / f"{split}.h5", n, layers, x.shape[-1], "float32", attrs) as w:
+            w.write_block(0, x, labels, np.arange(n))
+    write_manifest([root / "shard-0-of-1"], root / "manifest.json", list(sizes))
+    return root / "manifest.json"
+
+
+def test_a_regression_heads_answers_are_on_the_labels_scale(tmp_path):
+    """STS-B's labels run 0-5; the cosine head starts at 0 and a head's learning rate moves its
+    scale little, so without the labels' moments its answers stayed near 0.5 (Pearson, scale-free,
+    did not see it; a served answer did). Its outputs, as evaluated and as loaded for serving, keep
+    the labels' mean and spread."""
+    import json
+
+    import pandas as pd
+
+    from bertvision.config.settings import HeadRuntimeSettings
+    from bertvision.models.head_io import load_head
+    from bertvision.stages.train_heads import train_heads
+    from tests.stages import with_training
+    from tests.test_train_head import SETTINGS as HEAD_SETTINGS
+
+    manifest = planted_similarity(tmp_path / "features")
+    heads = {"cos": {"type": "cosine"}, "lp": {"type": "lp"}}
+    training = HEAD_SETTINGS.replace(learning_rate=1e-3, max_epochs=5)
+    train_heads(
+        get_task("stsb"),
+        with_training(heads, training),
+        HeadRuntimeSettings(device="cpu", verify="sha256"),
+        manifest,
+        [1],
+        tmp_path / "heads",
+        threads=1,
+    )
+    dev_x, dev_y, _ = FeatureSet.open(manifest, "dev").read_all()
+    for name in heads:
+        run = tmp_path / "heads" / name / "seed1"
+        predictions = pd.read_parquet(run / "eval_predictions.parquet")
+        predictions = predictions[predictions["split"] == "dev"]
+        assert abs(predictions["prediction"].mean() - dev_y.mean()) < 0.25, (name, predictions["prediction"].mean())
+        if name == "cos":  # the label is its cosine: it must reach the labels' spread too
+            assert predictions["prediction"].std() > 0.7 * dev_y.std(), predictions["prediction"].std()
+            record = json.loads((run / "metrics.json").read_text())
+            assert record["metrics"]["dev"]["pearson"] > 0.9, record["metrics"]["dev"]
+        head = load_head(run, dev_x.shape[1], dev_x.shape[2], 1)
+        with torch.inference_mode():
+            served = head(torch.from_numpy(dev_x.astype(np.float32)))[:, 0].numpy()
+        np.testing.assert_allclose(served, predictions["prediction"].to_numpy(), rtol=1e-5, atol=1e-5)

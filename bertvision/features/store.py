@@ -164,6 +164,14 @@ class FeatureSet:
         parts = [read_shard(p, self.reads) for p in self.shard_paths()]
         return tuple(np.concatenate([p[i] for p in parts]) for i in range(3))
 
+    def labels(self) -> np.ndarray:
+        """The labels of the whole split, in row order (no states read)."""
+        parts = []
+        for path in self.shard_paths():
+            with h5py.File(path, "r") as f:
+                parts.append(f["labels"][...])
+        return np.concatenate(parts)
+
     def read_windows(self) -> WindowStates:
         """Token-level features of the whole split (span windows, or examples of a task with
         ``token_features``), in row order."""

@@ -1,5 +1,5 @@
-"""A trained head on disk: its weights (safetensors, with the input standardization buffers
-when it has them) beside the ``metrics.json`` record that holds its spec."""
+"""A trained head on disk: its weights (safetensors, with the input and label standardization
+buffers when it has them) beside the ``metrics.json`` record that holds its spec."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from torch import nn
 
 from bertvision.files import atomic_path, read_json
 from bertvision.layout import HEAD_METRICS, HEAD_WEIGHTS
-from bertvision.models.heads import Standardized, build_head
+from bertvision.models.heads import build_head, standardized
 
 
 def save_head(head: nn.Module, head_name: str, spec: dict, run_dir: Path) -> None:
@@ -28,7 +28,8 @@ def load_head(run_dir: Path, layers: int, hidden: int, outputs: int) -> nn.Modul
     record = read_json(Path(run_dir) / HEAD_METRICS)
     state = load_file(str(Path(run_dir) / HEAD_WEIGHTS))
     head = build_head(record["head_spec"], layers, hidden, outputs)
-    if "mean" in state:
-        head = Standardized(head, state["mean"], 1.0 / state["inv_std"])
+    moments = (state["mean"], 1.0 / state["inv_std"]) if "mean" in state else None
+    label_moments = (state["label_mean"], state["label_std"]) if "label_mean" in state else None
+    head = standardized(head, moments, label_moments)
     head.load_state_dict(state)
     return head.eval()

@@ -93,19 +93,31 @@ class CosineHead(nn.Module):
         self.layer_logits = nn.Parameter(torch.zeros(layers).index_fill_(0, torch.tensor([layers - 1]), 5.0))
         self.dropout = nn.Dropout(dropout)
         self.classifier = nn.Linear(1, outputs)
-        # From zero, the first steps move the scale in the direction the labels ask for; a random
-        # start of the wrong sign takes a head's small learning rate hundreds of steps to undo.
         nn.init.zeros_(self.classifier.weight)
         nn.init.zeros_(self.classifier.bias)
 
     def layer_weights(self) -> torch.Tensor:
         return torch.softmax(self.layer_logits, dim=0)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def cosine(self, x: torch.Tensor) -> torch.Tensor:
         mixed = torch.einsum("l,...lh->...h", self.layer_weights(), x[..., : 2 * self.side])
         u, v = mixed[..., : self.side], mixed[..., self.side :]
-        cosine = nn.functional.cosine_similarity(u, v, dim=-1)[..., None]
-        return self.classifier(self.dropout(cosine))
+        return nn.functional.cosine_similarity(u, v, dim=-1)[..., None]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.dropout(self.cosine(x)))
+
+    @torch.no_grad()
+    def fit_output(self, x: torch.Tensor, targets: torch.Tensor) -> None:
+        """Start the scale and offset at the least-squares fit of ``targets`` (B, outputs) on the
+        cosine of the first training batch ``x``. A cosine spreads over a few tenths, a target
+        over units: from any fixed start, a head's learning rate (1e-3 a step) takes thousands of
+        steps to reach the scale, and a random start of the wrong sign hundreds to undo."""
+        cosine = self.cosine(x)
+        centred = cosine - cosine.mean(0)
+        slope = (centred * (targets - targets.mean(0))).mean(0) / centred.pow(2).mean().clamp_min(1e-12)
+        self.classifier.weight.copy_(slope[:, None])
+        self.classifier.bias.copy_(targets.mean(0) - slope * cosine.mean())
 
 
 class TokenPoolHead(nn.Module):
@@ -153,23 +165,69 @@ class TokenPoolHead(nn.Module):
 
 
 class Standardized(nn.Module):
-    """Standardize each (layer, dimension) of the input with fixed train-split statistics
-    (buffers, not trained), then apply ``head``. Raw BERT states have a few outlier dimensions
-    that otherwise dominate a linear head."""
+    """``head`` between fixed train-split statistics (buffers, not trained): its input
+    standardized per (layer, dimension) when ``mean`` and ``std`` are given (raw BERT states have
+    a few outlier dimensions that otherwise dominate a linear head), and, for a regression, its
+    output read in standard units of the training labels (``label_mean``, ``label_std``): a head
+    that outputs 0 predicts the training mean, and a scale far from 1 (STS-B's 0-5) needs no
+    learning; the cosine head, which starts at 0, stayed near its start without it."""
 
-    def __init__(self, head: nn.Module, mean: torch.Tensor, std: torch.Tensor):
+    def __init__(self, head: nn.Module, mean=None, std=None, label_mean=None, label_std=None):
         super().__init__()
         self.head = head
-        self.register_buffer("mean", mean)
-        self.register_buffer("inv_std", 1.0 / std.clamp_min(1e-6))
+        self.standardizes_input = mean is not None
+        self.scales_output = label_mean is not None
+        if self.standardizes_input:
+            self.register_buffer("mean", mean)
+            self.register_buffer("inv_std", 1.0 / std.clamp_min(1e-6))
+        if self.scales_output:
+            self.register_buffer("label_mean", torch.as_tensor(label_mean, dtype=torch.float32))
+            self.register_buffer("label_std", torch.as_tensor(label_std, dtype=torch.float32).clamp_min(1e-6))
 
     @property
     def reads_sequence(self) -> bool:
         return getattr(self.head, "reads_sequence", False)
 
+    @property
+    def label_moments(self) -> tuple | None:
+        return (self.label_mean, self.label_std) if self.scales_output else None
+
+    def standardize_input(self, x: torch.Tensor) -> torch.Tensor:
+        return (x - self.mean) * self.inv_std if self.standardizes_input else x
+
+    def standard_labels(self, y: torch.Tensor) -> torch.Tensor:
+        return (y - self.label_mean) / self.label_std
+
     def forward(self, x: torch.Tensor, *args) -> torch.Tensor:
         """``args`` (e.g. a token head's padding mask) pass through to the head."""
-        return self.head((x - self.mean) * self.inv_std, *args)
+        out = self.head(self.standardize_input(x), *args)
+        return out * self.label_std + self.label_mean if self.scales_output else out
+
+
+def fit_output(head: nn.Module, x: torch.Tensor, y: torch.Tensor, outputs: int) -> None:
+    """Let a head that starts its output from the data (``fit_output``, the cosine head's) fit it to
+    the batch ``x``, ``y`` as it will see them: the input standardized, the labels in standard units
+    (a regression) or one-hot (a classification)."""
+    core = core_head(head)
+    if not hasattr(core, "fit_output"):
+        return
+    if isinstance(head, Standardized):
+        x = head.standardize_input(x)
+    y = head.standard_labels(y) if isinstance(head, Standardized) and head.scales_output else y
+    targets = y.float()[:, None] if outputs == 1 else nn.functional.one_hot(y.long(), outputs).float()
+    core.fit_output(x.float(), targets)
+
+
+def standardized(head: nn.Module, moments=None, label_moments=None) -> nn.Module:
+    """``head`` wrapped in ``Standardized`` when there is anything to standardize, else itself."""
+    if moments is None and label_moments is None:
+        return head
+    return Standardized(head, *(moments or (None, None)), *(label_moments or (None, None)))
+
+
+def core_head(head: nn.Module) -> nn.Module:
+    """The trained head inside its standardization, if any."""
+    return head.head if isinstance(head, Standardized) else head
 
 
 def span_logits(head: nn.Module, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -127,6 +127,7 @@ def run_worker(
     problems = Problems(task, manifest, runtime, settings.in_memory_max_mb, raw_dir)
     problem, device = problems.get(spec), problems.device
     moments = problems.moments(spec) if settings.standardize else None
+    label_moments = problems.label_moments(spec)
     space = applicable_space(search.space, spec)
     study = optuna.create_study(
         storage=open_storage(storage),
@@ -151,7 +152,16 @@ def run_worker(
                 raise optuna.TrialPruned()
 
         _, best, _, _ = train_one(
-            task, candidate.spec, candidate.training, problem, seed, device, moments, report, problems.encoder_dir
+            task,
+            candidate.spec,
+            candidate.training,
+            problem,
+            seed,
+            device,
+            moments,
+            report,
+            problems.encoder_dir,
+            label_moments,
         )
         return float(best["score"])
 

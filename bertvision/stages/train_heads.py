@@ -19,7 +19,7 @@ from bertvision.features.source import StreamSource
 from bertvision.files import atomic_write_json, atomic_write_parquet, read_json
 from bertvision.layout import HEAD_METRICS, HEAD_PREDICTIONS, head_metrics_files, head_run_dir
 from bertvision.models.head_io import save_head
-from bertvision.models.heads import Standardized, count_parameters
+from bertvision.models.heads import core_head, count_parameters
 from bertvision.registry.task_spec import TaskSpec
 from bertvision.reporting.results import raced_out
 from bertvision.runtime.device import set_threads
@@ -88,8 +88,13 @@ def train_heads(
             head = apply_params(head, search["best_params"])
         problem = problems.get(head.spec)
         moments = problems.moments(head.spec) if head.training.standardize else None
+        label_moments = problems.label_moments(head.spec)
         plans += [
-            Plan(SeededHead(head_name, head.spec, head.training, seed, moments, problems.encoder_dir), problem, search)
+            Plan(
+                SeededHead(head_name, head.spec, head.training, seed, moments, problems.encoder_dir, label_moments),
+                problem,
+                search,
+            )
             for seed in seeds
         ]
     decided = survivors_from is not None and race is not None and race.racing
@@ -177,7 +182,7 @@ def _evaluated(task: TaskSpec, group: list[Plan], lockstep: Lockstep, problems: 
             # the precision of the states the head read (extraction's, or the stream's)
             "states_precision": train_source.get("precision"),
         }
-        core = head.head if isinstance(head, Standardized) else head
+        core = core_head(head)
         if hasattr(core, "layer_weights"):  # the learned layer mix (LP, token-pool, cosine)
             record["layer_weights"] = core.layer_weights().detach().cpu().tolist()
         if hasattr(core, "gamma"):

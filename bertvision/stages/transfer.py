@@ -15,7 +15,7 @@ from bertvision.config.settings import HeadRuntimeSettings
 from bertvision.files import atomic_write_json, read_json
 from bertvision.layout import HEAD_METRICS, head_runs
 from bertvision.models.head_io import load_head
-from bertvision.models.heads import Standardized
+from bertvision.models.heads import Standardized, standardized
 from bertvision.registry.task_spec import TaskSpec
 from bertvision.runtime.device import set_threads
 from bertvision.training.problems import Problems
@@ -48,10 +48,11 @@ def transfer(
             layers, hidden = problem.shape
             head = load_head(run, layers, hidden, task.num_labels).to(problems.device)
             variants = {"source": head}
-            if isinstance(head, Standardized):
+            if isinstance(head, Standardized) and head.standardizes_input:
                 # The same weights with the input standardized by the target checkpoint's own
                 # train-split statistics (no labels involved): undoes the shift in scale.
-                variants["target"] = Standardized(head.head, *problems.moments(spec)).to(problems.device).eval()
+                target = standardized(head.head, problems.moments(spec), head.label_moments)
+                variants["target"] = target.to(problems.device).eval()
             for standardization, model in variants.items():
                 metrics, _, _ = problem.evaluate(model, None)
                 records.append(

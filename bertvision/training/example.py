@@ -16,6 +16,7 @@ from bertvision.features.store import FeatureSet, read_shard
 from bertvision.features.stream import BatchStream, Prefetched
 from bertvision.features.streamed import is_streamed
 from bertvision.layout import split_file
+from bertvision.models.heads import fit_output
 from bertvision.registry.metrics import predictions_from_outputs, score
 from bertvision.registry.task_spec import TaskSpec
 from bertvision.training.statistics import moments, nested_subset
@@ -65,6 +66,9 @@ class TrainingData:
             return self.x.mean(dim=0), self.x.std(dim=0)
         shards = (read_shard(p, self.features.reads)[0] for p in self.features.shard_paths())
         return moments(shards, self.features.n_examples, self.device)
+
+    def train_labels(self) -> np.ndarray:
+        return self.y.cpu().numpy() if self.in_memory else self.features.labels()
 
     def _shuffled(self, seed: int):
         order = torch.randperm(len(self.x), generator=torch.Generator().manual_seed(seed)).to(self.device)
@@ -124,6 +128,9 @@ class StreamedTrainingData:
         )
         return moments(chunks, len(self.rows), self.features.encoder.device)
 
+    def train_labels(self) -> np.ndarray:
+        return self.features.tokens.labels[self.rows]
+
     def epoch(self, seed: int, batch_size: int):
         order = torch.randperm(len(self.rows), generator=torch.Generator().manual_seed(seed)).numpy()
         return StreamedBatches(self.features, self.rows[order], batch_size)
@@ -178,12 +185,19 @@ class ExampleProblem:
     def moments(self):
         return self.data.moments()
 
+    def train_labels(self) -> np.ndarray:
+        return self.data.train_labels()
+
     def epoch(self, seed: int, batch_size: int):
         return self.data.epoch(seed, batch_size)
 
     def loss(self, head, batch) -> torch.Tensor:
         x, y = (t.to(self.device, non_blocking=True) for t in batch)
         return self.output_loss(head(x), y)
+
+    def fit_output(self, head, batch) -> None:
+        x, y = (t.to(self.device, non_blocking=True) for t in batch)
+        fit_output(head, x, y, self.task.num_labels)
 
     def output_loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """MSE for regression, cross-entropy for classification."""

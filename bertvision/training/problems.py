@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from bertvision.config.settings import HeadRuntimeSettings
 from bertvision.features.source import StreamSource
 from bertvision.features.streamed import open_split, streamed_encoder
@@ -76,3 +78,11 @@ class Problems:
         if key not in self._moments:
             self._moments[key] = self.get(spec).moments()
         return self._moments[key]
+
+    def label_moments(self, spec: dict):
+        """(mean, std) of a regression's training labels (the rows ``spec``'s problem trains on),
+        in whose standard units its heads output; None for other tasks."""
+        if self.task.kind != "regression":
+            return None
+        labels = np.asarray(self.get(spec).train_labels(), dtype=np.float64)
+        return float(labels.mean()), float(labels.std()) if len(labels) > 1 else 1.0

@@ -94,6 +94,9 @@ class TokenExampleProblem(ExampleProblem):
     def moments(self):
         return token_moments(self.train, self.device)
 
+    def train_labels(self) -> np.ndarray:
+        return self.train.labels
+
     def epoch(self, seed: int, batch_size: int):
         return WindowBatches(self.train, batch_size, seed, bucketed_batches)
 
