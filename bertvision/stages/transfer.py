@@ -51,8 +51,8 @@ def transfer(
             if isinstance(head, Standardized) and head.standardizes_input:
                 # The same weights with the input standardized by the target checkpoint's own
                 # train-split statistics (no labels involved): undoes the shift in scale.
-                target = standardized(head.head, problems.moments(spec), head.label_moments)
-                variants["target"] = target.to(problems.device).eval()
+                restandardized = standardized(head.head, problems.moments(spec), head.label_moments)
+                variants["target"] = restandardized.to(problems.device).eval()
             for standardization, model in variants.items():
                 metrics, _, _ = problem.evaluate(model, None)
                 records.append(
