@@ -105,7 +105,7 @@ def test_bf16_autocast_extraction_matches_fp32(tmp_path, tiny_bert):
             1,
             ["train"],
             ExtractSettings(batch_size=8, block_rows=16, block_tokens=65536),
-            ExtractCompute(device="cpu", precision=precision),
+            ExtractCompute(device="cpu", precision=precision, backend="torch"),
             ATTRS,
             threads=1,
         )
@@ -123,7 +123,7 @@ def test_extraction_spread_over_device_replicas_equals_one_device(tmp_path, tiny
 
     write_tokens(tmp_path)
     settings = ExtractSettings(batch_size=4, block_rows=16, block_tokens=200)
-    compute = ExtractCompute(device="cpu", precision="fp32")
+    compute = ExtractCompute(device="cpu", precision="fp32", backend="torch")
     outs = {}
     for replicas in (1, 2):
         out = tmp_path / f"replicas{replicas}" / "shard-0-of-1"

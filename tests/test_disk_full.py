@@ -94,7 +94,7 @@ def test_a_disk_that_fills_up_during_extraction_ends_in_one_line(tmp_path, tiny_
             *(sys.executable, "-m", "bertvision", "extract", "--task", "sst2", "--shard", "0", "--shards", "1"),
             *("--checkpoint", str(tiny_bert), "--tokens-dir", str(tmp_path / "tokens"), "--out-dir", str(out)),
             *("--settings", ExtractSettings(batch_size=16, block_rows=256, block_tokens=4096).to_json()),
-            *("--compute", ExtractCompute(device="cpu", precision="fp32").to_json()),
+            *("--compute", ExtractCompute(device="cpu", precision="fp32", backend="torch").to_json()),
             *("--attrs", json.dumps(attrs), "--threads", "1"),
         ]
         proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)

@@ -213,7 +213,7 @@ def test_killed_extraction_leaves_nothing_a_rerun_accepts(tmp_path, tiny_bert):
             "--settings",
             json.dumps({"batch_size": batch_size, "block_rows": 64, "block_tokens": 65536}),
             "--compute",
-            json.dumps({"device": "cpu", "precision": "fp32"}),
+            json.dumps({"device": "cpu", "precision": "fp32", "backend": "torch"}),
             "--attrs",
             json.dumps({k: v for k, v in ATTRS.items() if k != "encoder_parameters"}),
         ]

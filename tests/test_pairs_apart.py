@@ -98,7 +98,7 @@ def test_the_states_of_a_pair_are_its_texts_encoded_alone(tokens_apart, tiny_ber
             2,
             ["dev"],
             ExtractSettings(batch_size=4, block_rows=5, block_tokens=256),
-            ExtractCompute(device="cpu", precision="fp32"),
+            ExtractCompute(device="cpu", precision="fp32", backend="torch"),
             attrs,
             threads=1,
         )

@@ -78,6 +78,7 @@ def bertvision(*args, env=None, check=True):
 
 # fp32: the comparisons are exact up to float error; bf16 rounds differently per batch shape.
 CPU = json.dumps({"device": "cpu", "precision": "fp32"})
+EXTRACT_CPU = json.dumps({"device": "cpu", "precision": "fp32", "backend": "torch"})
 
 
 def finetune_args(root, settings, out):
@@ -153,7 +154,7 @@ def test_extraction_retries_with_smaller_batches(prepared):
         "--settings",
         json.dumps({"batch_size": 16, "block_rows": 8192, "block_tokens": 65536}),
         "--compute",
-        CPU,
+        EXTRACT_CPU,
         "--attrs",
         json.dumps({"model": "tiny", "task": "mrpc", "checkpoint": "1", "ft_seed": 1, "label_kind": "classification"}),
     ]

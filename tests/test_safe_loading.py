@@ -74,7 +74,7 @@ def test_the_command_line_prints_one_line_and_exits_2(pickle_only, tmp_path):
             "--settings",
             '{"batch_size": 8, "block_rows": 64, "block_tokens": 1024}',
             "--compute",
-            '{"device": "cpu", "precision": "fp32"}',
+            '{"device": "cpu", "precision": "fp32", "backend": "torch"}',
             "--attrs",
             "{}",
         ],

@@ -1293,3 +1293,41 @@ def test_an_ensemble_picked_on_the_untouched_encoder_gets_its_own_bundle(
     initial = load_file(question_checkpoints / "ft" / task / "ckpt-0" / "model.safetensors")
     classifier = [k for k in initial if k.startswith("classifier.")]
     assert classifier and all(np.array_equal(kept[k], initial[k]) for k in classifier)
+
+
+def test_the_onnx_backends_answer_as_pytorch_does(bundle, tmp_path, monkeypatch):
+    """Every kind of task (a joint pair, a pair encoded apart, a regression, spans, answerability)
+    through the engine on ONNX Runtime: fp32 gives PyTorch's answers; and a server started with
+    backend onnx-int8 answers over HTTP."""
+    from bertvision.serving.app import ServeSettings, create_app
+    from bertvision.serving.engine import Engine
+    from bertvision.serving.items import QuestionItem, TextItem
+
+    monkeypatch.setenv("BERTVISION_CACHE", str(tmp_path))
+    picked = {task: entry.picked for task, entry in bundle.tasks.items()}
+    pairs = {task: picked[task] for task in ("mrpc", "rte", "stsb")}
+    texts = [
+        TextItem(("A man is playing a guitar.", "A man plays the guitar."), pairs),
+        TextItem(("Stocks fell.", "The market rose on Friday."), pairs),
+    ]
+    asked = {task: picked[task] for task in ("squad2", "squad2-answerable")}
+    questions = [QuestionItem("Who plays?", "A man plays the guitar in the park.", asked)]
+    answers = {}
+    for backend in ("torch", "onnx"):
+        engine = Engine(bundle, "cpu", backend=backend)
+        answers[backend] = engine.predict(texts, questions)
+        assert engine.backend == backend
+    (torch_texts, torch_questions), (onnx_texts, onnx_questions) = answers["torch"], answers["onnx"]
+    for want, got in zip(torch_texts, onnx_texts):
+        for task in want:
+            assert got[task].label == want[task].label
+            np.testing.assert_allclose(got[task].outputs, want[task].outputs, rtol=1e-3, atol=1e-3)
+    for want, got in zip(torch_questions, onnx_questions):
+        assert got["squad2"].answer == want["squad2"].answer
+        assert got["squad2-answerable"].label == want["squad2-answerable"].label
+
+    settings = ServeSettings(device="cpu", backend="onnx-int8")
+    with Server(create_app(bundle.root, settings)) as running, httpx.Client(base_url=running.url, timeout=60) as client:
+        response = client.post("/predict", json={"texts": [["A man is playing a guitar.", "A man plays the guitar."]]})
+    assert response.status_code == 200, response.text
+    assert set(response.json()["predictions"][0]) == {"mrpc", "rte", "stsb"}

@@ -36,7 +36,7 @@ SETTINGS = HeadTrainingSettings(
 )
 RUNTIME = HeadRuntimeSettings(device="cpu", verify="sha256")
 EXTRACT = ExtractSettings(batch_size=16, block_rows=64, block_tokens=4096)
-COMPUTE = ExtractCompute(device="cpu", precision="fp32")
+COMPUTE = ExtractCompute(device="cpu", precision="fp32", backend="torch")
 HEADS = {
     "mrpc": {
         "lp": {"type": "lp"},

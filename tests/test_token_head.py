@@ -105,7 +105,7 @@ def test_token_features_of_an_example_task_serve_the_cls_heads_too(tmp_path, tin
     tokens_dir.mkdir()
     lengths = tokenized_split(tokens_dir / "train.parquet")
     settings = ExtractSettings(batch_size=8, block_rows=16, block_tokens=200)
-    compute = ExtractCompute(device="cpu", precision="fp32")
+    compute = ExtractCompute(device="cpu", precision="fp32", backend="torch")
     attrs = {"model": "tiny", "task": "mrpc", "checkpoint": "0", "ft_seed": 1, "label_kind": "classification"}
     sets = {}
     for level, extra in (("cls", {}), ("tokens", {"features": "tokens"})):

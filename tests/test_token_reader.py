@@ -229,7 +229,7 @@ def squad_features(tiny_bert, tmp_path_factory):
             2,
             splits_of(task),
             ExtractSettings(batch_size=16, block_rows=64, block_tokens=4096),
-            ExtractCompute(device="cpu", precision="fp32"),
+            ExtractCompute(device="cpu", precision="fp32", backend="torch"),
             attrs,
             threads=1,
         )

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bertvision.commands.arguments import PATH, TASK, THREADS, Arg, Command, command, json_arg, name_path_arg, path
-from bertvision.runtime.precision import PRECISIONS
+from bertvision.runtime.precision import BACKENDS, PRECISIONS
 from bertvision.serving.settings import ServeSettings
 
 # serve's flags that set a ServeSettings field (ServeSettings owns their defaults; --device too)
@@ -47,6 +47,8 @@ def serve_args() -> dict[str, Arg]:
         workers=option("uvicorn worker processes, each with its own model", 1),
         **limits,
         device=option("auto: a GPU when there is one", default.device, choices=("auto", "cpu", "cuda")),
+        backend=option("the encoder's runtime: torch, or ONNX Runtime on the CPU (fp32, or int8 weights)",
+                       default.backend, choices=BACKENDS),
         threads=Arg("torch threads per worker (default: CPU cores / workers when --workers > 1)", type=int,
                     required=False),
     )  # fmt: skip

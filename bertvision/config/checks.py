@@ -20,6 +20,12 @@ def check(workflow) -> None:
             check_pretrained(workflow.pretrained(model))
         except MissingError as err:
             problems.append(f"backbones.{model}.pretrained: {err}")
+    extract = workflow.config["extract"]
+    if extract["backend"] != "torch" and extract["device"] == "cuda":
+        problems.append(
+            f"extract.backend: {extract['backend']} runs on the CPU (ONNX Runtime's CPU provider), "
+            "but extract.device: cuda; set extract.device: cpu or auto, or extract.backend: torch"
+        )
     models = workflow.config["heads"]["models"]
     for task in workflow.tasks:
         spec, over = get_task(task), workflow.task_overrides(task)

@@ -15,7 +15,7 @@ import yaml
 
 from bertvision.errors import ConfigError
 from bertvision.registry.heads import HEAD_TYPES, head_options, searchable_parameters
-from bertvision.runtime.precision import PRECISIONS
+from bertvision.runtime.precision import BACKENDS, PRECISIONS
 
 SCHEMA_FILE = Path(str(resources.files("bertvision.config") / "schema.yaml"))
 
@@ -60,6 +60,7 @@ REGISTRY_NODES = {
     "head-spec": _head_spec_schema,
     "searchable": lambda node: {"enum": sorted(searchable_parameters())},
     "precisions": lambda node: {**{k: v for k, v in node.items() if k != "x-registry"}, "enum": list(PRECISIONS)},
+    "backends": lambda node: {**{k: v for k, v in node.items() if k != "x-registry"}, "enum": list(BACKENDS)},
 }
 
 

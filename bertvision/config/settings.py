@@ -203,10 +203,11 @@ class FinetuneCompute(StageSettings):
 
 
 class ExtractCompute(StageSettings):
-    """Where extraction runs, and in which precision."""
+    """Where extraction runs, in which precision and on which runtime."""
 
     device: str = setting("extract.device")
     precision: str = setting("extract.precision")
+    backend: str = setting("extract.backend")
 
 
 class OptimizerSettings(StageSettings):

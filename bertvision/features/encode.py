@@ -10,20 +10,22 @@ from pathlib import Path
 import torch
 
 from bertvision.models.encoder_io import SUMMARY_POSITION, load_encoder, load_task_model
+from bertvision.models.onnx_encoder import with_backend
 from bertvision.registry.heads import READS
 from bertvision.runtime.device import autocast, check_simulated_oom
 
 
-def frozen_encoder(checkpoint_dir: Path, device: torch.device):
+def frozen_encoder(checkpoint_dir: Path, device: torch.device, backend: str = "torch"):
+    """The checkpoint's bare encoder, frozen, run by ``backend`` (``runtime.precision.BACKENDS``)."""
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
     model = load_encoder(str(checkpoint_dir)).to(device).eval()
     model.requires_grad_(False)
-    return model
+    return with_backend(model, backend)
 
 
-def frozen_task_model(checkpoint_dir: Path, kind: str, device: torch.device):
+def frozen_task_model(checkpoint_dir: Path, kind: str, device: torch.device, backend: str = "torch"):
     """The checkpoint's encoder with its own task head (BERT's), frozen: one pass gives the
     states the bare encoder would and the head's outputs."""
     from transformers.utils import logging as hf_logging
@@ -31,7 +33,7 @@ def frozen_task_model(checkpoint_dir: Path, kind: str, device: torch.device):
     hf_logging.set_verbosity_error()
     model = load_task_model(str(checkpoint_dir), kind).to(device).eval()
     model.requires_grad_(False)
-    return model
+    return with_backend(model, backend)
 
 
 def encoder_pass(model, batch: dict, device, precision: str):

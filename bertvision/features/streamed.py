@@ -23,7 +23,7 @@ from bertvision.layout import split_file
 from bertvision.models.backbone import encoder_parameter_count
 from bertvision.models.encoder_io import hidden_state_shape, pad_id
 from bertvision.registry.heads import READS
-from bertvision.runtime.device import pick_device, resolve_precision, to_device
+from bertvision.runtime.device import backend_precision, pick_device, to_device
 
 
 class StreamedEncoder:
@@ -32,9 +32,10 @@ class StreamedEncoder:
 
     def __init__(self, source: StreamSource):
         self.source = source
-        self.device = pick_device(source.compute.device)
-        self.model = frozen_encoder(Path(source.checkpoint), self.device)
-        self.precision = resolve_precision(self.device, source.compute.precision, self.model)
+        compute = source.compute
+        self.device = pick_device(compute.device if compute.backend == "torch" else "cpu")  # ONNX: the CPU
+        self.model = frozen_encoder(Path(source.checkpoint), self.device, compute.backend)
+        self.precision = backend_precision(self.device, compute.precision, self.model, compute.backend)
         self.pad_id = pad_id(self.model)
         self.shape = hidden_state_shape(self.model)
         self.parameters = encoder_parameter_count(self.model)

@@ -6,6 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+# What runs the frozen encoder's forward passes: PyTorch, or ONNX Runtime on the CPU with fp32 or
+# int8 weights (``models.onnx_encoder``), whose activations are fp32 whatever the precision says.
+BACKENDS = ("torch", "onnx", "onnx-int8")
 # What `auto` resolves to, whatever the hardware offers (fp32, bf16 or fp16): lets the test suite
 # and the benchmarks force one precision everywhere a config says auto.
 AUTO_PRECISION_ENV = "BERTVISION_AUTO_PRECISION"

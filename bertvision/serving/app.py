@@ -191,6 +191,7 @@ def create_app(
                 settings.threads,
                 settings.max_batch_tokens,
                 settings.pad_multiple,
+                settings.backend,
             )
             for p in paths
         ]
@@ -315,7 +316,16 @@ def app_from_env() -> FastAPI:
     return create_app([Path(p) for p in os.environ[BUNDLE_ENV].split(os.pathsep)], settings)
 
 
-def serve(bundles: list[Path], host: str, port: int, workers: int, device: str, threads: int | None = None, **given):
+def serve(
+    bundles: list[Path],
+    host: str,
+    port: int,
+    workers: int,
+    device: str,
+    backend: str = "torch",
+    threads: int | None = None,
+    **given,
+):
     """``bertvision serve``: every task of ``bundles`` over HTTP with uvicorn, ``workers`` processes;
     ``given``, ServeSettings' limits."""
     import copy
@@ -334,7 +344,7 @@ def serve(bundles: list[Path], host: str, port: int, workers: int, device: str, 
             served[task] = one.root
     # several workers on one CPU would otherwise each start a thread per core
     threads = threads or (max(1, (os.cpu_count() or 1) // workers) if workers > 1 else None)
-    settings = ServeSettings(**given, device=device, threads=threads)
+    settings = ServeSettings(**given, device=device, backend=backend, threads=threads)
     # uvicorn's factory mode: every worker process builds its own app from these
     os.environ[BUNDLE_ENV] = os.pathsep.join(str(b.root) for b in loaded)
     os.environ[SETTINGS_ENV] = settings.to_json()

@@ -40,6 +40,7 @@ from bertvision.models.encoder_io import (
 )
 from bertvision.models.head_io import load_head
 from bertvision.models.heads import span_logits
+from bertvision.models.onnx_encoder import with_backend
 from bertvision.registry.heads import READS, head_reads
 from bertvision.runtime.device import autocast, pick_device, set_threads, to_device
 from bertvision.serving.answers import answerability, bert_outputs, example_result, span_answer, with_bert
@@ -73,6 +74,7 @@ class Engine:
         threads: int | None = None,
         max_batch_tokens: int = 8192,
         pad_multiple: int = 1,
+        backend: str = "torch",
     ):
         from transformers import AutoTokenizer
         from transformers.utils import logging as hf_logging
@@ -96,7 +98,8 @@ class Engine:
             model = load_task_model(encoder_dir, self.bundle.tasks[self.bundle.task_model].kind)
         else:
             model = load_encoder(encoder_dir)
-        self.encoder = model.to(self.device).eval()
+        self.encoder = with_backend(model.to(self.device).eval(), backend, threads)
+        self.backend = backend
         self.pad_id = pad_id(self.encoder)
         self.token_types = uses_token_types(self.tokenizer, self.encoder.config)
         layers, hidden = self.bundle.layers, self.bundle.hidden
@@ -108,9 +111,10 @@ class Engine:
         self.encoder_passes = 0
         self.sequences_encoded = 0
         log.info(
-            "serving %s on %s: %s",
+            "serving %s on %s (%s): %s",
             self.bundle.root,
             self.device,
+            backend,
             {t: list(e.heads) for t, e in self.bundle.tasks.items()},
         )
 

@@ -41,7 +41,7 @@ from bertvision.files import disk_full
 from bertvision.layout import shard_file, split_file, texts_file
 from bertvision.models.encoder_io import bare_encoder_parameter_count, hidden_state_shape, pad_id
 from bertvision.registry.heads import PAIR_PARTS, READS
-from bertvision.runtime.device import pick_device, resolve_precision, set_threads, to_device
+from bertvision.runtime.device import backend_precision, pick_device, set_threads, to_device
 
 log = logging.getLogger(__name__)
 
@@ -389,15 +389,17 @@ def extract_shard(
 
     def load(device):
         if bert_logits:
-            return frozen_task_model(checkpoint_dir, attrs["label_kind"], device)
-        return frozen_encoder(checkpoint_dir, device)
+            return frozen_task_model(checkpoint_dir, attrs["label_kind"], device, compute.backend)
+        return frozen_encoder(checkpoint_dir, device, compute.backend)
 
-    replicas = [(load(d), d) for d in (devices or extraction_devices(compute.device))]
+    preference = compute.device if compute.backend == "torch" else "cpu"  # ONNX Runtime runs on the CPU here
+    replicas = [(load(d), d) for d in (devices or extraction_devices(preference))]
     model, model_device = replicas[0]
     log.info("extracting on %s", ", ".join(str(d) for _, d in replicas))
     layers, hidden = hidden_state_shape(model)
     kind = attrs["label_kind"]
-    attrs = {**attrs, "encoder_dir": str(checkpoint_dir)}
+    attrs = {**attrs, "encoder_dir": str(checkpoint_dir), "backend": compute.backend}
+    precision = backend_precision(model_device, compute.precision, model, compute.backend)
     out_dir = Path(out_dir)
     tmp_dir = out_dir.with_name(f".{out_dir.name}.tmp")
     shutil.rmtree(tmp_dir, ignore_errors=True)
@@ -428,7 +430,7 @@ def extract_shard(
                         shard,
                         n_shards,
                         settings,
-                        resolve_precision(model_device, compute.precision, model),
+                        precision,
                         {**attrs, "split": split},
                     )
                     continue
@@ -439,7 +441,7 @@ def extract_shard(
                     shard,
                     n_shards,
                     settings,
-                    resolve_precision(model_device, compute.precision, model),
+                    precision,
                     {**attrs, "split": split},
                     outputs.get(split),
                 )

@@ -1,0 +1,200 @@
+"""The frozen encoder run by ONNX Runtime on the CPU (``backend: onnx`` or ``onnx-int8``).
+
+The checkpoint's model (bare encoder, or the task model with BERT's head) is exported once with
+every hidden state as one output, (states, batch, tokens, hidden), and its head's outputs beside
+it; ``onnx-int8`` quantizes that export's weights to int8 (ONNX Runtime's dynamic quantization:
+activations quantized per batch at run time). The exports are cached (``$BERTVISION_CACHE``, else
+``~/.cache/bertvision``) under a key of the checkpoint's weights file, size and time, the model
+kind and the torch version, each written to a temporary name and renamed into place, so that
+concurrent jobs never read a half-written file.
+
+``OnnxEncoder`` answers the calls the pipeline makes of a Hugging Face model
+(``model(**batch, output_hidden_states=True)`` gives ``hidden_states`` and ``logits`` or
+``start_logits``/``end_logits``); its ``config`` and ``parameters()`` stay the PyTorch model's,
+so every record counts the same encoder. Why ONNX Runtime: on a CPU it fuses the attention and
+layer-norm kernels PyTorch's eager mode runs one op at a time, and runs int8 matrix products
+(docs/results/onnx-backend-*.md holds what it gave on our CPUs)."""
+
+from __future__ import annotations
+
+import hashlib
+import warnings
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+from torch import nn
+
+from bertvision.files import atomic_path
+from bertvision.models.random_encoder import cache_root
+
+INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+OPSET = 17
+
+
+class _Exported(nn.Module):
+    """What the export traces: the hidden states stacked into one tensor, the head's outputs
+    (logits, or start/end logits stacked on the last axis) beside them."""
+
+    def __init__(self, model, token_types: bool):
+        super().__init__()
+        self.model, self.token_types = model, token_types
+
+    def forward(self, input_ids, attention_mask, token_type_ids=None):
+        kwargs = {"token_type_ids": token_type_ids} if self.token_types else {}
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True, **kwargs)
+        states = torch.stack(out.hidden_states)
+        if getattr(out, "logits", None) is not None:
+            return states, out.logits
+        if getattr(out, "start_logits", None) is not None:
+            return states, torch.stack([out.start_logits, out.end_logits], dim=-1)
+        return (states,)
+
+
+def _weights_key(model) -> str:
+    """What names one set of weights: the files the model was loaded from (size and time), its
+    class and the torch version that exports it."""
+    source = Path(model.config._name_or_path or ".")
+    parts = [type(model).__name__, torch.__version__, str(source.resolve())]
+    for weights in sorted(source.glob("*.safetensors")) if source.is_dir() else []:
+        stat = weights.stat()
+        parts.append(f"{weights.name}:{stat.st_size}:{stat.st_mtime_ns}")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:20]
+
+
+def export_path(model, backend: str) -> Path:
+    return cache_root() / "onnx" / _weights_key(model) / f"{backend}.onnx"
+
+
+def _token_types(model) -> bool:
+    import inspect
+
+    return "token_type_ids" in inspect.signature(model.forward).parameters
+
+
+def export(model, out: Path) -> Path:
+    """``model`` (eval mode, CPU) exported to ``out`` with dynamic batch and length."""
+    token_types = _token_types(model)
+    names = list(INPUTS if token_types else INPUTS[:2])
+    ids = torch.ones((2, 8), dtype=torch.long)
+    sample = (ids, torch.ones_like(ids), torch.zeros_like(ids))[: len(names)]
+    wrapped = _Exported(model, token_types).eval()
+    with torch.inference_mode(False), torch.no_grad():
+        probe = wrapped(*sample)
+    outputs = ["hidden_states", "head_outputs"][: len(probe)]
+    axes = {name: {0: "batch", 1: "tokens"} for name in names}
+    axes["hidden_states"] = {1: "batch", 2: "tokens"}
+    if len(probe) > 1:
+        axes["head_outputs"] = {0: "batch", **({1: "tokens"} if probe[1].dim() == 3 else {})}
+    # the tracer's warnings name branches on shapes (padding, causality) that every input of an
+    # encoder takes the same way: the export is checked against PyTorch's states by the tests
+    with atomic_path(out) as tmp, torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            wrapped,
+            sample,
+            str(tmp),
+            input_names=names,
+            output_names=outputs,
+            dynamic_axes=axes,
+            opset_version=OPSET,
+            dynamo=False,
+        )
+    return out
+
+
+def quantize(fp32: Path, out: Path) -> Path:
+    """The int8 copy of ``fp32``: weights int8, activations quantized per batch at run time."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    with atomic_path(out) as tmp:
+        quantize_dynamic(str(fp32), str(tmp), weight_type=QuantType.QInt8)
+    return out
+
+
+def exported(model, backend: str) -> Path:
+    """The cached export of ``model`` for ``backend``, made on first use."""
+    fp32 = export_path(model, "onnx")
+    if not fp32.exists():
+        export(model, fp32)
+    if backend == "onnx":
+        return fp32
+    int8 = export_path(model, backend)
+    if not int8.exists():
+        quantize(fp32, int8)
+    return int8
+
+
+class OnnxEncoder:
+    """``model``'s forward pass run by ONNX Runtime (CPU), with ``threads`` intra-op threads
+    (torch's own count when None)."""
+
+    def __init__(self, model, backend: str, threads: int | None = None):
+        import onnxruntime as ort
+
+        if backend not in ("onnx", "onnx-int8"):
+            raise ValueError(f"backend {backend!r}: not an ONNX backend (onnx, onnx-int8)")
+        self.model, self.backend = model.eval(), backend
+        self.config = model.config
+        self.path = exported(model, backend)
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads or torch.get_num_threads()
+        options.inter_op_num_threads = 1
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        # idle threads sleep instead of spinning: beside a service's own threads (tokenizing,
+        # batching, the heads) or a second encoder's session, spinning takes the cores they need
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        self.session = ort.InferenceSession(str(self.path), options, providers=["CPUExecutionProvider"])
+        self.inputs = [i.name for i in self.session.get_inputs()]
+        self.head_kind = "start_end" if hasattr(model, "qa_outputs") else "logits"
+
+    # the parts of nn.Module's interface the pipeline uses
+    def parameters(self):
+        return self.model.parameters()
+
+    def to(self, device):
+        if torch.device(device).type != "cpu":
+            raise ValueError(f"the ONNX backends run on the CPU, not {device}")
+        return self
+
+    def eval(self):
+        return self
+
+    def requires_grad_(self, flag: bool = True):
+        return self
+
+    def __getattr__(self, name):  # base_model_prefix, the base model's modules: the PyTorch model's
+        return getattr(self.__dict__["model"], name)
+
+    def __call__(self, input_ids, attention_mask, token_type_ids=None, output_hidden_states=True, **_):
+        given = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
+        feed = {}
+        for name in self.inputs:
+            value = given[name]
+            if value is None:  # a tokenizer without token types: segment 0 everywhere, as BERT's default
+                value = torch.zeros_like(input_ids)
+            feed[name] = np.ascontiguousarray(value.detach().cpu().numpy().astype(np.int64))
+        outputs = self.session.run(None, feed)
+        states = torch.from_numpy(outputs[0])
+        hidden_states = tuple(states.unbind(0))
+        answer = SimpleNamespace(
+            hidden_states=hidden_states, last_hidden_state=hidden_states[-1], logits=None, start_logits=None
+        )
+        if len(outputs) > 1:
+            head = torch.from_numpy(outputs[1])
+            if self.head_kind == "start_end":
+                answer.start_logits, answer.end_logits = head[..., 0], head[..., 1]
+            else:
+                answer.logits = head
+        return answer
+
+
+def with_backend(model, backend: str, threads: int | None = None):
+    """``model`` itself for ``torch``, else ``model`` run by ONNX Runtime (on the CPU only)."""
+    if backend == "torch":
+        return model
+    device = next(model.parameters()).device
+    if device.type != "cpu":
+        raise ValueError(f"backend {backend}: ONNX Runtime runs the encoder on the CPU here, not on {device}")
+    return OnnxEncoder(model, backend, threads)

@@ -1,0 +1,240 @@
+"""PyTorch against ONNX Runtime (fp32 and int8 weights) for every encoder pass a user waits on,
+each backend on the same rows in the same run, after a finished default run (``make run``):
+
+1. the raw forward (every hidden state) of the default backbone over SST-2 dev sentences in
+   batches of 32: sequences per second, and the largest difference of any real token's state
+   from PyTorch's;
+2. the extraction stage itself (``extract_shard``) on the run's SST-2 tokens, every split:
+   sequences per second, and the largest difference of the stored [CLS] and mean states;
+3. the service (``bertvision serve --backend``) on the run's picked bundles at ``--concurrency``
+   clients, each request a distinct SST-2 dev sentence and STS-B dev pair: requests per second;
+4. the served dev scores of each task's picked head through each backend (the pipeline's own
+   are PyTorch's).
+
+Ratios are against PyTorch in the same run. Markdown goes to stdout.
+
+    python scripts/benchmark_onnx.py [--run-dir .] [--seconds 20] [--concurrency 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+import yaml
+from benchmark_serve import load_level, start_server
+
+from bertvision.config.schema import validate_config
+from bertvision.config.settings import ExtractCompute
+from bertvision.config.workflow import WorkflowSettings
+from bertvision.features.store import read_shard
+from bertvision.layout import Checkpoint, Run, split_file
+from bertvision.models.backbone import resolve_pretrained
+from bertvision.models.encoder_io import load_encoder
+from bertvision.models.onnx_encoder import with_backend
+from bertvision.registry.tasks import get_task
+from bertvision.runtime.precision import BACKENDS
+from bertvision.serving.bundle import bundle_paths, load_bundle
+from bertvision.serving.engine import Engine
+from bertvision.serving.items import TextItem
+from bertvision.stages.extract import extract_shard
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def cpu_name() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor()
+
+
+def raw_forward(backbone: str, sentences: list[str], repeats: int, threads: int) -> list[dict]:
+    from transformers import AutoTokenizer
+
+    source = str(resolve_pretrained(backbone))
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    batches = [
+        tokenizer(sentences[i : i + 32], padding=True, truncation=True, max_length=128, return_tensors="pt")
+        for i in range(0, len(sentences), 32)
+    ]
+    torch_model = load_encoder(source).eval()
+    models = {backend: with_backend(torch_model, backend, threads) for backend in BACKENDS}
+
+    def run(model):
+        with torch.inference_mode():
+            return [model(**batch, output_hidden_states=True).hidden_states for batch in batches]
+
+    reference = run(torch_model)
+    seconds = {backend: [] for backend in BACKENDS}
+    for _ in range(repeats):  # interleaved, so that a slow spell of the machine hits every backend
+        for backend, model in models.items():
+            t0 = time.perf_counter()
+            states = run(model)
+            seconds[backend].append(time.perf_counter() - t0)
+    rows = []
+    for backend, model in models.items():
+        states = run(model)
+        worst = max(
+            float((a[batch["attention_mask"].bool()] - b[batch["attention_mask"].bool()]).abs().max())
+            for ref, got, batch in zip(reference, states, batches)
+            for a, b in zip(ref, got)
+        )
+        rows.append({"backend": backend, "seq_s": len(sentences) / np.median(seconds[backend]), "max_diff": worst})
+    return rows
+
+
+def extraction(run_dir: Path, config: dict, threads: int) -> list[dict]:
+    settings = WorkflowSettings(validate_config(config, source="config.yaml"), source="config.yaml")
+    task = "sst2"
+    run = Run(next(iter(config["backbones"])), task, 1, Checkpoint(0))
+    tokens = run_dir / "data" / "tokens" / run.model / task
+    backbone = str(resolve_pretrained(config["backbones"][run.model]["pretrained"]))
+    splits = ["train", "selection", "dev"]
+    rows, stored = [], {}
+    scratch = Path(tempfile.mkdtemp(prefix="bv-onnx-extract-"))
+    try:
+        for backend in BACKENDS:
+            compute = ExtractCompute(device="cpu", precision="fp32", backend=backend)
+            with_backend(load_encoder(backbone).eval(), backend)  # export outside the timing (cached)
+            out = scratch / backend
+            t0 = time.perf_counter()
+            extract_shard(
+                Path(backbone), tokens, out, 0, 1, splits, settings.extract(), compute,
+                settings.extract_attrs(run), threads=threads,
+            )  # fmt: skip
+            seconds = time.perf_counter() - t0
+            n = sum(len(pd.read_parquet(split_file(tokens, s), columns=[])) for s in splits)
+            stored[backend] = {}
+            rows.append({"backend": backend, "sequences": n, "seconds": seconds, "seq_s": n / seconds})
+            for reads in ("cls", "mean"):
+                stored[backend][reads] = np.concatenate(
+                    [read_shard(out / f"{s}.h5", reads)[0].astype(np.float32) for s in splits]
+                )
+        for row in rows:
+            row["max_diff"] = max(
+                float(np.abs(stored[row["backend"]][r] - stored["torch"][r]).max()) for r in ("cls", "mean")
+            )
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return rows
+
+
+def dev_items(raw: Path, task_name: str) -> tuple[list[tuple], np.ndarray]:
+    task = get_task(task_name)
+    dev = pd.read_parquet(split_file(raw / task_name, "dev"))
+    return [tuple(str(row[f]) for f in task.text_fields) for _, row in dev.iterrows()], dev["label"].to_numpy()
+
+
+def served_scores(bundles: Path, raw: Path, threads: int) -> list[dict]:
+    rows = []
+    for backend in BACKENDS:
+        row = {"backend": backend}
+        for path in bundle_paths([bundles]):
+            engine = Engine(load_bundle(path), "cpu", threads=threads, backend=backend)
+            for name, entry in engine.tasks.items():
+                texts, labels = dev_items(raw, name)
+                results = []
+                for start in range(0, len(texts), 64):
+                    items = [TextItem(t, {name: entry.picked}) for t in texts[start : start + 64]]
+                    results += [answers[name] for answers in engine.predict(items)[0]]
+                if get_task(name).kind == "regression":
+                    row[name] = float(np.corrcoef([r.score for r in results], labels)[0, 1])
+                else:
+                    names = list(get_task(name).label_names)
+                    row[name] = float(np.mean([names.index(r.label) == y for r, y in zip(results, labels)]))
+        rows.append(row)
+    return rows
+
+
+def service(bundles: Path, raw: Path, args) -> list[dict]:
+    sentences, _ = dev_items(raw, "sst2")
+    pairs, _ = dev_items(raw, "stsb")
+    bodies = [{"texts": [s[0], list(p)]} for s, p in zip(sentences, pairs)]
+    rows = []
+    for backend in BACKENDS:
+        proc, url = start_server(bundles, 1, args, "--device", "cpu", "--backend", backend)
+        try:
+            result = asyncio.run(load_level(url, bodies, args.concurrency, 10**9, args.seconds))
+        finally:
+            proc.terminate()
+            proc.wait()
+        rows.append({"backend": backend, **result})
+    return rows
+
+
+def ratio_table(rows: list[dict], key: str, unit: str, extra: str | None = None) -> list[str]:
+    base = next(r[key] for r in rows if r["backend"] == "torch")
+    head = f"| backend | {unit} | vs torch |" + (f" {extra} |" if extra else "")
+    lines = [head, "|---|---|---|" + ("---|" if extra else "")]
+    for r in rows:
+        cell = f" {r['max_diff']:.2g} |" if extra else ""
+        lines.append(f"| {r['backend']} | {r[key]:.1f} | {r[key] / base:.2f}x |{cell}")
+    return lines
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--run-dir", type=Path, default=REPO, help="a finished default run (make run)")
+    p.add_argument("--rows", type=int, default=512, help="SST-2 dev sentences of the raw forward")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--seconds", type=float, default=20.0, help="seconds of load per backend")
+    p.add_argument("--concurrency", type=int, default=32)
+    p.add_argument("--max-batch-size", type=int, default=32)
+    p.add_argument("--max-wait-ms", type=float, default=5.0)
+    parts = ("forward", "extraction", "service", "scores")
+    p.add_argument("--parts", nargs="+", choices=parts, default=parts, help="what to measure (default: all)")
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    config = yaml.safe_load((args.run_dir / "config.yaml").read_text())
+    raw = args.run_dir / "data" / "raw"
+    bundles = args.run_dir / "bundles" / next(iter(config["backbones"])) / "picked"
+    sentences, _ = dev_items(raw, "sst2")
+    backbone = config["backbones"][next(iter(config["backbones"]))]["pretrained"]
+
+    if "forward" in args.parts:
+        forward = raw_forward(backbone, [s[0] for s in sentences[: args.rows]], args.repeats, args.threads)
+    if "extraction" in args.parts:
+        extracted = extraction(args.run_dir, config, args.threads)
+    if "service" in args.parts:
+        served = service(bundles, raw, args)
+    if "scores" in args.parts:
+        scores = served_scores(bundles, raw, args.threads)
+
+    import onnxruntime
+
+    versions = f"torch {torch.__version__}, onnxruntime {onnxruntime.__version__}, python {sys.version.split()[0]}"
+    print(
+        f"# ONNX Runtime against PyTorch\n\n{cpu_name()}, {os.cpu_count()} cores, {args.threads} threads; {versions}\n"
+    )
+    if "forward" in args.parts:
+        print(f"## 1. Raw forward: {args.rows} SST-2 dev sentences, batches of 32, median of {args.repeats}\n")
+        print("\n".join(ratio_table(forward, "seq_s", "sequences/s", "largest real-token state difference")))
+    if "extraction" in args.parts:
+        print("\n## 2. Extraction (`extract_shard`), the run's SST-2 tokens, every split, one shard\n")
+        print("\n".join(ratio_table(extracted, "seq_s", "sequences/s", "largest stored-state difference")))
+    if "service" in args.parts:
+        print(f"\n## 3. The service at {args.concurrency} clients, {args.seconds:g} s each, one worker\n")
+        print("Each request: a distinct SST-2 dev sentence and STS-B dev pair, both tasks answered.\n")
+        print("\n".join(ratio_table(served, "rps", "requests/s")))
+    if "scores" in args.parts:
+        print("\n## 4. Served dev scores of each task's picked head\n")
+        tasks = [k for k in scores[0] if k != "backend"]
+        print("| backend | " + " | ".join(tasks) + " |\n|---|" + "---|" * len(tasks))
+        for r in scores:
+            print(f"| {r['backend']} | " + " | ".join(f"{r[t]:.4f}" for t in tasks) + " |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,137 @@
+"""The encoder run by ONNX Runtime (``extract.backend``, ``bertvision serve --backend``): the same
+states and head outputs as PyTorch's on every real token, in extraction as in a forward pass,
+exported once per set of weights; int8 weights close to them; the config refuses what cannot run."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from bertvision.config.settings import ExtractCompute, ExtractSettings
+from bertvision.errors import ConfigError
+from bertvision.features.store import read_shard
+from bertvision.models.encoder_io import load_encoder, load_task_model
+from bertvision.models.onnx_encoder import OnnxEncoder, export_path, with_backend
+from tests.test_pairs_apart import tokens_apart  # noqa: F401 (a fixture)
+
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("BERTVISION_CACHE", str(tmp_path_factory.getbasetemp() / "onnx-cache"))
+
+
+def batch_of(tiny_bert, texts):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_bert))
+    return tokenizer(texts, padding=True, truncation=True, max_length=32, return_tensors="pt")
+
+
+TEXTS = ["a man plays the guitar", "stocks fell sharply on friday after the report", "yes", ("a b c", "d e")]
+
+
+def real_token_difference(a, b, mask) -> float:
+    return max(float((x[mask] - y[mask]).abs().max()) for x, y in zip(a, b))
+
+
+@pytest.mark.parametrize("kind", [None, "classification", "span"])
+def test_onnx_states_and_head_outputs_equal_pytorchs_on_every_real_token(tiny_bert, kind):
+    torch.manual_seed(0)
+    model = (load_encoder(str(tiny_bert)) if kind is None else load_task_model(str(tiny_bert), kind)).eval()
+    onnx = with_backend(model, "onnx", threads=1)
+    assert isinstance(onnx, OnnxEncoder) and onnx.config is model.config
+    # a batch of another size and length than the export's sample: the axes are dynamic
+    texts = [t if isinstance(t, str) else t[0] for t in TEXTS]
+    batch = batch_of(tiny_bert, texts)
+    with torch.inference_mode():
+        want = model(**batch, output_hidden_states=True)
+        got = onnx(**batch, output_hidden_states=True)
+    mask = batch["attention_mask"].bool()
+    assert len(got.hidden_states) == len(want.hidden_states)
+    assert real_token_difference(want.hidden_states, got.hidden_states, mask) < 1e-4
+    if kind == "classification":
+        np.testing.assert_allclose(got.logits.numpy(), want.logits.numpy(), atol=1e-4)
+    if kind == "span":
+        for side in ("start_logits", "end_logits"):
+            np.testing.assert_allclose(getattr(got, side)[mask].numpy(), getattr(want, side)[mask].numpy(), atol=1e-4)
+
+
+def test_int8_weights_give_states_close_to_fp32s(tiny_bert):
+    model = load_encoder(str(tiny_bert)).eval()
+    int8 = with_backend(model, "onnx-int8", threads=1)
+    batch = batch_of(tiny_bert, [t for t in TEXTS if isinstance(t, str)])
+    with torch.inference_mode():
+        want = model(**batch, output_hidden_states=True).hidden_states[-1]
+        got = int8(**batch, output_hidden_states=True).hidden_states[-1]
+    mask = batch["attention_mask"].bool()
+    a, b = want[mask].flatten().numpy(), got[mask].flatten().numpy()
+    assert not np.allclose(a, b, atol=1e-4)  # quantized: not the fp32 computation
+    assert np.corrcoef(a, b)[0, 1] > 0.99
+
+
+def test_each_set_of_weights_is_exported_once(tiny_bert, tmp_path, monkeypatch):
+    monkeypatch.setenv("BERTVISION_CACHE", str(tmp_path))
+    model = load_encoder(str(tiny_bert)).eval()
+    first = with_backend(model, "onnx", threads=1)
+    stamp = first.path.stat().st_mtime_ns
+    assert first.path == export_path(model, "onnx") and first.path.is_relative_to(tmp_path)
+    again = with_backend(load_encoder(str(tiny_bert)).eval(), "onnx", threads=1)
+    assert again.path == first.path and again.path.stat().st_mtime_ns == stamp
+    task_model = with_backend(load_task_model(str(tiny_bert), "classification").eval(), "onnx", threads=1)
+    assert task_model.path != first.path  # another graph (the head's outputs too)
+
+
+def test_the_torch_backend_is_the_model_itself(tiny_bert):
+    model = load_encoder(str(tiny_bert)).eval()
+    assert with_backend(model, "torch") is model
+
+
+def test_extraction_on_onnx_stores_pytorchs_states(tiny_bert, tokens_apart, tmp_path):  # noqa: F811
+    """A pair task encoded apart (each distinct text alone): the stored [CLS] and mean states of
+    every row, and the shard records which backend computed them."""
+    import h5py
+
+    from bertvision.stages.extract import extract_shard
+
+    _, tokens = tokens_apart
+    attrs = {"model": "tiny", "task": "stsb", "checkpoint": "0", "ft_seed": 1, "label_kind": "regression"}
+    attrs["pair"] = "apart"
+    stored = {}
+    for backend in ("torch", "onnx"):
+        out = tmp_path / backend
+        extract_shard(
+            tiny_bert,
+            tokens,
+            out,
+            0,
+            1,
+            ["dev"],
+            ExtractSettings(batch_size=4, block_rows=8, block_tokens=256),
+            ExtractCompute(device="cpu", precision="fp32", backend=backend),
+            attrs,
+            threads=1,
+        )
+        stored[backend] = {reads: read_shard(out / "dev.h5", reads)[0].astype(np.float32) for reads in ("cls", "mean")}
+        with h5py.File(out / "dev.h5", "r") as f:
+            assert f.attrs["backend"] == backend and f.attrs["precision"] == "fp32"
+    for reads in ("cls", "mean"):
+        # stored as float16: equal up to its rounding
+        np.testing.assert_allclose(stored["onnx"][reads], stored["torch"][reads], rtol=2e-3, atol=2e-3)
+
+
+def test_the_config_takes_a_backend_and_refuses_onnx_on_a_gpu(tiny_bert):
+    from bertvision.config.schema import validate_config
+    from bertvision.config.workflow import WorkflowSettings
+
+    def settings(extract: dict):
+        config = {"backbones": {"tiny": {"pretrained": str(tiny_bert)}}, "tasks": {"sst2": {}}, "extract": extract}
+        return WorkflowSettings(validate_config(config, source="c.yaml"), source="c.yaml")
+
+    assert settings({"backend": "onnx-int8"}).extract_compute().backend == "onnx-int8"
+    assert settings({}).extract_compute().backend == "torch"
+    with pytest.raises(ConfigError, match="extract.backend"):
+        settings({"backend": "tensorrt"})
+    with pytest.raises(ConfigError, match=r"extract\.backend: onnx runs on the CPU.*extract\.device: cuda"):
+        settings({"backend": "onnx", "device": "cuda"})
