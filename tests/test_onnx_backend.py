@@ -16,7 +16,6 @@ from bertvision.models.onnx_encoder import OnnxEncoder, export_path, with_backen
 from tests.test_pairs_apart import tokens_apart  # noqa: F401 (a fixture)
 
 
-
 @pytest.fixture(autouse=True)
 def cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("BERTVISION_CACHE", str(tmp_path_factory.getbasetemp() / "onnx-cache"))
