@@ -92,15 +92,18 @@ def settings_of(tiny_bert: Path, method: dict) -> PeerSettings:
     return PeerSettings.from_dict({"backbone": str(tiny_bert), "optimizer": None, "method": method})
 
 
-def test_the_cosine_peer_is_the_cosine_of_each_text_encoded_alone(tiny_bert):
-    """The stage encodes distinct texts once, sorted by length in padded batches; here each text
-    goes through the encoder alone, unpadded, its tokens averaged by hand, and scipy scores it."""
+@pytest.mark.parametrize("backend", ["torch", "onnx"])
+def test_the_cosine_peer_is_the_cosine_of_each_text_encoded_alone(tiny_bert, backend, tmp_path, monkeypatch):
+    """The stage encodes distinct texts once, sorted by length in padded batches (by PyTorch or
+    ONNX Runtime); here each text goes through PyTorch alone, unpadded, its tokens averaged by
+    hand, and scipy scores it."""
+    monkeypatch.setenv("BERTVISION_CACHE", str(tmp_path))
     from scipy.stats import pearsonr
     from transformers import AutoModel, AutoTokenizer
 
     task = get_task("stsb")
     rows = {"train": stsb_rows(6), "selection": stsb_rows(6, 6), "dev": stsb_rows(10, 12)}
-    settings = settings_of(tiny_bert, {"method": "cosine", "batch_size": 4, "max_length": 64})
+    settings = settings_of(tiny_bert, {"method": "cosine", "batch_size": 4, "max_length": 64, "backend": backend})
     result = sentence_embedding(task, settings, rows)
     assert result["trainable_parameters"] == 0 and result["pooling"]["declared_by"] == MEAN_FALLBACK
 
@@ -124,9 +127,8 @@ def test_the_embedding_peer_chooses_on_selection_only(tiny_bert):
     new dev labels change the dev score, never the choice."""
     task = get_task("stsb")
     rows = {"train": stsb_rows(40), "selection": stsb_rows(20, 40), "dev": stsb_rows(20, 60)}
-    settings = settings_of(
-        tiny_bert, {"method": "embedding", "regularization": [0.1, 1.0, 10.0], "batch_size": 8, "max_length": 64}
-    )
+    method = {"method": "embedding", "regularization": [0.1, 1.0, 10.0], "batch_size": 8, "max_length": 64}
+    settings = settings_of(tiny_bert, {**method, "backend": "torch"})
     first = sentence_embedding(task, settings, rows)
     assert len(first["tried"]) == 2 * 3  # two feature sets of a pair, three strengths
     best = max(first["tried"], key=lambda t: t["selection"])

@@ -243,6 +243,7 @@ class EmbeddingPeer(StageSettings):
     regularization: Numbers = setting("peers.embedding.regularization")
     batch_size: int = setting("peers.embedding.batch_size")
     max_length: int = setting("tasks.<task>.max_length")
+    backend: str = setting("extract.backend")  # what encodes the texts, as for the heads' states
 
 
 class CosinePeer(StageSettings):
@@ -251,6 +252,7 @@ class CosinePeer(StageSettings):
     method: Literal["cosine"]
     batch_size: int = setting("peers.embedding.batch_size")
     max_length: int = setting("tasks.<task>.max_length")
+    backend: str = setting("extract.backend")
 
 
 class LoraPeer(StageSettings):

@@ -323,6 +323,8 @@ class WorkflowSettings(SharedEncoderSettings):
             method.pop("regularization")
         if peer in ("embedding", "cosine", "setfit"):
             method["max_length"] = self.max_length(task)
+        if peer in ("embedding", "cosine"):
+            method["backend"] = self.config["extract"]["backend"]
         optimizer = None
         if get_peer(peer).trains_encoder and peer != "setfit":
             optimizer = self.baseline(model, task).optimizer

@@ -13,6 +13,7 @@ import pandas as pd
 import torch
 
 from bertvision.models.backbone import load_pretrained, load_tokenizer, resolve_pretrained
+from bertvision.models.onnx_encoder import with_backend
 from bertvision.peers.pooling import Pooling, declared_pooling, pool
 from bertvision.registry.task_spec import TaskSpec
 
@@ -20,16 +21,21 @@ log = logging.getLogger(__name__)
 
 
 def encode_texts(
-    backbone: str, texts: list[str], max_length: int, batch_size: int, device: torch.device | None = None
+    backbone: str,
+    texts: list[str],
+    max_length: int,
+    batch_size: int,
+    device: torch.device | None = None,
+    backend: str = "torch",
 ) -> tuple[np.ndarray, Pooling, int]:
     """Each distinct text of ``texts`` encoded once, in length order, in fp32 on ``device`` (the
-    CPU by default): (len(texts), dim) float32 rows in the order given, the pooling used and the
-    encoder's parameter count."""
+    CPU by default) by ``backend`` (ONNX Runtime: on the CPU): (len(texts), dim) float32 rows in
+    the order given, the pooling used and the encoder's parameter count."""
     source = resolve_pretrained(backbone)
     pooling = declared_pooling(source)
     tokenizer = load_tokenizer(backbone)
-    device = device or torch.device("cpu")
-    model = load_pretrained("AutoModel", backbone).eval().to(device)
+    device = device if device is not None and backend == "torch" else torch.device("cpu")
+    model = with_backend(load_pretrained("AutoModel", backbone).eval().to(device), backend)
     distinct, where = np.unique(np.asarray(texts, dtype=object), return_inverse=True)
     lengths = np.array([len(t) for t in distinct])
     order = np.argsort(lengths, kind="stable")

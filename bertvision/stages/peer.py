@@ -48,7 +48,7 @@ def sentence_embedding(task, settings: PeerSettings, rows: dict[str, pd.DataFram
     method = settings.method
     started = time.perf_counter()
     vectors, pooling, encoder_params = emb.encode_texts(
-        settings.backbone, emb.all_texts(task, rows), method.max_length, method.batch_size, device
+        settings.backbone, emb.all_texts(task, rows), method.max_length, method.batch_size, device, method.backend
     )
     encode_seconds = time.perf_counter() - started
     fields = emb.split_embeddings(task, rows, vectors)
