@@ -10,7 +10,7 @@ import torch
 
 from bertvision.config.settings import ExtractCompute, ExtractSettings
 from bertvision.errors import ConfigError
-from bertvision.features.store import read_shard
+from bertvision.features.store import read_shard, write_manifest
 from bertvision.models.encoder_io import load_encoder, load_task_model
 from bertvision.models.onnx_encoder import OnnxEncoder, export_path, with_backend
 from tests.test_pairs_apart import tokens_apart  # noqa: F401 (a fixture)
@@ -115,6 +115,7 @@ def test_extraction_on_onnx_stores_pytorchs_states(tiny_bert, tokens_apart, tmp_
         stored[backend] = {reads: read_shard(out / "dev.h5", reads)[0].astype(np.float32) for reads in ("cls", "mean")}
         with h5py.File(out / "dev.h5", "r") as f:
             assert f.attrs["backend"] == backend and f.attrs["precision"] == "fp32"
+        assert write_manifest([out], tmp_path / f"{backend}.json", ["dev"])["backend"] == backend
     for reads in ("cls", "mean"):
         # stored as float16: equal up to its rounding
         np.testing.assert_allclose(stored["onnx"][reads], stored["torch"][reads], rtol=2e-3, atol=2e-3)

@@ -1331,3 +1331,28 @@ def test_the_onnx_backends_answer_as_pytorch_does(bundle, tmp_path, monkeypatch)
         response = client.post("/predict", json={"texts": [["A man is playing a guitar.", "A man plays the guitar."]]})
     assert response.status_code == 200, response.text
     assert set(response.json()["predictions"][0]) == {"mrpc", "rte", "stsb"}
+
+
+def test_a_bundle_serves_on_the_backend_its_heads_states_came_from(run, tiny_bert, tmp_path, monkeypatch):
+    """Heads trained on states from ONNX Runtime with int8 weights (their records say so): the
+    bundle records that backend and the service runs it unless told otherwise; heads of two
+    backends cannot share a bundle's one encoder."""
+    from bertvision.serving.engine import Engine
+
+    monkeypatch.setenv("BERTVISION_CACHE", str(tmp_path / "cache"))
+    heads = {}
+    for task, backend in (("mrpc", "onnx-int8"), ("stsb", "torch")):
+        heads[task] = tmp_path / "heads" / task
+        shutil.copytree(run / "heads" / task, heads[task])
+        for metrics in heads[task].rglob(HEAD_METRICS):
+            record = read_json(metrics)
+            metrics.write_text(json.dumps({**record, "states_backend": backend}))
+    keys = {"backbone": "tiny", "encoder": "ft1/ckpt-1", "ft_seed": 1}
+    encoder = run / "ft" / "ckpt-1"
+    one = {"mrpc": {"heads_dirs": [heads["mrpc"]], "max_length": 64}}
+    bundle = write_bundle(tmp_path / "int8", encoder, str(tiny_bert), one, keys, "fp32")
+    assert bundle.backend == "onnx-int8" and load_bundle(bundle.root).backend == "onnx-int8"
+    assert Engine(bundle, "cpu").backend == "onnx-int8" and Engine(bundle, "cpu", backend="torch").backend == "torch"
+    both = {**one, "stsb": {"heads_dirs": [heads["stsb"]], "max_length": 64}}
+    with pytest.raises(BundleError, match=r"several backends \(onnx-int8, torch\)"):
+        write_bundle(tmp_path / "mixed", encoder, str(tiny_bert), both, keys, "fp32")

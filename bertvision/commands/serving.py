@@ -47,8 +47,8 @@ def serve_args() -> dict[str, Arg]:
         workers=option("uvicorn worker processes, each with its own model", 1),
         **limits,
         device=option("auto: a GPU when there is one", default.device, choices=("auto", "cpu", "cuda")),
-        backend=option("the encoder's runtime: torch, or ONNX Runtime on the CPU (fp32, or int8 weights)",
-                       default.backend, choices=BACKENDS),
+        backend=Arg("the encoder's runtime: torch, or ONNX Runtime on the CPU (fp32, or int8 weights); default: the "
+                    "one each bundle's heads were trained on", choices=BACKENDS, required=False),
         threads=Arg("torch threads per worker (default: CPU cores / workers when --workers > 1)", type=int,
                     required=False),
     )  # fmt: skip

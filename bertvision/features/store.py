@@ -89,6 +89,7 @@ def write_manifest(shard_dirs: list[Path], manifest_path: Path, splits: list[str
         "encoder_dir": source.get("encoder_dir"),  # the checkpoint extracted (older shards: unknown)
         # where and how the states were computed (older shards: unknown)
         "precision": source.get("precision"),
+        "backend": source.get("backend", "torch"),  # what ran the encoder (older shards: torch)
         "device": source.get("device"),
         "splits": per_split,
     }

@@ -96,6 +96,7 @@ class StreamedSplit:
             "stream": True,
             "encoder_dir": source.checkpoint,
             "precision": self.encoder.precision,
+            "backend": source.compute.backend,
             "device": str(self.encoder.device),
         }
 

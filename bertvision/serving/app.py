@@ -322,7 +322,7 @@ def serve(
     port: int,
     workers: int,
     device: str,
-    backend: str = "torch",
+    backend: str | None = None,
     threads: int | None = None,
     **given,
 ):

@@ -6,7 +6,8 @@ were trained on that encoder's hidden states, in one directory::
     heads/{task}/{head}/          head.safetensors + metrics.json of the seed kept for each head
 
 ``bundle.json``: {format: 1, keys (provenance: backbone, encoder, ft_seed, ...), precision (the
-extraction precision the heads' features were computed at, reproduced when serving), layers,
+extraction precision the heads' features were computed at, reproduced when serving), backend
+(what ran the encoder for them: torch, onnx or onnx-int8; the service's default), layers,
 hidden, tasks: {task: {kind, text_fields, label_names, primary_metric, eval_splits, max_length,
 doc_stride (span and answerability tasks: their context windows), max_answer_length, n_best,
 feature_level ("cls" or "tokens"), picked (the default head), heads: {head: {path, seed, seeds,
@@ -37,7 +38,7 @@ from bertvision.errors import BertvisionError
 from bertvision.layout import BUNDLE_ENCODER, BUNDLE_INDEX, BUNDLE_SET_INDEX, HEAD_METRICS, HEAD_WEIGHTS
 from bertvision.models.backbone import missing_safetensors
 from bertvision.registry.heads import PAIR_PARTS
-from bertvision.runtime.precision import PRECISIONS
+from bertvision.runtime.precision import BACKENDS, PRECISIONS
 
 FORMAT = 1
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
@@ -122,6 +123,7 @@ class Bundle:
     hidden: int
     tasks: dict[str, TaskEntry]
     task_model: str | None = None  # encoder/ is this task's whole model, classifier kept (ensembles)
+    backend: str = "torch"  # what computed the heads' states; the service runs the same by default
 
     @property
     def encoder_dir(self) -> Path:
@@ -242,6 +244,8 @@ def load_bundle(path: Path) -> Bundle:
         _require(encoder / name)
     if meta.get("precision") not in PRECISIONS:
         raise BundleError(f"{meta_path}: precision {meta.get('precision')!r}, expected one of {', '.join(PRECISIONS)}")
+    if meta.get("backend", "torch") not in BACKENDS:
+        raise BundleError(f"{meta_path}: backend {meta.get('backend')!r}, expected one of {', '.join(BACKENDS)}")
     tasks = {name: _task_entry(root, name, data) for name, data in (meta.get("tasks") or {}).items()}
     if not tasks:
         raise BundleError(f"{meta_path}: no tasks")
@@ -259,6 +263,7 @@ def load_bundle(path: Path) -> Bundle:
             hidden=int(meta["hidden"]),
             tasks=tasks,
             task_model=task_model,
+            backend=meta.get("backend", "torch"),
         )
     except (KeyError, TypeError, ValueError) as err:
         raise BundleError(f"{meta_path}: malformed ({type(err).__name__}: {err})") from None

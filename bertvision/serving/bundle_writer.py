@@ -253,7 +253,7 @@ def write_bundle(
         raise BundleError(err.args[0]) from None
     with atomic_dir(out_dir) as scratch:
         layers, hidden = save_bare_encoder(Path(encoder_dir), tokenizer_source, scratch / BUNDLE_ENCODER, task_model)
-        described, recorded = {}, set()
+        described, recorded, backends = {}, set(), set()
         for name, settings in tasks.items():
             try:
                 task = get_task(name)
@@ -261,6 +261,7 @@ def write_bundle(
                 raise BundleError(err.args[0]) from None
             runs = collect_runs(task, [Path(d) for d in settings.get("heads_dirs", [])])
             recorded |= {r.record["states_precision"] for r in runs if r.record.get("states_precision")}
+            backends |= {r.record.get("states_backend", "torch") for r in runs}
             described[name] = task_json(task, settings, runs)
             kept = keep_best_seeds(task, runs)
             for head, entry in described[name]["heads"].items():
@@ -274,11 +275,17 @@ def write_bundle(
                     shutil.copy2(kept[head].dir / file, target / file)
         if precision == "auto" and len(recorded) == 1:
             precision = recorded.pop()
+        if len(backends) > 1:
+            several = ", ".join(sorted(backends))
+            raise BundleError(f"the heads' states came from several backends ({several}): one encoder serves them "
+                              "all, so a bundle takes heads of one backend")  # fmt: skip
         atomic_write_json(
             {
                 "format": FORMAT,
                 "keys": keys,
                 "precision": precision,
+                # what computed the heads' states (extract.backend): serving runs the same
+                "backend": backends.pop() if backends else "torch",
                 "layers": layers,
                 "hidden": hidden,
                 "tasks": described,

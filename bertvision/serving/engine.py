@@ -74,7 +74,7 @@ class Engine:
         threads: int | None = None,
         max_batch_tokens: int = 8192,
         pad_multiple: int = 1,
-        backend: str = "torch",
+        backend: str | None = None,
     ):
         from transformers import AutoTokenizer
         from transformers.utils import logging as hf_logging
@@ -98,8 +98,9 @@ class Engine:
             model = load_task_model(encoder_dir, self.bundle.tasks[self.bundle.task_model].kind)
         else:
             model = load_encoder(encoder_dir)
-        self.encoder = with_backend(model.to(self.device).eval(), backend, threads)
-        self.backend = backend
+        # the bundle's backend unless told otherwise: states computed as the heads' were
+        self.backend = backend or self.bundle.backend
+        self.encoder = with_backend(model.to(self.device).eval(), self.backend, threads)
         self.pad_id = pad_id(self.encoder)
         self.token_types = uses_token_types(self.tokenizer, self.encoder.config)
         layers, hidden = self.bundle.layers, self.bundle.hidden
@@ -114,7 +115,7 @@ class Engine:
             "serving %s on %s (%s): %s",
             self.bundle.root,
             self.device,
-            backend,
+            self.backend,
             {t: list(e.heads) for t, e in self.bundle.tasks.items()},
         )
 

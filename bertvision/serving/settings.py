@@ -27,7 +27,7 @@ class ServeSettings:
     # caches kept per shape (oneDNN kernels, freed heap) stay bounded (docs/serving.md, memory)
     pad_multiple: int = 32
     device: str = "auto"
-    backend: str = "torch"  # or onnx / onnx-int8: the encoder run by ONNX Runtime (CPU)
+    backend: str | None = None  # torch, onnx or onnx-int8 (ONNX Runtime, CPU); None: each bundle's own
     threads: int | None = None  # torch threads per worker process (None: torch's default)
 
     def to_json(self) -> str:

@@ -181,6 +181,7 @@ def _evaluated(task: TaskSpec, group: list[Plan], lockstep: Lockstep, problems: 
             "device": str(problems.device),
             # the precision of the states the head read (extraction's, or the stream's)
             "states_precision": train_source.get("precision"),
+            "states_backend": train_source.get("backend", "torch"),
         }
         core = core_head(head)
         if hasattr(core, "layer_weights"):  # the learned layer mix (LP, token-pool, cosine)
