@@ -135,3 +135,18 @@ def test_the_config_takes_a_backend_and_refuses_onnx_on_a_gpu(tiny_bert):
         settings({"backend": "tensorrt"})
     with pytest.raises(ConfigError, match=r"extract\.backend: onnx runs on the CPU.*extract\.device: cuda"):
         settings({"backend": "onnx", "device": "cuda"})
+
+
+def test_the_tables_name_the_runtime_that_computed_the_states():
+    from bertvision.reporting.timing import stage_precisions
+
+    streamed = {"task": "sst2", "features_stored": False, "states_precision": "fp32", "device": "cpu"}
+    manifests = [
+        {"source": {"task": "stsb"}, "precision": "fp32", "backend": "onnx", "device": "cpu"},
+        {"source": {"task": "mrpc"}, "precision": "bf16", "backend": "torch", "device": "cpu"},
+        {"source": {"task": "rte"}, "precision": "fp32", "device": "cpu"},  # from before backends were recorded
+    ]
+    found = stage_precisions([], [], [{**streamed, "states_backend": "onnx-int8"}], manifests)
+    assert found[("sst2", "train_heads")] == "fp32 (ONNX Runtime, int8 weights) on cpu"
+    assert found[("stsb", "extract")] == "fp32 (ONNX Runtime) on cpu"
+    assert found[("mrpc", "extract")] == "bf16 on cpu" and found[("rte", "extract")] == "fp32 on cpu"

@@ -106,6 +106,7 @@ def test_the_cosine_peer_is_the_cosine_of_each_text_encoded_alone(tiny_bert, bac
     settings = settings_of(tiny_bert, {"method": "cosine", "batch_size": 4, "max_length": 64, "backend": backend})
     result = sentence_embedding(task, settings, rows)
     assert result["trainable_parameters"] == 0 and result["pooling"]["declared_by"] == MEAN_FALLBACK
+    assert result["precision"] == {"torch": "fp32", "onnx": "fp32 (ONNX Runtime)"}[backend]
 
     model, tokenizer = AutoModel.from_pretrained(tiny_bert).eval(), AutoTokenizer.from_pretrained(tiny_bert)
 

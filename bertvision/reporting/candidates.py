@@ -18,6 +18,7 @@ from bertvision.reporting.bert_records import is_scored
 from bertvision.reporting.costs import feature_bytes, storage_cost
 from bertvision.reporting.results import BERT, ensemble_name, ensemble_parameters, raced_out, repeats_frozen_run
 from bertvision.reporting.whole_cost import JobSeconds
+from bertvision.runtime.precision import computed_in
 
 FULL_FT = "full fine-tuning"
 PEER = "peer"
@@ -147,7 +148,8 @@ def candidate_runs(
             "feature_bytes": stored_bytes,
             "encoder_params": r["encoder_parameters"],
             "device": r["device"] if at is None else at["device"],
-            "precision": r.get("states_precision"),  # of the encoder that computed the head's states
+            # of the encoder that computed the head's states, and its runtime
+            "precision": computed_in(r.get("states_precision"), r.get("states_backend")),
             # stopped by its job's race (heads.race): its seconds count, it is never picked
             "raced_out": raced_out(r),
             "head_selection": (r.get("race") or {}).get("protocol", "grid"),

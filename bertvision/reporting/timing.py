@@ -9,6 +9,7 @@ import pandas as pd
 
 from bertvision.jobs import Job
 from bertvision.reporting.markdown import markdown_table
+from bertvision.runtime.precision import computed_in
 from bertvision.runtime.usage import read_usage
 
 STAGE_ORDER = [
@@ -56,10 +57,11 @@ def stage_precisions(bert_records, baseline_records, head_records, manifests) ->
     for r in baseline_records:
         add(r["task"], "baseline", r.get("precision"), r.get("device"))
     for m in manifests:
-        add(m["source"]["task"], "extract", m.get("precision"), m.get("device"))
+        add(m["source"]["task"], "extract", computed_in(m.get("precision"), m.get("backend")), m.get("device"))
     for r in head_records:
         if not r.get("features_stored", True):
-            add(r["task"], "train_heads", r.get("states_precision"), r.get("device"))
+            precision = computed_in(r.get("states_precision"), r.get("states_backend"))
+            add(r["task"], "train_heads", precision, r.get("device"))
     return {key: ", ".join(sorted(values)) for key, values in found.items()}
 
 

@@ -9,6 +9,17 @@ PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 # What runs the frozen encoder's forward passes: PyTorch, or ONNX Runtime on the CPU with fp32 or
 # int8 weights (``models.onnx_encoder``), whose activations are fp32 whatever the precision says.
 BACKENDS = ("torch", "onnx", "onnx-int8")
+BACKEND_LABELS = {"onnx": "ONNX Runtime", "onnx-int8": "ONNX Runtime, int8 weights"}
+
+
+def computed_in(precision: str | None, backend: str | None = None) -> str | None:
+    """What the tables say an encoder computed in: its precision, and the runtime when it was
+    not PyTorch ("fp32 (ONNX Runtime, int8 weights)")."""
+    if precision is None or backend in (None, "torch"):
+        return precision
+    return f"{precision} ({BACKEND_LABELS[backend]})"
+
+
 # What `auto` resolves to, whatever the hardware offers (fp32, bf16 or fp16): lets the test suite
 # and the benchmarks force one precision everywhere a config says auto.
 AUTO_PRECISION_ENV = "BERTVISION_AUTO_PRECISION"

@@ -23,6 +23,7 @@ from bertvision.registry.metrics import predictions_from_outputs, score
 from bertvision.registry.peers import get_peer
 from bertvision.registry.task_spec import TaskSpec, scored_splits, splits_of
 from bertvision.runtime.device import pick_device, set_threads
+from bertvision.runtime.precision import computed_in
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +78,8 @@ def sentence_embedding(task, settings: PeerSettings, rows: dict[str, pd.DataFram
         "trainable_parameters": params,
         "encoder_parameters": encoder_params,
         "train_seconds": encode_seconds + fit_seconds,
-        "device": str(device or "cpu"),
-        "precision": "fp32",
+        "device": str(device if device is not None and method.backend == "torch" else "cpu"),
+        "precision": computed_in("fp32", method.backend),
     }
 
 
