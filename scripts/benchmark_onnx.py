@@ -43,13 +43,13 @@ from bertvision.models.backbone import resolve_pretrained
 from bertvision.models.encoder_io import load_encoder
 from bertvision.models.onnx_encoder import with_backend
 from bertvision.registry.tasks import get_task
-from bertvision.runtime.precision import BACKENDS
 from bertvision.serving.bundle import bundle_paths, load_bundle
 from bertvision.serving.engine import Engine
 from bertvision.serving.items import TextItem
 from bertvision.stages.extract import extract_shard
 
 REPO = Path(__file__).resolve().parents[1]
+BACKENDS = ("torch", "onnx", "onnx-int8")  # auto is one of these, measured
 
 
 def cpu_name() -> str:

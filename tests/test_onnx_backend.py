@@ -131,6 +131,7 @@ def test_the_config_takes_a_backend_and_refuses_onnx_on_a_gpu(tiny_bert):
 
     assert settings({"backend": "onnx-int8"}).extract_compute().backend == "onnx-int8"
     assert settings({}).extract_compute().backend == "torch"
+    assert settings({"backend": "auto", "device": "cuda"}).extract_compute().backend == "auto"  # PyTorch on a GPU
     with pytest.raises(ConfigError, match="extract.backend"):
         settings({"backend": "tensorrt"})
     with pytest.raises(ConfigError, match=r"extract\.backend: onnx runs on the CPU.*extract\.device: cuda"):
@@ -150,3 +151,28 @@ def test_the_tables_name_the_runtime_that_computed_the_states():
     assert found[("sst2", "train_heads")] == "fp32 (ONNX Runtime, int8 weights) on cpu"
     assert found[("stsb", "extract")] == "fp32 (ONNX Runtime) on cpu"
     assert found[("mrpc", "extract")] == "bf16 on cpu" and found[("rte", "extract")] == "fp32 on cpu"
+
+
+def test_auto_takes_onnx_only_where_it_measures_clearly_faster_and_measures_once(tiny_bert, tmp_path, monkeypatch):
+    from bertvision.models import onnx_encoder
+    from bertvision.models.onnx_encoder import AUTO_MARGIN, backend_of, forward_seconds
+    from bertvision.runtime import precision_probe
+
+    monkeypatch.setenv(precision_probe.CACHE_ENV, str(tmp_path / "probe.json"))
+    model = load_encoder(str(tiny_bert)).eval()
+    assert forward_seconds(model, "torch") > 0 and forward_seconds(model, "onnx") > 0  # both really run
+
+    def timed(torch_s: float, onnx_s: float):
+        return lambda m, backend: {"torch": torch_s, "onnx": onnx_s}[backend]
+
+    monkeypatch.setattr(onnx_encoder, "forward_seconds", timed(1.0, 0.99 / AUTO_MARGIN))
+    chosen = with_backend(model, "auto", threads=1)
+    assert backend_of(chosen) == "onnx" and isinstance(chosen, OnnxEncoder)
+    # once per machine and shape: the next job reads the cache, even where it would measure otherwise
+    monkeypatch.setattr(onnx_encoder, "forward_seconds", lambda *a: pytest.fail("measured twice"))
+    assert backend_of(with_backend(model, "auto", threads=1)) == "onnx"
+
+    monkeypatch.setenv(precision_probe.CACHE_ENV, str(tmp_path / "other.json"))
+    monkeypatch.setattr(onnx_encoder, "forward_seconds", timed(1.0, 1.01 / AUTO_MARGIN))  # within the margin
+    chosen = with_backend(model, "auto", threads=1)
+    assert chosen is model and backend_of(chosen) == "torch"

@@ -21,7 +21,7 @@ def check(workflow) -> None:
         except MissingError as err:
             problems.append(f"backbones.{model}.pretrained: {err}")
     extract = workflow.config["extract"]
-    if extract["backend"] != "torch" and extract["device"] == "cuda":
+    if extract["backend"] in ("onnx", "onnx-int8") and extract["device"] == "cuda":
         problems.append(
             f"extract.backend: {extract['backend']} runs on the CPU (ONNX Runtime's CPU provider), "
             "but extract.device: cuda; set extract.device: cpu or auto, or extract.backend: torch"

@@ -22,6 +22,7 @@ from bertvision.features.store import FeatureSet, WindowBatching, WindowStates
 from bertvision.layout import split_file
 from bertvision.models.backbone import encoder_parameter_count
 from bertvision.models.encoder_io import hidden_state_shape, pad_id
+from bertvision.models.onnx_encoder import backend_of
 from bertvision.registry.heads import READS
 from bertvision.runtime.device import backend_precision, pick_device, to_device
 
@@ -33,9 +34,11 @@ class StreamedEncoder:
     def __init__(self, source: StreamSource):
         self.source = source
         compute = source.compute
-        self.device = pick_device(compute.device if compute.backend == "torch" else "cpu")  # ONNX: the CPU
+        # ONNX Runtime: the CPU; auto runs PyTorch on a GPU
+        self.device = pick_device(compute.device if compute.backend in ("torch", "auto") else "cpu")
         self.model = frozen_encoder(Path(source.checkpoint), self.device, compute.backend)
-        self.precision = backend_precision(self.device, compute.precision, self.model, compute.backend)
+        self.backend = backend_of(self.model)
+        self.precision = backend_precision(self.device, compute.precision, self.model, self.backend)
         self.pad_id = pad_id(self.model)
         self.shape = hidden_state_shape(self.model)
         self.parameters = encoder_parameter_count(self.model)
@@ -96,7 +99,7 @@ class StreamedSplit:
             "stream": True,
             "encoder_dir": source.checkpoint,
             "precision": self.encoder.precision,
-            "backend": source.compute.backend,
+            "backend": self.encoder.backend,
             "device": str(self.encoder.device),
         }
 

@@ -13,7 +13,7 @@ import pandas as pd
 import torch
 
 from bertvision.models.backbone import load_pretrained, load_tokenizer, resolve_pretrained
-from bertvision.models.onnx_encoder import with_backend
+from bertvision.models.onnx_encoder import backend_of, with_backend
 from bertvision.peers.pooling import Pooling, declared_pooling, pool
 from bertvision.registry.task_spec import TaskSpec
 
@@ -27,14 +27,14 @@ def encode_texts(
     batch_size: int,
     device: torch.device | None = None,
     backend: str = "torch",
-) -> tuple[np.ndarray, Pooling, int]:
+) -> tuple[np.ndarray, Pooling, int, str]:
     """Each distinct text of ``texts`` encoded once, in length order, in fp32 on ``device`` (the
     CPU by default) by ``backend`` (ONNX Runtime: on the CPU): (len(texts), dim) float32 rows in
-    the order given, the pooling used and the encoder's parameter count."""
+    the order given, the pooling used, the encoder's parameter count and the backend that ran it."""
     source = resolve_pretrained(backbone)
     pooling = declared_pooling(source)
     tokenizer = load_tokenizer(backbone)
-    device = device if device is not None and backend == "torch" else torch.device("cpu")
+    device = device if device is not None and backend in ("torch", "auto") else torch.device("cpu")
     model = with_backend(load_pretrained("AutoModel", backbone).eval().to(device), backend)
     distinct, where = np.unique(np.asarray(texts, dtype=object), return_inverse=True)
     lengths = np.array([len(t) for t in distinct])
@@ -53,7 +53,7 @@ def encode_texts(
                 out = np.empty((len(distinct), pooled.shape[1]), dtype=np.float32)
             out[rows] = pooled
     log.info("encoded %d distinct texts of %d (pooling %s)", len(distinct), len(texts), pooling.modes)
-    return out[where.reshape(-1)], pooling, sum(p.numel() for p in model.parameters())
+    return out[where.reshape(-1)], pooling, sum(p.numel() for p in model.parameters()), backend_of(model)
 
 
 def split_embeddings(task: TaskSpec, rows: dict[str, pd.DataFrame], vectors: np.ndarray) -> dict[str, list[np.ndarray]]:

@@ -40,7 +40,7 @@ from bertvision.models.encoder_io import (
 )
 from bertvision.models.head_io import load_head
 from bertvision.models.heads import span_logits
-from bertvision.models.onnx_encoder import with_backend
+from bertvision.models.onnx_encoder import backend_of, with_backend
 from bertvision.registry.heads import READS, head_reads
 from bertvision.runtime.device import autocast, pick_device, set_threads, to_device
 from bertvision.serving.answers import answerability, bert_outputs, example_result, span_answer, with_bert
@@ -99,8 +99,8 @@ class Engine:
         else:
             model = load_encoder(encoder_dir)
         # the bundle's backend unless told otherwise: states computed as the heads' were
-        self.backend = backend or self.bundle.backend
-        self.encoder = with_backend(model.to(self.device).eval(), self.backend, threads)
+        self.encoder = with_backend(model.to(self.device).eval(), backend or self.bundle.backend, threads)
+        self.backend = backend_of(self.encoder)
         self.pad_id = pad_id(self.encoder)
         self.token_types = uses_token_types(self.tokenizer, self.encoder.config)
         layers, hidden = self.bundle.layers, self.bundle.hidden

@@ -40,6 +40,7 @@ from bertvision.features.shard_writer import ShardWriter, TokenShardWriter, shar
 from bertvision.files import disk_full
 from bertvision.layout import shard_file, split_file, texts_file
 from bertvision.models.encoder_io import bare_encoder_parameter_count, hidden_state_shape, pad_id
+from bertvision.models.onnx_encoder import backend_of
 from bertvision.registry.heads import PAIR_PARTS, READS
 from bertvision.runtime.device import backend_precision, pick_device, set_threads, to_device
 
@@ -392,14 +393,16 @@ def extract_shard(
             return frozen_task_model(checkpoint_dir, attrs["label_kind"], device, compute.backend)
         return frozen_encoder(checkpoint_dir, device, compute.backend)
 
-    preference = compute.device if compute.backend == "torch" else "cpu"  # ONNX Runtime runs on the CPU here
+    # ONNX Runtime runs on the CPU here; auto runs PyTorch on a GPU
+    preference = compute.device if compute.backend in ("torch", "auto") else "cpu"
     replicas = [(load(d), d) for d in (devices or extraction_devices(preference))]
     model, model_device = replicas[0]
     log.info("extracting on %s", ", ".join(str(d) for _, d in replicas))
     layers, hidden = hidden_state_shape(model)
     kind = attrs["label_kind"]
-    attrs = {**attrs, "encoder_dir": str(checkpoint_dir), "backend": compute.backend}
-    precision = backend_precision(model_device, compute.precision, model, compute.backend)
+    backend = backend_of(model)  # auto: what the measurement chose
+    attrs = {**attrs, "encoder_dir": str(checkpoint_dir), "backend": backend}
+    precision = backend_precision(model_device, compute.precision, model, backend)
     out_dir = Path(out_dir)
     tmp_dir = out_dir.with_name(f".{out_dir.name}.tmp")
     shutil.rmtree(tmp_dir, ignore_errors=True)

@@ -48,7 +48,7 @@ def sentence_embedding(task, settings: PeerSettings, rows: dict[str, pd.DataFram
     peer (no training) on the backbone's own sentence embedding."""
     method = settings.method
     started = time.perf_counter()
-    vectors, pooling, encoder_params = emb.encode_texts(
+    vectors, pooling, encoder_params, backend = emb.encode_texts(
         settings.backbone, emb.all_texts(task, rows), method.max_length, method.batch_size, device, method.backend
     )
     encode_seconds = time.perf_counter() - started
@@ -78,8 +78,8 @@ def sentence_embedding(task, settings: PeerSettings, rows: dict[str, pd.DataFram
         "trainable_parameters": params,
         "encoder_parameters": encoder_params,
         "train_seconds": encode_seconds + fit_seconds,
-        "device": str(device if device is not None and method.backend == "torch" else "cpu"),
-        "precision": computed_in("fp32", method.backend),
+        "device": str(device if device is not None and backend == "torch" else "cpu"),
+        "precision": computed_in("fp32", backend),
     }
 
 
