@@ -43,8 +43,8 @@ from bertvision.features.store import read_shard
 from bertvision.layout import Checkpoint, Run, split_file
 from bertvision.models.backbone import resolve_pretrained
 from bertvision.models.encoder_io import load_encoder
-from bertvision.models.onnx_encoder import with_backend
 from bertvision.registry.tasks import get_task
+from bertvision.runtime.backend import with_backend
 from bertvision.serving.bundle import bundle_paths, load_bundle
 from bertvision.serving.engine import Engine
 from bertvision.serving.items import TextItem

@@ -12,7 +12,8 @@ from bertvision.config.settings import ExtractCompute, ExtractSettings
 from bertvision.errors import ConfigError
 from bertvision.features.store import read_shard, write_manifest
 from bertvision.models.encoder_io import load_encoder, load_task_model
-from bertvision.models.onnx_encoder import OnnxEncoder, export_path, with_backend
+from bertvision.models.onnx_encoder import OnnxEncoder, export_path
+from bertvision.runtime.backend import with_backend
 from tests.test_pairs_apart import tokens_apart  # noqa: F401 (a fixture)
 
 
@@ -154,9 +155,9 @@ def test_the_tables_name_the_runtime_that_computed_the_states():
 
 
 def test_auto_takes_onnx_only_where_it_measures_clearly_faster_and_measures_once(tiny_bert, tmp_path, monkeypatch):
-    from bertvision.models import onnx_encoder
-    from bertvision.models.onnx_encoder import AUTO_MARGIN, backend_of, forward_seconds
+    from bertvision.runtime import backend as backend_module
     from bertvision.runtime import precision_probe
+    from bertvision.runtime.backend import AUTO_MARGIN, backend_of, forward_seconds
 
     monkeypatch.setenv(precision_probe.CACHE_ENV, str(tmp_path / "probe.json"))
     model = load_encoder(str(tiny_bert)).eval()
@@ -165,14 +166,14 @@ def test_auto_takes_onnx_only_where_it_measures_clearly_faster_and_measures_once
     def timed(torch_s: float, onnx_s: float):
         return lambda m, backend: {"torch": torch_s, "onnx": onnx_s}[backend]
 
-    monkeypatch.setattr(onnx_encoder, "forward_seconds", timed(1.0, 0.99 / AUTO_MARGIN))
+    monkeypatch.setattr(backend_module, "forward_seconds", timed(1.0, 0.99 / AUTO_MARGIN))
     chosen = with_backend(model, "auto", threads=1)
     assert backend_of(chosen) == "onnx" and isinstance(chosen, OnnxEncoder)
     # once per machine and shape: the next job reads the cache, even where it would measure otherwise
-    monkeypatch.setattr(onnx_encoder, "forward_seconds", lambda *a: pytest.fail("measured twice"))
+    monkeypatch.setattr(backend_module, "forward_seconds", lambda *a: pytest.fail("measured twice"))
     assert backend_of(with_backend(model, "auto", threads=1)) == "onnx"
 
     monkeypatch.setenv(precision_probe.CACHE_ENV, str(tmp_path / "other.json"))
-    monkeypatch.setattr(onnx_encoder, "forward_seconds", timed(1.0, 1.01 / AUTO_MARGIN))  # within the margin
+    monkeypatch.setattr(backend_module, "forward_seconds", timed(1.0, 1.01 / AUTO_MARGIN))  # within the margin
     chosen = with_backend(model, "auto", threads=1)
     assert chosen is model and backend_of(chosen) == "torch"

@@ -10,8 +10,8 @@ from pathlib import Path
 import torch
 
 from bertvision.models.encoder_io import SUMMARY_POSITION, load_encoder, load_task_model
-from bertvision.models.onnx_encoder import with_backend
 from bertvision.registry.heads import READS
+from bertvision.runtime.backend import with_backend
 from bertvision.runtime.device import autocast, check_simulated_oom
 
 

@@ -22,8 +22,8 @@ from bertvision.features.store import FeatureSet, WindowBatching, WindowStates
 from bertvision.layout import split_file
 from bertvision.models.backbone import encoder_parameter_count
 from bertvision.models.encoder_io import hidden_state_shape, pad_id
-from bertvision.models.onnx_encoder import backend_of
 from bertvision.registry.heads import READS
+from bertvision.runtime.backend import backend_of
 from bertvision.runtime.device import backend_precision, pick_device, to_device
 
 

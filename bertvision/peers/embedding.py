@@ -13,9 +13,9 @@ import pandas as pd
 import torch
 
 from bertvision.models.backbone import load_pretrained, load_tokenizer, resolve_pretrained
-from bertvision.models.onnx_encoder import backend_of, with_backend
 from bertvision.peers.pooling import Pooling, declared_pooling, pool
 from bertvision.registry.task_spec import TaskSpec
+from bertvision.runtime.backend import backend_of, with_backend
 
 log = logging.getLogger(__name__)
 

@@ -40,8 +40,8 @@ from bertvision.features.shard_writer import ShardWriter, TokenShardWriter, shar
 from bertvision.files import disk_full
 from bertvision.layout import shard_file, split_file, texts_file
 from bertvision.models.encoder_io import bare_encoder_parameter_count, hidden_state_shape, pad_id
-from bertvision.models.onnx_encoder import backend_of
 from bertvision.registry.heads import PAIR_PARTS, READS
+from bertvision.runtime.backend import backend_of
 from bertvision.runtime.device import backend_precision, pick_device, set_threads, to_device
 
 log = logging.getLogger(__name__)

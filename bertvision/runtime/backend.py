@@ -1,0 +1,74 @@
+"""Which runtime runs a frozen encoder's forward passes (``extract.backend``, ``serve
+--backend``): PyTorch, or ONNX Runtime on the CPU (``models.onnx_encoder``), and for ``auto``
+whichever measures faster on this machine and encoder, once (the precision probe's cache)."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import torch
+
+from bertvision.models.onnx_encoder import OnnxEncoder
+from bertvision.runtime.precision_probe import _read, _write, cache_file, device_name, probe_key
+
+log = logging.getLogger(__name__)
+
+PROBE_BATCH, PROBE_TOKENS, PROBE_REPEATS = 32, 64, 3
+# ``auto`` takes ONNX Runtime only when it is clearly faster: on the 2-core EPYC the two fp32
+# forwards measured within 8% of each other, either way, from one run to the next
+# (docs/results/onnx-backend-amd-epyc.md), and a choice that flips on noise helps no one.
+AUTO_MARGIN = 1.1
+
+
+def with_backend(model, backend: str, threads: int | None = None):
+    """``model`` itself for ``torch``, else ``model`` run by ONNX Runtime (on the CPU only);
+    ``auto``: whichever of the two ``measured_backend`` finds faster (PyTorch on a GPU)."""
+    device = next(model.parameters()).device
+    if backend == "auto":
+        backend = measured_backend(model) if device.type == "cpu" else "torch"
+    if backend == "torch":
+        return model
+    if device.type != "cpu":
+        raise ValueError(f"backend {backend}: ONNX Runtime runs the encoder on the CPU here, not on {device}")
+    return OnnxEncoder(model, backend, threads)
+
+
+def backend_of(model) -> str:
+    """The backend that runs ``model`` (``with_backend``'s answer)."""
+    return model.backend if isinstance(model, OnnxEncoder) else "torch"
+
+
+def forward_seconds(model, backend: str, repeats: int = PROBE_REPEATS) -> float:
+    """Median seconds of one forward pass (every hidden state) of ``model`` run by ``backend`` over
+    a batch of ``PROBE_BATCH`` random sequences of ``PROBE_TOKENS`` tokens, after one to warm up."""
+    runner = with_backend(model, backend)
+    ids = torch.randint(1000, 2000, (PROBE_BATCH, PROBE_TOKENS), generator=torch.Generator().manual_seed(0))
+    times = []
+    with torch.inference_mode():
+        for _ in range(repeats + 1):
+            t0 = time.perf_counter()
+            runner(input_ids=ids, attention_mask=torch.ones_like(ids), output_hidden_states=True)
+            times.append(time.perf_counter() - t0)
+    return sorted(times[1:])[len(times[1:]) // 2]
+
+
+def measured_backend(model, measure=None) -> str:
+    """``onnx`` where ONNX Runtime's fp32 forward of ``model`` is at least ``AUTO_MARGIN`` times as
+    fast as PyTorch's on this machine, else ``torch``; measured once per machine, thread count,
+    versions and encoder shape (the precision probe's cache). ``measure``: how a pass is timed."""
+    import onnxruntime
+
+    measure = measure or forward_seconds
+    key, path = f"backend-{probe_key(model.config)}-ort{onnxruntime.__version__}", cache_file()
+    cached = _read(path).get(key)
+    if cached:
+        return cached["choice"]
+    seconds = {backend: measure(model, backend) for backend in ("torch", "onnx")}
+    choice = "onnx" if seconds["onnx"] * AUTO_MARGIN <= seconds["torch"] else "torch"
+    log.info(
+        "backend auto: measured a forward pass of this encoder on %s: torch %.1f ms, onnx %.1f ms -> %s (cached in %s)",
+        device_name(torch.device("cpu")), 1e3 * seconds["torch"], 1e3 * seconds["onnx"], choice, path,
+    )  # fmt: skip
+    _write(path, key, {"choice": choice, "seconds": seconds, "onnxruntime": onnxruntime.__version__})
+    return choice
