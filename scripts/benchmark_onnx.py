@@ -61,15 +61,20 @@ def cpu_name() -> str:
     return platform.processor()
 
 
-def raw_forward(backbone: str, sentences: list[str], repeats: int, threads: int) -> list[dict]:
+def sentence_batches(backbone: str, sentences: list[str]) -> tuple[str, list[dict]]:
+    """The backbone's local folder and ``sentences`` tokenized in padded batches of 32."""
     from transformers import AutoTokenizer
 
     source = str(resolve_pretrained(backbone))
     tokenizer = AutoTokenizer.from_pretrained(source)
-    batches = [
+    return source, [
         tokenizer(sentences[i : i + 32], padding=True, truncation=True, max_length=128, return_tensors="pt")
         for i in range(0, len(sentences), 32)
     ]
+
+
+def raw_forward(backbone: str, sentences: list[str], repeats: int, threads: int) -> list[dict]:
+    source, batches = sentence_batches(backbone, sentences)
     torch_model = load_encoder(source).eval()
     models = {backend: with_backend(torch_model, backend, threads) for backend in BACKENDS}
 
@@ -101,16 +106,10 @@ def quantization_fidelity(backbone: str, sentences: list[str], threads: int) -> 
     sentence's mean-pooled last-layer state's cosine to fp32's, and sequences per second."""
     import onnxruntime as ort
     from onnxruntime.quantization import QuantType, quantize_dynamic
-    from transformers import AutoTokenizer
 
     from bertvision.models.onnx_encoder import OnnxEncoder, exported
 
-    source = str(resolve_pretrained(backbone))
-    tokenizer = AutoTokenizer.from_pretrained(source)
-    batches = [
-        tokenizer(sentences[i : i + 32], padding=True, truncation=True, max_length=128, return_tensors="pt")
-        for i in range(0, len(sentences), 32)
-    ]
+    source, batches = sentence_batches(backbone, sentences)
     model = load_encoder(source).eval()
     fp32 = exported(model, "onnx")
     settings = {
