@@ -149,7 +149,7 @@ _KEY_TEXT = {
     "task": "{task}",
     "model": "{model}",
     "ftseed": "ft{ftseed}",
-    "frac": "ckpt{frac}",
+    "frac": "ckpt-{frac}",
     "shard": "{shard}",
     "pct": "data{pct}",
     "head": "{head}",

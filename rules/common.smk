@@ -406,12 +406,20 @@ def data_request(key, tokens):
     return request
 
 
-def previous_checkpoint(wildcards):
+def get_previous_checkpoint(wildcards):
     """The files a fine-tuning job goes on from: the run's checkpoint before this one (none for the first)."""
     before = S.checkpoint_before(L.Checkpoint.named(wildcards.frac))
     if before is None:
         return []
     return expand(L.CHECKPOINT_FILE, **{**wildcards, "frac": before}, file=["model.safetensors", L.RESUME_STATE])
+
+
+def get_previous_flag(wildcards):
+    """``--previous DIR``, the checkpoint a fine-tuning job goes on from; nothing for the first."""
+    before = S.checkpoint_before(L.Checkpoint.named(wildcards.frac))
+    if before is None:
+        return ""
+    return "--previous " + shlex.quote(L.CHECKPOINT_DIR.format(**{**wildcards, "frac": before}))
 
 
 def finetune_request(key):

@@ -5,13 +5,14 @@ rule finetune:
     two."""
     input:
         tokens=rules.tokenize.output,
-        previous=previous_checkpoint,
+        previous=get_previous_checkpoint,
     output:
         expand(L.CHECKPOINT_FILE, file=L.CHECKPOINT_FILES, allow_missing=True),
     params:
         settings=lambda wc: as_json(S.finetune(wc.model, wc.task)),
         compute=as_json(S.finetune_compute()),
         out_dir=L.FINETUNE_DIR,
+        previous=get_previous_flag,
         bertvision=launcher,
     log:
         L.log("finetune"),
@@ -29,7 +30,7 @@ rule finetune:
     shell:
         "{params.bertvision} finetune --task {wildcards.task} --model {wildcards.model} "
         "--settings {params.settings:q} --compute {params.compute:q} --tokens-dir {input.tokens} "
-        "--out-dir {params.out_dir} --seed {wildcards.ftseed} --checkpoint {wildcards.frac} "
+        "--out-dir {params.out_dir} --seed {wildcards.ftseed} --checkpoint {wildcards.frac} {params.previous} "
         "--micro-batches {resources.micro_batches} --threads {threads} > {log} 2>&1"
 
 

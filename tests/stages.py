@@ -39,6 +39,7 @@ def fine_tune(settings, model: str, task: str, root: Path, out: Path) -> None:
     from bertvision.stages.finetune import finetune
     from bertvision.stages.score_bert import score_bert
 
+    previous = None
     for checkpoint in settings.checkpoints:
         finetune(
             get_task(task),
@@ -49,8 +50,10 @@ def fine_tune(settings, model: str, task: str, root: Path, out: Path) -> None:
             out,
             1,
             checkpoint,
+            previous=previous,
             threads=1,
         )
+        previous = checkpoint_dir(out, checkpoint)
         if checkpoint.fraction > 0:
             score_bert(
                 get_task(task),

@@ -8,7 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from bertvision.layout import RESUME_STATE, TRAIN_RECORD, Checkpoint
+from bertvision.layout import RESUME_STATE, TRAIN_RECORD, Checkpoint, checkpoint_dir
 from bertvision.registry.tasks import get_task
 from bertvision.stages.finetune import finetune
 from tests.conftest import workflow_settings
@@ -36,9 +36,11 @@ def tokens(tiny_bert, tmp_path_factory):
 def run(root, tiny_bert, fractions, out):
     settings = settings_with(tiny_bert, fractions)
     compute = settings.finetune_compute().replace(device="cpu", precision="fp32")
+    previous = None
     for checkpoint in settings.checkpoints:
         finetune(get_task("mrpc"), "tiny", settings.finetune("tiny", "mrpc"), compute, root / "tokens",
-                 root / out, 1, checkpoint, threads=1)  # fmt: skip
+                 root / out, 1, checkpoint, previous=previous, threads=1)  # fmt: skip
+        previous = checkpoint_dir(root / out, checkpoint)
     return root / out
 
 
@@ -65,6 +67,9 @@ def test_a_run_in_steps_is_the_run_at_once(tokens, tiny_bert):
 
 def test_a_checkpoint_without_the_one_before_fails_clearly(tokens, tiny_bert, tmp_path):
     settings = settings_with(tiny_bert, [0.5, 1])
-    with pytest.raises(FileNotFoundError, match="ckpt-0.5"):
+    with pytest.raises(ValueError, match=r"checkpoint 1 follows 0.5: name its directory \(--previous\)"):
         finetune(get_task("mrpc"), "tiny", settings.finetune("tiny", "mrpc"), settings.finetune_compute(),
                  tokens / "tokens", tmp_path, 1, Checkpoint(1), threads=1)  # fmt: skip
+    with pytest.raises(FileNotFoundError, match="ckpt-0.5"):
+        finetune(get_task("mrpc"), "tiny", settings.finetune("tiny", "mrpc"), settings.finetune_compute(),
+                 tokens / "tokens", tmp_path, 1, Checkpoint(1), previous=tmp_path / "ckpt-0.5", threads=1)  # fmt: skip

@@ -1053,10 +1053,10 @@ def test_picked_bundles_serve_the_pick_record_and_name_what_they_cannot(run, tin
     picks = picks_json(tmp_path / "picks.json", {"mrpc": (1.0, "tok", None), "stsb": (1.0, "ad8", None)})
     out = tmp_path / "picked"
     index = write_picked_bundles(out, picks, "tiny", runs, str(tiny_bert), settings, {"backbone": "tiny"}, "fp32")
-    assert index["picks"]["mrpc"]["bundle"] == "mrpc-ft1-ckpt1" and index["picks"]["mrpc"]["model"] == "tok"
+    assert index["picks"]["mrpc"]["bundle"] == "mrpc-ft1-ckpt-1" and index["picks"]["mrpc"]["model"] == "tok"
     assert index["picks"]["stsb"]["model"] == "ad8"
     paths = bundle_paths([out])
-    assert [p.name for p in paths] == ["mrpc-ft1-ckpt1", "stsb-ft1-ckpt1"]
+    assert [p.name for p in paths] == ["mrpc-ft1-ckpt-1", "stsb-ft1-ckpt-1"]
     assert [load_bundle(p).tasks[t].picked for p, t in zip(paths, ("mrpc", "stsb"))] == ["tok", "ad8"]
     # stsb's heads have no ensembles scored (they read MRPC's checkpoint): one picked is named
     ensemble = picks_json(tmp_path / "ensemble.json", {"mrpc": (1.0, "tok", None), "stsb": (1.0, "ad8", "mean")})
@@ -1096,8 +1096,8 @@ def test_serve_bundles_serves_the_seed_the_pick_record_names_and_reads_no_table(
     picks = picks_json(tmp_path / "picks.json", {"mrpc": (1.0, "lp", None)}, ft_seed=2)
     out = tmp_path / "picked"
     index = write_picked_bundles(out, picks, "tiny", runs, str(tiny_bert), {"mrpc": {"max_length": 64}}, {}, "fp32")
-    assert index["picks"]["mrpc"]["ft_seed"] == 2 and index["picks"]["mrpc"]["bundle"] == "mrpc-ft2-ckpt1"
-    assert load_bundle(out / "mrpc-ft2-ckpt1").tasks["mrpc"].picked == "lp"
+    assert index["picks"]["mrpc"]["ft_seed"] == 2 and index["picks"]["mrpc"]["bundle"] == "mrpc-ft2-ckpt-1"
+    assert load_bundle(out / "mrpc-ft2-ckpt-1").tasks["mrpc"].picked == "lp"
     rules = (REPO / "rules" / "serve.smk").read_text()
     inputs = re.search(r"^rule serve_bundles:\n(.*?)output:", rules, re.M | re.S).group(1)
     assert "picks=L.picks_record()" in inputs and "summary" not in inputs
@@ -1116,7 +1116,7 @@ def test_a_head_plus_bert_ensemble_is_served_as_it_was_evaluated(run, tiny_bert,
     out = tmp_path / "picked"
     index = write_picked_bundles(out, picks, "tiny", runs, str(tiny_bert), {"mrpc": {"max_length": 64}}, {}, "fp32")
     assert index["picks"]["mrpc"]["model"] == "lp + BERT (mean)" and index["picks"]["mrpc"]["head"] == "lp"
-    served = load_bundle(out / "mrpc-ft1-ckpt1")
+    served = load_bundle(out / "mrpc-ft1-ckpt-1")
     assert served.task_model == "mrpc" and served.tasks["mrpc"].picked == "lp + BERT (mean)"
 
     rows = dev_rows(run, "mrpc")
@@ -1192,8 +1192,8 @@ def test_a_span_ensemble_is_served_as_it_was_evaluated(run, question_checkpoints
 
     task, own = "squad2", question_checkpoints
     index = picked_ensemble(run, own, tiny_bert, tmp_path / "picked", task)
-    assert index["picks"][task]["bundle"] == "squad2-ft1-ckpt1" and index["picks"][task]["model"] == "lp + BERT (mean)"
-    served = load_bundle(tmp_path / "picked" / "squad2-ft1-ckpt1")
+    assert index["picks"][task]["bundle"] == "squad2-ft1-ckpt-1" and index["picks"][task]["model"] == "lp + BERT (mean)"
+    served = load_bundle(tmp_path / "picked" / "squad2-ft1-ckpt-1")
     entry = served.tasks[task]
     assert served.task_model == task and entry.picked == "lp + BERT (mean)"
     record = read_json(head_run_dir(own / "heads" / task, "lp", entry.heads["lp"].seed) / HEAD_METRICS)
@@ -1285,9 +1285,9 @@ def test_an_ensemble_picked_on_the_untouched_encoder_gets_its_own_bundle(
 
     task = "squad2-answerable"
     index = picked_ensemble(run, question_checkpoints, tiny_bert, tmp_path / "picked", task, fraction=0.0)
-    assert index["picks"][task]["bundle"] == "squad2-answerable-ft1-ckpt0"
-    assert sorted(index["bundles"]) == ["squad2-answerable-ft1-ckpt0"]
-    served = load_bundle(tmp_path / "picked" / "squad2-answerable-ft1-ckpt0")
+    assert index["picks"][task]["bundle"] == "squad2-answerable-ft1-ckpt-0"
+    assert sorted(index["bundles"]) == ["squad2-answerable-ft1-ckpt-0"]
+    served = load_bundle(tmp_path / "picked" / "squad2-answerable-ft1-ckpt-0")
     assert served.task_model == task
     kept = load_file(served.encoder_dir / "model.safetensors")
     initial = load_file(question_checkpoints / "ft" / task / "ckpt-0" / "model.safetensors")

@@ -232,7 +232,7 @@ def test_out_of_memory_is_resubmitted_with_micro_batches_and_more_memory(retry_r
         memory = attempts["ReqTRES"].str.extract(r"mem=(\d+)M", expand=False).astype(int).tolist()
         assert memory[1] > 1.5 * memory[0], attempts  # the resubmission asks for more memory
         assert attempts["ReqTRES"].str.contains(r"gres/gpu=1\b").all()
-    log = (retry_run["slurm"] / "logs/finetune/mrpc/tiny-ft1-ckpt1.log").read_text()
+    log = (retry_run["slurm"] / "logs/finetune/mrpc/tiny-ft1-ckpt-1.log").read_text()
     assert "rank 0 of 1), 2 micro-batch(es) per batch" in log  # the log of the attempt that succeeded
     assert (retry_run["slurm"] / "results/tables/glue.csv").exists()
 

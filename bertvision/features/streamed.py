@@ -23,8 +23,8 @@ from bertvision.layout import split_file
 from bertvision.models.backbone import encoder_parameter_count
 from bertvision.models.encoder_io import hidden_state_shape, pad_id
 from bertvision.registry.heads import READS
-from bertvision.runtime.backend import backend_of
-from bertvision.runtime.device import backend_precision, pick_device, to_device
+from bertvision.runtime.backend import backend_of, backend_precision
+from bertvision.runtime.device import pick_device, to_device
 
 
 class StreamedEncoder:

@@ -10,6 +10,7 @@ import time
 import torch
 
 from bertvision.models.onnx_encoder import OnnxEncoder
+from bertvision.runtime.device import resolve_precision
 from bertvision.runtime.precision_probe import _read, _write, cache_file, device_name, probe_key
 
 log = logging.getLogger(__name__)
@@ -32,6 +33,12 @@ def with_backend(model, backend: str, threads: int | None = None):
     if device.type != "cpu":
         raise ValueError(f"backend {backend}: ONNX Runtime runs the encoder on the CPU here, not on {device}")
     return OnnxEncoder(model, backend, threads)
+
+
+def backend_precision(device: torch.device, precision: str, model, backend: str) -> str:
+    """``resolve_precision`` for the encoder ``model`` run by ``backend``: fp32 for ONNX Runtime,
+    which computes its activations in fp32 (int8 weights or not) and takes no autocast."""
+    return resolve_precision(device, precision, model) if backend == "torch" else "fp32"
 
 
 def backend_of(model) -> str:

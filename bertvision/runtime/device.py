@@ -69,12 +69,6 @@ def resolve_precision(device: torch.device, precision: str, model=None) -> str:
     return chosen
 
 
-def backend_precision(device: torch.device, precision: str, model, backend: str) -> str:
-    """``resolve_precision`` for the encoder ``model`` run by ``backend``: fp32 for ONNX Runtime,
-    which computes its activations in fp32 (int8 weights or not) and takes no autocast."""
-    return resolve_precision(device, precision, model) if backend == "torch" else "fp32"
-
-
 def autocast_dtype(device: torch.device, precision: str) -> torch.dtype | None:
     """The autocast dtype for ``precision`` on ``device``; None = no autocast (fp32)."""
     return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[resolve_precision(device, precision)]

@@ -5,7 +5,7 @@ written as bundles grouped by encoder, and an index ``bundles.json`` over them t
 
 The tasks picked on the untouched encoder (checkpoint 0: the same weights for every task) share
 one bundle, ``frozen``, and so one encoder pass per batch; a task picked on its own fine-tuned
-checkpoint gets a bundle of its own, ``{task}-ft{seed}-ckpt{checkpoint}``. Each task's bundle holds
+checkpoint gets a bundle of its own, ``{task}-ft{seed}-ckpt-{checkpoint}``. Each task's bundle holds
 every head trained at its picked checkpoint (of the picked fine-tuning seed), with the picked head
 as its default.
 
@@ -13,7 +13,7 @@ A pick that is a head + BERT ensemble is served as it was evaluated: its bundle 
 whole model at that checkpoint (its classifier or span head included) and combines BERT's
 outputs with the head's, per example or per window. Such a bundle serves that one task, so an
 ensemble picked on the untouched encoder gets a bundle of its own too
-(``{task}-ft{seed}-ckpt0``: BERT there is the task model's classifier as fine-tuning
+(``{task}-ft{seed}-ckpt-0``: BERT there is the task model's classifier as fine-tuning
 initialised it, the one the evaluation scored).
 
 ``bundles.json``: {format: 1, keys, bundles: {name: {path, tasks, checkpoint}}, picks: {task:
@@ -86,7 +86,7 @@ def bundle_name(run: CheckpointRun, ensemble: bool) -> str:
     (which needs the task's whole model), gets its own."""
     if run.checkpoint.fraction == 0 and not ensemble:
         return FROZEN
-    return f"{run.task}-ft{run.ftseed}-ckpt{run.checkpoint}"
+    return f"{run.task}-ft{run.ftseed}-ckpt-{run.checkpoint}"
 
 
 def write_picked_bundles(

@@ -41,8 +41,8 @@ from bertvision.files import disk_full
 from bertvision.layout import shard_file, split_file, texts_file
 from bertvision.models.encoder_io import bare_encoder_parameter_count, hidden_state_shape, pad_id
 from bertvision.registry.heads import PAIR_PARTS, READS
-from bertvision.runtime.backend import backend_of
-from bertvision.runtime.device import backend_precision, pick_device, set_threads, to_device
+from bertvision.runtime.backend import backend_of, backend_precision
+from bertvision.runtime.device import pick_device, set_threads, to_device
 
 log = logging.getLogger(__name__)
 

@@ -29,12 +29,14 @@ def finetune(
     out_dir: Path,
     seed: int,
     checkpoint: Checkpoint,
+    previous: Path | None = None,
     threads: int | None = None,
     micro_batches: int = 1,
 ) -> None:
-    """Fine-tune ``settings.backbone`` (the config's backbone ``model_name``) from the previous
-    configured checkpoint of the run (its weights and ``RESUME_STATE``; the first checkpoint starts
-    from the pretrained encoder) to ``checkpoint``, and write its directory under ``out_dir``.
+    """Fine-tune ``settings.backbone`` (the config's backbone ``model_name``) from the checkpoint
+    directory ``previous`` (its weights and ``RESUME_STATE``: the run's checkpoint before this one,
+    which the rule names; none for the first, which starts from the pretrained encoder) to
+    ``checkpoint``, and write its directory under ``out_dir``.
     One job per checkpoint, so that a race (``heads.race``) can stop the run between two; the
     schedule spans every checkpoint, and a run taken in steps equals one taken at once.
     ``micro_batches``: split each batch into that many forward/backward passes whose
@@ -47,8 +49,9 @@ def finetune(
     schedule = settings.schedule_epochs or max(fractions[-1], 1e-9)
     session = EncoderSession([task], settings, compute, {task.name: tokens_dir}, schedule, seed, threads, micro_batches)
     trainer = session.trainers[task.name]
-    if position:
-        previous = checkpoint_dir(out_dir, Checkpoint(fractions[position - 1]))
+    if position and previous is None:
+        raise ValueError(f"checkpoint {checkpoint} follows {fractions[position - 1]}: name its directory (--previous)")
+    if previous is not None:
         session.resume(load_resume_state(previous / RESUME_STATE), previous / "model.safetensors")
     step = int(round(checkpoint.fraction * session.epoch_steps))
     log.info("checkpoint %s at step %d, from step %d", checkpoint, step, session.step)

@@ -55,6 +55,7 @@ class Problems:
         self.encoder_dir = self.feats["train"].manifest.get("encoder_dir")
         self._problems: dict = {}
         self._moments: dict = {}
+        self._label_moments: dict = {}
 
     def _key(self, spec: dict) -> tuple:
         """What tells two heads' problems apart: the problem class and the states a
@@ -84,5 +85,8 @@ class Problems:
         in whose standard units its heads output; None for other tasks."""
         if self.task.kind != "regression":
             return None
-        labels = np.asarray(self.get(spec).train_labels(), dtype=np.float64)
-        return float(labels.mean()), float(labels.std()) if len(labels) > 1 else 1.0
+        key = self._key(spec)
+        if key not in self._label_moments:
+            labels = np.asarray(self.get(spec).train_labels(), dtype=np.float64)
+            self._label_moments[key] = float(labels.mean()), float(labels.std()) if len(labels) > 1 else 1.0
+        return self._label_moments[key]
