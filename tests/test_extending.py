@@ -39,6 +39,7 @@ register(_glue(
 
 NEW_HEAD_CLASS = '''
 
+@builds("layer-max")
 class LayerMaxHead(nn.Module):
     """The element-wise max over layers, then a linear layer."""
 
@@ -55,7 +56,7 @@ class LayerMaxHead(nn.Module):
 NEW_HEAD_REGISTRATION = """
 
 register(HeadType(
-    "layer-max", "bertvision.models.heads:LayerMaxHead", "The max over layers, then a linear layer.",
+    "layer-max", "The max over layers, then a linear layer.",
     {"dropout": DROPOUT, "scale": Option(float, 1.0, "Multiplies the pooled state.", minimum=0)},
 ))
 """

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from bertvision.models.heads import AdapterPoolerHead, LayerMeanHead, ScalarMixHead, build_head, count_parameters
-from bertvision.registry.heads import HEAD_TYPES
+from bertvision.registry.heads import HEAD_CLASSES, HEAD_TYPES
 
 L, H, C = 7, 384, 2
 
@@ -93,7 +93,7 @@ def test_registered_options_are_the_constructor_arguments(name):
     """A head class takes (layers, hidden, outputs) and exactly its registered options, keyword
     only and without defaults: the registry (and the schema made from it) owns the defaults."""
     head_type = HEAD_TYPES[name]
-    params = inspect.signature(head_type.load()).parameters
+    params = inspect.signature(HEAD_CLASSES[name]).parameters
     assert list(params)[:3] == ["layers", "hidden", "outputs"]
     options = {n: p for n, p in params.items() if p.kind is p.KEYWORD_ONLY}
     assert set(options) == set(head_type.options) and len(params) == 3 + len(options)
@@ -116,3 +116,14 @@ def test_heads_apply_per_token(spec):
     per_token = torch.stack([torch.stack([head(x[b, t][None])[0] for t in range(5)]) for b in range(2)])
     assert head(x).shape == (2, 5, 2)
     assert torch.allclose(head(x), per_token, atol=1e-5)
+
+
+def test_every_registered_head_type_is_built_by_one_class():
+    from bertvision.registry.heads import builds
+
+    assert set(HEAD_CLASSES) == set(HEAD_TYPES)
+    assert HEAD_CLASSES["lp"] is ScalarMixHead
+    with pytest.raises(KeyError, match="unknown head type 'nope'"):
+        builds("nope")(ScalarMixHead)
+    with pytest.raises(ValueError, match="built by both ScalarMixHead and LayerMeanHead"):
+        builds("lp")(LayerMeanHead)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from bertvision.registry.heads import get_head_type
+from bertvision.registry.heads import builds, get_head_type
 
 
 class ConvFront(nn.Module):
@@ -53,6 +53,7 @@ def _images(x: torch.Tensor) -> torch.Tensor:
     return x.reshape(-1, *x.shape[-2:])
 
 
+@builds("cnn")
 class ConvHead(nn.Module):
     """1xN CNN: ``ConvFront``, then Conv1d(channels_in -> F, kernel K, dilation D, 'same' padding)
     along the width W, ReLU, flattened (F·W), dropout, Linear(F·W -> C).
@@ -100,6 +101,7 @@ def _bn_relu(channels: int) -> list[nn.Module]:
     return [nn.BatchNorm1d(channels), nn.ReLU()]
 
 
+@builds("xception")
 class XceptionHead(nn.Module):
     """The abbreviated Xception along the width W (hidden, or the adapter's width), no conv biases:
 
@@ -166,6 +168,7 @@ class XceptionHead(nn.Module):
         return self.classifier(self.dropout(features)).reshape(*x.shape[:-2], -1)
 
 
+@builds("cnn2d")
 class TokenImageHead(nn.Module):
     """The original's 2-D CNN (``cnn2d``): each example's tokens x hidden "image" with the layers as
     channels, the hidden axis optionally mapped to A by a shared AdapterPooler GELU(W x + b)

@@ -26,9 +26,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from bertvision.registry.heads import PAIR_PARTS, constructor_options, get_head_type
+from bertvision.models import cnn_heads, ladder  # noqa: F401  (their @builds classes, for build_head)
+from bertvision.registry.heads import HEAD_CLASSES, PAIR_PARTS, builds, constructor_options, get_head_type
 
 
+@builds("lp")
 class ScalarMixHead(nn.Module):
     def __init__(self, layers: int, hidden: int, outputs: int, *, dropout: float):
         super().__init__()
@@ -45,6 +47,7 @@ class ScalarMixHead(nn.Module):
         return self.classifier(self.dropout(mixed))
 
 
+@builds("mean")
 class LayerMeanHead(nn.Module):
     def __init__(self, layers: int, hidden: int, outputs: int, *, dropout: float):
         super().__init__()
@@ -55,6 +58,7 @@ class LayerMeanHead(nn.Module):
         return self.classifier(self.dropout(x.mean(dim=-2)))
 
 
+@builds("adapter")
 class AdapterPoolerHead(nn.Module):
     def __init__(self, layers: int, hidden: int, outputs: int, *, width: int, shared: bool, skip: bool, dropout: float):
         super().__init__()
@@ -79,6 +83,7 @@ class AdapterPoolerHead(nn.Module):
         return self.classifier(self.dropout(features))
 
 
+@builds("cosine")
 class CosineHead(nn.Module):
     """A pair encoded apart (features ``registry.heads.PAIR_PARTS``: u, v, |u-v|, u*v per layer): one
     learned layer mix applied to each side's states, the cosine of the two mixes, then a linear
@@ -120,6 +125,7 @@ class CosineHead(nn.Module):
         self.classifier.bias.copy_(targets.mean(0) - slope * cosine.mean())
 
 
+@builds("token-pool")
 class TokenPoolHead(nn.Module):
     """Per-example outputs from every real token: ``forward(x, mask)`` with x (B, T, L, H) and
     mask (B, T) True on real tokens (None = all real). ``pool``: 'attention-mean' (both,
@@ -246,7 +252,8 @@ def span_logits(head: nn.Module, x: torch.Tensor, mask: torch.Tensor) -> torch.T
 def build_head(spec: dict, layers: int, hidden: int, outputs: int) -> nn.Module:
     """``spec``: {"type": a registered head type, plus any of its options (the others take their
     registered defaults)}."""
-    return get_head_type(spec["type"]).load()(layers, hidden, outputs, **constructor_options(spec))
+    get_head_type(spec["type"])
+    return HEAD_CLASSES[spec["type"]](layers, hidden, outputs, **constructor_options(spec))
 
 
 def count_parameters(module: nn.Module) -> int:

@@ -30,9 +30,10 @@ import math
 import torch
 from torch import nn
 
-from bertvision.registry.heads import get_head_type
+from bertvision.registry.heads import builds, get_head_type
 
 
+@builds("ladder")
 class LadderHead(nn.Module):
     """``forward(x, mask=None, per_token=False)``: x (B, T, L, H), mask (B, T) True on real
     tokens (None = all real); returns (B, outputs), or (B, T, outputs) with ``per_token``."""

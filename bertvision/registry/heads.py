@@ -1,15 +1,15 @@
 """The head registry: every head type a config may name, with its options, without importing
-torch. Each entry points at its ``nn.Module`` class (in ``bertvision.models.heads``), which is
-built as ``cls(layers, hidden, outputs, **options)``.
+torch. Each entry's ``nn.Module`` class (in ``bertvision.models``) names it with ``@builds(name)``
+and is built as ``cls(layers, hidden, outputs, **options)``.
 
-Adding a head is one class in ``bertvision/models/heads.py`` (or ``cnn_heads.py``) plus one ``register(HeadType(...))``
-here: the config schema (the type names, each type's options with their defaults and ranges),
-the optuna search space and head training all follow from it.
+Adding a head is one ``@builds``-decorated class in ``bertvision/models/heads.py`` (or
+``cnn_heads.py``) plus one ``register(HeadType(...))`` here: the config schema (the type names, each
+type's options with their defaults and ranges), the optuna search space and head training all
+follow from it.
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 
 
@@ -40,7 +40,6 @@ class Option:
 @dataclass(frozen=True)
 class HeadType:
     name: str
-    cls: str  # "module:Class"
     help: str
     options: dict[str, Option] = field(default_factory=dict)
     # Trained on every real token of an example (tasks with token_features), with a padding mask.
@@ -54,12 +53,11 @@ class HeadType:
     # of MiniLM on a CPU): sizes the runtime each head-training job asks the scheduler for.
     relative_cost: float = 1.0
 
-    def load(self) -> type:
-        module, _, name = self.cls.partition(":")
-        return getattr(importlib.import_module(module), name)
-
 
 HEAD_TYPES: dict[str, HeadType] = {}
+# The nn.Module class each head type builds, filled by ``builds`` where the class is defined
+# (bertvision/models), so that this registry, which the config reads, never imports torch.
+HEAD_CLASSES: dict[str, type] = {}
 
 # Training settings the search may choose for every head (heads.training), with their types.
 SEARCHABLE_TRAINING = {"learning_rate": float, "weight_decay": float, "batch_size": int, "max_epochs": int}
@@ -73,6 +71,20 @@ def register(head_type: HeadType) -> HeadType:
         raise ValueError(f"head type {head_type.name!r}: options {clash} clash with training settings")
     HEAD_TYPES[head_type.name] = head_type
     return head_type
+
+
+def builds(name: str):
+    """Class decorator: the ``nn.Module`` a registered head type is built as,
+    ``cls(layers, hidden, outputs, **options)``."""
+
+    def add(cls: type) -> type:
+        get_head_type(name)
+        if name in HEAD_CLASSES:
+            raise ValueError(f"head type {name!r} built by both {HEAD_CLASSES[name].__name__} and {cls.__name__}")
+        HEAD_CLASSES[name] = cls
+        return cls
+
+    return add
 
 
 def get_head_type(name: str) -> HeadType:
@@ -162,7 +174,6 @@ DROPOUT = Option(float, 0.0, "Dropout before the output layer.", minimum=0, maxi
 register(
     HeadType(
         "lp",
-        "bertvision.models.heads:ScalarMixHead",
         "Learned pooling (ScalarMix): gamma * sum_l softmax(w)_l X[l], then a linear layer.",
         {"dropout": DROPOUT},
     )
@@ -170,7 +181,6 @@ register(
 register(
     HeadType(
         "mean",
-        "bertvision.models.heads:LayerMeanHead",
         "Average pooling (AP): the mean over layers, then a linear layer.",
         {"dropout": DROPOUT},
     )
@@ -178,7 +188,6 @@ register(
 register(
     HeadType(
         "adapter",
-        "bertvision.models.heads:AdapterPoolerHead",
         "AdapterPooler: GELU(W X[l] + b) per layer, flattened, then a linear layer.",
         {
             "width": Option(int, 64, "Adapter width A (W is A x hidden).", minimum=1, searchable=True),
@@ -191,7 +200,6 @@ register(
 register(
     HeadType(
         "token-pool",
-        "bertvision.models.heads:TokenPoolHead",
         "Every real token of an example (tasks with token_features): a layer mix per token, then "
         "position-free pooling over the real tokens, then a linear layer.",
         {
@@ -211,7 +219,6 @@ register(
 register(
     HeadType(
         "cosine",
-        "bertvision.models.heads:CosineHead",
         "Pairs encoded apart (tasks.<task>.pair: apart): one learned layer mix of each text's states, "
         "the cosine of the two, then a linear layer (a scale and an offset for a similarity regression).",
         {"dropout": DROPOUT},
@@ -238,7 +245,6 @@ CNN_ADAPTER_WIDTH = Option(
 register(
     HeadType(
         "cnn",
-        "bertvision.models.cnn_heads:ConvHead",
         "Gen-1's 1xN CNN: a convolution along the hidden axis with the layers as channels ('same' padding), "
         "ReLU, flattened, then a linear layer.",
         {
@@ -255,7 +261,6 @@ register(
 register(
     HeadType(
         "xception",
-        "bertvision.models.cnn_heads:XceptionHead",
         "Gen-1's abbreviated Xception along the hidden axis (layers as channels): two strided convolutions, a "
         "separable-convolution block with a residual branch, global average pooling, then a linear layer.",
         {
@@ -270,7 +275,6 @@ register(
 register(
     HeadType(
         "cnn2d",
-        "bertvision.models.cnn_heads:TokenImageHead",
         "The original's 2-D CNN over each example's tokens x hidden image of every layer (tasks with "
         "token_features): the layers as channels, an optional shared adapter on the hidden axis first, two "
         "KxK convolutions with ReLU, a max over the real tokens and the width, then a linear layer.",
@@ -293,7 +297,6 @@ register(
 register(
     HeadType(
         "ladder",
-        "bertvision.models.ladder:LadderHead",
         "Ladder side network (Ladder Side-Tuning): every chosen layer's token states projected to a "
         "side width hidden/reduction and merged into a side stream through learned gates, with side "
         "transformer blocks (self-attention over the real tokens, then a feed-forward) between the "
