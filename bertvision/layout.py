@@ -64,21 +64,21 @@ PEER_FILE = f"{PEER_DIR}/{{file}}"
 PEER_METRICS, PEER_PREDICTIONS = BASELINE_METRICS, BASELINE_PREDICTIONS
 PEER_FILES = BASELINE_FILES
 
-FEATURES_DIR = "features/{model}/{task}/ft{ftseed}/ckpt-{frac}"
+FEATURES_DIR = f"features/{{model}}/{{task}}/ft{{ftseed}}/{CHECKPOINT_SUBDIR}"
 SHARD_DIR = f"{FEATURES_DIR}/shard-{{shard}}-of-{{n_shards}}"
 MANIFEST = f"{FEATURES_DIR}/manifest.json"
 
-HEADS_DIR = "heads/{model}/{task}/ft{ftseed}/ckpt-{frac}"
-SUBSET_HEADS_DIR = "heads-data/{model}/{task}/ft{ftseed}/ckpt-{frac}/data-{pct}"
+HEADS_DIR = f"heads/{{model}}/{{task}}/ft{{ftseed}}/{CHECKPOINT_SUBDIR}"
+SUBSET_HEADS_DIR = f"heads-data/{{model}}/{{task}}/ft{{ftseed}}/{CHECKPOINT_SUBDIR}/data-{{pct}}"
 HEAD_RUN = "{head}/seed{seed}"  # one trained head, inside a heads directory
 HEAD_WEIGHTS, HEAD_METRICS, HEAD_PREDICTIONS = "head.safetensors", "metrics.json", "eval_predictions.parquet"
 
-SEARCH_DIR = "search/{model}/{task}/ft{ftseed}/ckpt-{frac}/{head}"
+SEARCH_DIR = f"search/{{model}}/{{task}}/ft{{ftseed}}/{CHECKPOINT_SUBDIR}/{{head}}"
 SEARCH_WORKER = f"{SEARCH_DIR}/worker-{{worker}}.json"
 SEARCH_BEST = f"{SEARCH_DIR}/best.json"
 STUDY_JOURNAL = f"{SEARCH_DIR}/study.journal"
 
-STUDY_LABEL = "{model}/{task}/ft{ftseed}/ckpt-{frac}/{head}"  # names a study in its storage
+STUDY_LABEL = f"{{model}}/{{task}}/ft{{ftseed}}/{CHECKPOINT_SUBDIR}/{{head}}"  # names a study in its storage
 
 TRANSFER_FILE = "transfer/{model}/{task}/ft{ftseed}.json"
 
@@ -86,7 +86,7 @@ TRANSFER_FILE = "transfer/{model}/{task}/ft{ftseed}.json"
 BERT_CURVE_FILE = "bert_curve/{model}/{task}/seed{seed}.json"
 
 # The race's decision at a checkpoint (heads.race): whether fine-tuning goes on to the next one.
-RACE_DECISION = "race/{model}/{task}/ckpt-{frac}.json"
+RACE_DECISION = f"race/{{model}}/{{task}}/{CHECKPOINT_SUBDIR}.json"
 
 # Shared encoders (config section `shared`): one directory per encoder and fine-tuning seed. A
 # mixture's encoder is trained here; every encoder's states of each task it serves, and the heads
@@ -149,7 +149,7 @@ _KEY_TEXT = {
     "task": "{task}",
     "model": "{model}",
     "ftseed": "ft{ftseed}",
-    "frac": "ckpt-{frac}",
+    "frac": CHECKPOINT_SUBDIR,
     "shard": "{shard}",
     "pct": "data{pct}",
     "head": "{head}",

@@ -4,24 +4,30 @@ the figures of a run already made.
 
     python scripts/retable.py WORKDIR OUT_DIR [--heads lp ap ...]
 
-The runs are every fine-tuning checkpoint under WORKDIR/models that has a heads directory and,
+The runs are every fine-tuning checkpoint under WORKDIR/models (its keys read from its training
+record) that has a heads directory and,
 where the race decided (WORKDIR/race), only the checkpoints it reached; the extraction's shards
 per checkpoint are read from the feature manifests. OUT_DIR gets the tables stage's files
 (summary.md, cost.md, ...). Race decisions written before their best entry was named `candidate`
 (ab8ab48) are read through a renamed copy under OUT_DIR/race-decisions. A run made before BERT's
 head had its own scoring job (rule score_bert) scored it inside each fine-tuning job, whose
 benchmark file counts it: such a checkpoint gets a score_bert benchmark file of 0 seconds in
-WORKDIR/benchmarks (the only file this script writes there)."""
+WORKDIR/benchmarks; benchmark files named before c55c270 (``ckpt0.3``) get a copy under today's name
+(``ckpt-0.3``). Those are the only files this script writes there."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import re
+import shutil
 from pathlib import Path
 
+from bertvision import layout as L
 from bertvision.jobs import Job
-from bertvision.layout import BERT_METRICS, Checkpoint, Run, bert_record_file
+from bertvision.layout import Checkpoint, Run
+from bertvision.registry.peers import PEERS
 from bertvision.stages.tables import build_tables
 
 
@@ -41,6 +47,15 @@ def current_decisions(paths: list[Path], copies: Path) -> list[Path]:
     return current
 
 
+def current_benchmark_names(benchmarks: Path) -> None:
+    """Benchmark files named before c55c270 spelled a checkpoint ``ckpt0.3``; today's reporting looks
+    for ``ckpt-0.3``: each such file gets a copy under today's name."""
+    for old in benchmarks.rglob("*ckpt[0-9]*.tsv"):
+        new = old.with_name(re.sub(r"(?<=-)ckpt(?=\d)", "ckpt-", old.name))
+        if not new.exists():
+            shutil.copyfile(old, new)
+
+
 def extraction_shards(manifests: list[Path]) -> int:
     """Extraction jobs per checkpoint: each job writes one shard of every split."""
     counts = {len(split["shards"]) for m in manifests for split in json.loads(m.read_text())["splits"].values()}
@@ -51,37 +66,47 @@ def extraction_shards(manifests: list[Path]) -> int:
 
 def rebuild(workdir: Path, out_dir: Path, heads: list[str]) -> None:
     os.chdir(workdir)  # benchmark and log paths are relative to the working directory
+    current_benchmark_names(Path("benchmarks"))
     decisions = current_decisions(sorted(Path("race").glob("*/*/*.json")), out_dir / "race-decisions")
     reached: dict[tuple, set] = {}
     for path in decisions:
         d = json.loads(path.read_text())
         reached.setdefault((d["model"], d["task"]), set()).add(d["checkpoint"])
     runs, bert, head_dirs, manifests, workers = [], [], [], [], []
-    for ckpt in sorted(Path("models").glob("*/*/ft*/ckpt-*")):
-        model, task, ft = ckpt.parts[1], ckpt.parts[2], int(ckpt.parts[3][2:])
-        frac = ckpt.name.removeprefix("ckpt-")
-        heads_dir = Path("heads") / model / task / ckpt.parts[3] / ckpt.name
-        if not heads_dir.is_dir() or (decisions and frac not in reached.get((model, task), set())):
+    every_record = L.CHECKPOINT_FILE.format(model="*", task="*", ftseed="*", frac="*", file=L.TRAIN_RECORD)
+    for record_file in sorted(Path().glob(every_record)):
+        trained = json.loads(record_file.read_text())  # the checkpoint's keys, from its own record
+        checkpoint = Checkpoint(trained["epoch_fraction"])
+        keys = {"model": trained["model"], "task": trained["task"], "ftseed": trained["seed"], "frac": checkpoint}
+        heads_dir = Path(L.HEADS_DIR.format(**keys))
+        reached_here = reached.get((trained["model"], trained["task"]), set())
+        if not heads_dir.is_dir() or (decisions and checkpoint.name not in reached_here):
             continue
-        manifest = Path("features") / model / task / ckpt.parts[3] / ckpt.name / "manifest.json"
-        run = Run(model, task, ft, Checkpoint.named(frac), manifest.exists())
+        manifest = Path(L.MANIFEST.format(**keys))
+        run = Run(trained["model"], trained["task"], trained["seed"], checkpoint, manifest.exists())
         runs.append(run)
-        record = ckpt / bert_record_file(run.checkpoint)
-        bert.append(record if record.exists() else ckpt / BERT_METRICS)  # older runs: eval_metrics.json at 0
+        record = record_file.parent / L.bert_record_file(checkpoint)
+        bert.append(record if record.exists() else record_file.parent / L.BERT_METRICS)  # older runs: at 0
         scoring = Path(Job("score_bert", run.keys).benchmark)
-        if (
-            run.checkpoint.fraction > 0
-            and not scoring.exists()
-            and "scored_from" not in json.loads(bert[-1].read_text())
-        ):
+        if checkpoint.fraction > 0 and not scoring.exists() and "scored_from" not in json.loads(bert[-1].read_text()):
             scoring.parent.mkdir(parents=True, exist_ok=True)
             scoring.write_text("s\th:m:s\tmax_rss\n0.0\t0:00:00\t0.0\n")  # scored in the finetune job
         head_dirs.append(heads_dir)
         manifests += [manifest] if manifest.exists() else []
-        workers += sorted((Path("search") / model / task / ckpt.parts[3] / ckpt.name).glob("*/worker-*.json"))
+        workers += sorted(Path().glob(L.SEARCH_WORKER.format(**keys, head="*", worker="*")))
     baselines = sorted(Path("baselines").glob("*/*/seed*/metrics.json"))
     shards = extraction_shards(manifests)
-    build_tables(bert, head_dirs, manifests, runs, shards, heads, out_dir.resolve(), baselines, workers, decisions)
+    every_peer = L.PEER_FILE.format(model="*", task="*", peer="*", seed="*", file=L.PEER_METRICS)
+    peer_metrics = sorted(Path().glob(every_peer), key=lambda p: list(PEERS).index(json.loads(p.read_text())["peer"]))
+    peers: dict[str, list[str]] = {}  # the peers that ran (the config may name more, which did not apply)
+    for record in map(json.loads, (p.read_text() for p in peer_metrics)):
+        ran = peers.setdefault(record["task"], [])
+        ran += [] if record["peer"] in ran else [record["peer"]]
+    peers = {task: sorted(ran, key=list(PEERS).index) for task, ran in peers.items()}
+    build_tables(
+        bert, head_dirs, manifests, runs, shards, heads, out_dir.resolve(), baselines, workers, decisions,
+        peer_metrics, peers,
+    )  # fmt: skip
 
 
 def main() -> None:
