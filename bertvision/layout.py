@@ -69,7 +69,7 @@ SHARD_DIR = f"{FEATURES_DIR}/shard-{{shard}}-of-{{n_shards}}"
 MANIFEST = f"{FEATURES_DIR}/manifest.json"
 
 HEADS_DIR = f"heads/{{model}}/{{task}}/ft{{ftseed}}/{CHECKPOINT_SUBDIR}"
-SUBSET_HEADS_DIR = f"heads-data/{{model}}/{{task}}/ft{{ftseed}}/{CHECKPOINT_SUBDIR}/data-{{pct}}"
+SUBSET_HEADS_DIR = f"heads-data/{{model}}/{{task}}/ft{{ftseed}}/{CHECKPOINT_SUBDIR}/data-{{train_fraction}}"
 HEAD_RUN = "{head}/seed{seed}"  # one trained head, inside a heads directory
 HEAD_WEIGHTS, HEAD_METRICS, HEAD_PREDICTIONS = "head.safetensors", "metrics.json", "eval_predictions.parquet"
 
@@ -130,7 +130,7 @@ JOB_KEYS = {
     "extract": ("task", "model", "ftseed", "frac", "shard"),
     "feature_manifest": ("task", "model", "ftseed", "frac"),
     "train_heads": ("task", "model", "ftseed", "frac"),
-    "train_heads_subset": ("task", "model", "ftseed", "frac", "pct"),
+    "train_heads_subset": ("task", "model", "ftseed", "frac", "train_fraction"),
     "search_worker": ("task", "model", "ftseed", "frac", "head", "worker"),
     "search_best": ("task", "model", "ftseed", "frac", "head"),
     "transfer": ("task", "model", "ftseed"),
@@ -151,7 +151,7 @@ _KEY_TEXT = {
     "ftseed": "ft{ftseed}",
     "frac": CHECKPOINT_SUBDIR,
     "shard": "{shard}",
-    "pct": "data{pct}",
+    "train_fraction": "data-{train_fraction}",
     "head": "{head}",
     "worker": "{worker}",
     "seed": "seed{seed}",
@@ -241,6 +241,11 @@ def head_metrics_files(heads_dirs: list[Path]) -> list[Path]:
     return sorted(run / HEAD_METRICS for d in heads_dirs for run in head_runs(d))
 
 
+def fraction_name(fraction: float) -> str:
+    """How paths, wildcards and records spell a fraction, of an epoch or of the training rows: 0, 0.3, 1, 2.5."""
+    return f"{float(fraction):g}"
+
+
 @dataclass(frozen=True, order=True)
 class Checkpoint:
     """A checkpoint of a fine-tuning run: the encoder after ``fraction`` epochs (0: untouched).
@@ -260,7 +265,7 @@ class Checkpoint:
 
     @property
     def name(self) -> str:
-        return f"{self.fraction:g}"
+        return fraction_name(self.fraction)
 
     def __str__(self) -> str:
         return self.name

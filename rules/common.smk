@@ -70,7 +70,7 @@ wildcard_constraints:
     shard=r"\d+",
     head=r"[A-Za-z0-9_.-]+",
     worker=r"\d+",
-    pct=r"[0-9.]+",
+    train_fraction=r"[0-9.]+",
     seed=r"\d+",
     peer=r"[a-z]+",
     encoder=r"[A-Za-z0-9_.-]+",
@@ -135,8 +135,8 @@ def transfer_head_dirs(wildcards):
     dirs = [run.format(L.HEADS_DIR) for run in runs]
     if wildcards.task in S.data_fraction_tasks():
         subsets = set(S.data_fraction_checkpoints())
-        dirs += [run.format(L.SUBSET_HEADS_DIR, pct=pct) for run in runs if run.checkpoint in subsets
-                 for pct in S.data_fractions()]
+        dirs += [run.format(L.SUBSET_HEADS_DIR, train_fraction=fraction)
+                 for run in runs if run.checkpoint in subsets for fraction in S.data_fractions()]
     return dirs
 
 
@@ -350,9 +350,12 @@ def search_results_of(runs):
 def all_subset_head_dirs():
     return [
         path
-        for pct in S.data_fractions()
+        for fraction in S.data_fractions()
         for path in for_every_run(
-            L.SUBSET_HEADS_DIR, tasks=S.data_fraction_tasks(), checkpoints=S.data_fraction_checkpoints(), pct=pct
+            L.SUBSET_HEADS_DIR,
+            tasks=S.data_fraction_tasks(),
+            checkpoints=S.data_fraction_checkpoints(),
+            train_fraction=fraction,
         )
     ]
 
@@ -515,7 +518,7 @@ def extract_request(key):
 
 
 def heads_estimate(wildcards, attempt, runs, gpus, training):
-    rows = math.ceil(S.train_rows(wildcards.task) * float(getattr(wildcards, "pct", 1)))
+    rows = math.ceil(S.train_rows(wildcards.task) * float(getattr(wildcards, "train_fraction", 1)))
     return requests.heads_request(
         encoder_shape(wildcards.model), rows, S.max_length(wildcards.task),
         S.feature_level(wildcards.task) == "tokens", attempt=attempt, streamed=not S.store(wildcards.task),
@@ -526,7 +529,7 @@ def heads_estimate(wildcards, attempt, runs, gpus, training):
 def heads_request(key, runs, training=True):
     """``runs(wildcards)``: head name -> trainings the job does (its seeds, or trials), sized by
     each head's own final settings (S.head_job_terms); ``training`` False: a job that only
-    evaluates trained heads. A data-fraction job trains on its {pct}. On the GPUs ``head_gpus``
+    evaluates trained heads. A data-fraction job trains on its {train_fraction}. On the GPUs ``head_gpus``
     gives the job."""
 
     def request(wildcards, attempt):

@@ -38,7 +38,7 @@ rule train_heads:
 
 
 use rule train_heads as train_heads_subset with:
-    """The data-fraction experiment: the task's heads trained on a nested {pct} share of the
+    """The data-fraction experiment: the task's heads trained on a nested {train_fraction} share of the
     training features of one checkpoint (selection and evaluation splits whole)."""
     input:
         features=features_input,
@@ -51,7 +51,7 @@ use rule train_heads as train_heads_subset with:
     params:
         heads=lambda wc: as_json(S.head_settings(wc.task, S.data_fraction_heads(wc.task))),
         searched=lambda wc: searched_args(wc, S.data_fraction_heads(wc.task)),
-        train_fraction=lambda wc: wc.pct,
+        train_fraction=lambda wc: wc.train_fraction,
     log:
         L.log("train_heads_subset"),
     benchmark:

@@ -29,7 +29,7 @@ from bertvision.config.settings import (
 )
 from bertvision.config.shared_settings import SharedEncoderSettings
 from bertvision.errors import ConfigError
-from bertvision.layout import Checkpoint, Run
+from bertvision.layout import Checkpoint, Run, fraction_name
 from bertvision.registry.heads import get_head_type, trains_on
 from bertvision.registry.peers import applicable, get_peer
 from bertvision.registry.task_spec import TaskSpec
@@ -234,7 +234,7 @@ class WorkflowSettings(SharedEncoderSettings):
         return self.checkpoints if wanted is None else [Checkpoint(f) for f in sorted(wanted)]
 
     def data_fractions(self) -> list[str]:
-        return [f"{float(f):g}" for f in sorted(self.config["experiments"]["data_fraction"]["fractions"])]
+        return [fraction_name(f) for f in sorted(self.config["experiments"]["data_fraction"]["fractions"])]
 
     def transfer_tasks(self) -> list[str]:
         return list(self.config["experiments"]["transfer"]["tasks"]) if len(self.checkpoints) > 1 else []
