@@ -649,7 +649,7 @@ def test_the_picked_bundles_serve_every_task_of_the_run_over_http(workflow_run):
             assert pick["bundle"] == "frozen"
         else:  # a task's own checkpoint, or an ensemble (its bundle keeps the task's whole model)
             frac = f"{pick['epoch_fraction']:g}"
-            assert pick["bundle"] == f"{task}-ft{pick['ft_seed']}-ckpt{frac}"
+            assert pick["bundle"] == f"{task}-ft{pick['ft_seed']}-ckpt-{frac}"
             assert list(bundle["tasks"]) == [task]
             ckpt = load_file(workdir / f"models/tiny/{task}/ft{pick['ft_seed']}/ckpt-{frac}/model.safetensors")
             served = load_file(picked_dir / pick["bundle"] / "encoder/model.safetensors")
