@@ -422,7 +422,8 @@ def get_previous_flag(wildcards):
     before = S.checkpoint_before(L.Checkpoint.named(wildcards.frac))
     if before is None:
         return ""
-    return "--previous " + shlex.quote(L.CHECKPOINT_DIR.format(**{**wildcards, "frac": before}))
+    previous = L.CHECKPOINT_DIR.format(**{**wildcards, "frac": before})
+    return f"--previous {shlex.quote(previous)}"
 
 
 def finetune_request(key):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import importlib
 import json
 import sys
 from collections.abc import Callable
@@ -19,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bertvision.commands.stages import stage_of
 from bertvision.errors import SettingsError
 
 # Each batch in one piece. A job that ran out of GPU memory is retried with 2^(attempt - 1)
@@ -183,15 +183,14 @@ THREADS = Arg("torch threads", type=int, required=False)
 
 @dataclass(frozen=True)
 class Command:
-    """A command: ``stage`` ("module:function", imported when it runs, so that `bertvision --help`
-    stays light), called with each flag's value as the parameter it names; ``adapt`` turns the
+    """A command: its stage function (``commands.stages.stage_of``, imported when it runs, so that
+    `bertvision --help` stays light), called with each flag's value as the parameter it names; ``adapt`` turns the
     values into the stage's parameters where they differ (a task's splits, a settings field);
     ``out_of_memory``, a GPU stage that a resubmission retries with smaller micro-batches.
     ``args`` may be a function, for flags whose defaults are read when the parser is built."""
 
     name: str
     help: str
-    stage: str
     args: dict[str, Arg] | Callable[[], dict[str, Arg]]
     adapt: Callable[[dict], dict] | None = None
     out_of_memory: bool = False
@@ -208,8 +207,7 @@ class Command:
         return parser
 
     def function(self) -> Callable:
-        module, _, name = self.stage.partition(":")
-        return getattr(importlib.import_module(module), name)
+        return stage_of(self.name)
 
     def run(self, namespace: argparse.Namespace) -> Any:
         values = {
@@ -225,9 +223,9 @@ class Command:
             return self.function()(**values)
 
 
-def command(name: str, help: str, stage: str, adapt=None, out_of_memory: bool = False, **args: Arg) -> Command:
-    """A command whose flags are keyword arguments, in order: ``command("x", help, stage, task=TASK, out=PATH)``."""
-    return Command(name, help, stage, args, adapt, out_of_memory)
+def command(name: str, help: str, adapt=None, out_of_memory: bool = False, **args: Arg) -> Command:
+    """A command whose flags are keyword arguments, in order: ``command("x", help, task=TASK, out=PATH)``."""
+    return Command(name, help, args, adapt, out_of_memory)
 
 
 @contextlib.contextmanager

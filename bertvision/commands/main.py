@@ -23,10 +23,9 @@ USAGE_ERROR = 2
 
 HOUSEKEEPING = [
     command("validate-config", "check a config file against the schema and the registries",
-            "bertvision.config.workflow:validate_config_file",
             config=Arg(type=Path, positional=True), show=Switch("print the effective config, every default filled in")),
     command("clean", "remove every artifact folder of a working directory (bertvision.layout.ROOTS)",
-            "bertvision.layout:clean", dir=path("the working directory", required=False, default=Path("."))),
+            dir=path("the working directory", required=False, default=Path("."))),
 ]  # fmt: skip
 
 # every command, in the order the pipeline runs them

@@ -6,23 +6,10 @@ of every command, registered in ``commands.main.COMMANDS``) and the ``main`` its
 
 from __future__ import annotations
 
-import importlib
 import sys
 from pathlib import Path
 
 from bertvision.runtime.warm import WarmPool, serve_pool, start_pool
-
-LIBRARIES = (
-    "torch",
-    "transformers",
-    "transformers.modeling_utils",
-    "pandas",
-    "pyarrow.parquet",
-    "h5py",
-    "safetensors.torch",
-    "optuna",
-    "matplotlib.pyplot",
-)
 
 
 def start(backbones: list[str], log_path: Path) -> WarmPool:
@@ -32,10 +19,16 @@ def start(backbones: list[str], log_path: Path) -> WarmPool:
 
 def preload(backbones: list[str]) -> None:
     """Import what the commands use. Nothing here runs a tensor operation."""
+    import h5py  # noqa: F401
+    import matplotlib.pyplot  # noqa: F401
+    import pandas  # noqa: F401
+    import pyarrow.parquet  # noqa: F401
+    import safetensors.torch  # noqa: F401
+    import torch  # noqa: F401
+    import transformers.modeling_utils  # noqa: F401
+
     from bertvision.commands.main import COMMANDS
 
-    for name in LIBRARIES:
-        importlib.import_module(name)
     import_model_modules(backbones)
     for command in COMMANDS:
         if command.name != "serve":  # the server runs in a process of its own
@@ -43,10 +36,9 @@ def preload(backbones: list[str]) -> None:
 
 
 def import_model_modules(backbones: list[str]) -> None:
-    """Import transformers' model and tokenizer modules of each backbone. Nothing here runs a
-    tensor operation."""
-    import importlib
-
+    """Import transformers' model and tokenizer modules of each backbone (transformers' lazy
+    module imports each class's module on first access). Nothing here runs a tensor operation."""
+    import transformers
     from transformers import AutoConfig
     from transformers.models.auto import modeling_auto, tokenization_auto
 
@@ -64,14 +56,9 @@ def import_model_modules(backbones: list[str]) -> None:
         for mapping in (modeling_auto.MODEL_MAPPING_NAMES, tokenization_auto.TOKENIZER_MAPPING_NAMES):
             for class_name in _names(mapping.get(model_type)):
                 try:
-                    getattr(importlib.import_module("transformers"), class_name)
+                    getattr(transformers, class_name)
                 except (AttributeError, ImportError):
                     pass
-        for module in (f"modeling_{model_type}", f"tokenization_{model_type}_fast"):
-            try:
-                importlib.import_module(f"transformers.models.{model_type}.{module}")
-            except ImportError:
-                pass
 
 
 def _names(entry) -> list[str]:
