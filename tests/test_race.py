@@ -9,7 +9,7 @@ import pytest
 from bertvision.config.settings import RaceSettings
 from bertvision.layout import HEAD_METRICS, HEAD_WEIGHTS, Checkpoint, head_metrics_files, head_run_dir
 from bertvision.registry.tasks import get_task
-from bertvision.reporting.summary import pick
+from bertvision.reporting.choice import pick
 from bertvision.serving.bundle import BundleError
 from bertvision.stages.race import best_candidate, decide_checkpoint
 

@@ -13,10 +13,11 @@ import pytest
 
 from bertvision.layout import BERT_PREDICTIONS, HEAD_PREDICTIONS
 from bertvision.reporting.candidates import candidate_runs
+from bertvision.reporting.choice import choose_picks
 from bertvision.reporting.costs import cost_markdown, cost_table
 from bertvision.reporting.experiments import search_markdown, search_table
 from bertvision.reporting.results import long_records, result_tables
-from bertvision.reporting.summary import choose_picks, summary_markdown, summary_table, verdict
+from bertvision.reporting.summary import summary_markdown, summary_table, verdict
 
 
 class Records:
@@ -255,7 +256,7 @@ def test_the_pick_is_a_record_made_where_the_choice_is_made_with_the_seed_to_ser
 
 def test_a_missing_selection_score_never_picks_the_seed_to_serve():
     from bertvision.layout import Checkpoint
-    from bertvision.reporting.summary import served_seed
+    from bertvision.reporting.choice import served_seed
 
     runs = pd.DataFrame([candidate("head", "lp", 1, float("nan")), candidate("head", "lp", 2, 0.5)])
     assert served_seed(runs, "lp", Checkpoint(1)) == 2

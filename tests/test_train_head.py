@@ -240,7 +240,7 @@ def test_the_first_fine_tuning_seeds_race_decides_what_the_others_train(tmp_path
 def test_a_head_stopped_by_a_race_is_never_picked():
     import pandas as pd
 
-    from bertvision.reporting.summary import pick
+    from bertvision.reporting.choice import pick
 
     configs = pd.DataFrame(
         {

@@ -31,7 +31,8 @@ from bertvision.layout import (
     head_run_dir,
 )
 from bertvision.reporting.candidates import candidate_runs
-from bertvision.reporting.summary import choose_picks, summary_markdown, summary_table, verdict
+from bertvision.reporting.choice import choose_picks
+from bertvision.reporting.summary import summary_markdown, summary_table, verdict
 from bertvision.stages.tables import build_tables
 
 MODEL, TASK = "tiny", "mrpc"

@@ -1,6 +1,6 @@
 """The pick: for each backbone and task, the BERTVision path the summary chooses (checkpoint,
 head, alone or with BERT) and the fine-tuning seed that serves it, as a record of its own.
-The ``tables`` stage writes it where the choice is made (``reporting.summary.choose_picks``);
+The ``tables`` stage writes it where the choice is made (``reporting.choice.choose_picks``);
 the summary table renders its picked rows from it and ``serve-bundles`` serves it.
 
 ``picks.json``: {format: 1, picks: [{backbone, task, checkpoint (its name: "0", "0.3", "1"),

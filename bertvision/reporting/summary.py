@@ -16,14 +16,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from bertvision.layout import Checkpoint
 from bertvision.registry.peers import get_peer, inapplicable
 from bertvision.registry.tasks import get_task
-from bertvision.reporting.candidates import FULL_FT, PEER, SEED_AGGREGATES, sample_std
+from bertvision.reporting.candidates import FULL_FT, PEER
+from bertvision.reporting.choice import bertvision_paths, counted_once, over_seeds, pick
 from bertvision.reporting.markdown import fmt, markdown_table, seconds_cell
 from bertvision.reporting.picks import Pick
 from bertvision.reporting.race_line import checkpoint_race_line, head_selection_line
-from bertvision.reporting.ranking import ranked_frame
 from bertvision.reporting.results import BERT
 from bertvision.reporting.verdict import (
     LEARNING_MARGIN,
@@ -88,99 +87,6 @@ SUMMARY_COLUMNS = [
 ]
 
 
-def _configs(runs: pd.DataFrame) -> pd.DataFrame:
-    """Runs averaged over seeds, per (kind, checkpoint, model)."""
-    keys = ["kind", "epoch_fraction", "model"]
-    g = runs.groupby(keys, sort=False, dropna=False)  # full fine-tuning has no checkpoint
-    out = g.agg(
-        **SEED_AGGREGATES,
-        seconds=("seconds", "mean"),
-        seconds_std=("seconds", sample_std),
-        whole_seconds=("whole_seconds", lambda v: v.mean(skipna=False)),
-        whole_seconds_std=("whole_seconds", sample_std),
-        feature_bytes=("feature_bytes", "mean"),
-        device=("device", "first"),
-        precision=("precision", "first"),
-        **({"pair": ("pair", "first")} if "pair" in runs else {}),
-        # the fine-tuning seeds behind a row (0: none, full fine-tuning's and BERT's own rows)
-        ft_seeds=("ft_seed", "nunique") if "ft_seed" in runs else ("dev", lambda v: 0),
-        **({"raced_out": ("raced_out", lambda v: bool(v.isin([True]).any()))} if "raced_out" in runs else {}),
-        **(
-            {"deterministic": ("deterministic", lambda v: bool(v.isin([True]).all()))}
-            if "deterministic" in runs
-            else {}
-        ),
-    ).reset_index()
-    if "kept_epoch" in runs:  # full fine-tuning: name the row by the epochs each seed kept
-        full = runs[runs["kind"] == FULL_FT]
-        if len(full):
-            kept = ", ".join(str(int(e)) for e in full["kept_epoch"])
-            out.loc[out["kind"] == FULL_FT, "model"] = f"BERT, epoch kept of {int(full['epochs'].iloc[0])}: {kept}"
-    return out
-
-
-def pick(configs: pd.DataFrame) -> pd.Series | None:
-    """The row that ranks first (``reporting.ranking``): the best mean selection score; ties go to
-    fewer trainable parameters, then the earlier checkpoint, then the name (never to a dev score or
-    a time). A head the race stopped in any of its jobs is no candidate (a seed cut short)."""
-    order = ranked_frame(configs, "model", "selection_mean", "trainable_params", "epoch_fraction")
-    return None if order.empty else order.iloc[0]
-
-
-def _counted(block: pd.DataFrame) -> pd.DataFrame:
-    """A block's runs with the untouched encoder's head runs repeated for every fine-tuning seed
-    counted once."""
-    return block[block["repeat"] != True] if "repeat" in block else block  # noqa: E712
-
-
-def _paths(configs: pd.DataFrame) -> pd.DataFrame:
-    """The BERTVision paths among a block's configurations: every head and head + BERT ensemble."""
-    return configs[configs["kind"].isin(["head", "ensemble"])]
-
-
-def served_seed(block: pd.DataFrame, head: str, checkpoint: Checkpoint) -> int:
-    """The fine-tuning seed whose run of ``head`` at ``checkpoint`` scored best on the selection
-    split (its best head seed; a missing score never wins; ties: the lower seed)."""
-    runs = block[
-        (block["kind"] == "head") & (block["model"] == head) & (block["epoch_fraction"] == checkpoint.fraction)
-    ]
-    best = runs.assign(score=runs["selection"].fillna(-np.inf)).groupby("ft_seed")["score"].max()
-    return int(best[best == best.max()].index.min())
-
-
-def choose_picks(runs: pd.DataFrame) -> list[Pick]:
-    """Per backbone and task, the path with the best mean selection score (``pick``) and the
-    fine-tuning seed to serve it from: the record the summary and serve-bundles read."""
-    picks = []
-    if runs.empty:
-        return picks
-    for (backbone, task), block in runs.groupby(["backbone", "task"], sort=True):
-        picked = pick(_paths(_configs(_counted(block))))
-        if picked is None:
-            continue
-        checkpoint = Checkpoint(picked["epoch_fraction"])
-        made = block[
-            (block["kind"] == picked["kind"])
-            & (block["model"] == picked["model"])
-            & (block["epoch_fraction"] == checkpoint.fraction)
-        ].iloc[0]
-        ensemble = made["ensemble"] if picked["kind"] == "ensemble" else None
-        picks.append(
-            Pick(
-                backbone,
-                task,
-                checkpoint,
-                picked["model"],
-                made["head"],
-                ensemble,
-                served_seed(block, made["head"], checkpoint),
-                float(picked["selection_mean"]),
-                float(picked["dev_mean"]),
-            )
-        )
-    return picks
-
-
 def _whole_seconds(label: str, config: pd.Series, cost: SelectionCost) -> tuple[float, float]:
     """Mean and std over fine-tuning seeds of everything run to make a row's choice: the picked
     path's, among every checkpoint; the frozen encoder's best head's, among its checkpoint's
@@ -196,21 +102,21 @@ def _whole_seconds(label: str, config: pd.Series, cost: SelectionCost) -> tuple[
 
 def summary_table(runs: pd.DataFrame, picks: list[Pick]) -> pd.DataFrame:
     """One block of rows (ROW_KINDS) per backbone and task, with the ratios against full
-    fine-tuning where the baseline ran; the picked row is ``picks``' (``choose_picks``)."""
+    fine-tuning where the baseline ran; the picked row is ``picks``' (``reporting.choice.choose_picks``)."""
     out = []
     if runs.empty:
         return pd.DataFrame(columns=SUMMARY_COLUMNS)
     picked_paths = {(p.backbone, p.task): p for p in picks}
     for (backbone, task_name), block in runs.groupby(["backbone", "task"], sort=True):
         task = get_task(task_name)
-        configs = _configs(_counted(block))
+        configs = over_seeds(counted_once(block))
         chosen = []
         full = configs[configs["kind"] == FULL_FT]
         chosen += [(ROW_KINDS[0], r) for _, r in full.iterrows()]
         chosen += [(PEER, r) for _, r in configs[configs["kind"] == PEER].iterrows()]
         partial = configs[(configs["kind"] == BERT) & (configs["epoch_fraction"] > 0)].sort_values("epoch_fraction")
         chosen += [(ROW_KINDS[1], r) for _, r in partial.iterrows()]
-        paths = _paths(configs)
+        paths = bertvision_paths(configs)
         picked = picked_paths.get((backbone, task_name))
         if picked is not None:
             path = paths[(paths["epoch_fraction"] == picked.checkpoint.fraction) & (paths["model"] == picked.model)]
@@ -228,7 +134,7 @@ def summary_table(runs: pd.DataFrame, picks: list[Pick]) -> pd.DataFrame:
         # the same for every run on the task's dev split (NaN: records from before they were kept)
         facts = {k: block[k].max() if k in block else np.nan for k in ("constant_score", "answerable_no_window")}
         facts["best_dev_any"] = configs["dev_mean"].max()  # every candidate tried: "no model learned" reads it
-        head_rows = _counted(block)[lambda b: b["kind"] == "head"]
+        head_rows = counted_once(block)[lambda b: b["kind"] == "head"]
         protocols = set(head_rows.get("head_selection", pd.Series(dtype=object)).dropna())
         facts |= {
             "head_selection": "racing" if "racing" in protocols else "grid",

@@ -13,12 +13,13 @@ from bertvision.files import read_json
 from bertvision.jobs import baseline_job, peer_job, timing_jobs
 from bertvision.layout import Run, head_metrics_files, picks_record, table
 from bertvision.reporting.candidates import candidate_runs
+from bertvision.reporting.choice import choose_picks
 from bertvision.reporting.costs import cost_markdown, cost_table
 from bertvision.reporting.markdown import write_csv, write_text
 from bertvision.reporting.methods import method_table, methods_markdown
 from bertvision.reporting.picks import write_picks
 from bertvision.reporting.results import long_records, result_tables
-from bertvision.reporting.summary import choose_picks, summary_markdown, summary_table
+from bertvision.reporting.summary import summary_markdown, summary_table
 from bertvision.reporting.timing import stage_precisions, timing_markdown, timing_table
 from bertvision.reporting.whole_cost import race_jobs, search_jobs
 
