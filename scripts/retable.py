@@ -97,12 +97,12 @@ def rebuild(workdir: Path, out_dir: Path, heads: list[str]) -> None:
     baselines = sorted(Path("baselines").glob("*/*/seed*/metrics.json"))
     shards = extraction_shards(manifests)
     every_peer = L.PEER_FILE.format(model="*", task="*", peer="*", seed="*", file=L.PEER_METRICS)
-    peer_metrics = sorted(Path().glob(every_peer), key=lambda p: list(PEERS).index(json.loads(p.read_text())["peer"]))
-    peers: dict[str, list[str]] = {}  # the peers that ran (the config may name more, which did not apply)
-    for record in map(json.loads, (p.read_text() for p in peer_metrics)):
-        ran = peers.setdefault(record["task"], [])
-        ran += [] if record["peer"] in ran else [record["peer"]]
-    peers = {task: sorted(ran, key=list(PEERS).index) for task, ran in peers.items()}
+    peer_records = {path: json.loads(path.read_text()) for path in Path().glob(every_peer)}
+    peer_metrics = sorted(peer_records, key=lambda path: list(PEERS).index(peer_records[path]["peer"]))
+    ran: dict[str, dict] = {}  # the peers that ran (the config may name more, which did not apply)
+    for path in peer_metrics:
+        ran.setdefault(peer_records[path]["task"], {})[peer_records[path]["peer"]] = None
+    peers = {task: list(names) for task, names in ran.items()}
     build_tables(
         bert, head_dirs, manifests, runs, shards, heads, out_dir.resolve(), baselines, workers, decisions,
         peer_metrics, peers,

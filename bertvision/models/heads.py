@@ -252,8 +252,8 @@ def span_logits(head: nn.Module, x: torch.Tensor, mask: torch.Tensor) -> torch.T
 def build_head(spec: dict, layers: int, hidden: int, outputs: int) -> nn.Module:
     """``spec``: {"type": a registered head type, plus any of its options (the others take their
     registered defaults)}."""
-    get_head_type(spec["type"])
-    return HEAD_CLASSES[spec["type"]](layers, hidden, outputs, **constructor_options(spec))
+    head_class = HEAD_CLASSES[get_head_type(spec["type"]).name]  # an unknown type: one line naming the known
+    return head_class(layers, hidden, outputs, **constructor_options(spec))
 
 
 def count_parameters(module: nn.Module) -> int:
