@@ -11,6 +11,8 @@
 #   bash scripts/gpu_check.sh                   # on the GPU machine
 #   bash scripts/gpu_check.sh --dry-run OUT.md  # anywhere: the workflow's plan only (snakemake -n),
 #                                               # throughput for 1 s, no service (the tests run it)
+# Environment: GPU_CHECK_WORKFLOW_LIMIT (seconds, default 360) bounds the workflow; GPU_CHECK_COMMIT
+# names the commit where the copy has no .git; GPU_CHECK_NOTE adds a line to the provenance.
 set -euo pipefail
 
 dry_run=0
@@ -30,29 +32,43 @@ slug=$(echo "${gpu%%,*}" | tr '[:upper:] ' '[:lower:]-' | tr -cd 'a-z0-9-')
 out=${1:-docs/results/gpu-check-$slug.md}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+commit=${GPU_CHECK_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 started=$(date -u +"%Y-%m-%d %H:%M:%S UTC")
 
 # 1. the default config in a fresh working directory: the commit's files, nothing of an earlier run
-git archive HEAD | tar -x -C "$work"
+# (a copy of the working tree without .git, as a GPU machine may be given, is taken whole but for
+# dot folders: it holds no run outputs).
+if git rev-parse --git-dir > /dev/null 2>&1; then
+    git archive HEAD | tar -x -C "$work"
+else
+    tar -c --exclude='./.*' . | tar -x -C "$work"
+fi
+# The greedy scheduler: the check must not depend on an ILP solver being installed (PuLP's CBC).
+snakemake=($PY -m snakemake --scheduler greedy)
+workflow_rc=0
 if [[ $dry_run == 1 ]]; then
-    (cd "$work" && $PY -m snakemake -n --cores 2 > "$work/snakemake.txt" 2>&1)
+    (cd "$work" && "${snakemake[@]}" -n --cores 2 > "$work/snakemake.txt" 2>&1)
     workflow="dry run: $(awk '$1 == "total" {print $2; exit}' "$work/snakemake.txt") jobs planned"
 else
     t0=$(date +%s)
-    (cd "$work" && $PY -m snakemake --cores "$(nproc)" > "$work/snakemake.txt" 2>&1)
+    # bounded, so that a stuck workflow still leaves time for the throughput and its report
+    (cd "$work" && timeout "${GPU_CHECK_WORKFLOW_LIMIT:-360}" "${snakemake[@]}" --cores "$(nproc)" \
+        > "$work/snakemake.txt" 2>&1) || workflow_rc=$?
     workflow="$(grep -m1 'Elapsed time' "$work/snakemake.txt" || echo "$(( $(date +%s) - t0 )) s") of workflow"
+    [[ $workflow_rc == 0 ]] || workflow="$workflow, FAILED (exit $workflow_rc)"
 fi
 
 # 2. extraction throughput at bert-base shape
 seconds=20 batch=64; [[ $dry_run == 1 ]] && seconds=1 batch=4
 $PY scripts/benchmark.py --throughput-only --throughput-batch $batch --throughput-seconds $seconds \
-    > "$work/throughput.txt" 2>&1
+    > "$work/throughput.txt" 2>&1 || echo "(throughput failed, exit $?)" >> "$work/throughput.txt"
 
 # 3. the service at 32 clients on the picked bundles
-if [[ $dry_run == 0 ]]; then
+if [[ $dry_run == 0 && -d "$work/bundles/minilm-l6/picked" ]]; then
     $PY scripts/benchmark_serve.py --bundle "$work/bundles/minilm-l6/picked" --concurrency 32 --seconds 20 \
-        --memory-requests --burst 0 > "$work/serve.txt" 2>&1
+        --memory-requests --burst 0 > "$work/serve.txt" 2>&1 || echo "(service failed, exit $?)" >> "$work/serve.txt"
+elif [[ $dry_run == 0 ]]; then
+    echo "(no picked bundles: the workflow did not finish)" > "$work/serve.txt"
 else
     echo "(dry run: no service)" > "$work/serve.txt"
 fi
@@ -61,12 +77,20 @@ mkdir -p "$(dirname "$out")"
 {
     echo "> **Provenance.** \`bash scripts/gpu_check.sh\` at commit $commit, started $started. GPU: $gpu."
     echo "> Workflow: the default config.yaml, devices and precision auto; $workflow. Unedited output below."
+    [[ -z "${GPU_CHECK_NOTE:-}" ]] || echo "> $GPU_CHECK_NOTE"
     echo
     echo "## The default run"
     echo
     if [[ $dry_run == 1 ]]; then sed -n '/^Job stats/,/^total/p' "$work/snakemake.txt"
     else
-        cat "$work/results/tables/summary.md"; echo; cat "$work/results/tables/timing.md"
+        if [[ $workflow_rc == 0 ]]; then
+            cat "$work/results/tables/summary.md"; echo; cat "$work/results/tables/timing.md"
+        else
+            echo '```'; tail -n 60 "$work/snakemake.txt"; echo '```'
+            for log in $(grep -o "logs/[^ ]*\.log" "$work/snakemake.txt" | sort -u | head -3); do
+                echo; echo "$log:"; echo '```'; tail -n 30 "$work/$log" 2>/dev/null; echo '```'
+            done
+        fi
     fi
     echo
     echo "## Extraction throughput, bert-base shape, 128 tokens"
