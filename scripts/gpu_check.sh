@@ -12,7 +12,8 @@
 #   bash scripts/gpu_check.sh --dry-run OUT.md  # anywhere: the workflow's plan only (snakemake -n),
 #                                               # throughput for 1 s, no service (the tests run it)
 # Environment: GPU_CHECK_WORKFLOW_LIMIT (seconds, default 360) bounds the workflow; GPU_CHECK_COMMIT
-# names the commit where the copy has no .git; GPU_CHECK_NOTE adds a line to the provenance.
+# names the commit where the copy has no .git; GPU_CHECK_NOTE adds a line to the provenance;
+# GPU_CHECK_LOGS, a folder, keeps the workflow's output, logs and tables.
 set -euo pipefail
 
 dry_run=0
@@ -52,7 +53,7 @@ if [[ $dry_run == 1 ]]; then
 else
     t0=$(date +%s)
     # bounded, so that a stuck workflow still leaves time for the throughput and its report
-    (cd "$work" && timeout "${GPU_CHECK_WORKFLOW_LIMIT:-360}" "${snakemake[@]}" --cores "$(nproc)" \
+    (cd "$work" && timeout "${GPU_CHECK_WORKFLOW_LIMIT:-360}" "${snakemake[@]}" --keep-going --cores "$(nproc)" \
         > "$work/snakemake.txt" 2>&1) || workflow_rc=$?
     workflow="$(grep -m1 'Elapsed time' "$work/snakemake.txt" || echo "$(( $(date +%s) - t0 )) s") of workflow"
     [[ $workflow_rc == 0 ]] || workflow="$workflow, FAILED (exit $workflow_rc)"
@@ -73,6 +74,11 @@ else
     echo "(dry run: no service)" > "$work/serve.txt"
 fi
 
+if [[ -n "${GPU_CHECK_LOGS:-}" ]]; then  # the run's logs and tables kept beside the report
+    mkdir -p "$GPU_CHECK_LOGS"
+    cp "$work"/{snakemake,throughput,serve}.txt "$GPU_CHECK_LOGS"/
+    (cd "$work" && tar -czf "$GPU_CHECK_LOGS/run-files.tar.gz" $(ls -d results logs benchmarks 2>/dev/null)) || true
+fi
 mkdir -p "$(dirname "$out")"
 {
     echo "> **Provenance.** \`bash scripts/gpu_check.sh\` at commit $commit, started $started. GPU: $gpu."
