@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -74,3 +75,38 @@ def test_a_forced_precision_is_not_measured(encoder, cache, monkeypatch):
     monkeypatch.setenv(AUTO_PRECISION_ENV, "bf16")
     flagged_bf16(monkeypatch, True)
     assert resolve_precision(CPU, "auto", encoder) == "bf16"
+
+
+def _timed_step_with_a_log(config, precision, steps=precision_probe.STEPS, device=CPU):
+    """A step timer that records each call in the folder named by MEASURE_LOG and answers from the
+    process id, so that processes measuring on their own would disagree."""
+    import os
+
+    log = Path(os.environ["MEASURE_LOG"]) / f"{os.getpid()}-{precision}"
+    log.touch()
+    time.sleep(0.3)
+    return (1.0 if precision == "bf16" else 2.0) if os.getpid() % 2 else (2.0 if precision == "bf16" else 1.0)
+
+
+def _choose_in_a_job(config, queue):
+    queue.put(precision_probe.measured_precision(config, measure=_timed_step_with_a_log))
+
+
+def test_jobs_starting_together_measure_once_and_agree(encoder, cache, tmp_path, monkeypatch):
+    """Seven jobs starting at once on one GPU each measured while the others ran and chose fp32 four
+    times and bf16 three (docs/results/gpu-check-nvidia-h200.md): the first job measures and the
+    others wait for its entry."""
+    import multiprocessing
+
+    monkeypatch.setenv("MEASURE_LOG", str(tmp_path))
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    jobs = [context.Process(target=_choose_in_a_job, args=(encoder.config, queue)) for _ in range(4)]
+    for job in jobs:
+        job.start()
+    for job in jobs:
+        job.join(30)
+    choices = [queue.get(timeout=5) for _ in jobs]
+    measured = sorted(p.name for p in tmp_path.iterdir() if p.name.endswith(("-fp32", "-bf16")))
+    assert len(measured) == 2, measured  # one process timed both precisions
+    assert len(set(choices)) == 1 and choices[0] == json.loads(cache.read_text()).popitem()[1]["choice"]

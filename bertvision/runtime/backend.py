@@ -11,7 +11,7 @@ import torch
 
 from bertvision.models.onnx_encoder import OnnxEncoder
 from bertvision.runtime.device import resolve_precision
-from bertvision.runtime.precision_probe import _read, _write, cache_file, device_name, probe_key
+from bertvision.runtime.precision_probe import cache_file, device_name, measured_once, probe_key
 
 log = logging.getLogger(__name__)
 
@@ -67,15 +67,15 @@ def measured_backend(model, measure=None) -> str:
     import onnxruntime
 
     measure = measure or forward_seconds
-    key, path = f"backend-{probe_key(model.config)}-ort{onnxruntime.__version__}", cache_file()
-    cached = _read(path).get(key)
-    if cached:
-        return cached["choice"]
-    seconds = {backend: measure(model, backend) for backend in ("torch", "onnx")}
-    choice = "onnx" if seconds["onnx"] * AUTO_MARGIN <= seconds["torch"] else "torch"
-    log.info(
-        "backend auto: measured a forward pass of this encoder on %s: torch %.1f ms, onnx %.1f ms -> %s (cached in %s)",
-        device_name(torch.device("cpu")), 1e3 * seconds["torch"], 1e3 * seconds["onnx"], choice, path,
-    )  # fmt: skip
-    _write(path, key, {"choice": choice, "seconds": seconds, "onnxruntime": onnxruntime.__version__})
-    return choice
+
+    def measure_both() -> dict:
+        seconds = {backend: measure(model, backend) for backend in ("torch", "onnx")}
+        choice = "onnx" if seconds["onnx"] * AUTO_MARGIN <= seconds["torch"] else "torch"
+        log.info(
+            "backend auto: measured a forward pass of this encoder on %s: torch %.1f ms, onnx %.1f ms -> %s "
+            "(cached in %s)", device_name(torch.device("cpu")), 1e3 * seconds["torch"], 1e3 * seconds["onnx"], choice,
+            cache_file(),
+        )  # fmt: skip
+        return {"choice": choice, "seconds": seconds, "onnxruntime": onnxruntime.__version__}
+
+    return measured_once(f"backend-{probe_key(model.config)}-ort{onnxruntime.__version__}", measure_both)["choice"]

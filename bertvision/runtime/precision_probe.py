@@ -4,7 +4,7 @@ MiniLM-L6 on an Intel Xeon that lists AVX512-BF16 but has no AMX) and on a CUDA 
 supports it. The probe times a few training steps (forward and backward) of a one-layer random
 copy of the run's own encoder shape in fp32 and in bf16 autocast on the device, and picks the
 faster; the choice and both timings are logged and cached per device, torch version, thread
-count and encoder shape, so each machine measures once. A CPU without the flags gets fp32 with
+count and encoder shape, so each machine measures once, one job at a time. A CPU without the flags gets fp32 with
 no probe (bf16 is emulated there)."""
 
 from __future__ import annotations
@@ -86,19 +86,46 @@ def measured_precision(config, device: torch.device = CPU, measure=None) -> str:
     """fp32 or bf16, whichever trains the encoder shape of ``config`` faster on ``device`` (cached).
     ``measure``: how a step is timed (default ``step_seconds``, looked up when called)."""
     measure = measure or step_seconds
-    key, path = probe_key(config, device), cache_file()
-    cached = _read(path).get(key)
-    if cached:
-        return cached["choice"]
-    seconds = {precision: measure(config, precision, device=device) for precision in ("fp32", "bf16")}
-    choice = min(seconds, key=seconds.get)
     name = device_name(device)
-    log.info(
-        "precision auto: measured a training step of this encoder's shape on %s: fp32 %.1f ms, bf16 %.1f ms -> %s "
-        "(cached in %s)", name, 1e3 * seconds["fp32"], 1e3 * seconds["bf16"], choice, path,
-    )  # fmt: skip
-    _write(path, key, {"choice": choice, "seconds": seconds, "device": name, "torch": torch.__version__})
-    return choice
+
+    def measure_both() -> dict:
+        seconds = {precision: measure(config, precision, device=device) for precision in ("fp32", "bf16")}
+        choice = min(seconds, key=seconds.get)
+        log.info(
+            "precision auto: measured a training step of this encoder's shape on %s: fp32 %.1f ms, bf16 %.1f ms "
+            "-> %s (cached in %s)", name, 1e3 * seconds["fp32"], 1e3 * seconds["bf16"], choice, cache_file(),
+        )  # fmt: skip
+        return {"choice": choice, "seconds": seconds, "device": name, "torch": torch.__version__}
+
+    return measured_once(probe_key(config, device), measure_both)["choice"]
+
+
+def measured_once(key: str, measure) -> dict:
+    """The cached entry under ``key``, or ``measure()``'s, measured and cached now. Jobs starting
+    together on one machine take turns: the lock is held while measuring, so one job measures and
+    the others read its entry. (Measured side by side on one GPU, seven jobs timed each other's
+    work and chose fp32 four times and bf16 three: docs/results/gpu-check-nvidia-h200.md.) A cache
+    that cannot be locked or written only costs a new measurement next time."""
+    path = cache_file()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = open(path.with_suffix(".lock"), "w")
+    except OSError as err:
+        log.warning("precision auto: could not use the cache %s (%s)", path, err)
+        return measure()
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        cached = _read(path).get(key)
+        if cached:
+            return cached
+        entry = measure()
+        try:
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps({**_read(path), key: entry}, indent=1, sort_keys=True))
+            os.replace(tmp, path)
+        except OSError as err:
+            log.warning("precision auto: could not cache the measurement in %s (%s)", path, err)
+        return entry
 
 
 def _read(path: Path) -> dict:
@@ -106,18 +133,3 @@ def _read(path: Path) -> dict:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
-
-
-def _write(path: Path, key: str, entry: dict) -> None:
-    """Add ``entry`` under ``key``; concurrent jobs on one machine lock the file, and a cache that
-    cannot be written only costs a new measurement next time."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path.with_suffix(".lock"), "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            entries = {**_read(path), key: entry}
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(entries, indent=1, sort_keys=True))
-            os.replace(tmp, path)
-    except OSError as err:
-        log.warning("precision auto: could not cache the measurement in %s (%s)", path, err)
