@@ -114,10 +114,14 @@ def measured_once(key: str, measure) -> dict:
         log.warning("precision auto: could not use the cache %s (%s)", path, err)
         return measure()
     with lock:
+        t0 = time.perf_counter()
         fcntl.flock(lock, fcntl.LOCK_EX)
+        waited = time.perf_counter() - t0
         cached = _read(path).get(key)
         if cached:
+            log.info("probe %s: %s, as cached (waited %.2f s for the cache's lock)", key, cached["choice"], waited)
             return cached
+        log.info("probe %s: measuring (waited %.2f s for the cache's lock)", key, waited)
         entry = measure()
         try:
             tmp = path.with_suffix(".tmp")
