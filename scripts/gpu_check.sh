@@ -33,14 +33,16 @@ slug=$(echo "${gpu%%,*}" | tr '[:upper:] ' '[:lower:]-' | tr -cd 'a-z0-9-')
 out=${1:-docs/results/gpu-check-$slug.md}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-commit=${GPU_CHECK_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+commit=${GPU_CHECK_COMMIT:-$(git describe --always --dirty 2>/dev/null || echo unknown)}
 started=$(date -u +"%Y-%m-%d %H:%M:%S UTC")
 
-# 1. the default config in a fresh working directory: the commit's files, nothing of an earlier run
-# (a copy of the working tree without .git, as a GPU machine may be given, is taken whole but for
-# dot folders: it holds no run outputs).
+# 1. the default config in a fresh working directory: the working tree's files as they are on disk
+# (tracked and untracked but not ignored; not `git archive HEAD`: a machine sent a copy of the tree
+# may hold an older .git), nothing of an earlier run. A copy without .git, as a GPU machine may be
+# given, is taken whole but for dot folders: it holds no run outputs.
 if git rev-parse --git-dir > /dev/null 2>&1; then
-    git archive HEAD | tar -x -C "$work"
+    git ls-files -z --cached --others --exclude-standard | tar --null --ignore-failed-read -T - -c 2> /dev/null \
+        | tar -x -C "$work"
 else
     tar -c --exclude='./.*' . | tar -x -C "$work"
 fi
