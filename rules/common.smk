@@ -3,11 +3,9 @@ as JSON params, target lists and what each job asks the scheduler for."""
 
 import dataclasses
 import json
-import math
 import os
 import shlex
 import sys
-from functools import lru_cache
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
@@ -26,7 +24,7 @@ from bertvision.config.schema import validate_config
 from bertvision.config.workflow import WorkflowSettings
 from bertvision.errors import BertvisionError
 from bertvision.registry.tasks import DECLARED_ENV, declared_json, get_task
-from bertvision.config import job_requests as requests
+from bertvision.config.rule_requests import RuleRequests
 
 # Errors name the config file(s) and the key at fault (with --config overrides: "workflow config").
 CONFIG_SOURCE = " + ".join(str(p) for p in workflow.configfiles) or "workflow config"
@@ -90,6 +88,8 @@ def run_of(wildcards):
 
 
 # --- where a head job gets its states: the feature files, or (store: false) the frozen checkpoint
+
+
 def run_features(run):
     """The files a head job reads states from: the run's feature manifest, or its checkpoint's
     weights and the task's tokens when the task streams (no extract or manifest job then)."""
@@ -140,20 +140,6 @@ def transfer_head_dirs(wildcards):
     return dirs
 
 
-def head_gpus(runs, training=True):
-    """GPUs a head job asks for (``heads_request``'s arguments): the extraction's when it streams
-    the encoder, or when on a CPU it would ask for more than ``HEAD_GPU_MINUTES`` (token-level
-    heads, span windows, the CNN heads at paper scale); none for the small ones."""
-
-    def gpus(wildcards):
-        if GPU == 0 or not S.store(wildcards.task):
-            return GPU
-        on_cpu = heads_estimate(wildcards, 1, runs, 0, training)["runtime"]
-        return GPU if on_cpu > requests.HEAD_GPU_MINUTES else 0
-
-    return gpus
-
-
 def source_files(wildcards):
     """The local files a download reads, so that replacing one reruns the download."""
     from bertvision.stages.download import local_source_files
@@ -174,6 +160,8 @@ def for_every_run(pattern, tasks=None, checkpoints=None, **extra):
 
 
 # --- the runs the pick chose among: every configured checkpoint (grid), or those the race reached
+
+
 def raced_checkpoints(model, task):
     """The checkpoints of a task's fine-tuning runs that took part in its pick: every one under
     the grid; under racing, the first ones up to where the race stopped fine-tuning (each
@@ -262,6 +250,10 @@ def scored_in_extraction(run):
     """Whether BERT's head at ``run``'s checkpoint is scored from its extraction's pass: where the
     states are stored and the head has trained (not checkpoint 0)."""
     return run.stored and run.checkpoint.fraction > 0 and S.pair(run.task) == "joint"
+
+
+def get_scored_in_extraction(wildcards):
+    return scored_in_extraction(run_of(wildcards))
 
 
 def bert_scoring_inputs(wildcards):
@@ -395,18 +387,18 @@ def launcher(wildcards, resources):
     return f"torchrun --standalone --nproc-per-node {gpus} -m bertvision" if gpus > 1 else "bertvision"
 
 
-# --- what each job asks the scheduler for, computed from the config (bertvision/config/job_requests.py)
-@lru_cache(maxsize=None)
-def encoder_shape(model):
-    return requests.EncoderShape.of(S.pretrained(model))
+# --- what each job asks the scheduler for, computed from the config (bertvision/config/rule_requests.py)
+REQUESTS = RuleRequests(S, GPU)
 
 
-def data_request(key, tokens):
-    def request(wildcards, attempt):
-        rows = S.train_rows(wildcards.task)
-        return requests.data_request(rows, S.max_length(wildcards.task) if tokens else 0, attempt)[key]
+def request(estimate, resource, **options):
+    """A rule's ``resource`` (mem_mb, runtime, gpu) from ``estimate``, a ``REQUESTS`` method;
+    ``options`` that are functions are read from the job's wildcards."""
+    def of_job(wildcards, attempt):
+        given = {k: v(wildcards) if callable(v) else v for k, v in options.items()}
+        return estimate(wildcards, attempt, **given)[resource]
 
-    return request
+    return of_job
 
 
 def get_previous_checkpoint(wildcards):
@@ -426,56 +418,9 @@ def get_previous_flag(wildcards):
     return f"--previous {shlex.quote(previous)}"
 
 
-def finetune_request(key):
-    def request(wildcards, attempt):
-        ft = S.finetune(wildcards.model, wildcards.task)
-        here = L.Checkpoint.named(wildcards.frac)
-        before = S.checkpoint_before(here)
-        epochs = max(here.fraction - (before.fraction if before else 0), 0.01)  # one job trains from the checkpoint before
-        return requests.finetune_request(
-            encoder_shape(wildcards.model), ft.optimizer.batch_size, S.max_length(wildcards.task),
-            S.train_rows(wildcards.task), epochs, GPU, attempt,
-        )[key]
-
-    return request
-
-
-def full_finetune_request(key, settings_of, epochs_of):
-    """A full fine-tuning job's request: ``settings_of(model, task)`` its settings, trained for
-    ``epochs_of(settings)`` passes (the baseline's epochs, the BERT curve's last point)."""
-    def request(wildcards, attempt):
-        settings = settings_of(wildcards.model, wildcards.task)
-        return requests.finetune_request(
-            encoder_shape(wildcards.model), settings.optimizer.batch_size, S.max_length(wildcards.task),
-            S.train_rows(wildcards.task), epochs_of(settings), GPU, attempt,
-        )[key]
-
-    return request
-
-
-def baseline_request(key):
-    return full_finetune_request(key, S.baseline, lambda base: base.epochs)
-
-
 def all_baseline_metrics():
     return [L.BASELINE_FILE.format(model=m, task=t, seed=s, file=L.BASELINE_METRICS)
             for m in S.models for t in S.tasks for s in S.baseline_seeds]
-
-
-def peer_request(key):
-    """A peer's request: an encoder-training peer (LoRA, BitFit, SetFit) as full fine-tuning's,
-    one run per learning rate; the embedding peers as one pass over the task's texts."""
-    def request(wildcards, attempt):
-        settings = S.peer(wildcards.model, wildcards.task, wildcards.peer)
-        runs = len(getattr(settings.method, "learning_rates", ()))
-        epochs = runs * getattr(settings.method, "epochs", 1) if runs else 0.1
-        batch = settings.optimizer.batch_size if settings.optimizer else 16
-        return requests.finetune_request(
-            encoder_shape(wildcards.model), batch, S.max_length(wildcards.task),
-            S.train_rows(wildcards.task), epochs, GPU, attempt,
-        )[key]
-
-    return request
 
 
 def peer_jobs():
@@ -487,60 +432,14 @@ def all_peer_metrics():
     return [L.PEER_FILE.format(**job.keys, file=L.PEER_METRICS) for job in peer_jobs()]
 
 
-def bert_curve_request(key):
-    return full_finetune_request(key, S.bert_curve, lambda curve: max(curve.points))
-
-
 def all_bert_curve_files():
     return [L.BERT_CURVE_FILE.format(model=m, task=t, seed=s)
             for m in S.models for t in S.bert_curve_tasks() for s in S.bert_curve_seeds()]
 
 
-def bert_scoring_request(key):
-    """Scoring outputs the extraction kept is light; running the checkpoint asks what an extraction does."""
-    def request(wildcards, attempt):
-        if scored_in_extraction(run_of(wildcards)):
-            return {"mem_mb": 2000, "runtime": 10 * attempt}[key]
-        return extract_request(key)(wildcards, attempt)
-
-    return request
-
-
-def extract_request(key):
-    def request(wildcards, attempt):
-        ex = S.extract()
-        return requests.extract_request(
-            encoder_shape(wildcards.model), ex.batch_size, ex.block_rows, ex.block_tokens,
-            S.max_length(wildcards.task), S.train_rows(wildcards.task), S.shards,
-            S.feature_level(wildcards.task) == "tokens", GPU, attempt,
-        )[key]
-
-    return request
-
-
-def heads_estimate(wildcards, attempt, runs, gpus, training):
-    rows = math.ceil(S.train_rows(wildcards.task) * float(getattr(wildcards, "train_fraction", 1)))
-    return requests.heads_request(
-        encoder_shape(wildcards.model), rows, S.max_length(wildcards.task),
-        S.feature_level(wildcards.task) == "tokens", attempt=attempt, streamed=not S.store(wildcards.task),
-        gpus=gpus, training=training, **S.head_job_terms(wildcards.task, runs(wildcards)),
-    )
-
-
-def heads_request(key, runs, training=True):
-    """``runs(wildcards)``: head name -> trainings the job does (its seeds, or trials), sized by
-    each head's own final settings (S.head_job_terms); ``training`` False: a job that only
-    evaluates trained heads. A data-fraction job trains on its {train_fraction}. On the GPUs ``head_gpus``
-    gives the job."""
-
-    def request(wildcards, attempt):
-        gpus = head_gpus(runs, training)(wildcards)
-        return heads_estimate(wildcards, attempt, runs, gpus, training)[key]
-
-    return request
-
-
 # Head name -> trainings a job does.
+
+
 def head_runs(wildcards):
     return dict.fromkeys(S.task_heads(wildcards.task), len(S.head_seeds))
 
@@ -570,6 +469,8 @@ def table_outputs(names, category):
 
 
 # --- shared encoders (rules/shared.smk)
+
+
 def shared_encoder(wildcards):
     return S.shared_encoders()[wildcards.encoder]
 
@@ -587,17 +488,6 @@ def mixture_tokens(wildcards):
 
 def mixture_epochs():
     return {n: S.mixture(S.models[0], n).epochs for n, enc in S.shared_encoders().items() if enc.kind == "mixture"}
-
-
-def mixture_request(key):
-    def request(wildcards, attempt):
-        mix = S.mixture(wildcards.model, wildcards.encoder)
-        return requests.finetune_request(
-            encoder_shape(wildcards.model), mix.optimizer.batch_size, max(S.max_length(t) for t in mix.tasks),
-            sum(S.train_rows(t) for t in mix.tasks), mix.epochs, GPU, attempt,
-        )[key]
-
-    return request
 
 
 def shared_head_runs(wildcards):
@@ -629,6 +519,8 @@ def shared_targets():
 
 
 # --- serving the summary's picks (rules/serve.smk)
+
+
 def backbone_runs(wildcards):
     return [run for run in raced_runs() if run.model == wildcards.model]
 

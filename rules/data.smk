@@ -14,8 +14,8 @@ rule download:
     benchmark:
         L.benchmark("download")
     resources:
-        mem_mb=data_request("mem_mb", tokens=False),
-        runtime=data_request("runtime", tokens=False),
+        mem_mb=request(REQUESTS.data, "mem_mb", tokens=False),
+        runtime=request(REQUESTS.data, "runtime", tokens=False),
     shell:
         "bertvision download --task {wildcards.task} --settings {params.settings:q} --out-dir {output} > {log} 2>&1"
 
@@ -33,8 +33,8 @@ rule tokenize:
     benchmark:
         L.benchmark("tokenize")
     resources:
-        mem_mb=data_request("mem_mb", tokens=True),
-        runtime=data_request("runtime", tokens=True),
+        mem_mb=request(REQUESTS.data, "mem_mb", tokens=True),
+        runtime=request(REQUESTS.data, "runtime", tokens=True),
     shell:
         "bertvision tokenize --task {wildcards.task} --settings {params.settings:q} --raw-dir {input} "
         "--out-dir {output} > {log} 2>&1"

@@ -14,7 +14,7 @@ rule extract:
         compute=as_json(S.extract_compute()),
         attrs=lambda wc: as_json(S.extract_attrs(run_of(wc))),
         n_shards=S.shards,
-        bert_logits=lambda wc: "--bert-logits" if scored_in_extraction(run_of(wc)) else "",
+        bert_logits=lambda wc: "--bert-logits" if get_scored_in_extraction(wc) else "",
     log:
         L.log("extract"),
     benchmark:
@@ -24,8 +24,8 @@ rule extract:
     resources:
         gpu=GPU,
         gpu_model=GPU_MODEL,
-        mem_mb=extract_request("mem_mb"),
-        runtime=extract_request("runtime"),
+        mem_mb=request(REQUESTS.extract, "mem_mb"),
+        runtime=request(REQUESTS.extract, "runtime"),
         micro_batches=micro_batches,
     shell:
         "bertvision extract --task {wildcards.task} --checkpoint {params.checkpoint} --tokens-dir {input.tokens} "

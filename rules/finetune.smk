@@ -24,8 +24,8 @@ rule finetune:
     resources:
         gpu=GPU,
         gpu_model=GPU_MODEL,
-        mem_mb=finetune_request("mem_mb"),
-        runtime=finetune_request("runtime"),
+        mem_mb=request(REQUESTS.finetune, "mem_mb"),
+        runtime=request(REQUESTS.finetune, "runtime"),
         micro_batches=micro_batches,
     shell:
         "{params.bertvision} finetune --task {wildcards.task} --model {wildcards.model} "
@@ -54,12 +54,12 @@ rule score_bert:
         L.log("score_bert"),
     benchmark:
         L.benchmark("score_bert")
-    threads: lambda wc: 1 if scored_in_extraction(run_of(wc)) else S.threads
+    threads: lambda wc: 1 if get_scored_in_extraction(wc) else S.threads
     resources:
-        gpu=lambda wc: 0 if scored_in_extraction(run_of(wc)) else GPU,
+        gpu=lambda wc: 0 if get_scored_in_extraction(wc) else GPU,
         gpu_model=GPU_MODEL,
-        mem_mb=bert_scoring_request("mem_mb"),
-        runtime=bert_scoring_request("runtime"),
+        mem_mb=request(REQUESTS.bert_scoring, "mem_mb", scored_in_extraction=get_scored_in_extraction),
+        runtime=request(REQUESTS.bert_scoring, "runtime", scored_in_extraction=get_scored_in_extraction),
     shell:
         "bertvision score-bert --task {wildcards.task} --settings {params.settings:q} --compute {params.compute:q} "
         "--checkpoint {params.checkpoint} --tokens-dir {input.tokens} --raw-dir {input.raw} {params.shards} "
@@ -90,8 +90,8 @@ rule baseline:
     resources:
         gpu=GPU,
         gpu_model=GPU_MODEL,
-        mem_mb=baseline_request("mem_mb"),
-        runtime=baseline_request("runtime"),
+        mem_mb=request(REQUESTS.baseline, "mem_mb"),
+        runtime=request(REQUESTS.baseline, "runtime"),
         micro_batches=micro_batches,
     shell:
         "{params.bertvision} baseline --task {wildcards.task} --model {wildcards.model} "
@@ -120,8 +120,8 @@ rule bert_curve:
     resources:
         gpu=GPU,
         gpu_model=GPU_MODEL,
-        mem_mb=bert_curve_request("mem_mb"),
-        runtime=bert_curve_request("runtime"),
+        mem_mb=request(REQUESTS.bert_curve, "mem_mb"),
+        runtime=request(REQUESTS.bert_curve, "runtime"),
         micro_batches=micro_batches,
     shell:
         "{params.bertvision} bert-curve --task {wildcards.task} --model {wildcards.model} "

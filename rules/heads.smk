@@ -26,9 +26,9 @@ rule train_heads:
         L.benchmark("train_heads")
     threads: 1
     resources:
-        gpu=head_gpus(head_runs),
-        mem_mb=heads_request("mem_mb", head_runs),
-        runtime=heads_request("runtime", head_runs),
+        gpu=request(REQUESTS.heads, "gpu", runs=head_runs),
+        mem_mb=request(REQUESTS.heads, "mem_mb", runs=head_runs),
+        runtime=request(REQUESTS.heads, "runtime", runs=head_runs),
     shell:
         "bertvision train-heads --task {wildcards.task} --heads {params.heads:q} "
         "--runtime {params.runtime:q} --race {params.race:q} --manifest {params.features} --raw-dir {input.raw} "
@@ -57,9 +57,9 @@ use rule train_heads as train_heads_subset with:
     benchmark:
         L.benchmark("train_heads_subset")
     resources:
-        gpu=head_gpus(subset_runs),
-        mem_mb=heads_request("mem_mb", subset_runs),
-        runtime=heads_request("runtime", subset_runs),
+        gpu=request(REQUESTS.heads, "gpu", runs=subset_runs),
+        mem_mb=request(REQUESTS.heads, "mem_mb", runs=subset_runs),
+        runtime=request(REQUESTS.heads, "runtime", runs=subset_runs),
 
 
 rule transfer:
@@ -82,9 +82,9 @@ rule transfer:
         L.benchmark("transfer")
     threads: 1
     resources:
-        gpu=head_gpus(applies_heads, training=False),
-        mem_mb=heads_request("mem_mb", applies_heads, training=False),
-        runtime=heads_request("runtime", applies_heads, training=False),
+        gpu=request(REQUESTS.heads, "gpu", runs=applies_heads, training=False),
+        mem_mb=request(REQUESTS.heads, "mem_mb", runs=applies_heads, training=False),
+        runtime=request(REQUESTS.heads, "runtime", runs=applies_heads, training=False),
     shell:
         "bertvision transfer --task {wildcards.task} --head-dirs {input.heads} --manifests {params.features} "
         "--raw-dir {input.raw} --settings {params.settings:q} --runtime {params.runtime:q} --out {output} "

@@ -22,8 +22,8 @@ rule peer:
         # torchrun's process group would have to outlive
         gpu=min(GPU, 1),
         gpu_model=GPU_MODEL,
-        mem_mb=peer_request("mem_mb"),
-        runtime=peer_request("runtime"),
+        mem_mb=request(REQUESTS.peer, "mem_mb"),
+        runtime=request(REQUESTS.peer, "runtime"),
         micro_batches=micro_batches,
     shell:
         "bertvision peer --task {wildcards.task} --model {wildcards.model} "

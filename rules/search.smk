@@ -19,9 +19,9 @@ rule search_worker:
         L.benchmark("search_worker")
     threads: 1
     resources:
-        gpu=head_gpus(trials_per_worker),
-        mem_mb=heads_request("mem_mb", trials_per_worker),
-        runtime=heads_request("runtime", trials_per_worker),
+        gpu=request(REQUESTS.heads, "gpu", runs=trials_per_worker),
+        mem_mb=request(REQUESTS.heads, "mem_mb", runs=trials_per_worker),
+        runtime=request(REQUESTS.heads, "runtime", runs=trials_per_worker),
     shell:
         "bertvision search-worker --task {wildcards.task} --study {params.study:q} --head {params.head:q} "
         "--runtime {params.runtime:q} --search {params.search:q} "

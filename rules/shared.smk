@@ -26,8 +26,8 @@ rule finetune_mixture:
     resources:
         gpu=GPU,
         gpu_model=GPU_MODEL,
-        mem_mb=mixture_request("mem_mb"),
-        runtime=mixture_request("runtime"),
+        mem_mb=request(REQUESTS.mixture, "mem_mb"),
+        runtime=request(REQUESTS.mixture, "runtime"),
         micro_batches=micro_batches,
     shell:
         "{params.bertvision} finetune-mixture --encoder {wildcards.encoder} --model {wildcards.model} "
@@ -84,9 +84,9 @@ use rule train_heads as train_heads_shared with:
     benchmark:
         L.benchmark("train_heads_shared")
     resources:
-        gpu=head_gpus(shared_head_runs),
-        mem_mb=heads_request("mem_mb", shared_head_runs),
-        runtime=heads_request("runtime", shared_head_runs),
+        gpu=request(REQUESTS.heads, "gpu", runs=shared_head_runs),
+        mem_mb=request(REQUESTS.heads, "mem_mb", runs=shared_head_runs),
+        runtime=request(REQUESTS.heads, "runtime", runs=shared_head_runs),
 
 
 rule head_transfer:
@@ -108,9 +108,9 @@ rule head_transfer:
         L.benchmark("head_transfer")
     threads: 1
     resources:
-        gpu=head_gpus(applies_heads, training=False),
-        mem_mb=heads_request("mem_mb", applies_heads, training=False),
-        runtime=heads_request("runtime", applies_heads, training=False),
+        gpu=request(REQUESTS.heads, "gpu", runs=applies_heads, training=False),
+        mem_mb=request(REQUESTS.heads, "mem_mb", runs=applies_heads, training=False),
+        runtime=request(REQUESTS.heads, "runtime", runs=applies_heads, training=False),
     shell:
         "bertvision head-transfer --source-task {wildcards.encoder} --task {wildcards.task} --head-dir {input.heads} "
         "--heads {params.heads} --manifest {input.manifest} --raw-dir {input.raw} --settings {params.settings:q} "

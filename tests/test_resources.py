@@ -173,3 +173,26 @@ def test_small_slices_ask_for_what_their_rows_can_fill():
     assert heads(24) < heads(32) < heads(1000)
     assert heads(32) > 1.2 * 3 * batch and heads(1000) > 1.2 * TRAINING_BATCHES_HELD * batch
     assert heads(24) < BASE_MB + 1.2 * (3 * 48 + 1.15 * 24 * 0.6) * 384 * 25 * 1024 * 4 / 2**20 + 100
+
+
+def test_head_jobs_ask_for_a_gpu_only_where_the_cpu_would_take_long_or_the_encoder_runs():
+    """rules/common.smk's ``request`` reads each job's resources from RuleRequests: with GPU rules,
+    a head job of small stored features stays on the CPU, one that streams the encoder (store:
+    false) gets the GPUs, and one whose CPU estimate passes HEAD_GPU_MINUTES gets them too."""
+    from types import SimpleNamespace
+
+    from bertvision.config.job_requests import HEAD_GPU_MINUTES
+    from bertvision.config.rule_requests import RuleRequests
+    from tests.conftest import workflow_settings
+
+    job = SimpleNamespace(model="m", task="mrpc", ftseed="1", frac="0.3")
+    runs = {"lp": 3}
+    stored = RuleRequests(workflow_settings(), gpus=1)
+    small = stored.heads(job, 1, runs)
+    assert small["gpu"] == 0 and small["runtime"] <= HEAD_GPU_MINUTES
+    assert RuleRequests(workflow_settings(), gpus=0).heads(job, 1, runs) == small  # the same job on a CPU machine
+    streamed = RuleRequests(workflow_settings(tasks={"mrpc": {"store": False}}), gpus=1).heads(job, 1, runs)
+    assert streamed["gpu"] == 1
+    many = stored.heads(job, 1, {"lp": 3000})  # three thousand trainings: hours on a CPU
+    assert many["gpu"] == 1
+    assert stored.heads(job, 2, runs)["mem_mb"] == 2 * small["mem_mb"]  # a resubmission asks for more
