@@ -24,6 +24,7 @@ from bertvision.config.schema import validate_config
 from bertvision.config.workflow import WorkflowSettings
 from bertvision.errors import BertvisionError
 from bertvision.registry.tasks import DECLARED_ENV, declared_json, get_task
+from bertvision.config.race_reach import RaceReach
 from bertvision.config.rule_requests import RuleRequests
 
 # Errors name the config file(s) and the key at fault (with --config overrides: "workflow config").
@@ -160,46 +161,10 @@ def for_every_run(pattern, tasks=None, checkpoints=None, **extra):
 
 
 # --- the runs the pick chose among: every configured checkpoint (grid), or those the race reached
-
-
-def raced_checkpoints(model, task):
-    """The checkpoints of a task's fine-tuning runs that took part in its pick: every one under
-    the grid; under racing, the first ones up to where the race stopped fine-tuning (each
-    decision a Snakemake checkpoint job, rules/race.smk, read once it has run)."""
-    if not S.head_race().racing:
-        return S.checkpoints
-    reached = []
-    for checkpoint in S.checkpoints:
-        reached.append(checkpoint)
-        if checkpoint == S.checkpoints[-1]:
-            break
-        decision = checkpoints.race_checkpoint.get(model=model, task=task, frac=checkpoint.name).output[0]
-        if not json.loads(Path(decision).read_text())["go_on"]:
-            break
-    return reached
-
-
-def reached_runs(model, task):
-    """The runs of one backbone and task that the race reached (input functions and params only)."""
-    reached = raced_checkpoints(model, task)
-    return [run for run in S.runs([task]) if run.model == model and run.checkpoint in reached]
-
-
-def raced_runs(tasks=None):
-    """``S.runs`` of the checkpoints the race reached (params and input functions only: the race's
-    decisions are known as the workflow runs)."""
-    return [run for m in S.models for t in (S.tasks if tasks is None else tasks) for run in reached_runs(m, t)]
-
-
-def race_decisions_of(model, task):
-    if not S.head_race().racing:
-        return []
-    return [L.RACE_DECISION.format(model=model, task=task, frac=c) for c in raced_checkpoints(model, task)]
-
-
-def race_decisions():
-    """Every decision the race took (none under the grid): the tables say where it stopped."""
-    return [path for m in S.models for t in S.tasks for path in race_decisions_of(m, t)]
+# (each decision a Snakemake checkpoint job, rules/race.smk, read once it has run)
+RACE = RaceReach(
+    S, lambda model, task, frac: checkpoints.race_checkpoint.get(model=model, task=task, frac=frac).output[0]
+)
 
 
 def per_task(files, by_model=False):
@@ -208,7 +173,7 @@ def per_task(files, by_model=False):
     undecided checkpoint holds back its own task only, so every task's race goes on at once.
     ``by_model``: a rule with a {model} wildcard asks for that backbone's tasks only."""
     return {
-        f"{m}__{t}": (lambda wc, m=m, t=t: [] if by_model and wc.model != m else files(m, t, reached_runs(m, t)))
+        f"{m}__{t}": lambda wc, m=m, t=t: [] if by_model and wc.model != m else files(m, t, RACE.runs_of(m, t))
         for m in S.models
         for t in S.tasks
     }
@@ -311,7 +276,7 @@ def table_files(model, task, runs):
     manifests, every job's benchmark file, the search workers and the race's decisions."""
     benchmarks = [job.benchmark for job in timing_jobs(runs, S.shards)]
     return (bert_metrics_of(runs) + head_dirs_of(runs) + manifests_of(runs) + benchmarks
-            + search_workers_of(runs) + race_decisions_of(model, task))  # fmt: skip
+            + search_workers_of(runs) + RACE.decisions_of(model, task))  # fmt: skip
 
 
 def study_storage(wildcards):
@@ -357,7 +322,7 @@ def all_transfer_files():
 
 
 def all_runs_json():
-    return as_json([run.to_json() for run in raced_runs()])
+    return as_json([run.to_json() for run in RACE.runs()])
 
 
 # Cluster settings from the environment (docs/operations.md, "On a cluster"). The GPU rules ask for
@@ -522,7 +487,7 @@ def shared_targets():
 
 
 def backbone_runs(wildcards):
-    return [run for run in raced_runs() if run.model == wildcards.model]
+    return [run for run in RACE.runs() if run.model == wildcards.model]
 
 
 def served_run(run):

@@ -30,7 +30,7 @@ rule plots:
         ),
     params:
         tasks=S.tasks,
-        head_dirs=lambda wc: head_dirs_of(raced_runs()),
+        head_dirs=lambda wc: head_dirs_of(RACE.runs()),
         out_dir=lambda wc, output: os.path.dirname(output.params),
     log:
         L.log("plots"),

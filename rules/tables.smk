@@ -19,11 +19,11 @@ rule tables:
     params:
         heads=S.heads,
         runs=lambda wc: all_runs_json(),
-        bert=lambda wc: bert_metrics_of(raced_runs()),
-        head_dirs=lambda wc: head_dirs_of(raced_runs()),
-        manifests=lambda wc: manifests_of(raced_runs()),
-        search_workers=lambda wc: search_workers_of(raced_runs()),
-        race=lambda wc: race_decisions(),
+        bert=lambda wc: bert_metrics_of(RACE.runs()),
+        head_dirs=lambda wc: head_dirs_of(RACE.runs()),
+        manifests=lambda wc: manifests_of(RACE.runs()),
+        search_workers=lambda wc: search_workers_of(RACE.runs()),
+        race=lambda wc: RACE.decisions(),
         shards=S.shards,
         peer_methods=as_json({t: S.configured_peers(t) for t in S.tasks}),
         out_dir=lambda wc, output: os.path.dirname(output.summary_md),
@@ -49,8 +49,8 @@ rule experiment_tables:
     output:
         **table_outputs(EXPERIMENT_TABLES, "Experiments"),
     params:
-        search=lambda wc: search_results_of(raced_runs()),
-        bert=lambda wc: bert_metrics_of(raced_runs()),
+        search=lambda wc: search_results_of(RACE.runs()),
+        bert=lambda wc: bert_metrics_of(RACE.runs()),
         out_dir=lambda wc, output: os.path.dirname(output.search_md),
     log:
         L.log("experiment_tables"),

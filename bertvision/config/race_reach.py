@@ -1,0 +1,53 @@
+"""The runs the pick chose among: every configured checkpoint under the grid; under racing, the
+first ones up to where the race stopped fine-tuning. Each decision is a file written by a
+Snakemake checkpoint job (rules/race.smk), read once it has run: ``decision_file(model, task,
+checkpoint_name)`` gives its path, or raises Snakemake's IncompleteCheckpointException while it
+has not, which holds back only the input function that asked."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from bertvision.config.workflow import WorkflowSettings
+from bertvision.layout import RACE_DECISION, Checkpoint, Run
+
+
+class RaceReach:
+    def __init__(self, settings: WorkflowSettings, decision_file: Callable[[str, str, str], str]):
+        self.s, self.decision_file = settings, decision_file
+
+    def checkpoints(self, model: str, task: str) -> list[Checkpoint]:
+        """The checkpoints of a task's fine-tuning runs that took part in its pick."""
+        s = self.s
+        if not s.head_race().racing:
+            return s.checkpoints
+        reached = []
+        for checkpoint in s.checkpoints:
+            reached.append(checkpoint)
+            if checkpoint == s.checkpoints[-1]:
+                break
+            decision = self.decision_file(model, task, checkpoint.name)
+            if not json.loads(Path(decision).read_text())["go_on"]:
+                break
+        return reached
+
+    def runs_of(self, model: str, task: str) -> list[Run]:
+        """The runs of one backbone and task that the race reached."""
+        reached = self.checkpoints(model, task)
+        return [run for run in self.s.runs([task]) if run.model == model and run.checkpoint in reached]
+
+    def runs(self, tasks: list[str] | None = None) -> list[Run]:
+        """``WorkflowSettings.runs`` of the checkpoints the race reached, every backbone."""
+        tasks = self.s.tasks if tasks is None else tasks
+        return [run for m in self.s.models for t in tasks for run in self.runs_of(m, t)]
+
+    def decisions_of(self, model: str, task: str) -> list[str]:
+        if not self.s.head_race().racing:
+            return []
+        return [RACE_DECISION.format(model=model, task=task, frac=c) for c in self.checkpoints(model, task)]
+
+    def decisions(self) -> list[str]:
+        """Every decision the race took (none under the grid): the tables say where it stopped."""
+        return [path for m in self.s.models for t in self.s.tasks for path in self.decisions_of(m, t)]
