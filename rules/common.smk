@@ -26,6 +26,7 @@ from bertvision.errors import BertvisionError
 from bertvision.registry.tasks import DECLARED_ENV, declared_json, get_task
 from bertvision.config.race_reach import RaceReach
 from bertvision.config.rule_requests import RuleRequests
+from bertvision.config.run_files import RunFiles
 
 # Errors name the config file(s) and the key at fault (with --config overrides: "workflow config").
 CONFIG_SOURCE = " + ".join(str(p) for p in workflow.configfiles) or "workflow config"
@@ -160,6 +161,14 @@ def for_every_run(pattern, tasks=None, checkpoints=None, **extra):
     return [run.format(pattern, **extra) for run in S.runs(tasks, checkpoints)]
 
 
+# --- the files runs' jobs leave, as the rules that read them list them
+FILES = RunFiles(S)
+
+
+def table_files(model, task, runs):
+    return FILES.for_tables(runs, RACE.decisions_of(model, task))
+
+
 # --- the runs the pick chose among: every configured checkpoint (grid), or those the race reached
 # (each decision a Snakemake checkpoint job, rules/race.smk, read once it has run)
 RACE = RaceReach(
@@ -184,7 +193,7 @@ def race_inputs(wildcards):
     once) and the decision before it."""
     here = L.Checkpoint.named(wildcards.frac)
     before = S.checkpoint_before(here)
-    heads = head_dirs_of(run for run in S.runs([wildcards.task], [here]) if run.model == wildcards.model)
+    heads = FILES.head_dirs(run for run in S.runs([wildcards.task], [here]) if run.model == wildcards.model)
     previous = [L.RACE_DECISION.format(model=wildcards.model, task=wildcards.task, frac=before)] if before else []
     return {"heads": heads, "previous": previous}
 
@@ -243,40 +252,8 @@ def bert_logits_input(wildcards):
     return L.CHECKPOINT_FILE.format(**wildcards, file=L.BERT_LOGITS)
 
 
-def bert_metrics_of(runs):
-    """BERT's record at each run's checkpoint: its scores, or at checkpoint 0 its training record."""
-    return [run.format(L.CHECKPOINT_FILE, file=L.bert_record_file(run.checkpoint)) for run in runs]
-
-
-def head_dirs_of(runs):
-    return [run.format(L.HEADS_DIR) for run in runs]
-
-
-def manifests_of(runs):
-    """The feature manifests of the runs that store their states."""
-    return [run.format(L.MANIFEST) for run in runs if run.stored]
-
-
-def search_workers_of(runs):
-    """Every search worker's record of these runs (the tables read their jobs' times)."""
-    return [
-        L.SEARCH_WORKER.format(**run.keys, head=head, worker=worker)
-        for run in runs
-        for head in S.search_heads(run.task)
-        for worker in range(S.search_workers)
-    ]
-
-
 def baseline_jobs():
     return [baseline_job(m, t, s) for m in S.models for t in S.tasks for s in S.baseline_seeds]
-
-
-def table_files(model, task, runs):
-    """What the tables read of one backbone and task: BERT's and the heads' records, the
-    manifests, every job's benchmark file, the search workers and the race's decisions."""
-    benchmarks = [job.benchmark for job in timing_jobs(runs, S.shards)]
-    return (bert_metrics_of(runs) + head_dirs_of(runs) + manifests_of(runs) + benchmarks
-            + search_workers_of(runs) + RACE.decisions_of(model, task))  # fmt: skip
 
 
 def study_storage(wildcards):
@@ -284,24 +261,9 @@ def study_storage(wildcards):
     return S.search_storage or L.STUDY_JOURNAL.format(**wildcards)
 
 
-def searched_best(wildcards, heads=None):
-    """head name -> best.json of the heads searched for this task at this checkpoint (of
-    ``heads`` only, when given)."""
-    fields = dict(wildcards)
-    return {
-        head: L.SEARCH_BEST.format(**{**fields, "head": head})
-        for head in S.search_heads(fields["task"])
-        if heads is None or head in heads
-    }
-
-
 def searched_args(wildcards, heads=None):
     """`--searched` arguments: HEAD=search/.../HEAD/best.json."""
-    return " ".join(f"{head}={path}" for head, path in searched_best(wildcards, heads).items())
-
-
-def search_results_of(runs):
-    return [path for run in runs for path in searched_best(run.keys).values()]
+    return " ".join(f"{head}={path}" for head, path in FILES.searched_best(wildcards, heads).items())
 
 
 def all_subset_head_dirs():

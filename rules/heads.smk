@@ -7,7 +7,7 @@ rule train_heads:
         features=features_input,
         raw=rules.download.output,
         bert_logits=bert_logits_input,
-        searched=lambda wc: searched_best(wc).values(),
+        searched=lambda wc: FILES.searched_best(wc).values(),
         survivors=survivors_of(L.HEADS_DIR),
     output:
         directory(L.HEADS_DIR),
@@ -44,7 +44,7 @@ use rule train_heads as train_heads_subset with:
         features=features_input,
         raw=rules.download.output,
         bert_logits=bert_logits_input,
-        searched=lambda wc: searched_best(wc, S.data_fraction_heads(wc.task)).values(),
+        searched=lambda wc: FILES.searched_best(wc, S.data_fraction_heads(wc.task)).values(),
         survivors=survivors_of(L.SUBSET_HEADS_DIR),
     output:
         directory(L.SUBSET_HEADS_DIR),

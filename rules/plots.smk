@@ -5,7 +5,7 @@ rule plots:
         tables=[rules.tables.output.glue_csv, rules.tables.output.squad_csv],
         summary=rules.tables.output.summary_csv,
         methods=rules.tables.output.methods_csv,
-        **per_task(lambda m, t, runs: head_dirs_of(runs)),
+        **per_task(lambda m, t, runs: FILES.head_dirs(runs)),
         baselines=all_baseline_metrics(),
     output:
         epochs=[
@@ -30,7 +30,7 @@ rule plots:
         ),
     params:
         tasks=S.tasks,
-        head_dirs=lambda wc: head_dirs_of(RACE.runs()),
+        head_dirs=lambda wc: FILES.head_dirs(RACE.runs()),
         out_dir=lambda wc, output: os.path.dirname(output.params),
     log:
         L.log("plots"),

@@ -8,7 +8,7 @@ rule serve_bundles:
     input:
         picks=L.picks_record(),
         **per_task(
-            lambda m, t, runs: head_dirs_of(runs) + [run.format(L.CHECKPOINT_FILE, file="model.safetensors") for run in runs],
+            lambda m, t, runs: FILES.head_dirs(runs) + [run.format(L.CHECKPOINT_FILE, file="model.safetensors") for run in runs],
             by_model=True,
         ),
     output:

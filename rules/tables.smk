@@ -19,10 +19,10 @@ rule tables:
     params:
         heads=S.heads,
         runs=lambda wc: all_runs_json(),
-        bert=lambda wc: bert_metrics_of(RACE.runs()),
-        head_dirs=lambda wc: head_dirs_of(RACE.runs()),
-        manifests=lambda wc: manifests_of(RACE.runs()),
-        search_workers=lambda wc: search_workers_of(RACE.runs()),
+        bert=lambda wc: FILES.bert_records(RACE.runs()),
+        head_dirs=lambda wc: FILES.head_dirs(RACE.runs()),
+        manifests=lambda wc: FILES.manifests(RACE.runs()),
+        search_workers=lambda wc: FILES.search_workers(RACE.runs()),
         race=lambda wc: RACE.decisions(),
         shards=S.shards,
         peer_methods=as_json({t: S.configured_peers(t) for t in S.tasks}),
@@ -41,7 +41,7 @@ rule experiment_tables:
     """The experiments' tables: optuna searches, data-fraction curves, cross-checkpoint transfer,
     BERT's own fine-tuning curve."""
     input:
-        **per_task(lambda m, t, runs: search_results_of(runs) + bert_metrics_of(runs)),
+        **per_task(lambda m, t, runs: FILES.search_results(runs) + FILES.bert_records(runs)),
         subsets=all_subset_head_dirs(),
         heads=for_every_run(L.HEADS_DIR, tasks=S.data_fraction_tasks(), checkpoints=S.data_fraction_checkpoints()),
         transfer=all_transfer_files(),
@@ -49,8 +49,8 @@ rule experiment_tables:
     output:
         **table_outputs(EXPERIMENT_TABLES, "Experiments"),
     params:
-        search=lambda wc: search_results_of(RACE.runs()),
-        bert=lambda wc: bert_metrics_of(RACE.runs()),
+        search=lambda wc: FILES.search_results(RACE.runs()),
+        bert=lambda wc: FILES.bert_records(RACE.runs()),
         out_dir=lambda wc, output: os.path.dirname(output.search_md),
     log:
         L.log("experiment_tables"),
