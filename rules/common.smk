@@ -84,62 +84,8 @@ def as_json(obj):
     return json.dumps(obj, sort_keys=True, default=lambda settings: settings.model_dump(mode="json"))
 
 
-def run_of(wildcards):
-    ckpt = L.Checkpoint.named(wildcards.frac)  # (`checkpoint` is a Snakemake keyword)
-    return L.Run(wildcards.model, wildcards.task, int(wildcards.ftseed), ckpt, S.store(wildcards.task))
-
-
-# --- where a head job gets its states: the feature files, or (store: false) the frozen checkpoint
-
-
-def run_features(run):
-    """The files a head job reads states from: the run's feature manifest, or its checkpoint's
-    weights and the task's tokens when the task streams (no extract or manifest job then)."""
-    if run.stored:
-        return [run.format(L.MANIFEST)]
-    return [run.format(L.CHECKPOINT_FILE, file="model.safetensors"), L.TOKENS_DIR.format(**run.keys)]
-
-
-def run_source(run):
-    """A head job's `--manifest` argument, shell-quoted: the manifest, or the stream source (JSON)."""
-    from bertvision.features.source import StreamSource
-
-    if run.stored:
-        return shlex.quote(run.format(L.MANIFEST))
-    weights, tokens = run_features(run)
-    source = StreamSource(os.path.dirname(weights), tokens, S.extract(), S.extract_compute(), S.extract_attrs(run))
-    return shlex.quote(source.to_json())
-
-
-def features_input(wildcards):
-    """A head job's states and, for a head that starts from the encoder's own layers
-    (init: encoder), its checkpoint's weights (a streamed task's are there already)."""
-    run = run_of(wildcards)
-    if run.stored and S.heads_read_encoder(wildcards.task):
-        return run_features(run) + [run.format(L.CHECKPOINT_FILE, file="model.safetensors")]
-    return run_features(run)
-
-
-def features_arg(wildcards):
-    return run_source(run_of(wildcards))
-
-
-def checkpoint_runs(wildcards):
-    """The run of every checkpoint of this fine-tuning run (cross-checkpoint transfer; checkpoint 0's
-    is the first fine-tuning seed's, ``S.run``)."""
-    return [S.run(wildcards.model, wildcards.task, int(wildcards.ftseed), c) for c in S.checkpoints]
-
-
-def transfer_head_dirs(wildcards):
-    """The heads a transfer job applies to every checkpoint: each checkpoint's, and the
-    data-fraction heads (trained on a share of the rows) where the task has them."""
-    runs = checkpoint_runs(wildcards)
-    dirs = [run.format(L.HEADS_DIR) for run in runs]
-    if wildcards.task in S.data_fraction_tasks():
-        subsets = set(S.data_fraction_checkpoints())
-        dirs += [run.format(L.SUBSET_HEADS_DIR, train_fraction=fraction)
-                 for run in runs if run.checkpoint in subsets for fraction in S.data_fractions()]
-    return dirs
+# --- the files runs' jobs leave, as the rules that read them list them
+FILES = RunFiles(S)
 
 
 def source_files(wildcards):
@@ -152,17 +98,9 @@ def source_files(wildcards):
         raise WorkflowError(str(err)) from None
 
 
-def shard_dirs(wildcards):
-    return [L.SHARD_DIR.format(**wildcards, shard=i, n_shards=S.shards) for i in range(S.shards)]
-
-
 def for_every_run(pattern, tasks=None, checkpoints=None, **extra):
     """``pattern`` formatted for every model x task x fine-tuning seed x checkpoint."""
     return [run.format(pattern, **extra) for run in S.runs(tasks, checkpoints)]
-
-
-# --- the files runs' jobs leave, as the rules that read them list them
-FILES = RunFiles(S)
 
 
 def table_files(model, task, runs):
@@ -218,38 +156,6 @@ def bundle_task_settings(model, tasks):
     return as_json(
         {t: {"max_length": S.max_length(t), "doc_stride": S.tokenize(model, t).doc_stride, "pair": S.pair(t)} for t in tasks}
     )
-
-
-def scored_in_extraction(run):
-    """Whether BERT's head at ``run``'s checkpoint is scored from its extraction's pass: where the
-    states are stored and the head has trained (not checkpoint 0)."""
-    return run.stored and run.checkpoint.fraction > 0 and S.pair(run.task) == "joint"
-
-
-def get_scored_in_extraction(wildcards):
-    return scored_in_extraction(run_of(wildcards))
-
-
-def bert_scoring_inputs(wildcards):
-    """What BERT's scoring reads: the training record, the tokens and raw rows of the scored
-    splits, and the extraction's shards (stored states) or the checkpoint's weights."""
-    run = run_of(wildcards)
-    files = {
-        "record": run.format(L.CHECKPOINT_FILE, file=L.TRAIN_RECORD),
-        "tokens": L.TOKENS_DIR.format(**wildcards),
-        "raw": L.RAW_DIR.format(**wildcards),
-    }
-    if scored_in_extraction(run):
-        return {**files, "shards": shard_dirs(wildcards)}
-    return {**files, "model": run.format(L.CHECKPOINT_FILE, file="model.safetensors")}
-
-
-def bert_logits_input(wildcards):
-    """BERT's logits for a head job's ensembles: none at checkpoint 0, whose head has not trained,
-    nor for a pair encoded apart (BERT reads it joint: the service could not combine the two)."""
-    if L.Checkpoint.named(wildcards.frac).fraction == 0 or S.pair(wildcards.task) == "apart":
-        return []
-    return L.CHECKPOINT_FILE.format(**wildcards, file=L.BERT_LOGITS)
 
 
 def baseline_jobs():

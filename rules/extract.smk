@@ -12,9 +12,9 @@ rule extract:
         checkpoint=lambda wc, input: os.path.dirname(input.checkpoint),
         settings=as_json(S.extract()),
         compute=as_json(S.extract_compute()),
-        attrs=lambda wc: as_json(S.extract_attrs(run_of(wc))),
+        attrs=lambda wc: as_json(S.extract_attrs(FILES.run(wc))),
         n_shards=S.shards,
-        bert_logits=lambda wc: "--bert-logits" if get_scored_in_extraction(wc) else "",
+        bert_logits=lambda wc: "--bert-logits" if FILES.scored_in_extraction(wc) else "",
     log:
         L.log("extract"),
     benchmark:
@@ -37,7 +37,7 @@ rule extract:
 rule feature_manifest:
     """Check that each split's shards tile it exactly; record their sizes and checksums."""
     input:
-        shard_dirs,
+        FILES.shard_dirs,
     output:
         L.MANIFEST,
     log:

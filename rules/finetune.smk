@@ -42,24 +42,24 @@ rule score_bert:
     wildcard_constraints:
         frac=r"[0-9.]*[1-9][0-9.]*",  # any checkpoint but 0
     input:
-        unpack(bert_scoring_inputs),
+        unpack(FILES.bert_scoring_inputs),
     output:
         expand(L.CHECKPOINT_FILE, file=L.BERT_SCORE_FILES, allow_missing=True),
     params:
         settings=lambda wc: as_json(S.finetune(wc.model, wc.task)),
         compute=as_json(S.finetune_compute()),
-        checkpoint=lambda wc: run_of(wc).format(L.CHECKPOINT_DIR),
+        checkpoint=lambda wc: FILES.run(wc).format(L.CHECKPOINT_DIR),
         shards=lambda wc, input: " ".join(["--shard-dirs", *input.shards]) if "shards" in input.keys() else "",
     log:
         L.log("score_bert"),
     benchmark:
         L.benchmark("score_bert")
-    threads: lambda wc: 1 if get_scored_in_extraction(wc) else S.threads
+    threads: lambda wc: 1 if FILES.scored_in_extraction(wc) else S.threads
     resources:
-        gpu=lambda wc: 0 if get_scored_in_extraction(wc) else GPU,
+        gpu=lambda wc: 0 if FILES.scored_in_extraction(wc) else GPU,
         gpu_model=GPU_MODEL,
-        mem_mb=request(REQUESTS.bert_scoring, "mem_mb", scored_in_extraction=get_scored_in_extraction),
-        runtime=request(REQUESTS.bert_scoring, "runtime", scored_in_extraction=get_scored_in_extraction),
+        mem_mb=request(REQUESTS.bert_scoring, "mem_mb", scored_in_extraction=FILES.scored_in_extraction),
+        runtime=request(REQUESTS.bert_scoring, "runtime", scored_in_extraction=FILES.scored_in_extraction),
     shell:
         "bertvision score-bert --task {wildcards.task} --settings {params.settings:q} --compute {params.compute:q} "
         "--checkpoint {params.checkpoint} --tokens-dir {input.tokens} --raw-dir {input.raw} {params.shards} "

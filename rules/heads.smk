@@ -4,9 +4,9 @@ rule train_heads:
     scored). Each head comes with its final training settings (S.head_settings). Under racing,
     the first fine-tuning seed's job decides which heads every fine-tuning seed trains there."""
     input:
-        features=features_input,
+        features=FILES.features_input,
         raw=rules.download.output,
-        bert_logits=bert_logits_input,
+        bert_logits=FILES.bert_logits_input,
         searched=lambda wc: FILES.searched_best(wc).values(),
         survivors=survivors_of(L.HEADS_DIR),
     output:
@@ -17,7 +17,7 @@ rule train_heads:
         race=as_json(S.head_race()),
         seeds=S.head_seeds,
         searched=lambda wc: searched_args(wc),
-        features=features_arg,
+        features=FILES.features_arg,
         train_fraction=1,
         survivors=lambda wc, input: f"--survivors-from {input.survivors}" if input.survivors else "",
     log:
@@ -41,9 +41,9 @@ use rule train_heads as train_heads_subset with:
     """The data-fraction experiment: the task's heads trained on a nested {train_fraction} share of the
     training features of one checkpoint (selection and evaluation splits whole)."""
     input:
-        features=features_input,
+        features=FILES.features_input,
         raw=rules.download.output,
-        bert_logits=bert_logits_input,
+        bert_logits=FILES.bert_logits_input,
         searched=lambda wc: FILES.searched_best(wc, S.data_fraction_heads(wc.task)).values(),
         survivors=survivors_of(L.SUBSET_HEADS_DIR),
     output:
@@ -67,15 +67,15 @@ rule transfer:
     data-fraction heads, on a share of its rows), evaluated on every other checkpoint's features
     of the same fine-tuning run."""
     input:
-        heads=transfer_head_dirs,
-        features=lambda wc: [f for run in checkpoint_runs(wc) for f in run_features(run)],
+        heads=FILES.transfer_head_dirs,
+        features=lambda wc: [f for run in FILES.checkpoint_runs(wc) for f in FILES.features(run)],
         raw=rules.download.output,
     output:
         L.TRANSFER_FILE,
     params:
         settings=lambda wc: as_json(S.head_training(wc.task)),
         runtime=as_json(S.head_runtime()),
-        features=lambda wc: " ".join(run_source(run) for run in checkpoint_runs(wc)),
+        features=lambda wc: " ".join(FILES.source_arg(run) for run in FILES.checkpoint_runs(wc)),
     log:
         L.log("transfer"),
     benchmark:

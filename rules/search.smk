@@ -2,7 +2,7 @@ rule search_worker:
     """One of search.workers jobs that share the optuna study of one head on one checkpoint;
     each runs its share of the trials (objective: the selection split)."""
     input:
-        features=features_input,
+        features=FILES.features_input,
         raw=rules.download.output,
     output:
         L.SEARCH_WORKER,
@@ -12,7 +12,7 @@ rule search_worker:
         runtime=as_json(S.head_runtime()),
         search=as_json(S.search()),
         storage=study_storage,
-        features=features_arg,
+        features=FILES.features_arg,
     log:
         L.log("search_worker"),
     benchmark:

@@ -1,20 +1,109 @@
-"""The files that runs' jobs leave, listed for the rules that read them (the tables, plots, race
-and bundles): each a pattern of ``bertvision.layout`` formatted with a run's keys."""
+"""The files that runs' jobs leave, listed for the rules that read them (head jobs, BERT's
+scoring, the tables, plots, race and bundles): each a pattern of ``bertvision.layout`` formatted
+with a run's keys. ``keys``: a job's wildcards (or any mapping of them)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import os
+import shlex
+from collections.abc import Iterable, Mapping
 
 from bertvision import layout as L
 from bertvision.config.workflow import WorkflowSettings
 from bertvision.jobs import timing_jobs
-from bertvision.layout import Run
+from bertvision.layout import Checkpoint, Run
 
 
 class RunFiles:
     def __init__(self, settings: WorkflowSettings):
         self.s = settings
 
+    def run(self, keys: Mapping) -> Run:
+        """The run a job's keys name (``frac``: `checkpoint` is a Snakemake keyword)."""
+        k = dict(keys)
+        return Run(k["model"], k["task"], int(k["ftseed"]), Checkpoint.named(k["frac"]), self.s.store(k["task"]))
+
+    # --- where a head job gets its states: the feature files, or (store: false) the frozen checkpoint
+    @staticmethod
+    def features(run: Run) -> list[str]:
+        """The files a head job reads states from: the run's feature manifest, or its checkpoint's
+        weights and the task's tokens when the task streams (no extract or manifest job then)."""
+        if run.stored:
+            return [run.format(L.MANIFEST)]
+        return [run.format(L.CHECKPOINT_FILE, file="model.safetensors"), L.TOKENS_DIR.format(**run.keys)]
+
+    def source_arg(self, run: Run) -> str:
+        """A head job's `--manifest` argument, shell-quoted: the manifest, or the stream source (JSON)."""
+        from bertvision.features.source import StreamSource
+
+        if run.stored:
+            return shlex.quote(run.format(L.MANIFEST))
+        weights, tokens = self.features(run)
+        s = self.s
+        return shlex.quote(StreamSource(os.path.dirname(weights), tokens, s.extract(), s.extract_compute(),
+                                        s.extract_attrs(run)).to_json())  # fmt: skip
+
+    def features_input(self, keys: Mapping) -> list[str]:
+        """A head job's states and, for a head that starts from the encoder's own layers
+        (init: encoder), its checkpoint's weights (a streamed task's are there already)."""
+        run = self.run(keys)
+        if run.stored and self.s.heads_read_encoder(run.task):
+            return self.features(run) + [run.format(L.CHECKPOINT_FILE, file="model.safetensors")]
+        return self.features(run)
+
+    def features_arg(self, keys: Mapping) -> str:
+        return self.source_arg(self.run(keys))
+
+    def checkpoint_runs(self, keys: Mapping) -> list[Run]:
+        """The run of every checkpoint of a fine-tuning run (cross-checkpoint transfer; checkpoint
+        0's is the first fine-tuning seed's, ``WorkflowSettings.run``)."""
+        k = dict(keys)
+        return [self.s.run(k["model"], k["task"], int(k["ftseed"]), c) for c in self.s.checkpoints]
+
+    def transfer_head_dirs(self, keys: Mapping) -> list[str]:
+        """The heads a transfer job applies to every checkpoint: each checkpoint's, and the
+        data-fraction heads (trained on a share of the rows) where the task has them."""
+        s, runs = self.s, self.checkpoint_runs(keys)
+        dirs = self.head_dirs(runs)
+        if dict(keys)["task"] in s.data_fraction_tasks():
+            subsets = set(s.data_fraction_checkpoints())
+            dirs += [run.format(L.SUBSET_HEADS_DIR, train_fraction=fraction)
+                     for run in runs if run.checkpoint in subsets for fraction in s.data_fractions()]  # fmt: skip
+        return dirs
+
+    # --- BERT's own head at a checkpoint
+    def scored_in_extraction(self, keys: Mapping) -> bool:
+        """Whether BERT's head at the job's checkpoint is scored from its extraction's pass: where
+        the states are stored and the head has trained (not checkpoint 0)."""
+        run = self.run(keys)
+        return run.stored and run.checkpoint.fraction > 0 and self.s.pair(run.task) == "joint"
+
+    def shard_dirs(self, keys: Mapping) -> list[str]:
+        return [L.SHARD_DIR.format(**dict(keys), shard=i, n_shards=self.s.shards) for i in range(self.s.shards)]
+
+    def bert_scoring_inputs(self, keys: Mapping) -> dict:
+        """What BERT's scoring reads: the training record, the tokens and raw rows of the scored
+        splits, and the extraction's shards (stored states) or the checkpoint's weights."""
+        run, k = self.run(keys), dict(keys)
+        files = {
+            "record": run.format(L.CHECKPOINT_FILE, file=L.TRAIN_RECORD),
+            "tokens": L.TOKENS_DIR.format(**k),
+            "raw": L.RAW_DIR.format(**k),
+        }
+        if self.scored_in_extraction(keys):
+            return {**files, "shards": self.shard_dirs(keys)}
+        return {**files, "model": run.format(L.CHECKPOINT_FILE, file="model.safetensors")}
+
+    def bert_logits_input(self, keys: Mapping) -> list[str] | str:
+        """BERT's logits for a head job's ensembles: none at checkpoint 0, whose head has not
+        trained, nor for a pair encoded apart (BERT reads it joint: the service could not combine
+        the two)."""
+        k = dict(keys)
+        if Checkpoint.named(k["frac"]).fraction == 0 or self.s.pair(k["task"]) == "apart":
+            return []
+        return L.CHECKPOINT_FILE.format(**k, file=L.BERT_LOGITS)
+
+    # --- what the tables, plots and bundles read
     @staticmethod
     def bert_records(runs: Iterable[Run]) -> list[str]:
         """BERT's record at each run's checkpoint: its scores, or at checkpoint 0 its training record."""
