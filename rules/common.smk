@@ -19,7 +19,6 @@ except ModuleNotFoundError:
     ) from None
 
 from bertvision import layout as L
-from bertvision.jobs import baseline_job, peer_job, timing_jobs
 from bertvision.config.schema import validate_config
 from bertvision.config.workflow import WorkflowSettings
 from bertvision.errors import BertvisionError
@@ -27,6 +26,7 @@ from bertvision.registry.tasks import DECLARED_ENV, declared_json, get_task
 from bertvision.config.race_reach import RaceReach
 from bertvision.config.rule_requests import RuleRequests
 from bertvision.config.run_files import RunFiles
+from bertvision.config.targets import Targets
 
 # Errors name the config file(s) and the key at fault (with --config overrides: "workflow config").
 CONFIG_SOURCE = " + ".join(str(p) for p in workflow.configfiles) or "workflow config"
@@ -84,8 +84,9 @@ def as_json(obj):
     return json.dumps(obj, sort_keys=True, default=lambda settings: settings.model_dump(mode="json"))
 
 
-# --- the files runs' jobs leave, as the rules that read them list them
+# --- the files runs' jobs leave, as the rules that read them list them, and the workflow's targets
 FILES = RunFiles(S)
+TARGETS = Targets(S)
 
 
 def source_files(wildcards):
@@ -96,11 +97,6 @@ def source_files(wildcards):
         return [str(p) for p in local_source_files(get_task(wildcards.task), S.download(wildcards.task))]
     except BertvisionError as err:
         raise WorkflowError(str(err)) from None
-
-
-def for_every_run(pattern, tasks=None, checkpoints=None, **extra):
-    """``pattern`` formatted for every model x task x fine-tuning seed x checkpoint."""
-    return [run.format(pattern, **extra) for run in S.runs(tasks, checkpoints)]
 
 
 def table_files(model, task, runs):
@@ -158,10 +154,6 @@ def bundle_task_settings(model, tasks):
     )
 
 
-def baseline_jobs():
-    return [baseline_job(m, t, s) for m in S.models for t in S.tasks for s in S.baseline_seeds]
-
-
 def study_storage(wildcards):
     """The configured RDB URL, or a journal file beside the study's worker records."""
     return S.search_storage or L.STUDY_JOURNAL.format(**wildcards)
@@ -170,23 +162,6 @@ def study_storage(wildcards):
 def searched_args(wildcards, heads=None):
     """`--searched` arguments: HEAD=search/.../HEAD/best.json."""
     return " ".join(f"{head}={path}" for head, path in FILES.searched_best(wildcards, heads).items())
-
-
-def all_subset_head_dirs():
-    return [
-        path
-        for fraction in S.data_fractions()
-        for path in for_every_run(
-            L.SUBSET_HEADS_DIR,
-            tasks=S.data_fraction_tasks(),
-            checkpoints=S.data_fraction_checkpoints(),
-            train_fraction=fraction,
-        )
-    ]
-
-
-def all_transfer_files():
-    return [L.TRANSFER_FILE.format(model=m, task=t, ftseed=s) for m in S.models for t in S.transfer_tasks() for s in S.ft_seeds]
 
 
 def all_runs_json():
@@ -251,25 +226,6 @@ def get_previous_flag(wildcards):
     return f"--previous {shlex.quote(previous)}"
 
 
-def all_baseline_metrics():
-    return [L.BASELINE_FILE.format(model=m, task=t, seed=s, file=L.BASELINE_METRICS)
-            for m in S.models for t in S.tasks for s in S.baseline_seeds]
-
-
-def peer_jobs():
-    """Every peer run: each configured peer that applies to a task, once per seed (``S.peer_seeds``)."""
-    return [peer_job(m, t, p, s) for m in S.models for t in S.tasks for p in S.peers(t) for s in S.peer_seeds(p)]
-
-
-def all_peer_metrics():
-    return [L.PEER_FILE.format(**job.keys, file=L.PEER_METRICS) for job in peer_jobs()]
-
-
-def all_bert_curve_files():
-    return [L.BERT_CURVE_FILE.format(model=m, task=t, seed=s)
-            for m in S.models for t in S.bert_curve_tasks() for s in S.bert_curve_seeds()]
-
-
 # Head name -> trainings a job does.
 
 
@@ -327,28 +283,10 @@ def shared_head_runs(wildcards):
     return dict.fromkeys(S.shared_heads(wildcards.task), len(S.head_seeds))
 
 
-def all_shared_head_dirs():
-    return [enc.heads_dir(m, s, t) for m, enc, s, t in S.shared_pairs()]
-
-
-def all_head_transfer_files():
-    encoders = S.shared_encoders()
-    return [L.HEAD_TRANSFER_FILE.format(**encoders[a].keys(m, s, b)) for m in S.models for s in S.shared_ft_seeds
-            for a, b in S.label_transfer_pairs()]
-
-
 def bundle_heads(wildcards):
     """Task -> the heads directory of each shared task on the bundle's encoder (first fine-tuning seed)."""
     enc = shared_encoder(wildcards)
     return {t: enc.heads_dir(wildcards.model, S.shared_ft_seeds[0], t) for t in S.shared_tasks}
-
-
-def shared_targets():
-    """The cross-task table and the bundle, when shared encoders are configured."""
-    if not S.shared_tasks:
-        return []
-    return [L.table("cross_task", "md"), L.plot("cross-task")] + [
-        L.BUNDLE_DIR.format(model=m, encoder=S.serve_encoder) for m in S.models]
 
 
 # --- serving the summary's picks (rules/serve.smk)
@@ -367,11 +305,3 @@ def served_run(run):
         "checkpoint_dir": os.path.dirname(run.format(L.CHECKPOINT_FILE, file="model.safetensors")),
         "heads_dir": run.format(L.HEADS_DIR),
     }
-
-
-def serve_targets():
-    """Every backbone's picked bundles, and the predictions for each task's unlabelled file."""
-    predicted = [t for t in S.tasks if get_task(t).unlabelled_file]
-    return [L.PICKED_BUNDLES_DIR.format(model=m) for m in S.models] + [
-        L.PREDICTIONS_FILE.format(model=m, task=t) for m in S.models for t in predicted
-    ]

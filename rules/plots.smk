@@ -6,7 +6,7 @@ rule plots:
         summary=rules.tables.output.summary_csv,
         methods=rules.tables.output.methods_csv,
         **per_task(lambda m, t, runs: FILES.head_dirs(runs)),
-        baselines=all_baseline_metrics(),
+        baselines=TARGETS.baseline_metrics(),
     output:
         epochs=[
             report(

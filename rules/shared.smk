@@ -121,8 +121,8 @@ rule cross_task:
     """The cross-task transfer table and heatmap: every shared task's heads on every shared
     encoder, picked on selection, against the task's own and the frozen encoder."""
     input:
-        heads=all_shared_head_dirs(),
-        transfer=all_head_transfer_files(),
+        heads=TARGETS.shared_head_dirs(),
+        transfer=TARGETS.head_transfer_files(),
     output:
         **table_outputs(["cross_task"], "Experiments"),
         plot=report(L.plot("cross-task"), category="Plots", caption="../workflow/report/cross_task_plot.rst"),

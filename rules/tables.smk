@@ -8,10 +8,10 @@ rule tables:
     the benchmark files; the search workers' times count in the whole cost of a pick. Every
     task's pick is also a record of its own (picks.json), which serve_bundles serves."""
     input:
-        baselines=all_baseline_metrics(),
-        baseline_benchmarks=[job.benchmark for job in baseline_jobs()],
-        peers=all_peer_metrics(),
-        peer_benchmarks=[job.benchmark for job in peer_jobs()],
+        baselines=TARGETS.baseline_metrics(),
+        baseline_benchmarks=[job.benchmark for job in TARGETS.baseline_jobs()],
+        peers=TARGETS.peer_metrics(),
+        peer_benchmarks=[job.benchmark for job in TARGETS.peer_jobs()],
         **per_task(table_files),
     output:
         **table_outputs(RESULT_TABLES, "Tables"),
@@ -42,10 +42,10 @@ rule experiment_tables:
     BERT's own fine-tuning curve."""
     input:
         **per_task(lambda m, t, runs: FILES.search_results(runs) + FILES.bert_records(runs)),
-        subsets=all_subset_head_dirs(),
-        heads=for_every_run(L.HEADS_DIR, tasks=S.data_fraction_tasks(), checkpoints=S.data_fraction_checkpoints()),
-        transfer=all_transfer_files(),
-        curves=all_bert_curve_files(),
+        subsets=TARGETS.subset_head_dirs(),
+        heads=TARGETS.for_every_run(L.HEADS_DIR, tasks=S.data_fraction_tasks(), checkpoints=S.data_fraction_checkpoints()),
+        transfer=TARGETS.transfer_files(),
+        curves=TARGETS.bert_curve_files(),
     output:
         **table_outputs(EXPERIMENT_TABLES, "Experiments"),
     params:
