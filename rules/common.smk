@@ -122,31 +122,6 @@ def per_task(files, by_model=False):
     }
 
 
-def race_inputs(wildcards):
-    """A checkpoint's race decision reads the heads of every fine-tuning seed there (checkpoint 0's
-    once) and the decision before it."""
-    here = L.Checkpoint.named(wildcards.frac)
-    before = S.checkpoint_before(here)
-    heads = FILES.head_dirs(run for run in S.runs([wildcards.task], [here]) if run.model == wildcards.model)
-    previous = [L.RACE_DECISION.format(model=wildcards.model, task=wildcards.task, frac=before)] if before else []
-    return {"heads": heads, "previous": previous}
-
-
-def survivors_of(pattern):
-    """The input that makes a head job's race decided once per checkpoint: a fine-tuned
-    checkpoint's heads under a later fine-tuning seed train only what the first seed's job there
-    kept (its ``pattern``: the same directory under the first seed); nothing elsewhere."""
-
-    def inputs(wildcards):
-        first = S.ft_seeds[0]
-        decided = S.head_race().racing and L.Checkpoint.named(wildcards.frac).fraction > 0
-        if not decided or int(wildcards.ftseed) == first:
-            return []
-        return [pattern.format(**{**dict(wildcards.items()), "ftseed": first})]
-
-    return inputs
-
-
 def bundle_task_settings(model, tasks):
     """What a bundle records of each task's tokenization (``serving.settings.BundleTaskSettings``)."""
     return as_json(

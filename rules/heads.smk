@@ -8,7 +8,7 @@ rule train_heads:
         raw=rules.download.output,
         bert_logits=FILES.bert_logits_input,
         searched=lambda wc: FILES.searched_best(wc).values(),
-        survivors=survivors_of(L.HEADS_DIR),
+        survivors=RACE.survivors(L.HEADS_DIR),
     output:
         directory(L.HEADS_DIR),
     params:
@@ -45,7 +45,7 @@ use rule train_heads as train_heads_subset with:
         raw=rules.download.output,
         bert_logits=FILES.bert_logits_input,
         searched=lambda wc: FILES.searched_best(wc, S.data_fraction_heads(wc.task)).values(),
-        survivors=survivors_of(L.SUBSET_HEADS_DIR),
+        survivors=RACE.survivors(L.SUBSET_HEADS_DIR),
     output:
         directory(L.SUBSET_HEADS_DIR),
     params:

@@ -4,7 +4,7 @@ checkpoint race_checkpoint:
     (checkpoint_rule), and so whether fine-tuning goes on to the next one. A Snakemake checkpoint: the tables, plots
     and bundles ask for the next checkpoint's heads only once this has decided."""
     input:
-        unpack(race_inputs),
+        unpack(RACE.decision_inputs),
     output:
         L.RACE_DECISION,
     params:

@@ -7,11 +7,11 @@ has not, which holds back only the input function that asked."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from bertvision.config.workflow import WorkflowSettings
-from bertvision.layout import RACE_DECISION, Checkpoint, Run
+from bertvision.layout import HEADS_DIR, RACE_DECISION, Checkpoint, Run
 
 
 class RaceReach:
@@ -51,3 +51,27 @@ class RaceReach:
     def decisions(self) -> list[str]:
         """Every decision the race took (none under the grid): the tables say where it stopped."""
         return [path for m in self.s.models for t in self.s.tasks for path in self.decisions_of(m, t)]
+
+    def decision_inputs(self, keys: Mapping) -> dict[str, list[str]]:
+        """A checkpoint's race decision reads the heads of every fine-tuning seed there (checkpoint
+        0's once) and the decision before it."""
+        k = dict(keys)
+        here = Checkpoint.named(k["frac"])
+        before = self.s.checkpoint_before(here)
+        heads = [run.format(HEADS_DIR) for run in self.s.runs([k["task"]], [here]) if run.model == k["model"]]
+        previous = [RACE_DECISION.format(model=k["model"], task=k["task"], frac=before)] if before else []
+        return {"heads": heads, "previous": previous}
+
+    def survivors(self, pattern: str) -> Callable[[Mapping], list[str]]:
+        """The input that makes a head job's race decided once per checkpoint: a fine-tuned
+        checkpoint's heads under a later fine-tuning seed train only what the first seed's job
+        there kept (its ``pattern``: the same directory under the first seed); nothing elsewhere."""
+
+        def inputs(keys: Mapping) -> list[str]:
+            k, first = dict(keys), self.s.ft_seeds[0]
+            decided = self.s.head_race().racing and Checkpoint.named(k["frac"]).fraction > 0
+            if not decided or int(k["ftseed"]) == first:
+                return []
+            return [pattern.format(**{**k, "ftseed": first})]
+
+        return inputs
