@@ -244,3 +244,37 @@ def test_a_racing_run_stops_fine_tuning_where_the_selection_score_stops_rising(t
     from bertvision.reporting.picks import read_picks
 
     assert {p.checkpoint.fraction for p in read_picks(tmp_path / "results/tables/picks.json")} <= {0.0, 0.5}
+
+
+def test_the_race_reach_stops_where_a_decision_stops_fine_tuning(tmp_path):
+    """RaceReach (rules/common.smk's RACE): the checkpoints, runs and decision files the pick chose
+    among end at the first decision that stops fine-tuning; the grid reaches every checkpoint and
+    takes no decision; a later seed's head job at a fine-tuned checkpoint waits on the first seed's."""
+    import json as json_module
+
+    from bertvision import layout as L
+    from bertvision.config.race_reach import RaceReach
+    from tests.conftest import workflow_settings
+
+    finetune = {"epoch_fractions": [0, 0.3, 1], "seeds": [1, 2]}
+    settings = workflow_settings(finetune=finetune)
+    asked = []
+
+    def decision_file(model, task, frac):
+        asked.append(frac)
+        path = tmp_path / f"{task}-{frac}.json"
+        path.write_text(json_module.dumps({"go_on": frac == "0"}))  # go on after 0, stop after 0.3
+        return str(path)
+
+    race = RaceReach(settings, decision_file)
+    assert [c.name for c in race.checkpoints("m", "mrpc")] == ["0", "0.3"] and asked == ["0", "0.3"]
+    assert {(r.ftseed, r.checkpoint.name) for r in race.runs()} == {(1, "0"), (1, "0.3"), (2, "0.3")}
+    assert race.decisions() == [L.RACE_DECISION.format(model="m", task="mrpc", frac=f) for f in ("0", "0.3")]
+    job = {"model": "m", "task": "mrpc", "ftseed": "2", "frac": "0.3"}
+    assert race.survivors(L.HEADS_DIR)(job) == [L.HEADS_DIR.format(**{**job, "ftseed": 1})]
+    assert race.survivors(L.HEADS_DIR)({**job, "frac": "0"}) == []
+    assert race.decision_inputs(job)["previous"] == [L.RACE_DECISION.format(model="m", task="mrpc", frac="0")]
+
+    grid = RaceReach(workflow_settings(finetune=finetune, heads={"race": {"protocol": "grid"}}), decision_file)
+    assert [c.name for c in grid.checkpoints("m", "mrpc")] == ["0", "0.3", "1"] and grid.decisions() == []
+    assert grid.survivors(L.HEADS_DIR)(job) == []
