@@ -89,6 +89,21 @@ FILES = RunFiles(S)
 TARGETS = Targets(S)
 
 
+def source_arg(run):
+    """A head job's `--manifest` argument, shell-quoted: the manifest, or the stream source (JSON)."""
+    from bertvision.features.source import StreamSource
+
+    if run.stored:
+        return shlex.quote(run.format(L.MANIFEST))
+    weights, tokens = FILES.features(run)
+    source = StreamSource(os.path.dirname(weights), tokens, S.extract(), S.extract_compute(), S.extract_attrs(run))
+    return shlex.quote(source.to_json())
+
+
+def features_arg(wildcards):
+    return source_arg(FILES.run(wildcards))
+
+
 def source_files(wildcards):
     """The local files a download reads, so that replacing one reruns the download."""
     from bertvision.stages.download import local_source_files

@@ -17,7 +17,7 @@ rule train_heads:
         race=as_json(S.head_race()),
         seeds=S.head_seeds,
         searched=lambda wc: searched_args(wc),
-        features=FILES.features_arg,
+        features=features_arg,
         train_fraction=1,
         survivors=lambda wc, input: f"--survivors-from {input.survivors}" if input.survivors else "",
     log:
@@ -75,7 +75,7 @@ rule transfer:
     params:
         settings=lambda wc: as_json(S.head_training(wc.task)),
         runtime=as_json(S.head_runtime()),
-        features=lambda wc: " ".join(FILES.source_arg(run) for run in FILES.checkpoint_runs(wc)),
+        features=lambda wc: " ".join(source_arg(run) for run in FILES.checkpoint_runs(wc)),
     log:
         L.log("transfer"),
     benchmark:

@@ -12,7 +12,7 @@ rule search_worker:
         runtime=as_json(S.head_runtime()),
         search=as_json(S.search()),
         storage=study_storage,
-        features=FILES.features_arg,
+        features=features_arg,
     log:
         L.log("search_worker"),
     benchmark:

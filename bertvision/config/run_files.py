@@ -4,8 +4,6 @@ with a run's keys. ``keys``: a job's wildcards (or any mapping of them)."""
 
 from __future__ import annotations
 
-import os
-import shlex
 from collections.abc import Iterable, Mapping
 
 from bertvision import layout as L
@@ -32,17 +30,6 @@ class RunFiles:
             return [run.format(L.MANIFEST)]
         return [run.format(L.CHECKPOINT_FILE, file="model.safetensors"), L.TOKENS_DIR.format(**run.keys)]
 
-    def source_arg(self, run: Run) -> str:
-        """A head job's `--manifest` argument, shell-quoted: the manifest, or the stream source (JSON)."""
-        from bertvision.features.source import StreamSource
-
-        if run.stored:
-            return shlex.quote(run.format(L.MANIFEST))
-        weights, tokens = self.features(run)
-        s = self.s
-        return shlex.quote(StreamSource(os.path.dirname(weights), tokens, s.extract(), s.extract_compute(),
-                                        s.extract_attrs(run)).to_json())  # fmt: skip
-
     def features_input(self, keys: Mapping) -> list[str]:
         """A head job's states and, for a head that starts from the encoder's own layers
         (init: encoder), its checkpoint's weights (a streamed task's are there already)."""
@@ -50,9 +37,6 @@ class RunFiles:
         if run.stored and self.s.heads_read_encoder(run.task):
             return self.features(run) + [run.format(L.CHECKPOINT_FILE, file="model.safetensors")]
         return self.features(run)
-
-    def features_arg(self, keys: Mapping) -> str:
-        return self.source_arg(self.run(keys))
 
     def checkpoint_runs(self, keys: Mapping) -> list[Run]:
         """The run of every checkpoint of a fine-tuning run (cross-checkpoint transfer; checkpoint
