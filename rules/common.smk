@@ -23,10 +23,10 @@ from bertvision.config.schema import validate_config
 from bertvision.config.workflow import WorkflowSettings
 from bertvision.errors import BertvisionError
 from bertvision.registry.tasks import DECLARED_ENV, declared_json, get_task
-from bertvision.config.race_reach import RaceReach
-from bertvision.config.rule_requests import RuleRequests
-from bertvision.config.run_files import RunFiles
-from bertvision.config.targets import Targets
+from bertvision.plan.race import RaceReach
+from bertvision.plan.requests import RuleRequests
+from bertvision.plan.files import RunFiles
+from bertvision.plan.targets import Targets
 
 # Errors name the config file(s) and the key at fault (with --config overrides: "workflow config").
 CONFIG_SOURCE = " + ".join(str(p) for p in workflow.configfiles) or "workflow config"
@@ -185,7 +185,7 @@ def launcher(wildcards, resources):
     return f"torchrun --standalone --nproc-per-node {gpus} -m bertvision" if gpus > 1 else "bertvision"
 
 
-# --- what each job asks the scheduler for, computed from the config (bertvision/config/rule_requests.py)
+# --- what each job asks the scheduler for, computed from the config (bertvision/plan/requests.py)
 REQUESTS = RuleRequests(S, GPU)
 
 

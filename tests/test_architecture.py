@@ -21,6 +21,7 @@ FLOORS = [
     {"training", "peers"},
     {"features"},
     {"evaluation"},
+    {"plan"},
     {"config", "runtime"},
     {"models"},
     {"data"},

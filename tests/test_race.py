@@ -253,7 +253,7 @@ def test_the_race_reach_stops_where_a_decision_stops_fine_tuning(tmp_path):
     import json as json_module
 
     from bertvision import layout as L
-    from bertvision.config.race_reach import RaceReach
+    from bertvision.plan.race import RaceReach
     from tests.conftest import workflow_settings
 
     finetune = {"epoch_fractions": [0, 0.3, 1], "seeds": [1, 2]}

@@ -182,7 +182,7 @@ def test_head_jobs_ask_for_a_gpu_only_where_the_cpu_would_take_long_or_the_encod
     from types import SimpleNamespace
 
     from bertvision.config.job_requests import HEAD_GPU_MINUTES
-    from bertvision.config.rule_requests import RuleRequests
+    from bertvision.plan.requests import RuleRequests
     from tests.conftest import workflow_settings
 
     job = SimpleNamespace(model="m", task="mrpc", ftseed="1", frac="0.3")
