@@ -87,13 +87,11 @@ class RuleRequests:
         only evaluates trained heads. A data-fraction job trains on its ``train_fraction``. GPUs:
         the extraction's when the job streams the encoder, or when on a CPU it would ask for more
         than ``HEAD_GPU_MINUTES`` (token-level heads, span windows, the CNN heads at paper scale)."""
-        on_cpu = self._heads(wildcards, attempt, runs, 0, training)
         gpus = self.gpus
         if gpus and self.s.store(wildcards.task):
-            first_try = on_cpu if attempt == 1 else self._heads(wildcards, 1, runs, 0, training)
-            gpus = gpus if first_try["runtime"] > estimate.HEAD_GPU_MINUTES else 0
-        request = on_cpu if gpus == 0 else self._heads(wildcards, attempt, runs, gpus, training)
-        return {**request, "gpu": gpus}
+            on_cpu = self._heads(wildcards, 1, runs, 0, training)["runtime"]
+            gpus = gpus if on_cpu > estimate.HEAD_GPU_MINUTES else 0
+        return {**self._heads(wildcards, attempt, runs, gpus, training), "gpu": gpus}
 
     def _heads(self, wildcards, attempt: int, runs: dict | None, gpus: int, training: bool) -> dict:
         task = wildcards.task
