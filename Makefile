@@ -24,11 +24,18 @@ $(VENV)/.installed: envs/requirements.txt pyproject.toml
 run: setup
 	$(VENV)/bin/snakemake
 
+# Two test processes (pytest-xdist), each test file wholly in one of them (its module fixtures run
+# once): the end-to-end and SLURM tests spend much of their time waiting on subprocesses and the
+# scheduler, which the other process fills (docs/testing.md has the times). TEST_WORKERS=0 runs
+# in one process.
+TEST_WORKERS ?= 2
+PYTEST = $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
+
 test: setup
-	$(PY) -m pytest -m "not slow and not slurm"
+	$(PYTEST) -m "not slow and not slurm"
 
 test-all: setup
-	$(PY) -m pytest --durations=25
+	$(PYTEST) --durations=25
 
 benchmark: setup
 	$(PY) scripts/benchmark.py
