@@ -13,7 +13,7 @@ rule train_heads:
         directory(L.HEADS_DIR),
     params:
         heads=lambda wc: as_json(S.head_settings(wc.task)),
-        runtime=as_json(S.head_runtime()),
+        runtime=lambda wc, resources: as_json(S.head_runtime(resources.gpu)),
         race=as_json(S.head_race()),
         seeds=S.head_seeds,
         searched=lambda wc: searched_args(wc),
@@ -74,7 +74,7 @@ rule transfer:
         L.TRANSFER_FILE,
     params:
         settings=lambda wc: as_json(S.head_training(wc.task)),
-        runtime=as_json(S.head_runtime()),
+        runtime=lambda wc, resources: as_json(S.head_runtime(resources.gpu)),
         features=lambda wc: " ".join(source_arg(run) for run in FILES.checkpoint_runs(wc)),
     log:
         L.log("transfer"),

@@ -9,7 +9,7 @@ rule search_worker:
     params:
         study=lambda wc: as_json({k: wc[k] for k in ("model", "task", "ftseed", "frac", "head")}),
         head=lambda wc: as_json(S.head_settings(wc.task, [wc.head])[wc.head]),
-        runtime=as_json(S.head_runtime()),
+        runtime=lambda wc, resources: as_json(S.head_runtime(resources.gpu)),
         search=as_json(S.search()),
         storage=study_storage,
         features=features_arg,

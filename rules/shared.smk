@@ -101,7 +101,7 @@ rule head_transfer:
     params:
         heads=lambda wc: [n for n in S.shared_heads(wc.task) if n in S.shared_heads(wc.encoder)],
         settings=lambda wc: as_json(S.head_training(wc.task)),
-        runtime=as_json(S.head_runtime()),
+        runtime=lambda wc, resources: as_json(S.head_runtime(resources.gpu)),
     log:
         L.log("head_transfer"),
     benchmark:

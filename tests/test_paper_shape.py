@@ -4,8 +4,10 @@ against its measured peak."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -148,17 +150,23 @@ def test_the_dry_run_lists_every_job_with_its_request(tmp_path):
 def test_paper_scale_head_jobs_take_a_gpu_where_a_cpu_would_take_hours(tmp_path):
     """The paper config's dry run: heads on BERT-large's MNLI states (CNN heads included) and
     on SQuAD windows ask for the GPU, and their runtimes are then hours, not months; every head
-    job left on a CPU asks for no more than HEAD_GPU_MINUTES."""
-    cmd = snakemake_command(tmp_path, "-n", "--forceall", "--cores", "2")
+    job left on a CPU asks for no more than HEAD_GPU_MINUTES. With heads.device cpu, a head job
+    given a GPU still trains there, and one given none on the CPU."""
+    cmd = snakemake_command(tmp_path, "-n", "-p", "--forceall", "--cores", "2", "--config", "heads={device: cpu}")
     cmd[cmd.index("--configfile") + 1] = str(REPO / "configs" / "paper-bert-large.yaml")
     dry = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=600)
     assert dry.returncode == 0, dry.stderr[-2000:]
     jobs = planned_jobs(dry.stdout)
-    heads = [j for j in jobs if j.rule in ("train_heads", "train_heads_subset", "search_worker", "transfer")]
+    heads = [j for j in jobs if j.rule in ("train_heads", "train_heads_subset", "search_worker", "transfer", "head_transfer")]
     big = [j for j in heads if "task=mnli" in j.wildcards or "task=squad2," in j.wildcards + ","]
     assert big and all(j.gpus == 1 and j.runtime_min < 24 * 60 for j in big), big[:3]
     on_cpu = [j for j in heads if j.gpus == 0]
     assert on_cpu and all(j.runtime_min <= HEAD_GPU_MINUTES for j in on_cpu), max(j.runtime_min for j in on_cpu)
+    device = {
+        log: json.loads(runtime)["device"]
+        for runtime, log in re.findall(r"^Shell command: .*--runtime '(\{[^']*\})'.* > (\S+) 2>&1$", dry.stdout, re.M)
+    }
+    assert all(device[j.log] == ("auto" if j.gpus else "cpu") for j in heads), [(j.log, j.gpus) for j in heads[:3]]
 
 
 @pytest.mark.slow

@@ -392,8 +392,11 @@ class WorkflowSettings(SharedEncoderSettings):
             "in_memory_max_mb": HeadSettings.memory_mb(heads.values()),
         }
 
-    def head_runtime(self) -> HeadRuntimeSettings:
-        return HeadRuntimeSettings.pick(self.config["heads"], self.source)
+    def head_runtime(self, gpus: int = 0) -> HeadRuntimeSettings:
+        """Where a head job trains: ``heads.device``, but a job given GPUs (``gpus``, its
+        request) uses them, whatever ``heads.device`` says."""
+        runtime = HeadRuntimeSettings.pick(self.config["heads"], self.source)
+        return runtime.replace(device="auto") if gpus and runtime.device == "cpu" else runtime
 
     def head_race(self) -> RaceSettings:
         return RaceSettings.pick(self.config["heads"]["race"], self.source)
