@@ -157,7 +157,8 @@ def test_paper_scale_head_jobs_take_a_gpu_where_a_cpu_would_take_hours(tmp_path)
     dry = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=600)
     assert dry.returncode == 0, dry.stderr[-2000:]
     jobs = planned_jobs(dry.stdout)
-    heads = [j for j in jobs if j.rule in ("train_heads", "train_heads_subset", "search_worker", "transfer", "head_transfer")]
+    head_rules = ("train_heads", "train_heads_subset", "search_worker", "transfer", "head_transfer")
+    heads = [j for j in jobs if j.rule in head_rules]
     big = [j for j in heads if "task=mnli" in j.wildcards or "task=squad2," in j.wildcards + ","]
     assert big and all(j.gpus == 1 and j.runtime_min < 24 * 60 for j in big), big[:3]
     on_cpu = [j for j in heads if j.gpus == 0]
