@@ -18,6 +18,19 @@ SHIPPED_GLUE = REPO / "resources" / "glue"
 SNAKEFILE = REPO / "workflow" / "Snakefile"
 
 
+def pytest_collection_modifyitems(items):
+    """The files that wait longest first: those with a SLURM run, then those with end-to-end
+    runs, then the rest, each file kept whole and in its place among its rank. Under `-n 2
+    --dist loadfile` (make test, make test-all) a worker takes files in this order, so the long
+    runs overlap the many short files instead of trailing them."""
+    rank = {}
+    for item in items:
+        markers = {mark.name for mark in item.iter_markers()}
+        file_rank = 0 if "slurm" in markers else 1 if "slow" in markers else 2
+        rank[item.path] = min(rank.get(item.path, 2), file_rank)
+    items.sort(key=lambda item: rank[item.path])  # stable: each file's own order holds
+
+
 def workflow_settings(**sections):
     """WorkflowSettings of a minimal config (the default backbone, MRPC from the shipped GLUE
     files) with ``sections`` replacing its top-level sections: the typed settings of every
