@@ -19,16 +19,17 @@ SNAKEFILE = REPO / "workflow" / "Snakefile"
 
 
 def pytest_collection_modifyitems(items):
-    """The files that wait longest first: those with a SLURM run, then those with end-to-end
-    runs, then the rest, each file kept whole and in its place among its rank. Under `-n 2
-    --dist loadfile` (make test, make test-all) a worker takes files in this order, so the long
-    runs overlap the many short files instead of trailing them."""
-    rank = {}
+    """The file with a SLURM run first, then the files with most tests (xdist's own order), each
+    file kept whole. Under `-n 2 --dist loadfile --no-loadscope-reorder` (make test, make
+    test-all) a worker takes files in this order: the SLURM run, which mostly waits on the
+    scheduler, starts at once and overlaps the rest instead of trailing it. (The end-to-end
+    files first as well made CI slower: two workflow runs at a time on two cores.)"""
+    count, slurm = {}, set()
     for item in items:
-        markers = {mark.name for mark in item.iter_markers()}
-        file_rank = 0 if "slurm" in markers else 1 if "slow" in markers else 2
-        rank[item.path] = min(rank.get(item.path, 2), file_rank)
-    items.sort(key=lambda item: rank[item.path])  # stable: each file's own order holds
+        count[item.path] = count.get(item.path, 0) + 1
+        if item.get_closest_marker("slurm"):
+            slurm.add(item.path)
+    items.sort(key=lambda item: (item.path not in slurm, -count[item.path]))  # stable within a file
 
 
 def workflow_settings(**sections):
