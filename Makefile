@@ -26,11 +26,10 @@ run: setup
 
 # Two test processes (pytest-xdist), each test file wholly in one of them (its module fixtures run
 # once): the end-to-end and SLURM tests spend much of their time waiting on subprocesses and the
-# scheduler, which the other process fills (docs/testing.md has the times). The files go out in
-# tests/conftest.py's order: the SLURM file first, then xdist's own (most tests first).
-# TEST_WORKERS=0 runs in one process.
+# scheduler, which the other process fills (docs/testing.md has the times; xdist's own order of
+# files, most tests first, measured fastest). TEST_WORKERS=0 runs in one process.
 TEST_WORKERS ?= 2
-PYTEST = $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+PYTEST = $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 test: setup
 	$(PYTEST) -m "not slow and not slurm"

@@ -18,20 +18,6 @@ SHIPPED_GLUE = REPO / "resources" / "glue"
 SNAKEFILE = REPO / "workflow" / "Snakefile"
 
 
-def pytest_collection_modifyitems(items):
-    """The file with a SLURM run first, then the files with most tests (xdist's own order), each
-    file kept whole. Under `-n 2 --dist loadfile --no-loadscope-reorder` (make test, make
-    test-all) a worker takes files in this order: the SLURM run, which mostly waits on the
-    scheduler, starts at once and overlaps the rest instead of trailing it. (The end-to-end
-    files first as well made CI slower: two workflow runs at a time on two cores.)"""
-    count, slurm = {}, set()
-    for item in items:
-        count[item.path] = count.get(item.path, 0) + 1
-        if item.get_closest_marker("slurm"):
-            slurm.add(item.path)
-    items.sort(key=lambda item: (item.path not in slurm, -count[item.path]))  # stable within a file
-
-
 def workflow_settings(**sections):
     """WorkflowSettings of a minimal config (the default backbone, MRPC from the shipped GLUE
     files) with ``sections`` replacing its top-level sections: the typed settings of every
