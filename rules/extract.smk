@@ -28,8 +28,8 @@ rule extract:
         runtime=request(REQUESTS.extract, "runtime"),
         micro_batches=micro_batches,
     shell:
-        "bertvision extract --task {wildcards.task} --checkpoint {params.checkpoint} --tokens-dir {input.tokens} "
-        "--out-dir {output} --shard {wildcards.shard} --shards {params.n_shards} "
+        "bertvision extract --task {wildcards.task} --checkpoint-dir {params.checkpoint} --tokens-dir {input.tokens} "
+        "--out-dir {output} --shard {wildcards.shard} --n-shards {params.n_shards} "
         "--settings {params.settings:q} --compute {params.compute:q} --attrs {params.attrs:q} "
         "{params.bert_logits} --micro-batches {resources.micro_batches} --threads {threads} > {log} 2>&1"
 

@@ -28,7 +28,7 @@ rule finetune:
         runtime=request(REQUESTS.finetune, "runtime"),
         micro_batches=micro_batches,
     shell:
-        "{params.bertvision} finetune --task {wildcards.task} --model {wildcards.model} "
+        "{params.bertvision} finetune --task {wildcards.task} --model-name {wildcards.model} "
         "--settings {params.settings:q} --compute {params.compute:q} --tokens-dir {input.tokens} "
         "--out-dir {params.out_dir} --seed {wildcards.ftseed} --checkpoint {wildcards.frac} {params.previous} "
         "--micro-batches {resources.micro_batches} --threads {threads} > {log} 2>&1"
@@ -62,7 +62,7 @@ rule score_bert:
         runtime=request(REQUESTS.bert_scoring, "runtime", scored_in_extraction=FILES.scored_in_extraction),
     shell:
         "bertvision score-bert --task {wildcards.task} --settings {params.settings:q} --compute {params.compute:q} "
-        "--checkpoint {params.checkpoint} --tokens-dir {input.tokens} --raw-dir {input.raw} {params.shards} "
+        "--checkpoint-dir {params.checkpoint} --tokens-dir {input.tokens} --raw-dir {input.raw} {params.shards} "
         "--threads {threads} > {log} 2>&1"
 
 
@@ -94,7 +94,7 @@ rule baseline:
         runtime=request(REQUESTS.baseline, "runtime"),
         micro_batches=micro_batches,
     shell:
-        "{params.bertvision} baseline --task {wildcards.task} --model {wildcards.model} "
+        "{params.bertvision} baseline --task {wildcards.task} --model-name {wildcards.model} "
         "--settings {params.settings:q} --compute {params.compute:q} --tokens-dir {input.tokens} "
         "--raw-dir {input.raw} --out-dir {params.out_dir} --seed {wildcards.seed} "
         "--micro-batches {resources.micro_batches} --threads {threads} > {log} 2>&1"
@@ -124,7 +124,7 @@ rule bert_curve:
         runtime=request(REQUESTS.bert_curve, "runtime"),
         micro_batches=micro_batches,
     shell:
-        "{params.bertvision} bert-curve --task {wildcards.task} --model {wildcards.model} "
+        "{params.bertvision} bert-curve --task {wildcards.task} --model-name {wildcards.model} "
         "--settings {params.settings:q} --compute {params.compute:q} --tokens-dir {input.tokens} "
         "--raw-dir {input.raw} --out {output} --seed {wildcards.seed} "
         "--micro-batches {resources.micro_batches} --threads {threads} > {log} 2>&1"

@@ -26,7 +26,7 @@ rule peer:
         runtime=request(REQUESTS.peer, "runtime"),
         micro_batches=micro_batches,
     shell:
-        "bertvision peer --task {wildcards.task} --model {wildcards.model} "
+        "bertvision peer --task {wildcards.task} --model-name {wildcards.model} "
         "--settings {params.settings:q} --compute {params.compute:q} --tokens-dir {input.tokens} "
         "--raw-dir {input.raw} --out-dir {params.out_dir} --seed {wildcards.seed} "
         "--micro-batches {resources.micro_batches} --threads {threads} > {log} 2>&1"

@@ -37,7 +37,7 @@ rule plots:
     benchmark:
         L.benchmark("plots")
     shell:
-        "bertvision plots --tables {input.tables} --summary {input.summary} --methods {input.methods} "
+        "bertvision plots --result-csvs {input.tables} --summary-csv {input.summary} --methods-csv {input.methods} "
         "--head-dirs {params.head_dirs} "
         "--baseline-metrics {input.baselines} --tasks {params.tasks} "
         "--out-dir {params.out_dir} > {log} 2>&1"
@@ -54,7 +54,7 @@ rule plot_data_fraction:
     benchmark:
         L.benchmark("plot_data_fraction")
     shell:
-        "bertvision plot-data-fraction --table {input} --out {output} > {log} 2>&1"
+        "bertvision plot-data-fraction --table-csv {input} --out {output} > {log} 2>&1"
 
 
 rule plot_bert_curve:
@@ -68,4 +68,4 @@ rule plot_bert_curve:
     benchmark:
         L.benchmark("plot_bert_curve")
     shell:
-        "bertvision plot-bert-curve --table {input} --out {output} > {log} 2>&1"
+        "bertvision plot-bert-curve --table-csv {input} --out {output} > {log} 2>&1"

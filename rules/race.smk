@@ -18,6 +18,6 @@ checkpoint race_checkpoint:
         mem_mb=1000,
         runtime=lambda wc, attempt: 10 * attempt,
     shell:
-        "bertvision race-checkpoint --task {wildcards.task} --model {wildcards.model} --checkpoint {wildcards.frac} "
+        "bertvision race-checkpoint --task {wildcards.task} --model-name {wildcards.model} --checkpoint {wildcards.frac} "
         "--head-dirs {input.heads} --previous {input.previous} --race {params.race:q} "
         "{params.last} --out {output} > {log} 2>&1"

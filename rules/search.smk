@@ -23,7 +23,7 @@ rule search_worker:
         mem_mb=request(REQUESTS.heads, "mem_mb", runs=trials_per_worker),
         runtime=request(REQUESTS.heads, "runtime", runs=trials_per_worker),
     shell:
-        "bertvision search-worker --task {wildcards.task} --study {params.study:q} --head {params.head:q} "
+        "bertvision search-worker --task {wildcards.task} --keys {params.study:q} --head {params.head:q} "
         "--runtime {params.runtime:q} --search {params.search:q} "
         "--manifest {params.features} --raw-dir {input.raw} --storage {params.storage:q} "
         "--worker {wildcards.worker} --out {output} --threads {threads} > {log} 2>&1"
@@ -43,4 +43,4 @@ rule search_best:
         mem_mb=1000,
         runtime=lambda wc, attempt: 10 * attempt,
     shell:
-        "bertvision search-best --workers {input} --out {output} > {log} 2>&1"
+        "bertvision search-best --worker-records {input} --out {output} > {log} 2>&1"

@@ -30,7 +30,7 @@ rule finetune_mixture:
         runtime=request(REQUESTS.mixture, "runtime"),
         micro_batches=micro_batches,
     shell:
-        "{params.bertvision} finetune-mixture --encoder {wildcards.encoder} --model {wildcards.model} "
+        "{params.bertvision} finetune-mixture --encoder-name {wildcards.encoder} --model-name {wildcards.model} "
         "--settings {params.settings:q} --compute {params.compute:q} --tokens-dirs {params.tokens_dirs} "
         "--out-dir {params.out_dir} --seed {wildcards.ftseed} --micro-batches {resources.micro_batches} "
         "--threads {threads} > {log} 2>&1"
@@ -112,7 +112,7 @@ rule head_transfer:
         mem_mb=request(REQUESTS.heads, "mem_mb", runs=applies_heads, training=False),
         runtime=request(REQUESTS.heads, "runtime", runs=applies_heads, training=False),
     shell:
-        "bertvision head-transfer --source-task {wildcards.encoder} --task {wildcards.task} --head-dir {input.heads} "
+        "bertvision head-transfer --source {wildcards.encoder} --target {wildcards.task} --head-dir {input.heads} "
         "--heads {params.heads} --manifest {input.manifest} --raw-dir {input.raw} --settings {params.settings:q} "
         "--runtime {params.runtime:q} --out {output} --threads {threads} > {log} 2>&1"
 
@@ -139,7 +139,7 @@ rule cross_task:
         L.benchmark("cross_task")
     shell:
         "bertvision cross-task --encoders {params.encoders:q} --models {params.models} --ft-seeds {params.ft_seeds} "
-        "--heads {params.heads:q} --epochs {params.epochs:q} --transfer {input.transfer} "
+        "--heads {params.heads:q} --epochs {params.epochs:q} --transfer-files {input.transfer} "
         "--out-dir {params.out_dir} --plot {output.plot} > {log} 2>&1"
 
 

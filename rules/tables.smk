@@ -33,7 +33,7 @@ rule tables:
         L.benchmark("tables")
     shell:
         "bertvision tables --bert-metrics {params.bert} --baseline-metrics {input.baselines} --head-dirs {params.head_dirs} --manifests {params.manifests} "
-        "--peer-metrics {input.peers} --peers {params.peer_methods:q} --search-workers {params.search_workers} --race-decisions {params.race} --runs {params.runs:q} --shards {params.shards} --heads {params.heads} --out-dir {params.out_dir} "
+        "--peer-metrics {input.peers} --peers {params.peer_methods:q} --search-workers {params.search_workers} --race-decisions {params.race} --runs {params.runs:q} --n-shards {params.shards} --head-order {params.heads} --out-dir {params.out_dir} "
         "> {log} 2>&1"
 
 
@@ -57,6 +57,6 @@ rule experiment_tables:
     benchmark:
         L.benchmark("experiment_tables")
     shell:
-        "bertvision experiment-tables --search {params.search} --subset-dirs {input.subsets} --head-dirs {input.heads} "
-        "--bert-metrics {params.bert} --transfer {input.transfer} --curves {input.curves} --out-dir {params.out_dir} "
+        "bertvision experiment-tables --best-files {params.search} --subset-dirs {input.subsets} --head-dirs {input.heads} "
+        "--bert-metrics {params.bert} --transfer-files {input.transfer} --curve-files {input.curves} --out-dir {params.out_dir} "
         "> {log} 2>&1"

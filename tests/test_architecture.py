@@ -104,8 +104,9 @@ def test_no_circle_between_rooms():
 
 
 def test_every_command_calls_a_stage_with_the_parameters_its_flags_name():
-    """Each command's stage imports, and every flag fills a parameter the stage (or the command's
-    adapter) takes: a renamed stage parameter fails here, not in a workflow job."""
+    """Each command's stage imports, and every flag ``--a-name`` fills the parameter ``a_name`` of
+    the stage (or of the command's adapter): a renamed stage parameter fails here, not in a
+    workflow job."""
     import inspect
 
     from bertvision.commands.main import COMMANDS
@@ -113,7 +114,7 @@ def test_every_command_calls_a_stage_with_the_parameters_its_flags_name():
     for command in COMMANDS:
         parameters = inspect.signature(command.function()).parameters
         takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
-        named = {arg.param or name for name, arg in command.arguments().items()}
+        named = set(command.arguments())
         if command.adapt is None and not takes_any:
             assert named <= set(parameters), (command.name, named - set(parameters))
         required = {

@@ -170,7 +170,7 @@ def test_the_plots_command_writes_the_training_loss_plot(tmp_path):
     ).to_csv(glue, index=False)  # fmt: skip
     (tmp_path / "squad.csv").write_text("")
     out_dir = tmp_path / "plots"
-    argv = ["plots", "--tables", str(glue), str(tmp_path / "squad.csv"), "--head-dirs", str(heads_dir)]
+    argv = ["plots", "--result-csvs", str(glue), str(tmp_path / "squad.csv"), "--head-dirs", str(heads_dir)]
     argv += ["--baseline-metrics", str(baseline), "--tasks", "sst2", "--out-dir", str(out_dir)]
     assert main(argv) == 0
     png = out_dir / "training-loss.png"

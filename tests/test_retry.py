@@ -86,7 +86,7 @@ def finetune_args(root, settings, out):
         "finetune",
         "--task",
         "mrpc",
-        "--model",
+        "--model-name",
         "tiny",
         "--settings",
         settings.to_json(),
@@ -125,9 +125,9 @@ def test_out_of_memory_fails_clearly_and_micro_batches_give_the_same_model(prepa
     assert (whole[f"bert.{name}"] - changed[name]).abs().max() > 1e-4  # training moved the weights
     assert max(float((whole[k] - split[k]).abs().max()) for k in whole) < 1e-4
     for d in ("whole", "split"):  # BERT's head scored by its own pass (streamed states)
-        bertvision("score-bert", "--task", "mrpc", "--settings", settings.to_json(), "--compute", CPU, "--checkpoint",
-                   str(root / d / "ckpt-1"), "--tokens-dir", str(root / "tokens"), "--raw-dir", str(root / "raw"),
-                   "--threads", "1")  # fmt: skip
+        bertvision("score-bert", "--task", "mrpc", "--settings", settings.to_json(), "--compute", CPU,
+                   "--checkpoint-dir", str(root / d / "ckpt-1"), "--tokens-dir", str(root / "tokens"),
+                   "--raw-dir", str(root / "raw"), "--threads", "1")  # fmt: skip
     metrics = [json.loads((root / d / "ckpt-1/eval_metrics.json").read_text())["metrics"] for d in ("whole", "split")]
     assert metrics[0]["dev"] == pytest.approx(metrics[1]["dev"], abs=1e-6)
 
@@ -141,13 +141,13 @@ def test_extraction_retries_with_smaller_batches(prepared):
         "extract",
         "--task",
         "mrpc",
-        "--checkpoint",
+        "--checkpoint-dir",
         str(root / "whole/ckpt-1"),
         "--tokens-dir",
         str(root / "tokens"),
         "--shard",
         "0",
-        "--shards",
+        "--n-shards",
         "1",
         "--threads",
         "1",

@@ -43,7 +43,7 @@ def worker_command(manifest, storage, worker, out, search=SEARCH):
         "search-worker",
         "--task",
         "sst2",
-        "--study",
+        "--keys",
         json.dumps(STUDY),
         "--head",
         HeadSettings(spec=ADAPTER, training=SETTINGS).to_json(),

@@ -130,7 +130,7 @@ def server(bundle):
     settings = ServeSettings(
         max_batch_size=64,
         max_wait_ms=100,
-        max_texts_per_request=MAX_TEXTS,
+        max_texts=MAX_TEXTS,
         max_body_bytes=MAX_BODY,
         max_text_chars=MAX_CHARS,
         device="cpu",
@@ -1128,7 +1128,7 @@ def test_a_head_plus_bert_ensemble_is_served_as_it_was_evaluated(run, tiny_bert,
     want = ensemble_examples(
         np.stack(expected.loc[rows["idx"], "outputs"]), np.stack(bert.loc[rows["idx"]]), "mean", "classification"
     )
-    settings = ServeSettings(max_texts_per_request=64, device="cpu")
+    settings = ServeSettings(max_texts=64, device="cpu")
     with Server(create_app(out, settings)) as running:
         client = httpx.Client(base_url=running.url, timeout=60)
         texts = [[a, b] for a, b in zip(rows["sentence1"], rows["sentence2"])]
@@ -1172,7 +1172,7 @@ def picked_ensemble(run, own, tiny_bert, out, task: str, fraction: float = 1.0):
 def served_questions(bundle_dir, task: str, rows: pd.DataFrame) -> list[dict]:
     from bertvision.serving.app import ServeSettings, create_app
 
-    settings = ServeSettings(max_texts_per_request=64, device="cpu")
+    settings = ServeSettings(max_texts=64, device="cpu")
     with Server(create_app(bundle_dir, settings)) as running:
         client = httpx.Client(base_url=running.url, timeout=60)
         qa = [{"question": q, "context": c} for q, c in zip(rows["question"], rows["context"])]

@@ -48,20 +48,17 @@ def feature_source_arg(text: str):
 
 @dataclass(frozen=True)
 class Arg:
-    """One flag: ``help``; ``param``, the stage parameter it fills (default: the flag's name);
-    argparse's ``type``, ``nargs``, ``choices`` and ``metavar``; ``flag``, where it is not
-    ``--name``. An optional flag left out passes nothing, so that the stage's own default holds,
-    unless it has a ``default`` (shown in --help)."""
+    """One flag, ``--name`` for the stage parameter ``name`` it fills: ``help``; argparse's ``type``,
+    ``nargs``, ``choices`` and ``metavar``. An optional flag left out passes nothing, so that the
+    stage's own default holds, unless it has a ``default`` (shown in --help)."""
 
     help: str = ""
-    param: str | None = None
     type: Callable = str
     nargs: str | None = None
     required: bool = True
     default: Any = None
     metavar: str | None = None
     choices: tuple | None = None
-    flag: str | None = None
     positional: bool = False
 
     def but(self, **changes) -> Arg:
@@ -81,8 +78,9 @@ class Arg:
                 help = f"{help} (default %(default)s)".lstrip()
         parser.add_argument(self.flag_name(name), dest=name, help=help, **kwargs)
 
-    def flag_name(self, name: str) -> str:
-        return self.flag or "--" + name.replace("_", "-")
+    @staticmethod
+    def flag_name(name: str) -> str:
+        return "--" + name.replace("_", "-")
 
     def value(self, given: Any, flag: str) -> Any:
         return given
@@ -211,7 +209,7 @@ class Command:
 
     def run(self, namespace: argparse.Namespace) -> Any:
         values = {
-            arg.param or name: arg.value(getattr(namespace, name), arg.flag_name(name))
+            name: arg.value(getattr(namespace, name), arg.flag_name(name))
             for name, arg in self.arguments().items()
             if arg.required or getattr(namespace, name) is not None
         }

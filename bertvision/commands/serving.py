@@ -11,12 +11,12 @@ from bertvision.serving.settings import ServeSettings
 
 # serve's flags that set a ServeSettings field (ServeSettings owns their defaults; --device too)
 SERVE_FLAGS = {
-    "max_batch_size": ("--max-batch-size", "inputs per encoder pass"),
-    "max_wait_ms": ("--max-wait-ms", "how long a batch waits to fill"),
-    "max_texts_per_request": ("--max-texts", "inputs per request"),
-    "max_body_bytes": ("--max-body-bytes", "request body size"),
-    "max_text_chars": ("--max-text-chars", "characters per text, question or context"),
-    "max_queued": ("--max-queued", "requests waiting per encoder; more get 503"),
+    "max_batch_size": "inputs per encoder pass",
+    "max_wait_ms": "how long a batch waits to fill",
+    "max_texts": "inputs per request",
+    "max_body_bytes": "request body size",
+    "max_text_chars": "characters per text, question or context",
+    "max_queued": "requests waiting per encoder; more get 503",
 }
 
 
@@ -36,8 +36,7 @@ def serve_args() -> dict[str, Arg]:
     """serve's flags; ServeSettings, read when the parser is built, owns their defaults."""
     default = ServeSettings()
     option = lambda help, value, **kw: Arg(help, type=type(value), required=False, default=value, **kw)  # noqa: E731
-    limits = {key: option(what, getattr(default, key), flag=flag, metavar=flag[2:].upper().replace("-", "_"))
-              for key, (flag, what) in SERVE_FLAGS.items()}  # fmt: skip
+    limits = {key: option(what, getattr(default, key)) for key, what in SERVE_FLAGS.items()}
     return dict(
         bundles=Arg("bundle directories (bertvision bundle), or sets of them (bertvision serve-bundles: "
                     "bundles/MODEL/picked), each task in one; requests are routed by task", type=Path, nargs="+",

@@ -49,27 +49,25 @@ def shard_summary(path: Path, root: Path) -> dict:
     }
 
 
-def write_manifest(shard_dirs: list[Path], manifest_path: Path, splits: list[str]) -> dict:
+def write_manifest(shard_dirs: list[Path], out: Path, splits: list[str]) -> dict:
     """Check that, for every split, the shards tile it exactly; then record them."""
-    root = Path(manifest_path).parent
+    root = Path(out).parent
     per_split, source, layers, hidden, reads = {}, None, None, None, set(READS)
     for split in splits:
         shards = sorted((shard_summary(shard_file(d, split), root) for d in shard_dirs), key=lambda s: s["rows"][0])
         expected = 0
         for s in shards:
             if s["rows"][0] != expected:
-                raise FeatureError(f"{manifest_path}: {s['file']} starts at row {s['rows'][0]}, expected {expected}")
+                raise FeatureError(f"{out}: {s['file']} starts at row {s['rows'][0]}, expected {expected}")
             expected = s["rows"][1]
             reads &= set(s["reads"])
             if layers is None:
                 layers, hidden, source = s["shape"][1], s["shape"][2], s["attrs"]
             if s["shape"][1:] != [layers, hidden]:
-                raise FeatureError(
-                    f"{manifest_path}: {s['file']} has shape {s['shape']}, expected (n, {layers}, {hidden})"
-                )
+                raise FeatureError(f"{out}: {s['file']} has shape {s['shape']}, expected (n, {layers}, {hidden})")
         n_total = int(shards[0]["attrs"]["split_rows"])
         if expected != n_total:
-            raise FeatureError(f"{manifest_path}: {split} shards cover {expected} rows, the split has {n_total}")
+            raise FeatureError(f"{out}: {split} shards cover {expected} rows, the split has {n_total}")
         per_split[split] = {
             "n_examples": n_total,
             "shards": [{k: s[k] for k in ("file", "rows", "bytes", "sha256")} for s in shards],
@@ -93,7 +91,7 @@ def write_manifest(shard_dirs: list[Path], manifest_path: Path, splits: list[str
         "device": source.get("device"),
         "splits": per_split,
     }
-    atomic_write_json(manifest, manifest_path)
+    atomic_write_json(manifest, out)
     return manifest
 
 

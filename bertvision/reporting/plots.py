@@ -233,17 +233,17 @@ def training_loss(
 
 
 def build_plots(
-    summary_csvs: list[Path],
+    result_csvs: list[Path],
     head_metrics: list[Path],
     tasks: list[str],
     out_dir: Path,
-    verdict_csv: Path | None = None,
+    summary_csv: Path | None = None,
     baseline_metrics: list[Path] = (),
     methods_csv: Path | None = None,
 ) -> None:
-    summary = pd.concat([pd.read_csv(p) for p in summary_csvs if Path(p).stat().st_size], ignore_index=True)
-    if verdict_csv is not None:
-        score_vs_seconds(verdict_csv, Path(plot("score-vs-seconds", out_dir)))
+    summary = pd.concat([pd.read_csv(p) for p in result_csvs if Path(p).stat().st_size], ignore_index=True)
+    if summary_csv is not None:
+        score_vs_seconds(summary_csv, Path(plot("score-vs-seconds", out_dir)))
     if methods_csv is not None:
         methods_cost_score(methods_csv, Path(plot("methods-cost-score", out_dir)))
     for task in tasks:
@@ -360,7 +360,7 @@ def methods_cost_score(methods_csv: Path, path: Path) -> None:
     _save(fig, path)
 
 
-def data_fraction_curves(table_csv: Path, path: Path) -> None:
+def data_fraction_curves(table_csv: Path, out: Path) -> None:
     """Score vs share of training data, one panel per (task, checkpoint); BERT (all the data,
     same checkpoint) as a dashed line."""
     table = pd.read_csv(table_csv, dtype={"checkpoint": str}) if Path(table_csv).stat().st_size else pd.DataFrame()
@@ -385,7 +385,7 @@ def data_fraction_curves(table_csv: Path, path: Path) -> None:
         ax.legend(fontsize=8)
     if not panels:
         _say_empty(axes[0], "no data-fraction experiment configured")
-    _save(fig, path)
+    _save(fig, out)
 
 
 def _first_epoch_stretched(ax, points: list[float]) -> bool:
@@ -418,7 +418,7 @@ def _first_epoch_stretched(ax, points: list[float]) -> bool:
     return stretched
 
 
-def bert_curve_plot(table_csv: Path, path: Path) -> None:
+def bert_curve_plot(table_csv: Path, out: Path) -> None:
     """BERT's fine-tuning curve: per backbone and task, the primary metric on dev and on the
     selection split against the epochs trained (± std over seeds)."""
     table = pd.read_csv(table_csv) if Path(table_csv).stat().st_size else pd.DataFrame()
@@ -442,4 +442,4 @@ def bert_curve_plot(table_csv: Path, path: Path) -> None:
         _label_panel(ax, table, task, backbone, xlabel, block["metric"].iloc[0], 8)
     if not blocks:
         _say_empty(axes[0], "no BERT fine-tuning curve configured\n(experiments.bert_curve.tasks)")
-    _save(fig, path)
+    _save(fig, out)

@@ -120,9 +120,9 @@ def check_sizes(body: PredictRequest, settings: ServeSettings) -> None:
     if not texts and not qa:
         raise RequestError("texts", "no inputs: give texts (classification / regression) or qa (question tasks)")
     n = len(texts or []) + len(qa or [])
-    if n > settings.max_texts_per_request:
+    if n > settings.max_texts:
         raise RequestError(
-            "texts" if texts else "qa", f"{n} inputs, at most {settings.max_texts_per_request} per request", status=413
+            "texts" if texts else "qa", f"{n} inputs, at most {settings.max_texts} per request", status=413
         )
     for field, text in strings(body):
         if len(text) > settings.max_text_chars:

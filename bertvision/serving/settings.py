@@ -17,7 +17,7 @@ from bertvision.errors import SettingsError
 class ServeSettings:
     max_batch_size: int = 32  # inputs (texts + questions) per model call
     max_wait_ms: float = 5.0  # how long the first request of a batch waits for company
-    max_texts_per_request: int = 64
+    max_texts: int = 64
     max_body_bytes: int = 1_000_000
     max_text_chars: int = 20_000  # per text, question or context
     max_windows: int = 64  # span tasks: context windows per question

@@ -32,7 +32,7 @@ def build_cross_task(
     heads: dict[str, list[str]],
     epochs: dict[str, float],
     transfer_files: list[Path],
-    tables_dir: Path,
+    out_dir: Path,
     plot: Path,
 ) -> pd.DataFrame:
     """``encoders``: the shared encoders as records; ``heads``: task -> the head names trained on
@@ -45,8 +45,8 @@ def build_cross_task(
         ignore_index=True,
     )
     frame = cross_task_table(runs)
-    write_csv(frame, table(TABLE_NAME, "csv", tables_dir))
-    write_text(cross_task_markdown(frame), table(TABLE_NAME, "md", tables_dir))
+    write_csv(frame, table(TABLE_NAME, "csv", out_dir))
+    write_text(cross_task_markdown(frame), table(TABLE_NAME, "md", out_dir))
     with atomic_path(Path(plot)) as tmp:
         cross_task_heatmap(frame, tmp)
     return frame

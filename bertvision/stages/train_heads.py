@@ -43,9 +43,9 @@ def train_heads(
     task: TaskSpec,
     heads: dict[str, HeadSettings],
     runtime: HeadRuntimeSettings,
-    source: Path | StreamSource,
+    manifest: Path | StreamSource,
     seeds: list[int],
-    out_root: Path,
+    out_dir: Path,
     threads: int | None = None,
     raw_dir: Path | None = None,
     bert_logits: Path | None = None,
@@ -54,8 +54,8 @@ def train_heads(
     race: RaceSettings | None = None,
     survivors_from: Path | None = None,
 ) -> None:
-    """Write a run directory (weights, eval predictions, metrics) under ``out_root`` for every
-    head (name -> its spec and final training settings) and seed. ``source``: the checkpoint's
+    """Write a run directory (weights, eval predictions, metrics) under ``out_dir`` for every
+    head (name -> its spec and final training settings) and seed. ``manifest``: the checkpoint's
     feature manifest, or (``store: false``) a StreamSource whose frozen encoder computes the
     states here; ``raw_dir``: the task's
     canonical splits (span tasks decode answers from their contexts); ``bert_logits``: BERT's
@@ -78,7 +78,7 @@ def train_heads(
     t_start = time.perf_counter()
     searched = searched or {}
     set_threads(threads)
-    problems = Problems(task, source, runtime, HeadSettings.memory_mb(heads.values()), raw_dir, train_fraction)
+    problems = Problems(task, manifest, runtime, HeadSettings.memory_mb(heads.values()), raw_dir, train_fraction)
     bert = load_logits(bert_logits) if bert_logits else None
     spent_before = problems.encoder.spent() if problems.streamed else None
     plans = []
@@ -125,7 +125,7 @@ def train_heads(
         f["record"]["runs_together"] = len(finished)
         if spent is not None:
             f["record"]["stream"] = {**spent, "shared_seconds_each": shared, "runs_per_pass": len(finished)}
-        _write(task, f, out_root)
+        _write(task, f, out_dir)
 
 
 def _lockstep_groups(plans: list[Plan], problems: Problems, first_seed: int, task: TaskSpec) -> list[tuple]:
@@ -200,9 +200,9 @@ def _evaluated(task: TaskSpec, group: list[Plan], lockstep: Lockstep, problems: 
     return finished
 
 
-def _write(task: TaskSpec, finished: dict, out_root: Path) -> None:
+def _write(task: TaskSpec, finished: dict, out_dir: Path) -> None:
     record = finished["record"]
-    out = head_run_dir(out_root, record["head"], record["seed"])
+    out = head_run_dir(out_dir, record["head"], record["seed"])
     save_head(finished["head"], record["head"], record["head_spec"], out)
     atomic_write_parquet(finished["predictions"], out / HEAD_PREDICTIONS)
     atomic_write_json(record, out / HEAD_METRICS)
