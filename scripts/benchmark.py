@@ -33,6 +33,7 @@ from bertvision.config.settings import ExtractCompute, ExtractSettings
 from bertvision.config.workflow import WorkflowSettings, load_workflow_config
 from bertvision.data.tokenized import TokenizedSplit, bucketed_batches, collate, padding_ratio
 from bertvision.features.encode import cls_states, frozen_encoder, plain_forward
+from bertvision.features.extractors import iter_blocks
 from bertvision.features.source import StreamSource
 from bertvision.features.store import FeatureSet, write_manifest
 from bertvision.layout import head_metrics_files, split_file
@@ -41,7 +42,7 @@ from bertvision.registry.task_spec import splits_of
 from bertvision.registry.tasks import get_task
 from bertvision.runtime.device import pick_device, set_threads, to_device
 from bertvision.stages.download import download_task
-from bertvision.stages.extract import extract_shard, iter_blocks
+from bertvision.stages.extract import extract_shard
 from bertvision.stages.tokenize import tokenize_task
 from bertvision.stages.train_heads import train_heads
 
