@@ -14,6 +14,7 @@
 #             but torch finds no device and runs on CPU.
 #   daemons   munged, MariaDB, slurmdbd, slurmctld, slurmd as plain background processes
 #             (no systemd here; apt's service starts are refused by policy-rc.d)
+#   stale     jobs a restarted controller recovers from a cluster that died are cancelled
 #   checks    waits until `sinfo` shows the node idle, then runs a one-GPU smoke job and waits
 #             until `sacct` reports it with gres/gpu in its requested TRES
 #
@@ -224,9 +225,20 @@ for d in slurmctld slurmd; do
         wait_for 20 "$d to stop" sh -c "! kill -0 \$(cat /run/$d.pid)"
     fi
 done
-alive /run/slurmctld.pid || /usr/sbin/slurmctld
+started_controller=0
+alive /run/slurmctld.pid || { /usr/sbin/slurmctld; started_controller=1; }
 wait_for 30 slurmctld scontrol ping
 alive /run/slurmd.pid || /usr/sbin/slurmd
+# A controller started here recovers its queue from StateSaveLocation. Jobs in it belong to a
+# cluster that died with them (a machine cut off mid-run): their processes are gone, yet they
+# stay RUNNING and hold the node, and the smoke job below would wait behind them forever.
+if [ $started_controller = 1 ]; then
+    stale=$(squeue -h -o %A | tr '\n' ' ')
+    if [ -n "${stale// /}" ]; then
+        scancel $stale
+        say "cancelled jobs left in the queue by a cluster that died: $stale"
+    fi
+fi
 
 node_idle() {
     local state
