@@ -200,7 +200,7 @@ def split_file(split_dir: Path, split: str) -> Path:
 
 
 def texts_file(tokens_dir: Path, split: str) -> Path:
-    """A pair task's distinct texts of one split, each tokenized alone (``tasks.<task>.pair: apart``);
+    """A pair task's distinct texts of one split, each tokenized alone (for the heads with ``pair: apart``);
     the split's rows name theirs in columns ``text_a`` and ``text_b``."""
     return Path(tokens_dir) / f"{split}-texts.parquet"
 

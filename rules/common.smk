@@ -140,7 +140,7 @@ def per_task(files, by_model=False):
 def bundle_task_settings(model, tasks):
     """What a bundle records of each task's tokenization (``serving.settings.BundleTaskSettings``)."""
     return as_json(
-        {t: {"max_length": S.max_length(t), "doc_stride": S.tokenize(model, t).doc_stride, "pair": S.pair(t)} for t in tasks}
+        {t: {"max_length": S.max_length(t), "doc_stride": S.tokenize(model, t).doc_stride} for t in tasks}
     )
 
 

@@ -38,6 +38,7 @@ from bertvision.features.source import StreamSource
 from bertvision.features.store import FeatureSet, write_manifest
 from bertvision.layout import head_metrics_files, split_file
 from bertvision.models.backbone import resolve_pretrained
+from bertvision.registry.heads import head_pair
 from bertvision.registry.task_spec import splits_of
 from bertvision.registry.tasks import get_task
 from bertvision.runtime.device import pick_device, set_threads, to_device
@@ -47,6 +48,12 @@ from bertvision.stages.tokenize import tokenize_task
 from bertvision.stages.train_heads import train_heads
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def joint_heads(s, task: str) -> dict:
+    """The task's heads that read a pair as one sequence: streamed states are never apart, so the
+    side-by-side trains these (a head reading a pair apart would need its own extraction)."""
+    return {n: h for n, h in s.head_settings(task).items() if head_pair(h.spec) == "joint"}
 
 
 def plain_forward_seconds(
@@ -154,7 +161,7 @@ def storage_comparison(
     t0 = time.perf_counter()
     train_heads(
         task,
-        s.head_settings(args.task),
+        joint_heads(s, args.task),
         s.head_runtime(),
         source,
         s.head_seeds,
@@ -282,7 +289,7 @@ def main() -> None:
         t0 = time.perf_counter()
         train_heads(
             task,
-            s.head_settings(args.task),
+            joint_heads(s, args.task),
             s.head_runtime(),
             feat / "manifest.json",
             s.head_seeds,
@@ -338,7 +345,7 @@ def main() -> None:
         f"feature bytes per {'window' if task.kind == 'span' else 'example'}: {on_disk / n_rows:,.0f}"
     )
     print(
-        f"\nstored vs streamed head training ({len(s.task_heads(args.task))} heads x {len(s.head_seeds)} seeds, "
+        f"\nstored vs streamed head training ({len(joint_heads(s, args.task))} heads x {len(s.head_seeds)} seeds, "
         f"all splits; {task.primary_metric} is the dev mean over the runs)"
     )
     print(

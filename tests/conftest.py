@@ -108,7 +108,13 @@ def tiny_config(tiny_bert: Path) -> dict:
         },
         "tasks": {
             # every token's states, so mrpc also trains the token-level head (stsb leaves it out)
-            "mrpc": {"train_size": 50, "eval_size": 30, "token_features": True, "peers": ["embedding", "lora"]},
+            "mrpc": {
+                "train_size": 50,
+                "eval_size": 30,
+                "token_features": True,
+                "peers": ["embedding", "lora"],
+                "heads": ["lp", "adapter8", "tokpool", "ladder"],
+            },
             # states streamed into its head jobs (store: false): search, data fraction and
             # transfer run on them too
             "stsb": {
@@ -122,13 +128,14 @@ def tiny_config(tiny_bert: Path) -> dict:
             # the same questions' answerability, from each window's [CLS] states
             "squad2-answerable": squad_slice(30, 20, 30, max_length=128, doc_stride=64, peers=["bitfit"]),
             # RTE and WNLI share their labels: RTE's heads answer WNLI as they are (head_transfer);
-            # their pairs encoded apart (each text alone), on every encoder, shared ones included
-            "rte": {"train_size": 40, "eval_size": 30, "peers": [], "pair": "apart"},
-            "wnli": {"train_size": 40, "eval_size": 30, "peers": [], "pair": "apart"},
+            # heads of their pairs as one sequence and encoded apart (each text alone), on every
+            # encoder, shared ones included
+            "rte": {"train_size": 40, "eval_size": 30, "peers": [], "heads": ["lp", "adapter8", "lp-apart", "cos"]},
+            "wnli": {"train_size": 40, "eval_size": 30, "peers": [], "heads": ["lp", "adapter8", "lp-apart", "cos"]},
         },
         "shared": {
             "tasks": ["rte", "wnli", "squad2"],
-            "heads": ["lp"],
+            "heads": ["lp", "lp-apart"],
             "mixtures": {"mix": {"tasks": ["rte", "squad2"], "epochs": 1}},
         },
         "finetune": {"epoch_fractions": [0, 1.0], "settings": {"batch_size": 8}},
@@ -162,7 +169,8 @@ def tiny_config(tiny_bert: Path) -> dict:
                 "adapter8": {"type": "adapter", "width": 8, "skip": True},
                 "tokpool": {"type": "token-pool"},
                 "ladder": {"type": "ladder", "reduction": 4, "attention_heads": 2, "blocks": 1, "init": "encoder"},
-                # the pairs encoded apart only (rte, wnli)
+                # pairs encoded apart (rte, wnli list them; bands, a pair of its own, takes every head)
+                "lp-apart": {"type": "lp", "pair": "apart"},
                 "cos": {"type": "cosine", "reads": "mean"},
             },
         },

@@ -197,6 +197,7 @@ def test_the_config_accepts_the_heads_and_rejects_unknown_options():
         "adapter_width": 0,
         "dropout": 0.0,
         "reads": "cls",
+        "pair": "joint",
     }
     assert models["cnn-lp"] == {
         "type": "cnn",
@@ -207,6 +208,7 @@ def test_the_config_accepts_the_heads_and_rejects_unknown_options():
         "adapter_width": 0,
         "dropout": 0.1,
         "reads": "cls",
+        "pair": "joint",
     }
     bad = [
         ({"type": "cnn", "kernal": 5}, r"heads.models.x: Additional properties are not allowed \('kernal' was"),

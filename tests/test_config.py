@@ -64,6 +64,7 @@ def test_defaults_are_filled_from_the_schema():
         "skip": False,
         "dropout": 0.0,
         "reads": "cls",
+        "pair": "joint",
     }
 
 
@@ -92,7 +93,7 @@ def test_head_settings_merge_the_task_and_the_head_layers_once():
     assert (own.learning_rate, own.patience, own.max_epochs, own.batch_size) == (5e-3, 2, 3, 32)
     assert (sst2["short"].training.learning_rate, sst2["short"].training.patience) == (5e-3, 5)
     assert sst2["lp"].training == settings.head_training("sst2")
-    assert mrpc["short"].spec == {"type": "lp", "dropout": 0.0, "reads": "cls"}
+    assert mrpc["short"].spec == {"type": "lp", "dropout": 0.0, "reads": "cls", "pair": "joint"}
     assert list(settings.head_settings("mrpc", ["short"])) == ["short"]
 
 
@@ -340,7 +341,7 @@ def test_run_tasks_runs_a_share_of_the_tasks_with_their_settings():
     every = WorkflowSettings(validate_config(copy.deepcopy(base)))
     one = WorkflowSettings(validate_config({**copy.deepcopy(base), "run_tasks": ["mrpc"]}))
     assert every.tasks == ["cola", "mrpc", "stsb", "rte"] and one.tasks == ["mrpc"]
-    assert one.config["tasks"]["mrpc"] == every.config["tasks"]["mrpc"] == {"token_features": True, "pair": "joint"}
+    assert one.config["tasks"]["mrpc"] == every.config["tasks"]["mrpc"] == {"token_features": True}
     assert one.head_settings("mrpc") == every.head_settings("mrpc") and one.head_seeds == every.head_seeds
     assert one.transfer_tasks() == ["mrpc"] and one.bert_curve_tasks() == [] and one.shared_tasks == ["mrpc"]
     assert [r.task for r in one.runs()] == ["mrpc"] * len(one.runs())

@@ -115,7 +115,7 @@ def test_a_new_task_and_a_new_head_run_through_the_whole_workflow(tmp_path, tiny
     assert {"BERT", "lp", "max"} <= set(glue["model"]) and set(glue["epoch_fraction"]) == {0.0, 1.0}
     record = json.loads((workdir / "heads/tiny/sst2b/ft1/ckpt-1/max/seed1/metrics.json").read_text())
     # defaults from the registry, and what every per-example head reads by default
-    assert record["head_spec"] == {"type": "layer-max", "dropout": 0.0, "scale": 0.5, "reads": "cls"}
+    assert record["head_spec"] == {"type": "layer-max", "dropout": 0.0, "scale": 0.5, "reads": "cls", "pair": "joint"}
     assert record["parameters"] == 32 * 2 + 2
     raw = pd.read_parquet(workdir / "data/raw/sst2b/dev.parquet")
     assert len(raw) == 40 and list(raw.columns) == ["idx", "sentence", "label"]

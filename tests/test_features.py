@@ -36,11 +36,11 @@ def write_split(root: Path, split: str, data: np.ndarray, labels: np.ndarray, n_
             root / f"shard-{shard}-of-{n_shards}" / f"{split}.h5",
             end - start,
             data.shape[1],
-            data.shape[2],
+            {"cls": data.shape[2]},
             "int64",
             attrs,
         ) as w:
-            w.write_block(0, data[start:end], labels[start:end], np.arange(start, end) + 100)
+            w.write_block(0, {"cls": data[start:end]}, labels[start:end], np.arange(start, end) + 100)
 
 
 @pytest.fixture
@@ -127,8 +127,8 @@ def test_missing_manifest_is_a_clear_error(tmp_path):
 def test_failed_writer_leaves_no_file(tmp_path):
     target = tmp_path / "x.h5"
     with pytest.raises(RuntimeError):
-        with ShardWriter(target, 4, 2, 3, "int64", {**ATTRS, "split": "train"}) as w:
-            w.write_block(0, np.zeros((2, 2, 3)), np.zeros(2), np.zeros(2))
+        with ShardWriter(target, 4, 2, {"cls": 3}, "int64", {**ATTRS, "split": "train"}) as w:
+            w.write_block(0, {"cls": np.zeros((2, 2, 3))}, np.zeros(2), np.zeros(2))
             raise RuntimeError("boom")
     assert list(tmp_path.iterdir()) == []
 

@@ -39,13 +39,12 @@ def config(tiny_bert: Path, glue_dir: Path, squad_dir: Path) -> dict:
                 "token_features": True,
                 "heads": ["lp", "adapter8", "tokpool", "ladder"],
             },
-            # each text encoded alone: heads on [CLS] and on the mean states, and the cosine
+            # the pair as one sequence and each text encoded alone: selection chooses among the forms
             "stsb": {
                 "train_size": 60,
                 "eval_size": 40,
                 "peers": ["embedding", "cosine"],
-                "pair": "apart",
-                "heads": ["lp", "lp-mean", "cos"],
+                "heads": ["lp", "lp-mean-apart", "cos"],
             },
             "squad2": squad_slice(30, 20, 30, max_length=128, doc_stride=64, heads=["lp"], peers=[]),
             "squad2-answerable": squad_slice(30, 20, 30, max_length=128, doc_stride=64, heads=["lp"], peers=[]),
@@ -88,6 +87,7 @@ def config(tiny_bert: Path, glue_dir: Path, squad_dir: Path) -> dict:
                 "lp": {"type": "lp"},
                 "adapter8": {"type": "adapter", "width": 8},
                 "lp-mean": {"type": "lp", "reads": "mean"},
+                "lp-mean-apart": {"type": "lp", "reads": "mean", "pair": "apart"},
                 "cos": {"type": "cosine", "reads": "mean"},
                 "tokpool": {"type": "token-pool"},
                 "ladder": {"type": "ladder", "reduction": 4, "attention_heads": 2, "blocks": 1},

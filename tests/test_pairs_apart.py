@@ -1,9 +1,11 @@
-"""A pair task encoded apart (tasks.<task>.pair: apart): each distinct text tokenized and encoded
+"""A pair read apart (heads.models.<head>.pair: apart): each distinct text tokenized and encoded
 alone, once; per example and layer [u, v, |u-v|, u*v] of the two texts' states; the cosine head;
 the config's checks. Serving it is tested in test_serve.py (answers equal the pipeline's, each
 distinct text encoded once beside joint pairs)."""
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import pandas as pd
@@ -15,7 +17,7 @@ from bertvision.data.tokenized import TokenizedSplit
 from bertvision.errors import ConfigError
 from bertvision.features.store import FeatureSet, write_manifest
 from bertvision.layout import split_file, texts_file
-from bertvision.registry.heads import PAIR_PARTS, READS
+from bertvision.registry.heads import PAIR_PARTS, READS, states_name
 from bertvision.registry.task_spec import splits_of
 from bertvision.registry.tasks import get_task
 from tests.test_token_head import settings
@@ -46,7 +48,7 @@ def tokens_apart(tmp_path, tiny_bert):
     raw, tokens = tmp_path / "raw", tmp_path / "tokens"
     raw.mkdir()
     raw_pairs(raw)
-    settings = TokenizeSettings(backbone=str(tiny_bert), max_length=MAX_LENGTH, doc_stride=None, pair="apart")
+    settings = TokenizeSettings(backbone=str(tiny_bert), max_length=MAX_LENGTH, doc_stride=None)
     tokenize_task(get_task("stsb"), settings, raw, tokens)
     return raw, tokens
 
@@ -86,7 +88,7 @@ def test_the_states_of_a_pair_are_its_texts_encoded_alone(tokens_apart, tiny_ber
         "checkpoint": "0",
         "ft_seed": 1,
         "label_kind": "regression",
-        "pair": "apart",
+        "pair_forms": ["apart"],
     }
     dirs = [tmp_path / "features" / f"shard-{i}-of-2" for i in range(2)]
     stats = [
@@ -106,7 +108,7 @@ def test_the_states_of_a_pair_are_its_texts_encoded_alone(tokens_apart, tiny_ber
     ]
     manifest = write_manifest(dirs, tmp_path / "features" / "manifest.json", ["dev"])
     layers, hidden = manifest["layers"], manifest["hidden"]
-    assert manifest["pair"] == "apart" and manifest["reads"] == list(READS)
+    assert manifest["pair_forms"] == ["apart"] and manifest["reads"] == [states_name(r, "apart") for r in READS]
 
     df = pd.read_parquet(split_file(raw, "dev"))
     split = TokenizedSplit.read(split_file(tokens, "dev"))
@@ -122,9 +124,11 @@ def test_the_states_of_a_pair_are_its_texts_encoded_alone(tokens_apart, tiny_ber
             hidden_states = model(**batch, output_hidden_states=True).hidden_states
         return {k: v.to(torch.float16) for k, v in per_example_states(hidden_states, batch["attention_mask"]).items()}
 
+    assert hidden == model.config.hidden_size
     for reads in READS:
-        x, labels, idx = FeatureSet.open(tmp_path / "features" / "manifest.json", "dev").reading(reads).read_all()
-        assert x.shape == (len(df), layers, hidden) and hidden == len(PAIR_PARTS) * model.config.hidden_size
+        view = FeatureSet.open(tmp_path / "features" / "manifest.json", "dev").reading(states_name(reads, "apart"))
+        x, labels, idx = view.read_all()
+        assert x.shape == (len(df), layers, len(PAIR_PARTS) * hidden) and view.shape == x.shape[1:]
         for row, (first, second) in enumerate(zip(df["sentence1"], df["sentence2"])):
             want = pair_features(states_alone(first)[reads], states_alone(second)[reads]).to(torch.float16)
             np.testing.assert_allclose(x[row].astype(np.float32), want[0].float().numpy(), rtol=1e-2, atol=1e-2)
@@ -147,20 +151,27 @@ def test_the_cosine_head_is_the_cosine_of_the_two_sides_layer_mix():
         np.testing.assert_allclose(head(pair_features(u, v))[:, 0].numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
 
 
-def test_the_config_refuses_apart_where_a_pair_is_not_two_texts_or_not_stored():
-    models = {"lp": {"type": "lp"}, "cos": {"type": "cosine"}}
-    workflow = settings({"stsb": {"pair": "apart"}, "mrpc": None}, models=models)
-    assert set(workflow.task_heads("stsb")) == {"lp", "cos"} and set(workflow.task_heads("mrpc")) == {"lp"}
-    assert workflow.extract_attrs(workflow_run("stsb"))["pair"] == "apart"
-    assert "pair" not in workflow.extract_attrs(workflow_run("mrpc"))  # joint extractions keep their params
+def test_a_task_extracts_each_pair_form_its_heads_read_and_the_config_refuses_apart_where_it_cannot_be():
+    models = {"lp": {"type": "lp"}, "lp-apart": {"type": "lp", "pair": "apart"}, "cos": {"type": "cosine"}}
+    workflow = settings({"stsb": None, "mrpc": {"heads": ["lp"]}, "sst2": None}, models=models)
+    assert set(workflow.task_heads("stsb")) == {"lp", "lp-apart", "cos"} and set(workflow.task_heads("sst2")) == {"lp"}
+    assert workflow.pair_forms("stsb") == ("joint", "apart") and workflow.pair_forms("mrpc") == ("joint",)
+    assert workflow.extract_attrs(workflow_run("stsb"))["pair_forms"] == ["joint", "apart"]
+    assert "pair_forms" not in workflow.extract_attrs(workflow_run("mrpc"))  # joint extractions keep their params
+    only_apart = settings({"stsb": {"heads": ["cos"]}}, models=models)
+    assert only_apart.pair_forms("stsb") == ("apart",)
     for tasks, why in (
-        ({"sst2": {"pair": "apart"}}, "one text"),
-        ({"stsb": {"pair": "apart", "token_features": True}}, "token_features"),
-        ({"stsb": {"pair": "apart", "store": False}}, "store: false"),
-        ({"mrpc": {"heads": ["cos"]}}, r"tasks\.mrpc\.heads: \['cos'\] read a pair's two texts apart"),
+        ({"sst2": {"heads": ["lp-apart"]}}, r"tasks\.sst2\.heads: \['lp-apart'\] read a pair's two texts encoded"),
+        ({"stsb": {"heads": ["lp-apart"], "store": False}}, "store: false"),
+        ({"stsb": {"pair": "apart"}}, r"tasks\.stsb: 'pair' is no longer a key here: .*heads\.models\.<head>\.pair"),
     ):
         with pytest.raises(ConfigError, match=why):
             settings(tasks, models=models)
+    # beside every token's states too (the token-level heads')
+    with_tokens = settings({"stsb": {"token_features": True}}, models=models)
+    assert with_tokens.pair_forms("stsb") == ("joint", "apart") and "cos" in with_tokens.task_heads("stsb")
+    # unlisted, the apart heads skip a task where they cannot read apart
+    assert set(settings({"stsb": {"store": False}}, models=models).task_heads("stsb")) == {"lp"}
 
 
 def workflow_run(task: str):
@@ -196,8 +207,9 @@ def planted_similarity(root, layers: int = 3, side: int = 8):
             "row_end": n,
             "split_rows": n,
         }
-        with ShardWriter(root / "shard-0-of-1" / f"{split}.h5", n, layers, x.shape[-1], "float32", attrs) as w:
-            w.write_block(0, x, labels, np.arange(n))
+        path = root / "shard-0-of-1" / f"{split}.h5"
+        with ShardWriter(path, n, layers, {"apart-cls": x.shape[-1]}, "float32", attrs) as w:
+            w.write_block(0, {"apart-cls": x}, labels, np.arange(n))
     write_manifest([root / "shard-0-of-1"], root / "manifest.json", list(sizes))
     return root / "manifest.json"
 
@@ -218,7 +230,7 @@ def test_a_regression_heads_answers_are_on_the_labels_scale(tmp_path):
     from tests.test_train_head import SETTINGS as HEAD_SETTINGS
 
     manifest = planted_similarity(tmp_path / "features")
-    heads = {"cos": {"type": "cosine"}, "lp": {"type": "lp"}}
+    heads = {"cos": {"type": "cosine"}, "lp": {"type": "lp", "pair": "apart"}}
     training = HEAD_SETTINGS.replace(learning_rate=1e-3, max_epochs=5)
     train_heads(
         get_task("stsb"),
@@ -229,7 +241,7 @@ def test_a_regression_heads_answers_are_on_the_labels_scale(tmp_path):
         tmp_path / "heads",
         threads=1,
     )
-    dev_x, dev_y, _ = FeatureSet.open(manifest, "dev").read_all()
+    dev_x, dev_y, _ = FeatureSet.open(manifest, "dev").reading("apart-cls").read_all()
     for name in heads:
         run = tmp_path / "heads" / name / "seed1"
         predictions = pd.read_parquet(run / "eval_predictions.parquet")
@@ -243,3 +255,81 @@ def test_a_regression_heads_answers_are_on_the_labels_scale(tmp_path):
         with torch.inference_mode():
             served = head(torch.from_numpy(dev_x.astype(np.float32)))[:, 0].numpy()
         np.testing.assert_allclose(served, predictions["prediction"].to_numpy(), rtol=1e-5, atol=1e-5)
+
+
+def raw_equal_pairs(raw_dir, seed: int = 0) -> None:
+    """MRPC-shaped splits whose label is whether a pair's two texts are the same text: a signal
+    the pair encoded apart carries exactly (|u - v| = 0) and the joint sequence of a random
+    encoder hardly does. Texts are random words, so no pair is seen twice."""
+    rng = np.random.default_rng(seed)
+    words = "cat dog runs sat the a man woman guitar plays onion stocks fell sharply today bank river old new".split()
+    sizes = {"train": 160, "selection": 60, "dev": 60}
+    for split in splits_of(get_task("mrpc")):
+        n = sizes[split]
+        first = [" ".join(rng.choice(words, size=rng.integers(4, 9))) for _ in range(n)]
+        same = rng.integers(0, 2, size=n)
+        second = [a if s else " ".join(rng.choice(words, size=rng.integers(4, 9))) for a, s in zip(first, same)]
+        pd.DataFrame({"idx": np.arange(n), "sentence1": first, "sentence2": second, "label": same}).to_parquet(
+            split_file(raw_dir, split)
+        )
+
+
+def test_selection_picks_the_pair_form_that_carries_the_signal(tiny_bert, tmp_path):
+    """Both forms extracted in one shard (a head of each reads it), a head of each trained, and the
+    one ranking (the race's and the pick's) chooses on selection the head that reads the pair apart,
+    where only the apart form carries the label; dev agrees."""
+    from bertvision.config.settings import HeadRuntimeSettings
+    from bertvision.reporting.ranking import best, head_candidates
+    from bertvision.stages.extract import extract_shard
+    from bertvision.stages.tokenize import tokenize_task
+    from bertvision.stages.train_heads import train_heads
+    from tests.stages import with_training
+    from tests.test_train_head import SETTINGS as HEAD_SETTINGS
+
+    task = get_task("mrpc")
+    raw, tokens, shard = tmp_path / "raw", tmp_path / "tokens", tmp_path / "features" / "shard-0-of-1"
+    raw.mkdir()
+    raw_equal_pairs(raw)
+    tokenize_task(task, TokenizeSettings(backbone=str(tiny_bert), max_length=MAX_LENGTH, doc_stride=None), raw, tokens)
+    attrs = {"model": "tiny", "task": "mrpc", "checkpoint": "0", "ft_seed": 1, "label_kind": "classification",
+             "pair_forms": ["joint", "apart"]}  # fmt: skip
+    extract = ExtractSettings(batch_size=16, block_rows=64, block_tokens=1024)
+    compute = ExtractCompute(device="cpu", precision="fp32", backend="torch")
+    extract_shard(tiny_bert, tokens, shard, 0, 1, list(splits_of(task)), extract, compute, attrs, threads=1)
+    manifest = write_manifest([shard], tmp_path / "features" / "manifest.json", list(splits_of(task)))
+    assert manifest["reads"] == ["cls", "mean", "apart-cls", "apart-mean"]
+
+    heads = {"joint": {"type": "lp", "reads": "mean"}, "apart": {"type": "lp", "reads": "mean", "pair": "apart"}}
+    training = HEAD_SETTINGS.replace(learning_rate=1e-2, max_epochs=20)
+    runtime = HeadRuntimeSettings(device="cpu", verify="sha256")
+    train_heads(task, with_training(heads, training), runtime, tmp_path / "features" / "manifest.json", [1, 2],
+                tmp_path / "heads", threads=1)  # fmt: skip
+    records = [json.loads(p.read_text()) for p in sorted((tmp_path / "heads").glob("*/seed*/metrics.json"))]
+    assert {(r["head"], r["pair"]) for r in records} == {("joint", "joint"), ("apart", "apart")}
+    dev = {r["head"]: r["metrics"]["dev"]["accuracy"] for r in records if r["seed"] == 1}
+    assert best(head_candidates(task, records)).name == "apart", [(r["head"], r["metrics"]) for r in records]
+    assert dev["apart"] > 0.9 and dev["apart"] > dev["joint"] + 0.1, dev
+
+
+def test_a_token_shard_keeps_the_pairs_encoded_apart_beside_every_token(tokens_apart, tiny_bert, tmp_path):
+    """A pair task with token_features whose heads read both forms: its token shards hold every
+    token of the joint pair and, per example, the apart states, equal to a [CLS]-level shard's."""
+    from bertvision.stages.extract import extract_shard
+
+    _, tokens = tokens_apart
+    attrs = {"model": "tiny", "task": "stsb", "checkpoint": "0", "ft_seed": 1, "label_kind": "regression",
+             "pair_forms": ["joint", "apart"]}  # fmt: skip
+    extract = ExtractSettings(batch_size=4, block_rows=5, block_tokens=256)
+    compute = ExtractCompute(device="cpu", precision="fp32", backend="torch")
+    views = {}
+    for level in ("cls", "tokens"):
+        root = tmp_path / level
+        level_attrs = {**attrs, **({"features": "tokens"} if level == "tokens" else {})}
+        extract_shard(tiny_bert, tokens, root / "shard-0-of-1", 0, 1, ["dev"], extract, compute, level_attrs, threads=1)
+        manifest = write_manifest([root / "shard-0-of-1"], root / "manifest.json", ["dev"])
+        assert manifest["feature"] == level and manifest["reads"] == ["cls", "mean", "apart-cls", "apart-mean"]
+        views[level] = FeatureSet.open(root / "manifest.json", "dev")
+    assert views["tokens"].read_windows().lengths.sum() > 0
+    for name in ("apart-cls", "apart-mean", "mean"):
+        got, want = (views[level].reading(name).read_all()[0] for level in ("tokens", "cls"))
+        np.testing.assert_array_equal(got, want)

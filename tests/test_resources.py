@@ -43,6 +43,10 @@ def test_extract_and_head_requests():
     tokens = extract_request(BASE, **args)
     assert extract_request(BASE, **{**args, "token_level": False})["mem_mb"] < tokens["mem_mb"]
     assert extract_request(BASE, **{**args, "shards": 1})["runtime"] >= tokens["runtime"]
+    # a pair's texts encoded apart as well: a second pass and PAIR_PARTS-wide rows beside the joint ones
+    joint = extract_request(BASE, **{**args, "token_level": False, "max_length": 128, "gpus": 0})
+    apart = extract_request(BASE, **{**args, "token_level": False, "max_length": 128, "gpus": 0, "apart": True})
+    assert apart["mem_mb"] > joint["mem_mb"] and apart["runtime"] > joint["runtime"]
     small = heads_request(
         BASE, rows=3000, max_length=128, token_level=False, in_memory_max_mb=4096, n_runs=15, max_epochs=20, attempt=1
     )

@@ -52,7 +52,8 @@ def run_settings(tiny_bert):
             "mrpc": {**sizes, "token_features": True, "heads": ["lp", "lpm", "tok", "lad"]},
             "stsb": {**sizes, "heads": ["lp", "ad8", "lpm"]},
             # each text encoded alone (a bi-encoder's way); the heads read both sides per layer
-            "rte": {**sizes, "pair": "apart", "heads": ["lp", "lpm", "cos"]},
+            # the pair as one sequence (lp) and each text encoded alone (lpa, cos)
+            "rte": {**sizes, "heads": ["lp", "lpa", "cos"]},
             "squad2": squad_slice(40, 16, 16, max_length=96, doc_stride=32, heads=["lp"]),
             # the same questions' answerability: one label per question from its windows
             "squad2-answerable": squad_slice(
@@ -65,6 +66,7 @@ def run_settings(tiny_bert):
             "models": {
                 "lp": {"type": "lp"},
                 "lpm": {"type": "lp", "reads": "mean"},
+                "lpa": {"type": "lp", "reads": "mean", "pair": "apart"},
                 "cos": {"type": "cosine", "reads": "mean"},
                 "ad8": {"type": "adapter", "width": 8},
                 "tok": {"type": "token-pool"},
@@ -101,7 +103,7 @@ def bundle_tasks(root) -> dict:
     return {
         "mrpc": {"heads_dirs": [root / "heads" / "mrpc"], "max_length": 64},
         "stsb": {"heads_dirs": [root / "heads" / "stsb"], "max_length": 64},
-        "rte": {"heads_dirs": [root / "heads" / "rte"], "max_length": 64, "pair": "apart"},
+        "rte": {"heads_dirs": [root / "heads" / "rte"], "max_length": 64},
         "squad2": {"heads_dirs": [root / "heads" / "squad2"], "max_length": 96, "doc_stride": 32},
         "squad2-answerable": {
             "heads_dirs": [root / "heads" / "squad2-answerable"],
@@ -214,7 +216,7 @@ def dev_rows(run, task: str) -> pd.DataFrame:
 
 def bundle_head(bundle, task: str, head: str):
     entry = bundle.tasks[task]
-    return load_head(entry.heads[head].dir, bundle.layers, entry.state_width(bundle.hidden), entry.outputs)
+    return load_head(entry.heads[head].dir, bundle.layers, entry.heads[head].state_width(bundle.hidden), entry.outputs)
 
 
 def rounding_bounds(run, bundle, task: str, head: str, texts_of: str, idx) -> np.ndarray:
@@ -223,7 +225,7 @@ def rounding_bounds(run, bundle, task: str, head: str, texts_of: str, idx) -> np
     tokens = run / "tokens" / texts_of / "dev.parquet"
     entry = bundle.tasks[task].heads[head]
     reads = head_reads(entry.spec)
-    if bundle.tasks[task].pair == "apart":
+    if entry.pair == "apart":
         bound = apart_rounding_bound(bundle_head(bundle, task, head), bundle.encoder_dir, tokens.parent, "dev", reads)
     else:
         states = float32_states(bundle.encoder_dir, tokens, reads)
@@ -261,7 +263,7 @@ def ask_texts(server, task: str, head: str, rows: pd.DataFrame) -> list[dict]:
         ("stsb", "ad8"),
         ("stsb", "lpm"),
         ("rte", "lp"),
-        ("rte", "lpm"),
+        ("rte", "lpa"),
         ("rte", "cos"),
     ],
 )
@@ -389,8 +391,12 @@ def test_a_pair_encoded_apart_encodes_each_distinct_text_once_beside_the_joint_p
     together, _ = engine.predict([TextItem((a, b), heads), TextItem((a, c), heads)])
     assert engine.encoder_passes == 1 and engine.sequences_encoded == 5
     alone, _ = engine.predict([TextItem((a, c), {"rte": "cos"})])
-    assert engine.sequences_encoded == 5 + 2  # no joint sequence for a task encoded apart
+    assert engine.sequences_encoded == 5 + 2  # no joint sequence for a head that reads the pair apart
     np.testing.assert_allclose(alone[0]["rte"].outputs, together[1]["rte"].outputs, rtol=1e-4, atol=1e-4)
+    # one task, a head of each form: its joint head's pair as one sequence, its cosine's texts alone
+    mixed, _ = engine.predict([TextItem((a, b), {"rte": "lp"}), TextItem((a, c), {"rte": "cos"})])
+    assert engine.sequences_encoded == 7 + 1 + 2
+    np.testing.assert_allclose(mixed[1]["rte"].outputs, together[1]["rte"].outputs, rtol=1e-4, atol=1e-4)
 
 
 def test_tasks_and_health(server, bundle):

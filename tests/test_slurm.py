@@ -96,7 +96,8 @@ def retry_config(tiny_bert: Path) -> dict:
     config["finetune"]["settings"]["batch_size"] = 8
     config["extract"] = {"shards": 1, "batch_size": 8}
     config["heads"]["models"] = {"lp": {"type": "lp"}}
-    config["tasks"]["mrpc"] = {**config["tasks"]["mrpc"], "token_features": False, "search_heads": ["lp"]}
+    only_lp = {"token_features": False, "search_heads": ["lp"], "heads": ["lp"]}
+    config["tasks"]["mrpc"] = {**config["tasks"]["mrpc"], **only_lp}
     config["search"] = {"trials": 4, "workers": 2, "space": {"learning_rate": {"low": 1e-3, "high": 1e-2, "log": True}}}
     return config
 

@@ -68,9 +68,10 @@ def planted_features(root, n_shards=2, signal_in="cls"):
                 "split_rows": n,
             }
             path = root / f"shard-{shard}-of-{n_shards}" / f"{split}.h5"
-            with ShardWriter(path, b - a, layers, hidden, "int64", attrs, store_mean=mean is not None) as w:
-                block_mean = None if mean is None else mean[a:b]
-                w.write_block(0, x[a:b].astype(np.float16), labels[a:b], np.arange(a, b), block_mean)
+            widths = {"cls": hidden, **({} if mean is None else {"mean": hidden})}
+            with ShardWriter(path, b - a, layers, widths, "int64", attrs) as w:
+                block = {"cls": x[a:b].astype(np.float16), **({} if mean is None else {"mean": mean[a:b]})}
+                w.write_block(0, block, labels[a:b], np.arange(a, b))
     write_manifest(sorted(root.glob("shard-*")), root / "manifest.json", list(sizes))
     return root / "manifest.json"
 
@@ -149,13 +150,13 @@ def test_a_head_takes_its_own_training_settings(tmp_path):
     assert workflow.config["heads"]["models"]["short"]["training"] == {"max_epochs": 2}
     heads = workflow.head_settings("sst2")
     assert heads["short"].training == task_settings.replace(max_epochs=2) and heads["lp"].training == task_settings
-    assert heads["short"].spec == {"type": "lp", "dropout": 0.0, "reads": "cls"}
+    assert heads["short"].spec == {"type": "lp", "dropout": 0.0, "reads": "cls", "pair": "joint"}
     manifest = planted_features(tmp_path / "features", n_shards=1)
     train_heads(get_task("sst2"), heads, RUNTIME, manifest, [1], tmp_path / "h", threads=1)
     records = {n: json.loads((tmp_path / "h" / n / "seed1" / "metrics.json").read_text()) for n in heads}
     assert len(records["short"]["history"]) == 2 and records["short"]["training_settings"]["max_epochs"] == 2
     assert len(records["lp"]["history"]) == SETTINGS.max_epochs
-    assert records["short"]["head_spec"] == {"type": "lp", "dropout": 0.0, "reads": "cls"}
+    assert records["short"]["head_spec"] == {"type": "lp", "dropout": 0.0, "reads": "cls", "pair": "joint"}
 
 
 @pytest.mark.parametrize("in_memory_max_mb", [4096, 0], ids=["in-memory", "from-shards"])

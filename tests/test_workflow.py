@@ -376,10 +376,12 @@ def test_cross_task_table_reads_every_shared_encoder_and_reuses_the_main_pipelin
         assert set(rows.index) == {"frozen", "rte", "wnli", "squad2", "mix"}
         assert rows.loc[task, "role"] == "own encoder" and rows.loc["frozen", "role"] == "frozen"
         assert rows.loc[task, "diff_vs_own"] == 0 and rows.loc["frozen", "diff_vs_frozen"] == 0
-        assert (rows["n"] == 2).all() and set(rows["head"]) == {"lp"}  # shared.heads; 1 ft seed x 2 head seeds
+        # shared.heads (lp-apart reads a pair apart: not squad2's); 1 ft seed x 2 head seeds
+        assert (rows["n"] == 2).all() and set(rows["head"]) <= ({"lp"} if task == "squad2" else {"lp", "lp-apart"})
     # the own-encoder and frozen cells are the main pipeline's heads, not recomputed
-    own = [json.loads((workdir / f"heads/tiny/rte/ft1/ckpt-1/lp/seed{s}/metrics.json").read_text()) for s in (1, 2)]
     cell = trained[(trained["task"] == "rte") & (trained["encoder"] == "rte")].iloc[0]
+    runs = workdir / "heads/tiny/rte/ft1/ckpt-1" / cell["head"]
+    own = [json.loads((runs / f"seed{s}/metrics.json").read_text()) for s in (1, 2)]
     assert cell["dev_mean"] == pytest.approx(sum(r["metrics"]["dev"]["accuracy"] for r in own) / 2, abs=1e-5)
     assert not (workdir / "shared/tiny/frozen").exists()
     assert not (workdir / "shared/tiny/rte/ft1/features/rte").exists()
@@ -397,7 +399,10 @@ def test_cross_task_table_reads_every_shared_encoder_and_reuses_the_main_pipelin
     # the bundle `bertvision serve` loads: the mixture's encoder and each shared task's heads on it
     bundle = json.loads((workdir / "bundles/tiny/mix/bundle.json").read_text())
     assert set(bundle["tasks"]) == {"rte", "wnli", "squad2"} and bundle["keys"]["encoder"] == "mix"
-    assert all(set(t["heads"]) == {"lp"} and t["picked"] == "lp" for t in bundle["tasks"].values())
+    for task, entry in bundle["tasks"].items():  # shared.heads, a pair read apart beside it (not squad2's)
+        assert set(entry["heads"]) == ({"lp"} if task == "squad2" else {"lp", "lp-apart"})
+        assert entry["picked"] in entry["heads"]
+        assert {h["pair"] for h in entry["heads"].values()} == ({"joint"} if task == "squad2" else {"joint", "apart"})
     assert bundle["tasks"]["rte"]["heads"]["lp"]["source"]["encoder"] == "mix"
     assert (workdir / "bundles/tiny/mix/encoder/model.safetensors").exists()
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from bertvision.errors import ConfigError, MissingError
 from bertvision.layout import Checkpoint
 from bertvision.models.backbone import check_pretrained
-from bertvision.registry.heads import get_head_type, trains_on
+from bertvision.registry.heads import head_pair, trains_on
 from bertvision.registry.tasks import get_task
 
 
@@ -40,32 +40,19 @@ def check(workflow) -> None:
         ]
         if misplaced:
             problems.append(f"tasks.{task}: {misplaced} only apply to tasks over SQuAD context windows")
-        if workflow.pair(task) == "apart":
-            why = (
-                "it has one text"
-                if len(spec.text_fields) != 2 or spec.windowed
-                else "token_features stores the joint sequence's tokens"
-                if workflow.token_features(task)
-                else "store: false streams joint sequences (not built for apart)"
-                if not workflow.store(task)
-                else None
-            )
-            if why:
-                problems.append(f"tasks.{task}.pair: apart encodes a pair's two texts alone, but {why}")
-                broken.add(task)
-                continue
+        apart, why = [n for n in listed if head_pair(models[n]) == "apart"], workflow.why_not_apart(task)
+        if apart and why:
+            problems.append(f"tasks.{task}.heads: {apart} read a pair's two texts encoded apart, but {why}")
+            broken.add(task)
+            continue
         if over.get("token_features") and spec.kind == "span":
             problems.append(
                 f"tasks.{task}.token_features: span tasks always store every token; token-level "
                 "example heads are for classification / regression tasks"
             )
             continue
-        sides = [n for n in listed if get_head_type(models[n]["type"]).pair_apart and workflow.pair(task) != "apart"]
-        if sides:
-            problems.append(f"tasks.{task}.heads: {sides} read a pair's two texts apart; set tasks.{task}.pair: apart")
-            continue
-        features, pair = workflow.token_features(task), workflow.pair(task)
-        unfit = [n for n in listed if not trains_on(models[n], spec.kind, features, pair)]
+        features, apart = workflow.token_features(task), why is None
+        unfit = [n for n in listed if not trains_on(models[n], spec.kind, features, apart)]
         if unfit and spec.kind == "span":
             problems.append(
                 f"tasks.{task}.heads: {unfit} pool an example's tokens into one output (token-level "

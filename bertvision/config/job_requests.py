@@ -10,7 +10,7 @@ import functools
 import math
 from dataclasses import dataclass
 
-from bertvision.registry.heads import READS
+from bertvision.registry.heads import PAIR_PARTS, READS
 
 # Interpreter, torch, transformers, pandas: a job's resident floor. Measured (the usage line of
 # docs/results/paper-shape-requests.md): 130-700 MB, more when forked from the warm pool, whose
@@ -128,22 +128,28 @@ def extract_request(
     token_level: bool,
     gpus: int,
     attempt: int,
+    apart: bool = False,
 ) -> dict:
     """Host memory: weights, every layer's states of one batch (in float32 on CPU; the
     float16 copy of what is kept with GPUs), and up to 5 blocks of float16 features (one being
-    filled, four queued for the writer), never more than the shard's rows can fill. Attempt n
-    divides the batch by 2^(n-1)."""
+    filled, four queued for the writer), never more than the shard's rows can fill; with a pair's
+    texts encoded apart (``apart``), each text's pooled states held for the shard and per example
+    PAIR_PARTS more of them, and a second pass. Attempt n divides the batch by 2^(n-1)."""
     states = shape.layers + 1
-    block = (block_tokens if token_level else len(READS) * block_rows) * states * shape.hidden * 2
+    apart_rows = len(READS) * len(PAIR_PARTS) if apart else 0  # per example, in rows of hidden width
+    block = (block_tokens if token_level else len(READS) * block_rows) + apart_rows * block_rows
+    block *= states * shape.hidden * 2
     shard_rows = WINDOWS_PER_ROW * rows * (1 + EVAL_SHARE) / shards
-    shard_bytes = shard_rows * (max_length if token_level else len(READS)) * states * shape.hidden * 2
+    per_row = (max_length if token_level else len(READS)) + apart_rows
+    shard_bytes = shard_rows * per_row * states * shape.hidden * 2
+    texts_held = 2 * shard_rows * len(READS) * states * shape.hidden * 2 if apart else 0
     batch = math.ceil(min(batch_size, shard_rows) / 2 ** (attempt - 1))
     kept = batch * (max_length if token_level else 1) * states * shape.hidden * 2
     activations = kept if gpus else batch * max_length * states * shape.hidden * 4 * 2
     tokens = rows * (1 + EVAL_SHARE) / shards * max_length * MEAN_FILL
     return {
-        "mem_mb": attempt * _mb(4 * shape.parameters + activations + min(5 * block, shard_bytes)),
-        "runtime": _minutes(2 * shape.parameters * tokens, "gpu" if gpus else "cpu", attempt),
+        "mem_mb": attempt * _mb(4 * shape.parameters + activations + min(5 * block, shard_bytes) + texts_held),
+        "runtime": _minutes(2 * shape.parameters * tokens * (2 if apart else 1), "gpu" if gpus else "cpu", attempt),
     }
 
 

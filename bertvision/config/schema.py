@@ -14,7 +14,7 @@ import jsonschema
 import yaml
 
 from bertvision.errors import ConfigError
-from bertvision.registry.heads import HEAD_TYPES, head_options, searchable_parameters
+from bertvision.registry.heads import HEAD_TYPES, PAIR_OPTION, READS_OPTION, head_options, searchable_parameters
 from bertvision.runtime.precision import BACKENDS, PRECISIONS
 
 SCHEMA_FILE = Path(str(resources.files("bertvision.config") / "schema.yaml"))
@@ -48,10 +48,17 @@ def _head_spec_schema(node: dict) -> dict:
             "type": {
                 "enum": list(HEAD_TYPES),
                 "description": "; ".join(f"{n}: {t.help}" for n, t in HEAD_TYPES.items()),
-            }
+            },
+            # the per-example heads' input options, documented once (each type's own block allows them)
+            **{k: _without_default(o.json_schema()) for k, o in (("reads", READS_OPTION), ("pair", PAIR_OPTION))},
         },
         "allOf": per_type,
     }
+
+
+def _without_default(schema: dict) -> dict:
+    """A property documented where it would otherwise fill in its default for every head type."""
+    return {k: v for k, v in schema.items() if k != "default"}
 
 
 REGISTRY_NODES = {
@@ -108,10 +115,24 @@ def validate_config(config: dict, source: str = "config") -> dict:
     return config
 
 
+# Keys a config may still carry from an earlier release, (its section, key) -> where the setting went.
+MOVED_KEYS = {
+    ("tasks", "pair"): (
+        "a pair form is a head's now (heads.models.<head>.pair: apart); selection chooses among the heads"
+    ),
+}
+
+
 def _message(err: jsonschema.ValidationError) -> str:
     """jsonschema's message, but for keys that exclude each other (``dependentSchemas: {a: {not:
-    {required: [b]}}}``) one naming the keys, not the whole block."""
+    {required: [b]}}}``) one naming the keys, not the whole block, and for a key that moved
+    (``MOVED_KEYS``) where it went."""
     path = list(err.schema_path)
+    section = str(err.absolute_path[0]) if err.absolute_path else None
+    if err.validator == "additionalProperties" and isinstance(err.instance, dict):
+        moved = [k for k in err.instance if (section, k) in MOVED_KEYS and k not in err.schema.get("properties", {})]
+        if moved:
+            return "; ".join(f"{k!r} is no longer a key here: {MOVED_KEYS[section, k]}" for k in moved)
     if err.validator == "not" and set(err.validator_value) == {"required"} and path[-3:-2] == ["dependentSchemas"]:
         keys = [path[-2], *err.validator_value["required"]]
         return f"{' and '.join(map(repr, keys))} exclude each other: give one of them"

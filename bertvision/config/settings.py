@@ -192,7 +192,6 @@ class TokenizeSettings(StageSettings):
     backbone: str = setting("backbones.<model>.pretrained")
     max_length: int = setting("tasks.<task>.max_length")
     doc_stride: int | None = setting("tasks.<task>.doc_stride")  # span tasks only
-    pair: str = setting("tasks.<task>.pair")
 
 
 class FinetuneCompute(StageSettings):

@@ -30,7 +30,7 @@ from bertvision.config.settings import (
 from bertvision.config.shared_settings import SharedEncoderSettings
 from bertvision.errors import ConfigError
 from bertvision.layout import Checkpoint, Run, fraction_name
-from bertvision.registry.heads import get_head_type, trains_on
+from bertvision.registry.heads import PAIR_FORMS, get_head_type, head_pair, is_token_head, trains_on
 from bertvision.registry.peers import applicable, get_peer
 from bertvision.registry.task_spec import TaskSpec
 from bertvision.registry.tasks import TASKS, declare, get_task, registered_names
@@ -190,9 +190,22 @@ class WorkflowSettings(SharedEncoderSettings):
         """Whether ``task`` (an example task) stores every real token's states, not only [CLS]."""
         return bool(self.task_overrides(task).get("token_features", schema_default("tasks.<task>.token_features")))
 
-    def pair(self, task: str) -> str:
-        """How ``task``'s two texts reach the frozen encoder for its heads: 'joint' or 'apart'."""
-        return str(self.task_overrides(task).get("pair", schema_default("tasks.<task>.pair")))
+    def pair_forms(self, task: str, heads: dict[str, dict] | None = None) -> tuple[str, ...]:
+        """How ``task``'s texts reach the frozen encoder for its per-example heads (``heads``,
+        default: all of its own; ``registry.heads.PAIR_FORMS``), each form one of them reads: its
+        extraction stores each. ('joint',) for a task of one text, or one whose heads all read
+        every token."""
+        heads = self.task_heads(task) if heads is None else heads
+        forms = {head_pair(spec) for spec in heads.values() if not is_token_head(spec)}
+        return tuple(form for form in PAIR_FORMS if form in forms) or ("joint",)
+
+    def why_not_apart(self, task: str) -> str | None:
+        """Why no head of ``task`` can read a pair's texts encoded apart (None: one can)."""
+        if not get_task(task).two_texts:
+            return f"{task}'s examples are not pairs of texts"
+        if not self.store(task):
+            return "store: false streams joint sequences (not built for apart)"
+        return None
 
     def store(self, task: str) -> bool:
         """Whether ``task``'s hidden states are written to feature files (False: streamed into
@@ -211,7 +224,8 @@ class WorkflowSettings(SharedEncoderSettings):
         names = self.task_overrides(task).get("heads") or self.heads
         kind = get_task(task).kind
         features = self.token_features(task)
-        return {n: dict(models[n]) for n in names if trains_on(models[n], kind, features, self.pair(task))}
+        apart = self.why_not_apart(task) is None
+        return {n: dict(models[n]) for n in names if trains_on(models[n], kind, features, apart)}
 
     def heads_read_encoder(self, task: str) -> bool:
         """Some head of ``task`` starts from the encoder's own layers (ladder ``init: encoder``):
@@ -277,7 +291,9 @@ class WorkflowSettings(SharedEncoderSettings):
         spec = get_task(task)
         stride = (self.task_overrides(task).get("doc_stride") or spec.doc_stride) if spec.windowed else None
         return TokenizeSettings(
-            backbone=self.pretrained(model), max_length=self.max_length(task), doc_stride=stride, pair=self.pair(task)
+            backbone=self.pretrained(model),
+            max_length=self.max_length(task),
+            doc_stride=stride,
         )
 
     def finetune(self, model: str, task: str) -> FinetuneSettings:
@@ -404,9 +420,9 @@ class WorkflowSettings(SharedEncoderSettings):
     def search(self) -> SearchSettings:
         return SearchSettings.pick(self.config["search"], self.source, head_seed=self.head_seeds[0])
 
-    def extract_attrs(self, run: Run, checkpoint_name: str | None = None) -> dict:
+    def extract_attrs(self, run: Run, checkpoint_name: str | None = None, heads: dict | None = None) -> dict:
         """What each feature shard records about where it came from (``checkpoint_name``: a
-        shared encoder's, for its states)."""
+        shared encoder's, for its states; ``heads``: the heads that read them, default the task's)."""
         return {
             "model": run.model,
             "task": run.task,
@@ -415,14 +431,15 @@ class WorkflowSettings(SharedEncoderSettings):
             "label_kind": get_task(run.task).kind,
             # only when every token is stored for an example task, so [CLS] extractions keep their params
             **({"features": "tokens"} if self.token_features(run.task) else {}),
-            **({"pair": "apart"} if self.pair(run.task) == "apart" else {}),  # likewise
+            # likewise, only when a pair's texts are encoded alone
+            **({"pair_forms": list(forms)} if (forms := self.pair_forms(run.task, heads)) != ("joint",) else {}),
         }
 
     def shared_extract_attrs(self, model: str, encoder: str, ftseed: int, task: str) -> dict:
         """The shard attributes of ``task``'s states of a shared encoder."""
         enc = self.shared_encoders()[encoder]
         run = Run(model, task, ftseed, enc.checkpoint)
-        return {**self.extract_attrs(run, enc.checkpoint_name), "encoder": encoder}
+        return {**self.extract_attrs(run, enc.checkpoint_name, self.shared_heads(task)), "encoder": encoder}
 
 
 def validate_config_file(config: Path, show: bool = False) -> None:

@@ -16,16 +16,25 @@ log = logging.getLogger(__name__)
 
 
 def planned_bytes(
-    split: TokenizedSplit, shard: int, n_shards: int, layers: int, hidden: int, kind: str, level: str | None = None
+    split: TokenizedSplit,
+    shard: int,
+    n_shards: int,
+    layers: int,
+    hidden: int,
+    kind: str,
+    level: str | None = None,
+    widths: dict[str, int] | None = None,
 ) -> int:
+    """``widths``: the per-example states stored and their width per layer (default: the [CLS] and
+    the mean rows, ``READS``, each ``hidden`` wide)."""
     start, end = shard_rows(len(split), n_shards, shard)
     tokens = int(split.lengths[start:end].sum())
-    per_example = len(READS) * (end - start)  # the [CLS] and the mean rows of example tasks
+    per_example = sum((widths or dict.fromkeys(READS, hidden)).values()) * (end - start)  # example tasks' rows
     if (level or ("tokens" if kind == "span" else "cls")) == "cls":
         units = per_example
     else:  # example tasks keep their per-example rows beside the tokens
-        units = tokens if kind == "span" else tokens + per_example
-    return units * layers * hidden * 2
+        units = tokens * hidden if kind == "span" else tokens * hidden + per_example
+    return units * layers * 2
 
 
 def readable_size(n: int) -> str:

@@ -1,6 +1,7 @@
 """How one split's shard of a frozen encoder's states is computed and written, per kind of
 feature: per example, each layer's [CLS] state and mean over real tokens (``extract_split_cls``),
-the same of a pair's two texts encoded apart (``extract_split_apart``), or every real token's
+the same of a pair's two texts encoded apart (``ApartStates``: beside the joint pair's, or alone,
+``extract_split_apart``), or every real token's
 states (``extract_split_tokens``: span tasks and tasks with ``token_features``).
 
 Rows go in contiguous blocks; inside a block, batches are length-sorted so padding stays small,
@@ -33,7 +34,7 @@ from bertvision.features.encode import (
 )
 from bertvision.features.shard_writer import ShardWriter, TokenShardWriter, shard_rows
 from bertvision.models.encoder_io import bare_encoder_parameter_count, hidden_state_shape, pad_id
-from bertvision.registry.heads import PAIR_PARTS, READS
+from bertvision.registry.heads import PAIR_PARTS, READS, states_name
 from bertvision.runtime.device import pick_device, to_device
 
 log = logging.getLogger(__name__)
@@ -150,6 +151,48 @@ def example_label_dtype(attrs: dict) -> str:
     return "float32" if attrs["label_kind"] == "regression" else "int64"
 
 
+class ApartStates:
+    """One shard's pairs encoded apart: each distinct text its rows name (``texts``) encoded alone,
+    once, its per-example states rounded as stored; then per row and layer ``pair_features`` of
+    its two texts' states, for each of ``READS`` (``block``). Runs on the first replica's device."""
+
+    def __init__(self, replicas, split: TokenizedSplit, texts: TokenizedSplit, start, end, settings, precision, desc):
+        model, device = replicas[0]
+        self.sides = split.sides[start:end]
+        needed = np.unique(self.sides)
+        self.position = np.full(len(texts), -1, dtype=np.int64)
+        self.position[needed] = np.arange(len(needed))
+        layers, hidden = hidden_state_shape(model)
+        self.width = len(PAIR_PARTS) * hidden
+        padding = pad_id(model)
+        self.states = {reads: np.empty((len(needed), layers, hidden), dtype=np.float16) for reads in READS}
+        self.texts, self.padded, self.real = len(needed), 0, 0
+        with torch.inference_mode():
+            batches = sorted_batches(texts.lengths[needed], settings.batch_size)
+            for rows in tqdm(batches, desc=f"encode {desc} texts", mininterval=10, unit="batch"):
+                batch = to_device(collate(texts, needed[rows], padding), device)
+                layer_states, _ = encoder_pass(model, batch, device, precision)
+                for reads, pooled in per_example_states(layer_states, batch["attention_mask"]).items():
+                    self.states[reads][rows] = pooled.to("cpu", torch.float16).numpy()
+                lengths = texts.lengths[needed[rows]]
+                self.padded += int(lengths.max()) * len(rows)
+                self.real += int(lengths.sum())
+
+    @property
+    def widths(self) -> dict[str, int]:
+        return {states_name(reads, "apart"): self.width for reads in READS}
+
+    def block(self, b0: int, b1: int) -> dict[str, np.ndarray]:
+        """The apart states of the shard's rows ``b0 .. b1`` (counted from the shard's start)."""
+        a, b = self.position[self.sides[b0:b1, 0]], self.position[self.sides[b0:b1, 1]]
+        return {
+            states_name(reads, "apart"): pair_features(torch.from_numpy(x[a]), torch.from_numpy(x[b]))
+            .to(torch.float16)
+            .numpy()
+            for reads, x in self.states.items()
+        }
+
+
 def extract_split_cls(
     replicas,
     split: TokenizedSplit,
@@ -160,10 +203,12 @@ def extract_split_cls(
     precision: str,
     attrs: dict,
     head_outputs: bert_outputs.HeadOutputs | None = None,
+    apart: ApartStates | None = None,
 ) -> dict:
-    """Rows of shard ``shard`` of one split -> ``out_path``: [CLS] states of every layer.
-    ``replicas``: (model, device) pairs; batches are spread over them. ``head_outputs``: keep
-    the task model's head outputs there too."""
+    """Rows of shard ``shard`` of one split -> ``out_path``: [CLS] states of every layer, and their
+    mean over real tokens. ``replicas``: (model, device) pairs; batches are spread over them.
+    ``head_outputs``: keep the task model's head outputs there too; ``apart``: the same pairs
+    encoded apart, stored beside them."""
     model, device = replicas[0]
     start, end = shard_rows(len(split), n_shards, shard)
     padding = pad_id(model)
@@ -173,7 +218,8 @@ def extract_split_cls(
     t0 = time.perf_counter()
     padded = real = 0
     shard_attrs = _shard_attrs(model, split, attrs, shard, n_shards, start, end, precision, device)
-    with ShardWriter(out_path, end - start, layers, hidden, label_dtype, shard_attrs, store_mean=True) as writer:
+    widths = {**dict.fromkeys(READS, hidden), **(apart.widths if apart else {})}
+    with ShardWriter(out_path, end - start, layers, widths, label_dtype, shard_attrs) as writer:
         background = BackgroundWriter(writer.write_block)
         n_batches = sum(-(-min(block_rows, end - b) // batch_size) for b in range(start, end, block_rows))
         progress = tqdm(total=n_batches, desc=f"extract {attrs['split']} shard {shard}", mininterval=10, unit="batch")
@@ -194,10 +240,14 @@ def extract_split_cls(
                         padded += int(split.lengths[rows].max()) * len(rows)
                         real += int(split.lengths[rows].sum())
                         progress.update(1)
-                    background.put((b0 - start, block["cls"], split.labels[b0:b1], split.idx[b0:b1], block["mean"]))
+                    if apart:
+                        block.update(apart.block(b0 - start, b1 - start))
+                    background.put((b0 - start, block, split.labels[b0:b1], split.idx[b0:b1]))
         finally:
             progress.close()  # first: a writer's error ends the log on a line of its own
             background.close()
+    if apart:
+        return _written(out_path, end - start, t0, padded + apart.padded, real + apart.real, texts=apart.texts)
     return _written(out_path, end - start, t0, padded, real)
 
 
@@ -212,44 +262,20 @@ def extract_split_apart(
     precision: str,
     attrs: dict,
 ) -> dict:
-    """Rows of shard ``shard`` of a pair task encoded apart (``pair: apart``) -> ``out_path``: each
-    distinct text the rows name encoded alone, once (``texts``), its per-example states rounded as
-    stored, then per row and layer ``pair_features`` of its two texts' states, for each of
-    ``READS``. Runs on the first replica's device."""
+    """Rows of shard ``shard`` of a pair task whose heads all read it encoded apart -> ``out_path``:
+    ``ApartStates`` alone (no pass over the joint pairs)."""
     model, device = replicas[0]
     start, end = shard_rows(len(split), n_shards, shard)
-    sides = split.sides[start:end]
-    needed = np.unique(sides)
-    position = np.full(len(texts), -1, dtype=np.int64)
-    position[needed] = np.arange(len(needed))
-    layers, hidden = hidden_state_shape(model)
-    width = len(PAIR_PARTS) * hidden
-    padding = pad_id(model)
-    states = {reads: np.empty((len(needed), layers, hidden), dtype=np.float16) for reads in READS}
     t0 = time.perf_counter()
-    padded = real = 0
-    with torch.inference_mode():
-        batches = sorted_batches(texts.lengths[needed], settings.batch_size)
-        for rows in tqdm(batches, desc=f"encode {attrs['split']} texts", mininterval=10, unit="batch"):
-            batch = to_device(collate(texts, needed[rows], padding), device)
-            layer_states, _ = encoder_pass(model, batch, device, precision)
-            for reads, pooled in per_example_states(layer_states, batch["attention_mask"]).items():
-                states[reads][rows] = pooled.to("cpu", torch.float16).numpy()
-            lengths = texts.lengths[needed[rows]]
-            padded, real = padded + int(lengths.max()) * len(rows), real + int(lengths.sum())
-    label_dtype = example_label_dtype(attrs)
-    shard_attrs = {**_shard_attrs(model, split, attrs, shard, n_shards, start, end, precision, device), "hidden": width}
-    with ShardWriter(out_path, end - start, layers, width, label_dtype, shard_attrs, store_mean=True) as writer:
+    apart = ApartStates(replicas, split, texts, start, end, settings, precision, attrs["split"])
+    layers, _ = hidden_state_shape(model)
+    shard_attrs = _shard_attrs(model, split, attrs, shard, n_shards, start, end, precision, device)
+    with ShardWriter(out_path, end - start, layers, apart.widths, example_label_dtype(attrs), shard_attrs) as writer:
         for b0 in range(0, end - start, settings.block_rows):
             b1 = min(end - start, b0 + settings.block_rows)
-            a, b = position[sides[b0:b1, 0]], position[sides[b0:b1, 1]]
-            combined = {
-                reads: pair_features(torch.from_numpy(x[a]), torch.from_numpy(x[b])).to(torch.float16).numpy()
-                for reads, x in states.items()
-            }
             rows = slice(start + b0, start + b1)
-            writer.write_block(b0, combined["cls"], split.labels[rows], split.idx[rows], combined["mean"])
-    return _written(out_path, end - start, t0, padded, real, texts=len(needed))
+            writer.write_block(b0, apart.block(b0, b1), split.labels[rows], split.idx[rows])
+    return _written(out_path, end - start, t0, apart.padded, apart.real, texts=apart.texts)
 
 
 def extract_split_tokens(
@@ -262,11 +288,13 @@ def extract_split_tokens(
     precision: str,
     attrs: dict,
     head_outputs: bert_outputs.HeadOutputs | None = None,
+    apart: ApartStates | None = None,
 ) -> dict:
     """Windows of shard ``shard`` of one split -> ``out_path``: the states of every real token
     of every layer, ragged; span tasks with the windows' character offsets, example tasks
     (``token_features``) with each example's label and its [CLS] rows kept apart as well.
-    ``head_outputs``: keep the task model's head outputs there too."""
+    ``head_outputs``: keep the task model's head outputs there too; ``apart``: a pair task's
+    texts encoded apart, stored per example beside them."""
     model, device = replicas[0]
     start, end = shard_rows(len(split), n_shards, shard)
     padding = pad_id(model)
@@ -286,6 +314,7 @@ def extract_split_tokens(
             "store_cls": True,
             "store_mean": True,
             "label_dtype": example_label_dtype(attrs),
+            "more_states": apart.widths if apart else None,
         }
     )
     with TokenShardWriter(out_path, lengths, layers, hidden, shard_attrs, **labels) as writer:
@@ -317,10 +346,15 @@ def extract_split_tokens(
                         real += int(split.lengths[rows].sum())
                         progress.update(len(rows))
                     char_offsets = np.concatenate([split.offsets[i] for i in range(b0, b1)]) if span else None
-                    background.put((b0 - start, block, char_offsets, split.labels[b0:b1], split.idx[b0:b1], means))
+                    more = apart.block(b0 - start, b1 - start) if apart else None
+                    rows_of = (split.labels[b0:b1], split.idx[b0:b1])
+                    background.put((b0 - start, block, char_offsets, *rows_of, means, more))
         finally:
             progress.close()  # first: a writer's error ends the log on a line of its own
             background.close()
+    if apart:
+        padded, real = padded + apart.padded, real + apart.real
+        return _written(out_path, end - start, t0, padded, real, tokens=int(lengths.sum()), texts=apart.texts)
     return _written(out_path, end - start, t0, padded, real, tokens=int(lengths.sum()))
 
 

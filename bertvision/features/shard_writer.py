@@ -45,12 +45,11 @@ class ShardWriter:
     exception (or a kill) leaves only the temporary file, which no reader ever opens.
     """
 
-    def __init__(
-        self, path: Path, n_rows: int, layers: int, hidden: int, label_dtype, attrs: dict, store_mean: bool = False
-    ):
+    def __init__(self, path: Path, n_rows: int, layers: int, widths: dict[str, int], label_dtype, attrs: dict):
+        """``widths``: each per-example dataset this shard holds (``registry.heads.STATES``: 'cls',
+        'mean', and a pair's apart forms) and its width per layer."""
         with self._opened(path):
-            self.cls = self._example_states("cls", n_rows, layers, hidden)
-            self.mean = self._example_states("mean", n_rows, layers, hidden) if store_mean else None
+            self.per_example = {name: self._example_states(name, n_rows, layers, w) for name, w in widths.items()}
             self.labels = self.file.create_dataset("labels", shape=(n_rows,), dtype=label_dtype)
             self.idx = self.file.create_dataset("idx", shape=(n_rows,), dtype="int64")
             self._set_attrs(attrs)
@@ -58,17 +57,11 @@ class ShardWriter:
         self.rows_written = 0
 
     def _example_states(self, name: str, n_rows: int, layers: int, hidden: int):
-        """An (n_rows, layers, hidden) float16 dataset of per-example states ('cls' or 'mean')."""
+        """An (n_rows, layers, hidden) float16 dataset of per-example states ('cls', 'mean', ...)."""
         # fletcher32 needs chunked storage, and HDF5 refuses chunks on an empty dataset.
         rows = chunk_rows(n_rows, layers * hidden * 2)
         chunked = {"chunks": (rows, layers, hidden), "fletcher32": True} if n_rows else {}
         return self.file.create_dataset(name, shape=(n_rows, layers, hidden), dtype="float16", **chunked)
-
-    def _write_mean(self, start: int, end: int, mean: np.ndarray | None) -> None:
-        if (mean is None) != (self.mean is None):
-            raise ValueError(f"{self.path}: mean states given {mean is not None}, stored {self.mean is not None}")
-        if mean is not None:
-            self.mean[start:end] = mean.astype(np.float16, copy=False)
 
     @contextlib.contextmanager
     def _opened(self, path: Path):
@@ -94,15 +87,17 @@ class ShardWriter:
             self.file.attrs[key] = value
         self.file.attrs["format"] = FORMAT
 
-    def write_block(
-        self, start: int, cls: np.ndarray, labels: np.ndarray, idx: np.ndarray, mean: np.ndarray | None = None
-    ) -> None:
-        end = start + len(cls)
-        self.cls[start:end] = cls.astype(np.float16, copy=False)
-        self._write_mean(start, end, mean)
+    def write_block(self, start: int, states: dict[str, np.ndarray], labels: np.ndarray, idx: np.ndarray) -> None:
+        """Rows ``start .. start + len(labels)``: each per-example dataset's (``states``, every one
+        the shard holds), their labels and ids."""
+        if set(states) != set(self.per_example):
+            raise ValueError(f"{self.path}: states {sorted(states)} given, the shard holds {sorted(self.per_example)}")
+        end = start + len(labels)
+        for name, values in states.items():
+            self.per_example[name][start:end] = values.astype(np.float16, copy=False)
         self.labels[start:end] = labels
         self.idx[start:end] = idx
-        self.rows_written += len(cls)
+        self.rows_written += len(labels)
 
     def commit(self) -> None:
         with self._aborted_on_error():  # closing flushes what HDF5 still holds: the disk may fill up here
@@ -158,7 +153,9 @@ class TokenShardWriter(ShardWriter):
         char_offsets: bool = True,
         store_cls: bool = False,
         store_mean: bool = False,
+        more_states: dict[str, int] | None = None,
     ):
+        """``more_states``: further per-example datasets (a pair's apart forms) and their widths."""
         with self._opened(path):
             n_tokens = int(window_lengths.sum())
             rows = chunk_rows(n_tokens, layers * hidden * 2)
@@ -172,6 +169,7 @@ class TokenShardWriter(ShardWriter):
             n = len(window_lengths)
             self.cls = self._example_states("cls", n, layers, hidden) if store_cls else None
             self.mean = self._example_states("mean", n, layers, hidden) if store_mean else None
+            self.more = {name: self._example_states(name, n, layers, w) for name, w in (more_states or {}).items()}
             offsets = np.concatenate([[0], np.cumsum(window_lengths)]).astype(np.int64)
             self.file.create_dataset("window_offsets", data=offsets)
             self.window_offsets = offsets
@@ -182,11 +180,12 @@ class TokenShardWriter(ShardWriter):
         self.rows_written = 0
 
     def write_windows(
-        self, start: int, states: np.ndarray, char_offsets: np.ndarray | None, labels, idx, mean=None
+        self, start: int, states: np.ndarray, char_offsets: np.ndarray | None, labels, idx, mean=None, more=None
     ) -> None:
         """Windows ``start .. start + len(labels)``; ``states``/``char_offsets`` hold their tokens
         (``char_offsets`` None when the shard stores none); ``mean``: their (n, layers, hidden)
-        mean states, computed from the encoder's states before rounding (``store_mean``)."""
+        mean states, computed from the encoder's states before rounding (``store_mean``); ``more``:
+        their rows of each of ``more_states``."""
         end = start + len(labels)
         t0, t1 = self.window_offsets[start], self.window_offsets[end]
         states = states.astype(np.float16, copy=False)
@@ -195,7 +194,14 @@ class TokenShardWriter(ShardWriter):
             self.char_offsets[t0:t1] = char_offsets
         if self.cls is not None:
             self.cls[start:end] = states[self.window_offsets[start:end] - t0 + SUMMARY_POSITION]
-        self._write_mean(start, end, mean)
+        if (mean is None) != (self.mean is None):
+            raise ValueError(f"{self.path}: mean states given {mean is not None}, stored {self.mean is not None}")
+        if mean is not None:
+            self.mean[start:end] = mean.astype(np.float16, copy=False)
+        if set(more or {}) != set(self.more):
+            raise ValueError(f"{self.path}: states {sorted(more or {})} given, the shard holds {sorted(self.more)}")
+        for name, values in (more or {}).items():
+            self.more[name][start:end] = values.astype(np.float16, copy=False)
         self.labels[start:end] = labels
         self.idx[start:end] = idx
         self.rows_written += len(labels)

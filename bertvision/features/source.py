@@ -11,7 +11,7 @@ from pathlib import Path
 from bertvision.config.settings import ExtractCompute, ExtractSettings
 
 # What a manifest (and every head record through it) keeps of its shards' attributes
-SOURCE_KEYS = ("model", "task", "checkpoint", "ft_seed", "encoder", "pair")
+SOURCE_KEYS = ("model", "task", "checkpoint", "ft_seed", "encoder", "pair_forms")
 
 
 @dataclass(frozen=True)

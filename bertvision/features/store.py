@@ -6,6 +6,9 @@ file holds rows ``[row_start, row_end)`` of its split:
 - ``cls``: (n, layers, hidden) float16, the [CLS] state of every layer (embedding output first);
 - ``mean``: (n, layers, hidden) float16, every layer's states averaged over the row's real tokens
   (shards written before it existed lack it: a head that reads it asks for a new extraction);
+- ``apart-cls``, ``apart-mean`` (pair tasks some head reads apart): (n, layers, 4 * hidden) float16,
+  per row and layer [u, v, |u-v|, u*v] of its two texts' states, each text encoded alone (the
+  ``cls`` and ``mean`` rows are absent when no head reads the joint pair);
 - ``labels``: (n,) int64 or float32; ``idx``: (n,) int64, the example ids;
 - attributes describing where it came from.
 Token-level shards (span tasks, and example tasks with ``token_features``) hold every real
@@ -26,7 +29,7 @@ from bertvision.errors import FeatureError
 from bertvision.features.source import SOURCE_KEYS
 from bertvision.files import atomic_write_json, read_json, sha256_file
 from bertvision.layout import shard_file
-from bertvision.registry.heads import READS
+from bertvision.registry.heads import STATES, states_width
 
 FORMAT = "bertvision-features/1"
 
@@ -35,24 +38,33 @@ def shard_summary(path: Path, root: Path) -> dict:
     if not Path(path).exists():
         raise FeatureError(f"{path}: missing; its extraction job did not finish")
     with h5py.File(path, "r") as f:
-        attrs = {k: (v.item() if hasattr(v, "item") else v) for k, v in f.attrs.items()}
-        shape = f["states" if "states" in f else "cls"].shape
-        reads = [reads for reads in READS if reads in f]
+        attrs = {k: _attr_value(v) for k, v in f.attrs.items()}
+        reads = [name for name in STATES if name in f]
+        first = "states" if "states" in f else reads[0]
+        n, layers, width = f[first].shape
+    hidden = width // (states_width(first, 1))  # the encoder's width: a pair's apart form is PAIR_PARTS wide
     return {
         "file": str(Path(path).relative_to(root)),
         "rows": [int(attrs["row_start"]), int(attrs["row_end"])],
         "bytes": Path(path).stat().st_size,
         "sha256": sha256_file(path),
-        "shape": list(shape),
+        "shape": [int(n), int(layers), int(hidden)],
         "attrs": attrs,
         "reads": reads,
     }
 
 
+def _attr_value(value):
+    """An HDF5 attribute as JSON holds it (a list of strings is read back as an array)."""
+    if isinstance(value, np.ndarray):
+        return [v.decode() if isinstance(v, bytes) else v for v in value.tolist()]
+    return value.item() if hasattr(value, "item") else value
+
+
 def write_manifest(shard_dirs: list[Path], out: Path, splits: list[str]) -> dict:
     """Check that, for every split, the shards tile it exactly; then record them."""
     root = Path(out).parent
-    per_split, source, layers, hidden, reads = {}, None, None, None, set(READS)
+    per_split, source, layers, hidden, reads = {}, None, None, None, set(STATES)
     for split in splits:
         shards = sorted((shard_summary(shard_file(d, split), root) for d in shard_dirs), key=lambda s: s["rows"][0])
         expected = 0
@@ -81,9 +93,10 @@ def write_manifest(shard_dirs: list[Path], out: Path, splits: list[str]) -> dict
         "source": {k: source[k] for k in SOURCE_KEYS if k in source},
         "encoder_parameters": int(source["encoder_parameters"]),
         "label_kind": source["label_kind"],
-        "pair": source.get("pair", "joint"),  # a pair task's texts: one sequence, or each alone
-        # the per-example states every shard holds, each a head's ``reads`` (registry.heads.READS)
-        "reads": [r for r in READS if r in reads],
+        # how a pair task's texts reached the encoder: one sequence, each alone, or both
+        "pair_forms": list(source.get("pair_forms", ["joint"])),
+        # the per-example states every shard holds, each what some heads read (registry.heads.STATES)
+        "reads": [r for r in STATES if r in reads],
         "encoder_dir": source.get("encoder_dir"),  # the checkpoint extracted (older shards: unknown)
         # where and how the states were computed (older shards: unknown)
         "precision": source.get("precision"),
@@ -102,10 +115,11 @@ class FeatureSet:
     manifest_path: Path
     manifest: dict
     split: str
-    reads: str = "cls"  # the per-example states read_all and the batch readers give
+    reads: str = "cls"  # the per-example states read_all and the batch readers give (registry.heads.STATES)
 
     def reading(self, reads: str) -> FeatureSet:
-        """This split's view that reads ``reads`` ('cls' or 'mean') per example."""
+        """This split's view that reads the per-example states ``reads`` ('cls', 'mean', or a pair's
+        apart form, 'apart-cls' or 'apart-mean': ``registry.heads.states_name``)."""
         held = self.manifest.get("reads", ["cls"])
         if reads not in held:
             raise FeatureError(
@@ -147,7 +161,8 @@ class FeatureSet:
 
     @property
     def shape(self) -> tuple[int, int]:
-        return self.manifest["layers"], self.manifest["hidden"]
+        """(layers, width) of what this view reads per example (a pair's apart form: PAIR_PARTS wide)."""
+        return self.manifest["layers"], states_width(self.reads, self.manifest["hidden"])
 
     @property
     def feature(self) -> str:

@@ -60,7 +60,7 @@ class RunFiles:
         """Whether BERT's head at the job's checkpoint is scored from its extraction's pass: where
         the states are stored and the head has trained (not checkpoint 0)."""
         run = self.run(keys)
-        return run.stored and run.checkpoint.fraction > 0 and self.s.pair(run.task) == "joint"
+        return run.stored and run.checkpoint.fraction > 0 and "joint" in self.s.pair_forms(run.task)
 
     def shard_dirs(self, keys: Mapping) -> list[str]:
         return [L.SHARD_DIR.format(**dict(keys), shard=i, n_shards=self.s.shards) for i in range(self.s.shards)]
@@ -80,10 +80,10 @@ class RunFiles:
 
     def bert_logits_input(self, keys: Mapping) -> list[str] | str:
         """BERT's logits for a head job's ensembles: none at checkpoint 0, whose head has not
-        trained, nor for a pair encoded apart (BERT reads it joint: the service could not combine
-        the two)."""
+        trained, nor where every head reads a pair encoded apart (BERT reads it joint: the service
+        combines only a head and BERT of one pass)."""
         k = dict(keys)
-        if Checkpoint.named(k["frac"]).fraction == 0 or self.s.pair(k["task"]) == "apart":
+        if Checkpoint.named(k["frac"]).fraction == 0 or "joint" not in self.s.pair_forms(k["task"]):
             return []
         return L.CHECKPOINT_FILE.format(**k, file=L.BERT_LOGITS)
 

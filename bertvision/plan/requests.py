@@ -72,6 +72,7 @@ class RuleRequests:
         return estimate.extract_request(
             self.shape(wildcards.model), ex.batch_size, ex.block_rows, ex.block_tokens, self.s.max_length(task),
             self.s.train_rows(task), self.s.shards, self.s.feature_level(task) == "tokens", self.gpus, attempt,
+            "apart" in self.s.pair_forms(task),
         )  # fmt: skip
 
     def bert_scoring(self, wildcards, attempt: int, scored_in_extraction: bool) -> dict:

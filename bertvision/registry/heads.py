@@ -47,7 +47,7 @@ class HeadType:
     # Reads a whole padded sequence with its mask (``forward(x, mask, per_token)``): per example,
     # or per token for span tasks, whose windows it then also trains on.
     sequence: bool = False
-    # Reads the two sides of a pair encoded apart (PAIR_PARTS): trains only on such tasks.
+    # Reads the two sides of a pair encoded apart (PAIR_PARTS) only: trains only on pair tasks.
     pair_apart: bool = False
     # Training seconds per example relative to an adapter of width 64 (measured on [CLS] states
     # of MiniLM on a CPU): sizes the runtime each head-training job asks the scheduler for.
@@ -66,7 +66,7 @@ SEARCHABLE_TRAINING = {"learning_rate": float, "weight_decay": float, "batch_siz
 def register(head_type: HeadType) -> HeadType:
     if head_type.name in HEAD_TYPES:
         raise ValueError(f"head type {head_type.name!r} registered twice")
-    clash = sorted(set(head_type.options) & (set(SEARCHABLE_TRAINING) | {"type", "reads"}))
+    clash = sorted(set(head_type.options) & (set(SEARCHABLE_TRAINING) | {"type", "reads", "pair"}))
     if clash:
         raise ValueError(f"head type {head_type.name!r}: options {clash} clash with training settings")
     HEAD_TYPES[head_type.name] = head_type
@@ -94,8 +94,21 @@ def get_head_type(name: str) -> HeadType:
         raise KeyError(f"unknown head type {name!r}; known: {', '.join(HEAD_TYPES)}") from None
 
 
-# What a pair encoded apart (tasks.<task>.pair: apart) gives its heads per layer, in this order
-# along the hidden axis: SBERT's classification features of the two texts' states u and v.
+# How a pair task's two texts reach the frozen encoder for a per-example head (its ``pair``): as
+# one sequence ([CLS] a [SEP] b, a cross-encoder's input, BERT's way) or each text alone, as a
+# sentence-transformers bi-encoder was trained. A task's extraction stores every form one of its
+# heads reads, and selection chooses among the heads like among any (``reporting.ranking``).
+PAIR_FORMS = ("joint", "apart")
+PAIR_OPTION = Option(
+    str,
+    "joint",
+    "Pair tasks: the pair as one sequence (joint), or each text encoded alone (apart), the head "
+    "then reading per layer [u, v, |u-v|, u*v] of the two texts' states. Single-text tasks do not "
+    "train an apart head.",
+    choices=PAIR_FORMS,
+)
+# What a pair encoded apart gives its heads per layer, in this order along the hidden axis:
+# SBERT's classification features of the two texts' states u and v.
 PAIR_PARTS = ("u", "v", "|u-v|", "u*v")
 
 # What a per-example head reads of each layer: its [CLS] (summary-token) state, or the mean of
@@ -113,8 +126,11 @@ READS_OPTION = Option(
 
 def head_options(head_type: HeadType) -> dict[str, Option]:
     """Every key a spec of ``head_type`` may set besides ``type``: its constructor options, and
-    ``reads`` for the per-example heads."""
-    return head_type.options if head_type.token_level else {**head_type.options, "reads": READS_OPTION}
+    ``reads`` and ``pair`` for the per-example heads (``pair`` but for the heads that read a pair
+    apart only)."""
+    if head_type.token_level:
+        return head_type.options
+    return {**head_type.options, "reads": READS_OPTION, **({} if head_type.pair_apart else {"pair": PAIR_OPTION})}
 
 
 def complete_spec(spec: dict) -> dict:
@@ -138,9 +154,38 @@ def head_reads(spec: dict) -> str:
     return spec.get("reads", READS_OPTION.default)
 
 
+def head_pair(spec: dict) -> str:
+    """How a pair task's two texts reach the encoder for this head (``PAIR_FORMS``); 'joint' for a
+    token-level head (it reads the joint sequence's tokens)."""
+    head_type = get_head_type(spec["type"])
+    if head_type.pair_apart:
+        return "apart"
+    return "joint" if head_type.token_level else spec.get("pair", PAIR_OPTION.default)
+
+
+def states_name(reads: str, pair: str = "joint") -> str:
+    """The stored per-example states of this pooling (``READS``) and pair form (``PAIR_FORMS``):
+    a feature shard's dataset, a manifest's ``reads`` entry."""
+    return reads if pair == "joint" else f"{pair}-{reads}"
+
+
+STATES = tuple(states_name(reads, pair) for pair in PAIR_FORMS for reads in READS)
+
+
+def head_states(spec: dict) -> str:
+    """The stored states a per-example head reads (``states_name``); 'tokens' for a token-level one."""
+    reads = head_reads(spec)
+    return reads if reads == "tokens" else states_name(reads, head_pair(spec))
+
+
+def states_width(states: str, hidden: int) -> int:
+    """The width per layer of the stored states ``states``: a pair's apart form holds PAIR_PARTS."""
+    return len(PAIR_PARTS) * hidden if states.startswith("apart-") else hidden
+
+
 def constructor_options(spec: dict) -> dict:
-    """The keys of ``spec`` its head class is built with (``reads`` picks its input, not its shape)."""
-    return {k: v for k, v in complete_spec(spec).items() if k not in ("type", "reads")}
+    """The keys of ``spec`` its head class is built with (``reads`` and ``pair`` pick its input, not its shape)."""
+    return {k: v for k, v in complete_spec(spec).items() if k not in ("type", "reads", "pair")}
 
 
 def is_token_head(spec: dict) -> bool:
@@ -148,13 +193,14 @@ def is_token_head(spec: dict) -> bool:
     return get_head_type(spec["type"]).token_level
 
 
-def trains_on(spec: dict, task_kind: str, token_features: bool, pair: str = "joint") -> bool:
+def trains_on(spec: dict, task_kind: str, token_features: bool, apart: bool = False) -> bool:
     """Whether a head of ``spec["type"]`` can train on a task of ``task_kind`` ('span' or an
     example kind) that stores every token's states (``token_features``; span tasks always do).
     A head that reads the mean over an example's tokens has no per-token form for span tasks; a
-    head of a pair's two sides needs the pair encoded apart (``pair``)."""
+    head that reads a pair's two texts apart needs a task whose pairs can be (``apart``: two
+    texts, stored states)."""
     head_type = get_head_type(spec["type"])
-    if head_type.pair_apart and pair != "apart":
+    if head_pair(spec) == "apart" and (not apart or task_kind == "span"):
         return False
     if task_kind == "span":  # per-token outputs: a sequence head, or a per-example head applied to each token
         return head_type.sequence or (not head_type.token_level and head_reads(spec) == "cls")
@@ -219,7 +265,7 @@ register(
 register(
     HeadType(
         "cosine",
-        "Pairs encoded apart (tasks.<task>.pair: apart): one learned layer mix of each text's states, "
+        "A pair's two texts encoded apart: one learned layer mix of each text's states, "
         "the cosine of the two, then a linear layer (a scale and an offset for a similarity regression).",
         {"dropout": DROPOUT},
         pair_apart=True,

@@ -136,6 +136,11 @@ class TaskSpec:
     def is_pair(self) -> bool:
         return len(self.text_fields) == 2
 
+    @property
+    def two_texts(self) -> bool:
+        """Whether an example is a pair of texts (not a question's window): a head may read it apart."""
+        return self.is_pair and not self.windowed
+
     def primary_score(self, metrics: dict, split: str) -> float:
         """The primary metric on ``split`` from {split: {metric: value}}; NaN where it is missing
         (records from before that split was scored)."""

@@ -153,7 +153,7 @@ def candidate_runs(
             # stopped by its job's race (heads.race): its seconds count, it is never picked
             "raced_out": raced_out(r),
             "head_selection": (r.get("race") or {}).get("protocol", "grid"),
-            "pair": src.get("pair", "joint"),  # a pair task's texts as the heads' states saw them
+            "pair": r.get("pair") or "joint",  # a pair task's texts as the head's states saw them
             **_dev_facts(task, r["metrics"]),
         }
         rows.append(

@@ -226,13 +226,16 @@ def peer_lines(task_name: str, configured: list[str]) -> str:
 
 
 def pair_line(block: pd.DataFrame) -> str:
-    """Which form of a pair task each row read, where the heads read it apart."""
+    """Which form of a pair task the head rows read, where some read it apart."""
     heads = block[block["row"].isin(ROW_KINDS[2:5])]
-    if not heads["pair"].isin(["apart"]).any():
+    apart = heads["pair"].isin(["apart"])
+    if not apart.any():
         return ""
+    which = "The heads" if apart.all() else "The heads of " + ", ".join(sorted(set(heads["model"][apart])))
     return (
-        "The heads read each pair encoded apart (each text alone, per layer [u, v, |u-v|, u*v] of the two "
-        "texts' states: tasks.<task>.pair); fine-tuning, BERT's own head and full fine-tuning read it as one sequence."
+        f"{which} read each pair encoded apart (each text alone, per layer [u, v, |u-v|, u*v] of the two "
+        "texts' states: heads.models.<head>.pair, chosen on selection among the heads of either form); fine-tuning, "
+        "BERT's own head and full fine-tuning read it as one sequence."
     )
 
 

@@ -63,6 +63,12 @@ class HeadEntry:
     null_threshold: float | None  # span heads: tuned on the selection split
     source: dict
     ensemble: dict | None = None  # {head, how}: this head's outputs combined with BERT's
+    pair: str = "joint"  # a pair task's texts as this head reads them: one sequence, or each alone
+
+    def state_width(self, hidden: int) -> int:
+        """The width of what this head reads per layer: the encoder's hidden size, or for a pair
+        encoded apart its ``PAIR_PARTS`` features of the two texts."""
+        return len(PAIR_PARTS) * hidden if self.pair == "apart" else hidden
 
     def summary(self) -> dict:
         return {
@@ -70,6 +76,7 @@ class HeadEntry:
             "seeds": list(self.seeds),
             "spec": self.spec,
             "level": self.level,
+            "pair": self.pair,
             "parameters": self.parameters,
             "mean_selection_score": self.mean_selection_score,
             "selection_metrics": self.selection_metrics,
@@ -92,12 +99,6 @@ class TaskEntry:
     feature_level: str
     picked: str
     heads: dict[str, HeadEntry]
-    pair: str = "joint"  # a pair task's texts: one sequence, or each encoded alone (tasks.<task>.pair)
-
-    def state_width(self, hidden: int) -> int:
-        """The width of what this task's heads read per layer: the encoder's hidden size, or for a
-        pair encoded apart its ``PAIR_PARTS`` features of the two texts."""
-        return len(PAIR_PARTS) * hidden if self.pair == "apart" else hidden
 
     @property
     def outputs(self) -> int:
@@ -171,6 +172,7 @@ def _head_entry(root: Path, task: str, name: str, data: dict) -> HeadEntry:
             null_threshold=None if threshold is None else float(threshold),
             source=data.get("source", {}),
             ensemble=dict(data["ensemble"]) if data.get("ensemble") else None,
+            pair=str(data.get("pair", "joint")),
         )
     except (KeyError, TypeError, ValueError) as err:
         if isinstance(err, BundleError):
@@ -195,7 +197,6 @@ def _task_entry(root: Path, name: str, data: dict) -> TaskEntry:
             feature_level=data["feature_level"],
             picked=data["picked"],
             heads=heads,
-            pair=data.get("pair", "joint"),
         )
     except (KeyError, TypeError, ValueError) as err:
         if isinstance(err, BundleError):

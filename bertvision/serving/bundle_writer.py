@@ -15,7 +15,7 @@ from pathlib import Path
 from bertvision.errors import SettingsError
 from bertvision.files import atomic_dir, atomic_write_json, read_json
 from bertvision.layout import BUNDLE_ENCODER, BUNDLE_HEAD, BUNDLE_INDEX, HEAD_METRICS, HEAD_WEIGHTS, head_runs
-from bertvision.registry.heads import PAIR_PARTS, is_token_head
+from bertvision.registry.heads import PAIR_PARTS, head_pair, is_token_head
 from bertvision.registry.task_spec import TaskSpec
 from bertvision.registry.tasks import get_task
 from bertvision.reporting.ranking import best, head_candidates
@@ -113,6 +113,7 @@ def head_entry_json(task: TaskSpec, run: TrainedHead, seeds: list[int], mean: fl
         "seeds": sorted(seeds),
         "spec": record["head_spec"],
         "level": head_level(task, record["head_spec"]),
+        "pair": head_pair(record["head_spec"]) if task.two_texts else "joint",
         "parameters": int(record["parameters"]),
         "mean_selection_score": mean if math.isfinite(mean) else None,
         "selection_metrics": record["metrics"].get("selection", {}),
@@ -158,11 +159,12 @@ def task_json(task: TaskSpec, settings: dict, runs: list[TrainedHead]) -> dict:
     heads = {
         head: head_entry_json(task, run, seeds[head], candidates[head].selection) for head, run in sorted(kept.items())
     }
-    pair = settings.get("pair") or "joint"
     if settings.get("ensemble"):
-        if pair == "apart":
+        apart = (settings["ensemble"].get("head") in heads) and heads[settings["ensemble"]["head"]]["pair"] == "apart"
+        if apart:
             raise BundleError(
-                f"{task.name}: a head + BERT ensemble is not served for a pair encoded apart (BERT reads it joint)"
+                f"{task.name}: a head + BERT ensemble is not served for a head that reads a pair apart "
+                "(BERT reads it joint)"
             )
         name, entry = ensemble_entry_json(task, settings["ensemble"], heads, kept)
         heads[name] = entry
@@ -186,7 +188,6 @@ def task_json(task: TaskSpec, settings: dict, runs: list[TrainedHead]) -> dict:
         "max_answer_length": span.max_answer_length if span else None,
         "n_best": span.n_best if span else None,
         "feature_level": "tokens" if any(e["level"] == "tokens" for e in heads.values()) else "cls",
-        "pair": pair,
         "picked": picked,
         "heads": heads,
     }
@@ -267,7 +268,7 @@ def write_bundle(
             for head, entry in described[name]["heads"].items():
                 if entry.get("ensemble"):
                     continue  # the files of its head
-                width = len(PAIR_PARTS) * hidden if described[name]["pair"] == "apart" else hidden
+                width = len(PAIR_PARTS) * hidden if entry["pair"] == "apart" else hidden
                 check_head_fits(kept[head], layers, width, task.num_labels)
                 target = scratch / entry["path"]
                 target.mkdir(parents=True)

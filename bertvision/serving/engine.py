@@ -105,7 +105,7 @@ class Engine:
         self.token_types = uses_token_types(self.tokenizer, self.encoder.config)
         layers, hidden = self.bundle.layers, self.bundle.hidden
         self.heads = {
-            (task.name, name): load_head(entry.dir, layers, task.state_width(hidden), task.outputs).to(self.device)
+            (task.name, name): load_head(entry.dir, layers, entry.state_width(hidden), task.outputs).to(self.device)
             for task in self.bundle.tasks.values()
             for name, entry in task.heads.items()
         }
@@ -229,12 +229,13 @@ class Engine:
         return [sequences.add(ids, types) for ids, types in zip(encoded["input_ids"], encoded["token_type_ids"])]
 
     def _tasks_at(self, item: TextItem, max_length: int, apart: bool) -> list[str]:
-        """``item``'s tasks of this max_length whose texts are encoded apart (``apart``) or not."""
+        """``item``'s tasks of this max_length whose asked head reads its texts encoded apart
+        (``apart``) or not."""
         pair = len(item.texts) == 2
         return [
             t
-            for t in item.heads
-            if self.tasks[t].max_length == max_length and (pair and self.tasks[t].pair == "apart") == apart
+            for t, head in item.heads.items()
+            if self.tasks[t].max_length == max_length and (pair and self.tasks[t].heads[head].pair == "apart") == apart
         ]
 
     def _tokenize_texts(self, texts: list[TextItem], sequences: Sequences) -> list[dict[str, int | tuple[int, int]]]:
@@ -356,7 +357,7 @@ class Engine:
             if entry.level == "tokens":
                 outputs = [encoded.token_outputs[task_name, head][row] for row in rows]
             else:
-                outputs = self._run_head(task_name, head, self._example_input(task, entry, encoded, rows))
+                outputs = self._run_head(task_name, head, self._example_input(entry, encoded, rows))
             ensemble = task.heads[head].ensemble
             if ensemble:
                 outputs = with_bert(task, ensemble["how"], outputs, [encoded.bert_logits[row] for row in rows])
@@ -366,11 +367,11 @@ class Engine:
         return [{t: results[i][t] for t in item.heads} for i, item in enumerate(texts)]
 
     @staticmethod
-    def _example_input(task: TaskEntry, entry, encoded: Encoded, rows: list) -> torch.Tensor:
+    def _example_input(entry, encoded: Encoded, rows: list) -> torch.Tensor:
         """What a per-example head reads for ``rows``, as its training read it: the stored states it
         ``reads``, or for a pair encoded apart the ``pair_features`` of its two texts' rows, rounded as stored."""
         states = encoded.example_states[head_reads(entry.spec)]
-        if task.pair != "apart":
+        if entry.pair != "apart":
             return torch.from_numpy(states[rows].astype(np.float32))
         a, b = (torch.from_numpy(states[[row[side] for row in rows]]) for side in (0, 1))
         return pair_features(a, b).to(torch.float16).float()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, fields
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
@@ -49,7 +48,6 @@ class BundleTaskSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
     max_length: int | None = None
     doc_stride: int | None = None
-    pair: Literal["joint", "apart"] | None = None
 
 
 # --task-settings: {task: BundleTaskSettings}

@@ -21,12 +21,18 @@ from bertvision.errors import DiskFullError
 from bertvision.features import bert_outputs
 from bertvision.features.disk_plan import check_disk_space, planned_bytes, readable_size
 from bertvision.features.encode import frozen_encoder, frozen_task_model
-from bertvision.features.extractors import extract_split_apart, extraction_devices, extractor, feature_level
+from bertvision.features.extractors import (
+    ApartStates,
+    extract_split_apart,
+    extraction_devices,
+    extractor,
+    feature_level,
+)
 from bertvision.features.shard_writer import shard_rows
 from bertvision.files import disk_full
 from bertvision.layout import shard_file, split_file, texts_file
 from bertvision.models.encoder_io import hidden_state_shape
-from bertvision.registry.heads import PAIR_PARTS
+from bertvision.registry.heads import READS, states_name, states_width
 from bertvision.runtime.backend import backend_of, backend_precision
 from bertvision.runtime.device import set_threads
 
@@ -82,15 +88,17 @@ def extract_shard(
     shutil.rmtree(tmp_dir, ignore_errors=True)
     tmp_dir.mkdir(parents=True)
     tokens = {split: TokenizedSplit.read(split_file(tokens_dir, split)) for split in splits}
-    apart = attrs.get("pair") == "apart"
-    if apart and bert_logits:
+    forms = attrs.get("pair_forms", ["joint"])
+    if "joint" not in forms and bert_logits:
         raise ValueError("a pair encoded apart is not BERT's input: its head is scored by its own pass")
-    texts = {split: TokenizedSplit.read(texts_file(tokens_dir, split)) for split in splits} if apart else {}
-    width = len(PAIR_PARTS) * hidden if apart else hidden
+    texts = {split: TokenizedSplit.read(texts_file(tokens_dir, split)) for split in splits} if "apart" in forms else {}
     stats, outputs = {}, {}
     try:
         level = feature_level(attrs)
-        needed = sum(planned_bytes(t, shard, n_shards, layers, width, kind, level) for t in tokens.values())
+        apart_only = forms == ["apart"] and level == "cls"  # no head reads the joint pair or its tokens
+        stored = ["apart"] if apart_only else ["joint", *(["apart"] if "apart" in forms else [])]
+        widths = {states_name(r, f): states_width(states_name(r, f), hidden) for f in stored for r in READS}
+        needed = sum(planned_bytes(t, shard, n_shards, layers, hidden, kind, level, widths) for t in tokens.values())
         free = check_disk_space(tmp_dir, needed)
         for split in splits:
             if bert_logits and split in scored_splits:
@@ -98,29 +106,28 @@ def extract_shard(
                     tokens[split], *shard_rows(len(tokens[split]), n_shards, shard)
                 )
             try:
-                if apart:
+                out_path, split_attrs = shard_file(tmp_dir, split), {**attrs, "split": split}
+                if apart_only:
+                    pairs, sides = tokens[split], texts[split]
                     stats[split] = extract_split_apart(
-                        replicas,
-                        tokens[split],
-                        texts[split],
-                        shard_file(tmp_dir, split),
-                        shard,
-                        n_shards,
-                        settings,
-                        precision,
-                        {**attrs, "split": split},
+                        replicas, pairs, sides, out_path, shard, n_shards, settings, precision, split_attrs
                     )
                     continue
+                apart = None
+                if "apart" in forms:
+                    rows = shard_rows(len(tokens[split]), n_shards, shard)
+                    apart = ApartStates(replicas, tokens[split], texts[split], *rows, settings, precision, split)
                 stats[split] = extractor(attrs)(
                     replicas,
                     tokens[split],
-                    shard_file(tmp_dir, split),
+                    out_path,
                     shard,
                     n_shards,
                     settings,
                     precision,
-                    {**attrs, "split": split},
+                    split_attrs,
                     outputs.get(split),
+                    **({"apart": apart} if apart else {}),
                 )
             except Exception as err:  # the writer thread's errors come back here too
                 if not disk_full(err):

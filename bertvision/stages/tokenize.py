@@ -77,7 +77,7 @@ def tokenize_task(task: TaskSpec, settings: TokenizeSettings, raw_dir: Path, out
         else:
             tokens = tokenize_frame(df, task, tokenizer, max_length)
         texts = None
-        if settings.pair == "apart":
+        if task.two_texts:  # each distinct text alone too, for the heads that read a pair apart
             texts, sides = tokenize_apart(df, task, tokenizer, max_length)
             tokens["text_a"], tokens["text_b"] = sides[:, 0], sides[:, 1]
         if not token_types:  # the encoder takes none (RoBERTa, DistilBERT): collate sends none

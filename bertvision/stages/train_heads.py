@@ -20,6 +20,7 @@ from bertvision.files import atomic_write_json, atomic_write_parquet, read_json
 from bertvision.layout import HEAD_METRICS, HEAD_PREDICTIONS, head_metrics_files, head_run_dir
 from bertvision.models.head_io import save_head
 from bertvision.models.heads import core_head, count_parameters
+from bertvision.registry.heads import head_pair
 from bertvision.registry.task_spec import TaskSpec
 from bertvision.reporting.results import raced_out
 from bertvision.runtime.device import set_threads
@@ -151,12 +152,15 @@ def _evaluated(task: TaskSpec, group: list[Plan], lockstep: Lockstep, problems: 
     finished = []
     for (run, _, search), (head, best, history, timing), state in zip(group, results, lockstep.states):
         t0 = time.perf_counter()
-        metrics, predictions, ensembles = problem.evaluate(head, bert)
+        pair = head_pair(run.spec)
+        # BERT reads a pair joint: the service combines a head with it only where both read one pass
+        metrics, predictions, ensembles = problem.evaluate(head, bert if pair == "joint" else None)
         params = count_parameters(head)
         record = {
             "task": task.name,
             "head": run.name,
             "head_spec": run.spec,
+            "pair": pair if problems.task.two_texts else None,  # a pair task's texts as the head read them
             "seed": run.seed,
             "source": train_source["source"],
             "parameters": params,

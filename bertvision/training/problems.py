@@ -12,7 +12,7 @@ import numpy as np
 from bertvision.config.settings import HeadRuntimeSettings
 from bertvision.features.source import StreamSource
 from bertvision.features.streamed import open_split, streamed_encoder
-from bertvision.registry.heads import head_reads, is_token_head
+from bertvision.registry.heads import head_states, is_token_head
 from bertvision.registry.task_spec import TaskSpec, splits_of
 from bertvision.runtime.device import pick_device
 from bertvision.training.example import ExampleProblem
@@ -58,10 +58,12 @@ class Problems:
         self._label_moments: dict = {}
 
     def _key(self, spec: dict) -> tuple:
-        """What tells two heads' problems apart: the problem class and the states a
-        per-example head reads ('cls' or 'mean'; token-level heads and span tasks read every token)."""
+        """What tells two heads' problems apart: the problem class and the stored states a
+        per-example head reads ('cls' or 'mean', of the joint pair or, 'apart-cls' and 'apart-mean',
+        its texts encoded apart: ``registry.heads.head_states``; token-level heads and span tasks
+        read every token)."""
         cls = problem_class(self.task, spec)
-        return cls, head_reads(spec) if cls is ExampleProblem else "tokens"
+        return cls, head_states(spec) if cls is ExampleProblem else "tokens"
 
     def get(self, spec: dict):
         key = self._key(spec)
