@@ -51,11 +51,16 @@ def minimal():
 
 
 def test_defaults_are_filled_from_the_schema():
+    from bertvision.config.workflow import WorkflowSettings
+
     config = validate_config(minimal())
+    # a config without a heads section reads a pair both as one sequence and as two texts apart
+    assert WorkflowSettings(config).pair_forms("mrpc") == ("joint", "apart")
     assert config["finetune"]["epoch_fractions"] == [0, 0.3, 1.0]
     assert config["heads"]["seeds"] == [1, 2, 3]
     assert config["data"]["selection_fraction"] == 0.1
-    assert set(config["heads"]["models"]) >= {"lp", "ap", "adapter64"}
+    assert config["baseline"]["seeds"] == [1, 2] and config["resources"]["threads"] == 1
+    assert set(config["heads"]["models"]) >= {"lp", "adapter64", "adapter64-mean", "adapter64-mean-apart", "cosine"}
     # head options take the defaults registered with their type
     assert config["heads"]["models"]["adapter64"] == {
         "type": "adapter",
