@@ -29,7 +29,7 @@ from bertvision.errors import FeatureError
 from bertvision.features.source import SOURCE_KEYS
 from bertvision.files import atomic_write_json, read_json, sha256_file
 from bertvision.layout import shard_file
-from bertvision.registry.heads import STATES, states_width
+from bertvision.registry.heads import STATES
 
 FORMAT = "bertvision-features/1"
 
@@ -42,7 +42,7 @@ def shard_summary(path: Path, root: Path) -> dict:
         reads = [name for name in STATES if name in f]
         first = "states" if "states" in f else reads[0]
         n, layers, width = f[first].shape
-    hidden = width // (states_width(first, 1))  # the encoder's width: a pair's apart form is PAIR_PARTS wide
+    hidden = width // STATES[first].width(1) if first in STATES else width  # 'states': a token shard's, hidden wide
     return {
         "file": str(Path(path).relative_to(root)),
         "rows": [int(attrs["row_start"]), int(attrs["row_end"])],
@@ -162,7 +162,7 @@ class FeatureSet:
     @property
     def shape(self) -> tuple[int, int]:
         """(layers, width) of what this view reads per example (a pair's apart form: PAIR_PARTS wide)."""
-        return self.manifest["layers"], states_width(self.reads, self.manifest["hidden"])
+        return self.manifest["layers"], STATES[self.reads].width(self.manifest["hidden"])
 
     @property
     def feature(self) -> str:

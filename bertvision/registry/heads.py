@@ -163,24 +163,36 @@ def head_pair(spec: dict) -> str:
     return "joint" if head_type.token_level else spec.get("pair", PAIR_OPTION.default)
 
 
+@dataclass(frozen=True)
+class States:
+    """Per-example states an extraction stores: a pooling (``READS``) of a pair form (``PAIR_FORMS``)."""
+
+    reads: str
+    pair: str = "joint"
+
+    @property
+    def name(self) -> str:
+        """The feature shard's dataset and the manifest's ``reads`` entry: 'cls', 'mean', 'apart-cls', 'apart-mean'."""
+        return self.reads if self.pair == "joint" else f"{self.pair}-{self.reads}"
+
+    def width(self, hidden: int) -> int:
+        """The width per layer for an encoder ``hidden`` wide: a pair's apart form holds PAIR_PARTS."""
+        return len(PAIR_PARTS) * hidden if self.pair == "apart" else hidden
+
+
+# Every kind of stored per-example states, by name, joint before apart.
+STATES = {s.name: s for s in (States(reads, pair) for pair in PAIR_FORMS for reads in READS)}
+
+
 def states_name(reads: str, pair: str = "joint") -> str:
-    """The stored per-example states of this pooling (``READS``) and pair form (``PAIR_FORMS``):
-    a feature shard's dataset, a manifest's ``reads`` entry."""
-    return reads if pair == "joint" else f"{pair}-{reads}"
-
-
-STATES = tuple(states_name(reads, pair) for pair in PAIR_FORMS for reads in READS)
+    """The stored per-example states of this pooling and pair form (``States.name``)."""
+    return States(reads, pair).name
 
 
 def head_states(spec: dict) -> str:
     """The stored states a per-example head reads (``states_name``); 'tokens' for a token-level one."""
     reads = head_reads(spec)
     return reads if reads == "tokens" else states_name(reads, head_pair(spec))
-
-
-def states_width(states: str, hidden: int) -> int:
-    """The width per layer of the stored states ``states``: a pair's apart form holds PAIR_PARTS."""
-    return len(PAIR_PARTS) * hidden if states.startswith("apart-") else hidden
 
 
 def constructor_options(spec: dict) -> dict:

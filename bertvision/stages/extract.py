@@ -32,7 +32,7 @@ from bertvision.features.shard_writer import shard_rows
 from bertvision.files import disk_full
 from bertvision.layout import shard_file, split_file, texts_file
 from bertvision.models.encoder_io import hidden_state_shape
-from bertvision.registry.heads import READS, states_name, states_width
+from bertvision.registry.heads import STATES
 from bertvision.runtime.backend import backend_of, backend_precision
 from bertvision.runtime.device import set_threads
 
@@ -97,7 +97,7 @@ def extract_shard(
         level = feature_level(attrs)
         apart_only = forms == ["apart"] and level == "cls"  # no head reads the joint pair or its tokens
         stored = ["apart"] if apart_only else ["joint", *(["apart"] if "apart" in forms else [])]
-        widths = {states_name(r, f): states_width(states_name(r, f), hidden) for f in stored for r in READS}
+        widths = {name: states.width(hidden) for name, states in STATES.items() if states.pair in stored}
         needed = sum(planned_bytes(t, shard, n_shards, layers, hidden, kind, level, widths) for t in tokens.values())
         free = check_disk_space(tmp_dir, needed)
         for split in splits:
