@@ -33,6 +33,10 @@ def peer_job(model: str, task: str, peer: str, seed: int) -> Job:
     return Job("peer", {"task": task, "model": model, "peer": peer, "seed": seed})
 
 
+def embed_job(model: str, task: str) -> Job:
+    return Job("embed", {"task": task, "model": model})
+
+
 def timing_jobs(runs: list[Run], n_shards: int, baselines: tuple[Job, ...] = ()) -> list[Job]:
     """Every job of the main pipeline behind ``runs`` (download to train_heads, BERT's scoring
     included), once each, and the ``baselines`` (full fine-tuning's and the peers' jobs). A run's fine-tuning went

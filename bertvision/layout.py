@@ -63,6 +63,9 @@ PEER_DIR = "peers/{model}/{task}/{peer}/seed{seed}"
 PEER_FILE = f"{PEER_DIR}/{{file}}"
 PEER_METRICS, PEER_PREDICTIONS = BASELINE_METRICS, BASELINE_PREDICTIONS
 PEER_FILES = BASELINE_FILES
+# The backbone's own sentence embedding of every text of a task, each distinct text encoded once,
+# read by every peer that trains no encoder (the linear model, the cosine).
+EMBEDDINGS = "peers/{model}/{task}/embeddings.npz"
 
 FEATURES_DIR = f"features/{{model}}/{{task}}/ft{{ftseed}}/{CHECKPOINT_SUBDIR}"
 SHARD_DIR = f"{FEATURES_DIR}/shard-{{shard}}-of-{{n_shards}}"
@@ -127,6 +130,7 @@ JOB_KEYS = {
     "score_bert": ("task", "model", "ftseed", "frac"),
     "baseline": ("task", "model", "seed"),
     "peer": ("task", "model", "peer", "seed"),
+    "embed": ("task", "model"),
     "extract": ("task", "model", "ftseed", "frac", "shard"),
     "feature_manifest": ("task", "model", "ftseed", "frac"),
     "train_heads": ("task", "model", "ftseed", "frac"),

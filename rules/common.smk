@@ -22,6 +22,7 @@ from bertvision import layout as L
 from bertvision.config.schema import validate_config
 from bertvision.config.workflow import WorkflowSettings
 from bertvision.errors import BertvisionError
+from bertvision.registry.peers import get_peer
 from bertvision.registry.tasks import DECLARED_ENV, declared_json, get_task
 from bertvision.plan.race import RaceReach
 from bertvision.plan.requests import RuleRequests
@@ -77,8 +78,7 @@ wildcard_constraints:
 
 
 def as_json(obj):
-    """``obj`` (a typed settings object, or plain data that may hold some) as the JSON a
-    `bertvision` command reads."""
+    """``obj`` (typed settings, or plain data that may hold some) as a `bertvision` command reads it."""
     if hasattr(obj, "to_json"):
         return obj.to_json()
     return json.dumps(obj, sort_keys=True, default=lambda settings: settings.model_dump(mode="json"))
@@ -216,10 +216,13 @@ def get_previous_flag(wildcards):
     return f"--previous {shlex.quote(previous)}"
 
 
-# Head name -> trainings a job does.
+def get_peer_embeddings(wildcards):
+    """The task's shared sentence embeddings, for a peer that reads them (none for the others)."""
+    return L.EMBEDDINGS.format(**wildcards) if get_peer(wildcards.peer).reads_embeddings else []
 
 
 def head_runs(wildcards):
+    """Head name -> trainings a job does."""
     return dict.fromkeys(S.task_heads(wildcards.task), len(S.head_seeds))
 
 

@@ -1,3 +1,29 @@
+rule embed:
+    """The backbone's own sentence embedding (its declared pooling) of every text of a task, each
+    distinct text encoded once, for every peer that trains no encoder: the linear model and the
+    cosine read one encoding."""
+    input:
+        raw=rules.download.output,
+    output:
+        L.EMBEDDINGS,
+    params:
+        settings=lambda wc: as_json(S.embedding(wc.model, wc.task)),
+        compute=as_json(S.finetune_compute()),
+    log:
+        L.log("embed"),
+    benchmark:
+        L.benchmark("embed")
+    threads: S.threads
+    resources:
+        gpu=min(GPU, 1),
+        gpu_model=GPU_MODEL,
+        mem_mb=request(REQUESTS.embed, "mem_mb"),
+        runtime=request(REQUESTS.embed, "runtime"),
+    shell:
+        "bertvision embed --task {wildcards.task} --model-name {wildcards.model} --settings {params.settings:q} "
+        "--compute {params.compute:q} --raw-dir {input.raw} --out {output} --threads {threads} > {log} 2>&1"
+
+
 rule peer:
     """A peer method (config ``peers``): what a practitioner would use instead of the BERTVision
     path (the backbone's own sentence embedding with a linear model or the cosine, LoRA, BitFit,
@@ -6,12 +32,14 @@ rule peer:
     input:
         tokens=rules.tokenize.output,
         raw=rules.download.output,
+        embeddings=get_peer_embeddings,
     output:
         expand(L.PEER_FILE, file=L.PEER_FILES, allow_missing=True),
     params:
         settings=lambda wc: as_json(S.peer(wc.model, wc.task, wc.peer)),
         compute=as_json(S.finetune_compute()),
         out_dir=L.PEER_DIR,
+        embeddings=lambda wc, input: f"--embeddings {shlex.quote(input.embeddings)}" if input.embeddings else "",
     log:
         L.log("peer"),
     benchmark:
@@ -29,4 +57,4 @@ rule peer:
         "bertvision peer --task {wildcards.task} --model-name {wildcards.model} "
         "--settings {params.settings:q} --compute {params.compute:q} --tokens-dir {input.tokens} "
         "--raw-dir {input.raw} --out-dir {params.out_dir} --seed {wildcards.seed} "
-        "--micro-batches {resources.micro_batches} --threads {threads} > {log} 2>&1"
+        "--micro-batches {resources.micro_batches} --threads {threads} {params.embeddings} > {log} 2>&1"

@@ -11,7 +11,7 @@ rule tables:
         baselines=TARGETS.baseline_metrics(),
         baseline_benchmarks=[job.benchmark for job in TARGETS.baseline_jobs()],
         peers=TARGETS.peer_metrics(),
-        peer_benchmarks=[job.benchmark for job in TARGETS.peer_jobs()],
+        peer_benchmarks=[job.benchmark for job in TARGETS.peer_jobs() + TARGETS.embed_jobs()],
         **per_task(table_files),
     output:
         **table_outputs(RESULT_TABLES, "Tables"),

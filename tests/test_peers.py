@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from bertvision.config.settings import PeerSettings
-from bertvision.jobs import peer_job
+from bertvision.jobs import Job, peer_job
 from bertvision.layout import PEER_FILE, PEER_METRICS
 from bertvision.peers import embedding as emb
 from bertvision.peers.pooling import MEAN_FALLBACK, Pooling, declared_pooling, pool
@@ -144,6 +144,33 @@ def test_the_embedding_peer_chooses_on_selection_only(tiny_bert):
     assert first["trainable_parameters"] == width + 1
 
 
+def test_the_peers_that_train_no_encoder_read_one_encoding_of_the_task(tiny_bert, tmp_path):
+    """The embed stage encodes the task once; the linear model reading its file chooses and scores
+    exactly as it does encoding the texts itself, and its record says the encoding was shared (its
+    job's seconds then count in the peer's whole cost). A file of other rows is refused."""
+    from bertvision.config.settings import FinetuneCompute
+    from bertvision.layout import split_file
+    from bertvision.stages.peer import embed_task
+
+    task = get_task("stsb")
+    rows = {"train": stsb_rows(30), "selection": stsb_rows(10, 30), "dev": stsb_rows(10, 40)}
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for split, frame in rows.items():
+        frame.to_parquet(split_file(raw, split))
+    shared = {"batch_size": 8, "max_length": 64, "backend": "torch"}
+    out = tmp_path / "peers" / "embeddings.npz"
+    embed_task(task, "tiny", settings_of(tiny_bert, {"method": "cosine", **shared}), FinetuneCompute(device="cpu", precision="fp32"), raw, out)
+
+    linear = settings_of(tiny_bert, {"method": "embedding", "regularization": [0.1, 1.0], **shared})
+    alone, read = sentence_embedding(task, linear, rows), sentence_embedding(task, linear, rows, embeddings=out)
+    assert read["chosen"] == alone["chosen"] and read["tried"][0]["selection"] == pytest.approx(alone["tried"][0]["selection"])
+    assert read["metrics"]["dev"]["pearson"] == pytest.approx(alone["metrics"]["dev"]["pearson"], abs=1e-6)
+    assert (read["shared_encoding"], alone["shared_encoding"]) == (True, False)
+    with pytest.raises(ValueError, match="run embed again"):
+        sentence_embedding(task, linear, {**rows, "dev": rows["dev"].iloc[:-1]}, embeddings=out)
+
+
 def test_bitfit_and_lora_leave_only_their_parameters_trainable(tiny_bert):
     from bertvision.config.settings import LoraPeer
     from bertvision.peers.adapted import bitfit, lora, trainable_parameters
@@ -192,30 +219,35 @@ def test_the_config_names_the_peers_per_task_and_their_seeds():
 
 
 def write_peer(root: Path, peer: str, label: str, seed: int, selection: float, dev: float, own: float,
-               job: float, deterministic: bool = False, params: int = 50) -> Path:  # fmt: skip
+               job: float, deterministic: bool = False, params: int = 50, embed_job: float | None = None) -> Path:  # fmt: skip
+    """``embed_job``: the seconds of the task's shared encoding, which the peer read (none: it encoded nothing it shares)."""
     from tests.test_whole_cost import MODEL, TASK, write_benchmark, write_json
 
     metrics = {"selection": {"accuracy": selection, "f1": selection}, "dev": {"accuracy": dev, "f1": dev,
                                                                                "constant_score": 0.5}}  # fmt: skip
     record = {"task": TASK, "model": MODEL, "peer": peer, "label": label, "seed": seed,
               "deterministic": deterministic, "metrics": metrics, "trainable_parameters": params,
-              "encoder_parameters": 1000, "train_seconds": own, "device": "cpu", "precision": "fp32"}  # fmt: skip
+              "encoder_parameters": 1000, "train_seconds": own, "device": "cpu", "precision": "fp32",
+              "shared_encoding": embed_job is not None}  # fmt: skip
     write_benchmark(peer_job(MODEL, TASK, peer, seed), job)
+    if embed_job is not None:
+        write_benchmark(Job("embed", {"task": TASK, "model": MODEL}), embed_job)
     return write_json(root / PEER_FILE.format(model=MODEL, task=TASK, peer=peer, seed=seed, file=PEER_METRICS), record)
 
 
 def test_the_peers_rows_and_whole_cost_worked_by_hand(tmp_path, monkeypatch):
     """The hand-worked records of tests/test_whole_cost.py (the pick: ap at 0.3, selection 0.80,
     dev 0.75 on every seed, whole cost 101.25 s; full fine-tuning 135 s) with two peers: the
-    embedding's linear model (one run: selection 0.90, dev 0.85, its job 10 s) and LoRA (two
-    seeds: selection 0.78, dev 0.79 and 0.81, jobs 50 and 60 s)."""
+    embedding's linear model (one run: selection 0.90, dev 0.85, its job 4 s after the task's shared
+    encoding's 6 s) and LoRA (two seeds: selection 0.78, dev 0.79 and 0.81, jobs 50 and 60 s)."""
     from bertvision.stages.tables import build_tables
     from tests.test_whole_cost import SHARDS, HandWorked
 
     monkeypatch.chdir(tmp_path)
     r = HandWorked(Path("."))
     peers = [
-        write_peer(Path("."), "embedding", "embedding + linear", 1, 0.90, 0.85, 3.0, 10.0, deterministic=True),
+        write_peer(Path("."), "embedding", "embedding + linear", 1, 0.90, 0.85, 3.0, 4.0, deterministic=True,
+                   embed_job=6.0),
         write_peer(Path("."), "lora", "LoRA", 1, 0.78, 0.79, 40.0, 50.0, params=74),
         write_peer(Path("."), "lora", "LoRA", 2, 0.78, 0.81, 44.0, 60.0, params=74),
     ]
@@ -226,7 +258,7 @@ def test_the_peers_rows_and_whole_cost_worked_by_hand(tmp_path, monkeypatch):
     rows = summary[summary["row"] == "peer"].set_index("model")
     assert list(summary["row"][:3]) == ["full fine-tuning", "peer", "peer"]  # the peers right after the bar
     embedding, lora = rows.loc["embedding + linear"], rows.loc["LoRA"]
-    # whole: the peer's own jobs, every setting it tried (10; 50 and 60); own: the records' seconds
+    # whole: the peer's own jobs, every setting it tried (4 + the shared encoding's 6; 50 and 60); own: the records' seconds
     assert (embedding["whole_seconds"], embedding["n"], bool(embedding["deterministic"])) == (10.0, 1, True)
     assert lora["whole_seconds"] == pytest.approx(55.0) and lora["whole_seconds_std"] == pytest.approx(np.sqrt(50))
     assert lora["seconds"] == pytest.approx(42.0) and lora["whole_cost_ratio"] == pytest.approx(55 / 135, rel=1e-5)
@@ -244,6 +276,9 @@ def test_the_peers_rows_and_whole_cost_worked_by_hand(tmp_path, monkeypatch):
     assert set(methods["family"]) == {"full fine-tuning", "peer", "BERT at a checkpoint", "BERTVision"}
     # the embedding costs 10 s and scores 0.85: nothing is both cheaper and better
     assert methods.set_index("model").loc["embedding + linear", "on_front"]
+    # the encoding is a stage of the timing table beside the peers' own jobs
+    timing = pd.read_csv(out / "timing.csv")
+    assert timing.set_index("stage").loc["embed", "seconds"] == pytest.approx(6.0)
 
 
 def verdict_block(pick_dev: float, pick_std: float, peer_selection: float) -> pd.DataFrame:

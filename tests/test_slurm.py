@@ -27,7 +27,7 @@ from tests.conftest import REPO, snakemake, snakemake_command, tiny_config
 
 pytestmark = pytest.mark.slurm
 SLURM_PROFILE = REPO / "profiles" / "slurm"
-GPU_RULES = {"finetune", "baseline", "extract", "peer"}
+GPU_RULES = {"finetune", "baseline", "extract", "peer", "embed"}
 LOCAL_RULES = {"all", "download", "tables", "plots"}
 
 

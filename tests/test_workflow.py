@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from bertvision import layout as L
+from bertvision.jobs import embed_job
 from tests.conftest import REPO, copy_workdir, job_counts, snakemake
 
 pytestmark = pytest.mark.slow
@@ -171,6 +172,12 @@ def test_every_peer_runs_chooses_on_selection_and_is_a_summary_row(workflow_run)
                     assert record["selection_score"] == pytest.approx(best["selection"])
             row = summary[(summary["task"] == task) & (summary["row"] == "peer") & (summary["model"] == labels[peer])]
             assert len(row) == 1 and row["n"].iloc[0] == len(seeds) and row["whole_seconds"].iloc[0] > 0
+    # STS-B's linear model and cosine read one encoding of the task, whose job counts whole in each
+    embed_seconds = pd.read_csv(workdir / embed_job("tiny", "stsb").benchmark, sep="\t")["s"].iloc[0]
+    for peer in ("embedding", "cosine"):
+        assert json.loads((workdir / f"peers/tiny/stsb/{peer}/seed1/metrics.json").read_text())["shared_encoding"]
+        row = summary[(summary["task"] == "stsb") & (summary["model"] == labels[peer])].iloc[0]
+        assert row["whole_seconds"] > embed_seconds
     lora = json.loads((workdir / "peers/tiny/mrpc/lora/seed1/metrics.json").read_text())
     assert [t["learning_rate"] for t in lora["tried"]] == [1e-3, 1e-2] and lora["trainable_parameters"] > 0
     cosine = summary[(summary["task"] == "stsb") & (summary["model"] == "embedding cosine")].iloc[0]

@@ -103,10 +103,16 @@ COMMANDS = [
     command("baseline", "full fine-tuning, the epoch kept chosen on the selection split (rule baseline)",
             out_of_memory=True,
             **ENCODER, settings=settings(typed.BaselineSettings)),
+    command("embed", "the backbone's own sentence embedding of every text of a task, for the peers that train no "
+            "encoder (rule embed)",
+            task=TASK, model_name=MODEL, settings=settings(typed.PeerSettings), compute=COMPUTE, raw_dir=PATH,
+            out=PATH, threads=THREADS),
     command("peer", "a peer method (LoRA, BitFit, SetFit, the backbone's embedding), its settings chosen on "
             "the selection split (rule peer)",
             out_of_memory=True,
-            **ENCODER, settings=settings(typed.PeerSettings)),
+            **ENCODER, settings=settings(typed.PeerSettings),
+            embeddings=path("the task's sentence embeddings (rule embed), for a peer that trains no encoder",
+                            required=False)),
     command("bert-curve", "BERT's own fine-tuning curve, scored at every point (rule bert_curve)",
             out_of_memory=True,
             task=TASK, model_name=MODEL, compute=COMPUTE, tokens_dir=PATH, raw_dir=RAW_DIR, out=PATH, seed=INT,

@@ -25,6 +25,8 @@ def stage_of(command: str) -> Callable:
             from bertvision.stages.score_bert import score_bert as stage
         case "baseline":
             from bertvision.stages.baseline import full_finetune as stage
+        case "embed":
+            from bertvision.stages.peer import embed_task as stage
         case "peer":
             from bertvision.stages.peer import run_peer as stage
         case "bert-curve":

@@ -349,6 +349,12 @@ class WorkflowSettings(SharedEncoderSettings):
             f"{self.source}: peers.{peer}",
         )
 
+    def embedding(self, model: str, task: str) -> PeerSettings:
+        """The encoding the peers that train no encoder share (rule embed): the cosine's settings,
+        which are the linear model's without its regularisation, so that changing that reruns no
+        encoding."""
+        return self.peer(model, task, "cosine")
+
     def bert_curve(self, model: str, task: str) -> CurveSettings:
         """Full fine-tuning's own settings (``baseline``'s), scored at the curve's points."""
         merged = self.layered("finetune.settings", task, self.config["baseline"]["settings"])

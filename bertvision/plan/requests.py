@@ -59,6 +59,10 @@ class RuleRequests:
         epochs = runs * getattr(settings.method, "epochs", 1) if runs else 0.1
         return self._training(wildcards, attempt, settings.optimizer.batch_size if settings.optimizer else 16, epochs)
 
+    def embed(self, wildcards, attempt: int) -> dict:
+        """One pass over the task's texts, sized as a tenth of an epoch's training."""
+        return self._training(wildcards, attempt, 16, 0.1)
+
     def mixture(self, wildcards, attempt: int) -> dict:
         """A shared encoder fine-tuned on a mixture of tasks: every task's rows, the longest length."""
         mix = self.s.mixture(wildcards.model, wildcards.encoder)

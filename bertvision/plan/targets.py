@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from bertvision import layout as L
 from bertvision.config.workflow import WorkflowSettings
-from bertvision.jobs import Job, baseline_job, peer_job
+from bertvision.jobs import Job, baseline_job, embed_job, peer_job
+from bertvision.registry.peers import get_peer
 from bertvision.registry.tasks import get_task
 
 
@@ -31,6 +32,12 @@ class Targets:
         s = self.s
         return [peer_job(m, t, p, seed)
                 for m in s.models for t in s.tasks for p in s.peers(t) for seed in s.peer_seeds(p)]  # fmt: skip
+
+    def embed_jobs(self) -> list[Job]:
+        """One encoding per task whose peers read the sentence embeddings."""
+        s = self.s
+        return [embed_job(m, t) for m in s.models for t in s.tasks
+                if any(get_peer(p).reads_embeddings for p in s.peers(t))]  # fmt: skip
 
     def peer_metrics(self) -> list[str]:
         return [L.PEER_FILE.format(**job.keys, file=L.PEER_METRICS) for job in self.peer_jobs()]

@@ -25,6 +25,11 @@ class PeerMethod:
     # trains the encoder (its whole cost is a training job); else the encoder only encodes
     trains_encoder: bool = False
 
+    @property
+    def reads_embeddings(self) -> bool:
+        """Reads the task's sentence embeddings, encoded once for every such peer (rule embed)."""
+        return not self.trains_encoder
+
 
 def _sentence_embedding(task: TaskSpec) -> str | None:
     if task.windowed:

@@ -76,7 +76,7 @@ def _encoder_row(record: dict, kind: str, checkpoint: Checkpoint | None, jobs: J
 
 
 def _peer_row(record: dict, jobs: JobSeconds) -> dict:
-    """A peer's row (``stages/peer``): its chosen settings' scores, its job's whole seconds."""
+    """A peer's row (``stages/peer``): its chosen settings' scores, its jobs' whole seconds."""
     task = get_task(record["task"])
     return {
         "backbone": record["model"],
@@ -91,7 +91,7 @@ def _peer_row(record: dict, jobs: JobSeconds) -> dict:
         "trainable_params": record["trainable_parameters"],
         "encoder_params": record["encoder_parameters"],
         "seconds": record["train_seconds"],
-        "whole_seconds": jobs.peer(record["model"], task.name, record["peer"], record["seed"]),
+        "whole_seconds": jobs.peer(record),
         "feature_bytes": 0.0,
         "device": record["device"],
         "precision": record.get("precision"),

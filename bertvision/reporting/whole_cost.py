@@ -112,6 +112,8 @@ class JobSeconds:
             return ("baseline", k["model"], k["task"], int(k["seed"]))
         if job.rule == "peer":
             return ("peer", k["model"], k["task"], k["peer"], int(k["seed"]))
+        if job.rule == "embed":
+            return ("embed", k["model"], k["task"])
         return None
 
     def of(self, *key) -> float:
@@ -144,9 +146,12 @@ class JobSeconds:
     def baseline(self, model: str, task: str, seed: int) -> float:
         return self.of("baseline", model, task, int(seed))
 
-    def peer(self, model: str, task: str, peer: str, seed: int) -> float:
-        """A peer's one job: every setting it tried, its choice and its scoring."""
-        return self.of("peer", model, task, peer, int(seed))
+    def peer(self, record: dict) -> float:
+        """A peer's job (every setting it tried, its choice and its scoring) and, where it read the
+        task's shared sentence embeddings, their encoding's job, whole: it needed all of it."""
+        model, task = record["model"], record["task"]
+        seconds = self.of("peer", model, task, record["peer"], int(record["seed"]))
+        return seconds + self.of("embed", model, task) if record.get("shared_encoding") else seconds
 
     def search(self, record: dict) -> float:
         """The search behind one head record: 0 when the head was not searched, NaN when it was but

@@ -6,6 +6,7 @@ seconds of the kept run, and every setting it tried with its selection score."""
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from pathlib import Path
@@ -43,15 +44,60 @@ def _scored(task: TaskSpec, rows: dict[str, pd.DataFrame], outputs: dict[str, np
     return metrics, pd.concat(tables, ignore_index=True)
 
 
-def sentence_embedding(task, settings: PeerSettings, rows: dict[str, pd.DataFrame], device=None) -> dict:
-    """The ``embedding`` peer (a linear model, its strength chosen on selection) or the ``cosine``
-    peer (no training) on the backbone's own sentence embedding."""
+def encoded_texts(task, settings: PeerSettings, rows: dict[str, pd.DataFrame], device=None) -> tuple[np.ndarray, dict]:
+    """Every text of ``rows`` (``emb.all_texts``' order) through the backbone with its own pooling:
+    (vectors, what the peers' records say of them: pooling, encoder parameters, seconds, device,
+    precision, rows per split)."""
     method = settings.method
     started = time.perf_counter()
     vectors, pooling, encoder_params, backend = emb.encode_texts(
         settings.backbone, emb.all_texts(task, rows), method.max_length, method.batch_size, device, method.backend
     )
-    encode_seconds = time.perf_counter() - started
+    return vectors, {
+        "pooling": pooling.to_dict(),
+        "encoder_parameters": encoder_params,
+        "encode_seconds": time.perf_counter() - started,
+        "device": str(device if device is not None and backend == "torch" else "cpu"),
+        "precision": computed_in("fp32", backend),
+        "rows": {s: len(frame) for s, frame in rows.items()},
+    }
+
+
+def embed_task(task: TaskSpec, model_name: str, settings: PeerSettings, compute: FinetuneCompute, raw_dir: Path,
+               out: Path, threads: int | None = None) -> None:  # fmt: skip
+    """The ``embed`` stage: the sentence embeddings every peer that trains no encoder reads,
+    encoded once per task (``layout.EMBEDDINGS``)."""
+    set_threads(threads)
+    rows = _raw_rows(raw_dir, splits_of(task))
+    vectors, encoding = encoded_texts(task, settings, rows, pick_device(compute.device))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}")
+    with open(tmp, "wb") as f:
+        np.savez(f, vectors=vectors, encoding=json.dumps({"task": task.name, "model": model_name, **encoding}))
+    tmp.replace(out)
+    log.info("%s: %d texts embedded in %.1f s", task.name, len(vectors), encoding["encode_seconds"])
+
+
+def read_embeddings(path: Path, rows: dict[str, pd.DataFrame]) -> tuple[np.ndarray, dict]:
+    """``embed_task``'s file, checked against the rows it must cover."""
+    with np.load(path) as saved:
+        vectors, encoding = saved["vectors"], json.loads(str(saved["encoding"]))
+    counts = {s: len(frame) for s, frame in rows.items()}
+    if encoding["rows"] != counts:
+        raise ValueError(f"{path}: embeds rows {encoding['rows']}, the task's splits have {counts}: run embed again")
+    return vectors, encoding
+
+
+def sentence_embedding(task, settings: PeerSettings, rows: dict[str, pd.DataFrame], device=None,
+                       embeddings: Path | None = None) -> dict:  # fmt: skip
+    """The ``embedding`` peer (a linear model, its strength chosen on selection) or the ``cosine``
+    peer (no training) on the backbone's own sentence embedding: ``embeddings``, the task's shared
+    encoding (``embed_task``), or encoded here."""
+    method = settings.method
+    if embeddings is None:
+        vectors, encoding = encoded_texts(task, settings, rows, device)
+    else:
+        vectors, encoding = read_embeddings(embeddings, rows)
     fields = emb.split_embeddings(task, rows, vectors)
     scored = scored_splits(task)
     if method.method == "cosine":
@@ -74,12 +120,14 @@ def sentence_embedding(task, settings: PeerSettings, rows: dict[str, pd.DataFram
         "predictions": predictions,
         "chosen": chosen,
         "tried": tried,
-        "pooling": pooling.to_dict(),
+        "pooling": encoding["pooling"],
         "trainable_parameters": params,
-        "encoder_parameters": encoder_params,
-        "train_seconds": encode_seconds + fit_seconds,
-        "device": str(device if device is not None and backend == "torch" else "cpu"),
-        "precision": computed_in("fp32", backend),
+        "encoder_parameters": encoding["encoder_parameters"],
+        "train_seconds": encoding["encode_seconds"] + fit_seconds,
+        "device": encoding["device"],
+        "precision": encoding["precision"],
+        # the encoding was the task's shared embed job, whose seconds count in this peer's whole cost
+        "shared_encoding": embeddings is not None,
     }
 
 
@@ -173,16 +221,19 @@ def run_peer(
     seed: int,
     threads: int | None = None,
     micro_batches: int = 1,
+    embeddings: Path | None = None,
 ) -> None:
+    """``embeddings``: the task's sentence embeddings (``embed_task``), read by the peers that
+    train no encoder; without it they encode the texts themselves."""
     name = settings.method.method
     peer = get_peer(name)
     if why := peer.inapplicable(task):
         raise ValueError(f"peer {name} does not apply to task {task.name}: {why}")
     set_threads(threads)
     started = time.perf_counter()
-    if name in ("embedding", "cosine"):
+    if peer.reads_embeddings:
         rows = _raw_rows(raw_dir, splits_of(task))
-        result = sentence_embedding(task, settings, rows, pick_device(compute.device))
+        result = sentence_embedding(task, settings, rows, pick_device(compute.device), embeddings)
     elif name == "setfit":
         result = setfit(task, settings, _raw_rows(raw_dir, splits_of(task)), seed)
     else:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from bertvision.files import read_json
-from bertvision.jobs import baseline_job, peer_job, timing_jobs
+from bertvision.jobs import baseline_job, embed_job, peer_job, timing_jobs
 from bertvision.layout import Run, head_metrics_files, picks_record, table
 from bertvision.reporting.candidates import candidate_runs
 from bertvision.reporting.choice import choose_picks
@@ -55,7 +55,10 @@ def build_tables(
     tables, ``out_dir`` gets each task's pick (``layout.picks_record``)."""
     head_metrics = head_metrics_files(head_dirs)
     baselines = tuple(baseline_job(r["model"], r["task"], r["seed"]) for r in map(read_json, baseline_metrics))
-    baselines += tuple(peer_job(r["model"], r["task"], r["peer"], r["seed"]) for r in map(read_json, peer_metrics))
+    peer_records = list(map(read_json, peer_metrics))
+    baselines += tuple(peer_job(r["model"], r["task"], r["peer"], r["seed"]) for r in peer_records)
+    encoded = dict.fromkeys((r["model"], r["task"]) for r in peer_records if r.get("shared_encoding"))
+    baselines += tuple(embed_job(model, task) for model, task in encoded)
     jobs = timing_jobs(runs, n_shards, baselines)
     raced = sorted(map(read_json, race_decisions), key=lambda d: float(d["checkpoint"]))
     # every job the picks ran: the summary's and the cost table's whole costs
