@@ -17,7 +17,7 @@ from bertvision.data.tokenized import TokenizedSplit
 from bertvision.errors import ConfigError
 from bertvision.features.store import FeatureSet, write_manifest
 from bertvision.layout import split_file, texts_file
-from bertvision.registry.heads import PAIR_PARTS, READS, states_name
+from bertvision.registry.states import PAIR_PARTS, READS, states_name
 from bertvision.registry.task_spec import splits_of
 from bertvision.registry.tasks import get_task
 from tests.test_token_head import settings

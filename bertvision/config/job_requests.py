@@ -10,7 +10,7 @@ import functools
 import math
 from dataclasses import dataclass
 
-from bertvision.registry.heads import PAIR_PARTS, READS
+from bertvision.registry.states import PAIR_PARTS, READS
 
 # Interpreter, torch, transformers, pandas: a job's resident floor. Measured (the usage line of
 # docs/results/paper-shape-requests.md): 130-700 MB, more when forked from the warm pool, whose

@@ -30,8 +30,9 @@ from bertvision.config.settings import (
 from bertvision.config.shared_settings import SharedEncoderSettings
 from bertvision.errors import ConfigError
 from bertvision.layout import Checkpoint, Run, fraction_name
-from bertvision.registry.heads import PAIR_FORMS, get_head_type, head_pair, is_token_head, trains_on
+from bertvision.registry.heads import get_head_type, head_pair, is_token_head, trains_on
 from bertvision.registry.peers import applicable, get_peer
+from bertvision.registry.states import PAIR_FORMS
 from bertvision.registry.task_spec import TaskSpec
 from bertvision.registry.tasks import TASKS, declare, get_task, registered_names
 
@@ -192,7 +193,7 @@ class WorkflowSettings(SharedEncoderSettings):
 
     def pair_forms(self, task: str, heads: dict[str, dict] | None = None) -> tuple[str, ...]:
         """How ``task``'s texts reach the frozen encoder for its per-example heads (``heads``,
-        default: all of its own; ``registry.heads.PAIR_FORMS``), each form one of them reads: its
+        default: all of its own; ``registry.states.PAIR_FORMS``), each form one of them reads: its
         extraction stores each. ('joint',) for a task of one text, or one whose heads all read
         every token."""
         heads = self.task_heads(task) if heads is None else heads

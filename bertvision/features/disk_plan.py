@@ -10,7 +10,7 @@ from pathlib import Path
 from bertvision.data.tokenized import TokenizedSplit
 from bertvision.errors import DiskSpaceError
 from bertvision.features.shard_writer import shard_rows
-from bertvision.registry.heads import READS
+from bertvision.registry.states import READS
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from bertvision.models.encoder_io import SUMMARY_POSITION, load_encoder, load_task_model
-from bertvision.registry.heads import READS
+from bertvision.registry.states import READS
 from bertvision.runtime.backend import with_backend
 from bertvision.runtime.device import autocast, check_simulated_oom
 
@@ -67,7 +67,7 @@ def mean_of(hidden_states, attention_mask: torch.Tensor) -> torch.Tensor:
 
 
 def per_example_states(hidden_states, attention_mask: torch.Tensor) -> dict[str, torch.Tensor]:
-    """What a per-example head may read (``registry.heads.READS``): 'cls' and 'mean', each
+    """What a per-example head may read (``registry.states.READS``): 'cls' and 'mean', each
     (B, layers, hidden)."""
     states = {"cls": cls_of(hidden_states), "mean": mean_of(hidden_states, attention_mask)}
     return {reads: states[reads] for reads in READS}

@@ -34,7 +34,7 @@ from bertvision.features.encode import (
 )
 from bertvision.features.shard_writer import ShardWriter, TokenShardWriter, shard_rows
 from bertvision.models.encoder_io import bare_encoder_parameter_count, hidden_state_shape, pad_id
-from bertvision.registry.heads import PAIR_PARTS, READS, states_name
+from bertvision.registry.states import PAIR_PARTS, READS, states_name
 from bertvision.runtime.device import pick_device, to_device
 
 log = logging.getLogger(__name__)

@@ -46,7 +46,7 @@ class ShardWriter:
     """
 
     def __init__(self, path: Path, n_rows: int, layers: int, widths: dict[str, int], label_dtype, attrs: dict):
-        """``widths``: each per-example dataset this shard holds (``registry.heads.STATES``: 'cls',
+        """``widths``: each per-example dataset this shard holds (``registry.states.STATES``: 'cls',
         'mean', and a pair's apart forms) and its width per layer."""
         with self._opened(path):
             self.per_example = {name: self._example_states(name, n_rows, layers, w) for name, w in widths.items()}

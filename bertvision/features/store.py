@@ -29,7 +29,7 @@ from bertvision.errors import FeatureError
 from bertvision.features.source import SOURCE_KEYS
 from bertvision.files import atomic_write_json, read_json, sha256_file
 from bertvision.layout import shard_file
-from bertvision.registry.heads import STATES
+from bertvision.registry.states import STATES
 
 FORMAT = "bertvision-features/1"
 
@@ -95,7 +95,7 @@ def write_manifest(shard_dirs: list[Path], out: Path, splits: list[str]) -> dict
         "label_kind": source["label_kind"],
         # how a pair task's texts reached the encoder: one sequence, each alone, or both
         "pair_forms": list(source.get("pair_forms", ["joint"])),
-        # the per-example states every shard holds, each what some heads read (registry.heads.STATES)
+        # the per-example states every shard holds, each what some heads read (registry.states.STATES)
         "reads": [r for r in STATES if r in reads],
         "encoder_dir": source.get("encoder_dir"),  # the checkpoint extracted (older shards: unknown)
         # where and how the states were computed (older shards: unknown)
@@ -115,11 +115,11 @@ class FeatureSet:
     manifest_path: Path
     manifest: dict
     split: str
-    reads: str = "cls"  # the per-example states read_all and the batch readers give (registry.heads.STATES)
+    reads: str = "cls"  # the per-example states read_all and the batch readers give (registry.states.STATES)
 
     def reading(self, reads: str) -> FeatureSet:
         """This split's view that reads the per-example states ``reads`` ('cls', 'mean', or a pair's
-        apart form, 'apart-cls' or 'apart-mean': ``registry.heads.states_name``)."""
+        apart form, 'apart-cls' or 'apart-mean': ``registry.states.states_name``)."""
         held = self.manifest.get("reads", ["cls"])
         if reads not in held:
             raise FeatureError(

@@ -22,7 +22,7 @@ from bertvision.features.store import FeatureSet, WindowBatching, WindowStates
 from bertvision.layout import split_file
 from bertvision.models.backbone import encoder_parameter_count
 from bertvision.models.encoder_io import hidden_state_shape, pad_id
-from bertvision.registry.heads import READS
+from bertvision.registry.states import READS
 from bertvision.runtime.backend import backend_of, backend_precision
 from bertvision.runtime.device import pick_device, to_device
 
@@ -45,7 +45,7 @@ class StreamedEncoder:
         self.seconds, self.sequences, self.tokens = 0.0, 0, 0
 
     def encode(self, split: TokenizedSplit, rows: np.ndarray, level: str):
-        """Per-example states (B, L, H) for ``level`` 'cls' or 'mean' (``registry.heads.READS``),
+        """Per-example states (B, L, H) for ``level`` 'cls' or 'mean' (``registry.states.READS``),
         or (every token's states (B, T, L, H), mask (B, T)) for 'tokens'; float32 on the device,
         rounded as stored."""
         t0 = time.perf_counter()

@@ -27,7 +27,8 @@ import torch
 from torch import nn
 
 from bertvision.models import cnn_heads, ladder  # noqa: F401  (their @builds classes, for build_head)
-from bertvision.registry.heads import HEAD_CLASSES, PAIR_PARTS, builds, constructor_options, get_head_type
+from bertvision.registry.heads import HEAD_CLASSES, builds, constructor_options, get_head_type
+from bertvision.registry.states import PAIR_PARTS
 
 
 @builds("lp")
@@ -85,7 +86,7 @@ class AdapterPoolerHead(nn.Module):
 
 @builds("cosine")
 class CosineHead(nn.Module):
-    """A pair encoded apart (features ``registry.heads.PAIR_PARTS``: u, v, |u-v|, u*v per layer): one
+    """A pair encoded apart (features ``registry.states.PAIR_PARTS``: u, v, |u-v|, u*v per layer): one
     learned layer mix applied to each side's states, the cosine of the two mixes, then a linear
     layer on it (for a similarity regression, a scale and an offset). The cosine of two pooled
     embeddings is what a bi-encoder was trained to score."""

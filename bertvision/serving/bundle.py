@@ -37,7 +37,7 @@ from pathlib import Path
 from bertvision.errors import BertvisionError
 from bertvision.layout import BUNDLE_ENCODER, BUNDLE_INDEX, BUNDLE_SET_INDEX, HEAD_METRICS, HEAD_WEIGHTS
 from bertvision.models.backbone import missing_safetensors
-from bertvision.registry.heads import PAIR_PARTS
+from bertvision.registry.states import PAIR_PARTS
 from bertvision.runtime.precision import BACKENDS, PRECISIONS
 
 FORMAT = 1

@@ -15,7 +15,8 @@ from pathlib import Path
 from bertvision.errors import SettingsError
 from bertvision.files import atomic_dir, atomic_write_json, read_json
 from bertvision.layout import BUNDLE_ENCODER, BUNDLE_HEAD, BUNDLE_INDEX, HEAD_METRICS, HEAD_WEIGHTS, head_runs
-from bertvision.registry.heads import PAIR_PARTS, head_pair, is_token_head
+from bertvision.registry.heads import head_pair, is_token_head
+from bertvision.registry.states import PAIR_PARTS
 from bertvision.registry.task_spec import TaskSpec
 from bertvision.registry.tasks import get_task
 from bertvision.reporting.ranking import best, head_candidates

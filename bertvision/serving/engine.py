@@ -40,7 +40,8 @@ from bertvision.models.encoder_io import (
 )
 from bertvision.models.head_io import load_head
 from bertvision.models.heads import span_logits
-from bertvision.registry.heads import READS, head_reads
+from bertvision.registry.heads import head_reads
+from bertvision.registry.states import READS
 from bertvision.runtime.backend import backend_of, with_backend
 from bertvision.runtime.device import autocast, pick_device, set_threads, to_device
 from bertvision.serving.answers import answerability, bert_outputs, example_result, span_answer, with_bert

@@ -32,7 +32,7 @@ from bertvision.features.shard_writer import shard_rows
 from bertvision.files import disk_full
 from bertvision.layout import shard_file, split_file, texts_file
 from bertvision.models.encoder_io import hidden_state_shape
-from bertvision.registry.heads import STATES
+from bertvision.registry.states import STATES
 from bertvision.runtime.backend import backend_of, backend_precision
 from bertvision.runtime.device import set_threads
 

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from bertvision.config.settings import BaselineSettings, FinetuneCompute, PeerSettings
-from bertvision.files import atomic_write_json, atomic_write_parquet
+from bertvision.files import atomic_path, atomic_write_json, atomic_write_parquet
 from bertvision.layout import PEER_METRICS, PEER_PREDICTIONS, split_file
 from bertvision.models.backbone import resolve_pretrained
 from bertvision.peers import embedding as emb
@@ -70,11 +70,8 @@ def embed_task(task: TaskSpec, model_name: str, settings: PeerSettings, compute:
     set_threads(threads)
     rows = _raw_rows(raw_dir, splits_of(task))
     vectors, encoding = encoded_texts(task, settings, rows, pick_device(compute.device))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}")
-    with open(tmp, "wb") as f:
+    with atomic_path(out) as tmp, open(tmp, "wb") as f:  # a file object: np.savez adds no ".npz"
         np.savez(f, vectors=vectors, encoding=json.dumps({"task": task.name, "model": model_name, **encoding}))
-    tmp.replace(out)
     log.info("%s: %d texts embedded in %.1f s", task.name, len(vectors), encoding["encode_seconds"])
 
 
