@@ -146,6 +146,54 @@ def quantization_fidelity(backbone: str, sentences: list[str], threads: int) -> 
     return rows
 
 
+def export_attention(backbone: str, sentences: list[str], repeats: int, threads: int) -> list[dict]:
+    """The export traced with each of PyTorch's attentions (``onnx_encoder.EXPORT_ATTENTION``), in
+    fp32 and int8: sequences per second, interleaved as in ``raw_forward``, and each sentence's
+    mean-pooled last-layer state's cosine to PyTorch's."""
+    import onnxruntime as ort
+
+    from bertvision.models import onnx_encoder
+
+    source, batches = sentence_batches(backbone, sentences)
+    model = load_encoder(source).eval()
+
+    def pooled(runner) -> torch.Tensor:
+        with torch.inference_mode():
+            out = []
+            for batch in batches:
+                last = runner(**batch, output_hidden_states=True).hidden_states[-1]
+                mask = batch["attention_mask"][..., None].float()
+                out.append((last * mask).sum(1) / mask.sum(1))
+            return torch.cat(out)
+
+    reference = pooled(model)
+    shipped = onnx_encoder.EXPORT_ATTENTION
+    runners = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        for attention in ("sdpa", "eager"):
+            onnx_encoder.EXPORT_ATTENTION = attention
+            fp32 = onnx_encoder.export(model, Path(scratch) / f"{attention}.onnx")
+            int8 = onnx_encoder.quantize(fp32, Path(scratch) / f"{attention}-int8.onnx")
+            for backend, path in (("onnx", fp32), ("onnx-int8", int8)):
+                runner = onnx_encoder.OnnxEncoder(model, backend, threads)
+                runner.session = ort.InferenceSession(str(path), runner.session.get_session_options(),
+                                                      providers=["CPUExecutionProvider"])  # fmt: skip
+                runners[f"{backend}, {attention}{' (shipped)' if attention == shipped else ''}"] = runner
+        onnx_encoder.EXPORT_ATTENTION = shipped
+        seconds = {name: [] for name in runners}
+        for _ in range(repeats):
+            for name, runner in runners.items():
+                t0 = time.perf_counter()
+                pooled(runner)
+                seconds[name].append(time.perf_counter() - t0)
+        rows = []
+        for name, runner in runners.items():
+            cosines = torch.nn.functional.cosine_similarity(reference, pooled(runner))
+            rows.append({"export": name, "seq_s": len(sentences) / np.median(seconds[name]),
+                         "mean": float(cosines.mean()), "min": float(cosines.min())})  # fmt: skip
+    return rows
+
+
 def extraction(run_dir: Path, config: dict, threads: int) -> list[dict]:
     settings = WorkflowSettings(validate_config(config, source="config.yaml"), source="config.yaml")
     task = "sst2"
@@ -209,20 +257,42 @@ def served_scores(bundles: Path, raw: Path, threads: int) -> list[dict]:
     return rows
 
 
-def service(bundles: Path, raw: Path, args) -> list[dict]:
+# the service as it was before batches went through in length-sorted chunks (ServeSettings)
+ONE_CALL_PER_BATCH = ("--max-chunk-rows", "0", "--pad-multiple", "32")
+
+
+def served_rate(bundles: Path, raw: Path, args, *flags: str) -> dict:
+    """Requests per second at ``args.concurrency`` clients, each request a distinct SST-2 dev
+    sentence and STS-B dev pair, from a server started with ``flags``."""
     sentences, _ = dev_items(raw, "sst2")
     pairs, _ = dev_items(raw, "stsb")
     bodies = [{"texts": [s[0], list(p)]} for s, p in zip(sentences, pairs)]
-    rows = []
-    for backend in BACKENDS:
-        proc, url = start_server(bundles, 1, args, "--device", "cpu", "--backend", backend)
-        try:
-            result = asyncio.run(load_level(url, bodies, args.concurrency, 10**9, args.seconds))
-        finally:
-            proc.terminate()
-            proc.wait()
-        rows.append({"backend": backend, **result})
-    return rows
+    proc, url = start_server(bundles, 1, args, "--device", "cpu", *flags)
+    try:
+        return asyncio.run(load_level(url, bodies, args.concurrency, 10**9, args.seconds))
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
+def service(bundles: Path, raw: Path, args) -> list[dict]:
+    """Each backend with the service's defaults, and PyTorch as it served before (the baseline)."""
+    before = {"backend": "torch, one call per batch (before)", **served_rate(bundles, raw, args, *ONE_CALL_PER_BATCH)}
+    return [before] + [
+        {"backend": backend, **served_rate(bundles, raw, args, "--backend", backend)} for backend in BACKENDS
+    ]
+
+
+def chunk_settings(bundles: Path, raw: Path, args) -> list[dict]:
+    """The service's requests per second over rows per forward call x width multiple, per backend."""
+    grid = [(0, 32), (32, 32), (16, 32), (16, 16), (16, 8), (8, 8)]
+    return [
+        {"backend": backend, "rows": rows, "multiple": multiple,
+         **served_rate(bundles, raw, args, "--backend", backend, "--max-chunk-rows", str(rows),
+                       "--pad-multiple", str(multiple))}
+        for backend in ("torch", "onnx-int8")
+        for rows, multiple in grid
+    ]  # fmt: skip
 
 
 def ratio_table(rows: list[dict], key: str, unit: str, extra: str | None = None) -> list[str]:
@@ -245,7 +315,7 @@ def main() -> None:
     p.add_argument("--concurrency", type=int, default=32)
     p.add_argument("--max-batch-size", type=int, default=32)
     p.add_argument("--max-wait-ms", type=float, default=5.0)
-    parts = ("forward", "extraction", "service", "scores", "fidelity")
+    parts = ("forward", "extraction", "service", "scores", "fidelity", "attention", "chunks")
     p.add_argument("--parts", nargs="+", choices=parts, default=parts, help="what to measure (default: all)")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
@@ -265,6 +335,10 @@ def main() -> None:
         scores = served_scores(bundles, raw, args.threads)
     if "fidelity" in args.parts:
         fidelity = quantization_fidelity(backbone, [s[0] for s in sentences[:256]], args.threads)
+    if "chunks" in args.parts:
+        chunks = chunk_settings(bundles, raw, args)
+    if "attention" in args.parts:
+        attention = export_attention(backbone, [s[0] for s in sentences[: args.rows]], args.repeats, args.threads)
 
     import onnxruntime
 
@@ -280,8 +354,12 @@ def main() -> None:
         print("\n".join(ratio_table(extracted, "seq_s", "sequences/s", "largest stored-state difference")))
     if "service" in args.parts:
         print(f"\n## 3. The service at {args.concurrency} clients, {args.seconds:g} s each, one worker\n")
-        print("Each request: a distinct SST-2 dev sentence and STS-B dev pair, both tasks answered.\n")
-        print("\n".join(ratio_table(served, "rps", "requests/s")))
+        print("Each request: a distinct SST-2 dev sentence and STS-B dev pair, both tasks answered. The first row:")
+        print(f"PyTorch with `{' '.join(ONE_CALL_PER_BATCH)}`, the service before length-sorted chunks.\n")
+        torch_rate, before_rate = served[1]["rps"], served[0]["rps"]
+        print("| backend | requests/s | vs torch | vs before |\n|---|---|---|---|")
+        for r in served:
+            print(f"| {r['backend']} | {r['rps']:.1f} | {r['rps'] / torch_rate:.2f}x | {r['rps'] / before_rate:.2f}x |")
     if "scores" in args.parts:
         print("\n## 4. Served dev scores of each task's picked head\n")
         tasks = [k for k in scores[0] if k != "backend"]
@@ -294,6 +372,19 @@ def main() -> None:
         print("| quantization | mean cosine | least cosine | sequences/s (one timing) |\n|---|---|---|---|")
         for r in fidelity:
             print(f"| {r['setting']} | {r['mean']:.4f} | {r['min']:.4f} | {r['seq_s']:.0f} |")
+
+    if "attention" in args.parts:
+        print(f"\n## 6. The attention the export traces: {args.rows} SST-2 dev sentences, median of {args.repeats}\n")
+        print("| export | sequences/s | mean cosine to PyTorch's | least cosine |\n|---|---|---|---|")
+        for r in attention:
+            print(f"| {r['export']} | {r['seq_s']:.1f} | {r['mean']:.4f} | {r['min']:.4f} |")
+
+    if "chunks" in args.parts:
+        print(f"\n## 7. The service's forward calls: rows per call x width multiple, {args.seconds:g} s each\n")
+        print("| backend | --max-chunk-rows | --pad-multiple | requests/s | vs the first row |\n|---|---|---|---|---|")
+        for r in chunks:
+            ratio = r["rps"] / chunks[0]["rps"]
+            print(f"| {r['backend']} | {r['rows']} | {r['multiple']} | {r['rps']:.1f} | {ratio:.2f}x |")
 
 
 if __name__ == "__main__":

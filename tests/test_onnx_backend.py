@@ -12,7 +12,7 @@ from bertvision.config.settings import ExtractCompute, ExtractSettings
 from bertvision.errors import ConfigError
 from bertvision.features.store import read_shard, write_manifest
 from bertvision.models.encoder_io import load_encoder, load_task_model
-from bertvision.models.onnx_encoder import OnnxEncoder, export_path
+from bertvision.models.onnx_encoder import EXPORT_ATTENTION, OnnxEncoder, export_path
 from bertvision.runtime.backend import with_backend
 from tests.test_pairs_apart import tokens_apart  # noqa: F401 (a fixture)
 
@@ -81,6 +81,18 @@ def test_each_set_of_weights_is_exported_once(tiny_bert, tmp_path, monkeypatch):
     assert again.path == first.path and again.path.stat().st_mtime_ns == stamp
     task_model = with_backend(load_task_model(str(tiny_bert), "classification").eval(), "onnx", threads=1)
     assert task_model.path != first.path  # another graph (the head's outputs too)
+
+
+def test_the_export_traces_the_plain_attention_and_leaves_the_models_own(tiny_bert):
+    import onnx as onnx_format
+
+    model = load_encoder(str(tiny_bert)).eval()
+    own = model.config._attn_implementation
+    assert own != EXPORT_ATTENTION  # else this test proves nothing
+    exported = with_backend(model, "onnx", threads=1)
+    ops = {node.op_type for node in onnx_format.load(str(exported.path)).graph.node}
+    assert "Softmax" in ops and "IsNaN" not in ops  # scaled-dot-product attention's masked softmax is not
+    assert model.config._attn_implementation == own
 
 
 def test_the_torch_backend_is_the_model_itself(tiny_bert):

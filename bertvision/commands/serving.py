@@ -17,6 +17,8 @@ SERVE_FLAGS = {
     "max_body_bytes": "request body size",
     "max_text_chars": "characters per text, question or context",
     "max_queued": "requests waiting per encoder; more get 503",
+    "max_chunk_rows": "sequences per encoder forward call, sorted by length (0: the whole batch in one)",
+    "pad_multiple": "pad each forward call's width to a multiple of this",
 }
 
 

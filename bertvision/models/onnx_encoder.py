@@ -17,6 +17,7 @@ layer-norm kernels PyTorch's eager mode runs one op at a time, and runs int8 mat
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import warnings
 from pathlib import Path
@@ -31,6 +32,11 @@ from bertvision.models.random_encoder import cache_root
 
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 OPSET = 17
+# The attention the export traces. Scaled-dot-product attention exports as a masked softmax
+# (IsNaN, Where) that ONNX Runtime runs as it is; the eager attention's plain MatMul-Softmax-MatMul
+# graph ran 1.18x faster in int8 on the Intel Xeon with AMX, the same states (§6 of
+# docs/results/onnx-backend-xeon-amx.md).
+EXPORT_ATTENTION = "eager"
 
 
 class _Exported(nn.Module):
@@ -56,7 +62,7 @@ def _weights_key(model) -> str:
     """What names one set of weights: the files the model was loaded from (size and time), its
     class and the torch version that exports it."""
     source = Path(model.config._name_or_path or ".")
-    parts = [type(model).__name__, torch.__version__, str(source.resolve())]
+    parts = [type(model).__name__, torch.__version__, EXPORT_ATTENTION, str(source.resolve())]
     for weights in sorted(source.glob("*.safetensors")) if source.is_dir() else []:
         stat = weights.stat()
         parts.append(f"{weights.name}:{stat.st_size}:{stat.st_mtime_ns}")
@@ -76,6 +82,17 @@ def _token_types(model) -> bool:
     return "token_type_ids" in inspect.signature(model.forward).parameters
 
 
+@contextlib.contextmanager
+def traced_attention(model):
+    """``model`` with EXPORT_ATTENTION's attention for the trace, its own again afterwards."""
+    own = model.config._attn_implementation
+    model.set_attn_implementation(EXPORT_ATTENTION)
+    try:
+        yield
+    finally:
+        model.set_attn_implementation(own)
+
+
 def export(model, out: Path) -> Path:
     """``model`` (eval mode, CPU) exported to ``out`` with dynamic batch and length."""
     token_types = _token_types(model)
@@ -92,7 +109,7 @@ def export(model, out: Path) -> Path:
         axes["head_outputs"] = {0: "batch", **({1: "tokens"} if probe[1].dim() == 3 else {})}
     # the tracer's warnings name branches on shapes (padding, causality) that every input of an
     # encoder takes the same way: the export is checked against PyTorch's states by the tests
-    with atomic_path(out) as tmp, torch.no_grad(), warnings.catch_warnings():
+    with atomic_path(out) as tmp, traced_attention(model), torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(
             wrapped,

@@ -192,6 +192,7 @@ def create_app(
                 settings.max_batch_tokens,
                 settings.pad_multiple,
                 settings.backend,
+                settings.max_chunk_rows,
             )
             for p in paths
         ]

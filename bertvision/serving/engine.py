@@ -11,10 +11,11 @@ decoded with the evaluation's functions and the null threshold tuned on the sele
 (``serving.answers`` reads a batch's outputs as answers).
 
 Each text is tokenized once per distinct ``max_length`` among its tasks (in the common case,
-tasks of equal max_length, once) and identical token sequences are encoded once; every
-sequence of a batch, span windows included, goes through the same single forward pass (cut
-into length-sorted chunks only where the batch holds more than ``max_batch_tokens`` padded
-tokens, which bounds the memory that every layer's states take).
+tasks of equal max_length, once) and identical token sequences are encoded once, for every task
+that reads them; the batch's sequences, span windows included, sorted by length, go through the
+encoder in chunks of at most ``max_chunk_rows`` sequences and ``max_batch_tokens`` padded tokens
+(so that short texts are not padded to the batch's longest, and the memory that every layer's
+states take stays bounded).
 """
 
 from __future__ import annotations
@@ -64,8 +65,8 @@ log = logging.getLogger(__name__)
 
 class Engine:
     """Loads a bundle's encoder (eval mode), tokenizer and every head; ``predict`` answers a batch.
-    ``encoder_passes`` counts encoder forward calls: one per ``predict`` call unless its
-    sequences hold more than ``max_batch_tokens`` padded tokens."""
+    ``encoder_passes`` counts encoder forward calls: one per ``predict`` call unless it holds more
+    than ``max_chunk_rows`` sequences (0: no bound) or ``max_batch_tokens`` padded tokens."""
 
     def __init__(
         self,
@@ -76,6 +77,7 @@ class Engine:
         max_batch_tokens: int = 8192,
         pad_multiple: int = 1,
         backend: str | None = None,
+        max_chunk_rows: int = 0,
     ):
         from transformers import AutoTokenizer
         from transformers.utils import logging as hf_logging
@@ -85,6 +87,7 @@ class Engine:
         self.device = pick_device(device)
         self.precision = self.bundle.precision
         self.max_windows, self.max_batch_tokens, self.pad_multiple = max_windows, max_batch_tokens, pad_multiple
+        self.max_chunk_rows = max_chunk_rows or None
         hf_logging.set_verbosity_error()
         hf_logging.disable_progress_bar()
         encoder_dir = str(self.bundle.encoder_dir)
@@ -287,14 +290,14 @@ class Engine:
 
     def _encode(self, sequences: Sequences, readers: dict[int, set[tuple[str, str]]]) -> Encoded:
         """The forward pass over every sequence of the batch (in length-sorted chunks of at most
-        ``max_batch_tokens`` padded tokens, one chunk in the common case): every hidden state,
+        ``max_chunk_rows`` sequences and ``max_batch_tokens`` padded tokens): every hidden state,
         float16 as stored; the token-level heads are applied chunk by chunk, so a batch of long
         contexts never holds every token's states at once."""
         split = sequences.split(self.token_types)
         states = {reads: np.empty((len(split), self.bundle.layers, self.bundle.hidden), np.float16) for reads in READS}
         bert: dict[int, np.ndarray] = {}
         outputs: dict[tuple[str, str], dict[int, np.ndarray]] = {}
-        for rows in length_batches(split.lengths, self.max_batch_tokens):
+        for rows in length_batches(split.lengths, self.max_batch_tokens, self.max_chunk_rows):
             batch = to_device(collate(split, rows, self.pad_id, multiple_of=self.pad_multiple), self.device)
             with torch.inference_mode():
                 with autocast(self.device, self.precision):

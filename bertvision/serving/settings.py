@@ -21,10 +21,16 @@ class ServeSettings:
     max_text_chars: int = 20_000  # per text, question or context
     max_windows: int = 64  # span tasks: context windows per question
     max_batch_tokens: int = 8192  # padded tokens per encoder forward call (bounds memory; a batch above it is split)
+    # sequences per encoder forward call: a batch's sequences, sorted by length, go through in
+    # chunks of at most this many, so that short texts are not padded to the batch's longest
+    # (0: the whole batch in one call). With pad_multiple 8: 1.26x the requests per second of one
+    # call padded to a multiple of 32 on PyTorch, 1.28x on int8 (docs/results/onnx-backend-xeon-amx.md)
+    max_chunk_rows: int = 16
     max_queued: int = 1024  # waiting requests; more get 503
-    # each batch padded to a width that is a multiple of this: a few shapes, so that native
-    # caches kept per shape (oneDNN kernels, freed heap) stay bounded (docs/serving.md, memory)
-    pad_multiple: int = 32
+    # each forward call padded to a width that is a multiple of this: a few shapes, so that native
+    # caches kept per shape (oneDNN kernels, freed heap) stay bounded (docs/serving.md, memory;
+    # 8 against 32: docs/results/serve-memory-pad-multiple-xeon-amx.txt)
+    pad_multiple: int = 8
     device: str = "auto"
     backend: str | None = None  # torch, onnx or onnx-int8 (ONNX Runtime, CPU); None: each bundle's own
     threads: int | None = None  # torch threads per worker process (None: torch's default)
