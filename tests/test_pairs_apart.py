@@ -151,6 +151,32 @@ def test_the_cosine_head_is_the_cosine_of_the_two_sides_layer_mix():
         np.testing.assert_allclose(head(pair_features(u, v))[:, 0].numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
 
 
+def test_the_cosine_heads_correction_starts_at_zero_and_learns_what_the_cosine_cannot():
+    from bertvision.features.encode import pair_features
+    from bertvision.models.heads import build_head
+
+    torch.manual_seed(0)
+    u, v = torch.randn(64, 3, 8), torch.randn(64, 3, 8)
+    x, target = pair_features(u, v), u[:, -1, :1]  # one coordinate of one side: no cosine gives it
+    plain = build_head({"type": "cosine"}, layers=3, hidden=len(PAIR_PARTS) * 8, outputs=1)
+    corrected = build_head({"type": "cosine", "residual": 16}, layers=3, hidden=len(PAIR_PARTS) * 8, outputs=1)
+    with torch.no_grad():
+        for head in (plain, corrected):
+            head.fit_output(x, target)
+        torch.testing.assert_close(corrected(x), plain(x))  # the same start: the fitted cosine
+
+    def trained_loss(head) -> float:
+        optimizer = torch.optim.Adam(head.parameters(), lr=1e-2)
+        for _ in range(200):
+            loss = torch.nn.functional.mse_loss(head(x), target)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        return loss.item()
+
+    assert trained_loss(corrected) < 0.2 * trained_loss(plain)
+
+
 def test_a_task_extracts_each_pair_form_its_heads_read_and_the_config_refuses_apart_where_it_cannot_be():
     models = {"lp": {"type": "lp"}, "lp-apart": {"type": "lp", "pair": "apart"}, "cos": {"type": "cosine"}}
     workflow = settings({"stsb": None, "mrpc": {"heads": ["lp"]}, "sst2": None}, models=models)

@@ -91,7 +91,7 @@ class CosineHead(nn.Module):
     layer on it (for a similarity regression, a scale and an offset). The cosine of two pooled
     embeddings is what a bi-encoder was trained to score."""
 
-    def __init__(self, layers: int, hidden: int, outputs: int, *, dropout: float):
+    def __init__(self, layers: int, hidden: int, outputs: int, *, residual: int, dropout: float):
         super().__init__()
         self.side = hidden // len(PAIR_PARTS)
         # Starts nearly at the last layer, the embedding a bi-encoder is trained to give (weight
@@ -101,6 +101,13 @@ class CosineHead(nn.Module):
         self.classifier = nn.Linear(1, outputs)
         nn.init.zeros_(self.classifier.weight)
         nn.init.zeros_(self.classifier.bias)
+        # the correction reads the symmetric parts, |u-v| and u*v: a similarity does not change
+        # when its two texts swap places
+        self.correction = AdapterPoolerHead(layers, hidden - 2 * self.side, outputs, width=residual, shared=True,
+                                            skip=False, dropout=dropout) if residual else None  # fmt: skip
+        if self.correction is not None:
+            nn.init.zeros_(self.correction.classifier.weight)
+            nn.init.zeros_(self.correction.classifier.bias)
 
     def layer_weights(self) -> torch.Tensor:
         return torch.softmax(self.layer_logits, dim=0)
@@ -111,7 +118,8 @@ class CosineHead(nn.Module):
         return nn.functional.cosine_similarity(u, v, dim=-1)[..., None]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.classifier(self.dropout(self.cosine(x)))
+        out = self.classifier(self.dropout(self.cosine(x)))
+        return out if self.correction is None else out + self.correction(x[..., 2 * self.side :])
 
     @torch.no_grad()
     def fit_output(self, x: torch.Tensor, targets: torch.Tensor) -> None:

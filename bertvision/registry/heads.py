@@ -242,7 +242,18 @@ register(
         "cosine",
         "A pair's two texts encoded apart: one learned layer mix of each text's states, "
         "the cosine of the two, then a linear layer (a scale and an offset for a similarity regression).",
-        {"dropout": DROPOUT},
+        {
+            "residual": Option(
+                int,
+                0,
+                "0: the cosine alone. A > 0: plus a correction, a shared AdapterPooler of width A over "
+                "each layer's [u, v, |u-v|, u*v] whose output layer starts at zero, so that training "
+                "starts from the fitted cosine.",
+                minimum=0,
+                searchable=True,
+            ),
+            "dropout": DROPOUT,
+        },
         pair_apart=True,
     )
 )
