@@ -43,6 +43,9 @@ def main() -> None:
     config = load_workflow_config(config_file)
     config.setdefault("heads", {})
     config["heads"]["models"] = {**validate_config(config, str(config_file))["heads"]["models"], **args.extra}
+    listed = (config["tasks"].get(args.task) or {}).get("heads")
+    if listed is not None:  # a task that names its heads trains the extra ones too
+        config["tasks"][args.task]["heads"] = [*listed, *args.extra]
     settings = WorkflowSettings(validate_config(config, str(config_file)), source=str(config_file))
     model = args.model or next(iter(settings.config["backbones"]))
     run = Run(model, args.task, args.ftseed, Checkpoint.named(args.checkpoint))
