@@ -101,6 +101,18 @@ def raw_forward(backbone: str, sentences: list[str], repeats: int, threads: int)
     return rows
 
 
+def pooled_last_layer(runner, batches: list[dict]) -> torch.Tensor:
+    """Each sentence's last-layer state averaged over its real tokens, from ``runner`` (a model or
+    an ``OnnxEncoder``)."""
+    with torch.inference_mode():
+        out = []
+        for batch in batches:
+            last = runner(**batch, output_hidden_states=True).hidden_states[-1]
+            mask = batch["attention_mask"][..., None].float()
+            out.append((last * mask).sum(1) / mask.sum(1))
+        return torch.cat(out)
+
+
 def quantization_fidelity(backbone: str, sentences: list[str], threads: int) -> list[dict]:
     """Four dynamic int8 settings of ONNX Runtime's quantizer against the fp32 export: each
     sentence's mean-pooled last-layer state's cosine to fp32's, and sequences per second."""
@@ -119,16 +131,7 @@ def quantization_fidelity(backbone: str, sentences: list[str], threads: int) -> 
         "per tensor, unsigned": {"weight_type": QuantType.QUInt8},
     }
 
-    def pooled(runner) -> list[torch.Tensor]:
-        with torch.inference_mode():
-            out = []
-            for batch in batches:
-                last = runner(**batch, output_hidden_states=True).hidden_states[-1]
-                mask = batch["attention_mask"][..., None].float()
-                out.append((last * mask).sum(1) / mask.sum(1))
-            return out
-
-    reference = pooled(with_backend(model, "onnx", threads))
+    reference = pooled_last_layer(with_backend(model, "onnx", threads), batches)
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
         for name, options in settings.items():
@@ -138,9 +141,9 @@ def quantization_fidelity(backbone: str, sentences: list[str], threads: int) -> 
             runner.session = ort.InferenceSession(str(path), runner.session.get_session_options(),
                                                   providers=["CPUExecutionProvider"])  # fmt: skip
             t0 = time.perf_counter()
-            got = pooled(runner)
+            got = pooled_last_layer(runner, batches)
             seconds = time.perf_counter() - t0
-            cosines = torch.cat([torch.nn.functional.cosine_similarity(a, b) for a, b in zip(reference, got)])
+            cosines = torch.nn.functional.cosine_similarity(reference, got)
             rows.append({"setting": name, "mean": float(cosines.mean()), "min": float(cosines.min()),
                          "seq_s": len(sentences) / seconds})  # fmt: skip
     return rows
@@ -157,16 +160,7 @@ def export_attention(backbone: str, sentences: list[str], repeats: int, threads:
     source, batches = sentence_batches(backbone, sentences)
     model = load_encoder(source).eval()
 
-    def pooled(runner) -> torch.Tensor:
-        with torch.inference_mode():
-            out = []
-            for batch in batches:
-                last = runner(**batch, output_hidden_states=True).hidden_states[-1]
-                mask = batch["attention_mask"][..., None].float()
-                out.append((last * mask).sum(1) / mask.sum(1))
-            return torch.cat(out)
-
-    reference = pooled(model)
+    reference = pooled_last_layer(model, batches)
     shipped = onnx_encoder.EXPORT_ATTENTION
     runners = {}
     with tempfile.TemporaryDirectory() as scratch:
@@ -184,11 +178,11 @@ def export_attention(backbone: str, sentences: list[str], repeats: int, threads:
         for _ in range(repeats):
             for name, runner in runners.items():
                 t0 = time.perf_counter()
-                pooled(runner)
+                pooled_last_layer(runner, batches)
                 seconds[name].append(time.perf_counter() - t0)
         rows = []
         for name, runner in runners.items():
-            cosines = torch.nn.functional.cosine_similarity(reference, pooled(runner))
+            cosines = torch.nn.functional.cosine_similarity(reference, pooled_last_layer(runner, batches))
             rows.append({"export": name, "seq_s": len(sentences) / np.median(seconds[name]),
                          "mean": float(cosines.mean()), "min": float(cosines.min())})  # fmt: skip
     return rows
