@@ -35,7 +35,7 @@ def main() -> None:
         "--pad-multiple", type=int, default=ServeSettings().pad_multiple, help="(serve's; 1: pad to the longest only)"
     )
     args = p.parse_args()
-    engine = Engine(args.bundle, "cpu", pad_multiple=args.pad_multiple, max_chunk_rows=ServeSettings().max_chunk_rows)
+    engine = Engine(args.bundle, "cpu", pad_multiple=args.pad_multiple)
     task = next(t for t in engine.tasks.values() if len(t.text_fields) == 2 and not t.takes_questions)
     pairs = sentence_pairs(400)
     libc = ctypes.CDLL("libc.so.6") if args.trim else None

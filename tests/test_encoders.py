@@ -267,7 +267,7 @@ def test_roberta_learns_spans_and_its_bundle_answers_as_the_pipeline(roberta_spa
     assert "f1" in json.loads((ckpt / "eval_metrics.json").read_text())["metrics"]["dev"]
     assert (bundle.layers, bundle.hidden) == (LAYERS + 1, HIDDEN)
 
-    engine = Engine(bundle, "cpu")
+    engine = Engine(bundle, "cpu", max_chunk_rows=0)  # every sequence in one forward call
     questions = pd.read_parquet(root / "raw" / "squad2" / "dev.parquet")
     spans = pd.read_parquet(head_run_dir(root / "heads" / "squad2", "lp", 1) / HEAD_PREDICTIONS)
     spans = spans[spans["split"] == "dev"].set_index("id").loc[questions["id"]]

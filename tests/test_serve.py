@@ -437,7 +437,8 @@ def test_a_batch_cut_into_chunks_gives_the_same_answers(run, bundle):
     rows, questions = dev_rows(run, "mrpc"), dev_rows(run, "squad2")
     texts = [TextItem((a, b), {"mrpc": "tok", "stsb": "lp"}) for a, b in zip(rows["sentence1"], rows["sentence2"])]
     asked = [QuestionItem(q, c, {"squad2": "lp"}) for q, c in zip(questions["question"], questions["context"])]
-    whole, chunked = Engine(bundle, "cpu"), Engine(bundle, "cpu", max_batch_tokens=300)
+    whole = Engine(bundle, "cpu", max_chunk_rows=0)
+    chunked = Engine(bundle, "cpu", max_batch_tokens=300)
     (texts_a, spans_a), (texts_b, spans_b) = whole.predict(texts, asked), chunked.predict(texts, asked)
     assert whole.encoder_passes == 1 and chunked.encoder_passes > 5
     # The chunks are padded to their own longest sequence, the whole batch to its: the states

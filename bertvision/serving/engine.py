@@ -59,8 +59,10 @@ from bertvision.serving.items import (
     SpanResult,
     TextItem,
 )
+from bertvision.serving.settings import ServeSettings
 
 log = logging.getLogger(__name__)
+DEFAULTS = ServeSettings()  # the one owner of the service's defaults, for an engine made without the app
 
 
 class Engine:
@@ -72,12 +74,12 @@ class Engine:
         self,
         bundle: Bundle | Path,
         device: str = "auto",
-        max_windows: int = 64,
+        max_windows: int = DEFAULTS.max_windows,
         threads: int | None = None,
-        max_batch_tokens: int = 8192,
-        pad_multiple: int = 1,
+        max_batch_tokens: int = DEFAULTS.max_batch_tokens,
+        pad_multiple: int = DEFAULTS.pad_multiple,
         backend: str | None = None,
-        max_chunk_rows: int = 0,
+        max_chunk_rows: int = DEFAULTS.max_chunk_rows,
     ):
         from transformers import AutoTokenizer
         from transformers.utils import logging as hf_logging
