@@ -254,6 +254,27 @@ def test_the_pick_is_a_record_made_where_the_choice_is_made_with_the_seed_to_ser
     assert (picked["model"], picked["epoch_fraction"]) == ("ap", 0.0)
 
 
+def test_a_later_checkpoint_is_picked_only_for_a_gain_its_seeds_can_tell_from_noise():
+    """lp at 1 epoch has the best mean selection score; adapter at 0.3 trails it by 0.01, less
+    than the standard error of their difference (0.014): the pick is adapter at 0.3, the
+    earliest checkpoint within noise (0 trails by 0.12). A gain of 0.06 is beyond noise: lp at 1."""
+    from bertvision.layout import Checkpoint
+
+    def runs(lp_scores):
+        rows = [candidate("head", "adapter", ft, s, fraction=0.3, head="adapter", ensemble=None)
+                for ft, s in [(1, 0.80), (2, 0.82)]]
+        rows += [candidate("head", "lp", ft, s, fraction=1.0, head="lp", ensemble=None)
+                 for ft, s in zip((1, 2), lp_scores)]
+        rows += [candidate("head", "ap", ft, s, fraction=0.0, head="ap", ensemble=None)
+                 for ft, s in [(1, 0.70), (2, 0.70)]]
+        return pd.DataFrame(rows)  # fmt: skip
+
+    [within] = choose_picks(runs([0.81, 0.83]))
+    assert (within.model, within.checkpoint) == ("adapter", Checkpoint(0.3))
+    [beyond] = choose_picks(runs([0.87, 0.89]))
+    assert (beyond.model, beyond.checkpoint) == ("lp", Checkpoint(1))
+
+
 def test_a_missing_selection_score_never_picks_the_seed_to_serve():
     from bertvision.layout import Checkpoint
     from bertvision.reporting.choice import served_seed

@@ -1,4 +1,4 @@
-"""The choice: per backbone and task, the BERTVision path with the best mean selection score
+"""The choice: per backbone and task, the BERTVision path that ranks first on selection
 (``reporting.ranking``) and the fine-tuning seed that serves it, from every run the tables
 read. The summary renders what this chooses; ``picks.json`` (``reporting.picks``) records it."""
 
@@ -19,6 +19,7 @@ def over_seeds(runs: pd.DataFrame) -> pd.DataFrame:
     g = runs.groupby(keys, sort=False, dropna=False)  # full fine-tuning has no checkpoint
     out = g.agg(
         **SEED_AGGREGATES,
+        selection_std=("selection", sample_std),
         seconds=("seconds", "mean"),
         seconds_std=("seconds", sample_std),
         whole_seconds=("whole_seconds", lambda v: v.mean(skipna=False)),
@@ -45,10 +46,13 @@ def over_seeds(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def pick(configs: pd.DataFrame) -> pd.Series | None:
-    """The row that ranks first (``reporting.ranking``): the best mean selection score; ties go to
-    fewer trainable parameters, then the earlier checkpoint, then the name (never to a dev score or
-    a time). A head the race stopped in any of its jobs is no candidate (a seed cut short)."""
-    order = ranked_frame(configs, "model", "selection_mean", "trainable_params", "epoch_fraction")
+    """The row that ranks first (``reporting.ranking``): the best mean selection score, unless it
+    needs a later checkpoint than a path within its noise; ties go to fewer trainable parameters,
+    then the earlier checkpoint, then the name (never to a dev score or a time). A head the race
+    stopped in any of its jobs is no candidate (a seed cut short)."""
+    order = ranked_frame(
+        configs, "model", "selection_mean", "trainable_params", "epoch_fraction", std="selection_std", runs="n"
+    )
     return None if order.empty else order.iloc[0]
 
 

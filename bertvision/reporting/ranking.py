@@ -8,7 +8,14 @@ anywhere, because what the race stopped has a seed cut short and the pick averag
 The race thus goes on, or stops, on the same candidate the pick then takes, and no bundle serves
 a head the race stopped. Among the others: the best mean selection score; ties go to fewer
 trainable parameters, then the earlier checkpoint, then the name; a missing score or size comes
-last (never a dev score or a time)."""
+last (never a dev score or a time).
+
+Further fine-tuning has to pay for itself: when the best candidate comes from a later checkpoint
+than another's best, it ranks first only if its mean selection score is above that one's by more
+than the standard error of their difference (over their runs); else the earliest checkpoint's
+best within that noise does (the one-standard-error rule, with the fine-tuning a path needs as
+its cost). The race goes on when it cannot tell a gain from noise (``stages.race``); the pick
+does not pay for a gain it cannot tell from noise."""
 
 from __future__ import annotations
 
@@ -43,6 +50,11 @@ class Candidate:
     ref: object = field(default=None, compare=False)  # what the caller ranks (a row's index)
 
     @property
+    def standard_error(self) -> float:
+        """Of its mean selection score over its runs (0 with one run: unmeasured)."""
+        return 0.0 if math.isnan(self.std) else self.std / math.sqrt(self.runs)
+
+    @property
     def eligible(self) -> bool:
         return not self.raced_out and not math.isnan(self.selection)
 
@@ -57,9 +69,28 @@ class Candidate:
         )
 
 
+def _has_checkpoint(candidate: Candidate) -> bool:
+    return candidate.checkpoint is not None and not math.isnan(candidate.checkpoint)
+
+
+def _within_noise(top: Candidate, other: Candidate) -> bool:
+    return top.selection - other.selection <= math.hypot(top.standard_error, other.standard_error)
+
+
 def ranked(candidates: Iterable[Candidate]) -> list[Candidate]:
-    """The eligible candidates, best first."""
-    return sorted((c for c in candidates if c.eligible), key=Candidate.key)
+    """The eligible candidates, best first: the first an earlier checkpoint's best whose score is
+    within noise of a later checkpoint's better one (see the module's docstring)."""
+    order = sorted((c for c in candidates if c.eligible), key=Candidate.key)
+    if not order or not _has_checkpoint(order[0]):
+        return order
+    top, earlier = order[0], {}
+    for candidate in order:  # the first of a checkpoint is its best
+        if _has_checkpoint(candidate) and candidate.checkpoint < top.checkpoint:
+            earlier.setdefault(candidate.checkpoint, candidate)
+    for checkpoint in sorted(earlier):
+        if _within_noise(top, earlier[checkpoint]):
+            return [earlier[checkpoint], *(c for c in order if c is not earlier[checkpoint])]
+    return order
 
 
 def best(candidates: Iterable[Candidate]) -> Candidate | None:
@@ -68,7 +99,13 @@ def best(candidates: Iterable[Candidate]) -> Candidate | None:
 
 
 def ranked_frame(
-    frame: pd.DataFrame, name: str, selection: str, parameters: str, checkpoint: str | None = None
+    frame: pd.DataFrame,
+    name: str,
+    selection: str,
+    parameters: str,
+    checkpoint: str | None = None,
+    std: str | None = None,
+    runs: str | None = None,
 ) -> pd.DataFrame:
     """The rows of ``frame`` (one per candidate, with these columns, and ``raced_out`` where the
     race ran) that rank, best first."""
@@ -79,6 +116,9 @@ def ranked_frame(
             row[parameters],
             row[checkpoint] if checkpoint else None,
             raced_out=row.get("raced_out") in (True,),  # NaN or None where no race ran
+            # frames of methods with no checkpoint (the verdict's rival) need no spread
+            runs=int(row.get(runs, 1)) if runs else 1,
+            std=float(row.get(std, math.nan)) if std else math.nan,
             ref=index,
         )
         for index, row in frame.iterrows()

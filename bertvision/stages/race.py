@@ -36,8 +36,7 @@ def best_candidate(task: TaskSpec, head_dirs: list[Path]) -> dict | None:
     top = best(head_candidates(task, [read_json(path) for path in head_metrics_files(head_dirs)]))
     if top is None:
         return None
-    error = 0.0 if math.isnan(top.std) else top.std / math.sqrt(top.runs)
-    return {"candidate": top.name, "selection": top.selection, "runs": top.runs, "standard_error": error}
+    return {"candidate": top.name, "selection": top.selection, "runs": top.runs, "standard_error": top.standard_error}
 
 
 def _gain_goes_on(gain: float, error: float, bar: float, rule: str) -> tuple[bool, str]:
