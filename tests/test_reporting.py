@@ -271,8 +271,12 @@ def test_a_later_checkpoint_is_picked_only_for_a_gain_its_seeds_can_tell_from_no
 
     [within] = choose_picks(runs([0.81, 0.83]))
     assert (within.model, within.checkpoint) == ("adapter", Checkpoint(0.3))
+    md = summary_markdown(summary_table(runs([0.81, 0.83]), [within]))
+    assert "`lp` on the 1-epoch checkpoint scored +0.0100 above the pick on selection, within the standard " in md
+    assert "error of the difference (0.0141)" in md
     [beyond] = choose_picks(runs([0.87, 0.89]))
     assert (beyond.model, beyond.checkpoint) == ("lp", Checkpoint(1))
+    assert "above the pick on selection" not in summary_markdown(summary_table(runs([0.87, 0.89]), [beyond]))
 
 
 def test_a_missing_selection_score_never_picks_the_seed_to_serve():

@@ -10,7 +10,7 @@ import pandas as pd
 from bertvision.layout import Checkpoint
 from bertvision.reporting.candidates import FULL_FT, SEED_AGGREGATES, sample_std
 from bertvision.reporting.picks import Pick
-from bertvision.reporting.ranking import ranked_frame
+from bertvision.reporting.ranking import Candidate, difference_error, frame_candidates, ranked
 
 
 def over_seeds(runs: pd.DataFrame) -> pd.DataFrame:
@@ -45,15 +45,30 @@ def over_seeds(runs: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def path_candidates(configs: pd.DataFrame) -> list[Candidate]:
+    return frame_candidates(
+        configs, "model", "selection_mean", "trainable_params", "epoch_fraction", "selection_std", "n"
+    )
+
+
 def pick(configs: pd.DataFrame) -> pd.Series | None:
     """The row that ranks first (``reporting.ranking``): the best mean selection score, unless it
     needs a later checkpoint than a path within its noise; ties go to fewer trainable parameters,
     then the earlier checkpoint, then the name (never to a dev score or a time). A head the race
     stopped in any of its jobs is no candidate (a seed cut short)."""
-    order = ranked_frame(
-        configs, "model", "selection_mean", "trainable_params", "epoch_fraction", std="selection_std", runs="n"
-    )
-    return None if order.empty else order.iloc[0]
+    order = ranked(path_candidates(configs))
+    return configs.loc[order[0].ref] if order else None
+
+
+def passed_over(configs: pd.DataFrame) -> tuple[pd.Series, float] | None:
+    """The path with the best mean selection score when the pick is another, at an earlier
+    checkpoint within its noise, with the standard error of their difference; else None."""
+    candidates = [c for c in path_candidates(configs) if c.eligible]
+    order = ranked(candidates)
+    if not order:
+        return None
+    top = min(candidates, key=Candidate.key)
+    return None if top is order[0] else (configs.loc[top.ref], difference_error(top, order[0]))
 
 
 def counted_once(block: pd.DataFrame) -> pd.DataFrame:

@@ -73,8 +73,9 @@ def _has_checkpoint(candidate: Candidate) -> bool:
     return candidate.checkpoint is not None and not math.isnan(candidate.checkpoint)
 
 
-def _within_noise(top: Candidate, other: Candidate) -> bool:
-    return top.selection - other.selection <= math.hypot(top.standard_error, other.standard_error)
+def difference_error(a: Candidate, b: Candidate) -> float:
+    """The standard error of the difference of their mean selection scores."""
+    return math.hypot(a.standard_error, b.standard_error)
 
 
 def ranked(candidates: Iterable[Candidate]) -> list[Candidate]:
@@ -88,7 +89,7 @@ def ranked(candidates: Iterable[Candidate]) -> list[Candidate]:
         if _has_checkpoint(candidate) and candidate.checkpoint < top.checkpoint:
             earlier.setdefault(candidate.checkpoint, candidate)
     for checkpoint in sorted(earlier):
-        if _within_noise(top, earlier[checkpoint]):
+        if top.selection - earlier[checkpoint].selection <= difference_error(top, earlier[checkpoint]):
             return [earlier[checkpoint], *(c for c in order if c is not earlier[checkpoint])]
     return order
 
@@ -98,7 +99,7 @@ def best(candidates: Iterable[Candidate]) -> Candidate | None:
     return order[0] if order else None
 
 
-def ranked_frame(
+def frame_candidates(
     frame: pd.DataFrame,
     name: str,
     selection: str,
@@ -106,10 +107,10 @@ def ranked_frame(
     checkpoint: str | None = None,
     std: str | None = None,
     runs: str | None = None,
-) -> pd.DataFrame:
-    """The rows of ``frame`` (one per candidate, with these columns, and ``raced_out`` where the
-    race ran) that rank, best first."""
-    candidates = [
+) -> list[Candidate]:
+    """A candidate per row of ``frame`` (with these columns, and ``raced_out`` where the race
+    ran), its ``ref`` the row's index."""
+    return [
         Candidate(
             str(row[name]),
             float(row[selection]),
@@ -123,7 +124,11 @@ def ranked_frame(
         )
         for index, row in frame.iterrows()
     ]
-    return frame.loc[[c.ref for c in ranked(candidates)]]
+
+
+def ranked_frame(frame: pd.DataFrame, *columns: str) -> pd.DataFrame:
+    """The rows of ``frame`` that rank, best first (``columns``: ``frame_candidates``' names)."""
+    return frame.loc[[c.ref for c in ranked(frame_candidates(frame, *columns))]]
 
 
 def head_candidates(task: TaskSpec, records: list[dict], checkpoint: float | None = None) -> list[Candidate]:

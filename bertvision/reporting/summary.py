@@ -19,7 +19,7 @@ import pandas as pd
 from bertvision.registry.peers import get_peer, inapplicable
 from bertvision.registry.tasks import get_task
 from bertvision.reporting.candidates import FULL_FT, PEER
-from bertvision.reporting.choice import bertvision_paths, counted_once, over_seeds, pick
+from bertvision.reporting.choice import bertvision_paths, counted_once, over_seeds, passed_over, pick
 from bertvision.reporting.markdown import fmt, markdown_table, seconds_cell
 from bertvision.reporting.picks import Pick
 from bertvision.reporting.race_line import checkpoint_race_line, head_selection_line
@@ -84,6 +84,12 @@ SUMMARY_COLUMNS = [
     "head_selection",
     "head_runs",
     "raced_out_runs",
+    # the path with the best mean selection score where the pick is an earlier checkpoint's within
+    # its noise (``reporting.choice.passed_over``): its name, checkpoint, score and the difference's error
+    "passed_over",
+    "passed_over_epoch_fraction",
+    "passed_over_selection",
+    "passed_over_error",
 ]
 
 
@@ -134,6 +140,13 @@ def summary_table(runs: pd.DataFrame, picks: list[Pick]) -> pd.DataFrame:
         # the same for every run on the task's dev split (NaN: records from before they were kept)
         facts = {k: block[k].max() if k in block else np.nan for k in ("constant_score", "answerable_no_window")}
         facts["best_dev_any"] = configs["dev_mean"].max()  # every candidate tried: "no model learned" reads it
+        over = passed_over(paths)
+        facts |= {
+            "passed_over": over[0]["model"] if over else None,
+            "passed_over_epoch_fraction": over[0]["epoch_fraction"] if over else np.nan,
+            "passed_over_selection": over[0]["selection_mean"] if over else np.nan,
+            "passed_over_error": over[1] if over else np.nan,
+        }
         head_rows = counted_once(block)[lambda b: b["kind"] == "head"]
         protocols = set(head_rows.get("head_selection", pd.Series(dtype=object)).dropna())
         facts |= {
@@ -222,6 +235,21 @@ def peer_lines(task_name: str, configured: list[str]) -> str:
     task = get_task(task_name)
     return " ".join(
         f"{get_peer(name).label} does not apply here: {why}." for name, why in inapplicable(configured, task).items()
+    )
+
+
+def passed_over_line(block: pd.DataFrame) -> str:
+    """Why the pick is not the path with the best mean selection score, where it is not."""
+    first = block.iloc[0]
+    picked = block[block["row"] == ROW_KINDS[2]]
+    if "passed_over" not in block or not isinstance(first["passed_over"], str) or picked.empty:
+        return ""
+    gain = first["passed_over_selection"] - picked["selection_mean"].iloc[0]
+    return (
+        f"`{first['passed_over']}` on the {first['passed_over_epoch_fraction']:g}-epoch checkpoint scored "
+        f"{gain:+.4f} above the pick on selection, within the standard error of the difference "
+        f"({first['passed_over_error']:.4f}): the pick does not pay for further fine-tuning whose gain the "
+        "seeds cannot tell from noise."
     )
 
 
@@ -355,6 +383,7 @@ def summary_markdown(
                 no_window_line(block),
                 pair_line(block),
                 race,
+                passed_over_line(block),
                 skipped,
             )
             if n
