@@ -261,13 +261,17 @@ def test_a_later_checkpoint_is_picked_only_for_a_gain_its_seeds_can_tell_from_no
     from bertvision.layout import Checkpoint
 
     def runs(lp_scores):
-        rows = [candidate("head", "adapter", ft, s, fraction=0.3, head="adapter", ensemble=None)
-                for ft, s in [(1, 0.80), (2, 0.82)]]
-        rows += [candidate("head", "lp", ft, s, fraction=1.0, head="lp", ensemble=None)
-                 for ft, s in zip((1, 2), lp_scores)]
-        rows += [candidate("head", "ap", ft, s, fraction=0.0, head="ap", ensemble=None)
-                 for ft, s in [(1, 0.70), (2, 0.70)]]
-        return pd.DataFrame(rows)  # fmt: skip
+        rows = [
+            candidate("head", "adapter", ft, s, fraction=0.3, head="adapter", ensemble=None)
+            for ft, s in [(1, 0.80), (2, 0.82)]
+        ]
+        rows += [
+            candidate("head", "lp", ft, s, fraction=1.0, head="lp", ensemble=None) for ft, s in zip((1, 2), lp_scores)
+        ]
+        rows += [
+            candidate("head", "ap", ft, s, fraction=0.0, head="ap", ensemble=None) for ft, s in [(1, 0.70), (2, 0.70)]
+        ]
+        return pd.DataFrame(rows)
 
     [within] = choose_picks(runs([0.81, 0.83]))
     assert (within.model, within.checkpoint) == ("adapter", Checkpoint(0.3))
