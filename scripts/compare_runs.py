@@ -2,7 +2,9 @@
 of one working directory against the other's, JSON records key by key and tables column by
 column, timing fields left out (seconds, wall and CPU time, memory, data-wait shares, and the
 cost ratios made from them), safetensors tensor by tensor (their header order varies by
-process). Prints what differs and exits 1 if anything but timings does.
+process), numpy archives array by array (a JSON string in one key by key), a fine-tuning job's
+resume state value by value, and a table's rows in any order (the methods table sorts by cost,
+a timing). Prints what differs and exits 1 if anything but timings does.
 
     python scripts/compare_runs.py BEFORE_WORKDIR AFTER_WORKDIR
 """
@@ -15,14 +17,16 @@ import re
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
+import torch
 from safetensors.numpy import load_file
 
 TIMING = re.compile(r"second|time|wait_share|_s$|_s_|elapsed|wall|cpu|rss|memory|mib|started|finished|date", re.I)
-COST_COLUMNS = re.compile(r"cost|whole|own|ratio|×", re.I)
+COST_COLUMNS = re.compile(r"cost|whole|own|ratio|×|front", re.I)  # on_front: the cost-score front
 # Snakemake's records, the job logs and benchmark files, the plots' pixels, the study journals
 # (the order in which parallel workers took their trials)
-SKIPPED = (".snakemake", "logs", "benchmarks")
+SKIPPED = (".git", ".snakemake", "logs", "benchmarks")
 SKIPPED_SUFFIXES = (".png", ".journal", ".md", ".yaml")
 
 
@@ -41,9 +45,22 @@ def json_differences(before, after, where: str = "") -> list[str]:
             else:
                 found += json_differences(before[key], after[key], f"{where}.{key}")
         return found
-    if isinstance(before, list) and isinstance(after, list) and len(before) == len(after):
+    if isinstance(before, (list, tuple)) and isinstance(after, (list, tuple)) and len(before) == len(after):
         return [d for i, (b, a) in enumerate(zip(before, after)) for d in json_differences(b, a, f"{where}[{i}]")]
+    if isinstance(before, (np.ndarray, torch.Tensor)) or isinstance(after, (np.ndarray, torch.Tensor)):
+        same = type(before) is type(after) and before.shape == after.shape and bool((before == after).all())
+        return [] if same else [f"{where}: arrays differ"]
     return [] if before == after else [f"{where}: {str(before)[:80]} vs {str(after)[:80]}"]
+
+
+def array_value(array: np.ndarray):
+    """An archive's array, or the record a 0-d string array holds as JSON."""
+    if array.dtype.kind == "U" and array.ndim == 0:
+        try:
+            return json.loads(str(array))
+        except json.JSONDecodeError:
+            return str(array)
+    return array
 
 
 def differences(before: Path, after: Path) -> list[str]:
@@ -52,12 +69,18 @@ def differences(before: Path, after: Path) -> list[str]:
     if before.suffix == ".safetensors":
         b, a = load_file(before), load_file(after)
         return [] if b.keys() == a.keys() and all((b[k] == a[k]).all() for k in b) else ["tensors differ"]
+    if before.suffix == ".npz":
+        with np.load(before) as b, np.load(after) as a:
+            return json_differences({k: array_value(b[k]) for k in b.files}, {k: array_value(a[k]) for k in a.files})
+    if before.suffix == ".pt":  # our own resume state: numpy random states beside tensors
+        return json_differences(torch.load(before, weights_only=False), torch.load(after, weights_only=False))
     if before.suffix == ".csv":
         b, a = pd.read_csv(before), pd.read_csv(after)
         if list(b.columns) != list(a.columns) or b.shape != a.shape:
             return ["columns or rows differ"]
         kept = [c for c in b.columns if not TIMING.search(c) and not COST_COLUMNS.search(c)]
-        changed = b[kept].compare(a[kept])
+        b, a = (t[kept].sort_values(kept, key=lambda c: c.astype(str)).reset_index(drop=True) for t in (b, a))
+        changed = b.compare(a)
         return [] if changed.empty else [changed.to_string()[:2000]]
     return ["bytes differ"]
 
