@@ -332,3 +332,23 @@ def test_the_learning_bar_is_a_share_of_the_metrics_range():
     assert learning_bar(get_task("cola")) == pytest.approx(0.04)
     assert learning_bar(get_task("stsb")) == pytest.approx(0.04)
     assert learning_bar(get_task("squad2")) == pytest.approx(2.0)
+
+
+def test_a_finished_run_prints_each_tasks_verdict_in_one_sentence_from_the_summary_it_made(tmp_path, capsys):
+    """The headline: the verdict's first sentence without Markdown, from the summary's CSV as the
+    tables stage writes it; nothing from a summary older than the run (another run's settings)."""
+    import time
+
+    from bertvision.reporting.headline import print_headline
+
+    table = mrpc(tmp_path, [0.80, 0.82], [0.70, 0.71, 0.72], frac=0.0).summary()
+    csv = tmp_path / "summary.csv"
+    table.to_csv(csv, index=False)
+    print_headline(csv, "results/tables/summary.md", since=time.time() - 60)
+    out = capsys.readouterr().out
+    [line] = [line.strip() for line in out.splitlines() if line.startswith("  ")]
+    assert line.startswith("mrpc (tiny): full fine-tuning beats the BERTVision pick: lp on the 0-epoch checkpoint ")
+    assert line.endswith(".") and "**" not in line and "`" not in line and "Against full fine-tuning" not in line
+    assert "results/tables/summary.md" in out
+    print_headline(csv, "results/tables/summary.md", since=time.time() + 60)
+    assert capsys.readouterr().out == ""
