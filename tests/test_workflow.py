@@ -569,8 +569,7 @@ def test_shipped_configs_plan_the_full_dag(tmp_path, config):
     assert counts.get("extract", 0) == n_stored * n_runs * spec.get("extract", {}).get("shards", 1)
     assert counts["train_heads"] == n_tasks * n_runs
     n_searched = sum(len(t.get("search_heads", [])) for t in spec["tasks"].values())
-    workers = spec.get("search", {}).get("workers", 2)
-    assert counts.get("search_worker", 0) == n_searched * n_runs * workers
+    assert counts.get("search_worker", 0) == n_searched * n_runs * spec["search"]["workers"]
     assert counts.get("search_best", 0) == n_searched * n_runs
     experiments = spec.get("experiments", {})
     assert counts.get("transfer", 0) == len(experiments.get("transfer", {}).get("tasks", [])) * n_seeds
