@@ -26,7 +26,7 @@ TIMING = re.compile(r"second|time|wait_share|_s$|_s_|elapsed|wall|cpu|rss|memory
 COST_COLUMNS = re.compile(r"cost|whole|own|ratio|×|front", re.I)  # on_front: the cost-score front
 # Snakemake's records, the job logs and benchmark files, the plots' pixels, the study journals
 # (the order in which parallel workers took their trials)
-SKIPPED = (".git", ".snakemake", "logs", "benchmarks")
+SKIPPED = (".git", ".venv", ".snakemake", "logs", "benchmarks")
 SKIPPED_SUFFIXES = (".png", ".journal", ".md", ".yaml")
 
 
