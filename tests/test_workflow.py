@@ -561,25 +561,25 @@ def test_shipped_configs_plan_the_full_dag(tmp_path, config):
     # BERT is scored at every checkpoint but 0 (the pretrained encoder: its head has not trained)
     n_scored = sum(1 for f in spec["finetune"]["epoch_fractions"] if f > 0)
     assert counts.get("score_bert", 0) == n_tasks * n_seeds * n_scored
-    baseline = spec.get("baseline", {})
-    n_baselines = len(baseline.get("seeds", [1, 2, 3])) if baseline.get("enabled", True) else 0
+    baseline = spec["baseline"]
+    n_baselines = len(baseline["seeds"]) if baseline["enabled"] else 0
     assert counts.get("baseline", 0) == n_tasks * n_baselines
-    store = spec.get("extract", {}).get("store", True)
+    store = spec["extract"]["store"]
     n_stored = sum(1 for over in spec["tasks"].values() if (over or {}).get("store", store))
-    assert counts.get("extract", 0) == n_stored * n_runs * spec.get("extract", {}).get("shards", 1)
+    assert counts.get("extract", 0) == n_stored * n_runs * spec["extract"]["shards"]
     assert counts["train_heads"] == n_tasks * n_runs
     n_searched = sum(len(t.get("search_heads", [])) for t in spec["tasks"].values())
     assert counts.get("search_worker", 0) == n_searched * n_runs * spec["search"]["workers"]
     assert counts.get("search_best", 0) == n_searched * n_runs
-    experiments = spec.get("experiments", {})
-    assert counts.get("transfer", 0) == len(experiments.get("transfer", {}).get("tasks", [])) * n_seeds
-    curve = experiments.get("bert_curve", {})
-    n_curves = len(curve.get("tasks", [])) * len(curve.get("seeds", [1])) * len(spec["backbones"])
+    experiments = spec["experiments"]
+    assert counts.get("transfer", 0) == len(experiments["transfer"]["tasks"]) * n_seeds
+    curve = experiments["bert_curve"]
+    n_curves = len(curve["tasks"]) * len(curve["seeds"]) * len(spec["backbones"])
     assert counts.get("bert_curve", 0) == n_curves
-    data_fraction = experiments.get("data_fraction", {"tasks": []})
+    data_fraction = experiments["data_fraction"]
     predicted = [t for t, over in spec["tasks"].items() if "test" in ((over or {}).get("files") or {})]
     assert counts.get("predict", 0) == len(predicted) * len(spec["backbones"])
-    subset_checkpoints = data_fraction.get("checkpoints") or []
+    subset_checkpoints = data_fraction["checkpoints"] or []
     subset_runs = n_seeds * len(subset_checkpoints) - (n_seeds - 1) * (0 in subset_checkpoints)
     assert counts.get("train_heads_subset", 0) == (
         len(data_fraction["tasks"]) * subset_runs * len(data_fraction.get("fractions", []))
