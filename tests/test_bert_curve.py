@@ -14,7 +14,7 @@ from bertvision import layout as L
 from bertvision.files import atomic_write_json
 from bertvision.registry.tasks import get_task
 from bertvision.reporting.bert_curve import bert_curve_markdown, bert_curve_table
-from bertvision.reporting.plots import bert_curve_plot
+from bertvision.reporting.experiment_plots import bert_curve_plot
 from bertvision.stages.bert_curve import bert_curve
 from bertvision.stages.experiment_tables import TABLE_NAMES
 from tests.conftest import job_counts, snakemake, tiny_config, workflow_settings

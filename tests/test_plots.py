@@ -14,7 +14,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from PIL import Image  # noqa: E402
 
-from bertvision.reporting import plots  # noqa: E402
+from bertvision.reporting import figures, plots  # noqa: E402
 from bertvision.reporting.summary import FULL_FT, ROW_KINDS  # noqa: E402
 
 
@@ -34,7 +34,7 @@ def test_six_tasks_make_a_grid_not_one_long_row(tmp_path):
     out = tmp_path / "score-vs-seconds.png"
     plots.score_vs_seconds(summary_csv(tmp_path / "s.csv", tasks, (300.0, 120.0, 40.0)), out)
     width, height = Image.open(out).size
-    assert width <= plots.PANELS_PER_ROW * 4.2 * 120 + 10 and height >= 2 * 4 * 120 - 10
+    assert width <= figures.PANELS_PER_ROW * 4.2 * 120 + 10 and height >= 2 * 4 * 120 - 10
 
 
 def test_a_log_axis_narrower_than_a_decade_has_labelled_ticks():
@@ -42,7 +42,7 @@ def test_a_log_axis_narrower_than_a_decade_has_labelled_ticks():
     values = [31.0, 38.0, 45.0]  # no power of ten inside: matplotlib's default labels nothing here
     ax.scatter(values, [1, 2, 3])
     ax.set_xscale("log")
-    plots._log_axis(ax.xaxis, values)
+    figures.log_axis(ax.xaxis, values)
     fig.canvas.draw()
     low, high = ax.get_xlim()
     labelled = [t.get_text() for t in ax.get_xticklabels() if t.get_text() and low <= t.get_position()[0] <= high]
@@ -125,8 +125,8 @@ def test_training_loss_curves_are_the_heads_histories(tmp_path, monkeypatch):
         ]
         return save(fig, path)
 
-    save = plots._save
-    monkeypatch.setattr(plots, "_save", keep_lines)
+    save = plots.save
+    monkeypatch.setattr(plots, "save", keep_lines)
     out = tmp_path / "plots" / "training-loss.png"
     frame = plots.training_loss(head_metrics_files([heads_dir, *frozen]), out, baselines, tasks=["sst2"])
 

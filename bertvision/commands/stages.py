@@ -56,9 +56,9 @@ def stage_of(command: str) -> Callable:
         case "plots":
             from bertvision.reporting.plots import build_plots as stage
         case "plot-data-fraction":
-            from bertvision.reporting.plots import data_fraction_curves as stage
+            from bertvision.reporting.experiment_plots import data_fraction_curves as stage
         case "plot-bert-curve":
-            from bertvision.reporting.plots import bert_curve_plot as stage
+            from bertvision.reporting.experiment_plots import bert_curve_plot as stage
         case "cross-task":
             from bertvision.stages.cross_task import build_cross_task as stage
         case "bundle":

@@ -1,7 +1,7 @@
-"""Plots from the result tables and head metrics (matplotlib, PNG), readable without the text:
-score vs epoch fraction, score vs trainable parameters, where in the encoder each task's
-information lives (the learned ScalarMix layer weights), the heads' training-loss curves, and
-BERT's own fine-tuning curve."""
+"""The run's plots from the result tables and head metrics (matplotlib, PNG), readable without the
+text: score vs epoch fraction, score vs trainable parameters and seconds, every method on cost and
+score, where in the encoder each task's information lives (the learned ScalarMix layer weights)
+and the heads' training-loss curves. The experiments' plots: ``reporting.experiment_plots``."""
 
 from __future__ import annotations
 
@@ -17,57 +17,10 @@ import pandas as pd  # noqa: E402
 from bertvision.files import read_json  # noqa: E402
 from bertvision.layout import plot, score_vs_epochs_plot, source_checkpoint  # noqa: E402
 from bertvision.registry.tasks import get_task  # noqa: E402
+from bertvision.reporting.figures import label_panel, log_axis, panels, save, say_empty  # noqa: E402
 from bertvision.reporting.methods import on_front as on_front_of  # noqa: E402
 from bertvision.reporting.results import BERT, repeats_frozen_run  # noqa: E402
 from bertvision.reporting.summary import FULL_FT, PEER, ROW_KINDS  # noqa: E402
-
-PANELS_PER_ROW = 3  # a grid, not one long row: six tasks in one 2,700 px row were unreadable
-
-
-def _panels(n: int, width: float):
-    """``n`` axes (at least one) in rows of at most ``PANELS_PER_ROW``; the grid's unused cells hidden."""
-    n = max(1, n)
-    cols = min(n, PANELS_PER_ROW)
-    rows = -(-n // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, 4 * rows), squeeze=False)
-    cells = list(axes.flat)
-    for ax in cells[n:]:
-        ax.set_visible(False)
-    return fig, cells[:n]
-
-
-def _log_axis(axis, values) -> None:
-    """A log axis with labelled ticks however narrow its range (matplotlib labels none inside a
-    decade): 1-2-5 steps per decade, 1-2-3-5 when the values span less than one, every integer
-    multiple when they span less than a factor of 3."""
-    finite = [v for v in values if np.isfinite(v) and v > 0]
-    span = max(finite) / min(finite) if finite else 10.0
-    subs = tuple(range(1, 10)) if span < 3 else (1.0, 2.0, 3.0, 5.0) if span < 10 else (1.0, 2.0, 5.0)
-    axis.set_major_locator(matplotlib.ticker.LogLocator(base=10, subs=subs))
-    axis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
-    axis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-
-
-def _say_empty(ax, text: str) -> None:
-    ax.text(0.5, 0.5, text, ha="center", va="center")
-    ax.set_axis_off()
-
-
-def _label_panel(ax, table: pd.DataFrame, task: str, backbone: str, xlabel: str, ylabel: str, legend_size: int):
-    """A task's panel: its axes' labels, the task as its title (with the backbone when the table
-    holds several), a light grid and the legend."""
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.set_title(task if table["backbone"].nunique() == 1 else f"{task} ({backbone})")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=legend_size)
-
-
-def _save(fig, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def primary_rows(summary: pd.DataFrame, task: str) -> pd.DataFrame:
@@ -97,11 +50,11 @@ def score_vs_epochs(summary: pd.DataFrame, task: str, path: Path) -> None:
     ax.set_title(f"{task}: BERT vs heads on its frozen hidden states")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    _save(fig, path)
+    save(fig, path)
 
 
 def score_vs_params(summary: pd.DataFrame, tasks: list[str], path: Path) -> None:
-    fig, axes = _panels(len(tasks), 4.5)
+    fig, axes = panels(len(tasks), 4.5)
     for ax, task in zip(axes, tasks):
         rows = primary_rows(summary, task)
         last = rows[rows["epoch_fraction"] == rows["epoch_fraction"].max()]
@@ -118,12 +71,12 @@ def score_vs_params(summary: pd.DataFrame, tasks: list[str], path: Path) -> None
                 r["label"], (r["parameter_percent"], r["mean"]), fontsize=7, xytext=(3, 3), textcoords="offset points"
             )
         ax.set_xscale("log")
-        _log_axis(ax.xaxis, last["parameter_percent"])
+        log_axis(ax.xaxis, last["parameter_percent"])
         ax.set_xlabel("trainable parameters (% of the encoder)")
         ax.set_ylabel(get_task(task).primary_metric)
         ax.set_title(f"{task} at {last['epoch_fraction'].max():g} epochs")
         ax.grid(alpha=0.3)
-    _save(fig, path)
+    save(fig, path)
 
 
 def layer_weights(head_metrics: list[Path], path: Path, head: str = "lp") -> None:
@@ -146,7 +99,7 @@ def layer_weights(head_metrics: list[Path], path: Path, head: str = "lp") -> Non
         fig.colorbar(image, ax=ax, label="ScalarMix weight")
     ax.set_xlabel("layer (emb = embedding output)")
     ax.set_title("Where each task's information lives: learned layer weights (LP head)")
-    _save(fig, path)
+    save(fig, path)
 
 
 def training_loss_frame(head_metrics: list[Path], baseline_metrics: list[Path] = ()) -> pd.DataFrame:
@@ -198,7 +151,7 @@ def training_loss(
     colours = {h: plt.get_cmap("tab10")(i % 10) for i, h in enumerate(heads)}
     checkpoints = sorted(set(frame["epoch_fraction"].dropna()), reverse=True)
     lines = {c: CHECKPOINT_LINES[min(i, len(CHECKPOINT_LINES) - 1)] for i, c in enumerate(checkpoints)}
-    fig, axes = _panels(len(blocks), 4.5)
+    fig, axes = panels(len(blocks), 4.5)
     for ax, ((backbone, task), block) in zip(axes, blocks):
         for (model, ckpt), g in block.groupby(["model", "epoch_fraction"], sort=False, dropna=False):
             if model == FULL_FT:
@@ -219,7 +172,7 @@ def training_loss(
         losses = block["train_loss"]
         if losses.min() > 0 and losses.max() / losses.min() > 10:  # a loss that falls by decades
             ax.set_yscale("log")
-            _log_axis(ax.yaxis, losses)
+            log_axis(ax.yaxis, losses)
         ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
         ax.set_xlabel("epoch (head; full FT: fine-tuning)")
         ax.set_ylabel("training loss (mean over seeds)")
@@ -227,8 +180,8 @@ def training_loss(
         ax.grid(alpha=0.3)
         ax.legend(handles=handles, fontsize=6, ncol=2 if len(handles) > 6 else 1)
     if not blocks:
-        _say_empty(axes[0], "no training histories yet")
-    _save(fig, path)
+        say_empty(axes[0], "no training histories yet")
+    save(fig, path)
     return frame
 
 
@@ -273,7 +226,7 @@ def score_vs_seconds(summary_csv: Path, path: Path) -> None:
     both ways), full fine-tuning marked (a star, with its ± std band)."""
     table = pd.read_csv(summary_csv) if Path(summary_csv).stat().st_size else pd.DataFrame()
     blocks = list(table.groupby(["backbone", "task"], sort=False)) if len(table) else []
-    fig, axes = _panels(len(blocks), 4.2)
+    fig, axes = panels(len(blocks), 4.2)
     for ax, ((backbone, task), block) in zip(axes, blocks):
         for r in block.itertuples():
             ax.scatter(
@@ -301,11 +254,11 @@ def score_vs_seconds(summary_csv: Path, path: Path) -> None:
             if r.row == FULL_FT and not np.isnan(r.dev_std):
                 ax.axhspan(r.dev_mean - r.dev_std, r.dev_mean + r.dev_std, color="black", alpha=0.08)
         ax.set_xscale("log")
-        _log_axis(ax.xaxis, block["seconds"])
-        _label_panel(ax, table, task, backbone, "seconds to produce (log)", f"{block['metric'].iloc[0]} (dev)", 6)
+        log_axis(ax.xaxis, block["seconds"])
+        label_panel(ax, table, task, backbone, "seconds to produce (log)", f"{block['metric'].iloc[0]} (dev)", 6)
     if not blocks:
-        _say_empty(axes[0], "no results yet")
-    _save(fig, path)
+        say_empty(axes[0], "no results yet")
+    save(fig, path)
 
 
 # method family (reporting/methods.py) -> marker style
@@ -349,97 +302,12 @@ def methods_cost_score(methods_csv: Path, path: Path) -> None:
             front = on_front_of(x, block["dev_mean"])
             _front_line(ax, x[front], block["dev_mean"][front])
             ax.set_xscale("log")
-        _log_axis(ax_s.xaxis, block["cost_seconds"])  # seconds span a decade or two; parameters 10^0 to 10^8
+        log_axis(ax_s.xaxis, block["cost_seconds"])  # seconds span a decade or two; parameters 10^0 to 10^8
         title = task if table["backbone"].nunique() == 1 else f"{task} ({backbone})"
         metric = f"{block['metric'].iloc[0]} (dev)"
-        _label_panel(ax_s, table, title, backbone, "seconds (log)", metric, 6)
-        _label_panel(ax_p, table, title, backbone, "trainable parameters (log)", metric, 6)
+        label_panel(ax_s, table, title, backbone, "seconds (log)", metric, 6)
+        label_panel(ax_p, table, title, backbone, "trainable parameters (log)", metric, 6)
     if not blocks:
-        _say_empty(axes[0][0], "no results yet")
+        say_empty(axes[0][0], "no results yet")
         axes[0][1].set_visible(False)
-    _save(fig, path)
-
-
-def data_fraction_curves(table_csv: Path, out: Path) -> None:
-    """Score vs share of training data, one panel per (task, checkpoint); BERT (all the data,
-    same checkpoint) as a dashed line."""
-    table = pd.read_csv(table_csv, dtype={"checkpoint": str}) if Path(table_csv).stat().st_size else pd.DataFrame()
-    panels = sorted(
-        {(b, t, c) for b, t, c in zip(table.get("backbone", []), table.get("task", []), table.get("checkpoint", []))}
-    )
-    fig, axes = _panels(len(panels), 4.5)
-    for ax, (backbone, task, ckpt) in zip(axes, panels):
-        block = table[(table["backbone"] == backbone) & (table["task"] == task) & (table["checkpoint"] == ckpt)]
-        for model, g in block.groupby("model", sort=False):
-            if model == BERT:
-                ax.axhline(g["mean"].iloc[0], color="black", linestyle="--", label="BERT (all data)")
-                continue
-            g = g.sort_values("fraction")
-            ax.errorbar(100 * g["fraction"], g["mean"], yerr=g["std"].fillna(0), marker="o", capsize=3, label=model)
-        ax.set_xlabel("training data used by the head (%)")
-        ax.set_ylabel(f"{block['metric'].iloc[0]} (dev)")
-        ax.set_title(
-            f"{task}, features at {ckpt} epochs" + ("" if len({p[0] for p in panels}) == 1 else f" ({backbone})")
-        )
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    if not panels:
-        _say_empty(axes[0], "no data-fraction experiment configured")
-    _save(fig, out)
-
-
-def _first_epoch_stretched(ax, points: list[float]) -> bool:
-    """An epochs axis from 0 to the last point where the first epoch takes half the width (when
-    points lie both inside it and beyond it: returns whether it does), so that its tenths stand
-    apart from the whole epochs after it; ticks at every point, labelled at every other one
-    inside the first epoch when it holds many."""
-    last = max(points)
-    stretched = last > 1 and min(points) < 1
-    if stretched:
-        stretch = last - 1
-
-        def forward(x):
-            x = np.asarray(x, dtype=float)
-            return np.where(x <= 1, x * stretch, stretch + x - 1)
-
-        def inverse(y):
-            y = np.asarray(y, dtype=float)
-            return np.where(y <= stretch, y / stretch, y - stretch + 1)
-
-        ax.set_xscale("function", functions=(forward, inverse))
-        ax.axvline(1, color="gray", linewidth=0.8, linestyle=":")
-    inside = [p for p in points if p < 1]
-    labelled = [0.0, *(inside[1::2] if len(inside) > 5 else inside), *(p for p in points if p >= 1)]
-    ax.xaxis.set_major_locator(matplotlib.ticker.FixedLocator(labelled))
-    ax.xaxis.set_minor_locator(matplotlib.ticker.FixedLocator(points))
-    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
-    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-    ax.set_xlim(0, last)
-    return stretched
-
-
-def bert_curve_plot(table_csv: Path, out: Path) -> None:
-    """BERT's fine-tuning curve: per backbone and task, the primary metric on dev and on the
-    selection split against the epochs trained (± std over seeds)."""
-    table = pd.read_csv(table_csv) if Path(table_csv).stat().st_size else pd.DataFrame()
-    blocks = list(table.groupby(["backbone", "task"], sort=True)) if len(table) else []
-    fig, axes = _panels(len(blocks), 5.0)
-    for ax, ((backbone, task), block) in zip(axes, blocks):
-        for split, g in block.groupby("split", sort=False):
-            g = g.sort_values("epochs")
-            ax.errorbar(
-                g["epochs"],
-                g["mean"],
-                yerr=g["std"].fillna(0),
-                marker="o",
-                markersize=4,
-                capsize=2,
-                linestyle="--" if split == "selection" else "-",
-                label=split,
-            )
-        stretched = _first_epoch_stretched(ax, sorted(block["epochs"].unique()))
-        xlabel = "epochs of fine-tuning" + (" (the first is half the axis)" if stretched else "")
-        _label_panel(ax, table, task, backbone, xlabel, block["metric"].iloc[0], 8)
-    if not blocks:
-        _say_empty(axes[0], "no BERT fine-tuning curve configured\n(experiments.bert_curve.tasks)")
-    _save(fig, out)
+    save(fig, path)
