@@ -177,3 +177,21 @@ def test_the_plots_command_writes_the_training_loss_plot(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = Image.open(png).size
     assert width <= 4.5 * 120 + 10 and height <= 4 * 120 + 10  # one task: one panel
+
+
+def test_the_data_fraction_plot_draws_a_panel_per_task_and_checkpoint_and_says_when_none_ran(tmp_path):
+    from bertvision.reporting.experiment_plots import data_fraction_curves
+
+    rows = [
+        {"backbone": "tiny", "task": task, "checkpoint": "0.3", "model": model, "fraction": fraction,
+         "mean": 0.6 + fraction / 10, "std": 0.01, "metric": "accuracy"}
+        for task in ("sst2", "mrpc") for model in ("lp", "BERT") for fraction in (0.1, 0.3)
+    ]  # fmt: skip
+    pd.DataFrame(rows).to_csv(tmp_path / "data_fraction.csv", index=False)
+    drawn = tmp_path / "data-fraction.png"
+    data_fraction_curves(tmp_path / "data_fraction.csv", drawn)
+    width, _ = Image.open(drawn).size
+    assert width >= 2 * 4.5 * 120 - 10  # two panels side by side
+    (tmp_path / "none.csv").write_text("")
+    data_fraction_curves(tmp_path / "none.csv", tmp_path / "none.png")
+    assert (tmp_path / "none.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

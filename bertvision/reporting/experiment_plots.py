@@ -18,11 +18,11 @@ def data_fraction_curves(table_csv: Path, out: Path) -> None:
     """Score vs share of training data, one panel per (task, checkpoint); BERT (all the data,
     same checkpoint) as a dashed line."""
     table = pd.read_csv(table_csv, dtype={"checkpoint": str}) if Path(table_csv).stat().st_size else pd.DataFrame()
-    panels = sorted(
+    shown = sorted(
         {(b, t, c) for b, t, c in zip(table.get("backbone", []), table.get("task", []), table.get("checkpoint", []))}
     )
-    fig, axes = panels(len(panels), 4.5)
-    for ax, (backbone, task, ckpt) in zip(axes, panels):
+    fig, axes = panels(len(shown), 4.5)
+    for ax, (backbone, task, ckpt) in zip(axes, shown):
         block = table[(table["backbone"] == backbone) & (table["task"] == task) & (table["checkpoint"] == ckpt)]
         for model, g in block.groupby("model", sort=False):
             if model == BERT:
@@ -33,11 +33,11 @@ def data_fraction_curves(table_csv: Path, out: Path) -> None:
         ax.set_xlabel("training data used by the head (%)")
         ax.set_ylabel(f"{block['metric'].iloc[0]} (dev)")
         ax.set_title(
-            f"{task}, features at {ckpt} epochs" + ("" if len({p[0] for p in panels}) == 1 else f" ({backbone})")
+            f"{task}, features at {ckpt} epochs" + ("" if len({p[0] for p in shown}) == 1 else f" ({backbone})")
         )
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    if not panels:
+    if not shown:
         say_empty(axes[0], "no data-fraction experiment configured")
     save(fig, out)
 
