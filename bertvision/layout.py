@@ -379,12 +379,12 @@ class SharedEncoder:
         return SHARED_HEADS_DIR.format(**self.keys(model, ftseed, task))
 
 
-def clean(dir: Path) -> None:
+def clean(dir: str = ".") -> None:
     """``bertvision clean``: remove every artifact folder (``ROOTS``) of the working directory ``dir``."""
     import shutil
 
     for root in ROOTS:
-        folder = dir / root
+        folder = Path(dir) / root
         if folder.exists():
             shutil.rmtree(folder)
             print(f"removed {folder}")

@@ -23,6 +23,7 @@ from bertvision.config.schema import validate_config
 from bertvision.config.workflow import WorkflowSettings
 from bertvision.errors import BertvisionError
 from bertvision.registry.peers import get_peer
+from bertvision.registry.task_spec import scored_splits, splits_of
 from bertvision.registry.tasks import DECLARED_ENV, declared_json, get_task
 from bertvision.plan.race import RaceReach
 from bertvision.plan.requests import RuleRequests

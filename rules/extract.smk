@@ -14,6 +14,8 @@ rule extract:
         compute=as_json(S.extract_compute()),
         attrs=lambda wc: as_json(S.extract_attrs(FILES.run(wc))),
         n_shards=S.shards,
+        splits=lambda wc: splits_of(get_task(wc.task)),
+        scored_splits=lambda wc: scored_splits(get_task(wc.task)),
         bert_logits=lambda wc: "--bert-logits" if FILES.scored_in_extraction(wc) else "",
     log:
         L.log("extract"),
@@ -28,7 +30,7 @@ rule extract:
         runtime=request(REQUESTS.extract, "runtime"),
         micro_batches=micro_batches,
     shell:
-        "bertvision extract --task {wildcards.task} --checkpoint-dir {params.checkpoint} --tokens-dir {input.tokens} "
+        "bertvision extract --splits {params.splits} --scored-splits {params.scored_splits} --checkpoint-dir {params.checkpoint} --tokens-dir {input.tokens} "
         "--out-dir {output} --shard {wildcards.shard} --n-shards {params.n_shards} "
         "--settings {params.settings:q} --compute {params.compute:q} --attrs {params.attrs:q} "
         "{params.bert_logits} --micro-batches {resources.micro_batches} --threads {threads} > {log} 2>&1"
@@ -44,8 +46,10 @@ rule feature_manifest:
         L.log("feature_manifest"),
     benchmark:
         L.benchmark("feature_manifest")
+    params:
+        splits=lambda wc: splits_of(get_task(wc.task)),
     resources:
         mem_mb=1000,
         runtime=lambda wc, attempt: 30 * attempt,
     shell:
-        "bertvision manifest --task {wildcards.task} --out {output} --shard-dirs {input} > {log} 2>&1"
+        "bertvision manifest --splits {params.splits} --out {output} --shard-dirs {input} > {log} 2>&1"

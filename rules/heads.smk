@@ -73,7 +73,7 @@ rule transfer:
     output:
         L.TRANSFER_FILE,
     params:
-        settings=lambda wc: as_json(S.head_training(wc.task)),
+        in_memory_max_mb=lambda wc: S.head_training(wc.task).in_memory_max_mb,
         runtime=lambda wc, resources: as_json(S.head_runtime(resources.gpu)),
         features=lambda wc: " ".join(source_arg(run) for run in FILES.checkpoint_runs(wc)),
     log:
@@ -87,5 +87,5 @@ rule transfer:
         runtime=request(REQUESTS.heads, "runtime", runs=applies_heads, training=False),
     shell:
         "bertvision transfer --task {wildcards.task} --head-dirs {input.heads} --manifests {params.features} "
-        "--raw-dir {input.raw} --settings {params.settings:q} --runtime {params.runtime:q} --out {output} "
+        "--raw-dir {input.raw} --in-memory-max-mb {params.in_memory_max_mb} --runtime {params.runtime:q} --out {output} "
         "--threads {threads} > {log} 2>&1"

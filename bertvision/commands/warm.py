@@ -1,6 +1,6 @@
 """The warm pool of a local run (``runtime.warm``): what it imports ahead of the jobs (torch,
 transformers with each backbone's model and tokenizer modules, the data libraries and the stage
-of every command, registered in ``commands.main.COMMANDS``) and the ``main`` its children run.
+of every command, registered in ``commands.stages.COMMANDS``) and the ``main`` its children run.
 
     python -m bertvision.commands.warm SOCKET BACKBONE...   (started by ``start``)"""
 
@@ -27,12 +27,12 @@ def preload(backbones: list[str]) -> None:
     import torch  # noqa: F401
     import transformers.modeling_utils  # noqa: F401
 
-    from bertvision.commands.main import COMMANDS
+    from bertvision.commands.stages import COMMANDS, stage_of
 
     import_model_modules(backbones)
     for command in COMMANDS:
-        if command.name != "serve":  # the server runs in a process of its own
-            command.function()
+        if command != "serve":  # the server runs in a process of its own
+            stage_of(command)
 
 
 def import_model_modules(backbones: list[str]) -> None:

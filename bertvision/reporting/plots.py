@@ -15,7 +15,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from bertvision.files import read_json  # noqa: E402
-from bertvision.layout import plot, score_vs_epochs_plot, source_checkpoint  # noqa: E402
+from bertvision.layout import head_metrics_files, plot, score_vs_epochs_plot, source_checkpoint  # noqa: E402
 from bertvision.registry.tasks import get_task  # noqa: E402
 from bertvision.reporting.figures import label_panel, log_axis, panels, save, say_empty  # noqa: E402
 from bertvision.reporting.methods import on_front as on_front_of  # noqa: E402
@@ -187,9 +187,9 @@ def training_loss(
 
 def build_plots(
     result_csvs: list[Path],
-    head_metrics: list[Path],
     tasks: list[str],
     out_dir: Path,
+    head_dirs: list[Path] = (),
     summary_csv: Path | None = None,
     baseline_metrics: list[Path] = (),
     methods_csv: Path | None = None,
@@ -202,6 +202,7 @@ def build_plots(
     for task in tasks:
         score_vs_epochs(summary, task, Path(plot(score_vs_epochs_plot(task), out_dir)))
     score_vs_params(summary, tasks, Path(plot("score-vs-parameters", out_dir)))
+    head_metrics = head_metrics_files(head_dirs)
     layer_weights(head_metrics, Path(plot("layer-weights", out_dir)))
     training_loss(head_metrics, Path(plot("training-loss", out_dir)), baseline_metrics, tasks)
 

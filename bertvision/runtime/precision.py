@@ -4,14 +4,17 @@ fast. Torch-free (the config schema reads ``PRECISIONS``); ``runtime.device`` as
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal, get_args
 
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+Precision = Literal["auto", "fp32", "bf16", "fp16"]
+PRECISIONS = get_args(Precision)
 # What runs the frozen encoder's forward passes: PyTorch, or ONNX Runtime on the CPU with fp32 or
 # int8 weights (``models.onnx_encoder``), whose activations are fp32 whatever the precision says.
 # ``auto``: ONNX Runtime's fp32 where it measures clearly faster than PyTorch on the machine and
 # the encoder, else PyTorch (``runtime.backend.measured_backend``); never int8, which changes
 # the states.
-BACKENDS = ("torch", "onnx", "onnx-int8", "auto")
+Backend = Literal["torch", "onnx", "onnx-int8", "auto"]
+BACKENDS = get_args(Backend)
 BACKEND_LABELS = {"onnx": "ONNX Runtime", "onnx-int8": "ONNX Runtime, int8 weights"}
 
 

@@ -28,7 +28,7 @@ import asyncio
 import logging
 import os
 from contextlib import asynccontextmanager
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from fastapi import FastAPI, Request
@@ -38,7 +38,7 @@ from fastapi.responses import JSONResponse, Response
 from bertvision.serving.batching import BatchFailed, Overloaded
 from bertvision.serving.bundle import bundle_paths as bundle_paths_of
 from bertvision.serving.docs_page import install_docs
-from bertvision.serving.engine import Engine
+from bertvision.serving.engine import DEFAULTS, Engine
 from bertvision.serving.items import QuestionItem, RequestError, TextItem
 from bertvision.serving.metrics import Observed, ServiceMetrics
 from bertvision.serving.requests import PredictRequest, PredictResponse, build_items
@@ -318,17 +318,9 @@ def app_from_env() -> FastAPI:
 
 
 def serve(
-    bundles: list[Path],
-    host: str,
-    port: int,
-    workers: int,
-    device: str,
-    backend: str | None = None,
-    threads: int | None = None,
-    **given,
+    bundles: list[Path], host: str = "127.0.0.1", port: int = 8000, workers: int = 1, settings: ServeSettings = DEFAULTS
 ):
-    """``bertvision serve``: every task of ``bundles`` over HTTP with uvicorn, ``workers`` processes;
-    ``given``, ServeSettings' limits."""
+    """``bertvision serve``: every task of ``bundles`` over HTTP with uvicorn, ``workers`` processes."""
     import copy
 
     import uvicorn
@@ -344,8 +336,8 @@ def serve(
                 raise BundleError(f"{one.root}: task {task} is also served by {served[task]}")
             served[task] = one.root
     # several workers on one CPU would otherwise each start a thread per core
-    threads = threads or (max(1, (os.cpu_count() or 1) // workers) if workers > 1 else None)
-    settings = ServeSettings(**given, device=device, backend=backend, threads=threads)
+    threads = settings.threads or (max(1, (os.cpu_count() or 1) // workers) if workers > 1 else None)
+    settings = replace(settings, threads=threads)
     # uvicorn's factory mode: every worker process builds its own app from these
     os.environ[BUNDLE_ENV] = os.pathsep.join(str(b.root) for b in loaded)
     os.environ[SETTINGS_ENV] = settings.to_json()

@@ -21,7 +21,7 @@ from bertvision.registry.task_spec import TaskSpec
 from bertvision.registry.tasks import get_task
 from bertvision.reporting.ranking import best, head_candidates
 from bertvision.reporting.results import raced_out
-from bertvision.runtime.precision import PRECISIONS
+from bertvision.runtime.precision import PRECISIONS, Precision
 from bertvision.serving.bundle import FORMAT, Bundle, BundleError, check_safetensors_dir, load_bundle
 from bertvision.serving.settings import checked_task_settings
 
@@ -299,18 +299,24 @@ def write_bundle(
 
 
 def bundle_heads(
-    out: Path, encoder_dir: Path, tokenizer: str, heads: list, task_settings: dict, keys: dict, precision: str
+    out: Path,
+    encoder_dir: Path,
+    tokenizer: str,
+    heads: list[tuple[str, Path]],
+    precision: Precision,
+    task_settings: dict | None = None,
+    keys: dict | None = None,
 ) -> None:
     """``bertvision bundle``: the heads directories ``heads`` ([(task, dir)], a task may repeat) of
     one encoder, each task tokenized as ``task_settings`` says; what it kept, printed."""
     tasks: dict[str, dict] = {}
     for name, heads_dir in heads:
         tasks.setdefault(name, {"heads_dirs": []})["heads_dirs"].append(heads_dir)
-    for name, settings in checked_task_settings(task_settings).items():
+    for name, settings in checked_task_settings(task_settings or {}).items():
         if name not in tasks:
             raise SettingsError(f"--task-settings: {name} has no --heads {name}=DIR")
         tasks[name].update(settings)
-    written = write_bundle(out, encoder_dir, tokenizer, tasks, keys, precision)
+    written = write_bundle(out, encoder_dir, tokenizer, tasks, keys or {}, precision)
     for name, task in written.tasks.items():
         kept = ", ".join(f"{h} (seed {e.seed})" for h, e in task.heads.items())
         print(f"{name}: heads {kept}; default {task.picked}")

@@ -31,6 +31,7 @@ from bertvision.files import atomic_dir, atomic_write_json
 from bertvision.layout import BUNDLE_SET_INDEX, Checkpoint
 from bertvision.registry.tasks import get_task
 from bertvision.reporting.picks import Pick, read_picks
+from bertvision.runtime.precision import Precision
 from bertvision.serving.bundle import BundleError
 from bertvision.serving.bundle_writer import collect_runs, write_bundle
 from bertvision.serving.settings import checked_task_settings
@@ -152,7 +153,14 @@ def write_picked_bundles(
 
 
 def serve_picks(
-    out: Path, picks: Path, backbone: str, runs: list, tokenizer: str, task_settings: dict, keys: dict, precision: str
+    out: Path,
+    picks: Path,
+    backbone: str,
+    runs: list,
+    tokenizer: str,
+    precision: Precision,
+    task_settings: dict | None = None,
+    keys: dict | None = None,
 ) -> None:
     """``bertvision serve-bundles``: ``write_picked_bundles`` from the command line's JSON; each
     task's bundle, printed."""
@@ -163,7 +171,14 @@ def serve_picks(
             f"--runs: each run is {{task, ftseed, frac, checkpoint_dir, heads_dir}} ({type(err).__name__}: {err})"
         ) from None
     index = write_picked_bundles(
-        out, picks, backbone, checkpoint_runs, tokenizer, checked_task_settings(task_settings), keys, precision
+        out,
+        picks,
+        backbone,
+        checkpoint_runs,
+        tokenizer,
+        checked_task_settings(task_settings or {}),
+        keys or {},
+        precision,
     )
     for task, pick in index["picks"].items():
         print(

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, fields
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from bertvision.errors import SettingsError
+from bertvision.runtime.precision import Backend
 
 
 @dataclass(frozen=True)
@@ -31,9 +33,10 @@ class ServeSettings:
     # caches kept per shape (oneDNN kernels, freed heap) stay bounded (docs/serving.md, memory;
     # 8 against 32: docs/results/serve-memory-pad-multiple-xeon-amx.txt)
     pad_multiple: int = 8
-    device: str = "auto"
-    backend: str | None = None  # torch, onnx or onnx-int8 (ONNX Runtime, CPU); None: each bundle's own
-    threads: int | None = None  # torch threads per worker process (None: torch's default)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    backend: Backend | None = None  # torch, onnx or onnx-int8 (ONNX Runtime, CPU); None: each bundle's own
+    # torch threads per worker process (None: torch's default; CPU cores / workers for several workers)
+    threads: int | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

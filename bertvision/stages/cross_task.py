@@ -31,9 +31,9 @@ def build_cross_task(
     ft_seeds: list[int],
     heads: dict[str, list[str]],
     epochs: dict[str, float],
-    transfer_files: list[Path],
     out_dir: Path,
     plot: Path,
+    transfer_files: list[Path] = (),
 ) -> pd.DataFrame:
     """``encoders``: the shared encoders as records; ``heads``: task -> the head names trained on
     them; ``epochs``: mixture name -> its epochs."""

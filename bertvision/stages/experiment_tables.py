@@ -21,13 +21,13 @@ TABLE_NAMES = ("search", "data_fraction", "transfer", "bert_curve")
 
 
 def build_experiment_tables(
-    best_files: list[Path],
-    subset_dirs: list[Path],
-    head_dirs: list[Path],
-    bert_metrics: list[Path],
-    transfer_files: list[Path],
-    curve_files: list[Path],
     out_dir: Path,
+    best_files: list[Path] = (),
+    subset_dirs: list[Path] = (),
+    head_dirs: list[Path] = (),
+    bert_metrics: list[Path] = (),
+    transfer_files: list[Path] = (),
+    curve_files: list[Path] = (),
 ) -> None:
     tables = {
         "search": (search_table(best_files), search_markdown),

@@ -51,7 +51,7 @@ def extract_shard(
     attrs: dict,
     threads: int | None = None,
     micro_batches: int = 1,
-    devices: list[torch.device] | None = None,
+    devices: list[str] | None = None,
     bert_logits: bool = False,
     scored_splits: tuple[str, ...] = (),
 ) -> dict:
@@ -75,7 +75,8 @@ def extract_shard(
 
     # ONNX Runtime runs on the CPU here; auto runs PyTorch on a GPU
     preference = compute.device if compute.backend in ("torch", "auto") else "cpu"
-    replicas = [(load(d), d) for d in (devices or extraction_devices(preference))]
+    chosen = [torch.device(d) for d in devices] if devices else extraction_devices(preference)
+    replicas = [(load(d), d) for d in chosen]
     model, model_device = replicas[0]
     log.info("extracting on %s", ", ".join(str(d) for _, d in replicas))
     layers, hidden = hidden_state_shape(model)

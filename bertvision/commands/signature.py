@@ -1,0 +1,268 @@
+"""A command made from its stage's signature: one flag ``--a-name`` per parameter ``a_name``, its
+form read from the annotation (a path, a number, a registered task, a stage's typed settings as
+JSON, NAME=PATH pairs, a dataclass's fields as flags of their own) and its default from the
+stage's; its help from ``HELP``, one text per parameter name in every command. Written by hand,
+not with jsonargparse: a task name, settings JSON or a checkpoint is converted when the command
+runs, so that a bad one ends in the one line naming its flag that every command prints
+(``commands.main``), and the settings' help lists each key with the config key that sets it."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import inspect
+import json
+import types
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from bertvision.config.settings import StageSettings
+from bertvision.errors import SettingsError
+
+HELP = {
+    "task": "a registered task",
+    "source": "the task whose heads are applied",
+    "target": "the task they are applied to",
+    "model_name": "the backbone's name in the config (recorded with the results)",
+    "encoder_name": "the mixture's name in the config (recorded)",
+    "raw_dir": "the task's canonical splits",
+    "tokens_dir": "the task's token ids",
+    "tokens_dirs": "TASK=DIR, every mixed task",
+    "checkpoint": "the checkpoint (epoch fraction)",
+    "checkpoint_dir": "the checkpoint's directory",
+    "previous": "what the job goes on from: the checkpoint before (finetune), the decision before (race-checkpoint)",
+    "splits": "the task's splits",
+    "scored_splits": "the splits BERT's own head is scored on",
+    "shard_dirs": "a checkpoint's extraction shards, in shard order",
+    "attrs": "where the features come from (stored in each shard)",
+    "bert_logits": "BERT's outputs: keep them (extract), or read them for the ensembles (train-heads)",
+    "manifest": "the feature manifest, or a stream source (JSON) for store: false",
+    "manifests": "feature manifests",
+    "heads": "the heads: name -> HeadSettings (train-heads), names (head-transfer, cross-task), TASK=DIR (bundle)",
+    "seeds": "head seeds",
+    "seed": "the fine-tuning seed",
+    "micro_batches": "split each batch into this many micro-batches",
+    "threads": "torch threads",
+    "devices": "the devices to run replicas on (default: every GPU, else the CPU)",
+    "searched": "HEAD=best.json: train HEAD with its search's best parameters",
+    "train_fraction": "train on this nested share of the rows",
+    "survivors_from": "the first fine-tuning seed's train_heads output here: train only the heads its race kept",
+    "head_dirs": "train_heads outputs",
+    "head_dir": "a train_heads output",
+    "last": "this is the last configured checkpoint",
+    "in_memory_max_mb": "MiB of features held in memory (heads.training.in_memory_max_mb)",
+    "embeddings": "the task's sentence embeddings (rule embed), for a peer that trains no encoder",
+    "keys": "JSON: a study's keys (search-worker); provenance (bundle, serve-bundles)",
+    "storage": "journal file path or RDB URL",
+    "worker": "this worker's number",
+    "worker_records": "the study's worker records",
+    "peers": "task -> the peers the config names for it, as JSON",
+    "runs": "JSON: every run, [{model, task, ftseed, frac}] (tables); every checkpoint and its heads (serve-bundles)",
+    "n_shards": "extraction shards per checkpoint",
+    "shard": "this shard's number",
+    "head_order": "head names in table order",
+    "result_csvs": "glue.csv / squad.csv",
+    "summary_csv": "summary.csv",
+    "methods_csv": "methods.csv",
+    "tasks": "task names",
+    "baseline_metrics": "full fine-tuning records",
+    "table_csv": "the table to plot",
+    "plot": "the heatmap to write",
+    "encoders": "the shared encoders, [{name, kind, ...}]",
+    "models": "backbone names",
+    "ft_seeds": "fine-tuning seeds",
+    "epochs": '{"mixture": epochs, ...}',
+    "encoder_dir": "a checkpoint (model.safetensors + config.json)",
+    "tokenizer": "the backbone reference (backbones.<model>.pretrained)",
+    "task_settings": '{"task": {"max_length": N, "doc_stride": N}}: the tokenization the features used',
+    "precision": "extract.precision of the features (serving reproduces it)",
+    "picks": "the tables stage's picks record (results/tables/picks.json)",
+    "backbone": "the backbone whose picks to serve",
+    "bundles": "bundle directories, or sets of them (serve-bundles' output)",
+    "workers": "uvicorn worker processes",
+    "max_batch_size": "inputs per encoder pass",
+    "max_wait_ms": "how long a batch waits to fill",
+    "max_texts": "inputs per request",
+    "max_body_bytes": "request body size",
+    "max_text_chars": "characters per text, question or context",
+    "max_windows": "context windows per question",
+    "max_batch_tokens": "padded tokens per encoder forward call",
+    "max_queued": "requests waiting per encoder; more get 503",
+    "max_chunk_rows": "sequences per encoder forward call, sorted by length (0: the whole batch in one)",
+    "pad_multiple": "pad each forward call's width to a multiple of this",
+    "device": "auto: a GPU when there is one",
+    "backend": "the encoder's runtime (default: the one each bundle's heads were trained on)",
+    "config": "a config file",
+    "show": "print the effective config, every default filled in",
+    "dir": "the working directory",
+}
+
+
+def to_json(text: str, flag: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise SettingsError(f"{flag}: not valid JSON ({err})") from None
+
+
+def name_path(text: str, flag: str) -> tuple[str, Path]:
+    name, sep, path = text.partition("=")
+    if not sep or not name or not path:
+        raise SettingsError(f"{flag}: expected NAME=PATH, got {text!r}")
+    return name, Path(path)
+
+
+def named_settings(cls: type[StageSettings]) -> Callable:
+    def convert(text: str, flag: str) -> dict:
+        named = to_json(text, flag)
+        if not isinstance(named, dict):
+            raise SettingsError(f"{flag}: expected a JSON object of name -> {cls.__name__}")
+        return {name: cls.from_dict(value, f"{flag} {name}") for name, value in named.items()}
+
+    return convert
+
+
+def registered_task(name: str, flag: str):
+    from bertvision.registry.tasks import get_task
+
+    try:
+        return get_task(name)
+    except KeyError as err:
+        raise SettingsError(f"{flag}: {err.args[0]}") from None
+
+
+def checkpoint(text: str, flag: str):
+    from bertvision.layout import Checkpoint
+
+    try:
+        return Checkpoint.named(text)
+    except ValueError:
+        raise SettingsError(f"{flag}: expected an epoch fraction, got {text!r}") from None
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One parameter's flag: argparse's keywords, and ``convert(text, flag)``, run on each given
+    text when the command runs (``as_dict``: NAME=PATH pairs into a dict). ``fields``: a dataclass
+    parameter, one flag per field; ``settings``: the stage settings whose keys the help lists."""
+
+    name: str
+    options: dict
+    convert: Callable[[str, str], Any] | None = None
+    default: Any = inspect.Parameter.empty
+    as_dict: bool = False
+    fields: tuple[Flag, ...] = ()
+    cls: type | None = None
+    settings: type[StageSettings] | None = None
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    def add(self, parser: argparse.ArgumentParser, positional: bool = False) -> None:
+        for field in self.fields:
+            field.add(parser)
+        if self.fields:
+            return
+        options, help = dict(self.options), HELP.get(self.name, "")
+        if self.settings:
+            help = f"{help or 'the stage settings'}: a JSON {self.settings.__name__} (keys below)"
+        if positional:
+            parser.add_argument(self.name, help=help, **options)
+            return
+        if self.default is inspect.Parameter.empty:
+            options["required"] = True
+        else:
+            options["default"] = self.default
+            if options.get("action") != "store_true" and not isinstance(self.default, (type(None), list, tuple, dict)):
+                help = f"{help} (default %(default)s)".lstrip()
+        parser.add_argument(self.flag, dest=self.name, help=help, **options)
+
+    def value(self, namespace: argparse.Namespace) -> Any:
+        if self.fields:
+            return self.cls(**{field.name: field.value(namespace) for field in self.fields})
+        given = getattr(namespace, self.name)
+        if self.convert is None or given is self.default:
+            return given
+        if not self.options.get("nargs"):
+            return self.convert(given, self.flag)
+        converted = [self.convert(each, self.flag) for each in given]
+        return dict(converted) if self.as_dict else converted
+
+
+def members(kind: Any) -> list:
+    """The types of a union, None left out; else ``[kind]``."""
+    if typing.get_origin(kind) in (typing.Union, types.UnionType):
+        return [k for k in typing.get_args(kind) if k is not type(None)]
+    return [kind]
+
+
+def flag_of(name: str, kind: Any, default: Any = inspect.Parameter.empty) -> Flag:
+    """The flag of a parameter ``name`` annotated ``kind``, with ``default`` (``empty``: required)."""
+    from bertvision.features.source import StreamSource, feature_source
+    from bertvision.layout import Checkpoint
+    from bertvision.registry.task_spec import TaskSpec
+
+    kinds = members(kind)
+    if StreamSource in kinds:
+        return Flag(name, {"metavar": "MANIFEST|SOURCE_JSON"}, lambda text, flag: feature_source(text), default)
+    (kind,) = kinds
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    many = {"nargs": "*"}  # a list may be empty (a rule's inputs that a config leaves out); the flag is still required
+    if kind is bool:
+        return Flag(name, {"action": "store_true"}, default=False)
+    if origin is Literal:
+        return Flag(name, {"choices": args}, default=default)
+    if kind in (int, float, str, Path):  # an optional one may be given empty (a rule's input that is not there)
+        return Flag(name, {"type": kind, **({"nargs": "?"} if default is None else {})}, default=default)
+    if origin in (list, tuple) and args[0] in (int, float, str, Path):
+        return Flag(name, {"type": args[0], **many}, default=default)
+    if kind is TaskSpec:
+        return Flag(name, {}, registered_task, default)
+    if kind is Checkpoint:
+        return Flag(name, {}, checkpoint, default)
+    if isinstance(kind, type) and issubclass(kind, StageSettings):
+        return Flag(name, {"metavar": "JSON"}, kind.from_json, default, settings=kind)
+    if origin is dict and isinstance(args[1], type) and issubclass(args[1], StageSettings):
+        return Flag(name, {"metavar": "JSON"}, named_settings(args[1]), default, settings=args[1])
+    if kind in (dict[str, Path], list[tuple[str, Path]]):
+        return Flag(name, {"metavar": "NAME=PATH", **many}, name_path, default, as_dict=origin is dict)
+    if origin is list and hasattr(args[0], "from_json"):
+        records = lambda text, flag: [args[0].from_json(r) for r in to_json(text, flag)]  # noqa: E731
+        return Flag(name, {"metavar": "JSON"}, records, default)
+    if dataclasses.is_dataclass(kind):
+        hints, instance = typing.get_type_hints(kind), kind() if default is inspect.Parameter.empty else default
+        fields = tuple(flag_of(f.name, hints[f.name], getattr(instance, f.name)) for f in dataclasses.fields(kind))
+        return Flag(name, {}, default=default, fields=fields, cls=kind)
+    if kind in (dict, list) or origin in (dict, list):
+        return Flag(name, {"metavar": "JSON"}, to_json, default)
+    raise TypeError(f"{name}: no command-line form for {kind!r}")
+
+
+def flags_of(function: Callable) -> list[Flag]:
+    """Every parameter of ``function`` as a flag, in order."""
+    hints = typing.get_type_hints(function)
+    return [flag_of(name, hints[name], p.default) for name, p in inspect.signature(function).parameters.items()]
+
+
+def parser_of(name: str, help: str, function: Callable, positional: str | None = None) -> argparse.ArgumentParser:
+    """``bertvision NAME``'s parser: a flag per parameter of ``function``, ``positional`` given bare;
+    the help ends with each settings parameter's keys."""
+    parser = argparse.ArgumentParser(
+        prog=f"bertvision {name}", description=help, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    epilog = []
+    for flag in flags_of(function):
+        flag.add(parser, flag.name == positional)
+        if flag.settings:
+            epilog.append(f"{flag.flag}: {flag.settings.describe()}")
+    parser.epilog = "\n\n".join(epilog) or None
+    return parser
+
+
+def call(function: Callable, namespace: argparse.Namespace) -> Any:
+    """``function`` with each flag's value as the parameter it names."""
+    return function(**{flag.name: flag.value(namespace) for flag in flags_of(function)})
