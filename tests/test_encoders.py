@@ -128,7 +128,7 @@ def test_a_tokenizer_whose_summary_token_is_last_is_refused():
 
 
 def test_the_scheduler_reads_distilberts_config_names(encoders):
-    from bertvision.config.job_requests import EncoderShape
+    from bertvision.plan.estimates import EncoderShape
 
     assert json.loads((encoders["distilbert"] / "config.json").read_text())["n_layers"] == LAYERS
     for family in FAMILIES:

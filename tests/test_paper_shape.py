@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bertvision.config.job_requests import HEAD_GPU_MINUTES, EncoderShape
 from bertvision.errors import MissingError
 from bertvision.models.backbone import check_pretrained, load_pretrained, load_tokenizer, resolve_pretrained
 from bertvision.models.random_encoder import NAMED_SHAPES, RandomShape, parse_random
+from bertvision.plan.estimates import HEAD_GPU_MINUTES, EncoderShape
 from bertvision.reporting.request_usage import planned_jobs, requests_table
 from bertvision.runtime.usage import log_usage, read_usage
 from tests.conftest import REPO, job_counts, snakemake, snakemake_command

@@ -3,7 +3,7 @@ the batch, the data and the attempt."""
 
 import pytest
 
-from bertvision.config.job_requests import (
+from bertvision.plan.estimates import (
     BASE_MB,
     TRAINING_BATCHES_HELD,
     EncoderShape,
@@ -185,7 +185,7 @@ def test_head_jobs_ask_for_a_gpu_only_where_the_cpu_would_take_long_or_the_encod
     false) gets the GPUs, and one whose CPU estimate passes HEAD_GPU_MINUTES gets them too."""
     from types import SimpleNamespace
 
-    from bertvision.config.job_requests import HEAD_GPU_MINUTES
+    from bertvision.plan.estimates import HEAD_GPU_MINUTES
     from bertvision.plan.requests import RuleRequests
     from tests.conftest import workflow_settings
 

@@ -96,7 +96,8 @@ def test_a_model_job_runs_forked_with_its_own_environment(pool, tiny_bert, tmp_p
     def extract(out: str, env=None):
         return run(
             [
-                "extract", "--splits", "train", "selection", "dev", "--checkpoint-dir", str(tiny_bert), "--tokens-dir", "tokens",
+                "extract", "--splits", "train", "selection", "dev", "--checkpoint-dir", str(tiny_bert),
+                "--tokens-dir", "tokens",
                 "--out-dir", out, "--shard", "0", "--n-shards", "1", "--threads", "1",
                 "--settings", '{"batch_size": 8, "block_rows": 16, "block_tokens": 65536}',
                 "--compute", '{"device": "cpu", "precision": "fp32", "backend": "torch"}', "--attrs", json.dumps(ATTRS),

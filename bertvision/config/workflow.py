@@ -394,7 +394,7 @@ class WorkflowSettings(SharedEncoderSettings):
         }
 
     def head_job_terms(self, task: str, trainings: dict[str, float] | None = None) -> dict:
-        """What sizes a head job of ``task`` (``config.job_requests.heads_request``'s keyword
+        """What sizes a head job of ``task`` (``plan.estimates.heads_request``'s keyword
         arguments), from the final settings of its heads; ``trainings``: head name -> how often
         the job trains it (its seeds, or a search worker's trials). The job's epochs are its
         longest head's ``max_epochs`` (streamed heads train in lockstep); ``n_runs`` weights each

@@ -22,11 +22,11 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from bertvision.config.job_requests import TRAINING_BATCHES_HELD
 from bertvision.errors import FeatureError
 from bertvision.features.shard_writer import CHUNK_BYTES
 from bertvision.features.store import FeatureSet, WindowStates
 from bertvision.features.streamed import is_streamed, windows_of
+from bertvision.plan.estimates import TRAINING_BATCHES_HELD
 
 INFERENCE_BATCHES_HELD = 3  # the padded batch, its standardized copy and the head's activations
 BLOCKS_PER_BUFFER = 8

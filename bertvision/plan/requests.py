@@ -1,15 +1,15 @@
 """What each rule's job asks the scheduler for (``mem_mb``, ``runtime``, and for head jobs
 ``gpu``), from the workflow's settings and the job's wildcards: the rules name a method and a
 resource (``rules/common.smk`` ``request``); the estimates themselves are
-``config.job_requests``'s."""
+``plan.estimates``'s."""
 
 from __future__ import annotations
 
 import math
 
-from bertvision.config import job_requests as estimate
 from bertvision.config.workflow import WorkflowSettings
 from bertvision.layout import Checkpoint
+from bertvision.plan import estimates as estimate
 
 
 class RuleRequests:
