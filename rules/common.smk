@@ -1,7 +1,6 @@
 """Helpers shared by the rules: the validated config, paths from bertvision.layout, settings
 as JSON params, target lists and what each job asks the scheduler for."""
 
-import dataclasses
 import json
 import os
 import shlex
