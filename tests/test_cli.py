@@ -284,3 +284,10 @@ def test_bad_bundle_task_settings_name_the_task_and_key(tmp_path, task_settings,
     args = ["--encoder-dir", str(tmp_path), "--tokenizer", "t", "--heads", f"mrpc={tmp_path}", "--precision", "fp32"]
     proc = bertvision("bundle", *args, "--task-settings", json.dumps(task_settings), "--out", str(tmp_path / "b"))
     assert message in one_error_line(proc)
+
+
+def test_a_bad_stream_source_names_the_flag(tmp_path):
+    args = ["--task", "mrpc", "--heads", "{}", "--runtime", RUNTIME_JSON, "--manifest", "{not json", "--seeds", "1"]
+    line = one_error_line(bertvision("train-heads", *args, "--out-dir", str(tmp_path / "heads")))
+    assert "--manifest: not a stream source (JSONDecodeError" in line
+    assert not (tmp_path / "heads").exists()

@@ -143,6 +143,15 @@ def checkpoint(text: str, flag: str):
         raise SettingsError(f"{flag}: expected an epoch fraction, got {text!r}") from None
 
 
+def source(text: str, flag: str):
+    from bertvision.features.source import feature_source
+
+    try:
+        return feature_source(text)
+    except (ValueError, KeyError, TypeError) as err:
+        raise SettingsError(f"{flag}: not a stream source ({type(err).__name__}: {err})") from None
+
+
 @dataclass(frozen=True)
 class Flag:
     """One parameter's flag: argparse's keywords, and ``convert(text, flag)``, run on each given
@@ -202,13 +211,13 @@ def members(kind: Any) -> list:
 
 def flag_of(name: str, kind: Any, default: Any = inspect.Parameter.empty) -> Flag:
     """The flag of a parameter ``name`` annotated ``kind``, with ``default`` (``empty``: required)."""
-    from bertvision.features.source import StreamSource, feature_source
+    from bertvision.features.source import StreamSource
     from bertvision.layout import Checkpoint
     from bertvision.registry.task_spec import TaskSpec
 
     kinds = members(kind)
     if StreamSource in kinds:
-        return Flag(name, {"metavar": "MANIFEST|SOURCE_JSON"}, lambda text, flag: feature_source(text), default)
+        return Flag(name, {"metavar": "MANIFEST|SOURCE_JSON"}, source, default)
     (kind,) = kinds
     origin, args = typing.get_origin(kind), typing.get_args(kind)
     many = {"nargs": "*"}  # a list may be empty (a rule's inputs that a config leaves out); the flag is still required
