@@ -1,0 +1,106 @@
+"""A command made from a stage's signature (``commands.signature``): every annotation the stages
+use becomes the flag a rule passes, and the stage gets the value its annotation names."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Literal
+
+import pytest
+
+from bertvision.commands.signature import call, parser_of
+from bertvision.config.settings import HeadRuntimeSettings, HeadSettings
+from bertvision.errors import SettingsError
+from bertvision.layout import Checkpoint, Run
+from bertvision.registry.task_spec import TaskSpec
+
+RUNTIME = {"device": "cpu", "verify": "none"}
+
+
+def planted_stage(
+    task: TaskSpec,
+    runtime: HeadRuntimeSettings,
+    heads: dict[str, HeadSettings],
+    checkpoint: Checkpoint,
+    tokens_dirs: dict[str, Path],
+    pairs: list[tuple[str, Path]],
+    runs: list[Run],
+    seeds: list[int],
+    attrs: dict,
+    precision: Literal["fp32", "bf16"],
+    out_dir: Path,
+    previous: Path | None = None,
+    scored_splits: tuple[str, ...] = (),
+    train_fraction: float = 1.0,
+    last: bool = False,
+):
+    return locals()
+
+
+def parse(*argv: str) -> dict:
+    return call(planted_stage, parser_of("planted", "", planted_stage).parse_args(list(argv)))
+
+
+HEAD = {"spec": {"type": "lp"}, "training": {"learning_rate": 1e-3, "batch_size": 8, "max_epochs": 2, "patience": 1,
+        "weight_decay": 0.0, "warmup_ratio": 0.0, "in_memory_max_mb": 64, "standardize": True}}  # fmt: skip
+REQUIRED = [
+    "--task", "mrpc", "--runtime", json.dumps(RUNTIME), "--heads", json.dumps({"lp": HEAD}), "--checkpoint", "0.3",
+    "--tokens-dirs", "mrpc=tok/mrpc", "sst2=tok/sst2", "--pairs", "mrpc=a", "mrpc=b",
+    "--runs", json.dumps([{"model": "m", "task": "mrpc", "ftseed": 1, "frac": "0.3"}]), "--seeds", "1", "2",
+    "--attrs", '{"kind": "x"}', "--precision", "bf16", "--out-dir", "out",
+]  # fmt: skip
+
+
+def test_each_annotation_gives_the_stage_the_value_it_names():
+    got = parse(*REQUIRED, "--scored-splits", "selection", "dev", "--previous")
+    assert got["task"].name == "mrpc"
+    assert got["runtime"] == HeadRuntimeSettings(**RUNTIME)
+    assert got["heads"]["lp"].training.batch_size == 8
+    assert got["checkpoint"] == Checkpoint(0.3)
+    assert got["tokens_dirs"] == {"mrpc": Path("tok/mrpc"), "sst2": Path("tok/sst2")}
+    assert got["pairs"] == [("mrpc", Path("a")), ("mrpc", Path("b"))]  # a name may repeat
+    assert got["runs"] == [Run("m", "mrpc", 1, Checkpoint(0.3))]
+    assert got["seeds"] == [1, 2] and got["attrs"] == {"kind": "x"} and got["precision"] == "bf16"
+    assert got["out_dir"] == Path("out") and got["scored_splits"] == ["selection", "dev"]
+    assert got["previous"] is None  # given empty: a rule's optional input that is not there
+    assert got["train_fraction"] == 1.0 and got["last"] is False  # left out: the stage's defaults
+
+
+def test_a_list_flag_may_be_given_empty_but_must_be_given():
+    assert parse(*[a for a in REQUIRED if a not in ("1", "2")])["seeds"] == []
+    without = REQUIRED[: REQUIRED.index("--seeds")] + REQUIRED[REQUIRED.index("--attrs") :]
+    with pytest.raises(SystemExit):
+        parse(*without)
+
+
+@pytest.mark.parametrize(
+    "flag, value, message",
+    [
+        ("--task", "mnli2", "--task: unknown task 'mnli2'"),
+        ("--runtime", '{"device": "cpu"}', "--runtime: HeadRuntimeSettings missing key(s) ['verify']"),
+        ("--heads", "[1]", "--heads: expected a JSON object of name -> HeadSettings"),
+        ("--checkpoint", "half", "--checkpoint: expected an epoch fraction, got 'half'"),
+        ("--attrs", "{x", "--attrs: not valid JSON"),
+    ],
+)
+def test_a_bad_value_is_one_error_naming_its_flag(flag, value, message):
+    argv = list(REQUIRED)
+    argv[argv.index(flag) + 1] = value
+    with pytest.raises(SettingsError) as err:
+        parse(*argv)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_bad_name_path_pair_names_its_flag():
+    argv = list(REQUIRED)
+    argv[argv.index("--tokens-dirs") + 1] = "no-equals-sign"
+    with pytest.raises(SettingsError, match="--tokens-dirs: expected NAME=PATH, got 'no-equals-sign'"):
+        parse(*argv)
+
+
+def test_literal_choices_and_the_settings_keys_are_in_the_help():
+    text = parser_of("planted", "", planted_stage).format_help()
+    assert "{fp32,bf16}" in text
+    assert "--runtime: JSON object (HeadRuntimeSettings) with keys:" in text and "config heads.verify" in text
+    assert "(default 1.0)" in text  # train_fraction's default, the stage's
