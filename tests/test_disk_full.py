@@ -91,7 +91,20 @@ def test_a_disk_that_fills_up_during_extraction_ends_in_one_line(tmp_path, tiny_
     with small_disk(tmp_path / "disk", mib=32) as disk:
         out = disk / "features" / "shard-0-of-1"
         command = [
-            *(sys.executable, "-m", "bertvision", "extract", "--task", "sst2", "--shard", "0", "--n-shards", "1"),
+            *(
+                sys.executable,
+                "-m",
+                "bertvision",
+                "extract",
+                "--splits",
+                "train",
+                "selection",
+                "dev",
+                "--shard",
+                "0",
+                "--n-shards",
+                "1",
+            ),
             *("--checkpoint-dir", str(tiny_bert), "--tokens-dir", str(tmp_path / "tokens"), "--out-dir", str(out)),
             *("--settings", ExtractSettings(batch_size=16, block_rows=256, block_tokens=4096).to_json()),
             *("--compute", ExtractCompute(device="cpu", precision="fp32", backend="torch").to_json()),

@@ -139,8 +139,10 @@ def test_extraction_retries_with_smaller_batches(prepared):
         finetune(root, model, settings, "whole", 1)
     args = [
         "extract",
-        "--task",
-        "mrpc",
+        "--splits",
+        "train",
+        "selection",
+        "dev",
         "--checkpoint-dir",
         str(root / "whole/ckpt-1"),
         "--tokens-dir",

@@ -10,8 +10,9 @@ from typing import Literal
 import pytest
 
 from bertvision.commands.signature import call, parser_of
-from bertvision.config.settings import HeadRuntimeSettings, HeadSettings
+from bertvision.config.settings import ExtractCompute, ExtractSettings, HeadRuntimeSettings, HeadSettings
 from bertvision.errors import SettingsError
+from bertvision.features.source import StreamSource
 from bertvision.layout import Checkpoint, Run
 from bertvision.registry.task_spec import TaskSpec
 
@@ -30,6 +31,7 @@ def planted_stage(
     attrs: dict,
     precision: Literal["fp32", "bf16"],
     out_dir: Path,
+    manifests: list[Path | StreamSource] = (),
     previous: Path | None = None,
     scored_splits: tuple[str, ...] = (),
     train_fraction: float = 1.0,
@@ -65,6 +67,17 @@ def test_each_annotation_gives_the_stage_the_value_it_names():
     assert got["out_dir"] == Path("out") and got["scored_splits"] == ["selection", "dev"]
     assert got["previous"] is None  # given empty: a rule's optional input that is not there
     assert got["train_fraction"] == 1.0 and got["last"] is False  # left out: the stage's defaults
+
+
+def test_a_list_of_feature_sources_takes_manifests_and_stream_sources():
+    """transfer's checkpoints: a stored one is its manifest, a streamed one (store: false) its source."""
+    settings, compute = (
+        ExtractSettings(batch_size=8, block_rows=16, block_tokens=64),
+        ExtractCompute(device="cpu", precision="fp32", backend="torch"),
+    )
+    streamed = StreamSource("models/m/ckpt-0.3", "tokens", settings, compute, {"task": "sst2"})
+    got = parse(*REQUIRED, "--manifests", "features/manifest.json", streamed.to_json())["manifests"]
+    assert got == [Path("features/manifest.json"), streamed]
 
 
 def test_a_list_flag_may_be_given_empty_but_must_be_given():

@@ -221,6 +221,8 @@ def flag_of(name: str, kind: Any, default: Any = inspect.Parameter.empty) -> Fla
     (kind,) = kinds
     origin, args = typing.get_origin(kind), typing.get_args(kind)
     many = {"nargs": "*"}  # a list may be empty (a rule's inputs that a config leaves out); the flag is still required
+    if origin is list and StreamSource in members(args[0]):
+        return Flag(name, {"metavar": "MANIFEST|SOURCE_JSON", **many}, source, default)
     if kind is bool:
         return Flag(name, {"action": "store_true"}, default=False)
     if origin is Literal:

@@ -12,6 +12,7 @@ import logging
 from pathlib import Path
 
 from bertvision.config.settings import HeadRuntimeSettings
+from bertvision.features.source import StreamSource
 from bertvision.files import atomic_write_json, read_json
 from bertvision.layout import HEAD_METRICS, head_runs
 from bertvision.models.head_io import load_head
@@ -26,7 +27,7 @@ log = logging.getLogger(__name__)
 def transfer(
     task: TaskSpec,
     head_dirs: list[Path],
-    manifests: list[Path],
+    manifests: list[Path | StreamSource],
     raw_dir: Path,
     out: Path,
     runtime: HeadRuntimeSettings,
