@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from bertvision.config.schema import load_schema, validate_config
-from bertvision.config.settings import BaselineSettings, FinetuneSettings, HeadTrainingSettings
+from bertvision.config.settings import BaselineSettings, FinetuneSettings, HeadTrainingSettings, StageSettings
 from bertvision.config.workflow import WorkflowSettings, load_workflow_config
 from bertvision.errors import ConfigError, SettingsError
 from bertvision.registry.heads import HEAD_TYPES, searchable_parameters
@@ -358,3 +358,62 @@ def test_run_tasks_runs_a_share_of_the_tasks_with_their_settings():
     }
     with pytest.raises(ConfigError, match=r"run_tasks: shared.mixtures.mix trains on rte, which run_tasks leaves out"):
         WorkflowSettings(validate_config({**mixed, "run_tasks": ["mrpc"]}))
+
+
+# A stage settings field holds its config key's value as the schema types it; these differ on purpose.
+TYPED_APART = {
+    ("SearchSettings", "head_seed"): "the first of heads.seeds, not the list",
+    ("PeerSettings", "optimizer"): "null for the peers that train no encoder",
+}
+SCHEMA_TYPES = {"integer": {int}, "number": {int, float}, "boolean": {bool}, "string": {str}, "array": {tuple},
+                "object": {dict}, "null": {type(None)}}  # fmt: skip
+
+
+def python_types(annotation) -> set:
+    """The outer Python types an annotation admits (a Literal's values are strings, a settings model's
+    an object)."""
+    import types
+    import typing
+
+    union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
+    kinds = set()
+    for kind in typing.get_args(annotation) if union else [annotation]:
+        if typing.get_origin(kind) is typing.Annotated:
+            kind = typing.get_args(kind)[0]
+        origin = typing.get_origin(kind)
+        settings_model = isinstance(kind, type) and issubclass(kind, StageSettings)  # a JSON object
+        kinds.add(str if origin is typing.Literal else dict if settings_model else origin or kind)
+    return kinds
+
+
+def test_every_settings_field_has_its_config_keys_type():
+    """Each stage settings field and the schema node of the config key it names agree on the value's
+    type (a number admits an int; a per-task key may be null, the task registry's value), so that
+    the two places a setting is declared cannot drift apart unseen."""
+    from bertvision.config import settings
+    from bertvision.config.schema import _resolve, _schema, schema_node
+
+    def models(cls):
+        for sub in cls.__subclasses__():
+            yield sub
+            yield from models(sub)
+
+    checked = 0
+    for model in set(models(settings.StageSettings)):
+        for dotted, key in model.config_keys():
+            owner, *path = [model, *dotted.split(".")[:-1]]
+            for part in path:
+                owner = owner.nested(part)
+            annotation = owner.model_fields[dotted.split(".")[-1]].annotation
+            if not key or (model.__name__, dotted) in TYPED_APART or owner.nested(dotted.split(".")[-1]):
+                continue
+            node = _resolve(schema_node(key), _schema())
+            if "type" not in node and "enum" not in node:  # a union of settings models (the peers)
+                continue
+            declared = node.get("type", "string")
+            allowed = set().union(*(SCHEMA_TYPES[t] for t in ([declared] if isinstance(declared, str) else declared)))
+            if "<task>" in key:
+                allowed.add(type(None))
+            assert python_types(annotation) <= allowed, (model.__name__, dotted, key, declared)
+            checked += 1
+    assert checked > 60
