@@ -417,3 +417,16 @@ def test_every_settings_field_has_its_config_keys_type():
             assert python_types(annotation) <= allowed, (model.__name__, dotted, key, declared)
             checked += 1
     assert checked > 60
+
+
+def test_the_config_keys_reference_is_the_schemas():
+    """docs/reference/config-keys.md is `bertvision config-keys`' output: every key, its type and
+    default as the schema (with the registries) gives them."""
+    from bertvision.config.reference import key_rows, keys_markdown
+
+    rows = {key: (kind, default) for key, kind, default, _ in key_rows()}
+    assert rows["heads.race.min_gain"] == ("number", "`0.005`")
+    assert rows["finetune.precision"][0] == '"auto" \\| "fp32" \\| "bf16" \\| "fp16"'
+    assert "tasks.<task>.max_length" in rows and "backbones.<model>.pretrained" in rows
+    current = (REPO / "docs/reference/config-keys.md").read_text()
+    assert current == keys_markdown(), "stale: bertvision config-keys > docs/reference/config-keys.md"

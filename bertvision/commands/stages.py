@@ -37,6 +37,7 @@ COMMANDS = {
     "predict": "a task's unlabelled file answered by the summary's picked path, as served (rule predict)",
     "serve": "answer every task of one or more bundles over HTTP, one encoder pass per batch and encoder",
     "validate-config": "check a config file against the schema and the registries",
+    "config-keys": "every config key with its type, default and description, as markdown",
     "clean": "remove every artifact folder of a working directory (bertvision.layout.ROOTS)",
 }
 # the parameter a command takes bare, not as a flag
@@ -48,6 +49,8 @@ def stage_of(command: str) -> Callable:
     match command:
         case "validate-config":
             from bertvision.config.workflow import validate_config_file as stage
+        case "config-keys":
+            from bertvision.config.reference import print_keys as stage
         case "clean":
             from bertvision.layout import clean as stage
         case "download":
