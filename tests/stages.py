@@ -4,6 +4,8 @@ and train its heads there."""
 
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
 
 from bertvision.registry.task_spec import splits_of
@@ -21,6 +23,20 @@ def download_and_tokenize(settings, model: str, task: str, root: Path, max_lengt
     bertvision("tokenize", "--task", task, "--settings", tokenize, "--raw-dir", str(root / "raw"), "--out-dir",
                str(root / "tokens"))  # fmt: skip
     return root
+
+
+BERTVISION = [sys.executable, "-m", "bertvision"]
+
+
+def extract_args(checkpoint_dir, tokens_dir, settings: dict, attrs: dict, out_dir=None) -> list[str]:
+    """``bertvision extract``'s arguments on the CPU in fp32, one shard of a task of train, selection
+    and dev, the flags the extract rule passes (``out_dir`` None: the caller adds ``--out-dir``)."""
+    out = ["--out-dir", str(out_dir)] if out_dir is not None else []
+    return ["extract", "--splits", "train", "selection", "dev",
+            "--checkpoint-dir", str(checkpoint_dir), "--tokens-dir", str(tokens_dir), *out, "--shard", "0",
+            "--n-shards", "1", "--threads", "1", "--settings", json.dumps(settings),
+            "--compute", json.dumps({"device": "cpu", "precision": "fp32", "backend": "torch"}),
+            "--attrs", json.dumps(attrs)]  # fmt: skip
 
 
 def with_training(heads: dict, training) -> dict:

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import os
 import subprocess
-import sys
 import threading
 import time
 
@@ -19,9 +17,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bertvision.config.settings import ExtractCompute, ExtractSettings
 from bertvision.features.store import read_shard
 from tests.conftest import REPO
+from tests.stages import BERTVISION, extract_args
 
 ATTRS = {"model": "tiny", "task": "sst2", "checkpoint": "0", "ft_seed": 1, "label_kind": "classification"}
 SPLIT_ROWS = {"train": 4000, "selection": 50, "dev": 50}
@@ -90,26 +88,8 @@ def test_a_disk_that_fills_up_during_extraction_ends_in_one_line(tmp_path, tiny_
     write_tokens(tmp_path / "tokens")
     with small_disk(tmp_path / "disk", mib=32) as disk:
         out = disk / "features" / "shard-0-of-1"
-        command = [
-            *(
-                sys.executable,
-                "-m",
-                "bertvision",
-                "extract",
-                "--splits",
-                "train",
-                "selection",
-                "dev",
-                "--shard",
-                "0",
-                "--n-shards",
-                "1",
-            ),
-            *("--checkpoint-dir", str(tiny_bert), "--tokens-dir", str(tmp_path / "tokens"), "--out-dir", str(out)),
-            *("--settings", ExtractSettings(batch_size=16, block_rows=256, block_tokens=4096).to_json()),
-            *("--compute", ExtractCompute(device="cpu", precision="fp32", backend="torch").to_json()),
-            *("--attrs", json.dumps(attrs), "--threads", "1"),
-        ]
+        settings = {"batch_size": 16, "block_rows": 256, "block_tokens": 4096}
+        command = [*BERTVISION, *extract_args(tiny_bert, tmp_path / "tokens", settings, attrs, out_dir=out)]
         proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
         fill_once_writing(disk, proc)
         _, stderr = proc.communicate(timeout=300)

@@ -1,10 +1,8 @@
 """The feature store: round trip, verification, and atomic extraction."""
 
-import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,6 +15,7 @@ from bertvision.features.shard_writer import ShardWriter, shard_rows
 from bertvision.features.store import FeatureSet, write_manifest
 from bertvision.features.stream import BatchStream
 from tests.conftest import REPO
+from tests.stages import BERTVISION, extract_args
 
 ATTRS = {
     "model": "m",
@@ -191,34 +190,9 @@ def test_killed_extraction_leaves_nothing_a_rerun_accepts(tmp_path, tiny_bert):
     out_dir = tmp_path / "features" / "shard-0-of-1"
 
     def extract(batch_size: int):
-        return [
-            sys.executable,
-            "-m",
-            "bertvision",
-            "extract",
-            "--splits",
-            "train",
-            "selection",
-            "dev",
-            "--checkpoint-dir",
-            str(tiny_bert),
-            "--tokens-dir",
-            str(tokens_dir),
-            "--out-dir",
-            str(out_dir),
-            "--shard",
-            "0",
-            "--n-shards",
-            "1",
-            "--threads",
-            "1",
-            "--settings",
-            json.dumps({"batch_size": batch_size, "block_rows": 64, "block_tokens": 65536}),
-            "--compute",
-            json.dumps({"device": "cpu", "precision": "fp32", "backend": "torch"}),
-            "--attrs",
-            json.dumps({k: v for k, v in ATTRS.items() if k != "encoder_parameters"}),
-        ]
+        settings = {"batch_size": batch_size, "block_rows": 64, "block_tokens": 65536}
+        attrs = {k: v for k, v in ATTRS.items() if k != "encoder_parameters"}
+        return [*BERTVISION, *extract_args(tiny_bert, tokens_dir, settings, attrs, out_dir=out_dir)]
 
     proc = subprocess.Popen(extract(1), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     scratch = tmp_path / "features" / ".shard-0-of-1.tmp"

@@ -20,6 +20,7 @@ from bertvision.runtime.device import SIMULATE_OOM_ENV
 from bertvision.runtime.distributed import Ranks
 from bertvision.training.encoder import EncoderTrainer, load_classifier
 from tests.conftest import workflow_settings
+from tests.stages import extract_args
 
 
 def dropout_free_copy(tiny_bert, root):
@@ -78,7 +79,6 @@ def bertvision(*args, env=None, check=True):
 
 # fp32: the comparisons are exact up to float error; bf16 rounds differently per batch shape.
 CPU = json.dumps({"device": "cpu", "precision": "fp32"})
-EXTRACT_CPU = json.dumps({"device": "cpu", "precision": "fp32", "backend": "torch"})
 
 
 def finetune_args(root, settings, out):
@@ -137,29 +137,9 @@ def test_extraction_retries_with_smaller_batches(prepared):
     root, model, settings = prepared
     if not (root / "whole/ckpt-1/model.safetensors").exists():
         finetune(root, model, settings, "whole", 1)
-    args = [
-        "extract",
-        "--splits",
-        "train",
-        "selection",
-        "dev",
-        "--checkpoint-dir",
-        str(root / "whole/ckpt-1"),
-        "--tokens-dir",
-        str(root / "tokens"),
-        "--shard",
-        "0",
-        "--n-shards",
-        "1",
-        "--threads",
-        "1",
-        "--settings",
-        json.dumps({"batch_size": 16, "block_rows": 8192, "block_tokens": 65536}),
-        "--compute",
-        EXTRACT_CPU,
-        "--attrs",
-        json.dumps({"model": "tiny", "task": "mrpc", "checkpoint": "1", "ft_seed": 1, "label_kind": "classification"}),
-    ]
+    settings = {"batch_size": 16, "block_rows": 8192, "block_tokens": 65536}
+    attrs = {"model": "tiny", "task": "mrpc", "checkpoint": "1", "ft_seed": 1, "label_kind": "classification"}
+    args = extract_args(root / "whole/ckpt-1", root / "tokens", settings, attrs)
     oom = {SIMULATE_OOM_ENV: "8"}
     failed = bertvision(*args, "--out-dir", str(root / "f1"), "--micro-batches", "1", env=oom, check=False)
     assert failed.returncode == 3 and "out of memory" in failed.stderr

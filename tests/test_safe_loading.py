@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from bertvision.features.encode import frozen_encoder
 from bertvision.models.backbone import load_pretrained
 from bertvision.registry.tasks import get_task
 from bertvision.training.encoder import load_classifier
+from tests.stages import BERTVISION, extract_args
 
 
 @pytest.fixture(scope="module")
@@ -53,36 +53,9 @@ def test_extraction_refuses_a_pickle_checkpoint(pickle_only):
 
 @pytest.mark.slow  # over 10 s on 2 cores (processes, a workflow's plan): make test-all, CI
 def test_the_command_line_prints_one_line_and_exits_2(pickle_only, tmp_path):
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bertvision",
-            "extract",
-            "--splits",
-            "train",
-            "selection",
-            "dev",
-            "--checkpoint-dir",
-            str(pickle_only),
-            "--tokens-dir",
-            str(tmp_path),
-            "--out-dir",
-            str(tmp_path / "out"),
-            "--shard",
-            "0",
-            "--n-shards",
-            "1",
-            "--settings",
-            '{"batch_size": 8, "block_rows": 64, "block_tokens": 1024}',
-            "--compute",
-            '{"device": "cpu", "precision": "fp32", "backend": "torch"}',
-            "--attrs",
-            "{}",
-        ],
-        capture_output=True,
-        text=True,
-    )
+    settings = {"batch_size": 8, "block_rows": 64, "block_tokens": 1024}
+    command = [*BERTVISION, *extract_args(pickle_only, tmp_path, settings, {}, out_dir=tmp_path / "out")]
+    proc = subprocess.run(command, capture_output=True, text=True)
     assert proc.returncode == 2, proc.stderr[-2000:]
     errors = [line for line in proc.stderr.splitlines() if "error:" in line]
     assert len(errors) == 1 and str(pickle_only) in errors[0] and "pickle" in errors[0]
