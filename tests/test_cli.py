@@ -195,6 +195,8 @@ def test_help_lists_every_settings_key_with_its_config_key_and_default():
     assert f'device (config finetune.device, default "{device["default"]}"): {device["description"]}' in out
     tokens = bertvision("tokenize", "--help").stdout  # a per-task key: the registry's value when left out
     assert "max_length (config tasks.<task>.max_length): " in tokens
+    search = bertvision("search-worker", "--help").stdout  # a field no config key sets: its own description
+    assert "  head_seed: The first of heads.seeds: every trial trains with it." in search
 
 
 def test_version_is_the_package_version():

@@ -361,10 +361,7 @@ def test_run_tasks_runs_a_share_of_the_tasks_with_their_settings():
 
 
 # A stage settings field holds its config key's value as the schema types it; these differ on purpose.
-TYPED_APART = {
-    ("SearchSettings", "head_seed"): "the first of heads.seeds, not the list",
-    ("PeerSettings", "optimizer"): "null for the peers that train no encoder",
-}
+TYPED_APART = {("PeerSettings", "optimizer"): "null for the peers that train no encoder"}
 SCHEMA_TYPES = {"integer": {int}, "number": {int, float}, "boolean": {bool}, "string": {str}, "array": {tuple},
                 "object": {dict}, "null": {type(None)}}  # fmt: skip
 

@@ -124,13 +124,14 @@ class StageSettings(BaseModel):
     @classmethod
     def describe(cls) -> str:
         """Help text: each key with the config key that sets it, that key's default and its
-        description, all from the schema."""
+        description, all from the schema (a field that no config key sets: its own description)."""
         lines = []
         for name, key in cls.config_keys():
             where = [f"config {key}"] if key else []
             with contextlib.suppress(KeyError):
-                where.append(f"default {json.dumps(documented_default(key))}")
-            text = (schema_node(key) if key else {}).get("description", "").strip()
+                where += [f"default {json.dumps(documented_default(key))}"] if key else []
+            own = cls.model_fields[name].description if name in cls.model_fields else None  # no config key of its own
+            text = (schema_node(key) if key else {}).get("description", "").strip() or own or ""
             lines.append(f"  {name}" + (f" ({', '.join(where)})" if where else "") + (f": {text}" if text else ""))
         return f"JSON object ({cls.__name__}) with keys:\n" + "\n".join(lines)
 
@@ -373,4 +374,4 @@ class SearchSettings(StageSettings):
     startup_trials: int = setting("search.startup_trials")
     pruner: dict = setting("search.pruner")
     space: dict = setting("search.space")
-    head_seed: int = setting("heads.seeds")  # trials train with the first head seed
+    head_seed: int = Field(description="The first of heads.seeds: every trial trains with it.")
