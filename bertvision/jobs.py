@@ -54,7 +54,7 @@ def timing_jobs(runs: list[Run], n_shards: int, baselines: tuple[Job, ...] = ())
         add("download", task=run.task)
         add("tokenize", task=run.task, model=run.model)
         for earlier in sorted(c for c in checkpoints[(run.model, run.task)] if c <= run.checkpoint):
-            add("finetune", **{**run.keys, "frac": earlier})
+            add("finetune", **{**run.keys, "checkpoint": earlier})
         if run.checkpoint.fraction > 0:
             add("score_bert", **run.keys)
         if run.stored:

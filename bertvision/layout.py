@@ -37,7 +37,7 @@ RAW_DIR = "data/raw/{task}"  # {split}.parquet: the canonical rows of each split
 TOKENS_DIR = "data/tokens/{model}/{task}"  # {split}.parquet: their token ids
 
 FINETUNE_DIR = "models/{model}/{task}/ft{ftseed}"
-CHECKPOINT_SUBDIR = "ckpt-{frac}"
+CHECKPOINT_SUBDIR = "ckpt-{checkpoint}"
 CHECKPOINT_DIR = f"{FINETUNE_DIR}/{CHECKPOINT_SUBDIR}"
 # What the finetune stage writes into every checkpoint directory: the encoder with its task head,
 # its training record (steps, examples, seconds, device; "metrics" null) and what the run's next
@@ -126,20 +126,20 @@ PLOTS_DIR = "results/plots"  # {name}.png
 JOB_KEYS = {
     "download": ("task",),
     "tokenize": ("task", "model"),
-    "finetune": ("task", "model", "ftseed", "frac"),
-    "score_bert": ("task", "model", "ftseed", "frac"),
+    "finetune": ("task", "model", "ftseed", "checkpoint"),
+    "score_bert": ("task", "model", "ftseed", "checkpoint"),
     "baseline": ("task", "model", "seed"),
     "peer": ("task", "model", "peer", "seed"),
     "embed": ("task", "model"),
-    "extract": ("task", "model", "ftseed", "frac", "shard"),
-    "feature_manifest": ("task", "model", "ftseed", "frac"),
-    "train_heads": ("task", "model", "ftseed", "frac"),
-    "train_heads_subset": ("task", "model", "ftseed", "frac", "train_fraction"),
-    "search_worker": ("task", "model", "ftseed", "frac", "head", "worker"),
-    "search_best": ("task", "model", "ftseed", "frac", "head"),
+    "extract": ("task", "model", "ftseed", "checkpoint", "shard"),
+    "feature_manifest": ("task", "model", "ftseed", "checkpoint"),
+    "train_heads": ("task", "model", "ftseed", "checkpoint"),
+    "train_heads_subset": ("task", "model", "ftseed", "checkpoint", "train_fraction"),
+    "search_worker": ("task", "model", "ftseed", "checkpoint", "head", "worker"),
+    "search_best": ("task", "model", "ftseed", "checkpoint", "head"),
     "transfer": ("task", "model", "ftseed"),
     "bert_curve": ("task", "model", "seed"),
-    "race_checkpoint": ("task", "model", "frac"),
+    "race_checkpoint": ("task", "model", "checkpoint"),
     "finetune_mixture": ("encoder", "model", "ftseed"),
     "extract_shared": ("task", "model", "encoder", "ftseed", "shard"),
     "feature_manifest_shared": ("task", "model", "encoder", "ftseed"),
@@ -153,7 +153,7 @@ _KEY_TEXT = {
     "task": "{task}",
     "model": "{model}",
     "ftseed": "ft{ftseed}",
-    "frac": CHECKPOINT_SUBDIR,
+    "checkpoint": CHECKPOINT_SUBDIR,
     "shard": "{shard}",
     "train_fraction": "data-{train_fraction}",
     "head": "{head}",
@@ -211,7 +211,7 @@ def texts_file(tokens_dir: Path, split: str) -> Path:
 
 def checkpoint_dir(finetune_dir: Path, checkpoint: Checkpoint) -> Path:
     """A checkpoint's directory inside a fine-tuning run's directory."""
-    return Path(finetune_dir) / CHECKPOINT_SUBDIR.format(frac=checkpoint)
+    return Path(finetune_dir) / CHECKPOINT_SUBDIR.format(checkpoint=checkpoint)
 
 
 def shard_file(shard_dir: Path, split: str) -> Path:
@@ -293,16 +293,20 @@ class Run:
     @property
     def keys(self) -> dict:
         """The run's wildcards (its checkpoint formats as its name)."""
-        return {"model": self.model, "task": self.task, "ftseed": self.ftseed, "frac": self.checkpoint}
+        return {"model": self.model, "task": self.task, "ftseed": self.ftseed, "checkpoint": self.checkpoint}
 
     def to_json(self) -> dict:
-        return {**self.keys, "frac": self.checkpoint.name, "stored": self.stored}
+        return {**self.keys, "checkpoint": self.checkpoint.name, "stored": self.stored}
 
     @classmethod
     def from_json(cls, data: dict) -> Run:
         """A run as ``to_json`` (or the rules, as wildcards) wrote it."""
         return cls(
-            data["model"], data["task"], int(data["ftseed"]), Checkpoint.named(data["frac"]), data.get("stored", True)
+            data["model"],
+            data["task"],
+            int(data["ftseed"]),
+            Checkpoint.named(data["checkpoint"]),
+            data.get("stored", True),
         )
 
     def format(self, pattern: str, **extra) -> str:

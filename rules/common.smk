@@ -66,7 +66,7 @@ def stop_warm_pool():
 wildcard_constraints:
     model=r"[A-Za-z0-9_.-]+",
     task=r"[a-z0-9][a-z0-9-]*",
-    frac=r"[0-9.]+",
+    checkpoint=r"[0-9.]+",
     ftseed=r"\d+",
     shard=r"\d+",
     head=r"[A-Za-z0-9_.-]+",
@@ -121,7 +121,7 @@ def table_files(model, task, runs):
 # --- the runs the pick chose among: every configured checkpoint (grid), or those the race reached
 # (each decision a Snakemake checkpoint job, rules/race.smk, read once it has run)
 RACE = RaceReach(
-    S, lambda model, task, frac: checkpoints.race_checkpoint.get(model=model, task=task, frac=frac).output[0]
+    S, lambda model, task, checkpoint: checkpoints.race_checkpoint.get(model=model, task=task, checkpoint=checkpoint).output[0]
 )
 
 
@@ -201,18 +201,18 @@ def request(estimate, resource, **options):
 
 def get_previous_checkpoint(wildcards):
     """The files a fine-tuning job goes on from: the run's checkpoint before this one (none for the first)."""
-    before = S.checkpoint_before(L.Checkpoint.named(wildcards.frac))
+    before = S.checkpoint_before(L.Checkpoint.named(wildcards.checkpoint))
     if before is None:
         return []
-    return expand(L.CHECKPOINT_FILE, **{**wildcards, "frac": before}, file=["model.safetensors", L.RESUME_STATE])
+    return expand(L.CHECKPOINT_FILE, **{**wildcards, "checkpoint": before}, file=["model.safetensors", L.RESUME_STATE])
 
 
 def get_previous_flag(wildcards):
     """``--previous DIR``, the checkpoint a fine-tuning job goes on from; nothing for the first."""
-    before = S.checkpoint_before(L.Checkpoint.named(wildcards.frac))
+    before = S.checkpoint_before(L.Checkpoint.named(wildcards.checkpoint))
     if before is None:
         return ""
-    previous = L.CHECKPOINT_DIR.format(**{**wildcards, "frac": before})
+    previous = L.CHECKPOINT_DIR.format(**{**wildcards, "checkpoint": before})
     return f"--previous {shlex.quote(previous)}"
 
 
@@ -294,7 +294,7 @@ def served_run(run):
     return {
         "task": run.task,
         "ftseed": run.ftseed,
-        "frac": run.checkpoint.name,
+        "checkpoint": run.checkpoint.name,
         "checkpoint_dir": os.path.dirname(run.format(L.CHECKPOINT_FILE, file="model.safetensors")),
         "heads_dir": run.format(L.HEADS_DIR),
     }

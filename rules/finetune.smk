@@ -30,7 +30,7 @@ rule finetune:
     shell:
         "{params.bertvision} finetune --task {wildcards.task} --model-name {wildcards.model} "
         "--settings {params.settings:q} --compute {params.compute:q} --tokens-dir {input.tokens} "
-        "--out-dir {params.out_dir} --seed {wildcards.ftseed} --checkpoint {wildcards.frac} {params.previous} "
+        "--out-dir {params.out_dir} --seed {wildcards.ftseed} --checkpoint {wildcards.checkpoint} {params.previous} "
         "--micro-batches {resources.micro_batches} --threads {threads} > {log} 2>&1"
 
 
@@ -40,7 +40,7 @@ rule score_bert:
     the states where they are stored (one pass over the checkpoint, not two), else (streamed
     states) by running the checkpoint here. Checkpoint 0 is not scored: its head has not trained."""
     wildcard_constraints:
-        frac=r"[0-9.]*[1-9][0-9.]*",  # any checkpoint but 0
+        checkpoint=r"[0-9.]*[1-9][0-9.]*",  # any checkpoint but 0
     input:
         unpack(FILES.bert_scoring_inputs),
     output:

@@ -9,7 +9,7 @@ checkpoint race_checkpoint:
         L.RACE_DECISION,
     params:
         race=as_json(S.head_race()),
-        last=lambda wc: "--last" if L.Checkpoint.named(wc.frac) == S.checkpoints[-1] else "",
+        last=lambda wc: "--last" if L.Checkpoint.named(wc.checkpoint) == S.checkpoints[-1] else "",
     log:
         L.log("race_checkpoint"),
     benchmark:
@@ -18,6 +18,6 @@ checkpoint race_checkpoint:
         mem_mb=1000,
         runtime=lambda wc, attempt: 10 * attempt,
     shell:
-        "bertvision race-checkpoint --task {wildcards.task} --model-name {wildcards.model} --checkpoint {wildcards.frac} "
+        "bertvision race-checkpoint --task {wildcards.task} --model-name {wildcards.model} --checkpoint {wildcards.checkpoint} "
         "--head-dirs {input.heads} --previous {input.previous} --race {params.race:q} "
         "{params.last} --out {output} > {log} 2>&1"

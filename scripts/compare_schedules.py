@@ -40,13 +40,13 @@ def records(run_dir: Path) -> pd.DataFrame:
         )
     for path in sorted((run_dir / "models").glob("*/*/ft*/ckpt-*/eval_metrics.json")):
         r = json.loads(path.read_text())
-        if float(r["epoch_fraction"]) == 0:
+        if float(r["checkpoint"]) == 0:
             continue
         task = get_task(r["task"])
         rows.append(
             {
                 "task": task.name,
-                "checkpoint": float(r["epoch_fraction"]),
+                "checkpoint": float(r["checkpoint"]),
                 "model": "BERT",
                 "ft_seed": int(r["seed"]),
                 "selection": task.primary_score(r["metrics"], "selection"),

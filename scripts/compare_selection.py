@@ -55,11 +55,11 @@ def picks(workdirs: list[Path]) -> pd.DataFrame:
 
 def cell(r) -> str:
     std = "" if pd.isna(r["dev_std"]) else f" ± {r['dev_std']:.3f}"
-    return f"{r['model']} @{r['epoch_fraction']:g}, {r['dev_mean']:.3f}{std}, {r['whole_cost_ratio']:.2f}x"
+    return f"{r['model']} @{r['checkpoint']:g}, {r['dev_mean']:.3f}{std}, {r['whole_cost_ratio']:.2f}x"
 
 
 def overlap(a, b) -> bool:
-    if (a["model"], a["epoch_fraction"]) == (b["model"], b["epoch_fraction"]):
+    if (a["model"], a["checkpoint"]) == (b["model"], b["checkpoint"]):
         return True
     sa, sb = (0 if pd.isna(x["dev_std"]) else x["dev_std"] for x in (a, b))
     return a["dev_mean"] - sa <= b["dev_mean"] + sb and b["dev_mean"] - sb <= a["dev_mean"] + sa

@@ -40,7 +40,7 @@ def head_records(run_dir: Path, runs: set) -> pd.DataFrame:
         rows.append(
             {
                 "task": task.name,
-                "epoch_fraction": float(r["source"]["checkpoint"]),
+                "checkpoint": float(r["source"]["checkpoint"]),
                 "model": r["head"],
                 "selection": task.primary_score(r["metrics"], "selection"),
                 "dev": task.headline(r["metrics"]),
@@ -71,8 +71,8 @@ def table(run_dir: Path, new: str, tables: Path | None = None) -> str:
     summary = pd.read_csv(tables / "summary.csv")
     costs = pd.read_csv(tables / "cost.csv")
     costs["path_s"] = costs["finetune_s"] + costs["extract_s"] + costs["head_s"] * costs["n"]
-    path_s = costs.groupby(["task", "epoch_fraction", "model"])["path_s"].mean()
-    heads = head_records(run_dir, set(zip(costs["task"], costs["ft_seed"], costs["epoch_fraction"])))
+    path_s = costs.groupby(["task", "checkpoint", "model"])["path_s"].mean()
+    heads = head_records(run_dir, set(zip(costs["task"], costs["ft_seed"], costs["checkpoint"])))
     lines = [
         "| task | metric | full FT (whole s) | best existing head (selection) | "
         f"{new} at 0 | {new} at 0.3 | {new} at 1 | goal met by |",
@@ -86,7 +86,7 @@ def table(run_dir: Path, new: str, tables: Path | None = None) -> str:
         if full.empty:
             continue
         full = full.iloc[0]
-        configs = block.groupby(["epoch_fraction", "model"]).agg(
+        configs = block.groupby(["checkpoint", "model"]).agg(
             selection=("selection", "mean"), dev=("dev", "mean"), std=("dev", "std"), n=("dev", "size")
         )
 
@@ -97,9 +97,9 @@ def table(run_dir: Path, new: str, tables: Path | None = None) -> str:
             return path_cell(configs, key, path_s.get((task_name, *key), np.nan), full, scale)
 
         best_cell, best_met = cell(best)
-        new_cells = [cell((frac, new)) for frac in (0.0, 0.3, 1.0)]
+        new_cells = [cell((checkpoint, new)) for checkpoint in (0.0, 0.3, 1.0)]
         met = [f"{best[1]} at {best[0]:g}"] * best_met + [
-            f"{new} at {frac:g}" for frac, (_, ok) in zip((0, 0.3, 1), new_cells) if ok
+            f"{new} at {checkpoint:g}" for checkpoint, (_, ok) in zip((0, 0.3, 1), new_cells) if ok
         ]
         met_tasks += bool(met)
         lines.append(

@@ -33,7 +33,7 @@ grid_name = sys.argv[8] if len(sys.argv) > 8 else "shape"
 S = WorkflowSettings(validate_config(yaml.safe_load(config.read_text())))
 model = S.models[0]
 run = Run(model, task, ftseed, ckpt)
-checkpoint = root / CHECKPOINT_DIR.format(model=model, task=task, ftseed=ftseed, frac=ckpt)
+checkpoint = root / CHECKPOINT_DIR.format(model=model, task=task, ftseed=ftseed, checkpoint=ckpt)
 if ckpt == "0" and not checkpoint.exists():
     checkpoint = Path(resolve_pretrained(S.finetune(model, task).backbone))
 source = StreamSource(

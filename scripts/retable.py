@@ -73,11 +73,11 @@ def rebuild(workdir: Path, out_dir: Path, heads: list[str]) -> None:
         d = json.loads(path.read_text())
         reached.setdefault((d["model"], d["task"]), set()).add(d["checkpoint"])
     runs, bert, head_dirs, manifests, workers = [], [], [], [], []
-    every_record = L.CHECKPOINT_FILE.format(model="*", task="*", ftseed="*", frac="*", file=L.TRAIN_RECORD)
+    every_record = L.CHECKPOINT_FILE.format(model="*", task="*", ftseed="*", checkpoint="*", file=L.TRAIN_RECORD)
     for record_file in sorted(Path().glob(every_record)):
         trained = json.loads(record_file.read_text())  # the checkpoint's keys, from its own record
-        checkpoint = Checkpoint(trained["epoch_fraction"])
-        keys = {"model": trained["model"], "task": trained["task"], "ftseed": trained["seed"], "frac": checkpoint}
+        checkpoint = Checkpoint.named(trained["checkpoint"])
+        keys = {"model": trained["model"], "task": trained["task"], "ftseed": trained["seed"], "checkpoint": checkpoint}
         heads_dir = Path(L.HEADS_DIR.format(**keys))
         reached_here = reached.get((trained["model"], trained["task"]), set())
         if not heads_dir.is_dir() or (decisions and checkpoint.name not in reached_here):

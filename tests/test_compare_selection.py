@@ -32,8 +32,8 @@ def write_run(workdir: Path, jobs: dict, heads: dict, picks: list[dict]) -> Path
     return workdir
 
 
-def pick(task, model, frac, mean, std, ratio):
-    return {"task": task, "model": model, "epoch_fraction": frac, "dev_mean": mean, "dev_std": std,
+def pick(task, model, checkpoint, mean, std, ratio):
+    return {"task": task, "model": model, "checkpoint": checkpoint, "dev_mean": mean, "dev_std": std,
             "whole_cost_ratio": ratio}  # fmt: skip
 
 

@@ -112,7 +112,7 @@ def test_a_new_task_and_a_new_head_run_through_the_whole_workflow(tmp_path, tiny
 
     glue = pd.read_csv(workdir / "results/tables/glue.csv")
     assert set(glue["task"]) == {"sst2b"} and set(glue["metric"]) == {"accuracy"}
-    assert {"BERT", "lp", "max"} <= set(glue["model"]) and set(glue["epoch_fraction"]) == {0.0, 1.0}
+    assert {"BERT", "lp", "max"} <= set(glue["model"]) and set(glue["checkpoint"]) == {0.0, 1.0}
     record = json.loads((workdir / "heads/tiny/sst2b/ft1/ckpt-1/max/seed1/metrics.json").read_text())
     # defaults from the registry, and what every per-example head reads by default
     assert record["head_spec"] == {"type": "layer-max", "dropout": 0.0, "scale": 0.5, "reads": "cls", "pair": "joint"}

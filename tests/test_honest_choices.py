@@ -261,7 +261,7 @@ def test_no_choice_changes_with_the_dev_labels(two_runs, pattern):
 
 def test_summary_and_cost_picks_do_not_change(two_runs):
     summaries = [pd.read_csv(w / "results/tables/summary.csv") for w in two_runs]
-    keys = ["backbone", "task", "row", "epoch_fraction", "model", "n", "selection_mean", "trainable_params"]
+    keys = ["backbone", "task", "row", "checkpoint", "model", "n", "selection_mean", "trainable_params"]
     assert summaries[0][keys].equals(summaries[1][keys])
     assert not summaries[0]["dev_mean"].equals(summaries[1]["dev_mean"])
     assert {"full fine-tuning", "BERTVision (picked)", "frozen encoder (best head)"} <= set(summaries[0]["row"])
@@ -269,7 +269,7 @@ def test_summary_and_cost_picks_do_not_change(two_runs):
     keys = ["backbone", "task", "encoder", "role", "head", "n", "selection_mean", "parameters"]
     assert len(cross[0]) == 2 * 4 and cross[0][keys].equals(cross[1][keys])  # 2 tasks x 4 encoders
     costs = [pd.read_csv(w / "results/tables/cost.csv") for w in two_runs]
-    assert costs[0]["bert_pick_fraction"].equals(costs[1]["bert_pick_fraction"])
+    assert costs[0]["bert_pick_checkpoint"].equals(costs[1]["bert_pick_checkpoint"])
     # the null threshold of every SQuAD model comes from the selection split
     heads = [records(w, "heads/tiny/squad2/ft*/ckpt-*/lp/seed*/metrics.json") for w in two_runs]
     thresholds = [[r["metrics"]["dev"]["null_threshold"] for r in h.values()] for h in heads]

@@ -291,13 +291,13 @@ def verdict_block(pick_dev: float, pick_std: float, peer_selection: float) -> pd
             "best_dev_any": 0.9, "parameter_percent": 1.0, "ft_seeds": 2, "deterministic": False}  # fmt: skip
     return pd.DataFrame(
         [
-            {**base, "row": "full fine-tuning", "model": "BERT", "epoch_fraction": np.nan, "dev_mean": 0.80,
+            {**base, "row": "full fine-tuning", "model": "BERT", "checkpoint": np.nan, "dev_mean": 0.80,
              "dev_std": 0.01, "n": 3, "selection_mean": 0.81, "trainable_params": 1000, "whole_seconds": 100.0,
              "whole_cost_ratio": 1.0, "cost_ratio": 1.0, "score_diff_std_units": np.nan},
-            {**base, "row": "peer", "model": "LoRA", "epoch_fraction": np.nan, "dev_mean": 0.84, "dev_std": 0.01,
+            {**base, "row": "peer", "model": "LoRA", "checkpoint": np.nan, "dev_mean": 0.84, "dev_std": 0.01,
              "n": 3, "selection_mean": peer_selection, "trainable_params": 7, "whole_seconds": 80.0,
              "whole_cost_ratio": 0.8, "cost_ratio": 0.8, "score_diff_std_units": np.nan},
-            {**base, "row": "BERTVision (picked)", "model": "lp", "epoch_fraction": 0.0, "dev_mean": pick_dev,
+            {**base, "row": "BERTVision (picked)", "model": "lp", "checkpoint": 0.0, "dev_mean": pick_dev,
              "dev_std": pick_std, "n": 3, "selection_mean": 0.83, "trainable_params": 1, "whole_seconds": 40.0,
              "whole_cost_ratio": 0.4, "cost_ratio": 0.3, "score_diff_std_units": np.nan},
         ]

@@ -23,7 +23,7 @@ def summary_csv(path, tasks, seconds):
     for task in tasks:
         for row, second, score in zip((FULL_FT, ROW_KINDS[2], ROW_KINDS[4]), seconds, (0.8, 0.78, 0.7)):
             rows.append({"backbone": "m", "task": task, "row": row, "model": "lp", "metric": "accuracy",
-                         "epoch_fraction": np.nan if row == FULL_FT else 1.0, "dev_mean": score, "dev_std": 0.01,
+                         "checkpoint": np.nan if row == FULL_FT else 1.0, "dev_mean": score, "dev_std": 0.01,
                          "seconds": second, "seconds_std": 1.0})  # fmt: skip
     pd.DataFrame(rows).to_csv(path, index=False)
     return path
@@ -134,17 +134,17 @@ def test_training_loss_curves_are_the_heads_histories(tmp_path, monkeypatch):
     for head in ("lp", "ap"):
         want = np.mean([[h["train_loss"] for h in records[head, s]["history"]] for s in (1, 2)], axis=0)
         for checkpoint in (1.0, 0.0):  # the untouched encoder's copies count once: n is 2, not 4
-            got = frame[(frame["model"] == head) & (frame["epoch_fraction"] == checkpoint)]
+            got = frame[(frame["model"] == head) & (frame["checkpoint"] == checkpoint)]
             assert list(got["epoch"]) == [1, 2, 3] and list(got["n"]) == [2, 2, 2]
             np.testing.assert_allclose(got["train_loss"], want, rtol=1e-12)
     full = frame[frame["model"] == FULL_FT]
-    assert full["epoch_fraction"].isna().all() and list(full["n"]) == [2, 2, 2]
+    assert full["checkpoint"].isna().all() and list(full["n"]) == [2, 2, 2]
     np.testing.assert_allclose(full["train_loss"], [0.55, 0.35, 0.15])
     # the panel draws exactly the frame's curves: four head lines and full fine-tuning
     (panel,) = drawn["panels"]
     assert panel["title"] == "sst2"
     curves = sorted(
-        (tuple(g["epoch"]), tuple(g["train_loss"])) for _, g in frame.groupby(["model", "epoch_fraction"], dropna=False)
+        (tuple(g["epoch"]), tuple(g["train_loss"])) for _, g in frame.groupby(["model", "checkpoint"], dropna=False)
     )
     lines = sorted((tuple(x), tuple(y)) for x, y in panel["lines"])
     assert len(lines) == 5
@@ -163,7 +163,7 @@ def test_the_plots_command_writes_the_training_loss_plot(tmp_path):
     glue = tmp_path / "glue.csv"
     pd.DataFrame(
         [
-            {"backbone": "m", "task": "sst2", "split": "dev", "epoch_fraction": 1.0, "model": model,
+            {"backbone": "m", "task": "sst2", "split": "dev", "checkpoint": 1.0, "model": model,
              "metric": "accuracy", "mean": score, "std": 0.01, "parameter_percent": percent, "ensemble": False}
             for model, score, percent in (("BERT", 0.8, 100.0), ("lp", 0.75, 0.1))
         ]
@@ -183,7 +183,7 @@ def test_the_data_fraction_plot_draws_a_panel_per_task_and_checkpoint_and_says_w
     from bertvision.reporting.experiment_plots import data_fraction_curves
 
     rows = [
-        {"backbone": "tiny", "task": task, "checkpoint": "0.3", "model": model, "fraction": fraction,
+        {"backbone": "tiny", "task": task, "checkpoint": "0.3", "model": model, "train_fraction": fraction,
          "mean": 0.6 + fraction / 10, "std": 0.01, "metric": "accuracy"}
         for task in ("sst2", "mrpc") for model in ("lp", "BERT") for fraction in (0.1, 0.3)
     ]  # fmt: skip

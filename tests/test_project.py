@@ -113,7 +113,7 @@ def test_every_rule_logs_where_the_layout_says():
         assert set(re.findall(r"{(\w+)}", layout.log(rule))) == set(layout.JOB_KEYS.get(rule, ())), rule
     for job in jobs.timing_jobs([layout.Run("m", "mrpc", 1, layout.Checkpoint(0.3))], n_shards=2):
         assert f'L.benchmark("{job.rule}")' in bodies[job.rule]
-    job = jobs.Job("extract", {"task": "mrpc", "model": "m", "ftseed": 1, "frac": "0.3", "shard": 0})
+    job = jobs.Job("extract", {"task": "mrpc", "model": "m", "ftseed": 1, "checkpoint": "0.3", "shard": 0})
     assert job.benchmark == "benchmarks/extract/mrpc/m-ft1-ckpt-0.3-0.tsv"
 
 

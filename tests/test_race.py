@@ -71,14 +71,12 @@ def test_a_head_the_race_stopped_in_one_seeds_job_is_no_candidate_for_the_race_t
             "model": ["adapter", "lp"],
             "selection_mean": [0.92, 0.715],
             "trainable_params": [5_000, 1_000],
-            "epoch_fraction": [0.3, 0.3],
+            "checkpoint": [0.3, 0.3],
             "raced_out": [True, False],
         }
     )
     assert pick(configs)["model"] == "lp"
-    assert list(ranked_frame(configs, "model", "selection_mean", "trainable_params", "epoch_fraction")["model"]) == [
-        "lp"
-    ]
+    assert list(ranked_frame(configs, "model", "selection_mean", "trainable_params", "checkpoint")["model"]) == ["lp"]
     # ties: fewer parameters, then the earlier checkpoint, then the name; a missing score never ranks
     tied = [Candidate("b", 0.8, 10, 1.0), Candidate("a", 0.8, 10, 1.0), Candidate("c", 0.8, 5, 1.0)]
     assert best(tied).name == "c" and best([Candidate("z", 0.8, 10, 1.0), Candidate("y", 0.8, 10, 0.3)]).name == "y"
@@ -228,15 +226,15 @@ def test_a_racing_run_stops_fine_tuning_where_the_selection_score_stops_rising(t
     }
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
     snakemake(tmp_path)
-    decisions = [json.loads((tmp_path / RACE_DECISION.format(model="tiny", task="mrpc", frac=f)).read_text())
+    decisions = [json.loads((tmp_path / RACE_DECISION.format(model="tiny", task="mrpc", checkpoint=f)).read_text())
                  for f in ("0", "0.5")]  # fmt: skip
     assert [d["go_on"] for d in decisions] == [True, False]
     assert decisions[1]["best_before"] == decisions[0]["best_so_far"]
-    assert not (tmp_path / RACE_DECISION.format(model="tiny", task="mrpc", frac="1")).exists()
+    assert not (tmp_path / RACE_DECISION.format(model="tiny", task="mrpc", checkpoint="1")).exists()
     for never in ("models/tiny/mrpc/ft1/ckpt-1", "features/tiny/mrpc/ft1/ckpt-1", "heads/tiny/mrpc/ft1/ckpt-1"):
         assert not (tmp_path / never).exists(), never
     glue = pd.read_csv(tmp_path / "results/tables/glue.csv")
-    assert set(glue["epoch_fraction"]) == {0.0, 0.5}
+    assert set(glue["checkpoint"]) == {0.0, 0.5}
     timing = pd.read_csv(tmp_path / "results/tables/timing.csv")
     assert timing.set_index("stage").loc["finetune", "jobs"] == 2  # checkpoints 0 and 0.5
     summary = (tmp_path / "results/tables/summary.md").read_text()
@@ -260,20 +258,20 @@ def test_the_race_reach_stops_where_a_decision_stops_fine_tuning(tmp_path):
     settings = workflow_settings(finetune=finetune)
     asked = []
 
-    def decision_file(model, task, frac):
-        asked.append(frac)
-        path = tmp_path / f"{task}-{frac}.json"
-        path.write_text(json_module.dumps({"go_on": frac == "0"}))  # go on after 0, stop after 0.3
+    def decision_file(model, task, checkpoint):
+        asked.append(checkpoint)
+        path = tmp_path / f"{task}-{checkpoint}.json"
+        path.write_text(json_module.dumps({"go_on": checkpoint == "0"}))  # go on after 0, stop after 0.3
         return str(path)
 
     race = RaceReach(settings, decision_file)
     assert [c.name for c in race.checkpoints("m", "mrpc")] == ["0", "0.3"] and asked == ["0", "0.3"]
     assert {(r.ftseed, r.checkpoint.name) for r in race.runs()} == {(1, "0"), (1, "0.3"), (2, "0.3")}
-    assert race.decisions() == [L.RACE_DECISION.format(model="m", task="mrpc", frac=f) for f in ("0", "0.3")]
-    job = {"model": "m", "task": "mrpc", "ftseed": "2", "frac": "0.3"}
+    assert race.decisions() == [L.RACE_DECISION.format(model="m", task="mrpc", checkpoint=f) for f in ("0", "0.3")]
+    job = {"model": "m", "task": "mrpc", "ftseed": "2", "checkpoint": "0.3"}
     assert race.survivors(L.HEADS_DIR)(job) == [L.HEADS_DIR.format(**{**job, "ftseed": 1})]
-    assert race.survivors(L.HEADS_DIR)({**job, "frac": "0"}) == []
-    assert race.decision_inputs(job)["previous"] == [L.RACE_DECISION.format(model="m", task="mrpc", frac="0")]
+    assert race.survivors(L.HEADS_DIR)({**job, "checkpoint": "0"}) == []
+    assert race.decision_inputs(job)["previous"] == [L.RACE_DECISION.format(model="m", task="mrpc", checkpoint="0")]
 
     grid = RaceReach(workflow_settings(finetune=finetune, heads={"race": {"protocol": "grid"}}), decision_file)
     assert [c.name for c in grid.checkpoints("m", "mrpc")] == ["0", "0.3", "1"] and grid.decisions() == []

@@ -33,25 +33,27 @@ class Records:
             pd.DataFrame({"split": ["dev", "dev"], "prediction": [0, 1]}).to_parquet(path.with_name(predictions))
         return path
 
-    def bert_at(self, task, frac, dev, seconds, extra=None):
+    def bert_at(self, task, checkpoint, dev, seconds, extra=None):
         record = {
             "model": "tiny",
             "task": task,
             "seed": 1,
-            "epoch_fraction": frac,
+            "checkpoint": checkpoint,
             "metrics": {"selection": {"x": 0}, "dev": {**dev, **(extra or {})}},
             "train_seconds": seconds,
             "encoder_parameters": 1000,
             "device": "cpu",
         }
         record["metrics"]["selection"] = dict(record["metrics"]["dev"])
-        self.bert.append(self._write(self.root / f"bert/{task}/{frac}/eval_metrics.json", record, BERT_PREDICTIONS))
+        self.bert.append(
+            self._write(self.root / f"bert/{task}/{checkpoint}/eval_metrics.json", record, BERT_PREDICTIONS)
+        )
 
-    def head(self, task, frac, name, seed, dev, seconds, selection=None, extra=None, race=None):
+    def head(self, task, checkpoint, name, seed, dev, seconds, selection=None, extra=None, race=None):
         record = {
             "race": race,
             "task": task,
-            "source": {"model": "tiny", "ft_seed": 1, "checkpoint": frac},
+            "source": {"model": "tiny", "ft_seed": 1, "checkpoint": checkpoint},
             "head": name,
             "seed": seed,
             "metrics": {"selection": selection or dev, "dev": {**dev, **(extra or {})}},
@@ -63,7 +65,7 @@ class Records:
             "features_stored": False,
             "ensembles": {},
         }
-        path = self.root / f"heads/{task}/{frac}/{name}/seed{seed}/metrics.json"
+        path = self.root / f"heads/{task}/{checkpoint}/{name}/seed{seed}/metrics.json"
         self.heads.append(self._write(path, record, HEAD_PREDICTIONS))
 
     def baseline(self, task, seed, dev, seconds, extra=None):
@@ -85,9 +87,9 @@ class Records:
         return summary_table(runs, choose_picks(runs))
 
 
-def mrpc(root, full: list[float], heads: list[float], constant=0.684, frac=1.0) -> Records:
+def mrpc(root, full: list[float], heads: list[float], constant=0.684, checkpoint=1.0) -> Records:
     """MRPC with full fine-tuning over ``full`` (one seed each) and an lp head over ``heads`` (head
-    seeds of fine-tuning seed 1's checkpoint ``frac``; 0: the untouched encoder's)."""
+    seeds of fine-tuning seed 1's checkpoint ``checkpoint``; 0: the untouched encoder's)."""
     r = Records(root)
     extra = {"constant_score": constant}
     for seed, acc in enumerate(full, 1):
@@ -95,7 +97,7 @@ def mrpc(root, full: list[float], heads: list[float], constant=0.684, frac=1.0) 
     r.bert_at("mrpc", 0.0, {"accuracy": 0.5, "f1": 0.5}, 0.0, extra)
     r.bert_at("mrpc", 1.0, {"accuracy": 0.7, "f1": 0.7}, 20.0, extra)
     for seed, acc in enumerate(heads, 1):
-        r.head("mrpc", frac, "lp", seed, {"accuracy": acc, "f1": acc}, 8.0 + 2 * seed, extra=extra)
+        r.head("mrpc", checkpoint, "lp", seed, {"accuracy": acc, "f1": acc}, 8.0 + 2 * seed, extra=extra)
     return r
 
 
@@ -150,11 +152,11 @@ def test_one_fine_tuning_seed_behind_a_fine_tuned_path_leaves_it_undetermined(tm
 
 def test_overlapping_seed_ranges_are_noise_and_separate_ones_are_not(tmp_path):
     """Heads on the untouched encoder: their seeds are the path's whole spread."""
-    words = verdict(mrpc(tmp_path / "a", [0.80, 0.82], [0.79, 0.80, 0.81], frac=0.0).summary())
+    words = verdict(mrpc(tmp_path / "a", [0.80, 0.82], [0.79, 0.80, 0.81], checkpoint=0.0).summary())
     assert "within noise" in words and "the two mean ± std ranges overlap" in words
-    words = verdict(mrpc(tmp_path / "b", [0.80, 0.82], [0.70, 0.71, 0.72], frac=0.0).summary())
+    words = verdict(mrpc(tmp_path / "b", [0.80, 0.82], [0.70, 0.71, 0.72], checkpoint=0.0).summary())
     assert "**trails full fine-tuning by 10.0 points** (beyond the seeds' spread" in words
-    words = verdict(mrpc(tmp_path / "c", [0.70, 0.71], [0.80, 0.81, 0.82], frac=0.0).summary())
+    words = verdict(mrpc(tmp_path / "c", [0.70, 0.71], [0.80, 0.81, 0.82], checkpoint=0.0).summary())
     assert "**beats full fine-tuning by 10.5 points**" in words
 
 
@@ -197,7 +199,7 @@ def test_search_table_gives_mean_and_std_over_the_fine_tuning_seeds_studies(tmp_
     for seed, value in ((1, 0.80), (2, 0.82)):
         path = tmp_path / f"ft{seed}" / "best.json"
         path.parent.mkdir()
-        keys = {"model": "tiny", "task": "stsb", "ftseed": seed, "frac": "1", "head": "adapter8"}
+        keys = {"model": "tiny", "task": "stsb", "ftseed": seed, "checkpoint": "1", "head": "adapter8"}
         record = {
             "keys": keys,
             "trials": {"COMPLETE": 3, "PRUNED": 1, "FAIL": 0},
@@ -218,7 +220,7 @@ def test_search_table_gives_mean_and_std_over_the_fine_tuning_seeds_studies(tmp_
 def candidate(kind: str, model: str, ft_seed: int, selection: float, fraction: float = 1.0, **extra) -> dict:
     """One candidate row (``reporting.candidates``) of MRPC on the tiny backbone."""
     return {
-        "backbone": "tiny", "task": "mrpc", "kind": kind, "epoch_fraction": fraction, "model": model,
+        "backbone": "tiny", "task": "mrpc", "kind": kind, "checkpoint": fraction, "model": model,
         "ft_seed": ft_seed, "selection": selection, "dev": 0.7, "trainable_params": 10, "encoder_params": 1000,
         "seconds": 1.0, "whole_seconds": float("nan"), "feature_bytes": 0.0, "device": "cpu", "precision": "fp32",
         "finetune_s": 0.0, "extract_s": 0.0, "head_s": 1.0, "search_s": 0.0, "finetune_jobs_s": 0.0,
@@ -247,11 +249,11 @@ def test_the_pick_is_a_record_made_where_the_choice_is_made_with_the_seed_to_ser
     assert read_picks(tmp_path / "picks.json") == picks
     assert json.loads((tmp_path / "picks.json").read_text())["picks"][0]["checkpoint"] == "1"
     picked = summary_table(runs, picks).set_index("row").loc[ROW_KINDS[2]]
-    assert (picked["model"], picked["epoch_fraction"]) == ("lp + BERT (mean)", 1.0)
+    assert (picked["model"], picked["checkpoint"]) == ("lp + BERT (mean)", 1.0)
     # the summary renders whatever the pick record says, and chooses nothing itself
     other = Pick("tiny", "mrpc", Checkpoint(0), "ap", "ap", None, 1, 0.75, 0.7)
     picked = summary_table(runs, [other]).set_index("row").loc[ROW_KINDS[2]]
-    assert (picked["model"], picked["epoch_fraction"]) == ("ap", 0.0)
+    assert (picked["model"], picked["checkpoint"]) == ("ap", 0.0)
 
 
 def test_a_later_checkpoint_is_picked_only_for_a_gain_its_seeds_can_tell_from_noise():
@@ -296,7 +298,7 @@ def test_a_missing_selection_score_never_picks_the_seed_to_serve():
 def test_the_summary_says_how_the_heads_were_chosen_and_never_picks_a_raced_out_head(tmp_path):
     """A head its job's race stopped has the best selection score here, yet the pick is the
     survivor; the summary says racing ran and how many runs it stopped."""
-    r = mrpc(tmp_path, [0.80, 0.82], [0.70, 0.71, 0.72], frac=0.0)
+    r = mrpc(tmp_path, [0.80, 0.82], [0.70, 0.71, 0.72], checkpoint=0.0)
     assert "Head selection: grid" in summary_markdown(r.summary())
     race = {"protocol": "racing", "rungs": [2], "keep": 0.5}
     for path in r.heads:  # the lp runs survived the race
@@ -341,7 +343,7 @@ def test_a_finished_run_prints_each_tasks_verdict_in_one_sentence_from_the_summa
 
     from bertvision.reporting.headline import print_headline
 
-    table = mrpc(tmp_path, [0.80, 0.82], [0.70, 0.71, 0.72], frac=0.0).summary()
+    table = mrpc(tmp_path, [0.80, 0.82], [0.70, 0.71, 0.72], checkpoint=0.0).summary()
     csv = tmp_path / "summary.csv"
     table.to_csv(csv, index=False)
     print_headline(csv, "results/tables/summary.md", since=time.time() - 60)

@@ -189,7 +189,7 @@ def test_head_jobs_ask_for_a_gpu_only_where_the_cpu_would_take_long_or_the_encod
     from bertvision.plan.requests import RuleRequests
     from tests.conftest import workflow_settings
 
-    job = SimpleNamespace(model="m", task="mrpc", ftseed="1", frac="0.3")
+    job = SimpleNamespace(model="m", task="mrpc", ftseed="1", checkpoint="0.3")
     runs = {"lp": 3}
     stored = RuleRequests(workflow_settings(), gpus=1)
     small = stored.heads(job, 1, runs)

@@ -32,7 +32,7 @@ SEARCH = SearchSettings(
     },
 )
 ADAPTER = {"type": "adapter", "width": 8}
-STUDY = {"model": "m", "task": "sst2", "ftseed": 1, "frac": "1", "head": "adapter"}
+STUDY = {"model": "m", "task": "sst2", "ftseed": 1, "checkpoint": "1", "head": "adapter"}
 
 
 def worker_command(manifest, storage, worker, out, search=SEARCH):

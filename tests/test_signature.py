@@ -49,7 +49,7 @@ HEAD = {"spec": {"type": "lp"}, "training": {"learning_rate": 1e-3, "batch_size"
 REQUIRED = [
     "--task", "mrpc", "--runtime", json.dumps(RUNTIME), "--heads", json.dumps({"lp": HEAD}), "--checkpoint", "0.3",
     "--tokens-dirs", "mrpc=tok/mrpc", "sst2=tok/sst2", "--pairs", "mrpc=a", "mrpc=b",
-    "--runs", json.dumps([{"model": "m", "task": "mrpc", "ftseed": 1, "frac": "0.3"}]), "--seeds", "1", "2",
+    "--runs", json.dumps([{"model": "m", "task": "mrpc", "ftseed": 1, "checkpoint": "0.3"}]), "--seeds", "1", "2",
     "--attrs", '{"kind": "x"}', "--precision", "bf16", "--out-dir", "out",
 ]  # fmt: skip
 

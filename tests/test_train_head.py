@@ -247,7 +247,7 @@ def test_a_head_stopped_by_a_race_is_never_picked():
         {
             "kind": ["head", "head"],
             "model": ["raced", "finished"],
-            "epoch_fraction": [0.0, 0.0],
+            "checkpoint": [0.0, 0.0],
             "selection_mean": [0.9, 0.8],
             "trainable_params": [10, 10],
             "raced_out": [True, False],

@@ -36,7 +36,7 @@ from bertvision.reporting.summary import summary_markdown, summary_table, verdic
 from bertvision.stages.tables import build_tables
 
 MODEL, TASK = "tiny", "mrpc"
-FRACS = ("0", "0.3", "1")
+CHECKPOINTS = ("0", "0.3", "1")
 FT_SEEDS, HEAD_SEEDS, WORKERS = (1, 2), (1, 2), (0, 1)
 SHARDS = 2
 # fine-tuning seed -> checkpoint -> train_seconds there (one run passes every checkpoint)
@@ -60,10 +60,10 @@ HEAD_SECONDS = {"lp": {1: 1.0, 2: 2.0}, "ap": {1: 2.0, 2: 3.0}}
 SEARCH_WORKER_SECONDS = {0: 5.0, 1: 6.0}  # ap is searched on every checkpoint, by two workers
 
 
-def selection(head: str, frac: str) -> float:
+def selection(head: str, checkpoint: str) -> float:
     """The pick is ap on the 0.3-epoch checkpoint (not the largest one); on the untouched
     encoder lp beats ap."""
-    return {("ap", "0.3"): 0.80, ("lp", "0"): 0.70, ("ap", "0"): 0.68}.get((head, frac), 0.60)
+    return {("ap", "0.3"): 0.80, ("lp", "0"): 0.70, ("ap", "0"): 0.68}.get((head, checkpoint), 0.60)
 
 
 def write_json(path: Path, record: dict) -> Path:
@@ -96,9 +96,9 @@ class HandWorked:
         # checkpoint 0 (the untouched encoder) is one run, under the first fine-tuning seed, as S.runs gives it
         self.runs = list(
             dict.fromkeys(
-                Run(MODEL, TASK, ft, Checkpoint.named(frac)).states_owner(FT_SEEDS[0])
+                Run(MODEL, TASK, ft, Checkpoint.named(checkpoint)).states_owner(FT_SEEDS[0])
                 for ft in FT_SEEDS
-                for frac in FRACS
+                for checkpoint in CHECKPOINTS
             )
         )
         self.bert, self.baselines, self.manifests, self.head_dirs, self.workers = [], [], [], [], []
@@ -114,9 +114,9 @@ class HandWorked:
     def wall(job: Job) -> float:
         k = job.keys
         if job.rule == "extract":
-            return EXTRACT[(k["ftseed"], k["frac"].name)][k["shard"]]
+            return EXTRACT[(k["ftseed"], k["checkpoint"].name)][k["shard"]]
         if job.rule == "finetune":
-            return FINETUNE_JOB[k["ftseed"]][k["frac"].name]
+            return FINETUNE_JOB[k["ftseed"]][k["checkpoint"].name]
         if job.rule == "baseline":
             return BASELINE_JOB[k["seed"]]
         return {"feature_manifest": MANIFEST_JOB, "train_heads": HEADS_JOB, "score_bert": SCORE_BERT_JOB}.get(
@@ -124,14 +124,14 @@ class HandWorked:
         )
 
     def _checkpoint(self, run: Run) -> None:
-        ft, frac = run.ftseed, run.checkpoint.name
+        ft, checkpoint = run.ftseed, run.checkpoint.name
         record = {
             "model": MODEL,
             "task": TASK,
             "seed": ft,
-            "epoch_fraction": float(frac),
+            "checkpoint": float(checkpoint),
             "metrics": None,
-            "train_seconds": FINETUNE[ft][frac],
+            "train_seconds": FINETUNE[ft][checkpoint],
             "encoder_parameters": 1000,
             "device": "cpu",
             "precision": "fp32",
@@ -145,7 +145,7 @@ class HandWorked:
             )
             write_predictions(path.with_name(BERT_PREDICTIONS))
         self.bert.append(path)
-        source = {"model": MODEL, "task": TASK, "ft_seed": ft, "checkpoint": frac}
+        source = {"model": MODEL, "task": TASK, "ft_seed": ft, "checkpoint": checkpoint}
         shards = [{"bytes": 1000} for _ in range(SHARDS)]
         self.manifests.append(
             write_json(self.root / run.format(MANIFEST), {"source": source, "splits": {"train": {"shards": shards}}})
@@ -163,7 +163,7 @@ class HandWorked:
                     "parameters": 10,
                     "encoder_parameters": 1000,
                     "parameter_percent": 1.0,
-                    "metrics": {**scores(0.75), "selection": {"accuracy": selection(head, frac), "f1": 0.7}},
+                    "metrics": {**scores(0.75), "selection": {"accuracy": selection(head, checkpoint), "f1": 0.7}},
                     "ensembles": {},
                     "search": {"study": "s", "best_params": {}, "best_value": 0.8, "trials": {}} if searched else None,
                     "seconds": seconds,
@@ -174,7 +174,7 @@ class HandWorked:
                 }
                 out = head_run_dir(heads_dir, head, seed)
                 write_predictions(write_json(out / HEAD_METRICS, record).with_name(HEAD_PREDICTIONS))
-        keys = {"model": MODEL, "task": TASK, "ftseed": str(ft), "frac": frac, "head": "ap"}
+        keys = {"model": MODEL, "task": TASK, "ftseed": str(ft), "checkpoint": checkpoint, "head": "ap"}
         for worker, seconds in SEARCH_WORKER_SECONDS.items():
             record = {"study": "s", "storage": "j", "worker": worker, "keys": keys, "space": {}, "trials": []}
             self.workers.append(write_json(self.root / SEARCH_WORKER.format(**keys, worker=worker), record))
@@ -230,7 +230,7 @@ def test_the_tables_write_the_pick_the_summary_shows(tables):
 def test_the_whole_cost_of_the_pick_counts_everything_run_to_make_it(tables):
     summary = pd.read_csv(tables / "summary.csv").set_index("row")
     picked = summary.loc["BERTVision (picked)"]
-    assert (picked["model"], picked["epoch_fraction"]) == ("ap", 0.3)
+    assert (picked["model"], picked["checkpoint"]) == ("ap", 0.3)
     # Checkpoint 0 is one run (the first seed's), and each fine-tuning seed carries half of its
     # extraction, both shards, (3 + 4) and manifest 0.5, its head job 9 and its search 5 + 6 + 1:
     # (7 + 0.5 + 9 + 12) / 2 = 14.25.
@@ -261,13 +261,13 @@ def test_the_whole_cost_of_the_pick_counts_everything_run_to_make_it(tables):
     # The frozen encoder's best head chose among checkpoint 0's heads only, one run for both
     # fine-tuning seeds: 2 + 7 + 0.5 + 9 + 12 = 30.5, with no spread to measure.
     frozen = summary.loc["frozen encoder (best head)"]
-    assert (frozen["model"], frozen["epoch_fraction"]) == ("lp", 0.0)
+    assert (frozen["model"], frozen["checkpoint"]) == ("lp", 0.0)
     # The untouched encoder is the same for both fine-tuning seeds: its two head seeds' runs count
     # once in n (and in the dev tables).
     assert frozen["n"] == 2 and picked["n"] == 4
     glue = pd.read_csv(tables / "glue.csv")
-    at = glue[(glue["split"] == "dev") & (glue["model"] == "lp")].drop_duplicates("epoch_fraction")
-    assert dict(zip(at["epoch_fraction"], at["n"])) == {0.0: 2, 0.3: 4, 1.0: 4}
+    at = glue[(glue["split"] == "dev") & (glue["model"] == "lp")].drop_duplicates("checkpoint")
+    assert dict(zip(at["checkpoint"], at["n"])) == {0.0: 2, 0.3: 4, 1.0: 4}
     assert frozen["whole_seconds"] == pytest.approx(2 + (3 + 4) + 0.5 + 9 + (5 + 6 + 1))
     assert np.isnan(frozen["whole_seconds_std"])
     # The same pick within a budget of 0.3 epochs (checkpoints 0 and 0.3 only): the fine-tuning
@@ -275,14 +275,14 @@ def test_the_whole_cost_of_the_pick_counts_everything_run_to_make_it(tables):
     # search, and the share of checkpoint 0. Seed 1: (2 + 7) + 1.5 + (3 + 3) + 0.5 + 9 + 12 + 14.25
     # = 52.25; seed 2: (2 + 9) + 1.5 + (3 + 4) + 0.5 + 9 + 12 + 14.25 = 55.25.
     within = summary.loc["BERTVision within a budget"]
-    assert (within["model"], within["epoch_fraction"], within["budget"]) == ("ap", 0.3, 0.3)
+    assert (within["model"], within["checkpoint"], within["budget"]) == ("ap", 0.3, 0.3)
     assert within["whole_seconds"] == pytest.approx((52.25 + 55.25) / 2)
     assert within["whole_cost_ratio"] == pytest.approx(53.75 / 135, rel=1e-5)
     # BERT at a checkpoint chooses nothing: its fine-tuning jobs to that checkpoint, its scoring job
     # there and, scored from the extraction's pass, that pass's seconds on the scored splits (not
     # the whole extraction): 2 + 7 + 1.5 + 2.5 = 13 and 2 + 9 + 1.5 + 2.5 = 15 (its own seconds,
     # the records' training to it: 6 and 8).
-    bert = summary[summary.index == "BERT at a checkpoint"].set_index("epoch_fraction")
+    bert = summary[summary.index == "BERT at a checkpoint"].set_index("checkpoint")
     assert bert.loc[0.3, "whole_seconds"] == pytest.approx(14.0) and bert.loc[0.3, "seconds"] == pytest.approx(7.0)
 
     md = (tables / "summary.md").read_text()
@@ -295,7 +295,7 @@ def test_the_whole_cost_of_the_pick_counts_everything_run_to_make_it(tables):
 
 
 def test_the_cost_table_gives_the_whole_cost_at_each_checkpoint_and_over_every_one(tables):
-    costs = pd.read_csv(tables / "cost.csv").set_index(["ft_seed", "epoch_fraction", "model"])
+    costs = pd.read_csv(tables / "cost.csv").set_index(["ft_seed", "checkpoint", "model"])
     assert costs.loc[(1, 0.3, "ap"), "search_s"] == pytest.approx(5 + 6 + 1)
     assert costs.loc[(1, 0.3, "lp"), "search_s"] == 0
     # seed 1 at 0.3: fine-tuning jobs 2 + 7 + BERT's scoring 1.5 + extraction 3 + 3 + manifest 0.5
@@ -312,30 +312,30 @@ def streamed_runs(tmp_path: Path, searched_without_times: bool = False) -> pd.Da
     """One fine-tuning seed, checkpoints 0 and 1, lp streamed (``store: false``): each record's
     seconds are its own work plus an even share of the job's encoder passes."""
     bert, heads = [], []
-    for frac, train_seconds in (("0", 0.0), ("1", 20.0)):
+    for checkpoint, train_seconds in (("0", 0.0), ("1", 20.0)):
         record = {
             "model": MODEL,
             "task": TASK,
             "seed": 1,
-            "epoch_fraction": float(frac),
+            "checkpoint": float(checkpoint),
             "metrics": scores(0.65),
             "train_seconds": train_seconds,
             "encoder_parameters": 1000,
             "device": "cpu",
         }
-        bert.append(write_json(tmp_path / f"bert-{frac}.json", record))
+        bert.append(write_json(tmp_path / f"bert-{checkpoint}.json", record))
         # own 1 and 2 (checkpoint 1) or 1 and 2 with a smaller share (checkpoint 0)
-        share = 4.0 if frac == "1" else 3.0
+        share = 4.0 if checkpoint == "1" else 3.0
         for seed, own in ((1, 1.0), (2, 2.0)):
             record = {
                 "task": TASK,
                 "head": "lp",
                 "seed": seed,
-                "source": {"model": MODEL, "task": TASK, "ft_seed": 1, "checkpoint": frac},
+                "source": {"model": MODEL, "task": TASK, "ft_seed": 1, "checkpoint": checkpoint},
                 "parameters": 10,
                 "encoder_parameters": 1000,
                 "parameter_percent": 1.0,
-                "metrics": {**scores(0.75), "selection": {"accuracy": 0.7 + 0.1 * (frac == "1"), "f1": 0.7}},
+                "metrics": {**scores(0.75), "selection": {"accuracy": 0.7 + 0.1 * (checkpoint == "1"), "f1": 0.7}},
                 "ensembles": {},
                 "search": {"study": "s"} if searched_without_times else None,
                 "seconds": own + share,
@@ -344,7 +344,7 @@ def streamed_runs(tmp_path: Path, searched_without_times: bool = False) -> pd.Da
                 "features_stored": False,
                 "device": "cpu",
             }
-            heads.append(write_json(tmp_path / f"head-{frac}-{seed}.json", record))
+            heads.append(write_json(tmp_path / f"head-{checkpoint}-{seed}.json", record))
     baseline = {
         "model": MODEL,
         "task": TASK,
@@ -363,12 +363,12 @@ def streamed_runs(tmp_path: Path, searched_without_times: bool = False) -> pd.Da
     # streamed heads never read, so it is not counted
     run = {"task": TASK, "model": MODEL, "ftseed": 1}
     walls = [
-        (Job("finetune", {**run, "frac": Checkpoint(0)}), 2.0),
-        (Job("finetune", {**run, "frac": Checkpoint(1)}), 20.0),
-        (Job("train_heads", {**run, "frac": Checkpoint(0)}), 9.0),
-        (Job("train_heads", {**run, "frac": Checkpoint(1)}), 12.0),
+        (Job("finetune", {**run, "checkpoint": Checkpoint(0)}), 2.0),
+        (Job("finetune", {**run, "checkpoint": Checkpoint(1)}), 20.0),
+        (Job("train_heads", {**run, "checkpoint": Checkpoint(0)}), 9.0),
+        (Job("train_heads", {**run, "checkpoint": Checkpoint(1)}), 12.0),
         (Job("baseline", {"task": TASK, "model": MODEL, "seed": 1}), 65.0),
-        (Job("extract", {**run, "frac": Checkpoint(1), "shard": 0}), 9.0),
+        (Job("extract", {**run, "checkpoint": Checkpoint(1), "shard": 0}), 9.0),
     ]
     for job, seconds in walls:
         write_benchmark(job, seconds)
@@ -380,7 +380,7 @@ def test_streamed_states_count_the_encoder_once_and_no_extraction(tmp_path, monk
     monkeypatch.chdir(tmp_path)
     table = streamed_runs(tmp_path)
     picked = table.set_index("row").loc["BERTVision (picked)"]
-    assert picked["epoch_fraction"] == 1.0
+    assert picked["checkpoint"] == 1.0
     # the fine-tuning jobs to 1 (2 + 20) + the head jobs of checkpoints 0 and 1 (9 + 12), which ran
     # the encoder's passes; no extraction (not the stale 9)
     assert picked["whole_seconds"] == pytest.approx(2 + 20 + 9 + 12)
@@ -414,21 +414,23 @@ def test_a_race_stopped_after_a_checkpoint_counts_what_it_ran(tmp_path, monkeypa
     reached = [i for i, run in enumerate(r.runs) if run.checkpoint.name != "1"]
     race = RaceSettings(protocol="racing", rungs=(2,), keep=0.5, min_gain=0.2, checkpoint_rule="gain")
     decisions = []
-    for frac in ("0", "0.3"):
-        dirs = [r.head_dirs[i] for i in reached if r.runs[i].checkpoint.name == frac]
-        out = Path("race") / f"{frac}.json"
+    for checkpoint in ("0", "0.3"):
+        dirs = [r.head_dirs[i] for i in reached if r.runs[i].checkpoint.name == checkpoint]
+        out = Path("race") / f"{checkpoint}.json"
         decide_checkpoint(
-            get_task(TASK), MODEL, Checkpoint.named(frac), dirs, race, out, decisions[-1] if decisions else None
+            get_task(TASK), MODEL, Checkpoint.named(checkpoint), dirs, race, out, decisions[-1] if decisions else None
         )
         decisions.append(out)
-        write_benchmark(Job("race_checkpoint", {"task": TASK, "model": MODEL, "frac": Checkpoint.named(frac)}), 0.6)
+        write_benchmark(
+            Job("race_checkpoint", {"task": TASK, "model": MODEL, "checkpoint": Checkpoint.named(checkpoint)}), 0.6
+        )
     assert [json.loads(d.read_text())["go_on"] for d in decisions] == [True, False]
     tables = tmp_path / "results" / "tables"
     pick = lambda items, per=1: [x for i in reached for x in items[i * per : (i + 1) * per]]  # noqa: E731
     build_tables(pick(r.bert), pick(r.head_dirs), pick(r.manifests), pick(r.runs), SHARDS, ["lp", "ap"], tables,
                  r.baselines, pick(r.workers, len(WORKERS)), race_decisions=decisions)  # fmt: skip
     picked = pd.read_csv(tables / "summary.csv").set_index("row").loc["BERTVision (picked)"]
-    assert (picked["model"], picked["epoch_fraction"]) == ("ap", 0.3)
+    assert (picked["model"], picked["checkpoint"]) == ("ap", 0.3)
     # Checkpoint 0, one run whose half each fine-tuning seed carries: its extraction (3 + 4), manifest
     # 0.5, head job 9, search 12 and its race decision 0.6: 29.1 / 2 = 14.55. Seed 1: (2 + 7) + 1.5
     # (BERT's scoring at 0.3) + (3 + 3) + 0.5 + 9 + 12 + half of 0.3's decision (one decision for

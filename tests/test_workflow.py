@@ -35,11 +35,11 @@ def test_tables_have_every_row(workflow_run):
         ensembles = {f"{h} + BERT (mean)" for h in heads}
         rows = table[table["task"] == task]
         assert set(rows["split"]) == {"dev"}
-        assert set(rows["epoch_fraction"]) == {0.0, 1.0}
+        assert set(rows["checkpoint"]) == {0.0, 1.0}
         assert set(rows["metric"]) == metrics
         # checkpoint 0's head has not trained: no BERT row and no ensemble there
-        assert set(rows[rows["epoch_fraction"] == 0.0]["model"]) == set(heads)
-        block = rows[rows["epoch_fraction"] == 1.0]
+        assert set(rows[rows["checkpoint"] == 0.0]["model"]) == set(heads)
+        block = rows[rows["checkpoint"] == 1.0]
         # STS-B (regression) averages the two predictions and MRPC has two classes (max and
         # mean pick the same class): one ensemble row each, in its own section.
         assert set(block["model"]) == {"BERT", *heads, *ensembles}
@@ -51,17 +51,17 @@ def test_tables_have_every_row(workflow_run):
     both = pd.read_csv(workdir / "results" / "tables" / "squad.csv")
     squad = both[both["task"] == "squad2"]
     # the ladder reads whole windows: start/end logits per token
-    assert set(squad[squad["epoch_fraction"] == 1.0]["model"]) == {
+    assert set(squad[squad["checkpoint"] == 1.0]["model"]) == {
         "BERT",
         *(f"{h}{e}" for h in ("lp", "ladder") for e in ("", " + BERT (max)", " + BERT (mean)")),
     }
-    assert set(squad[squad["epoch_fraction"] == 0.0]["model"]) == {"lp", "ladder"}
+    assert set(squad[squad["checkpoint"] == 0.0]["model"]) == {"lp", "ladder"}
     assert {"f1", "exact", "HasAns_f1", "NoAns_exact"} <= set(squad["metric"])
     assert "## squad2 (tiny, dev)" in (workdir / "results" / "tables" / "squad.md").read_text()
     answerable = both[both["task"] == "squad2-answerable"]
     assert set(answerable["metric"]) == {"accuracy", "f1", "accuracy_any_no", "f1_any_no"}
     assert {"BERT", "lp", "adapter8"} <= set(answerable["model"])
-    assert set(answerable["epoch_fraction"]) == {0.0, 1.0}
+    assert set(answerable["checkpoint"]) == {0.0, 1.0}
     assert answerable["mean"].between(0, 1).all()
     timing = pd.read_csv(workdir / "results" / "tables" / "timing.csv")
     assert {"download", "tokenize", "finetune", "baseline", "extract", "train_heads"} <= set(timing["stage"])
@@ -70,15 +70,15 @@ def test_tables_have_every_row(workflow_run):
 def test_table_numbers_equal_the_metrics_files(workflow_run):
     workdir, _ = workflow_run
     table = pd.read_csv(workdir / "results" / "tables" / "glue.csv").set_index(
-        ["task", "epoch_fraction", "model", "metric"]
+        ["task", "checkpoint", "model", "metric"]
     )
-    for frac in ("0", "1"):
+    for checkpoint in ("0", "1"):
         values = [
-            json.loads((workdir / f"heads/tiny/mrpc/ft1/ckpt-{frac}/lp/seed{s}/metrics.json").read_text())
+            json.loads((workdir / f"heads/tiny/mrpc/ft1/ckpt-{checkpoint}/lp/seed{s}/metrics.json").read_text())
             for s in (1, 2)
         ]
         f1s = [v["metrics"]["dev"]["f1"] for v in values]
-        row = table.loc[("mrpc", float(frac), "lp", "f1")]
+        row = table.loc[("mrpc", float(checkpoint), "lp", "f1")]
         assert row["mean"] == pytest.approx(sum(f1s) / 2, abs=1e-5)
     bert = json.loads((workdir / "models/tiny/mrpc/ft1/ckpt-1/eval_metrics.json").read_text())
     assert table.loc[("mrpc", 1.0, "BERT", "accuracy")]["mean"] == pytest.approx(
@@ -106,7 +106,7 @@ def test_cost_table_adds_up_from_its_sources(workflow_run):
     costs = pd.read_csv(workdir / "results" / "tables" / "cost.csv")
     assert set(costs["task"]) == {"mrpc", "stsb", "squad2", "squad2-answerable", "rte", "wnli"}
     assert (costs["bertvision_s"] - (costs["finetune_s"] + costs["extract_s"] + costs["head_s"])).abs().max() < 1e-3
-    row = costs[(costs["task"] == "mrpc") & (costs["epoch_fraction"] == 1.0) & (costs["model"] == "lp")].iloc[0]
+    row = costs[(costs["task"] == "mrpc") & (costs["checkpoint"] == 1.0) & (costs["model"] == "lp")].iloc[0]
     bert = json.loads((workdir / "models/tiny/mrpc/ft1/ckpt-1/eval_metrics.json").read_text())
     assert row["finetune_s"] == pytest.approx(bert["train_seconds"], rel=1e-4)
     manifest = json.loads((workdir / "features/tiny/mrpc/ft1/ckpt-1/manifest.json").read_text())
@@ -115,7 +115,7 @@ def test_cost_table_adds_up_from_its_sources(workflow_run):
     # the save (12.6 ms on a loaded CI machine, over the 10 ms this once allowed)
     untrained = json.loads((workdir / "models/tiny/mrpc/ft1/ckpt-0/train.json").read_text())
     assert untrained["step"] == 0 and untrained["examples_seen"] == 0
-    assert (costs[costs["epoch_fraction"] == 0.0]["finetune_s"] < 0.1).all()
+    assert (costs[costs["checkpoint"] == 0.0]["finetune_s"] < 0.1).all()
 
 
 def test_baseline_keeps_its_best_selection_epoch_and_heads_the_summary(workflow_run):
@@ -238,8 +238,8 @@ def test_token_features_feed_the_token_head_and_the_cls_heads(workflow_run):
     }
     assert feature == {"mrpc": "tokens", "squad2-answerable": "cls", "squad2": "tokens"}
     assert not (workdir / "heads/tiny/stsb/ft1/ckpt-1/tokpool").exists()
-    for frac in ("0", "1"):
-        run = workdir / f"heads/tiny/mrpc/ft1/ckpt-{frac}/tokpool/seed1"
+    for checkpoint in ("0", "1"):
+        run = workdir / f"heads/tiny/mrpc/ft1/ckpt-{checkpoint}/tokpool/seed1"
         record = json.loads((run / "metrics.json").read_text())
         assert record["head_spec"]["type"] == "token-pool" and len(record["layer_weights"]) == 3
         outputs = pd.read_parquet(run / "eval_predictions.parquet")["outputs"]
@@ -277,23 +277,23 @@ def test_search_runs_the_combined_trials_and_tunes_the_final_heads(workflow_run)
 
 def test_degenerate_runs_are_flagged_from_their_predictions(workflow_run):
     workdir, _ = workflow_run
-    glue = pd.read_csv(workdir / "results/tables/glue.csv").set_index(["task", "epoch_fraction", "model", "metric"])
+    glue = pd.read_csv(workdir / "results/tables/glue.csv").set_index(["task", "checkpoint", "model", "metric"])
     bert = pd.read_parquet(workdir / "models/tiny/mrpc/ft1/ckpt-1/eval_predictions.parquet")
     assert glue.loc[("mrpc", 1.0, "BERT", "accuracy"), "flagged"] == int(bert["prediction"].nunique() == 1)
-    for frac in ("0", "1"):
+    for checkpoint in ("0", "1"):
         runs = [
-            pd.read_parquet(workdir / f"heads/tiny/mrpc/ft1/ckpt-{frac}/lp/seed{s}/eval_predictions.parquet")
+            pd.read_parquet(workdir / f"heads/tiny/mrpc/ft1/ckpt-{checkpoint}/lp/seed{s}/eval_predictions.parquet")
             for s in (1, 2)
         ]
         constant = sum(r["prediction"].nunique() == 1 for r in runs)
-        assert glue.loc[("mrpc", float(frac), "lp", "accuracy"), "flagged"] == constant
+        assert glue.loc[("mrpc", float(checkpoint), "lp", "accuracy"), "flagged"] == constant
 
 
 def test_data_fraction_table_and_its_sources(workflow_run):
     workdir, _ = workflow_run
     table = pd.read_csv(workdir / "results/tables/data_fraction.csv", dtype={"checkpoint": str})
     assert set(table["task"]) == {"stsb"} and set(table["checkpoint"]) == {"1"}
-    lp = table[table["model"] == "lp"].set_index("fraction")
+    lp = table[table["model"] == "lp"].set_index("train_fraction")
     assert sorted(lp.index) == [0.5, 1.0]
     runs = [
         json.loads((workdir / f"heads-data/tiny/stsb/ft1/ckpt-1/data-0.5/lp/seed{s}/metrics.json").read_text())
@@ -309,9 +309,9 @@ def test_data_fraction_table_and_its_sources(workflow_run):
 def test_transfer_diagonal_reproduces_each_heads_own_score(workflow_run):
     workdir, _ = workflow_run
     transfer = pd.read_csv(workdir / "results/tables/transfer.csv", dtype={"trained_on": str, "evaluated_on": str})
-    glue = pd.read_csv(workdir / "results/tables/glue.csv").set_index(["task", "epoch_fraction", "model", "metric"])
+    glue = pd.read_csv(workdir / "results/tables/glue.csv").set_index(["task", "checkpoint", "model", "metric"])
     for task, metric in (("mrpc", "accuracy"), ("stsb", "pearson")):
-        whole = transfer[(transfer["task"] == task) & (transfer["fraction"] == 1)]
+        whole = transfer[(transfer["task"] == task) & (transfer["train_fraction"] == 1)]
         rows = whole.set_index(["model", "standardization", "trained_on", "evaluated_on"])
         for ckpt in ("0", "1"):
             for head in ("lp", "adapter8", *(("tokpool", "ladder") if task == "mrpc" else ())):
@@ -330,9 +330,9 @@ def test_data_fraction_heads_are_applied_across_checkpoints(workflow_run):
     workdir, _ = workflow_run
     transfer = pd.read_csv(workdir / "results/tables/transfer.csv", dtype={"trained_on": str, "evaluated_on": str})
     fraction = pd.read_csv(workdir / "results/tables/data_fraction.csv")
-    half = transfer[(transfer["task"] == "stsb") & (transfer["fraction"] == 0.5)]
+    half = transfer[(transfer["task"] == "stsb") & (transfer["train_fraction"] == 0.5)]
     rows = half.set_index(["model", "standardization", "trained_on", "evaluated_on"])
-    own = fraction[(fraction["model"] == "lp") & (fraction["fraction"] == 0.5)]["mean"].item()
+    own = fraction[(fraction["model"] == "lp") & (fraction["train_fraction"] == 0.5)]["mean"].item()
     assert rows.loc[("lp", "source", "1", "1"), "mean"] == pytest.approx(own, abs=1e-5)
     for how in ("source", "target"):
         assert rows.loc[("lp", how, "1", "0"), "n"] == 2
@@ -510,9 +510,11 @@ def test_a_streamed_task_stores_no_features_and_its_heads_match_the_tables(workf
     workdir, config = workflow_run
     assert not (workdir / "features/tiny/stsb").exists()  # no extract or manifest job ran for it
     assert (workdir / "features/tiny/mrpc").exists()
-    for frac in ("0", "1"):
+    for checkpoint in ("0", "1"):
         for head in ("lp", "adapter8"):
-            record = json.loads((workdir / f"heads/tiny/stsb/ft1/ckpt-{frac}/{head}/seed1/metrics.json").read_text())
+            record = json.loads(
+                (workdir / f"heads/tiny/stsb/ft1/ckpt-{checkpoint}/{head}/seed1/metrics.json").read_text()
+            )
             assert record["features_stored"] is False and record["stream"]["runs_per_pass"] == 4
             assert record["search"] is not None or head == "lp"  # the search's best parameters, streamed too
     costs = pd.read_csv(workdir / "results" / "tables" / "cost.csv")
@@ -652,17 +654,17 @@ def test_the_picked_bundles_serve_every_task_of_the_run_over_http(workflow_run):
     picked = summary[summary["row"] == "BERTVision (picked)"].set_index("task")
     for task, pick in index["picks"].items():
         assert (
-            pick["model"] == picked.loc[task, "model"] and pick["epoch_fraction"] == picked.loc[task, "epoch_fraction"]
+            pick["model"] == picked.loc[task, "model"] and float(pick["checkpoint"]) == picked.loc[task, "checkpoint"]
         )
         bundle = json.loads((picked_dir / pick["bundle"] / "bundle.json").read_text())
         assert bundle["tasks"][task]["picked"] == pick["model"]  # an ensemble too, served as evaluated
-        if pick["epoch_fraction"] == 0 and pick["model"] == pick["head"]:
+        if pick["checkpoint"] == "0" and pick["model"] == pick["head"]:
             assert pick["bundle"] == "frozen"
         else:  # a task's own checkpoint, or an ensemble (its bundle keeps the task's whole model)
-            frac = f"{pick['epoch_fraction']:g}"
-            assert pick["bundle"] == f"{task}-ft{pick['ft_seed']}-ckpt-{frac}"
+            checkpoint = pick["checkpoint"]
+            assert pick["bundle"] == f"{task}-ft{pick['ft_seed']}-ckpt-{checkpoint}"
             assert list(bundle["tasks"]) == [task]
-            ckpt = load_file(workdir / f"models/tiny/{task}/ft{pick['ft_seed']}/ckpt-{frac}/model.safetensors")
+            ckpt = load_file(workdir / f"models/tiny/{task}/ft{pick['ft_seed']}/ckpt-{checkpoint}/model.safetensors")
             served = load_file(picked_dir / pick["bundle"] / "encoder/model.safetensors")
             name = "embeddings.word_embeddings.weight"
             kept = name if name in served else f"bert.{name}"  # (an ensemble's bundle keeps the whole model)

@@ -60,7 +60,7 @@ HELP = {
     "worker": "this worker's number",
     "worker_records": "the study's worker records",
     "peers": "task -> the peers the config names for it, as JSON",
-    "runs": "JSON: every run, [{model, task, ftseed, frac}] (tables); every checkpoint and its heads (serve-bundles)",
+    "runs": "JSON: every run, [{model, task, ftseed, checkpoint}] (tables); a checkpoint and heads (serve-bundles)",
     "n_shards": "extraction shards per checkpoint",
     "shard": "this shard's number",
     "head_order": "head names in table order",

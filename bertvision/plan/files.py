@@ -17,9 +17,9 @@ class RunFiles:
         self.s = settings
 
     def run(self, keys: Mapping) -> Run:
-        """The run a job's keys name (``frac``: `checkpoint` is a Snakemake keyword)."""
+        """The run a job's keys name."""
         k = dict(keys)
-        return Run(k["model"], k["task"], int(k["ftseed"]), Checkpoint.named(k["frac"]), self.s.store(k["task"]))
+        return Run(k["model"], k["task"], int(k["ftseed"]), Checkpoint.named(k["checkpoint"]), self.s.store(k["task"]))
 
     # --- where a head job gets its states: the feature files, or (store: false) the frozen checkpoint
     @staticmethod
@@ -83,7 +83,7 @@ class RunFiles:
         trained, nor where every head reads a pair encoded apart (BERT reads it joint: the service
         combines only a head and BERT of one pass)."""
         k = dict(keys)
-        if Checkpoint.named(k["frac"]).fraction == 0 or "joint" not in self.s.pair_forms(k["task"]):
+        if Checkpoint.named(k["checkpoint"]).fraction == 0 or "joint" not in self.s.pair_forms(k["task"]):
             return []
         return L.CHECKPOINT_FILE.format(**k, file=L.BERT_LOGITS)
 

@@ -46,7 +46,7 @@ class RaceReach:
     def decisions_of(self, model: str, task: str) -> list[str]:
         if not self.s.head_race().racing:
             return []
-        return [RACE_DECISION.format(model=model, task=task, frac=c) for c in self.checkpoints(model, task)]
+        return [RACE_DECISION.format(model=model, task=task, checkpoint=c) for c in self.checkpoints(model, task)]
 
     def decisions(self) -> list[str]:
         """Every decision the race took (none under the grid): the tables say where it stopped."""
@@ -56,10 +56,10 @@ class RaceReach:
         """A checkpoint's race decision reads the heads of every fine-tuning seed there (checkpoint
         0's once) and the decision before it."""
         k = dict(keys)
-        here = Checkpoint.named(k["frac"])
+        here = Checkpoint.named(k["checkpoint"])
         before = self.s.checkpoint_before(here)
         heads = [run.format(HEADS_DIR) for run in self.s.runs([k["task"]], [here]) if run.model == k["model"]]
-        previous = [RACE_DECISION.format(model=k["model"], task=k["task"], frac=before)] if before else []
+        previous = [RACE_DECISION.format(model=k["model"], task=k["task"], checkpoint=before)] if before else []
         return {"heads": heads, "previous": previous}
 
     def survivors(self, pattern: str) -> Callable[[Mapping], list[str]]:
@@ -69,7 +69,7 @@ class RaceReach:
 
         def inputs(keys: Mapping) -> list[str]:
             k, first = dict(keys), self.s.ft_seeds[0]
-            decided = self.s.head_race().racing and Checkpoint.named(k["frac"]).fraction > 0
+            decided = self.s.head_race().racing and Checkpoint.named(k["checkpoint"]).fraction > 0
             if not decided or int(k["ftseed"]) == first:
                 return []
             return [pattern.format(**{**k, "ftseed": first})]

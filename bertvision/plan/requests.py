@@ -37,7 +37,7 @@ class RuleRequests:
 
     def finetune(self, wildcards, attempt: int) -> dict:
         """One fine-tuning job trains from the checkpoint before its own."""
-        here = Checkpoint.named(wildcards.frac)
+        here = Checkpoint.named(wildcards.checkpoint)
         before = self.s.checkpoint_before(here)
         epochs = max(here.fraction - (before.fraction if before else 0), 0.01)
         return self._training(wildcards, attempt, self.s.finetune(wildcards.model, wildcards.task).optimizer.batch_size,

@@ -60,7 +60,7 @@ def _encoder_row(record: dict, kind: str, checkpoint: Checkpoint | None, jobs: J
         "backbone": record["model"],
         "task": task.name,
         "kind": kind,
-        "epoch_fraction": np.nan if checkpoint is None else checkpoint.fraction,
+        "checkpoint": np.nan if checkpoint is None else checkpoint.fraction,
         "model": kind,
         "selection": task.primary_score(record["metrics"], "selection"),
         "dev": task.headline(record["metrics"]),
@@ -82,7 +82,7 @@ def _peer_row(record: dict, jobs: JobSeconds) -> dict:
         "backbone": record["model"],
         "task": task.name,
         "kind": PEER,
-        "epoch_fraction": np.nan,
+        "checkpoint": np.nan,
         "model": record["label"],
         "peer": record["peer"],
         "deterministic": bool(record["deterministic"]),
@@ -119,7 +119,7 @@ def candidate_runs(
     rows += [_peer_row(r, spent) for r in map(read_json, peer_metrics)]
     bert = {}
     for r in map(read_json, bert_metrics):
-        key = (r["model"], get_task(r["task"]).name, int(r["seed"]), Checkpoint(r["epoch_fraction"]))
+        key = (r["model"], get_task(r["task"]).name, int(r["seed"]), Checkpoint.named(r["checkpoint"]))
         bert[key] = r
         if is_scored(r):
             rows.append(_encoder_row(r, BERT, key[3], spent))
@@ -137,7 +137,7 @@ def candidate_runs(
             "backbone": key[0],
             "task": task.name,
             "ft_seed": key[2],
-            "epoch_fraction": key[3].fraction,
+            "checkpoint": key[3].fraction,
             "head": r["head"],
             "seconds": finetune_s + extract_s + r["seconds"],
             "finetune_s": finetune_s,

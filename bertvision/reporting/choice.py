@@ -15,7 +15,7 @@ from bertvision.reporting.ranking import Candidate, difference_error, frame_cand
 
 def over_seeds(runs: pd.DataFrame) -> pd.DataFrame:
     """Runs averaged over seeds, per (kind, checkpoint, model)."""
-    keys = ["kind", "epoch_fraction", "model"]
+    keys = ["kind", "checkpoint", "model"]
     g = runs.groupby(keys, sort=False, dropna=False)  # full fine-tuning has no checkpoint
     out = g.agg(
         **SEED_AGGREGATES,
@@ -46,9 +46,7 @@ def over_seeds(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def path_candidates(configs: pd.DataFrame) -> list[Candidate]:
-    return frame_candidates(
-        configs, "model", "selection_mean", "trainable_params", "epoch_fraction", "selection_std", "n"
-    )
+    return frame_candidates(configs, "model", "selection_mean", "trainable_params", "checkpoint", "selection_std", "n")
 
 
 def pick(configs: pd.DataFrame) -> pd.Series | None:
@@ -85,9 +83,7 @@ def bertvision_paths(configs: pd.DataFrame) -> pd.DataFrame:
 def served_seed(block: pd.DataFrame, head: str, checkpoint: Checkpoint) -> int:
     """The fine-tuning seed whose run of ``head`` at ``checkpoint`` scored best on the selection
     split (its best head seed; a missing score never wins; ties: the lower seed)."""
-    runs = block[
-        (block["kind"] == "head") & (block["model"] == head) & (block["epoch_fraction"] == checkpoint.fraction)
-    ]
+    runs = block[(block["kind"] == "head") & (block["model"] == head) & (block["checkpoint"] == checkpoint.fraction)]
     best = runs.assign(score=runs["selection"].fillna(-np.inf)).groupby("ft_seed")["score"].max()
     return int(best[best == best.max()].index.min())
 
@@ -102,11 +98,11 @@ def choose_picks(runs: pd.DataFrame) -> list[Pick]:
         picked = pick(bertvision_paths(over_seeds(counted_once(block))))
         if picked is None:
             continue
-        checkpoint = Checkpoint(picked["epoch_fraction"])
+        checkpoint = Checkpoint(picked["checkpoint"])
         made = block[
             (block["kind"] == picked["kind"])
             & (block["model"] == picked["model"])
-            & (block["epoch_fraction"] == checkpoint.fraction)
+            & (block["checkpoint"] == checkpoint.fraction)
         ].iloc[0]
         ensemble = made["ensemble"] if picked["kind"] == "ensemble" else None
         picks.append(

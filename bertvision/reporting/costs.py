@@ -62,7 +62,7 @@ def cost_table(bert_metrics, head_metrics, manifests, jobs: list[Job]) -> pd.Dat
                 "model_name": r["model"],
                 "task": r["task"],
                 "ft_seed": r["seed"],
-                "epoch_fraction": Checkpoint(r["epoch_fraction"]).fraction,
+                "checkpoint": Checkpoint.named(r["checkpoint"]).fraction,
                 "finetune_s": r["train_seconds"],
                 "score": get_task(r["task"]).headline(r["metrics"]) if is_scored(r) else np.nan,
                 "selection": get_task(r["task"]).primary_score(r["metrics"], "selection") if is_scored(r) else np.nan,
@@ -77,7 +77,7 @@ def cost_table(bert_metrics, head_metrics, manifests, jobs: list[Job]) -> pd.Dat
                 "task": r["task"],
                 "model_name": r["source"]["model"],
                 "ft_seed": int(r["source"]["ft_seed"]),
-                "epoch_fraction": source_checkpoint(r).fraction,
+                "checkpoint": source_checkpoint(r).fraction,
                 "model": r["head"],
                 "head_s": r["seconds"],
                 **job_seconds.parts(r),
@@ -93,18 +93,18 @@ def cost_table(bert_metrics, head_metrics, manifests, jobs: list[Job]) -> pd.Dat
     )
     if heads.empty or bert.empty:
         return pd.DataFrame()
-    finetune = bert[["model_name", "task", "ft_seed", "epoch_fraction", "finetune_s"]]
-    spent = heads.merge(finetune, on=["model_name", "task", "ft_seed", "epoch_fraction"], how="left")
+    finetune = bert[["model_name", "task", "ft_seed", "checkpoint", "finetune_s"]]
+    spent = heads.merge(finetune, on=["model_name", "task", "ft_seed", "checkpoint"], how="left")
     whole = SelectionCost(spent.rename(columns={"model_name": "backbone"}))
     at_checkpoint = whole.checkpoints.set_index(CHECKPOINT_KEYS)["whole_s"]
     over_checkpoints = whole.seeds.set_index(SEED_KEYS)["whole_s"]
     rows = []
-    keys = ["task", "model_name", "ft_seed", "epoch_fraction", "model"]
-    for (task, model_name, ft, frac, head), g in heads.groupby(keys, sort=False):
+    keys = ["task", "model_name", "ft_seed", "checkpoint", "model"]
+    for (task, model_name, ft, checkpoint, head), g in heads.groupby(keys, sort=False):
         b = bert[(bert["model_name"] == model_name) & (bert["task"] == task) & (bert["ft_seed"] == ft)]
-        at = b[b["epoch_fraction"] == frac].iloc[0]
+        at = b[b["checkpoint"] == checkpoint].iloc[0]
         # the reference checkpoint is chosen on selection; without selection scores, the last one
-        best = b.loc[b["selection"].idxmax()] if b["selection"].notna().any() else b.loc[b["epoch_fraction"].idxmax()]
+        best = b.loc[b["selection"].idxmax()] if b["selection"].notna().any() else b.loc[b["checkpoint"].idxmax()]
         ext = float(g["extract_s"].iloc[0])
         head_s = float(g["head_s"].mean())
         head_s_std = _std(g["head_s"])
@@ -113,7 +113,7 @@ def cost_table(bert_metrics, head_metrics, manifests, jobs: list[Job]) -> pd.Dat
                 "backbone": model_name,
                 "task": task,
                 "ft_seed": ft,
-                "epoch_fraction": frac,
+                "checkpoint": checkpoint,
                 "model": head,
                 "n": len(g),
                 "score": float(g["score"].mean()),
@@ -128,22 +128,18 @@ def cost_table(bert_metrics, head_metrics, manifests, jobs: list[Job]) -> pd.Dat
                 "bertvision_s_std": head_s_std,  # the rest is the same for every head seed
                 "search_s": float(g["search_s"].iloc[0]),  # this head's study at this checkpoint
                 # everything run to choose among the heads at this checkpoint, and over every one
-                "checkpoint_whole_s": at_checkpoint.get((model_name, task, ft, frac), np.nan),
+                "checkpoint_whole_s": at_checkpoint.get((model_name, task, ft, checkpoint), np.nan),
                 "selection_whole_s": over_checkpoints.get((model_name, task, ft), np.nan),
                 "feature_bytes": float(g["feature_bytes"].iloc[0]),
                 "features": g["features"].iloc[0],
                 "bert_score": float(at["score"]),
-                "bert_pick_fraction": float(best["epoch_fraction"]),
+                "bert_pick_checkpoint": float(best["checkpoint"]),
                 "bert_pick_score": float(best["score"]),
                 "bert_pick_finetune_s": float(best["finetune_s"]),
                 "device": at["device"],
             }
         )
-    return (
-        pd.DataFrame(rows)
-        .sort_values(["backbone", "task", "ft_seed", "epoch_fraction", "model"])
-        .reset_index(drop=True)
-    )
+    return pd.DataFrame(rows).sort_values(["backbone", "task", "ft_seed", "checkpoint", "model"]).reset_index(drop=True)
 
 
 def cost_markdown(costs: pd.DataFrame) -> str:
@@ -171,14 +167,14 @@ def cost_markdown(costs: pd.DataFrame) -> str:
         first = block.iloc[0]
         parts.append(
             f"## {task} ({backbone}, fine-tuning seed {ft}; {metric}; BERT's pick: "
-            f"{first['bert_pick_score']:.{digits}f} at {first['bert_pick_fraction']:g} epochs, "
+            f"{first['bert_pick_score']:.{digits}f} at {first['bert_pick_checkpoint']:g} epochs, "
             f"{first['bert_pick_finetune_s']:.1f} s of fine-tuning; whole cost of a pick over every checkpoint: "
             f"{first['selection_whole_s']:.1f} s)"
         )
         parts.append("")
         rows = [
             [
-                f"{r.epoch_fraction:g}",
+                f"{r.checkpoint:g}",
                 r.model,
                 str(r.n),
                 _mean_std(r.score, r.score_std, digits),

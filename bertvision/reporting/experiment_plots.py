@@ -22,18 +22,20 @@ def data_fraction_curves(table_csv: Path, out: Path) -> None:
         {(b, t, c) for b, t, c in zip(table.get("backbone", []), table.get("task", []), table.get("checkpoint", []))}
     )
     fig, axes = panels(len(shown), 4.5)
-    for ax, (backbone, task, ckpt) in zip(axes, shown):
-        block = table[(table["backbone"] == backbone) & (table["task"] == task) & (table["checkpoint"] == ckpt)]
+    for ax, (backbone, task, checkpoint) in zip(axes, shown):
+        block = table[(table["backbone"] == backbone) & (table["task"] == task) & (table["checkpoint"] == checkpoint)]
         for model, g in block.groupby("model", sort=False):
             if model == BERT:
                 ax.axhline(g["mean"].iloc[0], color="black", linestyle="--", label="BERT (all data)")
                 continue
-            g = g.sort_values("fraction")
-            ax.errorbar(100 * g["fraction"], g["mean"], yerr=g["std"].fillna(0), marker="o", capsize=3, label=model)
+            g = g.sort_values("train_fraction")
+            ax.errorbar(
+                100 * g["train_fraction"], g["mean"], yerr=g["std"].fillna(0), marker="o", capsize=3, label=model
+            )
         ax.set_xlabel("training data used by the head (%)")
         ax.set_ylabel(f"{block['metric'].iloc[0]} (dev)")
         ax.set_title(
-            f"{task}, features at {ckpt} epochs" + ("" if len({p[0] for p in shown}) == 1 else f" ({backbone})")
+            f"{task}, features at {checkpoint} epochs" + ("" if len({p[0] for p in shown}) == 1 else f" ({backbone})")
         )
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)

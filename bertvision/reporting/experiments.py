@@ -59,7 +59,7 @@ def search_table(best_files: list[Path]) -> pd.DataFrame:
             {
                 "backbone": r["keys"]["model"],
                 "task": r["keys"]["task"],
-                "checkpoint": r["keys"]["frac"],
+                "checkpoint": r["keys"]["checkpoint"],
                 "head": r["keys"]["head"],
                 "ft_seed": int(r["keys"]["ftseed"]),
                 "complete": r["trials"]["COMPLETE"],
@@ -185,7 +185,7 @@ def data_fraction_table(subset_runs: list[Path], full_runs: list[Path], bert_met
                     "task": key[1],
                     "checkpoint": key[2].name,
                     "model": key[3],
-                    "fraction": m["train_fraction"],
+                    "train_fraction": m["train_fraction"],
                     "train_examples": m["train_examples"],
                     "value": _primary(m["task"], m["metrics"]),
                 }
@@ -193,7 +193,7 @@ def data_fraction_table(subset_runs: list[Path], full_runs: list[Path], bert_met
     checkpoints = {(b, t, c) for b, t, c, _ in wanted}
     for path in bert_metrics:
         m = read_json(path)
-        checkpoint = Checkpoint(m["epoch_fraction"])
+        checkpoint = Checkpoint.named(m["checkpoint"])
         if is_scored(m) and (m["model"], m["task"], checkpoint) in checkpoints:
             rows.append(
                 {
@@ -201,15 +201,17 @@ def data_fraction_table(subset_runs: list[Path], full_runs: list[Path], bert_met
                     "task": m["task"],
                     "checkpoint": checkpoint.name,
                     "model": BERT,
-                    "fraction": 1.0,
+                    "train_fraction": 1.0,
                     "train_examples": np.nan,
                     "value": _primary(m["task"], m["metrics"]),
                 }
             )
-    df = pd.DataFrame(rows, columns=["backbone", "task", "checkpoint", "model", "fraction", "train_examples", "value"])
+    df = pd.DataFrame(
+        rows, columns=["backbone", "task", "checkpoint", "model", "train_fraction", "train_examples", "value"]
+    )
     return over_seeds(
         df,
-        ["backbone", "task", "checkpoint", "model", "fraction"],
+        ["backbone", "task", "checkpoint", "model", "train_fraction"],
         sort=True,
         train_examples=("train_examples", "first"),
     )
@@ -222,17 +224,17 @@ def data_fraction_markdown(table: pd.DataFrame) -> list[str]:
         "against BERT fine-tuned on all of them to the same checkpoint. Dev, mean ± std over seeds.",
         "",
     ]
-    for (backbone, task, ckpt), block in table.groupby(["backbone", "task", "checkpoint"], sort=True):
-        fractions = sorted(block.loc[block["model"] != BERT, "fraction"].unique())
-        parts += [f"## {task} ({backbone}), {ckpt} epochs ({block['metric'].iloc[0]})", ""]
+    for (backbone, task, checkpoint), block in table.groupby(["backbone", "task", "checkpoint"], sort=True):
+        fractions = sorted(block.loc[block["model"] != BERT, "train_fraction"].unique())
+        parts += [f"## {task} ({backbone}), {checkpoint} epochs ({block['metric'].iloc[0]})", ""]
         rows = []
         for model, g in block.groupby("model", sort=False):
-            by = g.set_index("fraction")
+            by = g.set_index("train_fraction")
             cells = [_cell(by, f) for f in fractions]
             if model == BERT:
                 cells = [""] * (len(fractions) - 1) + [_cell(by, 1.0)]
             rows.append([model, *cells])
-        n_examples = block.loc[block["model"] != BERT].groupby("fraction")["train_examples"].first()
+        n_examples = block.loc[block["model"] != BERT].groupby("train_fraction")["train_examples"].first()
         header = [f"{f:g} ({int(n_examples[f])})" for f in fractions]
         parts += [markdown_table(["model", *header], rows), ""]
     parts.append("Columns: share of the training rows (examples, or windows for span tasks).")
@@ -249,7 +251,7 @@ def transfer_table(transfer_files: list[Path], bert_metrics: list[Path]) -> pd.D
                     "backbone": r["backbone"],
                     "task": r["task"],
                     "model": r["head"],
-                    "fraction": r["train_fraction"],
+                    "train_fraction": r["train_fraction"],
                     "standardization": r["standardization"],
                     "trained_on": r["trained_on"],
                     "evaluated_on": r["evaluated_on"],
@@ -260,20 +262,20 @@ def transfer_table(transfer_files: list[Path], bert_metrics: list[Path]) -> pd.D
     for path in bert_metrics:
         m = read_json(path)
         if is_scored(m) and (m["model"], m["task"]) in tasks:
-            ckpt = f"{m['epoch_fraction']:g}"
+            checkpoint = m["checkpoint"]
             rows.append(
                 {
                     "backbone": m["model"],
                     "task": m["task"],
                     "model": BERT,
-                    "fraction": 1.0,
+                    "train_fraction": 1.0,
                     "standardization": "",
-                    "trained_on": ckpt,
-                    "evaluated_on": ckpt,
+                    "trained_on": checkpoint,
+                    "evaluated_on": checkpoint,
                     "value": _primary(m["task"], m["metrics"]),
                 }
             )
-    keys = ["backbone", "task", "model", "fraction", "standardization", "trained_on", "evaluated_on"]
+    keys = ["backbone", "task", "model", "train_fraction", "standardization", "trained_on", "evaluated_on"]
     return over_seeds(pd.DataFrame(rows, columns=[*keys, "value"]), keys)
 
 
@@ -290,22 +292,28 @@ def transfer_markdown(table: pd.DataFrame) -> list[str]:
         "",
     ]
     for (backbone, task), block in table.groupby(["backbone", "task"], sort=True):
-        ckpts = sorted(block["evaluated_on"].unique(), key=float)
+        checkpoints = sorted(block["evaluated_on"].unique(), key=float)
         parts += [f"## {task} ({backbone}; {block['metric'].iloc[0]})", ""]
         keyed = []  # (sort key, row): sorted on the numbers, not on their formatted cells
-        groups = block.groupby(["model", "fraction", "standardization", "trained_on"], sort=False)
+        groups = block.groupby(["model", "train_fraction", "standardization", "trained_on"], sort=False)
         for (model, fraction, how, source), g in groups:
             by = g.set_index("evaluated_on")
             standardized = {"source": "trained on", "target": "evaluated on"}.get(how, "")
-            row = [model, f"{fraction:.0%}", source, standardized, *[_cell(by, c) for c in ckpts]]
+            row = [model, f"{fraction:.0%}", source, standardized, *[_cell(by, c) for c in checkpoints]]
             keyed.append(((standardized != "trained on", model, -fraction, float(source)), row))
         bert = [r for _, r in keyed if r[0] == BERT]
-        own_cells = [next((r[4 + i] for r in bert if r[2] == c), "") for i, c in enumerate(ckpts)]
+        own_cells = [next((r[4 + i] for r in bert if r[2] == c), "") for i, c in enumerate(checkpoints)]
         bert_row = [BERT, "100%", "(own)", "", *own_cells]
         rows = [r for _, r in sorted(((k, r) for k, r in keyed if r[0] != BERT), key=lambda kr: kr[0])]
         parts += [
             markdown_table(
-                ["head", "share of train", "trained on", "input standardized with", *[f"on {c} ep" for c in ckpts]],
+                [
+                    "head",
+                    "share of train",
+                    "trained on",
+                    "input standardized with",
+                    *[f"on {c} ep" for c in checkpoints],
+                ],
                 rows + [bert_row],
             ),
             "",

@@ -18,7 +18,7 @@ from bertvision.reporting.markdown import fmt, markdown_table, seconds_cell
 from bertvision.reporting.results import BERT
 
 METHOD_COLUMNS = [
-    "backbone", "task", "family", "model", "epoch_fraction", "metric", "dev_mean", "dev_std", "n",
+    "backbone", "task", "family", "model", "checkpoint", "metric", "dev_mean", "dev_std", "n",
     "selection_mean", "trainable_params", "parameter_percent", "cost_seconds", "cost_seconds_std", "on_front",
 ]  # fmt: skip
 
@@ -55,7 +55,7 @@ def method_table(runs: pd.DataFrame) -> pd.DataFrame:
     out = []
     for (backbone, task_name), block in runs.groupby(["backbone", "task"], sort=True):
         task = get_task(task_name)
-        g = block.groupby(["kind", "epoch_fraction", "model"], sort=False, dropna=False)
+        g = block.groupby(["kind", "checkpoint", "model"], sort=False, dropna=False)
         table = g.agg(
             **SEED_AGGREGATES,
             cost_seconds=("cost", lambda v: v.mean(skipna=False)),
@@ -93,7 +93,7 @@ def methods_markdown(table: pd.DataFrame) -> str:
         rows = [
             [
                 r.family,
-                r.model if np.isnan(r.epoch_fraction) else f"{r.model} @ {r.epoch_fraction:g}",
+                r.model if np.isnan(r.checkpoint) else f"{r.model} @ {r.checkpoint:g}",
                 fmt(r.dev_mean, r.dev_std, scale),
                 str(int(r.n)),
                 f"{r.selection_mean:.3f}" if scale == 1 else f"{r.selection_mean:.1f}",

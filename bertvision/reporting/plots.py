@@ -41,9 +41,9 @@ def score_vs_epochs(summary: pd.DataFrame, task: str, path: Path) -> None:
     rows = primary_rows(summary, task)
     fig, ax = plt.subplots(figsize=(6, 4))
     for (label, model), g in rows.groupby(["label", "model"], sort=False):
-        g = g.sort_values("epoch_fraction")
+        g = g.sort_values("checkpoint")
         style = {"color": "black", "linewidth": 2.5, "marker": "s"} if model == BERT else {"marker": "o"}
-        ax.errorbar(g["epoch_fraction"], g["mean"], yerr=g["std"].fillna(0), capsize=3, label=label, **style)
+        ax.errorbar(g["checkpoint"], g["mean"], yerr=g["std"].fillna(0), capsize=3, label=label, **style)
     spec = get_task(task)
     ax.set_xlabel("fine-tuning epochs before freezing")
     ax.set_ylabel(f"{spec.primary_metric} ({spec.eval_splits[0]})")
@@ -57,7 +57,7 @@ def score_vs_params(summary: pd.DataFrame, tasks: list[str], path: Path) -> None
     fig, axes = panels(len(tasks), 4.5)
     for ax, task in zip(axes, tasks):
         rows = primary_rows(summary, task)
-        last = rows[rows["epoch_fraction"] == rows["epoch_fraction"].max()]
+        last = rows[rows["checkpoint"] == rows["checkpoint"].max()]
         for _, r in last.iterrows():
             ax.errorbar(
                 r["parameter_percent"],
@@ -74,7 +74,7 @@ def score_vs_params(summary: pd.DataFrame, tasks: list[str], path: Path) -> None
         log_axis(ax.xaxis, last["parameter_percent"])
         ax.set_xlabel("trainable parameters (% of the encoder)")
         ax.set_ylabel(get_task(task).primary_metric)
-        ax.set_title(f"{task} at {last['epoch_fraction'].max():g} epochs")
+        ax.set_title(f"{task} at {last['checkpoint'].max():g} epochs")
         ax.grid(alpha=0.3)
     save(fig, path)
 
@@ -86,13 +86,16 @@ def layer_weights(head_metrics: list[Path], path: Path, head: str = "lp") -> Non
     fig, ax = plt.subplots(figsize=(6, 1 + 0.5 * max(1, len({r["task"] for r in records}))))
     if records:
         frame = pd.DataFrame(
-            [{"task": r["task"], "ckpt": source_checkpoint(r).fraction, "weights": r["layer_weights"]} for r in records]
+            [
+                {"task": r["task"], "checkpoint": source_checkpoint(r).fraction, "weights": r["layer_weights"]}
+                for r in records
+            ]
         )
         matrix, labels = [], []
         for task, g in frame.groupby("task"):
-            g = g[g["ckpt"] == g["ckpt"].max()]
+            g = g[g["checkpoint"] == g["checkpoint"].max()]
             matrix.append(np.mean(np.stack(g["weights"].to_numpy()), axis=0))
-            labels.append(f"{task} ({g['ckpt'].iloc[0]:g} ep)")
+            labels.append(f"{task} ({g['checkpoint'].iloc[0]:g} ep)")
         image = ax.imshow(np.array(matrix), aspect="auto", cmap="viridis")
         ax.set_yticks(range(len(labels)), labels)
         ax.set_xticks(range(len(matrix[0])), ["emb", *[str(i) for i in range(1, len(matrix[0]))]])
@@ -115,17 +118,17 @@ def training_loss_frame(head_metrics: list[Path], baseline_metrics: list[Path] =
         if repeats_frozen_run(r, frozen_seen):
             continue
         run = {"backbone": r["source"]["model"], "task": r["task"], "model": r["head"]}
-        run["epoch_fraction"] = source_checkpoint(r).fraction
+        run["checkpoint"] = source_checkpoint(r).fraction
         rows += [{**run, "epoch": h["epoch"], "loss": h["train_loss"]} for h in r.get("history") or []]
     for path in baseline_metrics:
         r = read_json(path)
-        run = {"backbone": r["model"], "task": r["task"], "model": FULL_FT, "epoch_fraction": np.nan}
+        run = {"backbone": r["model"], "task": r["task"], "model": FULL_FT, "checkpoint": np.nan}
         rows += [
             {**run, "epoch": h["epoch"], "loss": h["train_loss_recent"]}
             for h in r.get("history") or []
             if h.get("train_loss_recent") is not None
         ]
-    keys = ["backbone", "task", "model", "epoch_fraction", "epoch"]
+    keys = ["backbone", "task", "model", "checkpoint", "epoch"]
     if not rows:
         return pd.DataFrame(columns=[*keys, "train_loss", "std", "n"])
     grouped = pd.DataFrame(rows).groupby(keys, sort=False, dropna=False)["loss"]
@@ -149,23 +152,23 @@ def training_loss(
     )
     heads = list(dict.fromkeys(m for m in frame["model"] if m != FULL_FT))
     colours = {h: plt.get_cmap("tab10")(i % 10) for i, h in enumerate(heads)}
-    checkpoints = sorted(set(frame["epoch_fraction"].dropna()), reverse=True)
+    checkpoints = sorted(set(frame["checkpoint"].dropna()), reverse=True)
     lines = {c: CHECKPOINT_LINES[min(i, len(CHECKPOINT_LINES) - 1)] for i, c in enumerate(checkpoints)}
     fig, axes = panels(len(blocks), 4.5)
     for ax, ((backbone, task), block) in zip(axes, blocks):
-        for (model, ckpt), g in block.groupby(["model", "epoch_fraction"], sort=False, dropna=False):
+        for (model, checkpoint), g in block.groupby(["model", "checkpoint"], sort=False, dropna=False):
             if model == FULL_FT:
                 style = {"color": "black", "linewidth": 2, "marker": "s", "markersize": 4}
             else:
-                style = {"color": colours[model], "linestyle": lines[ckpt], "linewidth": 1.2, "marker": "o"}
+                style = {"color": colours[model], "linestyle": lines[checkpoint], "linewidth": 1.2, "marker": "o"}
                 style["markersize"] = 2.5
             ax.plot(g["epoch"], g["train_loss"], **style)
         shown_heads = [h for h in heads if h in set(block["model"])]
-        shown_ckpts = [c for c in checkpoints if c in set(block["epoch_fraction"].dropna())]
+        shown_checkpoints = [c for c in checkpoints if c in set(block["checkpoint"].dropna())]
         handles = [matplotlib.lines.Line2D([], [], color=colours[h], label=h) for h in shown_heads]
         handles += [
             matplotlib.lines.Line2D([], [], color="gray", linestyle=lines[c], label=f"features at {c:g} ep")
-            for c in shown_ckpts
+            for c in shown_checkpoints
         ]
         if FULL_FT in set(block["model"]):
             handles.append(matplotlib.lines.Line2D([], [], color="black", linewidth=2, marker="s", label=FULL_FT))
@@ -246,7 +249,7 @@ def score_vs_seconds(summary_csv: Path, path: Path) -> None:
                 linewidth=0.8,
             )
             ax.annotate(
-                "full FT" if r.row == FULL_FT else r.model if r.row == PEER else f"{r.model} @{r.epoch_fraction:g}",
+                "full FT" if r.row == FULL_FT else r.model if r.row == PEER else f"{r.model} @{r.checkpoint:g}",
                 (r.seconds, r.dev_mean),
                 fontsize=6,
                 xytext=(3, 3),

@@ -11,7 +11,7 @@ import pandas as pd
 from bertvision.evaluation.ensemble import ENSEMBLES, ensemble_rules
 from bertvision.evaluation.flags import metric_flag, prediction_flags
 from bertvision.files import read_json
-from bertvision.layout import BERT_PREDICTIONS, HEAD_PREDICTIONS, source_checkpoint
+from bertvision.layout import BERT_PREDICTIONS, HEAD_PREDICTIONS, Checkpoint, source_checkpoint
 from bertvision.registry.task_spec import TaskSpec
 from bertvision.registry.tasks import get_task
 from bertvision.reporting.bert_records import is_scored
@@ -89,7 +89,7 @@ def long_records(bert_metrics: list[Path], head_metrics: list[Path]) -> pd.DataF
             m["metrics"],
             flags,
             backbone=m["model"],
-            epoch_fraction=m["epoch_fraction"],
+            checkpoint=Checkpoint.named(m["checkpoint"]).fraction,
             model=BERT,
             seed=m["seed"],
             parameter_percent=100.0,
@@ -102,7 +102,7 @@ def long_records(bert_metrics: list[Path], head_metrics: list[Path]) -> pd.DataF
         task = get_task(m["task"])
         run = {
             "backbone": m["source"]["model"],
-            "epoch_fraction": source_checkpoint(m).fraction,
+            "checkpoint": source_checkpoint(m).fraction,
             "seed": f"{m['source'].get('ft_seed', '')}/{m['seed']}",
             "tuned": m.get("search") is not None,
         }
@@ -136,7 +136,7 @@ def long_records(bert_metrics: list[Path], head_metrics: list[Path]) -> pd.DataF
 
 def summarize(records: pd.DataFrame, head_order: list[str]) -> pd.DataFrame:
     """Mean, sample std and count over seeds."""
-    keys = ["backbone", "task", "split", "epoch_fraction", "model", "metric"]
+    keys = ["backbone", "task", "split", "checkpoint", "model", "metric"]
     grouped = records.groupby(keys, sort=False)
     out = grouped["value"].agg(mean="mean", std=lambda v: v.std(ddof=1) if len(v) > 1 else np.nan, n="count")
     out["parameter_percent"] = grouped["parameter_percent"].first()
@@ -152,7 +152,7 @@ def summarize(records: pd.DataFrame, head_order: list[str]) -> pd.DataFrame:
     out["_model_order"] = out["model"].map(order)
     out["_metric_order"] = [get_task(t).metrics.index(m) for t, m in zip(out["task"], out["metric"])]
     return (
-        out.sort_values(["backbone", "task", "split", "epoch_fraction", "_model_order", "_metric_order"])
+        out.sort_values(["backbone", "task", "split", "checkpoint", "_model_order", "_metric_order"])
         .drop(columns=["_model_order", "_metric_order"])
         .reset_index(drop=True)
     )
@@ -160,14 +160,14 @@ def summarize(records: pd.DataFrame, head_order: list[str]) -> pd.DataFrame:
 
 def _section(block: pd.DataFrame, metrics: list[str], scale: float) -> str:
     rows = []
-    for (frac, model), g in block.groupby(["epoch_fraction", "model"], sort=False):
+    for (checkpoint, model), g in block.groupby(["checkpoint", "model"], sort=False):
         by_metric = g.set_index("metric")
         n = int(g["n"].iloc[0])
         flagged = int(g["flagged"].max())
         reasons = "; ".join(sorted({r for f in g["flags"] for r in f.split("; ") if r}))
         rows.append(
             [
-                f"{frac:g}",
+                f"{checkpoint:g}",
                 model + (" †" if g["tuned"].any() else ""),
                 f"{g['parameter_percent'].iloc[0]:.3f}",
                 *[
@@ -254,7 +254,7 @@ SUMMARY_COLUMNS = [
     "backbone",
     "task",
     "split",
-    "epoch_fraction",
+    "checkpoint",
     "model",
     "metric",
     "mean",

@@ -51,7 +51,7 @@ SUMMARY_COLUMNS = [
     "task",
     "row",
     "budget",  # a pick within a budget: the largest checkpoint it chose among
-    "epoch_fraction",
+    "checkpoint",
     "model",
     "metric",
     "dev_mean",
@@ -87,7 +87,7 @@ SUMMARY_COLUMNS = [
     # the path with the best mean selection score where the pick is an earlier checkpoint's within
     # its noise (``reporting.choice.passed_over``): its name, checkpoint, score and the difference's error
     "passed_over",
-    "passed_over_epoch_fraction",
+    "passed_over_checkpoint",
     "passed_over_selection",
     "passed_over_error",
 ]
@@ -102,7 +102,7 @@ def _whole_seconds(label: str, config: pd.Series, cost: SelectionCost) -> tuple[
     if label == ROW_KINDS[3]:
         return cost.up_to(config["budget"])
     if label == ROW_KINDS[4]:
-        return cost.at_checkpoint(config["epoch_fraction"])
+        return cost.at_checkpoint(config["checkpoint"])
     return config["whole_seconds"], config["whole_seconds_std"]
 
 
@@ -120,19 +120,19 @@ def summary_table(runs: pd.DataFrame, picks: list[Pick]) -> pd.DataFrame:
         full = configs[configs["kind"] == FULL_FT]
         chosen += [(ROW_KINDS[0], r) for _, r in full.iterrows()]
         chosen += [(PEER, r) for _, r in configs[configs["kind"] == PEER].iterrows()]
-        partial = configs[(configs["kind"] == BERT) & (configs["epoch_fraction"] > 0)].sort_values("epoch_fraction")
+        partial = configs[(configs["kind"] == BERT) & (configs["checkpoint"] > 0)].sort_values("checkpoint")
         chosen += [(ROW_KINDS[1], r) for _, r in partial.iterrows()]
         paths = bertvision_paths(configs)
         picked = picked_paths.get((backbone, task_name))
         if picked is not None:
-            path = paths[(paths["epoch_fraction"] == picked.checkpoint.fraction) & (paths["model"] == picked.model)]
+            path = paths[(paths["checkpoint"] == picked.checkpoint.fraction) & (paths["model"] == picked.model)]
             chosen.append((ROW_KINDS[2], path.iloc[0]))
         # the same pick among the checkpoints of at most c epochs, for each c between 0 and the largest
-        for budget in sorted(set(paths["epoch_fraction"]))[1:-1]:
-            within = pick(paths[paths["epoch_fraction"] <= budget])
+        for budget in sorted(set(paths["checkpoint"]))[1:-1]:
+            within = pick(paths[paths["checkpoint"] <= budget])
             if within is not None:
                 chosen.append((ROW_KINDS[3], pd.concat([within, pd.Series({"budget": budget})])))
-        frozen = pick(configs[(configs["kind"] == "head") & (configs["epoch_fraction"] == 0)])
+        frozen = pick(configs[(configs["kind"] == "head") & (configs["checkpoint"] == 0)])
         if frozen is not None:
             chosen.append((ROW_KINDS[4], frozen))
         ref = full.iloc[0] if len(full) else None
@@ -143,7 +143,7 @@ def summary_table(runs: pd.DataFrame, picks: list[Pick]) -> pd.DataFrame:
         over = passed_over(paths)
         facts |= {
             "passed_over": over[0]["model"] if over else None,
-            "passed_over_epoch_fraction": over[0]["epoch_fraction"] if over else np.nan,
+            "passed_over_checkpoint": over[0]["checkpoint"] if over else np.nan,
             "passed_over_selection": over[0]["selection_mean"] if over else np.nan,
             "passed_over_error": over[1] if over else np.nan,
         }
@@ -164,7 +164,7 @@ def summary_table(runs: pd.DataFrame, picks: list[Pick]) -> pd.DataFrame:
                     "task": task_name,
                     "row": label,
                     "budget": r.get("budget", np.nan),
-                    "epoch_fraction": r["epoch_fraction"],
+                    "checkpoint": r["checkpoint"],
                     "model": r["model"],
                     "metric": task.primary_metric,
                     "dev_mean": r["dev_mean"],
@@ -206,7 +206,7 @@ def verdict(block: pd.DataFrame) -> str:
     if picked.empty:
         return "No BERTVision path has a selection score yet."
     p = picked.iloc[0]
-    what = f"`{p['model']}` on the {p['epoch_fraction']:g}-epoch checkpoint"
+    what = f"`{p['model']}` on the {p['checkpoint']:g}-epoch checkpoint"
     if learned_nothing(task, block, block["constant_score"].iloc[0]):
         return nothing_learned(task, what)
     full = block[block["row"] == ROW_KINDS[0]]
@@ -246,7 +246,7 @@ def passed_over_line(block: pd.DataFrame) -> str:
         return ""
     gain = first["passed_over_selection"] - picked["selection_mean"].iloc[0]
     return (
-        f"`{first['passed_over']}` on the {first['passed_over_epoch_fraction']:g}-epoch checkpoint scored "
+        f"`{first['passed_over']}` on the {first['passed_over_checkpoint']:g}-epoch checkpoint scored "
         f"{gain:+.4f} above the pick on selection, within the standard error of the difference "
         f"({first['passed_over_error']:.4f}): the pick does not pay for further fine-tuning whose gain the "
         "seeds cannot tell from noise."
@@ -331,7 +331,7 @@ def summary_markdown(
         parts += [f"## {task_name} ({backbone}; {task.primary_metric}, {task.eval_splits[0]})", ""]
         rows = []
         for r in block.itertuples():
-            frac = "" if np.isnan(r.epoch_fraction) else f"{r.epoch_fraction:g}"
+            checkpoint = "" if np.isnan(r.checkpoint) else f"{r.checkpoint:g}"
             reference = r.row == ROW_KINDS[0]
             delta = (
                 ""
@@ -342,7 +342,7 @@ def summary_markdown(
             rows.append(
                 [
                     r.row if np.isnan(r.budget) else f"BERTVision (picked, ≤ {r.budget:g} epochs)",
-                    frac,
+                    checkpoint,
                     r.model,
                     fmt(r.dev_mean, r.dev_std, scale) + (" (no seed: exact)" if r.deterministic is True else ""),
                     str(r.n),

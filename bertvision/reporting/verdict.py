@@ -71,7 +71,7 @@ def undetermined_reason(picked: pd.Series, reference: pd.Series, name: str = "fu
     flat = [n for n, row in sides if row["dev_std"] == 0]
     if flat:
         return f"{' and '.join(flat)} scored the same on every seed, so its spread is unmeasured"
-    if picked.get("epoch_fraction", 0) > 0 and picked.get("ft_seeds", 2) < 2:
+    if picked.get("checkpoint", 0) > 0 and picked.get("ft_seeds", 2) < 2:
         return "the picked path's encoder was fine-tuned with one seed, so its spread covers the head seeds only"
     return None
 

@@ -45,7 +45,7 @@ from bertvision.reporting.timing import read_benchmark
 
 # One fine-tuning run: the unit whose whole cost is summed.
 SEED_KEYS = ["backbone", "task", "ft_seed"]
-CHECKPOINT_KEYS = [*SEED_KEYS, "epoch_fraction"]
+CHECKPOINT_KEYS = [*SEED_KEYS, "checkpoint"]
 # Per trained head and seed, the jobs its checkpoint's whole cost sums (JobSeconds.parts): the
 # same for every head seed but search_s, the head's own study (0 when it was not searched).
 PART_COLUMNS = ["finetune_jobs_s", "extract_jobs_s", "heads_job_s", "search_s", "race_s"]
@@ -61,7 +61,7 @@ def search_jobs(worker_records: Iterable[dict]) -> list[Job]:
     and its worker number): every worker job and each study's search_best job."""
     jobs: dict[tuple, Job] = {}
     for w in worker_records:
-        keys = {**w["keys"], "frac": Checkpoint.named(w["keys"]["frac"])}
+        keys = {**w["keys"], "checkpoint": Checkpoint.named(w["keys"]["checkpoint"])}
         jobs[("worker", *map(str, keys.values()), w["worker"])] = Job("search_worker", {**keys, "worker": w["worker"]})
         jobs.setdefault(("best", *map(str, keys.values())), Job("search_best", keys))
     return list(jobs.values())
@@ -70,7 +70,9 @@ def search_jobs(worker_records: Iterable[dict]) -> list[Job]:
 def race_jobs(decisions: Iterable[dict]) -> list[Job]:
     """The race_checkpoint jobs behind these decision records."""
     return [
-        Job("race_checkpoint", {"task": d["task"], "model": d["model"], "frac": Checkpoint.named(d["checkpoint"])})
+        Job(
+            "race_checkpoint", {"task": d["task"], "model": d["model"], "checkpoint": Checkpoint.named(d["checkpoint"])}
+        )
         for d in decisions
     ]
 
@@ -103,11 +105,18 @@ class JobSeconds:
     def key(job: Job) -> tuple | None:
         k = job.keys
         if job.rule in CHECKPOINT_RULES:
-            return (job.rule, k["model"], k["task"], int(k["ftseed"]), Checkpoint.named(str(k["frac"])))
+            return (job.rule, k["model"], k["task"], int(k["ftseed"]), Checkpoint.named(str(k["checkpoint"])))
         if job.rule in ("search_worker", "search_best"):
-            return ("search", k["model"], k["task"], int(k["ftseed"]), Checkpoint.named(str(k["frac"])), k["head"])
+            return (
+                "search",
+                k["model"],
+                k["task"],
+                int(k["ftseed"]),
+                Checkpoint.named(str(k["checkpoint"])),
+                k["head"],
+            )
         if job.rule == "race_checkpoint":
-            return ("race", k["model"], k["task"], Checkpoint.named(str(k["frac"])))
+            return ("race", k["model"], k["task"], Checkpoint.named(str(k["checkpoint"])))
         if job.rule == "baseline":
             return ("baseline", k["model"], k["task"], int(k["seed"]))
         if job.rule == "peer":
@@ -129,7 +138,7 @@ class JobSeconds:
         """Every fine-tuning job of the run up to and including ``checkpoint``, with BERT's scoring
         at each (``rules``: of those rules only)."""
         runs = self.finetune_runs.get((model, task, ft_seed), [])
-        found = [seconds for rule, ckpt, seconds in runs if rule in rules and ckpt.fraction <= checkpoint.fraction]
+        found = [seconds for rule, at, seconds in runs if rule in rules and at.fraction <= checkpoint.fraction]
         return float(sum(found)) if found else np.nan
 
     def bert_at(self, record: dict, checkpoint: Checkpoint) -> float:
@@ -165,16 +174,18 @@ class JobSeconds:
     def parts(self, record: dict) -> dict:
         """PART_COLUMNS for one head record: the jobs of its checkpoint's whole cost."""
         src = record["source"]
-        model, task, ft, ckpt = src["model"], record["task"], int(src["ft_seed"]), source_checkpoint(record)
+        model, task, ft, checkpoint = src["model"], record["task"], int(src["ft_seed"]), source_checkpoint(record)
         stored = record.get("features_stored", True)
         return {
-            "finetune_jobs_s": self.finetune_up_to(model, task, ft, ckpt),
-            "extract_jobs_s": (self.extract(model, task, ft, ckpt) + self.of("feature_manifest", model, task, ft, ckpt))
+            "finetune_jobs_s": self.finetune_up_to(model, task, ft, checkpoint),
+            "extract_jobs_s": (
+                self.extract(model, task, ft, checkpoint) + self.of("feature_manifest", model, task, ft, checkpoint)
+            )
             if stored
             else 0.0,
-            "heads_job_s": self.of("train_heads", model, task, ft, ckpt),
+            "heads_job_s": self.of("train_heads", model, task, ft, checkpoint),
             "search_s": self.search(record),
-            "race_s": self.seconds.get(("race", model, task, ckpt), 0.0),  # none under the grid
+            "race_s": self.seconds.get(("race", model, task, checkpoint), 0.0),  # none under the grid
         }
 
 
@@ -196,7 +207,7 @@ def checkpoint_spend(head_runs: pd.DataFrame) -> pd.DataFrame:
     out["search_s"] = studies.groupby(CHECKPOINT_KEYS).agg(lambda v: v.sum(skipna=False))
     out = out.reset_index()
     # one decision per checkpoint decides for every fine-tuning seed
-    out["race_s"] /= out.groupby(["backbone", "task", "epoch_fraction"])["ft_seed"].transform("size")
+    out["race_s"] /= out.groupby(["backbone", "task", "checkpoint"])["ft_seed"].transform("size")
     out["whole_s"] = out[PARTS].sum(axis=1, skipna=False)
     return out
 
@@ -207,15 +218,15 @@ def selection_spend(checkpoints: pd.DataFrame, up_to: float = np.inf) -> pd.Data
     and race decisions). Checkpoint 0's extraction, heads, searches and decision ran once for
     every fine-tuning seed (``Run.states_owner``): each seed that took part carries an even share."""
     rows = []
-    within = checkpoints[checkpoints["epoch_fraction"] <= up_to]
+    within = checkpoints[checkpoints["checkpoint"] <= up_to]
     for (backbone, task), block in within.groupby(["backbone", "task"], sort=True):
         seeds = sorted(block["ft_seed"].unique())
-        untouched = block["epoch_fraction"] == 0
+        untouched = block["checkpoint"] == 0
         shared = {part: block.loc[untouched, part].sum(skipna=False) / len(seeds) for part in PARTS[1:]}
         for seed in seeds:
             g = block[block["ft_seed"] == seed]
-            last = g.loc[g["epoch_fraction"].idxmax()]
-            own = g[g["epoch_fraction"] > 0]
+            last = g.loc[g["checkpoint"].idxmax()]
+            own = g[g["checkpoint"] > 0]
             row = {"backbone": backbone, "task": task, "ft_seed": seed}
             row["finetune_s"] = last["finetune_s"]  # every fine-tuning job of this seed up to the largest
             row.update({part: own[part].sum(skipna=False) + shared[part] for part in PARTS[1:]})
@@ -251,5 +262,5 @@ class SelectionCost:
 
     def at_checkpoint(self, fraction: float) -> tuple[float, float]:
         """A pick among the heads of one checkpoint: mean and std over fine-tuning seeds."""
-        at = self.checkpoints[self.checkpoints["epoch_fraction"] == fraction]
+        at = self.checkpoints[self.checkpoints["checkpoint"] == fraction]
         return mean_std(at["whole_s"])

@@ -16,8 +16,8 @@ ensemble picked on the untouched encoder gets a bundle of its own too
 (``{task}-ft{seed}-ckpt-0``: BERT there is the task model's classifier as fine-tuning
 initialised it, the one the evaluation scored).
 
-``bundles.json``: {format: 1, keys, bundles: {name: {path, tasks, checkpoint}}, picks: {task:
-{epoch_fraction, model (the summary's pick, served as such), head, ft_seed, bundle, dev_mean,
+``bundles.json``: {format: 1, keys, bundles: {name: {path, tasks, encoder_dir}}, picks: {task:
+{checkpoint, model (the summary's pick, served as such), head, ft_seed, bundle, dev_mean,
 selection_mean}}}.
 """
 
@@ -53,11 +53,11 @@ class CheckpointRun:
 
     @classmethod
     def from_json(cls, data: dict) -> CheckpointRun:
-        """A run as the rule gives it: {task, ftseed, frac (the checkpoint's name), checkpoint_dir, heads_dir}."""
+        """A run as the rule gives it: {task, ftseed, checkpoint (its name), checkpoint_dir, heads_dir}."""
         return cls(
             data["task"],
             int(data["ftseed"]),
-            Checkpoint.named(data["frac"]),
+            Checkpoint.named(data["checkpoint"]),
             Path(data["checkpoint_dir"]),
             Path(data["heads_dir"]),
         )
@@ -109,19 +109,19 @@ def write_picked_bundles(
     if unpicked:
         raise BundleError(f"{picks_path}: no picked path for {', '.join(unpicked)} (backbone {backbone})")
     groups: dict[str, dict[str, dict]] = {}
-    checkpoints: dict[str, Path] = {}
+    encoder_dirs: dict[str, Path] = {}
     described = {}
     for name in tasks:
         pick = picks[name]
         run = picked_run(pick, runs)
         bundle = bundle_name(run, ensemble=pick.ensemble is not None)
-        checkpoints.setdefault(bundle, run.checkpoint_dir)
+        encoder_dirs.setdefault(bundle, run.checkpoint_dir)
         settings = {**task_settings.get(name, {}), "heads_dirs": [str(run.heads_dir)], "picked": pick.head}
         if pick.ensemble is not None:
             settings.update(ensemble={"head": pick.head, "how": pick.ensemble}, picked=pick.model)
         groups.setdefault(bundle, {})[name] = settings
         described[name] = {
-            "epoch_fraction": pick.checkpoint.fraction,
+            "checkpoint": pick.checkpoint.name,
             "model": pick.model,
             "head": pick.head,
             "ft_seed": run.ftseed,
@@ -133,17 +133,17 @@ def write_picked_bundles(
         for bundle, members in sorted(groups.items()):
             write_bundle(
                 scratch / bundle,
-                checkpoints[bundle],
+                encoder_dirs[bundle],
                 tokenizer_source,
                 members,
-                {**keys, "bundle": bundle, "checkpoint": str(checkpoints[bundle])},
+                {**keys, "bundle": bundle, "encoder_dir": str(encoder_dirs[bundle])},
                 precision,
             )
         index = {
             "format": SET_FORMAT,
             "keys": keys,
             "bundles": {
-                b: {"path": b, "tasks": list(members), "checkpoint": str(checkpoints[b])}
+                b: {"path": b, "tasks": list(members), "encoder_dir": str(encoder_dirs[b])}
                 for b, members in sorted(groups.items())
             },
             "picks": described,
@@ -168,7 +168,7 @@ def serve_picks(
         checkpoint_runs = [CheckpointRun.from_json(r) for r in runs]
     except (KeyError, TypeError, ValueError) as err:
         raise SettingsError(
-            f"--runs: each run is {{task, ftseed, frac, checkpoint_dir, heads_dir}} ({type(err).__name__}: {err})"
+            f"--runs: each run is {{task, ftseed, checkpoint, checkpoint_dir, heads_dir}} ({type(err).__name__}: {err})"
         ) from None
     index = write_picked_bundles(
         out,
@@ -182,7 +182,7 @@ def serve_picks(
     )
     for task, pick in index["picks"].items():
         print(
-            f"{task}: {pick['model']} at checkpoint {pick['epoch_fraction']:g}, fine-tuning seed {pick['ft_seed']}: "
+            f"{task}: {pick['model']} at checkpoint {pick['checkpoint']}, fine-tuning seed {pick['ft_seed']}: "
             f"bundle {pick['bundle']}"
         )
     print(f"wrote {out}")

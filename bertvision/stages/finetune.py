@@ -58,12 +58,12 @@ def finetune(
     session.train(step, desc="finetune")
     with session.aside() as main:
         if main:
-            ckpt = checkpoint_dir(out_dir, checkpoint)
-            save_checkpoint(trainer.model, ckpt)
+            saved = checkpoint_dir(out_dir, checkpoint)
+            save_checkpoint(trainer.model, saved)
             record = {
                 "task": task.name,
                 "model": model_name,
-                "epoch_fraction": checkpoint.fraction,
+                "checkpoint": checkpoint.name,
                 "step": session.step,
                 "examples_seen": trainer.seen,
                 "metrics": None,  # rule score_bert's (none at checkpoint 0: its head has not trained)
@@ -71,8 +71,8 @@ def finetune(
                 "train_seconds": session.train_seconds,
                 "train_padding_ratio": trainer.padding_ratio,
             }
-            atomic_write_json({**record, **session.record()}, ckpt / TRAIN_RECORD)
-            save_resume_state(session.resume_state(with_optimizer=position < len(fractions) - 1), ckpt / RESUME_STATE)
+            atomic_write_json({**record, **session.record()}, saved / TRAIN_RECORD)
+            save_resume_state(session.resume_state(with_optimizer=position < len(fractions) - 1), saved / RESUME_STATE)
             log.info("checkpoint %s at step %d saved", checkpoint, session.step)
     session.close()
 

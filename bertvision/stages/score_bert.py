@@ -66,5 +66,5 @@ def score_bert(
         **facts,
     }
     atomic_write_json(record, checkpoint_dir / BERT_METRICS)
-    log.info("BERT at checkpoint %s, scored from the %s: %s", record["epoch_fraction"], source, metrics)
+    log.info("BERT at checkpoint %s, scored from the %s: %s", record["checkpoint"], source, metrics)
     return record

@@ -118,7 +118,7 @@ def run_worker(
     threads: int | None = None,
 ) -> dict:
     """Run this worker's share of the study's trials and write what it ran to ``out``. ``keys``:
-    the study's model, task, ftseed, frac and head (its record carries them); ``head``: its
+    the study's model, task, ftseed, checkpoint and head (its record carries them); ``head``: its
     spec and final training settings, which the trials' parameters replace."""
     spec, settings = head.spec, head.training
     name = study_name(STUDY_LABEL.format(**keys), spec, settings, search, manifest)
