@@ -142,17 +142,17 @@ def storage_comparison(
     s,
     args,
     tmp: Path,
-    ckpt: Path,
+    encoder_dir: Path,
     feat: Path,
     extract_all_seconds: float,
     on_disk: int,
     stored_seconds: float,
     stored_records: list,
 ) -> list[tuple]:
-    """Train the same heads and seeds on states streamed from ``ckpt``; rows of the side-by-side
+    """Train the same heads and seeds on states streamed from ``encoder_dir``; rows of the side-by-side
     table (stored vs streamed)."""
     source = StreamSource(
-        str(ckpt),
+        str(encoder_dir),
         str(tmp / "tokens"),
         s.extract(),
         s.extract_compute(),
@@ -244,22 +244,22 @@ def main() -> None:
         # Use the pretrained encoder as the checkpoint (extraction cost does not depend on the weights).
         from transformers import AutoModel
 
-        ckpt = tmp / "ckpt"
-        AutoModel.from_pretrained(resolve_pretrained(backbone)).save_pretrained(ckpt)
+        encoder_dir = tmp / "ckpt"
+        AutoModel.from_pretrained(resolve_pretrained(backbone)).save_pretrained(encoder_dir)
 
         # 1. extraction vs plain forward over the same batches, alternating, best of N each.
         attrs = {"model": model_name, "task": args.task, "checkpoint": "0", "ft_seed": 0, "label_kind": task.kind}
         unit = "tokens" if task.kind == "span" else "examples"
         extract_times, plain_times, stats = [], [], None
         for r in range(args.repeats):
-            plain_times.append(plain_forward_seconds(ckpt, train, ex_settings, ex_compute, device))
+            plain_times.append(plain_forward_seconds(encoder_dir, train, ex_settings, ex_compute, device))
             out = tmp / f"feat{r}" / "shard-0-of-1"
             t0 = time.perf_counter()
-            stats = extract_shard(ckpt, tmp / "tokens", out, 0, 1, ["train"], ex_settings, ex_compute, attrs)
+            stats = extract_shard(encoder_dir, tmp / "tokens", out, 0, 1, ["train"], ex_settings, ex_compute, attrs)
             extract_times.append(time.perf_counter() - t0)
         # extract_shard includes loading the model once; time that load separately and remove it.
         t0 = time.perf_counter()
-        frozen_encoder(ckpt, device)
+        frozen_encoder(encoder_dir, device)
         load_seconds = time.perf_counter() - t0
         extract_best = min(extract_times) - load_seconds
         plain_best = min(plain_times)
@@ -268,8 +268,9 @@ def main() -> None:
         # 3. bytes on disk vs the minimum, for all splits of the task.
         feat = tmp / "features"
         t0 = time.perf_counter()
+        every_split = list(splits_of(task))
         extract_shard(
-            ckpt, tmp / "tokens", feat / "shard-0-of-1", 0, 1, list(splits_of(task)), ex_settings, ex_compute, attrs
+            encoder_dir, tmp / "tokens", feat / "shard-0-of-1", 0, 1, every_split, ex_settings, ex_compute, attrs
         )
         write_manifest([feat / "shard-0-of-1"], feat / "manifest.json", list(splits_of(task)))
         extract_all_seconds = time.perf_counter() - t0
@@ -304,7 +305,7 @@ def main() -> None:
 
         # 5. the same heads on streamed states
         storage = storage_comparison(
-            task, s, args, tmp, ckpt, feat, extract_all_seconds, on_disk, stored_seconds, records
+            task, s, args, tmp, encoder_dir, feat, extract_all_seconds, on_disk, stored_seconds, records
         )
         throughput = extraction_throughput(
             device, precision, args.throughput_batch, seconds=args.throughput_seconds, compile_model=args.compile

@@ -75,11 +75,11 @@ def compare(a: Path, b: Path, labels: tuple[str, str]) -> tuple[pd.DataFrame, st
         f"(selection, {labels[1]} minus {labels[0]}). Best head per task and checkpoint by selection: "
     )
     picks = []
-    for (task, ckpt), g in heads.groupby(["task", "checkpoint"]):
+    for (task, checkpoint), g in heads.groupby(["task", "checkpoint"]):
         best_a = g.loc[g["selection A"].idxmax()]
         best_b = g.loc[g["selection B"].idxmax()]
         better = labels[1] if best_b["selection B"] > best_a["selection A"] else labels[0]
-        picks.append(f"{task} @ {ckpt:g}: {better}")
+        picks.append(f"{task} @ {checkpoint:g}: {better}")
     return both, verdict + "; ".join(picks) + "."
 
 

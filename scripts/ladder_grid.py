@@ -21,23 +21,23 @@ from bertvision.config.schema import validate_config
 from bertvision.config.settings import HeadSettings
 from bertvision.config.workflow import WorkflowSettings
 from bertvision.features.source import StreamSource
-from bertvision.layout import CHECKPOINT_DIR, RAW_DIR, TOKENS_DIR, Run
+from bertvision.layout import CHECKPOINT_DIR, RAW_DIR, TOKENS_DIR, Checkpoint, Run
 from bertvision.models.backbone import resolve_pretrained
 from bertvision.registry.tasks import get_task
 from bertvision.stages.train_heads import train_heads
 
 root, config = Path(sys.argv[1]), Path(sys.argv[2])
-task, ftseed, ckpt, out = sys.argv[3], int(sys.argv[4]), sys.argv[5], Path(sys.argv[6])
+task, ftseed, checkpoint, out = sys.argv[3], int(sys.argv[4]), Checkpoint.named(sys.argv[5]), Path(sys.argv[6])
 max_epochs = int(sys.argv[7]) if len(sys.argv) > 7 else 12
 grid_name = sys.argv[8] if len(sys.argv) > 8 else "shape"
 S = WorkflowSettings(validate_config(yaml.safe_load(config.read_text())))
 model = S.models[0]
-run = Run(model, task, ftseed, ckpt)
-checkpoint = root / CHECKPOINT_DIR.format(model=model, task=task, ftseed=ftseed, checkpoint=ckpt)
-if ckpt == "0" and not checkpoint.exists():
-    checkpoint = Path(resolve_pretrained(S.finetune(model, task).backbone))
+run = Run(model, task, ftseed, checkpoint)
+encoder_dir = root / run.format(CHECKPOINT_DIR)
+if checkpoint.fraction == 0 and not encoder_dir.exists():
+    encoder_dir = Path(resolve_pretrained(S.finetune(model, task).backbone))
 source = StreamSource(
-    str(checkpoint),
+    str(encoder_dir),
     str(root / TOKENS_DIR.format(model=model, task=task)),
     S.extract(),
     S.extract_compute(),
@@ -79,7 +79,7 @@ train_heads(
     threads=1,
     raw_dir=root / RAW_DIR.format(task=task),
 )
-print(f"{task} ft{ftseed} ckpt {ckpt}: {time.time() - t0:.0f} s")
+print(f"{task} ft{ftseed} checkpoint {checkpoint}: {time.time() - t0:.0f} s")
 for name in heads:
     r = json.loads((out / name / "seed1" / "metrics.json").read_text())
     sel = [round(h["selection"][get_task(task).primary_metric], 3) for h in r["history"]]

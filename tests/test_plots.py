@@ -183,7 +183,7 @@ def test_the_data_fraction_plot_draws_a_panel_per_task_and_checkpoint_and_says_w
     from bertvision.reporting.experiment_plots import data_fraction_curves
 
     rows = [
-        {"backbone": "tiny", "task": task, "checkpoint": "0.3", "model": model, "train_fraction": fraction,
+        {"backbone": "tiny", "task": task, "checkpoint": 0.3, "model": model, "train_fraction": fraction,
          "mean": 0.6 + fraction / 10, "std": 0.01, "metric": "accuracy"}
         for task in ("sst2", "mrpc") for model in ("lp", "BERT") for fraction in (0.1, 0.3)
     ]  # fmt: skip

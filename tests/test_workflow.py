@@ -248,17 +248,17 @@ def test_token_features_feed_the_token_head_and_the_cls_heads(workflow_run):
 
 def test_search_runs_the_combined_trials_and_tunes_the_final_heads(workflow_run):
     workdir, _ = workflow_run
-    search = pd.read_csv(workdir / "results/tables/search.csv", dtype={"checkpoint": str})
+    search = pd.read_csv(workdir / "results/tables/search.csv")
     assert sorted(zip(search["task"], search["checkpoint"], search["head"])) == [
-        ("stsb", "0", "adapter8"),
-        ("stsb", "1", "adapter8"),
+        ("stsb", 0.0, "adapter8"),
+        ("stsb", 1.0, "adapter8"),
     ]
     assert ((search["complete"] + search["pruned"]) == 3).all()
     for ckpt in ("0", "1"):
         study = workdir / f"search/tiny/stsb/ft1/ckpt-{ckpt}/adapter8"
         best = json.loads((study / "best.json").read_text())
         # the CSV holds 6 significant digits (reporting.markdown)
-        assert search.set_index("checkpoint").loc[ckpt, "best_selection_score"] == pytest.approx(
+        assert search.set_index("checkpoint").loc[float(ckpt), "best_selection_score"] == pytest.approx(
             best["best_value"], rel=5e-6
         )
         workers = [json.loads(p.read_text()) for p in sorted(study.glob("worker-*.json"))]
@@ -291,8 +291,8 @@ def test_degenerate_runs_are_flagged_from_their_predictions(workflow_run):
 
 def test_data_fraction_table_and_its_sources(workflow_run):
     workdir, _ = workflow_run
-    table = pd.read_csv(workdir / "results/tables/data_fraction.csv", dtype={"checkpoint": str})
-    assert set(table["task"]) == {"stsb"} and set(table["checkpoint"]) == {"1"}
+    table = pd.read_csv(workdir / "results/tables/data_fraction.csv")
+    assert set(table["task"]) == {"stsb"} and set(table["checkpoint"]) == {1.0}
     lp = table[table["model"] == "lp"].set_index("train_fraction")
     assert sorted(lp.index) == [0.5, 1.0]
     runs = [

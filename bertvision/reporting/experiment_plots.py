@@ -17,7 +17,7 @@ from bertvision.reporting.results import BERT
 def data_fraction_curves(table_csv: Path, out: Path) -> None:
     """Score vs share of training data, one panel per (task, checkpoint); BERT (all the data,
     same checkpoint) as a dashed line."""
-    table = pd.read_csv(table_csv, dtype={"checkpoint": str}) if Path(table_csv).stat().st_size else pd.DataFrame()
+    table = pd.read_csv(table_csv) if Path(table_csv).stat().st_size else pd.DataFrame()
     shown = sorted(
         {(b, t, c) for b, t, c in zip(table.get("backbone", []), table.get("task", []), table.get("checkpoint", []))}
     )
@@ -35,7 +35,7 @@ def data_fraction_curves(table_csv: Path, out: Path) -> None:
         ax.set_xlabel("training data used by the head (%)")
         ax.set_ylabel(f"{block['metric'].iloc[0]} (dev)")
         ax.set_title(
-            f"{task}, features at {checkpoint} epochs" + ("" if len({p[0] for p in shown}) == 1 else f" ({backbone})")
+            f"{task}, features at {checkpoint:g} epochs" + ("" if len({p[0] for p in shown}) == 1 else f" ({backbone})")
         )
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)

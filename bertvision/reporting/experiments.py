@@ -59,7 +59,7 @@ def search_table(best_files: list[Path]) -> pd.DataFrame:
             {
                 "backbone": r["keys"]["model"],
                 "task": r["keys"]["task"],
-                "checkpoint": r["keys"]["checkpoint"],
+                "checkpoint": Checkpoint.named(r["keys"]["checkpoint"]).fraction,
                 "head": r["keys"]["head"],
                 "ft_seed": int(r["keys"]["ftseed"]),
                 "complete": r["trials"]["COMPLETE"],
@@ -134,7 +134,7 @@ def search_markdown(table: pd.DataFrame) -> list[str]:
             [
                 backbone,
                 task,
-                checkpoint,
+                f"{checkpoint:g}",
                 head,
                 str(len(g)),
                 str(int(g["complete"].sum())),
@@ -183,7 +183,7 @@ def data_fraction_table(subset_runs: list[Path], full_runs: list[Path], bert_met
                 {
                     "backbone": key[0],
                     "task": key[1],
-                    "checkpoint": key[2].name,
+                    "checkpoint": key[2].fraction,
                     "model": key[3],
                     "train_fraction": m["train_fraction"],
                     "train_examples": m["train_examples"],
@@ -199,7 +199,7 @@ def data_fraction_table(subset_runs: list[Path], full_runs: list[Path], bert_met
                 {
                     "backbone": m["model"],
                     "task": m["task"],
-                    "checkpoint": checkpoint.name,
+                    "checkpoint": checkpoint.fraction,
                     "model": BERT,
                     "train_fraction": 1.0,
                     "train_examples": np.nan,
@@ -226,7 +226,7 @@ def data_fraction_markdown(table: pd.DataFrame) -> list[str]:
     ]
     for (backbone, task, checkpoint), block in table.groupby(["backbone", "task", "checkpoint"], sort=True):
         fractions = sorted(block.loc[block["model"] != BERT, "train_fraction"].unique())
-        parts += [f"## {task} ({backbone}), {checkpoint} epochs ({block['metric'].iloc[0]})", ""]
+        parts += [f"## {task} ({backbone}), {checkpoint:g} epochs ({block['metric'].iloc[0]})", ""]
         rows = []
         for model, g in block.groupby("model", sort=False):
             by = g.set_index("train_fraction")
