@@ -16,7 +16,7 @@ rule extract:
         n_shards=S.shards,
         splits=lambda wc: splits_of(get_task(wc.task)),
         scored_splits=lambda wc: scored_splits(get_task(wc.task)),
-        bert_logits=lambda wc: "--bert-logits" if FILES.scored_in_extraction(wc) else "",
+        bert_logits=lambda wc: "--keep-bert-logits" if FILES.scored_in_extraction(wc) else "",
     log:
         L.log("extract"),
     benchmark:

@@ -19,5 +19,5 @@ checkpoint race_checkpoint:
         runtime=lambda wc, attempt: 10 * attempt,
     shell:
         "bertvision race-checkpoint --task {wildcards.task} --model-name {wildcards.model} --checkpoint {wildcards.checkpoint} "
-        "--head-dirs {input.heads} --previous {input.previous} --race {params.race:q} "
+        "--head-dirs {input.heads} --previous-decision {input.previous} --race {params.race:q} "
         "{params.last} --out {output} > {log} 2>&1"

@@ -27,8 +27,8 @@ rule serve_bundles:
         mem_mb=4000,
         runtime=lambda wc, attempt: 15 * attempt,
     shell:
-        "bertvision serve-bundles --picks {input.picks} --backbone {wildcards.model} --runs {params.runs:q} "
-        "--tokenizer {params.tokenizer:q} --task-settings {params.task_settings:q} --keys {params.provenance:q} "
+        "bertvision serve-bundles --picks {input.picks} --backbone {wildcards.model} --checkpoint-runs {params.runs:q} "
+        "--tokenizer {params.tokenizer:q} --task-settings {params.task_settings:q} --provenance {params.provenance:q} "
         "--precision {params.precision} --out {output} > {log} 2>&1"
 
 

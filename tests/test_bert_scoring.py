@@ -55,7 +55,7 @@ def prepared(settings, task, tmp_path):
     return tmp_path
 
 
-def extract(settings, task, root, ckpt, out, bert_logits):
+def extract(settings, task, root, ckpt, out, keep_bert_logits):
     from bertvision.stages.extract import extract_shard
 
     spec = get_task(task)
@@ -71,7 +71,7 @@ def extract(settings, task, root, ckpt, out, bert_logits):
             settings.extract_compute(),
             settings.extract_attrs(Run("tiny", task, 1, Checkpoint(1))),
             threads=1,
-            bert_logits=bert_logits,
+            keep_bert_logits=keep_bert_logits,
             scored_splits=scored_splits(spec),
         )
     return [out / f"shard-{shard}-of-{SHARDS}" for shard in range(SHARDS)]
@@ -91,8 +91,8 @@ def test_bert_scored_from_the_extraction_equals_its_own_pass(tiny_bert, tmp_path
     own = checkpoint_dir(root / "ft", Checkpoint(1))
     assert json.loads((own / BERT_METRICS).read_text())["scored_from"] == "own pass"
 
-    with_outputs = extract(settings, task, root, own, root / "with", bert_logits=True)
-    plain = extract(settings, task, root, own, root / "plain", bert_logits=False)
+    with_outputs = extract(settings, task, root, own, root / "with", keep_bert_logits=True)
+    plain = extract(settings, task, root, own, root / "plain", keep_bert_logits=False)
     for a, b in zip(with_outputs, plain):
         assert not (b / SHARD_BERT_LOGITS).exists() and not (b / SHARD_BERT_PASS).exists()
         for split in splits_of(spec):  # the task model's states are the bare encoder's, bit for bit
@@ -143,7 +143,7 @@ def test_outputs_missing_rows_fail_clearly(tiny_bert, tmp_path):
     root = prepared(settings, "mrpc", tmp_path)
     fine_tune(settings, "tiny", "mrpc", root, root / "ft")
     own = checkpoint_dir(root / "ft", Checkpoint(1))
-    shards = extract(settings, "mrpc", root, own, root / "with", bert_logits=True)
+    shards = extract(settings, "mrpc", root, own, root / "with", keep_bert_logits=True)
     with pytest.raises(FeatureError, match=r"bert_logits.npz: BERT's outputs on selection cover \d+ rows over 1"):
         score_bert(spec, settings.finetune("tiny", "mrpc"), settings.finetune_compute(), own,
                    root / "tokens" / "mrpc", root / "raw" / "mrpc", shard_dirs=shards[:1])  # fmt: skip

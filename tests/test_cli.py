@@ -279,11 +279,20 @@ def test_a_dataclass_parameter_is_a_flag_per_field_with_the_fields_defaults():
     [
         ({"mrpc": {"max_length": True}}, "--task-settings: mrpc: max_length: input should be a valid integer"),
         ({"mrpc": {"max_len": 64}}, "--task-settings: mrpc: max_len: extra inputs are not permitted"),
-        ({"stsb": {"max_length": 64}}, "--task-settings: stsb has no --heads stsb=DIR"),
+        ({"stsb": {"max_length": 64}}, "--task-settings: stsb has no --task-head-dirs stsb=DIR"),
     ],
 )
 def test_bad_bundle_task_settings_name_the_task_and_key(tmp_path, task_settings, message):
-    args = ["--encoder-dir", str(tmp_path), "--tokenizer", "t", "--heads", f"mrpc={tmp_path}", "--precision", "fp32"]
+    args = [
+        "--encoder-dir",
+        str(tmp_path),
+        "--tokenizer",
+        "t",
+        "--task-head-dirs",
+        f"mrpc={tmp_path}",
+        "--precision",
+        "fp32",
+    ]
     proc = bertvision("bundle", *args, "--task-settings", json.dumps(task_settings), "--out", str(tmp_path / "b"))
     assert message in one_error_line(proc)
 

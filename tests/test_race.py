@@ -113,10 +113,10 @@ def test_fine_tuning_goes_on_while_the_best_rises_by_more_than_min_gain(tmp_path
                             out / "0.json")  # fmt: skip
     assert at0["go_on"] and at0["best_so_far"] == 0.70  # the first fine-tuned checkpoint always runs
     rising = decide_checkpoint(TASK, "m", Checkpoint(0.3), checkpoint_heads(tmp_path, "0.3", [{"lp": [0.75]}]),
-                               RACE, out / "0.3.json", previous=out / "0.json")  # fmt: skip
+                               RACE, out / "0.3.json", previous_decision=out / "0.json")  # fmt: skip
     assert rising["go_on"] and rising["best_before"] == 0.70 and rising["best_so_far"] == 0.75
     flat = decide_checkpoint(TASK, "m", Checkpoint(1), checkpoint_heads(tmp_path, "1", [{"ap": [0.755]}]),
-                             RACE, out / "1.json", previous=out / "0.3.json")  # fmt: skip
+                             RACE, out / "1.json", previous_decision=out / "0.3.json")  # fmt: skip
     assert not flat["go_on"] and "below 0.01" in flat["why"]  # +0.005, one run each: no spread to be within
     assert flat["best_so_far"] == 0.755
     assert json.loads((out / "1.json").read_text()) == flat
@@ -133,32 +133,34 @@ def test_a_gain_within_the_seeds_spread_of_the_bar_goes_on_where_the_gain_alone_
                       out / "0.json")  # fmt: skip
     noisy = checkpoint_heads(tmp_path, "0.3", [{"lp": [0.70, 0.74]}, {"lp": [0.71, 0.75]}])
     gain_rule = RACE.model_copy(update={"checkpoint_rule": "gain"})
-    old = decide_checkpoint(TASK, "m", Checkpoint(0.3), noisy, gain_rule, out / "old.json", previous=out / "0.json")
+    old = decide_checkpoint(
+        TASK, "m", Checkpoint(0.3), noisy, gain_rule, out / "old.json", previous_decision=out / "0.json"
+    )
     assert not old["go_on"] and "+0.0050 <= 0.01" in old["why"]
-    new = decide_checkpoint(TASK, "m", Checkpoint(0.3), noisy, RACE, out / "new.json", previous=out / "0.json")
+    new = decide_checkpoint(TASK, "m", Checkpoint(0.3), noisy, RACE, out / "new.json", previous_decision=out / "0.json")
     assert new["go_on"] and "+0.0050 ± 0.0166 (standard error), within noise of 0.01" in new["why"]
     assert new["best_so_far"] == pytest.approx(0.725) and new["best_so_far_error"] == pytest.approx(0.0119, abs=1e-4)
 
     decide_checkpoint(TASK, "m", Checkpoint(0), checkpoint_heads(tmp_path, "a", [{"lp": [0.72, 0.72, 0.72]}]), RACE,
                       out / "a.json")  # fmt: skip
     steady = checkpoint_heads(tmp_path, "b", [{"lp": [0.7249, 0.7251]}, {"lp": [0.7250, 0.7250]}])
-    assert not decide_checkpoint(TASK, "m", Checkpoint(0.3), steady, RACE, out / "b.json", previous=out / "a.json")[
-        "go_on"
-    ]
+    assert not decide_checkpoint(
+        TASK, "m", Checkpoint(0.3), steady, RACE, out / "b.json", previous_decision=out / "a.json"
+    )["go_on"]
     worse = checkpoint_heads(tmp_path, "c", [{"lp": [0.60, 0.64]}, {"lp": [0.61, 0.65]}])
-    assert not decide_checkpoint(TASK, "m", Checkpoint(0.3), worse, RACE, out / "c.json", previous=out / "0.json")[
-        "go_on"
-    ]
+    assert not decide_checkpoint(
+        TASK, "m", Checkpoint(0.3), worse, RACE, out / "c.json", previous_decision=out / "0.json"
+    )["go_on"]
 
 
 def test_a_checkpoint_below_the_best_before_stops_and_the_last_one_never_goes_on(tmp_path):
     out = tmp_path / "race"
     decide_checkpoint(TASK, "m", Checkpoint(0), checkpoint_heads(tmp_path, "0", [{"lp": [0.80]}]), RACE, out / "0.json")
     worse = decide_checkpoint(TASK, "m", Checkpoint(0.3), checkpoint_heads(tmp_path, "0.3", [{"lp": [0.60]}]),
-                              RACE, out / "0.3.json", previous=out / "0.json")  # fmt: skip
+                              RACE, out / "0.3.json", previous_decision=out / "0.json")  # fmt: skip
     assert not worse["go_on"] and worse["best_so_far"] == 0.80
     last = decide_checkpoint(TASK, "m", Checkpoint(1), checkpoint_heads(tmp_path, "1", [{"lp": [0.99]}]),
-                             RACE, out / "1.json", previous=out / "0.3.json", last=True)  # fmt: skip
+                             RACE, out / "1.json", previous_decision=out / "0.3.json", last=True)  # fmt: skip
     assert not last["go_on"] and last["last"] and not worse["last"]
 
 
@@ -167,7 +169,7 @@ def test_a_checkpoint_where_no_head_scored_stops_and_writes_plain_json(tmp_path)
     out = tmp_path / "race"
     decide_checkpoint(TASK, "m", Checkpoint(0), checkpoint_heads(tmp_path, "0", [{"lp": [0.70]}]), RACE, out / "0.json")
     nothing = decide_checkpoint(TASK, "m", Checkpoint(0.3), checkpoint_heads(tmp_path, "0.3", [{"lp": [float("nan")]}]),
-                                RACE, out / "0.3.json", previous=out / "0.json")  # fmt: skip
+                                RACE, out / "0.3.json", previous_decision=out / "0.json")  # fmt: skip
     assert nothing["best"] is None and not nothing["go_on"] and nothing["best_so_far"] == 0.70
     first = decide_checkpoint(TASK, "m", Checkpoint(0), checkpoint_heads(tmp_path, "x", [{"lp": [float("nan")]}]),
                               RACE, out / "x.json")  # fmt: skip
@@ -190,9 +192,11 @@ def test_min_gain_is_a_share_of_the_metric_scale(tmp_path):
         return [d]
 
     decide_checkpoint(squad, "m", Checkpoint(0), heads("a", 40.0), RACE, out / "0.json")
-    decide_checkpoint(squad, "m", Checkpoint(0.3), heads("b", 45.0), RACE, out / "0.3.json", previous=out / "0.json")
+    decide_checkpoint(
+        squad, "m", Checkpoint(0.3), heads("b", 45.0), RACE, out / "0.3.json", previous_decision=out / "0.json"
+    )
     small = decide_checkpoint(
-        squad, "m", Checkpoint(1), heads("c", 45.5), RACE, out / "1.json", previous=out / "0.3.json"
+        squad, "m", Checkpoint(1), heads("c", 45.5), RACE, out / "1.json", previous_decision=out / "0.3.json"
     )
     assert not small["go_on"]  # +0.5 F1 <= 1 point
 

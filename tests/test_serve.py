@@ -627,7 +627,15 @@ def bundle_args(run, tiny_bert, tasks, task_settings, out) -> list[str]:
     """`bertvision bundle` on the 1-epoch checkpoint of ``run`` with its heads of ``tasks``."""
     heads = [f"{t}={run / 'heads' / t}" for t in tasks]
     return [
-        *("bundle", "--encoder-dir", str(run / "ft" / "ckpt-1"), "--tokenizer", str(tiny_bert), "--heads", *heads),
+        *(
+            "bundle",
+            "--encoder-dir",
+            str(run / "ft" / "ckpt-1"),
+            "--tokenizer",
+            str(tiny_bert),
+            "--task-head-dirs",
+            *heads,
+        ),
         *("--task-settings", json.dumps(task_settings), "--precision", "fp32", "--out", str(out)),
     ]
 
@@ -638,7 +646,7 @@ def test_bundle_command_writes_what_write_bundle_writes(run, bundle, tiny_bert, 
     out = tmp_path / "cli-bundle"
     task_settings = {"mrpc": {"max_length": 64}, "squad2": {"max_length": 96, "doc_stride": 32}}
     keys = json.dumps({"backbone": "tiny", "encoder": "ft1/ckpt-1", "ft_seed": 1})
-    status = main([*bundle_args(run, tiny_bert, ["mrpc", "squad2"], task_settings, out), "--keys", keys])
+    status = main([*bundle_args(run, tiny_bert, ["mrpc", "squad2"], task_settings, out), "--provenance", keys])
     assert status == 0, capsys.readouterr().err
     assert set(load_bundle(out).tasks) == {"mrpc", "squad2"}
     written, reference = read_json(out / "bundle.json"), read_json(bundle.root / "bundle.json")

@@ -302,21 +302,21 @@ def bundle_heads(
     out: Path,
     encoder_dir: Path,
     tokenizer: str,
-    heads: list[tuple[str, Path]],
+    task_head_dirs: list[tuple[str, Path]],
     precision: Precision,
     task_settings: dict | None = None,
-    keys: dict | None = None,
+    provenance: dict | None = None,
 ) -> None:
-    """``bertvision bundle``: the heads directories ``heads`` ([(task, dir)], a task may repeat) of
+    """``bertvision bundle``: the heads directories ``task_head_dirs`` ([(task, dir)], a task may repeat) of
     one encoder, each task tokenized as ``task_settings`` says; what it kept, printed."""
     tasks: dict[str, dict] = {}
-    for name, heads_dir in heads:
+    for name, heads_dir in task_head_dirs:
         tasks.setdefault(name, {"heads_dirs": []})["heads_dirs"].append(heads_dir)
     for name, settings in checked_task_settings(task_settings or {}).items():
         if name not in tasks:
-            raise SettingsError(f"--task-settings: {name} has no --heads {name}=DIR")
+            raise SettingsError(f"--task-settings: {name} has no --task-head-dirs {name}=DIR")
         tasks[name].update(settings)
-    written = write_bundle(out, encoder_dir, tokenizer, tasks, keys or {}, precision)
+    written = write_bundle(out, encoder_dir, tokenizer, tasks, provenance or {}, precision)
     for name, task in written.tasks.items():
         kept = ", ".join(f"{h} (seed {e.seed})" for h, e in task.heads.items())
         print(f"{name}: heads {kept}; default {task.picked}")

@@ -156,28 +156,29 @@ def serve_picks(
     out: Path,
     picks: Path,
     backbone: str,
-    runs: list,
+    checkpoint_runs: list,
     tokenizer: str,
     precision: Precision,
     task_settings: dict | None = None,
-    keys: dict | None = None,
+    provenance: dict | None = None,
 ) -> None:
     """``bertvision serve-bundles``: ``write_picked_bundles`` from the command line's JSON; each
     task's bundle, printed."""
     try:
-        checkpoint_runs = [CheckpointRun.from_json(r) for r in runs]
+        runs = [CheckpointRun.from_json(r) for r in checkpoint_runs]
     except (KeyError, TypeError, ValueError) as err:
         raise SettingsError(
-            f"--runs: each run is {{task, ftseed, checkpoint, checkpoint_dir, heads_dir}} ({type(err).__name__}: {err})"
+            "--checkpoint-runs: each run is {task, ftseed, checkpoint, checkpoint_dir, heads_dir} "
+            f"({type(err).__name__}: {err})"
         ) from None
     index = write_picked_bundles(
         out,
         picks,
         backbone,
-        checkpoint_runs,
+        runs,
         tokenizer,
         checked_task_settings(task_settings or {}),
-        keys or {},
+        provenance or {},
         precision,
     )
     for task, pick in index["picks"].items():

@@ -29,17 +29,17 @@ def build_cross_task(
     encoders: list[dict],
     models: list[str],
     ft_seeds: list[int],
-    heads: dict[str, list[str]],
+    task_heads: dict[str, list[str]],
     epochs: dict[str, float],
     out_dir: Path,
     plot: Path,
     transfer_files: list[Path] = (),
 ) -> pd.DataFrame:
-    """``encoders``: the shared encoders as records; ``heads``: task -> the head names trained on
+    """``encoders``: the shared encoders as records; ``task_heads``: task -> the head names trained on
     them; ``epochs``: mixture name -> its epochs."""
     runs = pd.concat(
         [
-            head_runs_on_encoders([shared_encoder(e) for e in encoders], models, ft_seeds, heads, epochs),
+            head_runs_on_encoders([shared_encoder(e) for e in encoders], models, ft_seeds, task_heads, epochs),
             heads_applied_as_is(transfer_files),
         ],
         ignore_index=True,

@@ -52,7 +52,7 @@ def extract_shard(
     threads: int | None = None,
     micro_batches: int = 1,
     devices: list[str] | None = None,
-    bert_logits: bool = False,
+    keep_bert_logits: bool = False,
     scored_splits: tuple[str, ...] = (),
 ) -> dict:
     """Shard ``shard`` of every split -> one HDF5 file per split in ``out_dir``. The files are
@@ -60,7 +60,7 @@ def extract_shard(
     job leaves no ``out_dir`` behind; the next attempt clears the scratch directory first.
     ``micro_batches`` > 1 (a retry after running out of GPU memory)
     divides the batch size; the features do not depend on it. ``devices``: run a replica of
-    the encoder on each (default: every GPU the job was given, else one device). ``bert_logits``:
+    the encoder on each (default: every GPU the job was given, else one device). ``keep_bert_logits``:
     run the checkpoint's task model instead of its bare encoder (the same states) and keep its
     head's outputs on the ``scored_splits`` beside the states (``SHARD_BERT_LOGITS``; the pass's
     seconds on each, ``SHARD_BERT_PASS``), so that BERT's own head is scored from this pass
@@ -69,7 +69,7 @@ def extract_shard(
     settings = settings.replace(batch_size=max(1, -(-settings.batch_size // micro_batches)))
 
     def load(device):
-        if bert_logits:
+        if keep_bert_logits:
             return frozen_task_model(checkpoint_dir, attrs["label_kind"], device, compute.backend)
         return frozen_encoder(checkpoint_dir, device, compute.backend)
 
@@ -90,7 +90,7 @@ def extract_shard(
     tmp_dir.mkdir(parents=True)
     tokens = {split: TokenizedSplit.read(split_file(tokens_dir, split)) for split in splits}
     forms = attrs.get("pair_forms", ["joint"])
-    if "joint" not in forms and bert_logits:
+    if "joint" not in forms and keep_bert_logits:
         raise ValueError("a pair encoded apart is not BERT's input: its head is scored by its own pass")
     texts = {split: TokenizedSplit.read(texts_file(tokens_dir, split)) for split in splits} if "apart" in forms else {}
     stats, outputs = {}, {}
@@ -102,7 +102,7 @@ def extract_shard(
         needed = sum(planned_bytes(t, shard, n_shards, layers, hidden, kind, level, widths) for t in tokens.values())
         free = check_disk_space(tmp_dir, needed)
         for split in splits:
-            if bert_logits and split in scored_splits:
+            if keep_bert_logits and split in scored_splits:
                 outputs[split] = bert_outputs.HeadOutputs(
                     tokens[split], *shard_rows(len(tokens[split]), n_shards, shard)
                 )
@@ -138,7 +138,7 @@ def extract_shard(
                     f"is kept): the shard needs about {readable_size(needed)} of features and "
                     f"{readable_size(free)} was free when it began; free space or use more shards on other disks"
                 ) from None
-        if bert_logits:
+        if keep_bert_logits:
             bert_outputs.save(tmp_dir, outputs, {split: s["seconds"] for split, s in stats.items()})
         if out_dir.exists():  # an empty directory left by the scheduler
             out_dir.rmdir()

@@ -40,7 +40,7 @@ def apply_heads_across_tasks(
     source: TaskSpec,
     target: TaskSpec,
     head_dir: Path,
-    heads: list[str],
+    head_names: list[str],
     manifest: Path,
     raw_dir: Path,
     runtime: HeadRuntimeSettings,
@@ -48,7 +48,7 @@ def apply_heads_across_tasks(
     out: Path,
     threads: int | None = None,
 ) -> list[dict]:
-    """Score every run of ``heads`` in ``head_dir`` (``source``'s heads) on ``target``'s
+    """Score every run of ``head_names`` in ``head_dir`` (``source``'s heads) on ``target``'s
     features in ``manifest`` (the same encoder's states); write the records to ``out``."""
     if not target.shares_labels_with(source):
         raise ValueError(
@@ -60,7 +60,7 @@ def apply_heads_across_tasks(
     records = []
     for run in head_runs(head_dir):
         record = read_json(run / HEAD_METRICS)
-        if record["head"] not in heads or raced_out(record):  # a head its race stopped is no candidate
+        if record["head"] not in head_names or raced_out(record):  # a head its race stopped is no candidate
             continue
         problem = problems.get(record["head_spec"])
         layers, hidden = problem.shape

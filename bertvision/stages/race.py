@@ -55,13 +55,13 @@ def decide_checkpoint(
     head_dirs: list[Path],
     race: RaceSettings,
     out: Path,
-    previous: Path | None = None,
+    previous_decision: Path | None = None,
     last: bool = False,
 ) -> dict:
     """Write (and return) the race's decision at ``checkpoint``: the best candidate there, the best of
-    the earlier checkpoints (``previous``: the decision before this one) and whether fine-tuning
+    the earlier checkpoints (``previous_decision``: the decision before this one) and whether fine-tuning
     goes on to the next checkpoint."""
-    before = read_json(previous) if previous else None
+    before = read_json(previous_decision) if previous_decision else None
     best = best_candidate(task, head_dirs)
     here = best["selection"] if best else None
     best_before = before["best_so_far"] if before else None
