@@ -388,14 +388,14 @@ def test_every_settings_field_has_its_config_keys_type():
     type (a number admits an int; a per-task key may be null, the task registry's value), so that
     the two places a setting is declared cannot drift apart unseen."""
     from bertvision.config import settings
-    from bertvision.config.schema import _resolve, _schema, schema_node
+    from bertvision.config.schema import load_schema, resolve, schema_node
 
     def models(cls):
         for sub in cls.__subclasses__():
             yield sub
             yield from models(sub)
 
-    checked = 0
+    checked, root = 0, load_schema()
     for model in set(models(settings.StageSettings)):
         for dotted, key in model.config_keys():
             owner, *path = [model, *dotted.split(".")[:-1]]
@@ -404,7 +404,7 @@ def test_every_settings_field_has_its_config_keys_type():
             annotation = owner.model_fields[dotted.split(".")[-1]].annotation
             if not key or (model.__name__, dotted) in TYPED_APART or owner.nested(dotted.split(".")[-1]):
                 continue
-            node = _resolve(schema_node(key), _schema())
+            node = resolve(schema_node(key), root)
             if "type" not in node and "enum" not in node:  # a union of settings models (the peers)
                 continue
             declared = node.get("type", "string")

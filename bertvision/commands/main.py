@@ -22,8 +22,9 @@ from bertvision.runtime.usage import log_usage
 USAGE_ERROR = 2
 
 
-def command_parser(name: str) -> argparse.ArgumentParser:
-    return parser_of(name, COMMANDS[name], stage_of(name), POSITIONAL.get(name))
+def command_parser(name: str, stage=None) -> argparse.ArgumentParser:
+    """The parser of command ``name``, made from its stage's signature (``stage``: already imported)."""
+    return parser_of(name, COMMANDS[name], stage or stage_of(name), POSITIONAL.get(name))
 
 
 def list_commands(argv: list[str]) -> None:
@@ -42,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         list_commands(argv)
     name, stage = argv[0], stage_of(argv[0])
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    args = command_parser(name).parse_args(argv[1:])
+    args = command_parser(name, stage).parse_args(argv[1:])
     try:
         with retry_on_out_of_memory(name, args) if hasattr(args, "micro_batches") else contextlib.nullcontext():
             call(stage, args)

@@ -7,21 +7,29 @@ from __future__ import annotations
 import json
 import re
 
-from bertvision.config.schema import _resolve, _schema, documented_default
+from bertvision.config.schema import documented_default, load_schema, resolve
 
 # the name a map's keys stand for in a dotted key (schema_node reads any <...> alike)
 MAP_KEYS = {"tasks": "<task>", "backbones": "<model>", "heads.models": "<head>"}
 
 
-def key_rows(node: dict | None = None, key: str = "") -> list[tuple[str, str, str, str]]:
-    """(dotted key, type, default, description) of every leaf below ``node`` (the whole schema)."""
-    root = _schema()
-    node = _resolve(root if node is None else node, root)
+def key_rows() -> list[tuple[str, str, str, str]]:
+    """(dotted key, type, default, description) of every config key."""
+    root = load_schema()
+    return rows_below(root, "", root)
+
+
+def rows_below(node: dict, key: str, root: dict) -> list[tuple[str, str, str, str]]:
+    node = resolve(node, root)
     if "properties" in node:
-        return [row for name, sub in node["properties"].items() for row in key_rows(sub, f"{key}.{name}".lstrip("."))]
+        return [
+            row
+            for name, sub in node["properties"].items()
+            for row in rows_below(sub, f"{key}.{name}".lstrip("."), root)
+        ]
     entry = node.get("additionalProperties")
-    if isinstance(entry, dict) and "properties" in _resolve(entry, root):
-        return key_rows(entry, f"{key}.{MAP_KEYS.get(key, '<name>')}")
+    if isinstance(entry, dict) and "properties" in resolve(entry, root):
+        return rows_below(entry, f"{key}.{MAP_KEYS.get(key, '<name>')}", root)
     return [(key, type_text(node), default_text(key), " ".join(node.get("description", "").split()))]
 
 

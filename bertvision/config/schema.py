@@ -158,7 +158,7 @@ def schema_node(key: str) -> dict:
     root = _schema()
     node = root
     for part in key.split("."):
-        node = _resolve(node, root)
+        node = resolve(node, root)
         if part.startswith("<"):
             node = node["additionalProperties"]
         else:
@@ -166,7 +166,8 @@ def schema_node(key: str) -> dict:
     return node
 
 
-def _resolve(node: dict, root: dict) -> dict:
+def resolve(node: dict, root: dict) -> dict:
+    """``node`` with its ``$ref`` (or ``allOf``'s first ``$ref``) followed within ``root``."""
     while "properties" not in node and ("$ref" in node or "allOf" in node):
         ref = node["$ref"] if "$ref" in node else node["allOf"][0]["$ref"]
         node = root
