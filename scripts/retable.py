@@ -13,7 +13,10 @@ per checkpoint are read from the feature manifests. OUT_DIR gets the tables stag
 head had its own scoring job (rule score_bert) scored it inside each fine-tuning job, whose
 benchmark file counts it: such a checkpoint gets a score_bert benchmark file of 0 seconds in
 WORKDIR/benchmarks; benchmark files named before c55c270 (``ckpt0.3``) get a copy under today's name
-(``ckpt-0.3``). Those are the only files this script writes there."""
+(``ckpt-0.3``). Those are the only files this script writes there. Training and BERT records and
+search worker records written before the checkpoint had one spelling (``epoch_fraction``, ``frac``)
+are read through copies under OUT_DIR/records that spell it ``checkpoint`` (the files beside each
+linked in)."""
 
 from __future__ import annotations
 
@@ -47,6 +50,26 @@ def current_decisions(paths: list[Path], copies: Path) -> list[Path]:
     return current
 
 
+def current_record(path: Path, copies: Path) -> Path:
+    """A record as today's reporting reads it: an older training or BERT record's float
+    ``epoch_fraction`` and a search worker record's ``keys.frac`` become ``checkpoint`` (the
+    checkpoint's name) in a copy under ``copies``."""
+    d = json.loads(path.read_text())
+    if "epoch_fraction" not in d and "frac" not in d.get("keys", {}):
+        return path
+    if "epoch_fraction" in d:
+        d["checkpoint"] = Checkpoint(d.pop("epoch_fraction")).name
+    if "frac" in d.get("keys", {}):
+        d["keys"]["checkpoint"] = d["keys"].pop("frac")
+    copy = copies / path
+    copy.parent.mkdir(parents=True, exist_ok=True)
+    copy.write_text(json.dumps(d))
+    for sibling in path.parent.iterdir():  # the files the reporting reads beside a record (predictions, logits)
+        if not (copy.parent / sibling.name).exists():
+            (copy.parent / sibling.name).symlink_to(sibling.resolve())
+    return copy
+
+
 def current_benchmark_names(benchmarks: Path) -> None:
     """Benchmark files named before c55c270 spelled a checkpoint ``ckpt0.3``; today's reporting looks
     for ``ckpt-0.3``: each such file gets a copy under today's name."""
@@ -74,8 +97,9 @@ def rebuild(workdir: Path, out_dir: Path, heads: list[str]) -> None:
         reached.setdefault((d["model"], d["task"]), set()).add(d["checkpoint"])
     runs, bert, head_dirs, manifests, workers = [], [], [], [], []
     every_record = L.CHECKPOINT_FILE.format(model="*", task="*", ftseed="*", checkpoint="*", file=L.TRAIN_RECORD)
+    records = out_dir / "records"
     for record_file in sorted(Path().glob(every_record)):
-        trained = json.loads(record_file.read_text())  # the checkpoint's keys, from its own record
+        trained = json.loads(current_record(record_file, records).read_text())  # its keys, from its own record
         checkpoint = Checkpoint.named(trained["checkpoint"])
         keys = {"model": trained["model"], "task": trained["task"], "ftseed": trained["seed"], "checkpoint": checkpoint}
         heads_dir = Path(L.HEADS_DIR.format(**keys))
@@ -86,14 +110,17 @@ def rebuild(workdir: Path, out_dir: Path, heads: list[str]) -> None:
         run = Run(trained["model"], trained["task"], trained["seed"], checkpoint, manifest.exists())
         runs.append(run)
         record = record_file.parent / L.bert_record_file(checkpoint)
-        bert.append(record if record.exists() else record_file.parent / L.BERT_METRICS)  # older runs: at 0
+        bert.append(current_record(record if record.exists() else record_file.parent / L.BERT_METRICS, records))
         scoring = Path(Job("score_bert", run.keys).benchmark)
         if checkpoint.fraction > 0 and not scoring.exists() and "scored_from" not in json.loads(bert[-1].read_text()):
             scoring.parent.mkdir(parents=True, exist_ok=True)
             scoring.write_text("s\th:m:s\tmax_rss\n0.0\t0:00:00\t0.0\n")  # scored in the finetune job
         head_dirs.append(heads_dir)
         manifests += [manifest] if manifest.exists() else []
-        workers += sorted(Path().glob(L.SEARCH_WORKER.format(**keys, head="*", worker="*")))
+        workers += [
+            current_record(w, records)
+            for w in sorted(Path().glob(L.SEARCH_WORKER.format(**keys, head="*", worker="*")))
+        ]
     baselines = sorted(Path("baselines").glob("*/*/seed*/metrics.json"))
     shards = extraction_shards(manifests)
     every_peer = L.PEER_FILE.format(model="*", task="*", peer="*", seed="*", file=L.PEER_METRICS)
