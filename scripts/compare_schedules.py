@@ -40,6 +40,7 @@ def records(run_dir: Path) -> pd.DataFrame:
         )
     for path in sorted((run_dir / "models").glob("*/*/ft*/ckpt-*/eval_metrics.json")):
         r = json.loads(path.read_text())
+        r.setdefault("checkpoint", r.get("epoch_fraction"))  # a record written before the one spelling
         if float(r["checkpoint"]) == 0:
             continue
         task = get_task(r["task"])

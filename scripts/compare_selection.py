@@ -50,6 +50,7 @@ def _head_jobs(workdir: Path) -> pd.DataFrame:
 
 def picks(workdirs: list[Path]) -> pd.DataFrame:
     summary = pd.concat([pd.read_csv(w / table("summary", "csv")) for w in workdirs])
+    summary = summary.rename(columns={"epoch_fraction": "checkpoint"})  # tables written before the one spelling
     return summary[summary["row"] == PICKED].set_index(["backbone", "task"])
 
 

@@ -77,8 +77,9 @@ def path_cell(configs: pd.DataFrame, key: tuple, seconds: float, full: pd.Series
 
 def table(run_dir: Path, new: str, tables: Path | None = None) -> str:
     tables = tables or run_dir / "results" / "tables"
-    summary = pd.read_csv(tables / "summary.csv")
-    costs = pd.read_csv(tables / "cost.csv")
+    old_spelling = {"epoch_fraction": "checkpoint"}  # tables written before the checkpoint's one spelling
+    summary = pd.read_csv(tables / "summary.csv").rename(columns=old_spelling)
+    costs = pd.read_csv(tables / "cost.csv").rename(columns=old_spelling)
     costs["path_s"] = costs["finetune_s"] + costs["extract_s"] + costs["head_s"] * costs["n"]
     path_s = costs.groupby(["task", "checkpoint", "model"])["path_s"].mean()
     heads = head_records(run_dir, set(zip(costs["task"], costs["ft_seed"], costs["checkpoint"])))
