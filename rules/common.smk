@@ -89,7 +89,7 @@ FILES = RunFiles(S)
 TARGETS = Targets(S)
 
 
-def source_arg(run):
+def get_source_arg(run):
     """A head job's `--manifest` argument, shell-quoted: the manifest, or the stream source (JSON)."""
     from bertvision.features.source import StreamSource
 
@@ -100,11 +100,11 @@ def source_arg(run):
     return shlex.quote(source.to_json())
 
 
-def features_arg(wildcards):
-    return source_arg(FILES.run(wildcards))
+def get_features_arg(wildcards):
+    return get_source_arg(FILES.run(wildcards))
 
 
-def source_files(wildcards):
+def get_source_files(wildcards):
     """The local files a download reads, so that replacing one reruns the download."""
     from bertvision.stages.download import local_source_files
 
@@ -114,7 +114,7 @@ def source_files(wildcards):
         raise WorkflowError(str(err)) from None
 
 
-def table_files(model, task, runs):
+def get_table_files(model, task, runs):
     return FILES.for_tables(runs, RACE.decisions_of(model, task))
 
 
@@ -125,7 +125,7 @@ RACE = RaceReach(
 )
 
 
-def per_task(files, by_model=False):
+def get_per_task(files, by_model=False):
     """Named inputs, one per backbone and task, each its own function (``files(model, task,
     runs)``: the paths it needs of the runs the race reached): an input function that meets an
     undecided checkpoint holds back its own task only, so every task's race goes on at once.
@@ -137,24 +137,24 @@ def per_task(files, by_model=False):
     }
 
 
-def bundle_task_settings(model, tasks):
+def get_bundle_task_settings(model, tasks):
     """What a bundle records of each task's tokenization (``serving.settings.BundleTaskSettings``)."""
     return as_json(
         {t: {"max_length": S.max_length(t), "doc_stride": S.tokenize(model, t).doc_stride} for t in tasks}
     )
 
 
-def study_storage(wildcards):
+def get_study_storage(wildcards):
     """The configured RDB URL, or a journal file beside the study's worker records."""
     return S.search_storage or L.STUDY_JOURNAL.format(**wildcards)
 
 
-def searched_args(wildcards, heads=None):
+def get_searched_args(wildcards, heads=None):
     """`--searched` arguments: HEAD=search/.../HEAD/best.json."""
     return " ".join(f"{head}={path}" for head, path in FILES.searched_best(wildcards, heads).items())
 
 
-def all_runs_json():
+def get_all_runs_json():
     return as_json([run.to_json() for run in RACE.runs()])
 
 
@@ -172,13 +172,13 @@ localrules:
     download,
 
 
-def micro_batches(wildcards, attempt):
+def get_micro_batches(wildcards, attempt):
     """Attempt n (a resubmission after running out of GPU memory) splits each batch into
     2^(n-1) micro-batches: same effective batch, less memory per pass."""
     return 2 ** (attempt - 1)
 
 
-def launcher(wildcards, resources):
+def get_launcher(wildcards, resources):
     """`bertvision`, or `torchrun` with one data-parallel rank per GPU when the job has more
     than one (fine-tuning only)."""
     gpus = int(resources.gpu)
@@ -221,25 +221,25 @@ def get_peer_embeddings(wildcards):
     return L.EMBEDDINGS.format(**wildcards) if get_peer(wildcards.peer).reads_embeddings else []
 
 
-def head_runs(wildcards):
+def get_head_runs(wildcards):
     """Head name -> trainings a job does."""
     return dict.fromkeys(S.task_heads(wildcards.task), len(S.head_seeds))
 
 
-def subset_runs(wildcards):
+def get_subset_runs(wildcards):
     return dict.fromkeys(S.data_fraction_heads(wildcards.task), len(S.head_seeds))
 
 
-def trials_per_worker(wildcards):
+def get_trials_per_worker(wildcards):
     return {wildcards.head: -(-S.search().trials // S.search_workers)}
 
 
-def applies_heads(wildcards):
+def get_applied_head_runs(wildcards):
     """None: the job trains no head (sized as one training with the task's settings)."""
     return None
 
 
-def table_outputs(names, category):
+def get_table_outputs(names, category):
     """Named outputs ``{name}_md`` and ``{name}_csv`` of a table rule; the CSVs go into the
     HTML report with their caption (workflow/report/{name}_table.rst)."""
     outputs = {}
@@ -253,43 +253,43 @@ def table_outputs(names, category):
 # --- shared encoders (rules/shared.smk)
 
 
-def shared_encoder(wildcards):
+def get_shared_encoder(wildcards):
     return S.shared_encoders()[wildcards.encoder]
 
 
-def encoder_weights(wildcards):
+def get_encoder_weights(wildcards):
     """The shared encoder's model.safetensors (for a bundle: that of the first fine-tuning seed)."""
     ftseed = int(wildcards.get("ftseed", S.shared_ft_seeds[0]))
-    return f"{shared_encoder(wildcards).checkpoint_dir(wildcards.model, ftseed, S.shared_tasks[0])}/model.safetensors"
+    return f"{get_shared_encoder(wildcards).checkpoint_dir(wildcards.model, ftseed, S.shared_tasks[0])}/model.safetensors"
 
 
-def mixture_tokens(wildcards):
+def get_mixture_tokens(wildcards):
     """Task -> tokens directory of every task a mixture trains on."""
     return {t: L.TOKENS_DIR.format(model=wildcards.model, task=t) for t in S.mixture(wildcards.model, wildcards.encoder).tasks}
 
 
-def mixture_epochs():
+def get_mixture_epochs():
     return {n: S.mixture(S.models[0], n).epochs for n, enc in S.shared_encoders().items() if enc.kind == "mixture"}
 
 
-def shared_head_runs(wildcards):
+def get_shared_head_runs(wildcards):
     return dict.fromkeys(S.shared_heads(wildcards.task), len(S.head_seeds))
 
 
-def bundle_heads(wildcards):
+def get_bundle_heads(wildcards):
     """Task -> the heads directory of each shared task on the bundle's encoder (first fine-tuning seed)."""
-    enc = shared_encoder(wildcards)
+    enc = get_shared_encoder(wildcards)
     return {t: enc.heads_dir(wildcards.model, S.shared_ft_seeds[0], t) for t in S.shared_tasks}
 
 
 # --- serving the summary's picks (rules/serve.smk)
 
 
-def backbone_runs(wildcards):
+def get_backbone_runs(wildcards):
     return [run for run in RACE.runs() if run.model == wildcards.model]
 
 
-def served_run(run):
+def get_served_run(run):
     """A checkpoint and its heads as serve-bundles reads them: keys, and the paths the layout gives them."""
     return {
         "task": run.task,

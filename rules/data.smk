@@ -2,7 +2,7 @@ rule download:
     """Task source (local glue_data folder or the hub) -> canonical parquet splits
     (train, selection carved from train, the task's evaluation splits)."""
     input:
-        source_files,
+        get_source_files,
     output:
         directory(L.RAW_DIR),
     params:

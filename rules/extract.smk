@@ -28,7 +28,7 @@ rule extract:
         gpu_model=GPU_MODEL,
         mem_mb=request(REQUESTS.extract, "mem_mb"),
         runtime=request(REQUESTS.extract, "runtime"),
-        micro_batches=micro_batches,
+        micro_batches=get_micro_batches,
     shell:
         "bertvision extract --splits {params.splits} --scored-splits {params.scored_splits} --checkpoint-dir {params.checkpoint} --tokens-dir {input.tokens} "
         "--out-dir {output} --shard {wildcards.shard} --n-shards {params.n_shards} "

@@ -13,7 +13,7 @@ rule finetune:
         compute=as_json(S.finetune_compute()),
         out_dir=L.FINETUNE_DIR,
         previous=get_previous_flag,
-        bertvision=launcher,
+        bertvision=get_launcher,
     log:
         L.log("finetune"),
     benchmark:
@@ -26,7 +26,7 @@ rule finetune:
         gpu_model=GPU_MODEL,
         mem_mb=request(REQUESTS.finetune, "mem_mb"),
         runtime=request(REQUESTS.finetune, "runtime"),
-        micro_batches=micro_batches,
+        micro_batches=get_micro_batches,
     shell:
         "{params.bertvision} finetune --task {wildcards.task} --model-name {wildcards.model} "
         "--settings {params.settings:q} --compute {params.compute:q} --tokens-dir {input.tokens} "
@@ -78,7 +78,7 @@ rule baseline:
         settings=lambda wc: as_json(S.baseline(wc.model, wc.task)),
         compute=as_json(S.finetune_compute()),
         out_dir=L.BASELINE_DIR,
-        bertvision=launcher,
+        bertvision=get_launcher,
     log:
         L.log("baseline"),
     benchmark:
@@ -92,7 +92,7 @@ rule baseline:
         gpu_model=GPU_MODEL,
         mem_mb=request(REQUESTS.baseline, "mem_mb"),
         runtime=request(REQUESTS.baseline, "runtime"),
-        micro_batches=micro_batches,
+        micro_batches=get_micro_batches,
     shell:
         "{params.bertvision} baseline --task {wildcards.task} --model-name {wildcards.model} "
         "--settings {params.settings:q} --compute {params.compute:q} --tokens-dir {input.tokens} "
@@ -111,7 +111,7 @@ rule bert_curve:
     params:
         settings=lambda wc: as_json(S.bert_curve(wc.model, wc.task)),
         compute=as_json(S.finetune_compute()),
-        bertvision=launcher,
+        bertvision=get_launcher,
     log:
         L.log("bert_curve"),
     benchmark:
@@ -122,7 +122,7 @@ rule bert_curve:
         gpu_model=GPU_MODEL,
         mem_mb=request(REQUESTS.bert_curve, "mem_mb"),
         runtime=request(REQUESTS.bert_curve, "runtime"),
-        micro_batches=micro_batches,
+        micro_batches=get_micro_batches,
     shell:
         "{params.bertvision} bert-curve --task {wildcards.task} --model-name {wildcards.model} "
         "--settings {params.settings:q} --compute {params.compute:q} --tokens-dir {input.tokens} "

@@ -16,8 +16,8 @@ rule train_heads:
         runtime=lambda wc, resources: as_json(S.head_runtime(resources.gpu)),
         race=as_json(S.head_race()),
         seeds=S.head_seeds,
-        searched=lambda wc: searched_args(wc),
-        features=features_arg,
+        searched=lambda wc: get_searched_args(wc),
+        features=get_features_arg,
         train_fraction=1,
         survivors=lambda wc, input: f"--survivors-from {input.survivors}" if input.survivors else "",
     log:
@@ -26,9 +26,9 @@ rule train_heads:
         L.benchmark("train_heads")
     threads: 1
     resources:
-        gpu=request(REQUESTS.heads, "gpu", runs=head_runs),
-        mem_mb=request(REQUESTS.heads, "mem_mb", runs=head_runs),
-        runtime=request(REQUESTS.heads, "runtime", runs=head_runs),
+        gpu=request(REQUESTS.heads, "gpu", runs=get_head_runs),
+        mem_mb=request(REQUESTS.heads, "mem_mb", runs=get_head_runs),
+        runtime=request(REQUESTS.heads, "runtime", runs=get_head_runs),
     shell:
         "bertvision train-heads --task {wildcards.task} --heads {params.heads:q} "
         "--runtime {params.runtime:q} --race {params.race:q} --manifest {params.features} --raw-dir {input.raw} "
@@ -50,16 +50,16 @@ use rule train_heads as train_heads_subset with:
         directory(L.SUBSET_HEADS_DIR),
     params:
         heads=lambda wc: as_json(S.head_settings(wc.task, S.data_fraction_heads(wc.task))),
-        searched=lambda wc: searched_args(wc, S.data_fraction_heads(wc.task)),
+        searched=lambda wc: get_searched_args(wc, S.data_fraction_heads(wc.task)),
         train_fraction=lambda wc: wc.train_fraction,
     log:
         L.log("train_heads_subset"),
     benchmark:
         L.benchmark("train_heads_subset")
     resources:
-        gpu=request(REQUESTS.heads, "gpu", runs=subset_runs),
-        mem_mb=request(REQUESTS.heads, "mem_mb", runs=subset_runs),
-        runtime=request(REQUESTS.heads, "runtime", runs=subset_runs),
+        gpu=request(REQUESTS.heads, "gpu", runs=get_subset_runs),
+        mem_mb=request(REQUESTS.heads, "mem_mb", runs=get_subset_runs),
+        runtime=request(REQUESTS.heads, "runtime", runs=get_subset_runs),
 
 
 rule transfer:
@@ -75,16 +75,16 @@ rule transfer:
     params:
         in_memory_max_mb=lambda wc: S.head_training(wc.task).in_memory_max_mb,
         runtime=lambda wc, resources: as_json(S.head_runtime(resources.gpu)),
-        features=lambda wc: " ".join(source_arg(run) for run in FILES.checkpoint_runs(wc)),
+        features=lambda wc: " ".join(get_source_arg(run) for run in FILES.checkpoint_runs(wc)),
     log:
         L.log("transfer"),
     benchmark:
         L.benchmark("transfer")
     threads: 1
     resources:
-        gpu=request(REQUESTS.heads, "gpu", runs=applies_heads, training=False),
-        mem_mb=request(REQUESTS.heads, "mem_mb", runs=applies_heads, training=False),
-        runtime=request(REQUESTS.heads, "runtime", runs=applies_heads, training=False),
+        gpu=request(REQUESTS.heads, "gpu", runs=get_applied_head_runs, training=False),
+        mem_mb=request(REQUESTS.heads, "mem_mb", runs=get_applied_head_runs, training=False),
+        runtime=request(REQUESTS.heads, "runtime", runs=get_applied_head_runs, training=False),
     shell:
         "bertvision transfer --task {wildcards.task} --head-dirs {input.heads} --manifests {params.features} "
         "--raw-dir {input.raw} --in-memory-max-mb {params.in_memory_max_mb} --runtime {params.runtime:q} --out {output} "

@@ -52,7 +52,7 @@ rule peer:
         gpu_model=GPU_MODEL,
         mem_mb=request(REQUESTS.peer, "mem_mb"),
         runtime=request(REQUESTS.peer, "runtime"),
-        micro_batches=micro_batches,
+        micro_batches=get_micro_batches,
     shell:
         "bertvision peer --task {wildcards.task} --model-name {wildcards.model} "
         "--settings {params.settings:q} --compute {params.compute:q} --tokens-dir {input.tokens} "

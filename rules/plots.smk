@@ -5,7 +5,7 @@ rule plots:
         tables=[rules.tables.output.glue_csv, rules.tables.output.squad_csv],
         summary=rules.tables.output.summary_csv,
         methods=rules.tables.output.methods_csv,
-        **per_task(lambda m, t, runs: FILES.head_dirs(runs)),
+        **get_per_task(lambda m, t, runs: FILES.head_dirs(runs)),
         baselines=TARGETS.baseline_metrics(),
     output:
         epochs=[

@@ -11,17 +11,17 @@ rule search_worker:
         head=lambda wc: as_json(S.head_settings(wc.task, [wc.head])[wc.head]),
         runtime=lambda wc, resources: as_json(S.head_runtime(resources.gpu)),
         search=as_json(S.search()),
-        storage=study_storage,
-        features=features_arg,
+        storage=get_study_storage,
+        features=get_features_arg,
     log:
         L.log("search_worker"),
     benchmark:
         L.benchmark("search_worker")
     threads: 1
     resources:
-        gpu=request(REQUESTS.heads, "gpu", runs=trials_per_worker),
-        mem_mb=request(REQUESTS.heads, "mem_mb", runs=trials_per_worker),
-        runtime=request(REQUESTS.heads, "runtime", runs=trials_per_worker),
+        gpu=request(REQUESTS.heads, "gpu", runs=get_trials_per_worker),
+        mem_mb=request(REQUESTS.heads, "mem_mb", runs=get_trials_per_worker),
+        runtime=request(REQUESTS.heads, "runtime", runs=get_trials_per_worker),
     shell:
         "bertvision search-worker --task {wildcards.task} --keys {params.study:q} --head {params.head:q} "
         "--runtime {params.runtime:q} --search {params.search:q} "

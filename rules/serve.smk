@@ -7,16 +7,16 @@ rule serve_bundles:
     bundle of its own, and their index (bundles.json); `bertvision serve bundles/MODEL/picked`."""
     input:
         picks=L.picks_record(),
-        **per_task(
+        **get_per_task(
             lambda m, t, runs: FILES.head_dirs(runs) + [run.format(L.CHECKPOINT_FILE, file="model.safetensors") for run in runs],
             by_model=True,
         ),
     output:
         directory(L.PICKED_BUNDLES_DIR),
     params:
-        runs=lambda wc: as_json([served_run(run) for run in backbone_runs(wc)]),
+        runs=lambda wc: as_json([get_served_run(run) for run in get_backbone_runs(wc)]),
         tokenizer=lambda wc: S.pretrained(wc.model),
-        task_settings=lambda wc: bundle_task_settings(wc.model, S.tasks),
+        task_settings=lambda wc: get_bundle_task_settings(wc.model, S.tasks),
         provenance=lambda wc: as_json({"backbone": wc.model}),
         precision=S.extract_compute().precision,
     log:

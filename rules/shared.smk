@@ -8,15 +8,15 @@ rule finetune_mixture:
     """One encoder fine-tuned on the training rows of several tasks at once (each task with its
     own output layer); only the encoder is kept."""
     input:
-        tokens=lambda wc: mixture_tokens(wc).values(),
+        tokens=lambda wc: get_mixture_tokens(wc).values(),
     output:
         expand(L.MIXTURE_FILE, file=L.MIXTURE_FILES, allow_missing=True),
     params:
         settings=lambda wc: as_json(S.mixture(wc.model, wc.encoder)),
         compute=as_json(S.finetune_compute()),
-        tokens_dirs=lambda wc: " ".join(f"{task}={path}" for task, path in mixture_tokens(wc).items()),
+        tokens_dirs=lambda wc: " ".join(f"{task}={path}" for task, path in get_mixture_tokens(wc).items()),
         out_dir=L.MIXTURE_DIR,
-        bertvision=launcher,
+        bertvision=get_launcher,
     log:
         L.log("finetune_mixture"),
     benchmark:
@@ -28,7 +28,7 @@ rule finetune_mixture:
         gpu_model=GPU_MODEL,
         mem_mb=request(REQUESTS.mixture, "mem_mb"),
         runtime=request(REQUESTS.mixture, "runtime"),
-        micro_batches=micro_batches,
+        micro_batches=get_micro_batches,
     shell:
         "{params.bertvision} finetune-mixture --encoder-name {wildcards.encoder} --model-name {wildcards.model} "
         "--settings {params.settings:q} --compute {params.compute:q} --tokens-dirs {params.tokens_dirs} "
@@ -38,7 +38,7 @@ rule finetune_mixture:
 
 use rule extract as extract_shared with:
     input:
-        checkpoint=encoder_weights,
+        checkpoint=get_encoder_weights,
         tokens=rules.tokenize.output,
     output:
         directory(expand(L.SHARED_SHARD_DIR, n_shards=S.shards, allow_missing=True)[0]),
@@ -84,16 +84,16 @@ use rule train_heads as train_heads_shared with:
     benchmark:
         L.benchmark("train_heads_shared")
     resources:
-        gpu=request(REQUESTS.heads, "gpu", runs=shared_head_runs),
-        mem_mb=request(REQUESTS.heads, "mem_mb", runs=shared_head_runs),
-        runtime=request(REQUESTS.heads, "runtime", runs=shared_head_runs),
+        gpu=request(REQUESTS.heads, "gpu", runs=get_shared_head_runs),
+        mem_mb=request(REQUESTS.heads, "mem_mb", runs=get_shared_head_runs),
+        runtime=request(REQUESTS.heads, "runtime", runs=get_shared_head_runs),
 
 
 rule head_transfer:
     """A source task's heads (on its own encoder) applied as they are to {task}, whose labels
     mean the same, on {task}'s states of the source's encoder."""
     input:
-        heads=lambda wc: shared_encoder(wc).heads_dir(wc.model, int(wc.ftseed), wc.encoder),
+        heads=lambda wc: get_shared_encoder(wc).heads_dir(wc.model, int(wc.ftseed), wc.encoder),
         manifest=L.SHARED_MANIFEST,
         raw=rules.download.output,
     output:
@@ -108,9 +108,9 @@ rule head_transfer:
         L.benchmark("head_transfer")
     threads: 1
     resources:
-        gpu=request(REQUESTS.heads, "gpu", runs=applies_heads, training=False),
-        mem_mb=request(REQUESTS.heads, "mem_mb", runs=applies_heads, training=False),
-        runtime=request(REQUESTS.heads, "runtime", runs=applies_heads, training=False),
+        gpu=request(REQUESTS.heads, "gpu", runs=get_applied_head_runs, training=False),
+        mem_mb=request(REQUESTS.heads, "mem_mb", runs=get_applied_head_runs, training=False),
+        runtime=request(REQUESTS.heads, "runtime", runs=get_applied_head_runs, training=False),
     shell:
         "bertvision head-transfer --source {wildcards.encoder} --target {wildcards.task} --head-dir {input.heads} "
         "--head-names {params.heads} --manifest {input.manifest} --raw-dir {input.raw} "
@@ -125,14 +125,14 @@ rule cross_task:
         heads=TARGETS.shared_head_dirs(),
         transfer=TARGETS.head_transfer_files(),
     output:
-        **table_outputs(["cross_task"], "Experiments"),
+        **get_table_outputs(["cross_task"], "Experiments"),
         plot=report(L.plot("cross-task"), category="Plots", caption="../workflow/report/cross_task_plot.rst"),
     params:
         encoders=as_json([e.to_json() for e in S.shared_encoders().values()]),
         models=S.models,
         ft_seeds=S.shared_ft_seeds,
         heads=as_json({t: list(S.shared_heads(t)) for t in S.shared_tasks}),
-        epochs=as_json(mixture_epochs()),
+        epochs=as_json(get_mixture_epochs()),
         out_dir=lambda wc, output: os.path.dirname(output.cross_task_md),
     log:
         L.log("cross_task"),
@@ -148,8 +148,8 @@ rule bundle:
     """What `bertvision serve` loads: the shared encoder (safetensors), its tokenizer and every
     shared task's heads trained on it, with their specs and dev metrics."""
     input:
-        checkpoint=encoder_weights,
-        heads=lambda wc: bundle_heads(wc).values(),
+        checkpoint=get_encoder_weights,
+        heads=lambda wc: get_bundle_heads(wc).values(),
     output:
         directory(L.BUNDLE_DIR),
     # bundles/{model}/picked is serve_bundles' (the summary's picks), never a shared encoder's
@@ -158,8 +158,8 @@ rule bundle:
     params:
         encoder_dir=lambda wc, input: os.path.dirname(input.checkpoint),
         tokenizer=lambda wc: S.pretrained(wc.model),
-        heads=lambda wc: " ".join(f"{t}={d}" for t, d in bundle_heads(wc).items()),
-        task_settings=bundle_task_settings(S.models[0], S.shared_tasks),
+        heads=lambda wc: " ".join(f"{t}={d}" for t, d in get_bundle_heads(wc).items()),
+        task_settings=get_bundle_task_settings(S.models[0], S.shared_tasks),
         provenance=lambda wc: as_json({"backbone": wc.model, "encoder": wc.encoder, "ft_seed": S.shared_ft_seeds[0]}),
         precision=S.extract_compute().precision,
     log:

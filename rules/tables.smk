@@ -12,13 +12,13 @@ rule tables:
         baseline_benchmarks=[job.benchmark for job in TARGETS.baseline_jobs()],
         peers=TARGETS.peer_metrics(),
         peer_benchmarks=[job.benchmark for job in TARGETS.peer_jobs() + TARGETS.embed_jobs()],
-        **per_task(table_files),
+        **get_per_task(get_table_files),
     output:
-        **table_outputs(RESULT_TABLES, "Tables"),
+        **get_table_outputs(RESULT_TABLES, "Tables"),
         picks=L.picks_record(),
     params:
         heads=S.heads,
-        runs=lambda wc: all_runs_json(),
+        runs=lambda wc: get_all_runs_json(),
         bert=lambda wc: FILES.bert_records(RACE.runs()),
         head_dirs=lambda wc: FILES.head_dirs(RACE.runs()),
         manifests=lambda wc: FILES.manifests(RACE.runs()),
@@ -41,13 +41,13 @@ rule experiment_tables:
     """The experiments' tables: optuna searches, data-fraction curves, cross-checkpoint transfer,
     BERT's own fine-tuning curve."""
     input:
-        **per_task(lambda m, t, runs: FILES.search_results(runs) + FILES.bert_records(runs)),
+        **get_per_task(lambda m, t, runs: FILES.search_results(runs) + FILES.bert_records(runs)),
         subsets=TARGETS.subset_head_dirs(),
         heads=TARGETS.for_every_run(L.HEADS_DIR, tasks=S.data_fraction_tasks(), checkpoints=S.data_fraction_checkpoints()),
         transfer=TARGETS.transfer_files(),
         curves=TARGETS.bert_curve_files(),
     output:
-        **table_outputs(EXPERIMENT_TABLES, "Experiments"),
+        **get_table_outputs(EXPERIMENT_TABLES, "Experiments"),
     params:
         search=lambda wc: FILES.search_results(RACE.runs()),
         bert=lambda wc: FILES.bert_records(RACE.runs()),
