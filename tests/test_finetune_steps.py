@@ -73,3 +73,27 @@ def test_a_checkpoint_without_the_one_before_fails_clearly(tokens, tiny_bert, tm
     with pytest.raises(FileNotFoundError, match="ckpt-0.5"):
         finetune(get_task("mrpc"), "tiny", settings.finetune("tiny", "mrpc"), settings.finetune_compute(),
                  tokens / "tokens", tmp_path, 1, Checkpoint(1), previous=tmp_path / "ckpt-0.5", threads=1)  # fmt: skip
+
+
+def test_a_regression_starts_at_its_training_labels_mean(tiny_bert, tmp_path):
+    """Checkpoint 0 is the task model as fine-tuning initialises it: a regression's output bias is
+    the mean of its training labels (BERTVision's heads train on standardized labels; the encoder's
+    own head starts where they start), a classification's is left as the library draws it."""
+    import numpy as np
+
+    from bertvision.data.tokenized import TokenizedSplit
+    from bertvision.layout import split_file
+
+    settings = workflow_settings(
+        backbones={"tiny": {"pretrained": str(tiny_bert)}},
+        tasks={"stsb": {"train_size": 30, "eval_size": 8}},
+        finetune={"epoch_fractions": [0], "settings": {"batch_size": 8}},
+        resources={"warm_start": False},
+    )
+    root = download_and_tokenize(settings, "tiny", "stsb", tmp_path)
+    compute = settings.finetune_compute().replace(device="cpu", precision="fp32")
+    finetune(get_task("stsb"), "tiny", settings.finetune("tiny", "stsb"), compute, root / "tokens", root / "ft", 1,
+             Checkpoint(0), threads=1)  # fmt: skip
+    labels = TokenizedSplit.read(split_file(root / "tokens", "train")).labels
+    bias = load_file(root / "ft" / "ckpt-0" / "model.safetensors")["classifier.bias"]
+    assert 1.0 < labels.mean() < 4.0 and bias.item() == pytest.approx(float(np.mean(labels)), abs=1e-6)

@@ -41,6 +41,23 @@ def models_sharing_one_encoder(tasks, backbone: str, seed: int) -> dict[str, tor
     return models
 
 
+def output_layer(model) -> torch.nn.Linear:
+    """The task head's last linear layer, whatever the architecture calls it (BERT's ``classifier``,
+    RoBERTa's ``classifier.out_proj``)."""
+    prefix = model.base_model_prefix
+    head = [m for name, m in model.named_modules() if isinstance(m, torch.nn.Linear) and not name.startswith(prefix)]
+    return head[-1]
+
+
+def start_at_label_mean(model, labels: np.ndarray) -> None:
+    """A regression's output starts at its training labels' mean, as the BERTVision heads' output
+    does (``models.heads.Standardized`` trains them on standardized labels): the first steps go to
+    the labels' variation, not to reaching their offset (STS-B's mean is 2.7 on a 0-5 scale; from a
+    zero bias, a short or parameter-efficient run spent its steps on the offset)."""
+    with torch.no_grad():
+        output_layer(model).bias.fill_(float(np.mean(labels)))
+
+
 def save_checkpoint(model, out_dir: Path) -> None:
     """``model.safetensors`` + ``config.json``, each renamed into place. The model is saved into
     a scratch directory beside ``out_dir`` first; one left by a killed job is cleared here."""
@@ -81,6 +98,9 @@ class EncoderSession:
         self.ranks, self.device = ranks, device = Ranks.from_env(pick_device(compute.device))
         trains = {t.name: TokenizedSplit.read(split_file(tokens_dirs[t.name], "train")) for t in tasks}
         models = models_sharing_one_encoder(tasks, settings.backbone, seed)
+        for task in tasks:
+            if task.kind == "regression":
+                start_at_label_mean(models[task.name], trains[task.name].labels)
         self.encoder = next(iter(models.values())).base_model
         self.encoder_parameters = encoder_parameter_count(self.encoder)  # before any adapter is added
         if adapt is not None:
