@@ -21,25 +21,19 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bertvision.layout import HEAD_METRICS, HEAD_RUN, HEADS_DIR
+from bertvision.layout import HEADS_DIR, head_metrics_files
 from bertvision.registry.tasks import get_task
 from bertvision.reporting.results import repeats_frozen_run
 
 GOAL_COST = 0.30
 
-EVERY_HEAD_RECORD = "/".join(
-    [
-        HEADS_DIR.format(model="*", task="*", ftseed="*", checkpoint="*"),
-        HEAD_RUN.format(head="*", seed="*"),
-        HEAD_METRICS,
-    ]
-)
+EVERY_HEADS_DIR = HEADS_DIR.format(model="*", task="*", ftseed="*", checkpoint="*")
 
 
 def head_records(run_dir: Path, runs: set) -> pd.DataFrame:
     """The head records of the runs the tables cover (``runs``: (task, ft seed, checkpoint))."""
     rows, frozen_seen = [], set()
-    records = [json.loads(p.read_text()) for p in run_dir.glob(EVERY_HEAD_RECORD)]
+    records = [json.loads(p.read_text()) for p in head_metrics_files(sorted(run_dir.glob(EVERY_HEADS_DIR)))]
     for r in sorted(records, key=lambda r: int(r["source"]["ft_seed"])):
         if (r["task"], int(r["source"]["ft_seed"]), float(r["source"]["checkpoint"])) not in runs:
             continue

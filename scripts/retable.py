@@ -9,7 +9,7 @@ record) that has a heads directory and,
 where the race decided (WORKDIR/race), only the checkpoints it reached; the extraction's shards
 per checkpoint are read from the feature manifests. OUT_DIR gets the tables stage's files
 (summary.md, cost.md, ...). Race decisions written before their best entry was named `candidate`
-(ab8ab48) are read through a renamed copy under OUT_DIR/race-decisions. A run made before BERT's
+(ab8ab48) are read through a renamed copy under OUT_DIR/records. A run made before BERT's
 head had its own scoring job (rule score_bert) scored it inside each fine-tuning job, whose
 benchmark file counts it: such a checkpoint gets a score_bert benchmark file of 0 seconds in
 WORKDIR/benchmarks; benchmark files named before c55c270 (``ckpt0.3``) get a copy under today's name
@@ -34,35 +34,24 @@ from bertvision.registry.peers import PEERS
 from bertvision.stages.tables import build_tables
 
 
-def current_decisions(paths: list[Path], copies: Path) -> list[Path]:
-    """The race decisions as today's reporting reads them: an older file's ``best.head`` (which
-    named a candidate, head or ensemble) becomes ``best.candidate`` in a copy."""
-    current = []
-    for path in paths:
-        d = json.loads(path.read_text())
-        best = d.get("best") or {}
-        if "head" in best:
-            d["best"] = {("candidate" if k == "head" else k): v for k, v in best.items()}
-            path = copies / path
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(d))
-        current.append(path)
-    return current
-
-
 def current_record(path: Path, copies: Path) -> Path:
-    """A record as today's reporting reads it: an older training or BERT record's float
-    ``epoch_fraction`` and a search worker record's ``keys.frac`` become ``checkpoint`` (the
-    checkpoint's name) in a copy under ``copies``."""
+    """A record as today's reporting reads it, in a copy under ``copies`` where it was written
+    before: a race decision's ``best.head`` (which named a candidate, head or ensemble) becomes
+    ``best.candidate``; a training or BERT record's float ``epoch_fraction`` and a search worker
+    record's ``keys.frac`` become ``checkpoint`` (the checkpoint's name)."""
     d = json.loads(path.read_text())
-    if "epoch_fraction" not in d and "frac" not in d.get("keys", {}):
+    best, keys = d.get("best") or {}, d.get("keys") or {}
+    if "head" not in best and "epoch_fraction" not in d and "frac" not in keys:
         return path
+    if "head" in best:
+        d["best"] = {("candidate" if k == "head" else k): v for k, v in best.items()}
     if "epoch_fraction" in d:
         d["checkpoint"] = Checkpoint(d.pop("epoch_fraction")).name
-    if "frac" in d.get("keys", {}):
-        d["keys"]["checkpoint"] = d["keys"].pop("frac")
+    if "frac" in keys:
+        keys["checkpoint"] = keys.pop("frac")
     copy = copies / path
     copy.parent.mkdir(parents=True, exist_ok=True)
+    copy.unlink(missing_ok=True)  # a link made for an earlier record of the folder: never write through it
     copy.write_text(json.dumps(d))
     for sibling in path.parent.iterdir():  # the files the reporting reads beside a record (predictions, logits)
         if not (copy.parent / sibling.name).exists():
@@ -90,14 +79,14 @@ def extraction_shards(manifests: list[Path]) -> int:
 def rebuild(workdir: Path, out_dir: Path, heads: list[str]) -> None:
     os.chdir(workdir)  # benchmark and log paths are relative to the working directory
     current_benchmark_names(Path("benchmarks"))
-    decisions = current_decisions(sorted(Path("race").glob("*/*/*.json")), out_dir / "race-decisions")
+    records = out_dir / "records"
+    decisions = [current_record(path, records) for path in sorted(Path("race").glob("*/*/*.json"))]
     reached: dict[tuple, set] = {}
     for path in decisions:
         d = json.loads(path.read_text())
         reached.setdefault((d["model"], d["task"]), set()).add(d["checkpoint"])
     runs, bert, head_dirs, manifests, workers = [], [], [], [], []
     every_record = L.CHECKPOINT_FILE.format(model="*", task="*", ftseed="*", checkpoint="*", file=L.TRAIN_RECORD)
-    records = out_dir / "records"
     for record_file in sorted(Path().glob(every_record)):
         trained = json.loads(current_record(record_file, records).read_text())  # its keys, from its own record
         checkpoint = Checkpoint.named(trained["checkpoint"])
@@ -110,7 +99,8 @@ def rebuild(workdir: Path, out_dir: Path, heads: list[str]) -> None:
         run = Run(trained["model"], trained["task"], trained["seed"], checkpoint, manifest.exists())
         runs.append(run)
         record = record_file.parent / L.bert_record_file(checkpoint)
-        bert.append(current_record(record if record.exists() else record_file.parent / L.BERT_METRICS, records))
+        record = record if record.exists() else record_file.parent / L.BERT_METRICS  # older runs: at 0
+        bert.append(current_record(record, records))
         scoring = Path(Job("score_bert", run.keys).benchmark)
         if checkpoint.fraction > 0 and not scoring.exists() and "scored_from" not in json.loads(bert[-1].read_text()):
             scoring.parent.mkdir(parents=True, exist_ok=True)
