@@ -269,6 +269,44 @@ def test_a_bad_declaration_is_one_line_naming_the_key(tiny_bert, tmp_path, chang
     assert message in str(err.value) and len(str(err.value).splitlines()) == 1
 
 
+def test_validate_config_reads_every_row_of_every_declared_file_before_anything_runs(tiny_bert, tmp_path):
+    """The workflow's parse reads a train file's rows and labels only; `bertvision validate-config`
+    reads every declared file as the download will and names the key, file, line and column."""
+    from bertvision.config.workflow import validate_config_file
+    from bertvision.errors import ConfigError
+
+    blocks = write_own_files(tmp_path / "data")
+    config = tmp_path / "own.yaml"
+
+    def problem(change) -> str:
+        changed = yaml.safe_load(yaml.safe_dump(blocks))
+        change(changed)
+        config.write_text(yaml.safe_dump(own_config(tiny_bert, changed)))
+        with pytest.raises(ConfigError) as err:
+            validate_config_file(config)
+        assert len(str(err.value).splitlines()) == 1, err.value
+        return str(err.value)
+
+    config.write_text(yaml.safe_dump(own_config(tiny_bert, blocks)))
+    validate_config_file(config)  # the rows as written pass
+    assert problem(lambda b: b["paraphrase"].update(text=["a", "bb"])) == (
+        f"{config}: tasks.paraphrase.files.train: {blocks['paraphrase']['files']['train']}: missing column(s) "
+        "['bb']; columns found: ['a', 'b', 'same']"
+    )
+    assert problem(lambda b: b["score"]["files"].update(test="gone.parquet")) == (
+        f"{config}: tasks.score.files.test: gone.parquet: no such file"
+    )
+    assert problem(lambda b: b["faq"]["files"].update(dev=b["similarity"]["files"]["dev"])).startswith(
+        f"{config}: tasks.faq.files.dev: "
+    )
+    dev = pd.read_csv(blocks["similarity"]["files"]["dev"], keep_default_na=False)
+    dev.loc[4, "band"] = "very high"
+    dev.to_csv(blocks["similarity"]["files"]["dev"], index=False)
+    message = problem(lambda b: None)
+    assert message.startswith(f"{config}: tasks.similarity.files.dev: {blocks['similarity']['files']['dev']}: line ")
+    assert message.endswith("column 'band': unknown label 'very high' in dev; expected one of " + str(list(BANDS)))
+
+
 def test_a_bad_row_stops_the_download_job_in_one_line_and_writes_nothing(tiny_bert, tmp_path):
     """The job's own process knows the declared task from the environment the workflow gives it
     (rules/common.smk), reads the dev file and names its bad label's line."""

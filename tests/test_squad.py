@@ -186,3 +186,31 @@ def test_span_records_carry_what_abstaining_everywhere_scores(dev):
     for split, questions in parts.items():
         assert 0 < questions["is_impossible"].mean() < 1
         assert metrics[split]["constant_score"] == pytest.approx(100 * float(questions["is_impossible"].mean()))
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("a,b\n1,2\n", "line 1: undecodable JSON (Expecting value, column 1)"),
+        ("[1, 2]", "no top-level 'data' list (not a SQuAD file)"),
+        ({"data": [{"title": "t"}]}, "data[0]: no field 'paragraphs'"),
+        ({"data": [{"paragraphs": []}]}, "data[0]: no field 'title'"),
+        ({"data": [{"title": "t", "paragraphs": [{"qas": []}]}]}, "data[0].paragraphs[0]: no field 'context'"),
+        ({"data": [{"title": "t", "paragraphs": [{"context": "abc", "qas": [{"question": "q"}]}]}]},
+         "data[0].paragraphs[0].qas[0]: no field 'id'"),
+        ({"data": [{"title": "t", "paragraphs": [{"context": "abc", "qas": [
+            {"id": "q1", "question": "q", "answers": [{"text": "b", "answer_start": "1"}]}]}]}]},
+         "question q1: field 'answer_start' is not an integer, got '1'"),
+        ({"data": []}, "no questions"),
+    ],
+)  # fmt: skip
+def test_a_file_not_in_squads_layout_is_one_line_naming_the_place(tmp_path, content, message):
+    import json
+
+    from bertvision.errors import DataFormatError
+
+    path = tmp_path / "faq.json"
+    path.write_text(content if isinstance(content, str) else json.dumps(content))
+    with pytest.raises(DataFormatError) as err:
+        parse_squad(path)
+    assert str(err.value).startswith(f"{path}: {message}") and len(str(err.value).splitlines()) == 1

@@ -20,7 +20,8 @@ into the same ``TaskSpec`` a registered task has, so that every stage treats bot
         labels: [neg, pos]         # required from the hub, as rows (or train_size) is
 
 The train file is read once here for its row count (job requests) and, without ``labels``, for
-its label set; the dev file's labels are checked when the task is downloaded. A hub dataset is
+its label set; every file's rows are checked when the task is downloaded, and by ``check_files``
+(``bertvision validate-config``) before anything runs. A hub dataset is
 not read here (every job parses the workflow): the block gives its rows and labels, which the
 download checks against the dataset (``data.hub``). Question tasks take SQuAD 2.0's windows,
 metric, null threshold and defaults (registry.tasks: squad2)."""
@@ -34,10 +35,10 @@ import re
 from pathlib import Path
 
 from bertvision.data.squad_files import parse_squad
-from bertvision.data.task_files import labels_in, read_table
+from bertvision.data.task_files import labels_in, read_table, read_task_file
 from bertvision.errors import BertvisionError, ConfigError
 from bertvision.registry.hub_layout import HubLayout
-from bertvision.registry.task_spec import FileLayout, SquadFileLayout, TaskSpec
+from bertvision.registry.task_spec import UNLABELLED, FileLayout, SquadFileLayout, TaskSpec
 from bertvision.registry.tasks import TASKS, get_task
 
 # a task name is a path part and a Snakemake wildcard (rules/common.smk)
@@ -146,6 +147,26 @@ def _source_fields(block: dict, text_columns: tuple[str, ...], label_column: str
         "files": None,
         "hub": HubLayout(text_columns=text_columns, label_column=label_column, revision=hub.get("revision")),
     }
+
+
+def check_files(task: TaskSpec) -> None:
+    """Read every file of a task declared with ``files`` as its download will, each row and cell
+    checked (``bertvision validate-config``: the workflow's parse reads the train file's rows and
+    labels only); a ConfigError names the config key, the file, the line and the column."""
+    layout = task.squad or task.files
+    files = layout.files if layout else {}
+    for split, path in sorted(files.items(), key=lambda item: ("train", "dev", UNLABELLED).index(item[0])):
+        try:
+            if task.squad:
+                parse_squad(Path(path))
+            else:
+                label = None if split == UNLABELLED else layout.label_column
+                read_task_file(Path(path), split, layout.text_columns, task.text_fields, label, task.kind,
+                               task.raw_labels)  # fmt: skip
+        except FileNotFoundError:
+            raise ConfigError(f"tasks.{task.name}.files.{split}: {path}: no such file") from None
+        except BertvisionError as err:
+            raise ConfigError(f"tasks.{task.name}.files.{split}: {err}") from None
 
 
 def question_task(name: str, block: dict, rows: int) -> TaskSpec:

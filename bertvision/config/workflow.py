@@ -9,7 +9,7 @@ import copy
 from pathlib import Path
 
 from bertvision.config.checks import check
-from bertvision.config.declared_tasks import declared_task, is_declaration
+from bertvision.config.declared_tasks import check_files, declared_task, is_declaration
 from bertvision.config.schema import read_config, schema_default, validate_config
 from bertvision.config.settings import (
     BaselineSettings,
@@ -450,10 +450,16 @@ class WorkflowSettings(SharedEncoderSettings):
 
 
 def validate_config_file(config: Path, show: bool = False) -> None:
-    """``bertvision validate-config``: check ``config`` (print it with every default filled in, ``show``)."""
+    """``bertvision validate-config``: check ``config`` and every row of the files of the tasks it
+    declares (print it with every default filled in, ``show``)."""
     import yaml
 
     settings = WorkflowSettings.from_file(config)
+    for task in settings.declared:
+        try:
+            check_files(task)
+        except ConfigError as err:
+            raise ConfigError(f"{config}: {err}") from None
     if show:
         print(yaml.safe_dump(settings.config, sort_keys=False), end="")
     else:

@@ -17,6 +17,7 @@ import pandas as pd
 
 from bertvision.errors import DataFormatError, MissingError
 
+KINDS = {str: "a string", int: "an integer", list: "a list", object: "a value"}
 COLUMNS = ["idx", "id", "title", "context", "question", "answer_texts", "answer_starts", "is_impossible"]
 
 
@@ -47,42 +48,63 @@ def from_hub_records(df: pd.DataFrame) -> pd.DataFrame:
 
 def read_json(path: Path) -> dict:
     opener = gzip.open if Path(path).suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as fh:
-        return json.load(fh)
+    try:
+        with opener(path, "rt", encoding="utf-8") as fh:
+            return json.load(fh)
+    except json.JSONDecodeError as err:
+        raise DataFormatError(f"{path}: line {err.lineno}: undecodable JSON ({err.msg}, column {err.colno})") from None
+    except (UnicodeDecodeError, gzip.BadGzipFile, EOFError) as err:
+        raise DataFormatError(f"{path}: not a UTF-8 JSON file ({err})") from None
+
+
+def _field(record, key: str, path: Path, where: str, kind: type = object):
+    """``record[key]``, which must be a ``kind``; else a DataFormatError naming the file and the place."""
+    if not isinstance(record, dict) or key not in record:
+        raise DataFormatError(f"{path}: {where}: no field {key!r} (a SQuAD 2.0 file's layout: data > paragraphs > qas)")
+    if not isinstance(record[key], kind):
+        raise DataFormatError(f"{path}: {where}: field {key!r} is not {KINDS[kind]}, got {record[key]!r}")
+    return record[key]
 
 
 def parse_squad(path: Path) -> pd.DataFrame:
     doc = read_json(path)
-    if "data" not in doc:
+    if not isinstance(doc, dict) or not isinstance(doc.get("data"), list):
         raise DataFormatError(f"{path}: no top-level 'data' list (not a SQuAD file)")
     rows = []
-    for article in doc["data"]:
-        for paragraph in article["paragraphs"]:
-            context = paragraph["context"]
-            for qa in paragraph["qas"]:
-                texts = [a["text"] for a in qa.get("answers", [])]
-                starts = [int(a["answer_start"]) for a in qa.get("answers", [])]
+    for a, article in enumerate(doc["data"]):
+        title = _field(article, "title", path, f"data[{a}]", str)  # the unit a selection split is carved by
+        for p, paragraph in enumerate(_field(article, "paragraphs", path, f"data[{a}]", list)):
+            where = f"data[{a}].paragraphs[{p}]"
+            context = _field(paragraph, "context", path, where, str)
+            for q, qa in enumerate(_field(paragraph, "qas", path, where, list)):
+                qid = _field(qa, "id", path, f"{where}.qas[{q}]")
+                question = f"question {qid}"
+                answers = _field(qa, "answers", path, question, list) if "answers" in qa else []
+                texts = [_field(x, "text", path, question, str) for x in answers]
+                starts = [_field(x, "answer_start", path, question, int) for x in answers]
                 impossible = bool(qa.get("is_impossible", not texts))
                 if impossible and texts:
-                    raise DataFormatError(f"{path}: question {qa['id']}: is_impossible but has answers")
+                    raise DataFormatError(f"{path}: {question}: is_impossible but has answers")
                 if not impossible and not texts:
-                    raise DataFormatError(f"{path}: question {qa['id']}: answerable but has no answers")
+                    raise DataFormatError(f"{path}: {question}: answerable but has no answers")
                 for text, start in zip(texts, starts):
                     if context[start : start + len(text)] != text:
                         raise DataFormatError(
-                            f"{path}: question {qa['id']}: answer {text!r} is not at character {start} of its context"
+                            f"{path}: {question}: answer {text!r} is not at character {start} of its context"
                         )
                 rows.append(
                     {
-                        "id": qa["id"],
-                        "title": article["title"],
+                        "id": qid,
+                        "title": title,
                         "context": context,
-                        "question": qa["question"],
+                        "question": _field(qa, "question", path, question, str),
                         "answer_texts": texts,
                         "answer_starts": starts,
                         "is_impossible": impossible,
                     }
                 )
+    if not rows:
+        raise DataFormatError(f"{path}: no questions")
     df = pd.DataFrame(rows)
     if df["id"].duplicated().any():
         raise DataFormatError(f"{path}: duplicated question id {df['id'][df['id'].duplicated()].iloc[0]!r}")
