@@ -427,3 +427,29 @@ def test_the_config_keys_reference_is_the_schemas():
     assert "tasks.<task>.max_length" in rows and "backbones.<model>.pretrained" in rows
     current = (REPO / "docs/reference/config-keys.md").read_text()
     assert current == keys_markdown(), "stale: bertvision config-keys > docs/reference/config-keys.md"
+
+
+def test_a_number_written_as_yaml_or_snakemake_config_text_is_read_as_the_number_its_key_asks_for():
+    """PyYAML reads `5e-5` (no dot) as a string, and Snakemake's --config every value inside a list
+    or mapping: each is read as the number, bool or null its key's schema asks for; a key that
+    takes strings keeps its text, and text that is no number is still refused by name."""
+    from snakemake.cli import parse_config
+
+    config = yaml.safe_load((REPO / "config.yaml").read_text())
+    config["heads"] = {**config.get("heads", {}), "training": {"learning_rate": 1e-3}}
+    config.update(
+        yaml.safe_load("finetune: {settings: {learning_rate: 5e-5}}"),
+        **parse_config(['baseline={"epochs": 2, "settings": {"schedule_epochs": null, "weight_decay": 1e-2}}',
+                        'data={"glue_dir": "2024"}', 'heads={"training": {"standardize": false, '
+                        '"learning_rate": 2e-3}, "race": {"rungs": [1, 3]}}', 'finetune={"epoch_fractions": [0, 0.3]}']),
+    )  # fmt: skip
+    assert config["finetune"]["epoch_fractions"] == ["0", "0.3"] and config["baseline"]["epochs"] == "2"
+    validate_config(config)
+    assert config["finetune"]["epoch_fractions"] == [0, 0.3]
+    assert config["baseline"]["epochs"] == 2 and config["baseline"]["settings"] == {"schedule_epochs": None,
+                                                                                    "weight_decay": 0.01}  # fmt: skip
+    assert config["heads"]["training"]["learning_rate"] == 0.002 and config["heads"]["training"]["standardize"] is False
+    assert config["heads"]["race"]["rungs"] == [1, 3] and config["data"]["glue_dir"] == "2024"  # a string key keeps its text
+    assert isinstance(config["baseline"]["epochs"], int) and isinstance(config["finetune"]["epoch_fractions"][0], int)
+    with pytest.raises(ConfigError, match=r"finetune.settings.learning_rate: '5e-5x' is not of type 'number'"):
+        validate_config(yaml.safe_load("finetune: {settings: {learning_rate: 5e-5x}}"))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import re
 from importlib import resources
 from pathlib import Path
 
@@ -92,16 +93,51 @@ def load_schema() -> dict:
 
 
 def _with_defaults(validator_class):
+    """The validator, extended to fill each absent key with its default and to read a scalar written as
+    text as the number, bool or null its key's schema asks for (``_scalar``)."""
     validate_properties = validator_class.VALIDATORS["properties"]
+    validate_items = validator_class.VALIDATORS["items"]
 
     def set_defaults(validator, properties, instance, schema):
         if isinstance(instance, dict):
             for name, sub in properties.items():
                 if "default" in sub and name not in instance:
                     instance[name] = copy.deepcopy(sub["default"])
+                elif isinstance(instance.get(name), str):
+                    instance[name] = _scalar(instance[name], resolve(sub, _schema()))
         yield from validate_properties(validator, properties, instance, schema)
 
-    return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
+    def read_items(validator, items, instance, schema):
+        if isinstance(instance, list) and isinstance(items, dict):
+            node = resolve(items, _schema())
+            instance[:] = [_scalar(x, node) if isinstance(x, str) else x for x in instance]
+        yield from validate_items(validator, items, instance, schema)
+
+    return jsonschema.validators.extend(validator_class, {"properties": set_defaults, "items": read_items})
+
+
+NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
+def _scalar(text: str, node: dict):
+    """``text`` as the number, bool or null that ``node`` (a key's schema) asks for, when it asks for
+    no string: PyYAML reads ``5e-5`` (no dot) as a string, and Snakemake's ``--config`` reads every
+    value inside a list or mapping as one (``finetune={settings: {learning_rate: 5e-5}}``)."""
+    kinds = node.get("type", [])
+    kinds = [kinds] if isinstance(kinds, str) else kinds
+    if not kinds or "string" in kinds:
+        return text
+    word = text.strip()
+    if "integer" in kinds and re.fullmatch(r"[+-]?\d+", word):
+        return int(word)
+    if "number" in kinds and NUMBER.fullmatch(word):
+        number = float(word)
+        return int(number) if re.fullmatch(r"[+-]?\d+", word) else number
+    if "boolean" in kinds and word.lower() in ("true", "false"):
+        return word.lower() == "true"
+    if "null" in kinds and word in ("null", "~", ""):
+        return None
+    return text
 
 
 def validate_config(config: dict, source: str = "config") -> dict:
