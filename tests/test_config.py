@@ -439,9 +439,12 @@ def test_a_number_written_as_yaml_or_snakemake_config_text_is_read_as_the_number
     config["heads"] = {**config.get("heads", {}), "training": {"learning_rate": 1e-3}}
     config.update(
         yaml.safe_load("finetune: {settings: {learning_rate: 5e-5}}"),
-        **parse_config(['baseline={"epochs": 2, "settings": {"schedule_epochs": null, "weight_decay": 1e-2}}',
-                        'data={"glue_dir": "2024"}', 'heads={"training": {"standardize": false, '
-                        '"learning_rate": 2e-3}, "race": {"rungs": [1, 3]}}', 'finetune={"epoch_fractions": [0, 0.3]}']),
+        **parse_config([
+            'baseline={"epochs": 2, "settings": {"schedule_epochs": null, "weight_decay": 1e-2}}',
+            'data={"glue_dir": "2024"}',
+            'heads={"training": {"standardize": false, "learning_rate": 2e-3}, "race": {"rungs": [1, 3]}}',
+            'finetune={"epoch_fractions": [0, 0.3]}',
+        ]),
     )  # fmt: skip
     assert config["finetune"]["epoch_fractions"] == ["0", "0.3"] and config["baseline"]["epochs"] == "2"
     validate_config(config)
@@ -449,7 +452,8 @@ def test_a_number_written_as_yaml_or_snakemake_config_text_is_read_as_the_number
     assert config["baseline"]["epochs"] == 2 and config["baseline"]["settings"] == {"schedule_epochs": None,
                                                                                     "weight_decay": 0.01}  # fmt: skip
     assert config["heads"]["training"]["learning_rate"] == 0.002 and config["heads"]["training"]["standardize"] is False
-    assert config["heads"]["race"]["rungs"] == [1, 3] and config["data"]["glue_dir"] == "2024"  # a string key keeps its text
+    assert config["heads"]["race"]["rungs"] == [1, 3]
+    assert config["data"]["glue_dir"] == "2024"  # a key that takes text keeps it
     assert isinstance(config["baseline"]["epochs"], int) and isinstance(config["finetune"]["epoch_fractions"][0], int)
     with pytest.raises(ConfigError, match=r"finetune.settings.learning_rate: '5e-5x' is not of type 'number'"):
         validate_config(yaml.safe_load("finetune: {settings: {learning_rate: 5e-5x}}"))
