@@ -457,3 +457,30 @@ def test_a_number_written_as_yaml_or_snakemake_config_text_is_read_as_the_number
     assert isinstance(config["baseline"]["epochs"], int) and isinstance(config["finetune"]["epoch_fractions"][0], int)
     with pytest.raises(ConfigError, match=r"finetune.settings.learning_rate: '5e-5x' is not of type 'number'"):
         validate_config(yaml.safe_load("finetune: {settings: {learning_rate: 5e-5x}}"))
+
+
+def test_a_max_length_past_the_encoders_positions_is_refused_by_its_key(tmp_path):
+    """A sequence longer than the encoder's position embeddings fails at load time, naming the key
+    (it failed inside the fine-tuning job: "The size of tensor a (1024) must match ... (512)")."""
+    from bertvision.models.backbone import position_limit
+    from tests.tiny_encoders import make_tiny_encoder
+
+    config = yaml.safe_load((REPO / "config.yaml").read_text())
+    model, backbone = next(iter(config["backbones"].items()))
+    config["tasks"]["sst2"] = {**(config["tasks"]["sst2"] or {}), "max_length": 1024}
+    with pytest.raises(ConfigError) as err:
+        WorkflowSettings(validate_config(copy.deepcopy(config), source="c.yaml"), source="c.yaml")
+    assert str(err.value) == (
+        f"c.yaml: tasks.sst2.max_length: 1024 tokens, but {model} ({backbone['pretrained']}) takes at most 512 in "
+        "one sequence"
+    )
+    config["tasks"]["sst2"]["max_length"] = 512
+    WorkflowSettings(validate_config(config))
+    assert position_limit("random:bert-base") == 512
+    assert position_limit("nobody/not-in-the-cache") is None  # a hub id: read from the local cache only
+    deberta = make_tiny_encoder("deberta-v2", tmp_path / "deberta")  # relative positions: no limit to check
+    assert position_limit(str(deberta)) is None
+    roberta = make_tiny_encoder("roberta", tmp_path / "roberta")  # 514 positions, 512 tokens (its tokenizer's)
+    tokenizer_config = json.loads((roberta / "tokenizer_config.json").read_text())
+    (roberta / "tokenizer_config.json").write_text(json.dumps({**tokenizer_config, "model_max_length": 512}))
+    assert position_limit(str(roberta)) == 512

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from bertvision.errors import ConfigError, MissingError
 from bertvision.layout import Checkpoint
-from bertvision.models.backbone import check_pretrained
+from bertvision.models.backbone import check_pretrained, position_limit
 from bertvision.registry.heads import head_pair, trains_on
 from bertvision.registry.tasks import get_task
 
@@ -20,6 +20,14 @@ def check(workflow) -> None:
             check_pretrained(workflow.pretrained(model))
         except MissingError as err:
             problems.append(f"backbones.{model}.pretrained: {err}")
+            continue
+        limit = position_limit(workflow.pretrained(model))
+        for task in workflow.tasks if limit else []:
+            if workflow.max_length(task) > limit:
+                problems.append(
+                    f"tasks.{task}.max_length: {workflow.max_length(task)} tokens, but {model} "
+                    f"({workflow.pretrained(model)}) takes at most {limit} in one sequence"
+                )
     extract = workflow.config["extract"]
     if extract["backend"] in ("onnx", "onnx-int8") and extract["device"] == "cuda":
         problems.append(

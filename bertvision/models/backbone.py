@@ -12,10 +12,11 @@ A reference is one of:
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 from bertvision.errors import MissingError
-from bertvision.models.random_encoder import is_random, materialize, parse_random
+from bertvision.models.random_encoder import MAX_POSITIONS, is_random, materialize, parse_random
 
 PACKAGE_PREFIX = "python-package:"
 # The uncased WordPiece vocabulary (bert-base-uncased's 30,522 entries) that random encoders use.
@@ -62,6 +63,36 @@ def check_pretrained(ref: str) -> None:
         resolve_pretrained(VOCAB_SOURCE)
     else:
         resolve_pretrained(ref)
+
+
+def position_limit(ref: str) -> int | None:
+    """The most tokens the encoder at ``ref`` takes in one sequence: its absolute position
+    embeddings, or fewer when its tokenizer says so (RoBERTa's 514 positions hold 512 tokens).
+    None when that is not known here: a hub id not in the local cache, or relative positions
+    only (DeBERTa's ``position_biased_input: false``). Reads two small JSON files, no weights."""
+    if is_random(ref):
+        return MAX_POSITIONS
+    folder = Path(resolve_pretrained(ref))
+    config, tokenizer = (_cached_json(ref, folder, name) for name in ("config.json", "tokenizer_config.json"))
+    if config.get("position_biased_input") is False or not isinstance(config.get("max_position_embeddings"), int):
+        return None
+    limit = config["max_position_embeddings"]
+    declared = tokenizer.get("model_max_length")
+    return min(limit, declared) if isinstance(declared, int) and declared > 0 else limit
+
+
+def _cached_json(ref: str, folder: Path, name: str) -> dict:
+    """A JSON file of the model folder, or of a hub id's local cache; {} when there is none."""
+    path = folder / name
+    if not folder.is_dir():
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(ref, name)
+        path = Path(cached) if isinstance(cached, str) else None
+    try:
+        return json.loads(path.read_text()) if path is not None and path.is_file() else {}
+    except (OSError, ValueError):
+        return {}
 
 
 def missing_safetensors(folder: Path) -> str | None:

@@ -45,6 +45,9 @@ NAMED_SHAPES = {
 _MINIATURE = re.compile(r"^L-(\d+)_H-(\d+)_A-(\d+)$")
 
 
+MAX_POSITIONS = 512  # BERT's, for every random shape
+
+
 def is_random(ref: str) -> bool:
     return ref.startswith(RANDOM_PREFIX)
 
@@ -86,7 +89,7 @@ def build_random_bert(out_dir: Path, shape: RandomShape, vocab_dir: Path, seed: 
         num_hidden_layers=shape.layers,
         num_attention_heads=shape.heads,
         intermediate_size=shape.intermediate,
-        max_position_embeddings=512,
+        max_position_embeddings=MAX_POSITIONS,
     )
     with torch.random.fork_rng():
         torch.manual_seed(seed)
