@@ -302,3 +302,19 @@ def test_a_bad_stream_source_names_the_flag(tmp_path):
     line = one_error_line(bertvision("train-heads", *args, "--out-dir", str(tmp_path / "heads")))
     assert "--manifest: not a stream source (JSONDecodeError" in line
     assert not (tmp_path / "heads").exists()
+
+
+def test_a_hub_backbone_that_is_neither_reachable_nor_cached_is_one_line(tmp_path):
+    """Offline, a hub id whose files are not in the cache: the job ends in one line naming the
+    reference (it was transformers' OSError as a traceback)."""
+    import os
+
+    settings = '{"backbone": "nobody/not-in-the-cache", "max_length": 16, "doc_stride": null}'
+    proc = subprocess.run(
+        [sys.executable, "-m", "bertvision", "tokenize", "--task", "sst2", "--settings", settings,
+         "--raw-dir", str(tmp_path), "--out-dir", str(tmp_path / "tokens")],
+        capture_output=True, text=True, cwd=REPO, timeout=300,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")},
+    )  # fmt: skip
+    line = one_error_line(proc)
+    assert "nobody/not-in-the-cache: no tokenizer from the hub or its cache (" in line

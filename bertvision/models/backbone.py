@@ -109,32 +109,35 @@ def missing_safetensors(folder: Path) -> str | None:
     return f"{folder / 'model.safetensors'}: missing"
 
 
+def from_hub(ref: str, path: str, what: str, load):
+    """``load(path)``; for a hub id, an OSError (not reachable and not in the cache) becomes one
+    MissingError naming ``ref`` and ``what`` was wanted."""
+    try:
+        return load(path)
+    except OSError as err:
+        if Path(path).is_dir():
+            raise
+        raise MissingError(f"{ref}: no {what} from the hub or its cache ({' '.join(str(err).split())})") from None
+
+
 def load_pretrained(class_name: str, ref: str, **kwargs):
     """``transformers.<class_name>.from_pretrained`` of the backbone reference ``ref``, from
     safetensors only (a pickle checkpoint is never unpickled) and without remote code."""
     import transformers
 
     path = resolve_pretrained(ref)
-    local = Path(path).is_dir()
-    if local and (problem := missing_safetensors(Path(path))):
+    if Path(path).is_dir() and (problem := missing_safetensors(Path(path))):
         raise MissingError(problem if Path(ref).expanduser().resolve() == Path(path) else f"{ref}: {problem}")
-    try:
-        return getattr(transformers, class_name).from_pretrained(
-            path, use_safetensors=True, trust_remote_code=False, **kwargs
-        )
-    except OSError as err:
-        if local:
-            raise
-        raise MissingError(
-            f"{ref}: no safetensors weights from the hub or its cache ({err}); bertvision never "
-            "loads pickle checkpoints"
-        ) from None
+    load = getattr(transformers, class_name).from_pretrained
+    return from_hub(ref, path, "safetensors weights (never a pickle checkpoint)",
+                    lambda source: load(source, use_safetensors=True, trust_remote_code=False, **kwargs))  # fmt: skip
 
 
 def load_tokenizer(ref: str):
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(resolve_pretrained(ref), use_fast=True)
+    path = resolve_pretrained(ref)
+    tok = from_hub(ref, path, "tokenizer", lambda source: AutoTokenizer.from_pretrained(source, use_fast=True))
     if not tok.is_fast:
         raise TypeError(f"backbone {ref!r}: no fast tokenizer available")
     return tok
