@@ -22,6 +22,10 @@ class FeatureError(BertvisionError, RuntimeError):
     """A feature shard or manifest is missing, truncated, modified or of the wrong kind."""
 
 
+class DeviceError(BertvisionError, RuntimeError):
+    """A device the config or a flag asks for is not on this machine."""
+
+
 class MissingError(BertvisionError, FileNotFoundError):
     """A file, folder or package the config names is not there (a data file, a backbone)."""
 

@@ -318,3 +318,8 @@ def test_a_hub_backbone_that_is_neither_reachable_nor_cached_is_one_line(tmp_pat
     )  # fmt: skip
     line = one_error_line(proc)
     assert "nobody/not-in-the-cache: no tokenizer from the hub or its cache (" in line
+
+
+def test_serve_refuses_a_number_that_is_no_port_in_one_line():
+    line = one_error_line(bertvision("serve", "bundles/none", "--port", "70000"))
+    assert "bertvision serve: error: --port: 70000 is not a TCP port (0 to 65535)" in line

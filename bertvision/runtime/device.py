@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from bertvision.errors import DeviceError
 from bertvision.runtime.precision import AUTO_PRECISION_ENV, choose_precision, cpu_flags
 
 log = logging.getLogger(__name__)
@@ -23,8 +24,9 @@ def pick_device(preference: str = "auto") -> torch.device:
     if torch.cuda.is_available():
         return _local_gpu()
     if preference == "cuda":
-        raise RuntimeError(
-            "device 'cuda' was requested but no CUDA device is visible "
+        raise DeviceError(
+            "device 'cuda' was requested (the config's finetune, extract or heads device, or serve --device) "
+            "but no CUDA device is visible "
             f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})"
         )
     return torch.device("cpu")

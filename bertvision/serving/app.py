@@ -35,6 +35,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
+from bertvision.errors import SettingsError
 from bertvision.serving.batching import BatchFailed, Overloaded
 from bertvision.serving.bundle import bundle_paths as bundle_paths_of
 from bertvision.serving.docs_page import install_docs
@@ -327,6 +328,8 @@ def serve(
 
     from bertvision.serving.bundle import BundleError, load_bundle
 
+    if not 0 <= port <= 65535:
+        raise SettingsError(f"--port: {port} is not a TCP port (0 to 65535)")
     # a broken bundle fails here, in one line, before any worker starts; so do two that share a task
     loaded = [load_bundle(p) for p in bundle_paths_of(bundles)]
     served: dict[str, Path] = {}
