@@ -320,6 +320,14 @@ def test_a_hub_backbone_that_is_neither_reachable_nor_cached_is_one_line(tmp_pat
     assert "nobody/not-in-the-cache: no tokenizer from the hub or its cache (" in line
 
 
-def test_serve_refuses_a_number_that_is_no_port_in_one_line():
+def test_serve_refuses_a_port_it_cannot_listen_on_in_one_line_before_loading_anything():
+    import socket
+
     line = one_error_line(bertvision("serve", "bundles/none", "--port", "70000"))
     assert "bertvision serve: error: --port: 70000 is not a TCP port (0 to 65535)" in line
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        line = one_error_line(bertvision("serve", "bundles/none", "--port", str(port)))
+    assert f"bertvision serve: error: --host/--port: cannot listen on 127.0.0.1:{port} (Address already in use)" in line

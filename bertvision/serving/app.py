@@ -318,6 +318,20 @@ def app_from_env() -> FastAPI:
     return create_app([Path(p) for p in os.environ[BUNDLE_ENV].split(os.pathsep)], settings)
 
 
+def check_listen(host: str, port: int) -> None:
+    """A port out of range or already taken fails here, in one line, before the bundles load."""
+    import socket
+
+    if not 0 <= port <= 65535:
+        raise SettingsError(f"--port: {port} is not a TCP port (0 to 65535)")
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            probe.bind((host, port))
+        except OSError as err:
+            raise SettingsError(f"--host/--port: cannot listen on {host}:{port} ({err.strerror})") from None
+
+
 def serve(
     bundles: list[Path], host: str = "127.0.0.1", port: int = 8000, workers: int = 1, settings: ServeSettings = DEFAULTS
 ):
@@ -328,8 +342,7 @@ def serve(
 
     from bertvision.serving.bundle import BundleError, load_bundle
 
-    if not 0 <= port <= 65535:
-        raise SettingsError(f"--port: {port} is not a TCP port (0 to 65535)")
+    check_listen(host, port)
     # a broken bundle fails here, in one line, before any worker starts; so do two that share a task
     loaded = [load_bundle(p) for p in bundle_paths_of(bundles)]
     served: dict[str, Path] = {}
