@@ -127,6 +127,11 @@ def test_task_overrides_merge_over_global_settings():
     [
         (lambda c: c.update({"finetune": {"epoch_fractions": [-1]}}), r"finetune.epoch_fractions.0: -1 is less than"),
         (
+            lambda c: c.update({"tasks": ["mrpc"]}),
+            r"tasks: a mapping of names to their settings, not a list \(write "
+            r"`mrpc: {}` for a name's defaults\)",
+        ),
+        (
             lambda c: c.update({"heads": {"models": {"x": {"type": "capsule"}}}}),
             r"heads.models.x.type: 'capsule' is not one of",
         ),

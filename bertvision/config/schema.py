@@ -162,7 +162,7 @@ MOVED_KEYS = {
 def _message(err: jsonschema.ValidationError) -> str:
     """jsonschema's message, but for keys that exclude each other (``dependentSchemas: {a: {not:
     {required: [b]}}}``) one naming the keys, not the whole block, and for a key that moved
-    (``MOVED_KEYS``) where it went."""
+    (``MOVED_KEYS``) where it went, and for a list where a mapping of names belongs how to write it."""
     path = list(err.schema_path)
     section = str(err.absolute_path[0]) if err.absolute_path else None
     if err.validator == "additionalProperties" and isinstance(err.instance, dict):
@@ -172,6 +172,9 @@ def _message(err: jsonschema.ValidationError) -> str:
     if err.validator == "not" and set(err.validator_value) == {"required"} and path[-3:-2] == ["dependentSchemas"]:
         keys = [path[-2], *err.validator_value["required"]]
         return f"{' and '.join(map(repr, keys))} exclude each other: give one of them"
+    if err.validator == "type" and err.validator_value == "object" and isinstance(err.instance, list):
+        first = err.instance[0] if err.instance and isinstance(err.instance[0], str) else "NAME"
+        return f"a mapping of names to their settings, not a list (write `{first}: {{}}` for a name's defaults)"
     return err.message
 
 
