@@ -462,6 +462,9 @@ def test_a_number_written_as_yaml_or_snakemake_config_text_is_read_as_the_number
     assert isinstance(config["baseline"]["epochs"], int) and isinstance(config["finetune"]["epoch_fractions"][0], int)
     with pytest.raises(ConfigError, match=r"finetune.settings.learning_rate: '5e-5x' is not of type 'number'"):
         validate_config(yaml.safe_load("finetune: {settings: {learning_rate: 5e-5x}}"))
+    # read before the list's own checks: two spellings of one checkpoint are one checkpoint
+    with pytest.raises(ConfigError, match=r"finetune.epoch_fractions: \[0.3, 0.3\] has non-unique elements"):
+        validate_config(parse_config(['finetune={"epoch_fractions": [0.3, 0.30]}']))
 
 
 def test_a_max_length_past_the_encoders_positions_is_refused_by_its_key(tmp_path):

@@ -96,24 +96,25 @@ def _with_defaults(validator_class):
     """The validator, extended to fill each absent key with its default and to read a scalar written as
     text as the number, bool or null its key's schema asks for (``_scalar``)."""
     validate_properties = validator_class.VALIDATORS["properties"]
-    validate_items = validator_class.VALIDATORS["items"]
 
     def set_defaults(validator, properties, instance, schema):
         if isinstance(instance, dict):
             for name, sub in properties.items():
                 if "default" in sub and name not in instance:
                     instance[name] = copy.deepcopy(sub["default"])
-                elif isinstance(instance.get(name), str):
-                    instance[name] = _scalar(instance[name], resolve(sub, _schema()))
+                elif isinstance(instance.get(name), (str, list)):  # read before the key's own checks run
+                    instance[name] = _scalars(instance[name], resolve(sub, _schema()))
         yield from validate_properties(validator, properties, instance, schema)
 
-    def read_items(validator, items, instance, schema):
-        if isinstance(instance, list) and isinstance(items, dict):
-            node = resolve(items, _schema())
-            instance[:] = [_scalar(x, node) if isinstance(x, str) else x for x in instance]
-        yield from validate_items(validator, items, instance, schema)
+    return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
 
-    return jsonschema.validators.extend(validator_class, {"properties": set_defaults, "items": read_items})
+
+def _scalars(value, node: dict):
+    """``_scalar`` of a text value, or of each text item of a list whose items ``node`` types."""
+    if isinstance(value, str):
+        return _scalar(value, node)
+    items = resolve(node["items"], _schema()) if isinstance(node.get("items"), dict) else {}
+    return [_scalar(x, items) if isinstance(x, str) else x for x in value]
 
 
 NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
