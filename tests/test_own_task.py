@@ -272,7 +272,7 @@ def test_a_bad_declaration_is_one_line_naming_the_key(tiny_bert, tmp_path, chang
 def test_validate_config_reads_every_row_of_every_declared_file_before_anything_runs(tiny_bert, tmp_path):
     """The workflow's parse reads a train file's rows and labels only; `bertvision validate-config`
     reads every declared file as the download will and names the key, file, line and column."""
-    from bertvision.config.workflow import validate_config_file
+    from bertvision.config.validate import validate_config_file
     from bertvision.errors import ConfigError
 
     blocks = write_own_files(tmp_path / "data")

@@ -48,7 +48,7 @@ def stage_of(command: str) -> Callable:
     """The stage function behind ``command`` (a name of ``COMMANDS``)."""
     match command:
         case "validate-config":
-            from bertvision.config.workflow import validate_config_file as stage
+            from bertvision.config.validate import validate_config_file as stage
         case "config-keys":
             from bertvision.config.reference import print_keys as stage
         case "clean":

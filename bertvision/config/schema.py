@@ -129,11 +129,10 @@ def _scalar(text: str, node: dict):
     if not kinds or "string" in kinds:
         return text
     word = text.strip()
-    if "integer" in kinds and re.fullmatch(r"[+-]?\d+", word):
-        return int(word)
+    if {"integer", "number"} & set(kinds) and re.fullmatch(r"[+-]?\d+", word):
+        return int(word)  # a number keeps an int as given, as YAML would
     if "number" in kinds and NUMBER.fullmatch(word):
-        number = float(word)
-        return int(number) if re.fullmatch(r"[+-]?\d+", word) else number
+        return float(word)
     if "boolean" in kinds and word.lower() in ("true", "false"):
         return word.lower() == "true"
     if "null" in kinds and word in ("null", "~", ""):

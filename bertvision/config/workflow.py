@@ -9,7 +9,7 @@ import copy
 from pathlib import Path
 
 from bertvision.config.checks import check
-from bertvision.config.declared_tasks import check_files, declared_task, is_declaration
+from bertvision.config.declared_tasks import declared_task, is_declaration
 from bertvision.config.schema import read_config, schema_default, validate_config
 from bertvision.config.settings import (
     BaselineSettings,
@@ -30,7 +30,6 @@ from bertvision.config.settings import (
 from bertvision.config.shared_settings import SharedEncoderSettings
 from bertvision.errors import ConfigError
 from bertvision.layout import Checkpoint, Run, fraction_name
-from bertvision.models.backbone import uncached_hub_id
 from bertvision.registry.heads import get_head_type, head_pair, is_token_head, trains_on
 from bertvision.registry.peers import applicable, get_peer
 from bertvision.registry.states import PAIR_FORMS
@@ -448,24 +447,3 @@ class WorkflowSettings(SharedEncoderSettings):
         enc = self.shared_encoders()[encoder]
         run = Run(model, task, ftseed, enc.checkpoint)
         return {**self.extract_attrs(run, enc.checkpoint_name, self.shared_heads(task)), "encoder": encoder}
-
-
-def validate_config_file(config: Path, show: bool = False) -> None:
-    """``bertvision validate-config``: check ``config`` and every row of the files of the tasks it
-    declares (print it with every default filled in, ``show``)."""
-    import yaml
-
-    settings = WorkflowSettings.from_file(config)
-    for task in settings.declared:
-        try:
-            check_files(task)
-        except ConfigError as err:
-            raise ConfigError(f"{config}: {err}") from None
-    if show:
-        print(yaml.safe_dump(settings.config, sort_keys=False), end="")
-    else:
-        print(f"{config}: valid")
-        for model in settings.models:
-            if uncached_hub_id(ref := settings.pretrained(model)):
-                print(f"{config}: note: backbones.{model}.pretrained: {ref} is not in this machine's Hugging Face "
-                      "cache; the run downloads it (without network: download it first)")  # fmt: skip

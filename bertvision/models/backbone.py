@@ -83,11 +83,10 @@ def position_limit(ref: str) -> int | None:
 
 def uncached_hub_id(ref: str) -> bool:
     """Whether ``ref`` is a hub id whose config is not in the local cache (its jobs will fetch it)."""
-    if is_random(ref) or Path(resolve_pretrained(ref)).is_dir():
+    if is_random(ref):
         return False
-    from huggingface_hub import try_to_load_from_cache
-
-    return not isinstance(try_to_load_from_cache(ref, "config.json"), str)
+    folder = Path(resolve_pretrained(ref))
+    return not folder.is_dir() and not _cached_json(ref, folder, "config.json")
 
 
 def _cached_json(ref: str, folder: Path, name: str) -> dict:

@@ -1,0 +1,32 @@
+"""``bertvision validate-config``: a config file checked as a run would check it, before anything
+runs: the schema, the cross-key checks, and every row of the files of the tasks it declares."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bertvision.config.declared_tasks import check_files
+from bertvision.config.workflow import WorkflowSettings
+from bertvision.errors import ConfigError
+from bertvision.models.backbone import uncached_hub_id
+
+
+def validate_config_file(config: Path, show: bool = False) -> None:
+    """``bertvision validate-config``: check ``config`` and every row of the files of the tasks it
+    declares (print it with every default filled in, ``show``)."""
+    import yaml
+
+    settings = WorkflowSettings.from_file(config)
+    for task in settings.declared:
+        try:
+            check_files(task)
+        except ConfigError as err:
+            raise ConfigError(f"{config}: {err}") from None
+    if show:
+        print(yaml.safe_dump(settings.config, sort_keys=False), end="")
+    else:
+        print(f"{config}: valid")
+        for model in settings.models:
+            if uncached_hub_id(ref := settings.pretrained(model)):
+                print(f"{config}: note: backbones.{model}.pretrained: {ref} is not in this machine's Hugging Face "
+                      "cache; the run downloads it (without network: download it first)")  # fmt: skip
