@@ -231,6 +231,11 @@ def bert_record_file(checkpoint: Checkpoint) -> str:
     return BERT_METRICS if checkpoint.fraction > 0 else TRAIN_RECORD
 
 
+def beside(record_file: Path, name: str) -> str:
+    """A run's file ``name`` (its eval predictions), written beside its metrics record."""
+    return str(Path(record_file).with_name(name))
+
+
 def head_run_dir(heads_dir: Path, head: str, seed: int) -> Path:
     return Path(heads_dir) / HEAD_RUN.format(head=head, seed=seed)
 

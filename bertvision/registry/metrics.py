@@ -48,18 +48,10 @@ def mcc(pred, gold) -> float:
 
 
 def _rank(x: np.ndarray) -> np.ndarray:
-    """Average ranks (ties share the mean rank), as used by Spearman's rho."""
-    order = np.argsort(x, kind="mergesort")
-    ranks = np.empty(len(x), dtype=np.float64)
-    sorted_x = x[order]
-    i = 0
-    while i < len(x):
-        j = i
-        while j + 1 < len(x) and sorted_x[j + 1] == sorted_x[i]:
-            j += 1
-        ranks[order[i : j + 1]] = (i + j) / 2.0
-        i = j + 1
-    return ranks
+    """Average ranks from 0 (ties share the mean rank), as used by Spearman's rho."""
+    _, inverse, counts = np.unique(x, return_inverse=True, return_counts=True)
+    last = np.cumsum(counts) - 1
+    return ((last - counts + 1 + last) / 2.0)[inverse.reshape(-1)]
 
 
 def pearson(pred, gold) -> float:

@@ -12,7 +12,15 @@ import pandas as pd
 from bertvision.evaluation.ensemble import ensemble_rules
 from bertvision.files import read_json
 from bertvision.jobs import Job
-from bertvision.layout import Checkpoint, source_checkpoint
+from bertvision.layout import (
+    BASELINE_PREDICTIONS,
+    BERT_PREDICTIONS,
+    HEAD_PREDICTIONS,
+    PEER_PREDICTIONS,
+    Checkpoint,
+    beside,
+    source_checkpoint,
+)
 from bertvision.registry.tasks import get_task
 from bertvision.reporting.bert_records import is_scored
 from bertvision.reporting.costs import feature_bytes, storage_cost
@@ -99,6 +107,10 @@ def _peer_row(record: dict, jobs: JobSeconds) -> dict:
     }
 
 
+def _records(paths) -> list[tuple[Path, dict]]:
+    return [(Path(p), read_json(p)) for p in paths]
+
+
 def candidate_runs(
     baseline_metrics: list[Path],
     bert_metrics: list[Path],
@@ -113,20 +125,27 @@ def candidate_runs(
     picks ran (``whole_cost.JobSeconds``), whose benchmark files give their times."""
     spent = JobSeconds(jobs)
     rows = [
-        {**_encoder_row(r, FULL_FT, None, spent), "kept_epoch": r["best_epoch"], "epochs": r["epochs"]}
-        for r in map(read_json, baseline_metrics)
+        {
+            **_encoder_row(r, FULL_FT, None, spent),
+            "kept_epoch": r["best_epoch"],
+            "epochs": r["epochs"],
+            "predictions": beside(path, BASELINE_PREDICTIONS),
+        }
+        for path, r in _records(baseline_metrics)
     ]
-    rows += [_peer_row(r, spent) for r in map(read_json, peer_metrics)]
+    rows += [
+        {**_peer_row(r, spent), "predictions": beside(path, PEER_PREDICTIONS)} for path, r in _records(peer_metrics)
+    ]
     bert = {}
-    for r in map(read_json, bert_metrics):
+    for path, r in _records(bert_metrics):
         key = (r["model"], get_task(r["task"]).name, int(r["seed"]), Checkpoint.named(r["checkpoint"]))
         bert[key] = r
         if is_scored(r):
-            rows.append(_encoder_row(r, BERT, key[3], spent))
+            rows.append({**_encoder_row(r, BERT, key[3], spent), "predictions": beside(path, BERT_PREDICTIONS)})
     sizes = feature_bytes(manifests)
-    records = sorted(map(read_json, head_metrics), key=lambda r: int(r["source"]["ft_seed"]))
+    records = sorted(_records(head_metrics), key=lambda pr: int(pr[1]["source"]["ft_seed"]))
     frozen_seen: set[tuple] = set()
-    for r in records:
+    for path, r in records:
         task, src = get_task(r["task"]), r["source"]
         key = (src["model"], task.name, int(src["ft_seed"]), source_checkpoint(r))
         repeat = repeats_frozen_run(r, frozen_seen)
@@ -166,6 +185,7 @@ def candidate_runs(
                 "dev": task.headline(r["metrics"]),
                 "selection": task.primary_score(r["metrics"], "selection"),
                 "trainable_params": r["parameters"],
+                "predictions": beside(path, HEAD_PREDICTIONS),
             }
         )
         for how in ensemble_rules(task):
@@ -180,6 +200,7 @@ def candidate_runs(
                         "selection": task.primary_score(ens, "selection"),
                         "dev": task.headline(ens),
                         "trainable_params": ensemble_parameters(r),
+                        "predictions": None,  # an ensemble's outputs are scored, not kept
                     }
                 )
     return pd.DataFrame(rows)

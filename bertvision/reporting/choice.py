@@ -28,6 +28,8 @@ def over_seeds(runs: pd.DataFrame) -> pd.DataFrame:
         device=("device", "first"),
         precision=("precision", "first"),
         **({"pair": ("pair", "first")} if "pair" in runs else {}),
+        # each run's eval predictions file (None: not kept), for the summary's paired bootstrap
+        **({"predictions": ("predictions", tuple)} if "predictions" in runs else {}),
         # the fine-tuning seeds behind a row (0: none, full fine-tuning's and BERT's own rows)
         ft_seeds=("ft_seed", "nunique") if "ft_seed" in runs else ("dev", lambda v: 0),
         **({"raced_out": ("raced_out", lambda v: bool(v.isin([True]).any()))} if "raced_out" in runs else {}),

@@ -24,6 +24,7 @@ from bertvision.reporting.markdown import fmt, markdown_table, seconds_cell
 from bertvision.reporting.picks import Pick
 from bertvision.reporting.race_line import checkpoint_race_line, head_selection_line
 from bertvision.reporting.results import BERT
+from bertvision.reporting.significance import paired_interval
 from bertvision.reporting.verdict import (
     LEARNING_MARGIN,
     against_best,
@@ -69,6 +70,13 @@ SUMMARY_COLUMNS = [
     "feature_bytes",
     "score_diff",
     "score_diff_std_units",
+    # the 95% paired bootstrap interval over dev's rows (``reporting.significance``) of the row's
+    # difference from full fine-tuning, and the picked row's from the verdict's rival (``rival_of``)
+    "dev_rows",
+    "score_diff_low",
+    "score_diff_high",
+    "rival_diff_low",
+    "rival_diff_high",
     "cost_ratio",
     "whole_cost_ratio",
     # what a constant prediction scores on dev (the bar for having learned anything), and for
@@ -154,11 +162,13 @@ def summary_table(runs: pd.DataFrame, picks: list[Pick]) -> pd.DataFrame:
             "head_runs": len(head_rows),
             "raced_out_runs": int(head_rows["raced_out"].isin([True]).sum()) if "raced_out" in head_rows else 0,
         }
+        rows, predictions = [], []
         for label, r in chosen:
             whole, whole_std = _whole_seconds(label, r, cost)
+            predictions.append(r.get("predictions"))
             diff = r["dev_mean"] - ref["dev_mean"] if ref is not None else np.nan
             ref_std = ref["dev_std"] if ref is not None else np.nan
-            out.append(
+            rows.append(
                 {
                     "backbone": backbone,
                     "task": task_name,
@@ -190,7 +200,31 @@ def summary_table(runs: pd.DataFrame, picks: list[Pick]) -> pd.DataFrame:
                     "deterministic": bool(r.get("deterministic") is True),
                 }
             )
+        out += with_intervals(task, pd.DataFrame(rows, columns=SUMMARY_COLUMNS), predictions)
     return pd.DataFrame(out, columns=SUMMARY_COLUMNS)
+
+
+def rival_of(block: pd.DataFrame) -> pd.Series | None:
+    """The verdict's rival: the best method on the selection split among full fine-tuning and the
+    peers, by the pick's own ranking (selection score, then fewer parameters)."""
+    return pick(block[block["row"].isin([ROW_KINDS[0], PEER])])
+
+
+def with_intervals(task, block: pd.DataFrame, predictions: list) -> list[dict]:
+    """The block's rows with their paired bootstrap intervals (``reporting.significance``): every
+    row's difference from full fine-tuning, the picked row's from the rival; NaN where a side kept no
+    predictions."""
+    full = block.index[block["row"] == ROW_KINDS[0]]
+    picked = block.index[block["row"] == ROW_KINDS[2]]
+    rival = rival_of(block)
+    for i in block.index:
+        pairs = [("score_diff", full[0] if len(full) and i != full[0] else None)]
+        pairs += [("rival_diff", rival.name if i in picked and rival is not None else None)]
+        for column, other in pairs:
+            found = None if other is None else paired_interval(task, predictions[i], predictions[other])
+            if found is not None:
+                block.loc[i, [f"{column}_low", f"{column}_high", "dev_rows"]] = found
+    return block.to_dict("records")
 
 
 def _method_name(row: pd.Series) -> str:
@@ -210,13 +244,12 @@ def verdict(block: pd.DataFrame) -> str:
     if learned_nothing(task, block, block["constant_score"].iloc[0]):
         return nothing_learned(task, what)
     full = block[block["row"] == ROW_KINDS[0]]
-    methods = block[block["row"].isin([ROW_KINDS[0], PEER])]
-    if methods.empty:
+    if not block["row"].isin([ROW_KINDS[0], PEER]).any():
         return (
             f"The pipeline picks {what}; no full fine-tuning baseline ran (baseline.enabled) and no peer "
             "(peers.methods), so there is no verdict."
         )
-    rival = pick(methods)  # the same ranking as the pick's: selection score, then fewer parameters
+    rival = rival_of(block)
     if rival is None:
         lead = f"The pipeline picks {what}."
     else:
@@ -318,7 +351,8 @@ def summary_markdown(
         "model, the cosine) runs once: its spread is zero by construction. "
         "It calls a difference undetermined when the seeds cannot measure a side's spread (one seed, every seed "
         "scoring the same, or one fine-tuning seed behind a path on a fine-tuned checkpoint), noise when the two "
-        "mean ± std ranges overlap, "
+        "mean ± std ranges overlap or when a difference beyond them is not beyond dev's own sampling noise (a 95% "
+        "paired bootstrap over dev's rows, each side the mean of its seeds, whose interval holds 0), "
         f"and names no winner where no model tried beats a constant prediction (the same class every time, or "
         f"abstaining on every question) by more than {100 * LEARNING_MARGIN:g}% of the metric's range.",
         "",

@@ -80,9 +80,23 @@ def _std(row: pd.Series) -> float:
     return 0.0 if _deterministic(row) else row["dev_std"]
 
 
-def standing(task, picked: pd.Series, reference: pd.Series, name: str = "full fine-tuning") -> tuple[str, float, str]:
+def dev_interval(picked: pd.Series, against: str) -> tuple[float, float, int] | None:
+    """The picked row's paired bootstrap interval of its difference from full fine-tuning
+    (``against="score_diff"``) or from the verdict's rival (``"rival_diff"``) and dev's rows, from
+    the summary's columns; None where it was not computed."""
+    low, high = picked.get(f"{against}_low"), picked.get(f"{against}_high")
+    if low is None or high is None or np.isnan(low) or np.isnan(high):
+        return None
+    return float(low), float(high), int(picked["dev_rows"])
+
+
+def standing(
+    task, picked: pd.Series, reference: pd.Series, name: str = "full fine-tuning", interval=None
+) -> tuple[str, float, str]:
     """Where the picked path stands against ``reference`` on dev: ("undetermined" | "noise" |
-    "ahead" | "behind", the points between them, the words in brackets)."""
+    "ahead" | "behind", the points between them, the words in brackets). Beyond the seeds' spread
+    is still noise when ``interval`` (``dev_interval``: another draw of dev's rows) holds no
+    difference."""
     points = (picked["dev_mean"] - reference["dev_mean"]) * 100.0 / task.metric_scale()
     reason = undetermined_reason(picked, reference, name)
     if reason:
@@ -91,12 +105,19 @@ def standing(task, picked: pd.Series, reference: pd.Series, name: str = "full fi
         return "noise", points, f"{points:+.1f} points; the two mean ± std ranges overlap"
     spread = _std(reference)
     std = f", {abs(picked['dev_mean'] - reference['dev_mean']) / spread:.1f} of its std" if spread > 0 else ""
-    return ("ahead" if points >= 0 else "behind"), points, f"beyond the seeds' spread{std}"
+    if interval is None:
+        return ("ahead" if points >= 0 else "behind"), points, f"beyond the seeds' spread{std}"
+    low, high, rows = (interval[0] * 100.0 / task.metric_scale(), interval[1] * 100.0 / task.metric_scale(),
+                       interval[2])  # fmt: skip
+    drawn = f"a 95% paired bootstrap over dev's {rows} rows gives {low:+.1f} to {high:+.1f} points"
+    if low <= 0 <= high:
+        return "noise", points, f"{points:+.1f} points, beyond the seeds' spread{std}, but {drawn}"
+    return ("ahead" if points >= 0 else "behind"), points, f"beyond the seeds' spread{std}; {drawn}"
 
 
 def comparison(task, picked: pd.Series, reference: pd.Series, name: str = "full fine-tuning") -> str:
     """The bold phrase: undetermined against, within noise of, beats or trails ``name``, with the points."""
-    kind, points, detail = standing(task, picked, reference, name)
+    kind, points, detail = standing(task, picked, reference, name, dev_interval(picked, "score_diff"))
     if kind == "undetermined":
         return f"**undetermined against {name}** ({detail})"
     if kind == "noise":
@@ -113,7 +134,7 @@ def against_best(task, picked: pd.Series, what: str, rival: pd.Series, rival_nam
     best on selection."""
     ratio = picked["whole_seconds"] / rival["whole_seconds"] if rival["whole_seconds"] else np.nan
     cost = "" if np.isnan(ratio) else f", at {ratio:.2f}× its whole compute"
-    kind, points, detail = standing(task, picked, rival, rival_name)
+    kind, points, detail = standing(task, picked, rival, rival_name, dev_interval(picked, "rival_diff"))
     if kind == "behind":
         chosen = (
             "the pick scored best on the selection split"

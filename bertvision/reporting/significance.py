@@ -1,0 +1,69 @@
+"""How much of a difference on dev another draw of dev's rows could undo: a paired bootstrap over
+the reported split's examples (Efron and Tibshirani 1993; for NLP, Koehn 2004 and Dror et al.
+2018). The seeds' spread says how a method varies with its seed; it says nothing of the few hundred
+rows RTE's or MRPC's dev holds, which can move a difference by several points on their own.
+
+Both methods are scored on the same resampled rows (paired), each as the mean of its runs' scores
+(its seeds), with the task's primary metric, so the interval is that of the difference the summary
+reports. The resampling is seeded: the same predictions give the same interval."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+
+from bertvision.registry.metrics import get_metric
+
+RESAMPLES = 1000
+LEVEL = 0.95
+COLUMNS = ["idx", "label", "prediction", "split"]
+
+
+def _dev_rows(paths: Sequence[str | None], split: str) -> list[pd.DataFrame] | None:
+    """Each run's rows of ``split`` (idx, label, prediction) in idx order; None when a run kept no
+    predictions (a head + BERT ensemble, a record older than its predictions file) or kept them
+    without their rows' ids and labels."""
+    if not paths or any(p is None or not Path(p).is_file() for p in paths):
+        return None
+    frames = []
+    for path in paths:
+        if not set(COLUMNS) <= set(pq.read_schema(path).names):  # kept before rows carried their labels
+            return None
+        rows = pd.read_parquet(path, columns=COLUMNS)
+        frames.append(rows[rows["split"] == split].sort_values("idx", kind="stable").reset_index(drop=True))
+    return frames
+
+
+def paired_interval(task, a: Sequence[str | None], b: Sequence[str | None], resamples: int = RESAMPLES,
+                    seed: int = 0) -> tuple[float, float, int] | None:  # fmt: skip
+    """The ``LEVEL`` percentile interval of (method ``a``'s score - method ``b``'s) over ``resamples``
+    bootstrap draws of the reported split's rows, in the metric's units, and the rows drawn from.
+    ``a``, ``b``: each run's eval predictions file. None where it cannot be computed: a run
+    without predictions, a metric scored over windows or spans, or runs not on the same rows."""
+    metric = get_metric(task.kind, task.primary_metric)
+    if metric.compute is None or metric.aggregation is not None:
+        return None
+    split = task.eval_splits[0]
+    runs_a, runs_b = _dev_rows(a, split), _dev_rows(b, split)
+    if runs_a is None or runs_b is None:
+        return None
+    idx = runs_a[0]["idx"].to_numpy()
+    if len(idx) == 0 or any(not np.array_equal(r["idx"].to_numpy(), idx) for r in runs_a + runs_b):
+        return None
+    gold = runs_a[0]["label"].to_numpy()
+    preds_a = [r["prediction"].to_numpy() for r in runs_a]
+    preds_b = [r["prediction"].to_numpy() for r in runs_b]
+    rng = np.random.default_rng(seed)
+    diffs = np.empty(resamples)
+    for i in range(resamples):
+        rows = rng.integers(0, len(idx), len(idx))
+        g = gold[rows]
+        diffs[i] = np.mean([metric.compute(p[rows], g) for p in preds_a]) - np.mean(
+            [metric.compute(p[rows], g) for p in preds_b]
+        )
+    low, high = np.quantile(diffs, [(1 - LEVEL) / 2, (1 + LEVEL) / 2])
+    return float(low), float(high), len(idx)
