@@ -1,0 +1,110 @@
+"""The verdict weighs dev's own sampling noise: a paired bootstrap over dev's rows
+(``reporting.significance``), read from every run's eval predictions file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.stats import spearmanr
+
+from bertvision.layout import BASELINE_PREDICTIONS, HEAD_PREDICTIONS
+from bertvision.registry.metrics import spearman
+from bertvision.registry.tasks import get_task
+from bertvision.reporting.significance import paired_interval
+from bertvision.reporting.summary import verdict
+from tests.test_reporting import mrpc
+
+
+def plant(path: Path, n: int, accuracy: float, first_right: int = 0, idx=None) -> str:
+    """A run's dev predictions over ``n`` rows, right on ``accuracy`` x n of them, from row
+    ``first_right`` on (wrapping round), so that two runs disagree where their right rows differ."""
+    labels = np.arange(n) % 2
+    right = np.zeros(n, dtype=bool)
+    right[(first_right + np.arange(round(accuracy * n))) % n] = True
+    frame = pd.DataFrame(
+        {
+            "idx": np.arange(n) if idx is None else idx,
+            "label": labels,
+            "prediction": np.where(right, labels, 1 - labels),
+            "split": "dev",
+        }
+    )
+    frame.to_parquet(path)
+    return str(path)
+
+
+@pytest.mark.parametrize("rows", [40, 4000])
+def test_a_difference_beyond_the_seeds_spread_is_noise_when_devs_rows_cannot_tell_it(tmp_path, rows):
+    """Full fine-tuning right on 80% and 82.5% of dev, heads on the untouched encoder on 70-75%:
+    8.8 points apart, beyond both sides' seed spread. The head gets right some rows full
+    fine-tuning gets wrong (its right rows start a quarter of dev further on): on 40 rows a redraw of dev can
+    reverse the difference, on 4,000 it cannot."""
+    full, heads = [0.80, 0.825], [0.70, 0.725, 0.75]
+    r = mrpc(tmp_path, full, heads, constant=0.5, checkpoint=0.0)
+    for path, accuracy in zip(r.baselines, full):
+        plant(path.with_name(BASELINE_PREDICTIONS), rows, accuracy)
+    for path, accuracy in zip(r.heads, heads):
+        plant(path.with_name(HEAD_PREDICTIONS), rows, accuracy, first_right=rows // 4)
+    table = r.summary()
+    picked = table.set_index("row").loc["BERTVision (picked)"]
+    assert picked["dev_rows"] == rows and picked["score_diff_low"] < -0.0875 < picked["score_diff_high"]
+    assert (picked["rival_diff_low"], picked["rival_diff_high"]) == (
+        picked["score_diff_low"],
+        picked["score_diff_high"],
+    )
+    words = verdict(table)
+    if rows == 40:
+        assert picked["score_diff_low"] < 0 < picked["score_diff_high"]
+        assert "**within noise of full fine-tuning** (-8.8 points, beyond the seeds' spread" in words
+        assert "but a 95% paired bootstrap over dev's 40 rows gives" in words
+    else:
+        assert picked["score_diff_high"] < 0
+        assert "**trails full fine-tuning by 8.8 points** (beyond the seeds' spread" in words
+        assert "; a 95% paired bootstrap over dev's 4000 rows gives -" in words
+
+
+def test_the_interval_is_exact_where_every_draw_gives_the_same_difference(tmp_path):
+    mrpc_task = get_task("mrpc")
+    always = plant(tmp_path / "always.parquet", 50, 1.0)
+    never = plant(tmp_path / "never.parquet", 50, 0.0)
+    assert paired_interval(mrpc_task, [always], [never]) == (1.0, 1.0, 50)
+    assert paired_interval(mrpc_task, [always, never], [never]) == (0.5, 0.5, 50)  # each side: its runs' mean
+    same = plant(tmp_path / "same.parquet", 50, 0.6)
+    assert paired_interval(mrpc_task, [same], [same]) == (0.0, 0.0, 50)
+
+
+def test_no_interval_where_a_side_kept_no_predictions_or_other_rows(tmp_path):
+    mrpc_task = get_task("mrpc")
+    a = plant(tmp_path / "a.parquet", 50, 0.8)
+    assert paired_interval(mrpc_task, [a], [None]) is None  # a head + BERT ensemble keeps none
+    assert paired_interval(mrpc_task, [a], [str(tmp_path / "missing.parquet")]) is None
+    shifted = plant(tmp_path / "shifted.parquet", 50, 0.8, idx=np.arange(1, 51))
+    assert paired_interval(mrpc_task, [a], [shifted]) is None
+    old = tmp_path / "old.parquet"  # written before predictions carried their rows' ids and labels
+    pd.DataFrame({"split": ["dev"] * 2, "prediction": [0, 1]}).to_parquet(old)
+    assert paired_interval(mrpc_task, [a], [str(old)]) is None
+    assert paired_interval(get_task("squad2"), [a], [a]) is None  # spans: scored by the SQuAD decoding
+
+
+def test_a_regression_interval_follows_its_pearson(tmp_path):
+    rng = np.random.default_rng(0)
+    gold = rng.normal(size=300)
+    for name, noise in (("close", 0.3), ("far", 1.5)):
+        pd.DataFrame(
+            {"idx": np.arange(300), "label": gold, "prediction": gold + noise * rng.normal(size=300), "split": "dev"}
+        ).to_parquet(tmp_path / f"{name}.parquet")
+    low, high, rows = paired_interval(
+        get_task("stsb"), [str(tmp_path / "close.parquet")], [str(tmp_path / "far.parquet")]
+    )
+    assert rows == 300 and 0 < low < high
+
+
+def test_spearman_ranks_ties_as_scipy_does():
+    rng = np.random.default_rng(1)
+    a = rng.integers(0, 6, 500).astype(float)
+    b = a + rng.normal(size=500)
+    assert spearman(a, b) == pytest.approx(spearmanr(a, b).statistic, abs=1e-12)
+    assert spearman(np.array([1.0, 2.0, 2.0, 3.0]), np.array([4.0, 3.0, 3.0, 1.0])) == pytest.approx(-1.0)
