@@ -28,6 +28,8 @@ RESULTS = "docs/results"
 # path or address (arxiv.org/abs/2202.12210) nor a version (9.27.1)
 NUMBER = re.compile(r"(?<![\w.,/])(?:\d{1,3}(?:,\d{3})+|\d+)\.\d+(?![\d]|\.\d)(?:×|x\b)?")
 SPREAD = re.compile(rf"{NUMBER.pattern} ± {NUMBER.pattern}")
+# an interval's two ends with their signs (-0.2 to +2.1), as the summaries write a bootstrap's
+INTERVAL = re.compile(rf"[+-]{NUMBER.pattern} to [+-]{NUMBER.pattern}")
 DURATION = re.compile(r"\b\d+ h \d+ min(?: \d+ s)?|\b\d+ min \d+ s\b")
 FILE_NAME = re.compile(r"[\w./{},-]*\.(?:md|txt|csv|png)")
 # a link or a path that says it is under docs/results, so it must exist there
@@ -45,11 +47,11 @@ THOUSANDS = re.compile(r"(?<=\d),(?=\d{3})")
 
 def figures(text: str) -> list[tuple[int, str]]:
     """(line, figure) for every decimal number and duration in ``text``; a mean and its spread
-    (0.831 ± 0.014) are one figure, to be found together."""
+    (0.831 ± 0.014), and an interval's two ends (-0.2 to +2.1), are one figure, to be found together."""
     found = []
     for number, line in enumerate(text.splitlines(), 1):
         line = NOT_FIGURES.sub(" ", line)
-        spreads = list(SPREAD.finditer(line))
+        spreads = [*SPREAD.finditer(line), *INTERVAL.finditer(line)]
         inside = [range(m.start(), m.end()) for m in spreads]
         found += [(number, m.group()) for m in spreads]
         found += [(number, m.group()) for m in NUMBER.finditer(line) if not any(m.start() in r for r in inside)]
