@@ -80,6 +80,7 @@ def test_no_interval_where_a_side_kept_no_predictions_or_other_rows(tmp_path):
     mrpc_task = get_task("mrpc")
     a = plant(tmp_path / "a.parquet", 50, 0.8)
     assert paired_interval(mrpc_task, [a], [None]) is None  # a head + BERT ensemble keeps none
+    assert paired_interval(mrpc_task, [a], [float("nan")]) is None  # as a frame of runs holds its None
     assert paired_interval(mrpc_task, [a], [str(tmp_path / "missing.parquet")]) is None
     shifted = plant(tmp_path / "shifted.parquet", 50, 0.8, idx=np.arange(1, 51))
     assert paired_interval(mrpc_task, [a], [shifted]) is None

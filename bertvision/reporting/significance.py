@@ -23,11 +23,11 @@ LEVEL = 0.95
 COLUMNS = ["idx", "label", "prediction", "split"]
 
 
-def _dev_rows(paths: Sequence[str | None], split: str) -> list[pd.DataFrame] | None:
+def _dev_rows(paths: Sequence, split: str) -> list[pd.DataFrame] | None:
     """Each run's rows of ``split`` (idx, label, prediction) in idx order; None when a run kept no
     predictions (a head + BERT ensemble, a record older than its predictions file) or kept them
     without their rows' ids and labels."""
-    if not paths or any(p is None or not Path(p).is_file() for p in paths):
+    if not paths or any(not isinstance(p, str) or not Path(p).is_file() for p in paths):  # None or NaN: none kept
         return None
     frames = []
     for path in paths:
