@@ -1122,7 +1122,7 @@ def test_serve_bundles_serves_the_seed_the_pick_record_names_and_reads_no_table(
 def test_a_head_plus_bert_ensemble_is_served_as_it_was_evaluated(run, tiny_bert, tmp_path):
     """The summary picked MRPC's lp + BERT (mean) on MRPC's own checkpoint: its bundle keeps the
     task model, and the served outputs are the evaluation's combination of the head's and BERT's."""
-    from bertvision.evaluation.ensemble import ensemble_examples, load_logits
+    from bertvision.evaluation.ensemble import ensemble_examples, load_logits, prediction_column
     from bertvision.serving.app import ServeSettings, create_app
     from bertvision.serving.picked import CheckpointRun, write_picked_bundles
 
@@ -1143,6 +1143,8 @@ def test_a_head_plus_bert_ensemble_is_served_as_it_was_evaluated(run, tiny_bert,
     want = ensemble_examples(
         np.stack(expected.loc[rows["idx"], "outputs"]), np.stack(bert.loc[rows["idx"]]), "mean", "classification"
     )
+    # the ensemble's predictions as the head job kept them, for the summary's paired bootstrap
+    assert (expected.loc[rows["idx"], prediction_column("mean")].to_numpy() == want.argmax(-1)).all()
     settings = ServeSettings(max_texts=64, device="cpu")
     with Server(create_app(out, settings)) as running:
         client = httpx.Client(base_url=running.url, timeout=60)

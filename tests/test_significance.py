@@ -18,9 +18,10 @@ from bertvision.reporting.summary import verdict
 from tests.test_reporting import mrpc
 
 
-def plant(path: Path, n: int, accuracy: float, first_right: int = 0, idx=None) -> str:
+def plant(path: Path, n: int, accuracy: float, first_right: int = 0, idx=None, column="prediction") -> tuple:
     """A run's dev predictions over ``n`` rows, right on ``accuracy`` x n of them, from row
-    ``first_right`` on (wrapping round), so that two runs disagree where their right rows differ."""
+    ``first_right`` on (wrapping round), so that two runs disagree where their right rows differ;
+    (the file, the column), as the summary names a run's predictions."""
     labels = np.arange(n) % 2
     right = np.zeros(n, dtype=bool)
     right[(first_right + np.arange(round(accuracy * n))) % n] = True
@@ -28,12 +29,12 @@ def plant(path: Path, n: int, accuracy: float, first_right: int = 0, idx=None) -
         {
             "idx": np.arange(n) if idx is None else idx,
             "label": labels,
-            "prediction": np.where(right, labels, 1 - labels),
+            column: np.where(right, labels, 1 - labels),
             "split": "dev",
         }
     )
     frame.to_parquet(path)
-    return str(path)
+    return str(path), column
 
 
 @pytest.mark.parametrize("rows", [40, 4000])
@@ -74,6 +75,8 @@ def test_the_interval_is_exact_where_every_draw_gives_the_same_difference(tmp_pa
     assert paired_interval(mrpc_task, [always, never], [never]) == (0.5, 0.5, 50)  # each side: its runs' mean
     same = plant(tmp_path / "same.parquet", 50, 0.6)
     assert paired_interval(mrpc_task, [same], [same]) == (0.0, 0.0, 50)
+    ensemble = plant(tmp_path / "ensemble.parquet", 50, 1.0, column="prediction_mean")  # a head + BERT's column
+    assert paired_interval(mrpc_task, [ensemble], [never]) == (1.0, 1.0, 50)
 
 
 def test_no_interval_where_a_side_kept_no_predictions_or_other_rows(tmp_path):
@@ -81,12 +84,13 @@ def test_no_interval_where_a_side_kept_no_predictions_or_other_rows(tmp_path):
     a = plant(tmp_path / "a.parquet", 50, 0.8)
     assert paired_interval(mrpc_task, [a], [None]) is None  # a head + BERT ensemble keeps none
     assert paired_interval(mrpc_task, [a], [float("nan")]) is None  # as a frame of runs holds its None
-    assert paired_interval(mrpc_task, [a], [str(tmp_path / "missing.parquet")]) is None
+    assert paired_interval(mrpc_task, [a], [(str(tmp_path / "missing.parquet"), "prediction")]) is None
+    assert paired_interval(mrpc_task, [a], [(a[0], "prediction_mean")]) is None  # no ensemble kept there
     shifted = plant(tmp_path / "shifted.parquet", 50, 0.8, idx=np.arange(1, 51))
     assert paired_interval(mrpc_task, [a], [shifted]) is None
     old = tmp_path / "old.parquet"  # written before predictions carried their rows' ids and labels
     pd.DataFrame({"split": ["dev"] * 2, "prediction": [0, 1]}).to_parquet(old)
-    assert paired_interval(mrpc_task, [a], [str(old)]) is None
+    assert paired_interval(mrpc_task, [a], [(str(old), "prediction")]) is None
     assert paired_interval(get_task("squad2"), [a], [a]) is None  # spans: scored by the SQuAD decoding
 
 
@@ -97,9 +101,8 @@ def test_a_regression_interval_follows_its_pearson(tmp_path):
         pd.DataFrame(
             {"idx": np.arange(300), "label": gold, "prediction": gold + noise * rng.normal(size=300), "split": "dev"}
         ).to_parquet(tmp_path / f"{name}.parquet")
-    low, high, rows = paired_interval(
-        get_task("stsb"), [str(tmp_path / "close.parquet")], [str(tmp_path / "far.parquet")]
-    )
+    close, far = (str(tmp_path / "close.parquet"), "prediction"), (str(tmp_path / "far.parquet"), "prediction")
+    low, high, rows = paired_interval(get_task("stsb"), [close], [far])
     assert rows == 300 and 0 < low < high
 
 

@@ -53,6 +53,12 @@ def combine(a: np.ndarray, b: np.ndarray, how: str, axis: int) -> np.ndarray:
 ENSEMBLES = ("max", "mean")
 
 
+def prediction_column(how: str | None = None) -> str:
+    """The column of a head run's eval predictions file that holds the head's predictions, or with
+    ``how`` those of its head + BERT ensemble."""
+    return "prediction" if how is None else f"prediction_{how}"
+
+
 def ensemble_rules(task) -> tuple[str, ...]:
     """The ensembles that differ for ``task``: regression averages the two predictions; with
     two classes the max and the mean of the softmaxes always pick the same class (class 1

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bertvision.evaluation.ensemble import ensemble_rules
+from bertvision.evaluation.ensemble import ensemble_rules, prediction_column
 from bertvision.files import read_json
 from bertvision.jobs import Job
 from bertvision.layout import (
@@ -129,19 +129,25 @@ def candidate_runs(
             **_encoder_row(r, FULL_FT, None, spent),
             "kept_epoch": r["best_epoch"],
             "epochs": r["epochs"],
-            "predictions": beside(path, BASELINE_PREDICTIONS),
+            "predictions": (beside(path, BASELINE_PREDICTIONS), prediction_column()),
         }
         for path, r in _records(baseline_metrics)
     ]
     rows += [
-        {**_peer_row(r, spent), "predictions": beside(path, PEER_PREDICTIONS)} for path, r in _records(peer_metrics)
+        {**_peer_row(r, spent), "predictions": (beside(path, PEER_PREDICTIONS), prediction_column())}
+        for path, r in _records(peer_metrics)
     ]
     bert = {}
     for path, r in _records(bert_metrics):
         key = (r["model"], get_task(r["task"]).name, int(r["seed"]), Checkpoint.named(r["checkpoint"]))
         bert[key] = r
         if is_scored(r):
-            rows.append({**_encoder_row(r, BERT, key[3], spent), "predictions": beside(path, BERT_PREDICTIONS)})
+            rows.append(
+                {
+                    **_encoder_row(r, BERT, key[3], spent),
+                    "predictions": (beside(path, BERT_PREDICTIONS), prediction_column()),
+                }
+            )
     sizes = feature_bytes(manifests)
     records = sorted(_records(head_metrics), key=lambda pr: int(pr[1]["source"]["ft_seed"]))
     frozen_seen: set[tuple] = set()
@@ -185,7 +191,7 @@ def candidate_runs(
                 "dev": task.headline(r["metrics"]),
                 "selection": task.primary_score(r["metrics"], "selection"),
                 "trainable_params": r["parameters"],
-                "predictions": beside(path, HEAD_PREDICTIONS),
+                "predictions": (beside(path, HEAD_PREDICTIONS), prediction_column()),
             }
         )
         for how in ensemble_rules(task):
@@ -200,7 +206,7 @@ def candidate_runs(
                         "selection": task.primary_score(ens, "selection"),
                         "dev": task.headline(ens),
                         "trainable_params": ensemble_parameters(r),
-                        "predictions": None,  # an ensemble's outputs are scored, not kept
+                        "predictions": (beside(path, HEAD_PREDICTIONS), prediction_column(how)),
                     }
                 )
     return pd.DataFrame(rows)

@@ -20,30 +20,31 @@ from bertvision.registry.metrics import get_metric
 
 RESAMPLES = 1000
 LEVEL = 0.95
-COLUMNS = ["idx", "label", "prediction", "split"]
+ROW_COLUMNS = ["idx", "label", "split"]
 
 
-def _dev_rows(paths: Sequence, split: str) -> list[pd.DataFrame] | None:
-    """Each run's rows of ``split`` (idx, label, prediction) in idx order; None when a run kept no
-    predictions (a head + BERT ensemble, a record older than its predictions file) or kept them
-    without their rows' ids and labels."""
-    if not paths or any(not isinstance(p, str) or not Path(p).is_file() for p in paths):  # None or NaN: none kept
+def _dev_rows(runs: Sequence, split: str) -> list[pd.DataFrame] | None:
+    """Each run's rows of ``split`` (idx, label, prediction) in idx order; ``runs``: (eval predictions
+    file, its column of this run's predictions) per run. None when a run kept none (None or NaN, a
+    record older than its predictions file) or kept them without their rows' ids and labels or
+    without that column (an ensemble's, before they were kept)."""
+    if not runs or any(not isinstance(run, tuple) or not Path(run[0]).is_file() for run in runs):
         return None
     frames = []
-    for path in paths:
-        if not set(COLUMNS) <= set(pq.read_schema(path).names):  # kept before rows carried their labels
+    for path, column in runs:
+        if not {*ROW_COLUMNS, column} <= set(pq.read_schema(path).names):
             return None
-        rows = pd.read_parquet(path, columns=COLUMNS)
+        rows = pd.read_parquet(path, columns=[*ROW_COLUMNS, column]).rename(columns={column: "prediction"})
         frames.append(rows[rows["split"] == split].sort_values("idx", kind="stable").reset_index(drop=True))
     return frames
 
 
-def paired_interval(task, a: Sequence[str | None], b: Sequence[str | None], resamples: int = RESAMPLES,
+def paired_interval(task, a: Sequence, b: Sequence, resamples: int = RESAMPLES,
                     seed: int = 0) -> tuple[float, float, int] | None:  # fmt: skip
     """The ``LEVEL`` percentile interval of (method ``a``'s score - method ``b``'s) over ``resamples``
     bootstrap draws of the reported split's rows, in the metric's units, and the rows drawn from.
-    ``a``, ``b``: each run's eval predictions file. None where it cannot be computed: a run
-    without predictions, a metric scored over windows or spans, or runs not on the same rows."""
+    ``a``, ``b``: each run's (eval predictions file, column). None where it cannot be computed: a
+    run without predictions, a metric scored over windows or spans, or runs not on the same rows."""
     metric = get_metric(task.kind, task.primary_metric)
     if metric.compute is None or metric.aggregation is not None:
         return None

@@ -11,7 +11,7 @@ import pandas as pd
 import torch
 
 from bertvision.errors import SettingsError
-from bertvision.evaluation.ensemble import ensemble_examples, ensemble_rules
+from bertvision.evaluation.ensemble import ensemble_examples, ensemble_rules, prediction_column
 from bertvision.features.store import FeatureSet, read_shard
 from bertvision.features.stream import BatchStream, Prefetched
 from bertvision.features.streamed import is_streamed
@@ -219,18 +219,9 @@ class ExampleProblem:
         for split in ("selection", *self.task.eval_splits):  # selection: for choices made downstream
             metrics[split], outputs = self._score(head, split)
             _, labels, idx = self.held[split]
-            if split != "selection":
-                tables.append(
-                    pd.DataFrame(
-                        {
-                            "split": split,
-                            "idx": idx,
-                            "label": labels,
-                            "prediction": predictions_from_outputs(outputs, self.task.kind),
-                            "outputs": list(outputs),
-                        }
-                    )
-                )
+            table = {"split": split, "idx": idx, "label": labels}
+            table[prediction_column()] = predictions_from_outputs(outputs, self.task.kind)
+            table["outputs"] = list(outputs)
             if bert_logits is not None and split in bert_logits:  # checkpoints from before selection was scored lack it
                 bert = np.concatenate(bert_logits[split])
                 for how in hows:
@@ -238,4 +229,7 @@ class ExampleProblem:
                     ensembles.setdefault(how, {})[split] = score(
                         self.task, combined, labels, idx, self.questions.get(split)
                     )
+                    table[prediction_column(how)] = predictions_from_outputs(combined, self.task.kind)
+            if split != "selection":
+                tables.append(pd.DataFrame(table))
         return metrics, pd.concat(tables, ignore_index=True), ensembles
