@@ -305,7 +305,7 @@ def verdict_block(pick_dev: float, pick_std: float, peer_selection: float) -> pd
 
 
 def test_a_pick_that_loses_to_a_peer_says_so_first():
-    from bertvision.reporting.summary import verdict
+    from bertvision.reporting.verdict import verdict
 
     text = verdict(verdict_block(0.78, 0.01, peer_selection=0.85))
     assert text.startswith(

@@ -17,7 +17,9 @@ from bertvision.reporting.choice import choose_picks
 from bertvision.reporting.costs import cost_markdown, cost_table
 from bertvision.reporting.experiments import search_markdown, search_table
 from bertvision.reporting.results import long_records, result_tables
-from bertvision.reporting.summary import summary_markdown, summary_table, verdict
+from bertvision.reporting.summary import summary_table
+from bertvision.reporting.summary_page import summary_markdown
+from bertvision.reporting.verdict import verdict
 
 
 class Records:

@@ -14,7 +14,7 @@ from bertvision.layout import BASELINE_PREDICTIONS, HEAD_PREDICTIONS
 from bertvision.registry.metrics import spearman
 from bertvision.registry.tasks import get_task
 from bertvision.reporting.significance import paired_interval
-from bertvision.reporting.summary import verdict
+from bertvision.reporting.verdict import verdict
 from tests.test_reporting import mrpc
 
 

@@ -32,7 +32,9 @@ from bertvision.layout import (
 )
 from bertvision.reporting.candidates import candidate_runs
 from bertvision.reporting.choice import choose_picks
-from bertvision.reporting.summary import summary_markdown, summary_table, verdict
+from bertvision.reporting.summary import summary_table
+from bertvision.reporting.summary_page import summary_markdown
+from bertvision.reporting.verdict import verdict
 from bertvision.stages.tables import build_tables
 
 MODEL, TASK = "tiny", "mrpc"

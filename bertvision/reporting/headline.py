@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bertvision.reporting.summary import verdict
+from bertvision.reporting.verdict import verdict
 
 # a sentence ends at a full stop before a capital letter (not inside a figure such as 2.7)
 SENTENCE_END = re.compile(r"(?<=\.)\s+(?=[A-Z])")

@@ -1,40 +1,26 @@
-"""The verdict: per backbone and task, full fine-tuning against the BERTVision path the pipeline
-would pick, with what each cost.
+"""The summary table: per backbone and task, full fine-tuning, the peers, BERT at each partial
+checkpoint, the BERTVision path the pipeline would pick and the best frozen-encoder head, with
+what each cost (``reporting.summary_page`` renders it, ``reporting.verdict`` words it).
 
-Rows of a block: full fine-tuning (the baseline stage), BERT's own head at each partial
-checkpoint, the picked BERTVision path (checkpoint, head, and head alone or head + BERT
-ensemble: the highest mean selection score over every candidate), and the best frozen-encoder
-head (0 epochs, also by selection). Every choice reads the selection split only; the dev
-scores are reported, never compared. Own seconds: full fine-tuning's training time to its kept
-epoch; BERT's to its checkpoint; a head's path adds the extraction of that checkpoint's
-features (the jobs' wall time) and the head's own training. Whole seconds: the wall time of every
-job that had to run to make the row's choice (``reporting.whole_cost``); the verdict is stated on
-them."""
+The picked path: checkpoint, head, and head alone or head + BERT ensemble, the highest mean
+selection score over every candidate; the best frozen-encoder head (0 epochs) also by selection.
+Every choice reads the selection split only; the dev scores are reported, never compared. Own
+seconds: full fine-tuning's training time to its kept epoch; BERT's to its checkpoint; a head's
+path adds the extraction of that checkpoint's features (the jobs' wall time) and the head's own
+training. Whole seconds: the wall time of every job that had to run to make the row's choice
+(``reporting.whole_cost``); the verdict is stated on them."""
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-from bertvision.registry.peers import get_peer, inapplicable
 from bertvision.registry.tasks import get_task
 from bertvision.reporting.candidates import FULL_FT, PEER
 from bertvision.reporting.choice import bertvision_paths, counted_once, over_seeds, passed_over, pick
-from bertvision.reporting.markdown import fmt, markdown_table, seconds_cell
 from bertvision.reporting.picks import Pick
-from bertvision.reporting.race_line import checkpoint_race_line, head_selection_line
 from bertvision.reporting.results import BERT
 from bertvision.reporting.significance import paired_interval
-from bertvision.reporting.verdict import (
-    LEARNING_MARGIN,
-    against_best,
-    comparison,
-    constant_line,
-    cost_phrase,
-    learned_nothing,
-    no_window_line,
-    nothing_learned,
-)
 from bertvision.reporting.whole_cost import SelectionCost
 
 # Row kinds, in the order a block lists them.
@@ -70,8 +56,8 @@ SUMMARY_COLUMNS = [
     "feature_bytes",
     "score_diff",
     "score_diff_std_units",
-    # the 95% paired bootstrap interval over dev's rows (``reporting.significance``) of the row's
-    # difference from full fine-tuning, and the picked row's from the verdict's rival (``rival_of``)
+    # the picked row's 95% paired bootstrap intervals over dev's rows (``reporting.significance``) of
+    # its difference from full fine-tuning and from the verdict's rival (``rival_of``)
     "dev_rows",
     "score_diff_low",
     "score_diff_high",
@@ -211,217 +197,21 @@ def rival_of(block: pd.DataFrame) -> pd.Series | None:
 
 
 def with_intervals(task, block: pd.DataFrame, predictions: list) -> list[dict]:
-    """The block's rows with their paired bootstrap intervals (``reporting.significance``): every
-    row's difference from full fine-tuning, the picked row's from the rival; NaN where a side kept no
-    predictions."""
-    full = block.index[block["row"] == ROW_KINDS[0]]
+    """The block's rows with the picked row's paired bootstrap intervals (``reporting.significance``),
+    the ones the verdict reads: its difference from full fine-tuning and from the rival (often the
+    same run: drawn once). NaN where a side kept no predictions, and on the other rows: each interval
+    scores every seed of both sides a thousand times, which at QQP's 40k dev rows is not free."""
     picked = block.index[block["row"] == ROW_KINDS[2]]
+    if len(picked) == 0:
+        return block.to_dict("records")
+    full = block.index[block["row"] == ROW_KINDS[0]]
     rival = rival_of(block)
-    for i in block.index:
-        pairs = [("score_diff", full[0] if len(full) and i != full[0] else None)]
-        pairs += [("rival_diff", rival.name if i in picked and rival is not None else None)]
-        for column, other in pairs:
-            found = None if other is None else paired_interval(task, predictions[i], predictions[other])
-            if found is not None:
-                block.loc[i, [f"{column}_low", f"{column}_high", "dev_rows"]] = found
+    drawn = {}
+    for column, other in (("score_diff", full[0] if len(full) else None), ("rival_diff", getattr(rival, "name", None))):
+        if other is None:
+            continue
+        if other not in drawn:
+            drawn[other] = paired_interval(task, predictions[picked[0]], predictions[other])
+        if drawn[other] is not None:
+            block.loc[picked[0], [f"{column}_low", f"{column}_high", "dev_rows"]] = drawn[other]
     return block.to_dict("records")
-
-
-def _method_name(row: pd.Series) -> str:
-    return "full fine-tuning" if row["row"] == ROW_KINDS[0] else f"{row['model']} (peer)"
-
-
-def verdict(block: pd.DataFrame) -> str:
-    """Plain words for a block: whether any model learned the task and, if so, the best method on
-    the selection split (full fine-tuning, a peer or the BERTVision pick) and where the pick
-    stands against it, then against full fine-tuning (``reporting.verdict``)."""
-    task = get_task(block["task"].iloc[0])
-    picked = block[block["row"] == ROW_KINDS[2]]
-    if picked.empty:
-        return "No BERTVision path has a selection score yet."
-    p = picked.iloc[0]
-    what = f"`{p['model']}` on the {p['checkpoint']:g}-epoch checkpoint"
-    if learned_nothing(task, block, block["constant_score"].iloc[0]):
-        return nothing_learned(task, what)
-    full = block[block["row"] == ROW_KINDS[0]]
-    if not block["row"].isin([ROW_KINDS[0], PEER]).any():
-        return (
-            f"The pipeline picks {what}; no full fine-tuning baseline ran (baseline.enabled) and no peer "
-            "(peers.methods), so there is no verdict."
-        )
-    rival = rival_of(block)
-    if rival is None:
-        lead = f"The pipeline picks {what}."
-    else:
-        pick_is_best = p["selection_mean"] > rival["selection_mean"]
-        lead = against_best(task, p, what, rival, _method_name(rival), pick_is_best)
-    if full.empty:
-        return f"{lead} No full fine-tuning baseline ran (baseline.enabled)."
-    return (
-        f"{lead} Against full fine-tuning: {comparison(task, p, full.iloc[0])}, at {cost_phrase(p)} "
-        f"and {p['parameter_percent']:.3g}% of its trainable parameters."
-    )
-
-
-def peer_lines(task_name: str, configured: list[str]) -> str:
-    """One sentence per configured peer that does not apply to the task, saying why."""
-    task = get_task(task_name)
-    return " ".join(
-        f"{get_peer(name).label} does not apply here: {why}." for name, why in inapplicable(configured, task).items()
-    )
-
-
-def passed_over_line(block: pd.DataFrame) -> str:
-    """Why the pick is not the path with the best mean selection score, where it is not."""
-    first = block.iloc[0]
-    picked = block[block["row"] == ROW_KINDS[2]]
-    if "passed_over" not in block or not isinstance(first["passed_over"], str) or picked.empty:
-        return ""
-    gain = first["passed_over_selection"] - picked["selection_mean"].iloc[0]
-    return (
-        f"`{first['passed_over']}` on the {first['passed_over_checkpoint']:g}-epoch checkpoint scored "
-        f"{gain:+.4f} above the pick on selection, within the standard error of the difference "
-        f"({first['passed_over_error']:.4f}): the pick does not pay for further fine-tuning whose gain the "
-        "seeds cannot tell from noise."
-    )
-
-
-def pair_line(block: pd.DataFrame) -> str:
-    """Which form of a pair task the head rows read, where some read it apart."""
-    heads = block[block["row"].isin(ROW_KINDS[2:5])]
-    apart = heads["pair"].isin(["apart"])
-    if not apart.any():
-        return ""
-    which = "The heads" if apart.all() else "The heads of " + ", ".join(sorted(set(heads["model"][apart])))
-    return (
-        f"{which} read each pair encoded apart (each text alone, per layer [u, v, |u-v|, u*v] of the two "
-        "texts' states: heads.models.<head>.pair, chosen on selection among the heads of either form); fine-tuning, "
-        "BERT's own head and full fine-tuning read it as one sequence."
-    )
-
-
-def devices_line(table: pd.DataFrame) -> str:
-    """Where each kind of row computed, and the encoder's precision there (records from before
-    precisions were recorded: unknown)."""
-    used = []
-    for label, rows in (("full fine-tuning", table[table["row"] == ROW_KINDS[0]]),
-                        ("BERT", table[table["row"] == ROW_KINDS[1]]),
-                        ("the heads' states", table[table["row"].isin(ROW_KINDS[2:5])]),
-                        ("the peers", table[table["row"] == PEER])):  # fmt: skip
-        pairs = sorted({f"{d} {p if isinstance(p, str) else 'precision unknown'}" for d, p in
-                        zip(rows["device"], rows["precision"]) if isinstance(d, str)})  # fmt: skip
-        if pairs:
-            used.append(f"{label} on {', '.join(pairs)}")
-    return f"Devices and precision: {'; '.join(used)}." if used else ""
-
-
-def summary_markdown(
-    table: pd.DataFrame, race_decisions: dict[tuple, list[dict]] | None = None, peers: dict | None = None
-) -> str:
-    """``race_decisions``: (backbone, task) -> the race's decisions at each checkpoint it reached;
-    ``peers``: task -> the peers the config names for it."""
-    parts = [
-        "# Summary: does the BERTVision path pay off?",
-        "",
-        "Per task: the encoder fine-tuned the standard way (full fine-tuning, the epoch kept chosen on the "
-        "selection split), the peers a practitioner would use instead (the backbone's own sentence embedding with a "
-        "linear model or the cosine, LoRA, BitFit, SetFit: each chooses its own settings on the selection split; "
-        "its whole seconds are its jobs', every setting it tried and the task's one encoding for the embedding's "
-        "peers included), BERT's own head after the short "
-        "partial fine-tuning, the BERTVision path the "
-        "pipeline picks (checkpoint, head, alone or with BERT: the best mean **selection** score), and the "
-        "best head on the untouched encoder. Dev scores and own seconds are mean ± sample std over seeds (n runs: "
-        "fine-tuning seeds × head seeds). Own seconds: full fine-tuning's training to its kept epoch; a head's path "
-        "= fine-tuning to its checkpoint + extracting its features + training the head. Whole seconds (mean ± std "
-        "over fine-tuning seeds): the wall time of every job run to make the row's choice (Snakemake's benchmark "
-        "files: set-up, loading and scoring included). Full fine-tuning: its job (every epoch, scored after each). "
-        "The picked path: the fine-tuning jobs to the largest checkpoint and BERT's scoring at each (the ensembles "
-        "read it), every checkpoint's extraction, head and "
-        "search jobs (every head and head seed, every trial) and the race's decisions (under racing, of the "
-        "checkpoints the race reached, the head runs it stopped early included). Checkpoint 0 is the untouched "
-        "encoder, the same for every fine-tuning seed: its extraction, heads and searches run once, and each "
-        "fine-tuning seed carries an even share of them. The frozen encoder's best head: checkpoint 0's jobs "
-        "alone, one run. BERT at a checkpoint: its fine-tuning jobs and its scoring job (it chooses "
-        "nothing), with, where it was scored from the extraction's pass, that pass's seconds on the scored splits. "
-        "Data-fraction and transfer runs are not counted. Δ = dev score minus full fine-tuning's, in points and "
-        "in full fine-tuning's std; own and whole cost = mean own or whole seconds / full fine-tuning's. "
-        "The verdict first names the best method on the selection split (full fine-tuning, a peer or the "
-        "BERTVision pick) and says where the pick stands against it on dev, then against full fine-tuning; "
-        "it is stated on the whole cost. A peer whose result does not depend on the seed (the embedding's linear "
-        "model, the cosine) runs once: its spread is zero by construction. "
-        "It calls a difference undetermined when the seeds cannot measure a side's spread (one seed, every seed "
-        "scoring the same, or one fine-tuning seed behind a path on a fine-tuned checkpoint), noise when the two "
-        "mean ± std ranges overlap or when a difference beyond them is not beyond dev's own sampling noise (a 95% "
-        "paired bootstrap over dev's rows, each side the mean of its seeds, whose interval holds 0), "
-        f"and names no winner where no model tried beats a constant prediction (the same class every time, or "
-        f"abstaining on every question) by more than {100 * LEARNING_MARGIN:g}% of the metric's range.",
-        "",
-    ]
-    if table.empty:
-        return "\n".join(parts + ["No results yet.", ""])
-    for (backbone, task_name), block in table.groupby(["backbone", "task"], sort=False):
-        task = get_task(task_name)
-        scale = task.metric_scale()
-        parts += [f"## {task_name} ({backbone}; {task.primary_metric}, {task.eval_splits[0]})", ""]
-        rows = []
-        for r in block.itertuples():
-            checkpoint = "" if np.isnan(r.checkpoint) else f"{r.checkpoint:g}"
-            reference = r.row == ROW_KINDS[0]
-            delta = (
-                ""
-                if reference or np.isnan(r.score_diff)
-                else f"{r.score_diff * 100 / scale:+.1f}"
-                + ("" if np.isnan(r.score_diff_std_units) else f" ({r.score_diff_std_units:+.1f} std)")
-            )
-            rows.append(
-                [
-                    r.row if np.isnan(r.budget) else f"BERTVision (picked, ≤ {r.budget:g} epochs)",
-                    checkpoint,
-                    r.model,
-                    fmt(r.dev_mean, r.dev_std, scale) + (" (no seed: exact)" if r.deterministic is True else ""),
-                    str(r.n),
-                    f"{r.parameter_percent:.3g}",
-                    seconds_cell(r.seconds, r.seconds_std),
-                    seconds_cell(r.whole_seconds, r.whole_seconds_std),
-                    "" if np.isnan(r.feature_bytes) or not r.feature_bytes else f"{r.feature_bytes / 2**20:.1f}",
-                    delta,
-                    "" if reference or np.isnan(r.cost_ratio) else f"{r.cost_ratio:.2f}×",
-                    "" if reference or np.isnan(r.whole_cost_ratio) else f"{r.whole_cost_ratio:.2f}×",
-                ]
-            )
-        parts.append(
-            markdown_table(
-                [
-                    "",
-                    "epochs",
-                    "model",
-                    f"dev {task.primary_metric}",
-                    "n",
-                    "% params",
-                    "own seconds",
-                    "whole seconds",
-                    "features MiB",
-                    "Δ vs full FT",
-                    "own cost",
-                    "whole cost",
-                ],
-                rows,
-            )
-        )
-        race = checkpoint_race_line((race_decisions or {}).get((backbone, task_name), []))
-        skipped = peer_lines(task_name, (peers or {}).get(task_name, []))
-        notes = " ".join(
-            n
-            for n in (
-                constant_line(task, block["constant_score"].iloc[0]),
-                no_window_line(block),
-                pair_line(block),
-                race,
-                passed_over_line(block),
-                skipped,
-            )
-            if n
-        )
-        parts += ["", verdict(block), ""] + ([notes, ""] if notes else [])
-    parts += [devices_line(table), head_selection_line(table), ""]
-    return "\n".join(parts)

@@ -12,6 +12,9 @@ import numpy as np
 import pandas as pd
 
 from bertvision.registry.metrics import METRICS
+from bertvision.registry.tasks import get_task
+from bertvision.reporting.candidates import PEER
+from bertvision.reporting.summary import ROW_KINDS, rival_of
 
 # A model "learned something" when it beats the constant prediction by more than this share of
 # the metric's scale (2 points of accuracy or F1); the degenerate-run flags use the same tolerance.
@@ -194,4 +197,40 @@ def no_window_line(block: pd.DataFrame) -> str:
     return (
         f"{int(missed)} answerable dev questions have no window that holds the whole answer; they are scored "
         'as answerable (the data\'s label), though every window of theirs trains as "no answer".'
+    )
+
+
+def _method_name(row: pd.Series) -> str:
+    return "full fine-tuning" if row["row"] == ROW_KINDS[0] else f"{row['model']} (peer)"
+
+
+def verdict(block: pd.DataFrame) -> str:
+    """Plain words for a block: whether any model learned the task and, if so, the best method on
+    the selection split (full fine-tuning, a peer or the BERTVision pick) and where the pick
+    stands against it, then against full fine-tuning."""
+    task = get_task(block["task"].iloc[0])
+    picked = block[block["row"] == ROW_KINDS[2]]
+    if picked.empty:
+        return "No BERTVision path has a selection score yet."
+    p = picked.iloc[0]
+    what = f"`{p['model']}` on the {p['checkpoint']:g}-epoch checkpoint"
+    if learned_nothing(task, block, block["constant_score"].iloc[0]):
+        return nothing_learned(task, what)
+    full = block[block["row"] == ROW_KINDS[0]]
+    if not block["row"].isin([ROW_KINDS[0], PEER]).any():
+        return (
+            f"The pipeline picks {what}; no full fine-tuning baseline ran (baseline.enabled) and no peer "
+            "(peers.methods), so there is no verdict."
+        )
+    rival = rival_of(block)
+    if rival is None:
+        lead = f"The pipeline picks {what}."
+    else:
+        pick_is_best = p["selection_mean"] > rival["selection_mean"]
+        lead = against_best(task, p, what, rival, _method_name(rival), pick_is_best)
+    if full.empty:
+        return f"{lead} No full fine-tuning baseline ran (baseline.enabled)."
+    return (
+        f"{lead} Against full fine-tuning: {comparison(task, p, full.iloc[0])}, at {cost_phrase(p)} "
+        f"and {p['parameter_percent']:.3g}% of its trainable parameters."
     )

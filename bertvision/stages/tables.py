@@ -19,7 +19,8 @@ from bertvision.reporting.markdown import write_csv, write_text
 from bertvision.reporting.methods import method_table, methods_markdown
 from bertvision.reporting.picks import write_picks
 from bertvision.reporting.results import long_records, result_tables
-from bertvision.reporting.summary import summary_markdown, summary_table
+from bertvision.reporting.summary import summary_table
+from bertvision.reporting.summary_page import summary_markdown
 from bertvision.reporting.timing import stage_precisions, timing_markdown, timing_table
 from bertvision.reporting.whole_cost import race_jobs, search_jobs
 
