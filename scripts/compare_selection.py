@@ -4,7 +4,10 @@ head selection (train_heads, search_worker and the race's own jobs) and of the w
 head jobs per task (tasks with stored states apart from streamed ones, whose head jobs run the
 encoder), and every
 task's pick with its dev score, its whole cost against full fine-tuning's and whether the two picks
-agree (the same path, or dev mean ± std ranges that overlap). Issue 33's goals are these ratios.
+agree: the same path, or within noise of each other, where a 95% paired bootstrap over dev's rows
+(``reporting.significance``, each pick the mean of its seeds' runs) gives an interval of the
+race's pick minus the grid's that holds 0; where no interval can be drawn, dev mean ± std ranges
+that overlap. Issues 33's and 45's goals are these ratios and agreements.
 
     python scripts/compare_selection.py GRID_WORKDIR RACING_WORKDIR [GRID_WORKDIR RACING_WORKDIR ...]
 
@@ -19,7 +22,21 @@ from pathlib import Path
 
 import pandas as pd
 
-from bertvision.layout import table
+from bertvision.evaluation.ensemble import prediction_column
+from bertvision.files import read_json
+from bertvision.layout import (
+    HEAD_PREDICTIONS,
+    HEADS_DIR,
+    beside,
+    head_metrics_files,
+    picks_record,
+    source_checkpoint,
+    table,
+)
+from bertvision.registry.tasks import get_task
+from bertvision.reporting.picks import read_picks
+from bertvision.reporting.results import raced_out
+from bertvision.reporting.significance import paired_interval
 
 # the rules whose jobs choose among the candidates (the rest produce them or report them)
 SELECTION_RULES = ("train_heads", "search_worker", "search_best", "race_checkpoint")
@@ -59,6 +76,34 @@ def cell(r) -> str:
     return f"{r['model']} @{r['checkpoint']:g}, {r['dev_mean']:.3f}{std}, {r['whole_cost_ratio']:.2f}x"
 
 
+def picked_runs(workdir: Path) -> dict[tuple, list[tuple[str, str]]]:
+    """(backbone, task) -> the (eval predictions file, column) of every run of the picked path
+    (``picks.json``): the head runs whose records name its backbone, task, checkpoint and head, not
+    raced out; the ensemble's column where the pick is a head + BERT ensemble."""
+    heads_dirs = sorted(workdir.glob(HEADS_DIR.format(model="*", task="*", ftseed="*", checkpoint="*")))
+    records = [(path, read_json(path)) for path in head_metrics_files(heads_dirs)]
+    found = {}
+    for p in read_picks(workdir / picks_record()):
+        found[(p.backbone, p.task)] = [
+            (beside(path, HEAD_PREDICTIONS), prediction_column(p.ensemble))
+            for path, r in records
+            if (r["source"]["model"], r["task"], source_checkpoint(r), r["head"])
+            == (p.backbone, p.task, p.checkpoint, p.head)
+            and not raced_out(r)
+        ]
+    return found
+
+
+def dev_interval(task: str, racing: list, grid: list) -> tuple[float, float, int] | None:
+    """The 95% paired bootstrap interval of the racing pick's dev score minus the grid's, in points,
+    and dev's rows; None where it cannot be drawn."""
+    drawn = paired_interval(get_task(task), racing, grid)
+    if drawn is None:
+        return None
+    scale = 100.0 / get_task(task).metric_scale()
+    return drawn[0] * scale, drawn[1] * scale, drawn[2]
+
+
 def overlap(a, b) -> bool:
     if (a["model"], a["checkpoint"]) == (b["model"], b["checkpoint"]):
         return True
@@ -86,12 +131,27 @@ def main(*workdirs: str) -> None:
         g, r = part["seconds"].sum(), part["seconds_racing"].sum()
         print(f"train_heads of the tasks with {kind} states: {g:.1f} vs {r:.1f} job-s, {r / g:.2f}x")
     a, b = picks(grid), picks(racing)
-    print("\n| task | grid pick (dev, whole cost) | racing pick (dev, whole cost) | agree |\n|---|---|---|---|")
+    runs_a = {k: v for w in grid for k, v in picked_runs(w).items()}
+    runs_b = {k: v for w in racing for k, v in picked_runs(w).items()}
+    print(
+        "\n| task | grid pick (dev, whole cost) | racing pick (dev, whole cost) | racing - grid, 95% over dev | agree |"
+    )
+    print("|---|---|---|---|---|")
     for key in a.index.union(b.index):
         left = cell(a.loc[key]) if key in a.index else "—"
         right = cell(b.loc[key]) if key in b.index else "—"
-        agree = "yes" if key in a.index and key in b.index and overlap(a.loc[key], b.loc[key]) else "no"
-        print(f"| {key[1]} | {left} | {right} | {agree} |")
+        both = key in a.index and key in b.index
+        drawn = dev_interval(key[1], runs_b.get(key, []), runs_a.get(key, [])) if both else None
+        interval = "—" if drawn is None else f"{drawn[0]:+.1f} to {drawn[1]:+.1f} ({drawn[2]} rows)"
+        if not both:
+            agree = "no"
+        elif (a.loc[key, "model"], a.loc[key, "checkpoint"]) == (b.loc[key, "model"], b.loc[key, "checkpoint"]):
+            agree = "yes: the same path"
+        elif drawn is not None:
+            agree = "yes: within dev's noise" if drawn[0] <= 0 <= drawn[1] else "no: beyond dev's noise"
+        else:
+            agree = "yes: ranges overlap" if overlap(a.loc[key], b.loc[key]) else "no"
+        print(f"| {key[1]} | {left} | {right} | {interval} | {agree} |")
     ratios = b["whole_cost_ratio"].reindex(a.index) / a["whole_cost_ratio"]
     print(
         f"\npicks' whole cost, racing / grid: median {ratios.median():.2f}, range {ratios.min():.2f}-{ratios.max():.2f}"
