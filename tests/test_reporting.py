@@ -134,13 +134,13 @@ def test_a_classification_task_at_the_majority_class_names_no_winner(tmp_path):
 
 def test_one_seed_of_full_fine_tuning_leaves_any_difference_undetermined(tmp_path):
     words = verdict(mrpc(tmp_path, [0.80], [0.75, 0.76, 0.77]).summary())
-    assert "**undetermined against full fine-tuning** (-4.0 points; full fine-tuning ran one seed" in words
+    assert "is undetermined against it (-4.0 points; full fine-tuning ran one seed" in words
     assert "trails" not in words and "within noise" not in words
 
 
 def test_a_side_whose_seeds_score_the_same_measures_no_spread(tmp_path):
     words = verdict(mrpc(tmp_path, [0.80, 0.80], [0.70, 0.71, 0.72]).summary())
-    assert "**undetermined against full fine-tuning** (-9.0 points; full fine-tuning scored the same" in words
+    assert "is undetermined against it (-9.0 points; full fine-tuning scored the same" in words
 
 
 def test_one_fine_tuning_seed_behind_a_fine_tuned_path_leaves_it_undetermined(tmp_path):
@@ -149,7 +149,7 @@ def test_one_fine_tuning_seed_behind_a_fine_tuned_path_leaves_it_undetermined(tm
     table = r.summary()
     assert table.set_index("row").loc["BERTVision (picked)", "ft_seeds"] == 1
     words = verdict(table)
-    assert "**undetermined against full fine-tuning**" in words and "fine-tuned with one seed" in words
+    assert "is undetermined against it" in words and "fine-tuned with one seed" in words
 
 
 def test_overlapping_seed_ranges_are_noise_and_separate_ones_are_not(tmp_path):
@@ -157,9 +157,18 @@ def test_overlapping_seed_ranges_are_noise_and_separate_ones_are_not(tmp_path):
     words = verdict(mrpc(tmp_path / "a", [0.80, 0.82], [0.79, 0.80, 0.81], checkpoint=0.0).summary())
     assert "within noise" in words and "the two mean ± std ranges overlap" in words
     words = verdict(mrpc(tmp_path / "b", [0.80, 0.82], [0.70, 0.71, 0.72], checkpoint=0.0).summary())
-    assert "**trails full fine-tuning by 10.0 points** (beyond the seeds' spread" in words
+    assert words.startswith(
+        "**full fine-tuning beats the BERTVision pick**: `lp` on the 0-epoch checkpoint trails it by 10.0"
+    )
+    assert "points on dev (beyond the seeds' spread" in words
+    # full fine-tuning is the rival: where the pick stands against it is said once
+    assert (
+        "Against full fine-tuning" not in words
+        and "The pick costs" in words
+        and "and trains 1% of its parameters." in words
+    )
     words = verdict(mrpc(tmp_path / "c", [0.70, 0.71], [0.80, 0.81, 0.82], checkpoint=0.0).summary())
-    assert "**beats full fine-tuning by 10.5 points**" in words
+    assert "against the best other method, full fine-tuning, it is ahead of it by 10.5 points on dev" in words
 
 
 def test_seconds_are_mean_and_std_over_seeds_in_the_summary_and_the_cost_table(tmp_path):

@@ -207,7 +207,7 @@ def _method_name(row: pd.Series) -> str:
 def verdict(block: pd.DataFrame) -> str:
     """Plain words for a block: whether any model learned the task and, if so, the best method on
     the selection split (full fine-tuning, a peer or the BERTVision pick) and where the pick
-    stands against it, then against full fine-tuning."""
+    stands against it, then against full fine-tuning where that is another method."""
     task = get_task(block["task"].iloc[0])
     picked = block[block["row"] == ROW_KINDS[2]]
     if picked.empty:
@@ -230,6 +230,8 @@ def verdict(block: pd.DataFrame) -> str:
         lead = against_best(task, p, what, rival, _method_name(rival), pick_is_best)
     if full.empty:
         return f"{lead} No full fine-tuning baseline ran (baseline.enabled)."
+    if rival is not None and rival["row"] == ROW_KINDS[0]:  # the lead has said where it stands against it
+        return f"{lead} The pick costs {cost_phrase(p)} and trains {p['parameter_percent']:.3g}% of its parameters."
     return (
         f"{lead} Against full fine-tuning: {comparison(task, p, full.iloc[0])}, at {cost_phrase(p)} "
         f"and {p['parameter_percent']:.3g}% of its trainable parameters."
