@@ -62,11 +62,19 @@ def _synchronize(device: torch.device) -> None:
 
 
 def step_seconds(config, precision: str, steps: int = STEPS, device: torch.device = CPU) -> float:
-    """Median seconds of one forward and backward step of a one-layer random copy of ``config``."""
+    """Median seconds of one forward and backward step of a one-layer random copy of ``config``.
+    The random copy and its dropout draw from a forked generator: the job that measures (the first
+    on a machine) must go on with the same random stream as every later job that reads the cache,
+    or its seeded training would differ from theirs."""
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(0)
+        return _step_seconds(config, precision, steps, device)
+
+
+def _step_seconds(config, precision: str, steps: int, device: torch.device) -> float:
     from transformers import AutoModel
 
     small = config.__class__.from_dict({**config.to_dict(), "num_hidden_layers": 1})
-    torch.manual_seed(0)
     model = AutoModel.from_config(small).to(device).train()
     ids = torch.randint(0, min(small.vocab_size, 1000), (BATCH, TOKENS), device=device)
     dtype = {"bf16": torch.bfloat16}.get(precision)
