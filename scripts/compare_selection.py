@@ -148,7 +148,11 @@ def main(*workdirs: str) -> None:
         elif (a.loc[key, "model"], a.loc[key, "checkpoint"]) == (b.loc[key, "model"], b.loc[key, "checkpoint"]):
             agree = "yes: the same path"
         elif drawn is not None:
-            agree = "yes: within dev's noise" if drawn[0] <= 0 <= drawn[1] else "no: beyond dev's noise"
+            agree = (
+                "yes: within dev's noise"
+                if drawn[0] <= 0 <= drawn[1]
+                else f"no: the race's pick {'ahead' if drawn[0] > 0 else 'behind'}, beyond dev's noise"
+            )
         else:
             agree = "yes: ranges overlap" if overlap(a.loc[key], b.loc[key]) else "no"
         print(f"| {key[1]} | {left} | {right} | {interval} | {agree} |")

@@ -96,7 +96,7 @@ def assert_worked_by_hand(out: str) -> None:
     assert "tasks with streamed states: 50.0 vs 25.0 job-s, 0.50x" in out
     assert (
         "| mrpc | ap @1, 0.800 ± 0.010, 1.20x | lp @0, 0.700 ± 0.010, 0.60x | "
-        "-11.9 to -8.0 (4000 rows) | no: beyond dev's noise |" in out
+        "-11.9 to -8.0 (4000 rows) | no: the race's pick behind, beyond dev's noise |" in out
     )
     assert (
         "| sst2 | lp @1, 0.500 ± 0.020, 2.00x | lp @0, 0.600 ± 0.020, 0.90x | "

@@ -1119,9 +1119,11 @@ def test_serve_bundles_serves_the_seed_the_pick_record_names_and_reads_no_table(
     assert layout.picks_record() == f"{layout.TABLES_DIR}/{layout.PICKS}"
 
 
-def test_a_head_plus_bert_ensemble_is_served_as_it_was_evaluated(run, tiny_bert, tmp_path):
+@pytest.mark.parametrize("backend", ["torch", "onnx"])
+def test_a_head_plus_bert_ensemble_is_served_as_it_was_evaluated(run, tiny_bert, tmp_path, monkeypatch, backend):
     """The summary picked MRPC's lp + BERT (mean) on MRPC's own checkpoint: its bundle keeps the
-    task model, and the served outputs are the evaluation's combination of the head's and BERT's."""
+    task model, and the served outputs are the evaluation's combination of the head's and BERT's,
+    on either runtime (ONNX Runtime's answer for a classifier once failed the service's start)."""
     from bertvision.evaluation.ensemble import ensemble_examples, load_logits, prediction_column
     from bertvision.serving.app import ServeSettings, create_app
     from bertvision.serving.picked import CheckpointRun, write_picked_bundles
@@ -1145,7 +1147,8 @@ def test_a_head_plus_bert_ensemble_is_served_as_it_was_evaluated(run, tiny_bert,
     )
     # the ensemble's predictions as the head job kept them, for the summary's paired bootstrap
     assert (expected.loc[rows["idx"], prediction_column("mean")].to_numpy() == want.argmax(-1)).all()
-    settings = ServeSettings(max_texts=64, device="cpu")
+    monkeypatch.setenv("BERTVISION_CACHE", str(tmp_path / "cache"))
+    settings = ServeSettings(max_texts=64, device="cpu", backend=backend)
     with Server(create_app(out, settings)) as running:
         client = httpx.Client(base_url=running.url, timeout=60)
         texts = [[a, b] for a, b in zip(rows["sentence1"], rows["sentence2"])]

@@ -34,7 +34,7 @@ def example_result(task: TaskEntry, head: str, outputs: np.ndarray) -> ExampleRe
 def bert_outputs(out, rows: np.ndarray, lengths: np.ndarray) -> dict[int, np.ndarray]:
     """The task model's own outputs per row of a forward pass, as its evaluation stored them:
     logits per example, or a span window's (tokens, 2) start/end logits over its real tokens."""
-    if hasattr(out, "start_logits"):
+    if getattr(out, "start_logits", None) is not None:  # ONNX Runtime's answer carries both names
         both = torch.stack([out.start_logits, out.end_logits], dim=-1).float().cpu().numpy()
         return {int(row): both[j, : lengths[row]] for j, row in enumerate(rows)}
     logits = out.logits.float().cpu().numpy()
