@@ -169,13 +169,15 @@ def test_a_killed_client_takes_its_job_with_it(pool, tmp_path):
 
 @pytest.mark.slow  # over 10 s on 2 cores (processes, a workflow's plan): make test-all, CI
 def test_the_pool_ends_with_its_parent(tiny_bert, tmp_path):
-    """A Snakemake killed without its hooks (SIGKILL) leaves no warm process behind."""
+    """A Snakemake killed without its hooks (SIGKILL) leaves no warm process and no socket
+    directory behind."""
     script = (
         "import sys, time; from bertvision.commands.warm import start; "
-        f"p = start([], {str(tmp_path / 'pool.log')!r}); print(p.process.pid, flush=True); time.sleep(600)"
+        f"p = start([], {str(tmp_path / 'pool.log')!r}); print(p.process.pid, p.socket_dir, flush=True); time.sleep(600)"
     )
     parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=REPO)
-    pid = int(parent.stdout.readline())
+    pid, socket_dir = parent.stdout.readline().split()
+    pid, socket_dir = int(pid), Path(socket_dir)
     deadline = time.monotonic() + 180
     while "ready" not in ((tmp_path / "pool.log").read_text() if (tmp_path / "pool.log").exists() else ""):
         assert time.monotonic() < deadline
@@ -183,3 +185,4 @@ def test_the_pool_ends_with_its_parent(tiny_bert, tmp_path):
     parent.kill()
     parent.wait()
     assert gone(pid, timeout=20)
+    assert not socket_dir.exists()

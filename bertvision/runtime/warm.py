@@ -167,6 +167,11 @@ def serve_pool(socket_path: str, preload: Callable[[], None], main: Callable[[li
                 forked += _answer(conn, listener, own_env, set_by_imports, main)
     finally:
         listener.close()
+        # the socket's private directory is this process's: a Snakemake stopped without its hooks
+        # (Ctrl-C, SIGKILL) must not leave it in the temporary folder
+        Path(socket_path).unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            Path(socket_path).parent.rmdir()
         print(f"warm pool: {forked} jobs forked; exiting", file=sys.stderr, flush=True)
 
 
@@ -282,9 +287,10 @@ class WarmPool:
                 self.process.wait(timeout=10)
             except Exception:
                 self.process.kill()
-        for p in self.socket_dir.glob("*"):
-            p.unlink(missing_ok=True)
-        self.socket_dir.rmdir()
+        if self.socket_dir.exists():
+            for p in self.socket_dir.glob("*"):
+                p.unlink(missing_ok=True)
+            self.socket_dir.rmdir()
 
 
 def start_pool(entry_module: str, args: list[str], log_path: Path) -> WarmPool:
