@@ -216,6 +216,11 @@ def get_previous_flag(wildcards):
     return f"--previous {shlex.quote(previous)}"
 
 
+def get_optimizer_state(wildcards):
+    """A fine-tuning job keeps AdamW's state for the checkpoint after it; the last drops it."""
+    return "drop" if L.Checkpoint.named(wildcards.checkpoint) == S.checkpoints[-1] else "keep"
+
+
 def get_peer_embeddings(wildcards):
     """The task's shared sentence embeddings, for a peer that reads them (none for the others)."""
     return L.EMBEDDINGS.format(**wildcards) if get_peer(wildcards.peer).reads_embeddings else []

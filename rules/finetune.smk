@@ -27,10 +27,15 @@ rule finetune:
         mem_mb=request(REQUESTS.finetune, "mem_mb"),
         runtime=request(REQUESTS.finetune, "runtime"),
         micro_batches=get_micro_batches,
+        # not a param, so not a rerun trigger: a checkpoint configured later goes on from one that
+        # dropped its optimizer state by replaying it (stages/finetune.replay), and the checkpoints
+        # before it stay as they ran
+        optimizer_state=get_optimizer_state,
     shell:
         "{params.bertvision} finetune --task {wildcards.task} --model-name {wildcards.model} "
         "--settings {params.settings:q} --compute {params.compute:q} --tokens-dir {input.tokens} "
         "--out-dir {params.out_dir} --seed {wildcards.ftseed} --checkpoint {wildcards.checkpoint} {params.previous} "
+        "--optimizer-state {resources.optimizer_state} "
         "--micro-batches {resources.micro_batches} --threads {threads} > {log} 2>&1"
 
 

@@ -1,6 +1,7 @@
 """Fine-tuning one checkpoint per job (so that a race can stop a run between two): a run taken in
 steps, each job going on from the checkpoint before, is bit for bit the run taken at once, with
-dropout on and checkpoints in the middle of a pass over the rows."""
+dropout on and checkpoints in the middle of a pass over the rows; and so is a finished run extended
+by a later checkpoint, which goes on from a last checkpoint that kept no optimizer state."""
 
 import json
 
@@ -33,15 +34,23 @@ def tokens(tiny_bert, tmp_path_factory):
     return download_and_tokenize(settings, "tiny", "mrpc", tmp_path_factory.mktemp("steps"))
 
 
-def run(root, tiny_bert, fractions, out):
+def run(root, tiny_bert, fractions, out, after=None):
+    """Each checkpoint's job as rule finetune runs it: going on from the one before, the last
+    dropping its optimizer state. ``after``: run only the checkpoints after that one of ``out``."""
     settings = settings_with(tiny_bert, fractions)
     compute = settings.finetune_compute().replace(device="cpu", precision="fp32")
-    previous = None
-    for checkpoint in settings.checkpoints:
+    previous = None if after is None else checkpoint_dir(root / out, after)
+    for checkpoint in [c for c in settings.checkpoints if after is None or c.fraction > after.fraction]:
+        state = "drop" if checkpoint == settings.checkpoints[-1] else "keep"
         finetune(get_task("mrpc"), "tiny", settings.finetune("tiny", "mrpc"), compute, root / "tokens",
-                 root / out, 1, checkpoint, previous=previous, threads=1)  # fmt: skip
+                 root / out, 1, checkpoint, previous=previous, optimizer_state=state, threads=1)  # fmt: skip
         previous = checkpoint_dir(root / out, checkpoint)
     return root / out
+
+
+def same_weights(a_dir, b_dir) -> bool:
+    a, b = load_file(a_dir / "model.safetensors"), load_file(b_dir / "model.safetensors")
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
 def test_a_run_in_steps_is_the_run_at_once(tokens, tiny_bert):
@@ -51,9 +60,7 @@ def test_a_run_in_steps_is_the_run_at_once(tokens, tiny_bert):
     # fall in the middle of a pass
     steps = run(tokens, tiny_bert, [0, 0.5, 1, 1.5, 2], "steps")
     once = run(tokens, tiny_bert, [2], "once")
-    a, b = load_file(steps / "ckpt-2/model.safetensors"), load_file(once / "ckpt-2/model.safetensors")
-    assert a.keys() == b.keys()
-    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert same_weights(steps / "ckpt-2", once / "ckpt-2")
     ra, rb = (json.loads((d / "ckpt-2" / TRAIN_RECORD).read_text()) for d in (steps, once))
     assert ra["step"] == rb["step"] == 10 and ra["examples_seen"] == rb["examples_seen"]
     assert ra["train_loss_recent"] == rb["train_loss_recent"]
@@ -65,11 +72,30 @@ def test_a_run_in_steps_is_the_run_at_once(tokens, tiny_bert):
     assert torch.load(steps / "ckpt-1" / RESUME_STATE, weights_only=False)["resumable"]
 
 
-def test_a_checkpoint_without_the_one_before_fails_clearly(tokens, tiny_bert, tmp_path):
+def test_a_later_checkpoint_goes_on_from_a_last_one_that_dropped_its_optimizer(tokens, tiny_bert):
+    """A finished run (its last checkpoint, 1, kept no optimizer state) extended by 1.5 and 2: the
+    new job replays 1's steps, and the run ends where the run taken at once ends."""
+    finished = run(tokens, tiny_bert, [0, 0.5, 1], "finished")
+    assert not torch.load(finished / "ckpt-1" / RESUME_STATE, weights_only=False)["resumable"]
+    before = (finished / "ckpt-1" / "model.safetensors").stat().st_mtime_ns
+    extended = run(tokens, tiny_bert, [0, 0.5, 1, 1.5, 2], "finished", after=Checkpoint(1))
+    assert (finished / "ckpt-1" / "model.safetensors").stat().st_mtime_ns == before
+    once = run(tokens, tiny_bert, [2], "once-again")
+    assert same_weights(extended / "ckpt-2", once / "ckpt-2")
+    # the replay's seconds are not the path's: the record goes on from checkpoint 1's seconds
+    seconds = [json.loads((extended / f"ckpt-{c}" / TRAIN_RECORD).read_text())["train_seconds"] for c in ("1", "2")]
+    assert seconds == sorted(seconds)
+
+
+def test_settings_name_no_other_checkpoint(tiny_bert):
+    """What a checkpoint's job computes from leaves out the other checkpoints: adding a later one
+    changes no earlier job's parameters (rule finetune reruns nothing that ran)."""
+    short, longer = (settings_with(tiny_bert, f).finetune("tiny", "mrpc") for f in ([0, 0.5], [0, 0.5, 1, 2]))
+    assert short == longer and short.schedule_epochs == 2
+
+
+def test_a_missing_previous_checkpoint_fails_clearly(tokens, tiny_bert, tmp_path):
     settings = settings_with(tiny_bert, [0.5, 1])
-    with pytest.raises(ValueError, match=r"checkpoint 1 follows 0.5: name its directory \(--previous\)"):
-        finetune(get_task("mrpc"), "tiny", settings.finetune("tiny", "mrpc"), settings.finetune_compute(),
-                 tokens / "tokens", tmp_path, 1, Checkpoint(1), threads=1)  # fmt: skip
     with pytest.raises(FileNotFoundError, match="ckpt-0.5"):
         finetune(get_task("mrpc"), "tiny", settings.finetune("tiny", "mrpc"), settings.finetune_compute(),
                  tokens / "tokens", tmp_path, 1, Checkpoint(1), previous=tmp_path / "ckpt-0.5", threads=1)  # fmt: skip

@@ -246,7 +246,10 @@ def test_a_declared_task_is_a_task_like_the_registrys(tiny_bert, tmp_path):
         (lambda b: b["score"].pop("label"), "tasks.score: a regression task of your own names its label column(s)"),
         (lambda b: b.update({"My Task": b.pop("score")}), "tasks: 'My Task' does not match"),
         (lambda b: b["similarity"].update(labels=["low", "mid"]), "similarity-train.csv: line "),
-        (lambda b: b["paraphrase"].update(metrics=["bleu"]), "metric 'bleu' is not a classification metric"),
+        (lambda b: b["paraphrase"].update(metrics=["bleu"]), "tasks.paraphrase.metrics: 'bleu' not a classification"),
+        # a label metric on real-valued scores, or a correlation of label ids: refused by kind
+        (lambda b: b["score"].update(metrics=["accuracy"]), "tasks.score.metrics: 'accuracy' not a regression metric"),
+        (lambda b: b["paraphrase"].update(metrics=["pearson"]), "tasks.paraphrase.metrics: 'pearson' not a classif"),
         (lambda b: b.update(qqp2={"train_size": 3}), "tasks: unknown task 'qqp2'"),
         (lambda b: b["faq"]["files"].update(test="faq-test.json"), "tasks.faq.files.test: predictions for an "),
     ],

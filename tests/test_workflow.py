@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 
 import pandas as pd
 import pytest
@@ -504,6 +505,28 @@ def test_turning_on_token_features_reruns_that_tasks_extraction(workflow_run, tm
     counts = job_counts(snakemake(workdir, "-n", "--configfile", str(tmp_path / "config-tokens.yaml")).stdout)
     assert counts["extract"] == 4 and counts["feature_manifest"] == 2  # 2 checkpoints x 2 shards
     assert "finetune" not in counts and "tokenize" not in counts
+
+
+def test_a_later_checkpoint_runs_only_its_own_jobs(workflow_run, tmp_path):
+    """Adding a checkpoint after the last leaves every earlier checkpoint's fine-tuning, states and
+    heads as they ran; its fine-tuning goes on from the last one, which kept no optimizer state, by
+    replaying it (stages/finetune.replay)."""
+    workdir = copy_workdir(workflow_run[0], tmp_path / "wf")
+    config = workflow_run[1]
+    config["finetune"]["epoch_fractions"] = [0, 1.0, 2.0]
+    (workdir / "config.yaml").write_text(yaml.safe_dump(config))
+    untouched = [p for p in (workdir / "models").rglob("*") if p.is_file()]
+    untouched += [p for d in ("features", "heads") for p in (workdir / d).rglob("*") if p.is_file()]
+    before = {p: p.stat().st_mtime_ns for p in untouched}
+    plan = snakemake(workdir, "-n").stdout
+    jobs = re.findall(r"^(?:local)?rule (\w+):\n(?:    .*\n)*?    wildcards: .*checkpoint=([0-9.]+)", plan, re.M)
+    # the race decides again at the checkpoint that was the last (it may now go on); nothing else runs there
+    assert {(rule, c) for rule, c in jobs if c != "2"} <= {("race_checkpoint", "1")}, jobs
+    assert job_counts(plan)["finetune"] == len(list((workdir / "models").glob("tiny/*/ft*/ckpt-1")))
+    snakemake(workdir)
+    assert {p: p.stat().st_mtime_ns for p in untouched} == before
+    replayed = [p for p in (workdir / "logs" / "finetune").rglob("*ckpt-2.log") if "replaying" in p.read_text()]
+    assert replayed
 
 
 def test_a_streamed_task_stores_no_features_and_its_heads_match_the_tables(workflow_run, tmp_path):

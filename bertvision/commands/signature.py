@@ -34,6 +34,7 @@ HELP = {
     "checkpoint": "the checkpoint (epoch fraction)",
     "checkpoint_dir": "the checkpoint's directory",
     "previous": "the checkpoint before this one, which fine-tuning goes on from",
+    "optimizer_state": "keep AdamW's state for a later checkpoint to go on from, or drop it (the last checkpoint)",
     "previous_decision": "the race's decision at the checkpoint before this one",
     "splits": "the task's splits",
     "scored_splits": "the splits BERT's own head is scored on",

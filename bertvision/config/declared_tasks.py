@@ -37,6 +37,7 @@ from pathlib import Path
 from bertvision.data.squad_files import parse_squad
 from bertvision.data.task_files import labels_in, read_table, read_task_file
 from bertvision.errors import BertvisionError, ConfigError
+from bertvision.registry.metrics import METRICS
 from bertvision.registry.hub_layout import HubLayout
 from bertvision.registry.task_spec import UNLABELLED, FileLayout, SquadFileLayout, TaskSpec
 from bertvision.registry.tasks import TASKS, get_task
@@ -62,6 +63,19 @@ def _train_facts(path: str, mtime_ns: int, kind: str, label_column: str | None) 
     return len(read_table(Path(path))), (labels_in(Path(path), label_column) if label_column else ())
 
 
+def _check_metrics(where: str, kind: str, metrics) -> None:
+    """Each named metric is one of its task kind's (a regression scored by accuracy would count
+    exact matches of real numbers)."""
+    allowed = [
+        name
+        for name, metric in METRICS["classification" if kind == "answerability" else kind].items()
+        if not metric.aggregation or kind == "answerability"
+    ]
+    wrong = [m for m in metrics if m not in allowed]
+    if wrong:
+        raise ConfigError(f"{where}.metrics: {', '.join(map(repr, wrong))} not a {kind} metric; one of {allowed}")
+
+
 def declared_task(name: str, block: dict) -> TaskSpec:
     """The TaskSpec of ``tasks.<name>`` (a validated block with ``files`` or ``hub``); a ConfigError names the key."""
     where = f"tasks.{name}"
@@ -76,6 +90,7 @@ def declared_task(name: str, block: dict) -> TaskSpec:
     if kind in QUESTION_KINDS and "test" in block.get("files", {}):
         raise ConfigError(f"{where}.files.test: predictions for an unlabelled file are for classification and "
                           "regression tasks; a question task's files are labelled (train, dev)")  # fmt: skip
+    _check_metrics(where, kind, block.get("metrics") or ())
     rows, found = _hub_facts(where, block) if "hub" in block else _file_facts(where, block)
     if kind in QUESTION_KINDS:
         return question_task(name, block, rows)

@@ -224,10 +224,12 @@ class OptimizerSettings(StageSettings):
 
 
 class FinetuneSettings(StageSettings):
+    """What a checkpoint's weights follow from. The other checkpoints are not in it: adding a later
+    one leaves the jobs of the earlier ones as they ran."""
+
     backbone: str = setting("backbones.<model>.pretrained")
-    epoch_fractions: Numbers = setting("finetune.epoch_fractions")
     optimizer: OptimizerSettings = setting("finetune.settings")
-    schedule_epochs: Number | None = setting("finetune.settings.schedule_epochs")
+    schedule_epochs: Number = setting("finetune.settings.schedule_epochs")  # null: the largest epoch fraction
 
 
 class BaselineSettings(StageSettings):

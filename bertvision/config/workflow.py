@@ -298,12 +298,9 @@ class WorkflowSettings(SharedEncoderSettings):
         )
 
     def finetune(self, model: str, task: str) -> FinetuneSettings:
-        return FinetuneSettings.pick(
-            self.layered("finetune.settings", task),
-            self.source,
-            backbone=self.pretrained(model),
-            epoch_fractions=sorted(self.config["finetune"]["epoch_fractions"]),
-        )
+        section = self.layered("finetune.settings", task)
+        schedule = section["schedule_epochs"] or max(max(c.fraction for c in self.checkpoints), 1e-9)
+        return FinetuneSettings.pick(section, self.source, backbone=self.pretrained(model), schedule_epochs=schedule)
 
     @property
     def baseline_seeds(self) -> list[int]:

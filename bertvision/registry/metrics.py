@@ -79,18 +79,21 @@ class Metric:
     aggregation: str | None = None
 
 
-EXAMPLE_METRICS = {
+CLASSIFICATION_METRICS = {
     m.name: m
     for m in [
         Metric("accuracy", accuracy),
         Metric("f1", f1),
         Metric("f1_macro", f1_macro),
         Metric("mcc", mcc, zero_is_chance=True),
-        Metric("pearson", pearson, zero_is_chance=True),
-        Metric("spearman", spearman, zero_is_chance=True),
         Metric("accuracy_any_no", accuracy, aggregation="any-no"),
         Metric("f1_any_no", f1, aggregation="any-no"),
     ]
+}
+# A regression's scores are real numbers: a label metric (accuracy, F1) on them would count exact
+# matches of floats, and every choice made on it would be made on noise.
+REGRESSION_METRICS = {
+    m.name: m for m in [Metric("pearson", pearson, zero_is_chance=True), Metric("spearman", spearman, zero_is_chance=True)]
 }
 SPAN_METRICS = {
     name: Metric(name, None, scale=100.0)
@@ -99,8 +102,8 @@ SPAN_METRICS = {
 
 # Task kind -> the metrics a task of that kind may report.
 METRICS: dict[str, dict[str, Metric]] = {
-    "classification": EXAMPLE_METRICS,
-    "regression": EXAMPLE_METRICS,
+    "classification": CLASSIFICATION_METRICS,
+    "regression": REGRESSION_METRICS,
     "span": SPAN_METRICS,
 }
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Literal
 
 import torch
 
@@ -30,29 +31,32 @@ def finetune(
     seed: int,
     checkpoint: Checkpoint,
     previous: Path | None = None,
+    optimizer_state: Literal["keep", "drop"] = "keep",
     threads: int | None = None,
     micro_batches: int = 1,
 ) -> None:
     """Fine-tune ``settings.backbone`` (the config's backbone ``model_name``) from the checkpoint
     directory ``previous`` (its weights and ``RESUME_STATE``: the run's checkpoint before this one,
-    which the rule names; none for the first, which starts from the pretrained encoder) to
+    which the rule names; none for the run's first, which starts from the pretrained encoder) to
     ``checkpoint``, and write its directory under ``out_dir``.
     One job per checkpoint, so that a race (``heads.race``) can stop the run between two; the
-    schedule spans every checkpoint, and a run taken in steps equals one taken at once.
+    schedule spans ``settings.schedule_epochs``, and a run taken in steps equals one taken at once.
+    ``optimizer_state`` "drop": keep only the counters in the resume state (the run's last
+    checkpoint: nothing is configured to go on from it, and AdamW's moments are twice the model).
+    A later job that goes on from such a checkpoint replays its steps (``replay``).
     ``micro_batches``: split each batch into that many forward/backward passes whose
     gradients are accumulated (the effective batch, and the result, stay the same); the
     retry after a CUDA out-of-memory error raises it."""
-    fractions = sorted(settings.epoch_fractions)
-    if checkpoint.fraction not in fractions:
-        raise ValueError(f"checkpoint {checkpoint} is not one of finetune.epoch_fractions {fractions}")
-    position = fractions.index(checkpoint.fraction)
-    schedule = settings.schedule_epochs or max(fractions[-1], 1e-9)
-    session = EncoderSession([task], settings, compute, {task.name: tokens_dir}, schedule, seed, threads, micro_batches)
+    session = EncoderSession(
+        [task], settings, compute, {task.name: tokens_dir}, settings.schedule_epochs, seed, threads, micro_batches
+    )
     trainer = session.trainers[task.name]
-    if position and previous is None:
-        raise ValueError(f"checkpoint {checkpoint} follows {fractions[position - 1]}: name its directory (--previous)")
     if previous is not None:
-        session.resume(load_resume_state(previous / RESUME_STATE), previous / "model.safetensors")
+        state = load_resume_state(previous / RESUME_STATE)
+        if state.get("resumable"):
+            session.resume(state, previous / "model.safetensors")
+        else:
+            replay(session, state, previous / "model.safetensors")
     step = int(round(checkpoint.fraction * session.epoch_steps))
     log.info("checkpoint %s at step %d, from step %d", checkpoint, step, session.step)
     session.train(step, desc="finetune")
@@ -72,9 +76,29 @@ def finetune(
                 "train_padding_ratio": trainer.padding_ratio,
             }
             atomic_write_json({**record, **session.record()}, saved / TRAIN_RECORD)
-            save_resume_state(session.resume_state(with_optimizer=position < len(fractions) - 1), saved / RESUME_STATE)
+            save_resume_state(session.resume_state(with_optimizer=optimizer_state == "keep"), saved / RESUME_STATE)
             log.info("checkpoint %s at step %d saved", checkpoint, session.step)
     session.close()
+
+
+def replay(session: EncoderSession, state: dict, weights: Path) -> None:
+    """Go on from a checkpoint that kept no optimizer state (it was the run's last when it ran,
+    and a later one has been configured since): train again from the start to its step, which
+    rebuilds AdamW's moments, the schedule and the generators as they were, then take its saved
+    weights, so that the new checkpoint goes on from the one whose states were extracted. The
+    replay's seconds are set aside: a run taken at once would not have spent them."""
+    from safetensors.torch import load_file
+
+    log.info("%s kept no optimizer state: replaying its %d steps", weights.parent, state["step"])
+    with session.aside():
+        session.train(state["step"], desc="replay")
+        trainer = next(iter(session.trainers.values()))
+        saved = load_file(weights, device=str(session.device))
+        replayed = trainer.model.state_dict()
+        gap = max((replayed[k].float() - v.float()).abs().max().item() for k, v in saved.items())
+        log.info("replayed weights differ from the saved ones by at most %.3g", gap)
+        trainer.model.load_state_dict(saved)
+    session.seconds_before = state["train_seconds"]
 
 
 def save_resume_state(state: dict, path: Path) -> None:
