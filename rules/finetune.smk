@@ -9,7 +9,7 @@ rule finetune:
     output:
         expand(L.CHECKPOINT_FILE, file=L.CHECKPOINT_FILES, allow_missing=True),
     params:
-        settings=lambda wc: as_json(S.finetune(wc.model, wc.task)),
+        settings=lambda wc: as_json(S.finetune(wc.model, wc.task, L.Checkpoint.named(wc.checkpoint))),
         compute=as_json(S.finetune_compute()),
         out_dir=L.FINETUNE_DIR,
         previous=get_previous_flag,

@@ -10,9 +10,16 @@ import pytest
 import yaml
 
 from bertvision.config.schema import load_schema, validate_config
-from bertvision.config.settings import BaselineSettings, FinetuneSettings, HeadTrainingSettings, StageSettings
+from bertvision.config.settings import (
+    BaselineSettings,
+    EmbeddingPeer,
+    FinetuneSettings,
+    HeadTrainingSettings,
+    StageSettings,
+)
 from bertvision.config.workflow import WorkflowSettings, load_workflow_config
 from bertvision.errors import ConfigError, SettingsError
+from bertvision.layout import Checkpoint
 from bertvision.registry.heads import HEAD_TYPES, searchable_parameters
 from bertvision.registry.tasks import TASKS
 from tests.conftest import REPO
@@ -116,7 +123,7 @@ def test_task_overrides_merge_over_global_settings():
     assert optimizer.learning_rate == 2e-5 and optimizer.batch_size == 16 and optimizer.max_grad_norm == 1.0
     heads = settings.head_training("mrpc")
     assert heads.patience == 2 and heads.batch_size == 32 and settings.head_training("sst2").patience == 5
-    assert ft.backbone == "bert-base-uncased" and ft.epoch_fractions == (0.0, 0.3, 1.0)
+    assert ft.backbone == "bert-base-uncased" and ft.schedule_epochs == 3
     assert settings.max_length("mrpc") == 100
     assert [c.name for c in settings.checkpoints] == ["0", "0.3", "1"]
     assert settings.tokenize("m", "mrpc").doc_stride is None
@@ -254,8 +261,10 @@ def test_stage_settings_round_trip_strictly():
         FinetuneSettings.from_json(json.dumps(changed(learning_rate=True)), "--compute")
     with pytest.raises(SettingsError, match=r"--settings: optimizer: expected an object, got \[1\]"):
         FinetuneSettings.from_dict({**data, "optimizer": [1]})
-    with pytest.raises(SettingsError, match=r"epoch_fractions\[1\]: expected float, got 'x'"):
-        FinetuneSettings.from_dict({**data, "epoch_fractions": [0, "x"]})
+    with pytest.raises(SettingsError, match=r"regularization\[1\]: expected float, got 'x'"):
+        EmbeddingPeer.from_dict({"method": "embedding", "regularization": [0, "x"]})
+    untouched = settings.finetune("m", "mrpc", Checkpoint(0))  # checkpoint 0: no optimizer
+    assert FinetuneSettings.from_json(untouched.to_json()) == untouched and untouched.optimizer is None
     with pytest.raises(SettingsError, match=r"--settings: expected a JSON object of FinetuneSettings \(backbone, "):
         FinetuneSettings.from_json("[1]")
     with pytest.raises(SettingsError, match=r"--settings: not valid JSON"):

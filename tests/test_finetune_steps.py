@@ -42,7 +42,7 @@ def run(root, tiny_bert, fractions, out, after=None):
     previous = None if after is None else checkpoint_dir(root / out, after)
     for checkpoint in [c for c in settings.checkpoints if after is None or c.fraction > after.fraction]:
         state = "drop" if checkpoint == settings.checkpoints[-1] else "keep"
-        finetune(get_task("mrpc"), "tiny", settings.finetune("tiny", "mrpc"), compute, root / "tokens",
+        finetune(get_task("mrpc"), "tiny", settings.finetune("tiny", "mrpc", checkpoint), compute, root / "tokens",
                  root / out, 1, checkpoint, previous=previous, optimizer_state=state, threads=1)  # fmt: skip
         previous = checkpoint_dir(root / out, checkpoint)
     return root / out
@@ -92,6 +92,10 @@ def test_settings_name_no_other_checkpoint(tiny_bert):
     changes no earlier job's parameters (rule finetune reruns nothing that ran)."""
     short, longer = (settings_with(tiny_bert, f).finetune("tiny", "mrpc") for f in ([0, 0.5], [0, 0.5, 1, 2]))
     assert short == longer and short.schedule_epochs == 2
+    # checkpoint 0 trains nothing: its job follows from the backbone alone, whatever the optimizer
+    untouched = settings_with(tiny_bert, [0, 0.5]).finetune("tiny", "mrpc", Checkpoint(0))
+    assert untouched.optimizer is None and untouched.schedule_epochs is None
+    assert untouched.backbone == short.backbone
 
 
 def test_a_missing_previous_checkpoint_fails_clearly(tokens, tiny_bert, tmp_path):
@@ -118,8 +122,8 @@ def test_a_regression_starts_at_its_training_labels_mean(tiny_bert, tmp_path):
     )
     root = download_and_tokenize(settings, "tiny", "stsb", tmp_path)
     compute = settings.finetune_compute().replace(device="cpu", precision="fp32")
-    finetune(get_task("stsb"), "tiny", settings.finetune("tiny", "stsb"), compute, root / "tokens", root / "ft", 1,
-             Checkpoint(0), threads=1)  # fmt: skip
+    untouched = settings.finetune("tiny", "stsb", Checkpoint(0))
+    finetune(get_task("stsb"), "tiny", untouched, compute, root / "tokens", root / "ft", 1, Checkpoint(0), threads=1)
     labels = TokenizedSplit.read(split_file(root / "tokens", "train")).labels
     bias = load_file(root / "ft" / "ckpt-0" / "model.safetensors")["classifier.bias"]
     assert 1.0 < labels.mean() < 4.0 and bias.item() == pytest.approx(float(np.mean(labels)), abs=1e-6)

@@ -173,7 +173,8 @@ def test_the_pool_ends_with_its_parent(tiny_bert, tmp_path):
     directory behind."""
     script = (
         "import sys, time; from bertvision.commands.warm import start; "
-        f"p = start([], {str(tmp_path / 'pool.log')!r}); print(p.process.pid, p.socket_dir, flush=True); time.sleep(600)"
+        f"p = start([], {str(tmp_path / 'pool.log')!r}); "
+        "print(p.process.pid, p.socket_dir, flush=True); time.sleep(600)"
     )
     parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=REPO)
     pid, socket_dir = parent.stdout.readline().split()

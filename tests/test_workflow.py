@@ -529,6 +529,18 @@ def test_a_later_checkpoint_runs_only_its_own_jobs(workflow_run, tmp_path):
     assert replayed
 
 
+def test_a_fine_tuning_change_leaves_the_untouched_encoders_jobs_alone(workflow_run, tmp_path):
+    """Checkpoint 0 trains nothing: a new fine-tuning learning rate reruns the fine-tuned
+    checkpoints and full fine-tuning, never checkpoint 0's fine-tuning, states or heads."""
+    workdir, config = workflow_run
+    config["finetune"]["settings"]["learning_rate"] = 5e-4
+    (tmp_path / "config-lr.yaml").write_text(yaml.safe_dump(config))
+    plan = snakemake(workdir, "-n", "--configfile", str(tmp_path / "config-lr.yaml")).stdout
+    jobs = set(re.findall(r"^(?:local)?rule (\w+):\n(?:    .*\n)*?    wildcards: .*checkpoint=([0-9.]+)", plan, re.M))
+    assert ("finetune", "1") in jobs and job_counts(plan)["baseline"] > 0
+    assert {rule for rule, c in jobs if c == "0"} <= {"race_checkpoint"}, jobs
+
+
 def test_a_streamed_task_stores_no_features_and_its_heads_match_the_tables(workflow_run, tmp_path):
     workdir, config = workflow_run
     assert not (workdir / "features/tiny/stsb").exists()  # no extract or manifest job ran for it

@@ -37,8 +37,8 @@ from pathlib import Path
 from bertvision.data.squad_files import parse_squad
 from bertvision.data.task_files import labels_in, read_table, read_task_file
 from bertvision.errors import BertvisionError, ConfigError
-from bertvision.registry.metrics import METRICS
 from bertvision.registry.hub_layout import HubLayout
+from bertvision.registry.metrics import METRICS
 from bertvision.registry.task_spec import UNLABELLED, FileLayout, SquadFileLayout, TaskSpec
 from bertvision.registry.tasks import TASKS, get_task
 

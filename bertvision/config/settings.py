@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import typing
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -84,7 +85,8 @@ class StageSettings(BaseModel):
     @classmethod
     def nested(cls, name: str) -> type[StageSettings] | None:
         """The settings model of field ``name`` when it holds one."""
-        kind = cls.model_fields[name].annotation
+        kinds = [k for k in typing.get_args(cls.model_fields[name].annotation) if k is not type(None)]
+        kind = kinds[0] if len(kinds) == 1 else cls.model_fields[name].annotation  # X | None: X
         return kind if isinstance(kind, type) and issubclass(kind, StageSettings) else None
 
     @classmethod
@@ -111,7 +113,8 @@ class StageSettings(BaseModel):
         """``to_dict`` with each nested model's keys in its place, as the config block holds them."""
         flat = {}
         for name, value in self.to_dict().items():
-            flat.update(getattr(self, name).to_flat_dict() if self.nested(name) else {name: value})
+            nested = getattr(self, name)
+            flat.update(nested.to_flat_dict() if self.nested(name) and nested is not None else {name: value})
         return flat
 
     def to_json(self) -> str:
@@ -225,11 +228,12 @@ class OptimizerSettings(StageSettings):
 
 class FinetuneSettings(StageSettings):
     """What a checkpoint's weights follow from. The other checkpoints are not in it: adding a later
-    one leaves the jobs of the earlier ones as they ran."""
+    one leaves the jobs of the earlier ones as they ran. At checkpoint 0, which trains nothing,
+    ``optimizer`` and ``schedule_epochs`` are None: a change to them leaves it as it ran."""
 
     backbone: str = setting("backbones.<model>.pretrained")
-    optimizer: OptimizerSettings = setting("finetune.settings")
-    schedule_epochs: Number = setting("finetune.settings.schedule_epochs")  # null: the largest epoch fraction
+    optimizer: OptimizerSettings | None = setting("finetune.settings")
+    schedule_epochs: Number | None = setting("finetune.settings.schedule_epochs")  # null: the largest epoch fraction
 
 
 class BaselineSettings(StageSettings):

@@ -297,7 +297,10 @@ class WorkflowSettings(SharedEncoderSettings):
             doc_stride=stride,
         )
 
-    def finetune(self, model: str, task: str) -> FinetuneSettings:
+    def finetune(self, model: str, task: str, checkpoint: Checkpoint | None = None) -> FinetuneSettings:
+        """Fine-tuning's settings (at ``checkpoint`` 0, the untouched encoder, only its backbone)."""
+        if checkpoint is not None and checkpoint.fraction == 0:
+            return FinetuneSettings(backbone=self.pretrained(model), optimizer=None, schedule_epochs=None)
         section = self.layered("finetune.settings", task)
         schedule = section["schedule_epochs"] or max(max(c.fraction for c in self.checkpoints), 1e-9)
         return FinetuneSettings.pick(section, self.source, backbone=self.pretrained(model), schedule_epochs=schedule)

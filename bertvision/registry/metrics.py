@@ -93,7 +93,8 @@ CLASSIFICATION_METRICS = {
 # A regression's scores are real numbers: a label metric (accuracy, F1) on them would count exact
 # matches of floats, and every choice made on it would be made on noise.
 REGRESSION_METRICS = {
-    m.name: m for m in [Metric("pearson", pearson, zero_is_chance=True), Metric("spearman", spearman, zero_is_chance=True)]
+    m.name: m
+    for m in [Metric("pearson", pearson, zero_is_chance=True), Metric("spearman", spearman, zero_is_chance=True)]
 }
 SPAN_METRICS = {
     name: Metric(name, None, scale=100.0)

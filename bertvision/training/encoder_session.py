@@ -41,6 +41,27 @@ def models_sharing_one_encoder(tasks, backbone: str, seed: int) -> dict[str, tor
     return models
 
 
+def initial_models(tasks, backbone: str, seed: int, trains: dict[str, TokenizedSplit]) -> dict[str, torch.nn.Module]:
+    """The task models as fine-tuning starts them (``models_sharing_one_encoder``), a regression's
+    output at its training labels' mean: checkpoint 0 of a run."""
+    models = models_sharing_one_encoder(tasks, backbone, seed)
+    for task in tasks:
+        if task.kind == "regression":
+            start_at_label_mean(models[task.name], trains[task.name].labels)
+    return models
+
+
+def run_record(backbone: str, seed: int, encoder_parameters: int, device, precision: str) -> dict:
+    """What every record of an encoder-training stage says about its run."""
+    return {
+        "backbone": backbone,
+        "seed": seed,
+        "encoder_parameters": encoder_parameters,
+        "device": str(device),
+        "precision": precision,
+    }
+
+
 def output_layer(model) -> torch.nn.Linear:
     """The task head's last linear layer, whatever the architecture calls it (BERT's ``classifier``,
     RoBERTa's ``classifier.out_proj``)."""
@@ -97,10 +118,7 @@ class EncoderSession:
         set_threads(threads)
         self.ranks, self.device = ranks, device = Ranks.from_env(pick_device(compute.device))
         trains = {t.name: TokenizedSplit.read(split_file(tokens_dirs[t.name], "train")) for t in tasks}
-        models = models_sharing_one_encoder(tasks, settings.backbone, seed)
-        for task in tasks:
-            if task.kind == "regression":
-                start_at_label_mean(models[task.name], trains[task.name].labels)
+        models = initial_models(tasks, settings.backbone, seed, trains)
         self.encoder = next(iter(models.values())).base_model
         self.encoder_parameters = encoder_parameter_count(self.encoder)  # before any adapter is added
         if adapt is not None:
@@ -239,14 +257,8 @@ class EncoderSession:
         return self.seconds_before + (self.aside_since or time.perf_counter()) - self.started - self.set_aside
 
     def record(self) -> dict:
-        """What every record of an encoder-training stage says about its run."""
-        return {
-            "backbone": self.backbone,
-            "seed": self.seed,
-            "encoder_parameters": self.encoder_parameters,
-            "device": str(self.device),
-            "precision": self.precision,
-        }
+        """What every record of an encoder-training stage says about its run (``run_record``)."""
+        return run_record(self.backbone, self.seed, self.encoder_parameters, self.device, self.precision)
 
     def train_keeping_best_epoch(self, trainer, evals, epochs: int, desc: str) -> tuple[list, dict, dict]:
         """Train ``epochs`` passes, scoring ``trainer``'s model on the selection split of
