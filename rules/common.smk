@@ -207,13 +207,9 @@ def get_previous_checkpoint(wildcards):
     return expand(L.CHECKPOINT_FILE, **{**wildcards, "checkpoint": before}, file=["model.safetensors", L.RESUME_STATE])
 
 
-def get_previous_flag(wildcards):
-    """``--previous DIR``, the checkpoint a fine-tuning job goes on from; nothing for the first."""
-    before = S.checkpoint_before(L.Checkpoint.named(wildcards.checkpoint))
-    if before is None:
-        return ""
-    previous = L.CHECKPOINT_DIR.format(**{**wildcards, "checkpoint": before})
-    return f"--previous {shlex.quote(previous)}"
+def get_previous_flag(wildcards, input):
+    """``--previous DIR``: the directory of the checkpoint the job goes on from; nothing for the first."""
+    return f"--previous {shlex.quote(os.path.dirname(input.previous[0]))}" if input.previous else ""
 
 
 def get_optimizer_state(wildcards):
@@ -237,11 +233,6 @@ def get_subset_runs(wildcards):
 
 def get_trials_per_worker(wildcards):
     return {wildcards.head: -(-S.search().trials // S.search_workers)}
-
-
-def get_applied_head_runs(wildcards):
-    """None: the job trains no head (sized as one training with the task's settings)."""
-    return None
 
 
 def get_table_outputs(names, category):

@@ -82,9 +82,9 @@ rule transfer:
         L.benchmark("transfer")
     threads: 1
     resources:
-        gpu=request(REQUESTS.heads, "gpu", runs=get_applied_head_runs, training=False),
-        mem_mb=request(REQUESTS.heads, "mem_mb", runs=get_applied_head_runs, training=False),
-        runtime=request(REQUESTS.heads, "runtime", runs=get_applied_head_runs, training=False),
+        gpu=request(REQUESTS.heads, "gpu", runs=None, training=False),
+        mem_mb=request(REQUESTS.heads, "mem_mb", runs=None, training=False),
+        runtime=request(REQUESTS.heads, "runtime", runs=None, training=False),
     shell:
         "bertvision transfer --task {wildcards.task} --head-dirs {input.heads} --manifests {params.features} "
         "--raw-dir {input.raw} --in-memory-max-mb {params.in_memory_max_mb} --runtime {params.runtime:q} --out {output} "

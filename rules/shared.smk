@@ -108,9 +108,9 @@ rule head_transfer:
         L.benchmark("head_transfer")
     threads: 1
     resources:
-        gpu=request(REQUESTS.heads, "gpu", runs=get_applied_head_runs, training=False),
-        mem_mb=request(REQUESTS.heads, "mem_mb", runs=get_applied_head_runs, training=False),
-        runtime=request(REQUESTS.heads, "runtime", runs=get_applied_head_runs, training=False),
+        gpu=request(REQUESTS.heads, "gpu", runs=None, training=False),
+        mem_mb=request(REQUESTS.heads, "mem_mb", runs=None, training=False),
+        runtime=request(REQUESTS.heads, "runtime", runs=None, training=False),
     shell:
         "bertvision head-transfer --source {wildcards.encoder} --target {wildcards.task} --head-dir {input.heads} "
         "--head-names {params.heads} --manifest {input.manifest} --raw-dir {input.raw} "
