@@ -251,6 +251,11 @@ def test_a_declared_task_is_a_task_like_the_registrys(tiny_bert, tmp_path):
         (lambda b: b["score"].update(metrics=["accuracy"]), "tasks.score.metrics: 'accuracy' not a regression metric"),
         (lambda b: b["paraphrase"].update(metrics=["pearson"]), "tasks.paraphrase.metrics: 'pearson' not a classif"),
         (lambda b: b.update(qqp2={"train_size": 3}), "tasks: unknown task 'qqp2'"),
+        (
+            lambda b: b["score"].update(text=["a", "b", "c"]),
+            "tasks.score.text: ['a', 'b', 'c'] is not one of the forms this key takes: A classification or regression "
+            "task of your own: its text column, or two for a pair task.",
+        ),
         (lambda b: b["faq"]["files"].update(test="faq-test.json"), "tasks.faq.files.test: predictions for an "),
     ],
 )

@@ -162,7 +162,8 @@ MOVED_KEYS = {
 def _message(err: jsonschema.ValidationError) -> str:
     """jsonschema's message, but for keys that exclude each other (``dependentSchemas: {a: {not:
     {required: [b]}}}``) one naming the keys, not the whole block, and for a key that moved
-    (``MOVED_KEYS``) where it went, and for a list where a mapping of names belongs how to write it."""
+    (``MOVED_KEYS``) where it went, for a list where a mapping of names belongs how to write it, and
+    for a value that fits none of a key's forms the key's description."""
     path = list(err.schema_path)
     section = str(err.absolute_path[0]) if err.absolute_path else None
     if err.validator == "additionalProperties" and isinstance(err.instance, dict):
@@ -175,6 +176,8 @@ def _message(err: jsonschema.ValidationError) -> str:
     if err.validator == "type" and err.validator_value == "object" and isinstance(err.instance, list):
         first = err.instance[0] if err.instance and isinstance(err.instance[0], str) else "NAME"
         return f"a mapping of names to their settings, not a list (write `{first}: {{}}` for a name's defaults)"
+    if err.validator in ("oneOf", "anyOf") and err.schema.get("description"):  # "not valid under any of ..."
+        return f"{err.instance!r} is not one of the forms this key takes: {err.schema['description'].strip()}"
     return err.message
 
 
