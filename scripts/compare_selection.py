@@ -97,10 +97,11 @@ def picked_runs(workdir: Path) -> dict[tuple, list[tuple[str, str]]]:
 def dev_interval(task: str, racing: list, grid: list) -> tuple[float, float, int] | None:
     """The 95% paired bootstrap interval of the racing pick's dev score minus the grid's, in points,
     and dev's rows; None where it cannot be drawn."""
-    drawn = paired_interval(get_task(task), racing, grid)
+    spec = get_task(task)
+    drawn = paired_interval(spec, racing, grid)
     if drawn is None:
         return None
-    scale = 100.0 / get_task(task).metric_scale()
+    scale = 100.0 / spec.metric_scale()
     return drawn[0] * scale, drawn[1] * scale, drawn[2]
 
 
