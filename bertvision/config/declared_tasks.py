@@ -38,7 +38,7 @@ from bertvision.data.squad_files import parse_squad
 from bertvision.data.task_files import labels_in, read_table, read_task_file
 from bertvision.errors import BertvisionError, ConfigError
 from bertvision.registry.hub_layout import HubLayout
-from bertvision.registry.metrics import METRICS
+from bertvision.registry.metrics import allowed_metrics
 from bertvision.registry.task_spec import UNLABELLED, FileLayout, SquadFileLayout, TaskSpec
 from bertvision.registry.tasks import TASKS, get_task
 
@@ -66,11 +66,7 @@ def _train_facts(path: str, mtime_ns: int, kind: str, label_column: str | None) 
 def _check_metrics(where: str, kind: str, metrics) -> None:
     """Each named metric is one of its task kind's (a regression scored by accuracy would count
     exact matches of real numbers)."""
-    allowed = [
-        name
-        for name, metric in METRICS["classification" if kind == "answerability" else kind].items()
-        if not metric.aggregation or kind == "answerability"
-    ]
+    allowed = allowed_metrics("classification" if kind == "answerability" else kind, kind == "answerability")
     wrong = [m for m in metrics if m not in allowed]
     if wrong:
         raise ConfigError(f"{where}.metrics: {', '.join(map(repr, wrong))} not a {kind} metric; one of {allowed}")

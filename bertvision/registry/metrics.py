@@ -109,6 +109,11 @@ METRICS: dict[str, dict[str, Metric]] = {
 }
 
 
+def allowed_metrics(kind: str, answerability: bool = False) -> list[str]:
+    """The metrics a task of ``kind`` may report; those that aggregate windows only for answerability."""
+    return [name for name, m in METRICS[kind].items() if not m.aggregation or answerability]
+
+
 def get_metric(kind: str, name: str) -> Metric:
     try:
         return METRICS[kind][name]

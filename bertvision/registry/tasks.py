@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 
-from bertvision.registry.metrics import METRICS
+from bertvision.registry.metrics import METRICS, allowed_metrics
 from bertvision.registry.task_spec import (
     AnswerabilitySettings,
     GlueFileLayout,
@@ -61,9 +61,11 @@ def register(task: TaskSpec) -> TaskSpec:
         problems.append(f"kind {task.kind!r} is not one of {sorted(METRICS)}")
     else:
         problems += [
-            f"metric {m!r} is not a {task.kind} metric ({sorted(METRICS[task.kind])})"
+            f"metric {m!r} aggregates windows: only for answerability tasks"
+            if m in METRICS[task.kind]
+            else f"metric {m!r} is not a {task.kind} metric ({sorted(METRICS[task.kind])})"
             for m in task.metrics
-            if m not in METRICS[task.kind]
+            if m not in allowed_metrics(task.kind, bool(task.answerability))
         ]
     if not task.metrics:
         problems.append("no metrics")
@@ -75,14 +77,6 @@ def register(task: TaskSpec) -> TaskSpec:
         problems.append("span settings exactly for span tasks")
     if task.answerability and (task.kind != "classification" or not task.squad):
         problems.append("answerability settings only for a classification task over SQuAD files")
-    problems += [
-        f"metric {m!r} aggregates windows: only for answerability tasks"
-        for m in task.metrics
-        if task.kind in METRICS
-        and m in METRICS[task.kind]
-        and METRICS[task.kind][m].aggregation
-        and not task.answerability
-    ]
     if not (task.glue or task.squad or task.files or task.hub):
         problems.append("no source layout (glue, squad, files or hub)")
     expected = task.files.files if task.files else task.hub_splits
