@@ -9,8 +9,10 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -19,7 +21,7 @@ import pytest
 import yaml
 
 from bertvision.commands.warm import start
-from bertvision.runtime.warm import SOCKET_ENV
+from bertvision.runtime.warm import SOCKET_DIR_PREFIX, SOCKET_ENV, remove_killed_pools_dirs
 from tests.conftest import REPO, SHIPPED_GLUE
 
 FORKED = "forked from the warm pool"
@@ -187,3 +189,22 @@ def test_the_pool_ends_with_its_parent(tiny_bert, tmp_path):
     parent.wait()
     assert gone(pid, timeout=20)
     assert not socket_dir.exists()
+
+
+def test_a_killed_pools_directory_goes_and_a_live_ones_stays(pool):
+    """A pool SIGKILLed with Snakemake's whole process group leaves its socket file, which no
+    process holds bound any more: the next pool's start removes it, never the socket of a pool
+    that is running or the directory of one that has not bound its socket yet."""
+    _, live_socket, _ = pool
+    killed = Path(tempfile.mkdtemp(prefix=SOCKET_DIR_PREFIX))
+    held = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    held.bind(str(killed / "pool.sock"))
+    held.close()  # as a killed process's: the file stays, bound by no one
+    starting = Path(tempfile.mkdtemp(prefix=SOCKET_DIR_PREFIX))
+    try:
+        remove_killed_pools_dirs()
+        assert not killed.exists()
+        assert starting.exists() and Path(live_socket).is_socket()
+    finally:
+        shutil.rmtree(killed, ignore_errors=True)
+        starting.rmdir()

@@ -71,6 +71,7 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 # Commands that keep running (a server) or are the pool itself stay in their own process.
 OWN_PROCESS_COMMANDS = ("serve", "warm-pool")
 _HEADER = struct.Struct("!I")
+SOCKET_DIR_PREFIX = "bertvision-warm-"
 
 
 def _import_time_env(env: dict) -> dict:
@@ -299,7 +300,8 @@ def start_pool(entry_module: str, args: list[str], log_path: Path) -> WarmPool:
     private directory (mode 0700) of the temporary folder."""
     import subprocess
 
-    socket_dir = Path(tempfile.mkdtemp(prefix="bertvision-warm-"))
+    remove_killed_pools_dirs()
+    socket_dir = Path(tempfile.mkdtemp(prefix=SOCKET_DIR_PREFIX))
     path = socket_dir / "pool.sock"
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -308,3 +310,24 @@ def start_pool(entry_module: str, args: list[str], log_path: Path) -> WarmPool:
         process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
     os.environ[SOCKET_ENV] = str(path)
     return WarmPool(process, socket_dir)
+
+
+def remove_killed_pools_dirs() -> None:
+    """Remove this user's socket directories whose pool was killed: a SIGKILL of Snakemake's
+    whole process group gives the pool no chance to remove its own. A socket is live while a
+    process holds it bound, which Linux lists in /proc/net/unix (read, not connected to: a
+    connection would be a request to a live pool); elsewhere nothing is removed."""
+    try:
+        bound = {
+            fields[-1]
+            for line in Path("/proc/net/unix").read_text().splitlines()[1:]
+            if len(fields := line.split()) > 7
+        }
+    except OSError:
+        return
+    for socket_dir in Path(tempfile.gettempdir()).glob(f"{SOCKET_DIR_PREFIX}*"):
+        path = socket_dir / "pool.sock"
+        with contextlib.suppress(OSError):
+            if socket_dir.stat().st_uid == os.getuid() and path.is_socket() and str(path) not in bound:
+                path.unlink()
+                socket_dir.rmdir()
