@@ -51,7 +51,11 @@ rule score_bert:
     output:
         expand(L.CHECKPOINT_FILE, file=L.BERT_SCORE_FILES, allow_missing=True),
     params:
-        settings=lambda wc: as_json(S.finetune(wc.model, wc.task)),
+        # the scoring batch only where this job runs the checkpoint: a new one reruns no job
+        # whose scores come from an extraction, nor the heads that read them
+        settings=lambda wc: (
+            "" if FILES.scored_in_extraction(wc) else "--settings " + shlex.quote(as_json(S.bert_scoring(wc.task)))
+        ),
         compute=as_json(S.finetune_compute()),
         checkpoint=lambda wc: FILES.run(wc).format(L.CHECKPOINT_DIR),
         shards=lambda wc, input: " ".join(["--shard-dirs", *input.shards]) if "shards" in input.keys() else "",
@@ -66,7 +70,7 @@ rule score_bert:
         mem_mb=request(REQUESTS.bert_scoring, "mem_mb", scored_in_extraction=FILES.scored_in_extraction),
         runtime=request(REQUESTS.bert_scoring, "runtime", scored_in_extraction=FILES.scored_in_extraction),
     shell:
-        "bertvision score-bert --task {wildcards.task} --settings {params.settings:q} --compute {params.compute:q} "
+        "bertvision score-bert --task {wildcards.task} {params.settings} --compute {params.compute:q} "
         "--checkpoint-dir {params.checkpoint} --tokens-dir {input.tokens} --raw-dir {input.raw} {params.shards} "
         "--threads {threads} > {log} 2>&1"
 

@@ -73,11 +73,11 @@ def fine_tune(settings, model: str, task: str, root: Path, out: Path) -> None:
         if checkpoint.fraction > 0:
             score_bert(
                 get_task(task),
-                settings.finetune(model, task),
                 settings.finetune_compute(),
                 checkpoint_dir(out, checkpoint),
                 root / "tokens" / task,
                 root / "raw" / task,
+                settings=settings.bert_scoring(task),
                 threads=1,
             )
 

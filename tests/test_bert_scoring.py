@@ -107,7 +107,7 @@ def test_bert_scored_from_the_extraction_equals_its_own_pass(tiny_bert, tmp_path
     scored.mkdir()
     for name in (TRAIN_RECORD, "config.json"):
         shutil.copy(own / name, scored / name)
-    record = score_bert(spec, settings.finetune("tiny", task), settings.finetune_compute(), scored,
+    record = score_bert(spec, settings.finetune_compute(), scored,
                         root / "tokens" / task, root / "raw" / task, shard_dirs=with_outputs)  # fmt: skip
     assert record["scored_from"] == "extraction"
     # BERT's share of the extraction: that pass's seconds on the scored splits of every shard, not train's
@@ -145,5 +145,5 @@ def test_outputs_missing_rows_fail_clearly(tiny_bert, tmp_path):
     own = checkpoint_dir(root / "ft", Checkpoint(1))
     shards = extract(settings, "mrpc", root, own, root / "with", keep_bert_logits=True)
     with pytest.raises(FeatureError, match=r"bert_logits.npz: BERT's outputs on selection cover \d+ rows over 1"):
-        score_bert(spec, settings.finetune("tiny", "mrpc"), settings.finetune_compute(), own,
+        score_bert(spec, settings.finetune_compute(), own,
                    root / "tokens" / "mrpc", root / "raw" / "mrpc", shard_dirs=shards[:1])  # fmt: skip

@@ -28,9 +28,7 @@ from bertvision.training.encoder_session import models_sharing_one_encoder
 
 # max_grad_norm: no clipping, so that the gradients' norms are compared as they come (AdamW's
 # step depends little on a gradient's scale: a wrong factor shows plainly in the norms only)
-SETTINGS = SimpleNamespace(
-    learning_rate=1e-3, batch_size=8, eval_batch_size=8, warmup_ratio=0.2, weight_decay=0.01, max_grad_norm=1e6
-)
+SETTINGS = SimpleNamespace(learning_rate=1e-3, batch_size=8, warmup_ratio=0.2, weight_decay=0.01, max_grad_norm=1e6)
 SIZES = (8, 5, 1, 7, 3)  # rows per optimizer step: two ranks split 5, 7 and 3 unevenly; 1 leaves rank 1 nothing
 # name -> (tasks, micro-batches per batch); "mixture": a classification and a span task over one encoder
 SCENARIOS = {

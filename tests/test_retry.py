@@ -14,6 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from bertvision.config.settings import BertScoringSettings
 from bertvision.data.tokenized import TokenizedSplit
 from bertvision.registry.tasks import get_task
 from bertvision.runtime.device import SIMULATE_OOM_ENV
@@ -125,8 +126,8 @@ def test_out_of_memory_fails_clearly_and_micro_batches_give_the_same_model(prepa
     assert (whole[f"bert.{name}"] - changed[name]).abs().max() > 1e-4  # training moved the weights
     assert max(float((whole[k] - split[k]).abs().max()) for k in whole) < 1e-4
     for d in ("whole", "split"):  # BERT's head scored by its own pass (streamed states)
-        bertvision("score-bert", "--task", "mrpc", "--settings", settings.to_json(), "--compute", CPU,
-                   "--checkpoint-dir", str(root / d / "ckpt-1"), "--tokens-dir", str(root / "tokens"),
+        bertvision("score-bert", "--task", "mrpc", "--settings", BertScoringSettings(eval_batch_size=16).to_json(),
+                   "--compute", CPU, "--checkpoint-dir", str(root / d / "ckpt-1"), "--tokens-dir", str(root / "tokens"),
                    "--raw-dir", str(root / "raw"), "--threads", "1")  # fmt: skip
     metrics = [json.loads((root / d / "ckpt-1/eval_metrics.json").read_text())["metrics"] for d in ("whole", "split")]
     assert metrics[0]["dev"] == pytest.approx(metrics[1]["dev"], abs=1e-6)
@@ -176,7 +177,7 @@ def test_two_data_parallel_ranks_train_the_same_model_as_one_process(prepared):
 
 # No clipping and no warmup: every step's gradient reaches AdamW as it is computed.
 SPAN_SETTINGS = SimpleNamespace(
-    learning_rate=1e-3, batch_size=8, eval_batch_size=8, warmup_ratio=0.0, weight_decay=0.01, max_grad_norm=1e6
+    learning_rate=1e-3, batch_size=8, warmup_ratio=0.0, weight_decay=0.01, max_grad_norm=1e6
 )
 # Windows of very different lengths, short ones first: the halves and quarters that the
 # micro-batches take are each padded to a different width than the whole batch.

@@ -544,6 +544,22 @@ def test_a_fine_tuning_change_leaves_the_untouched_encoders_jobs_alone(workflow_
     assert {rule for rule, c in jobs if c == "0"} <= {"race_checkpoint"}, jobs
 
 
+def test_a_new_scoring_batch_reruns_only_the_jobs_that_score_with_it(workflow_run, tmp_path):
+    """finetune.settings.eval_batch_size is read by the jobs that run a model to score it (full
+    fine-tuning, BERT's own scoring of a streamed task): no checkpoint is fine-tuned or extracted
+    again, and a task whose BERT scores come from its extraction keeps them."""
+    workdir, config = workflow_run
+    changed = copy.deepcopy(config)
+    changed["finetune"]["settings"]["eval_batch_size"] = 7
+    (tmp_path / "config-eval.yaml").write_text(yaml.safe_dump(changed))
+    plan = snakemake(workdir, "-n", "--configfile", str(tmp_path / "config-eval.yaml")).stdout
+    counts = job_counts(plan)
+    assert counts["baseline"] > 0 and counts["score_bert"] > 0, counts
+    assert not {"finetune", "extract", "feature_manifest", "tokenize"} & set(counts), counts
+    scored = re.findall(r"^(?:local)?rule score_bert:\n(?:    .*\n)*?    wildcards: .*task=(\w+)", plan, re.M)
+    assert set(scored) == {"stsb"}, scored  # the streamed task; mrpc's come from its extraction
+
+
 def test_a_streamed_task_stores_no_features_and_its_heads_match_the_tables(workflow_run, tmp_path):
     workdir, config = workflow_run
     assert not (workdir / "features/tiny/stsb").exists()  # no extract or manifest job ran for it

@@ -214,16 +214,28 @@ class ExtractCompute(StageSettings):
 
 
 class OptimizerSettings(StageSettings):
-    """AdamW, its linear warmup-decay schedule and the batches of an encoder-training stage: the
-    keys of the config block that the field holding it names (``finetune.settings``,
-    ``baseline.settings``)."""
+    """AdamW, its linear warmup-decay schedule and its batch: the keys of the config block that the
+    field holding it names (``finetune.settings``, ``baseline.settings``) that training reads."""
 
     learning_rate: Number
     batch_size: int
-    eval_batch_size: int
     warmup_ratio: Number
     weight_decay: Number
     max_grad_norm: Number
+
+
+class ScoredOptimizerSettings(OptimizerSettings):
+    """``OptimizerSettings`` and the batch the trained model is scored with, for the stages that
+    score what they train (full fine-tuning, its curve, LoRA and BitFit). Fine-tuning to a
+    checkpoint scores nothing (rule score_bert does), so a new scoring batch leaves it as it ran."""
+
+    eval_batch_size: int
+
+
+class BertScoringSettings(StageSettings):
+    """The batch BERT's head is run with where no extraction kept its outputs (streamed states)."""
+
+    eval_batch_size: int = setting("finetune.settings.eval_batch_size")
 
 
 class FinetuneSettings(StageSettings):
@@ -239,7 +251,7 @@ class FinetuneSettings(StageSettings):
 class BaselineSettings(StageSettings):
     backbone: str = setting("backbones.<model>.pretrained")
     epochs: int = setting("baseline.epochs")
-    optimizer: OptimizerSettings = setting("baseline.settings")
+    optimizer: ScoredOptimizerSettings = setting("baseline.settings")
 
 
 class EmbeddingPeer(StageSettings):
@@ -298,7 +310,7 @@ class PeerSettings(StageSettings):
     rate the method's own grid replaces."""
 
     backbone: str = setting("backbones.<model>.pretrained")
-    optimizer: OptimizerSettings | None = setting("baseline.settings")
+    optimizer: ScoredOptimizerSettings | None = setting("baseline.settings")
     method: PeerMethodSettings
 
 
@@ -308,7 +320,7 @@ class CurveSettings(StageSettings):
 
     backbone: str = setting("backbones.<model>.pretrained")
     points: Numbers = setting("experiments.bert_curve.points")
-    optimizer: OptimizerSettings = setting("baseline.settings")
+    optimizer: ScoredOptimizerSettings = setting("baseline.settings")
 
 
 class MixtureSettings(StageSettings):

@@ -13,6 +13,7 @@ from bertvision.config.declared_tasks import declared_task, is_declaration
 from bertvision.config.schema import read_config, schema_default, validate_config
 from bertvision.config.settings import (
     BaselineSettings,
+    BertScoringSettings,
     CurveSettings,
     DownloadSettings,
     ExtractCompute,
@@ -304,6 +305,9 @@ class WorkflowSettings(SharedEncoderSettings):
         section = self.layered("finetune.settings", task)
         schedule = section["schedule_epochs"] or max(max(c.fraction for c in self.checkpoints), 1e-9)
         return FinetuneSettings.pick(section, self.source, backbone=self.pretrained(model), schedule_epochs=schedule)
+
+    def bert_scoring(self, task: str) -> BertScoringSettings:
+        return BertScoringSettings.pick(self.layered("finetune.settings", task), self.source)
 
     @property
     def baseline_seeds(self) -> list[int]:

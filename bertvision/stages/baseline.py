@@ -40,13 +40,15 @@ def full_finetune(
         [task], settings, compute, {task.name: tokens_dir}, settings.epochs, seed, threads, micro_batches
     )
     trainer = session.trainers[task.name]
-    history, best, best_state = session.train_keeping_best_epoch(trainer, evals, settings.epochs, "baseline")
+    history, best, best_state = session.train_keeping_best_epoch(
+        trainer, evals, settings.epochs, settings.optimizer.eval_batch_size, "baseline"
+    )
     train_seconds = session.train_seconds
     session.close()
     if not session.ranks.main:
         return
     trainer.model.load_state_dict(best_state)
-    metrics, predictions, _ = trainer.evaluate(evals)
+    metrics, predictions, _ = trainer.evaluate(evals, settings.optimizer.eval_batch_size)
     out_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_parquet(predictions, out_dir / BASELINE_PREDICTIONS)
     record = {

@@ -43,7 +43,7 @@ def bert_curve(
         session.train(int(round(point * session.epoch_steps)), desc=f"bert curve to {point:g} epochs")
         with session.aside() as main:
             if main:
-                metrics = trainer.evaluate(evals)[0]
+                metrics = trainer.evaluate(evals, settings.optimizer.eval_batch_size)[0]
                 curve.append(
                     {
                         "epochs": point,

@@ -149,7 +149,7 @@ def adapted_encoder(task, settings: PeerSettings, compute, tokens_dir: Path, raw
         )
         trainer = session.trainers[task.name]
         history, kept, state = session.train_keeping_best_epoch(
-            trainer, evals, method.epochs, f"{method.method} lr {rate:g}"
+            trainer, evals, method.epochs, settings.optimizer.eval_batch_size, f"{method.method} lr {rate:g}"
         )
         session.close()
         if not session.ranks.main:
@@ -158,7 +158,7 @@ def adapted_encoder(task, settings: PeerSettings, compute, tokens_dir: Path, raw
                       "train_seconds": session.train_seconds, "history": history})  # fmt: skip
         if best is None or kept["score"] > best["selection"]:
             trainer.model.load_state_dict(state)
-            metrics, predictions, _ = trainer.evaluate(evals)
+            metrics, predictions, _ = trainer.evaluate(evals, settings.optimizer.eval_batch_size)
             best = {
                 "selection": kept["score"],
                 "metrics": metrics,

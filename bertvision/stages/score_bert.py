@@ -11,7 +11,8 @@ import logging
 import time
 from pathlib import Path
 
-from bertvision.config.settings import FinetuneCompute, FinetuneSettings
+from bertvision.config.settings import BertScoringSettings, FinetuneCompute
+from bertvision.errors import SettingsError
 from bertvision.evaluation.ensemble import save_logits
 from bertvision.features import bert_outputs
 from bertvision.files import atomic_write_json, atomic_write_parquet, read_json
@@ -26,17 +27,19 @@ log = logging.getLogger(__name__)
 
 def score_bert(
     task: TaskSpec,
-    settings: FinetuneSettings,
     compute: FinetuneCompute,
     checkpoint_dir: Path,
     tokens_dir: Path,
     raw_dir: Path,
     shard_dirs: list[Path] | None = None,
+    settings: BertScoringSettings | None = None,
     threads: int | None = None,
 ) -> dict:
     """Score BERT's head at ``checkpoint_dir`` from the outputs its extraction's ``shard_dirs``
-    kept, or (none given) by running the checkpoint's task model over the scored splits; write
-    its predictions, logits and record (the training record with its metrics) there."""
+    kept, or (none given) by running the checkpoint's task model over the scored splits with
+    ``settings``' batch; write its predictions, logits and record (the training record with its
+    metrics) there. The rule gives ``settings`` only to the second, so that a new scoring batch
+    reruns no job whose scores come from an extraction."""
     checkpoint_dir = Path(checkpoint_dir)
     evals = EvalData.read(tokens_dir, raw_dir, scored_splits(task))
     started = time.perf_counter()
@@ -47,13 +50,14 @@ def score_bert(
         source = "extraction"
         facts["extraction_pass_seconds"] = bert_outputs.pass_seconds(shard_dirs, evals.splits)
     else:
+        if settings is None:
+            raise SettingsError("--settings: required where no --shard-dirs are given (the checkpoint is run here)")
         set_threads(threads)
         device = pick_device(compute.device)
         model = load_task_model(str(checkpoint_dir), task.kind).to(device).eval()
         precision = resolve_precision(device, compute.precision, model)
-        batch_size = settings.optimizer.eval_batch_size
         metrics, predictions, logits = EVALUATORS[task.kind](
-            task, model, evals.splits, evals.questions, batch_size, device, precision, pad_id(model)
+            task, model, evals.splits, evals.questions, settings.eval_batch_size, device, precision, pad_id(model)
         )
         source = "own pass"
     atomic_write_parquet(predictions, checkpoint_dir / BERT_PREDICTIONS)

@@ -294,14 +294,15 @@ class EncoderTrainer:
     def padding_ratio(self) -> float | None:
         return self.padded_tokens / self.real_tokens if self.real_tokens else None
 
-    def evaluate(self, data: EvalData):
-        """(metrics per split, predictions table, logits per split) of the model as it is now."""
+    def evaluate(self, data: EvalData, batch_size: int):
+        """(metrics per split, predictions table, logits per split) of the model as it is now, run
+        ``batch_size`` examples per forward pass."""
         return EVALUATORS[self.task.kind](
             self.task,
             self.model,
             data.splits,
             data.questions,
-            self.settings.eval_batch_size,
+            batch_size,
             self.device,
             self.precision,
             self.pad_id,

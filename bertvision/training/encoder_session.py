@@ -260,17 +260,20 @@ class EncoderSession:
         """What every record of an encoder-training stage says about its run (``run_record``)."""
         return run_record(self.backbone, self.seed, self.encoder_parameters, self.device, self.precision)
 
-    def train_keeping_best_epoch(self, trainer, evals, epochs: int, desc: str) -> tuple[list, dict, dict]:
+    def train_keeping_best_epoch(
+        self, trainer, evals, epochs: int, eval_batch_size: int, desc: str
+    ) -> tuple[list, dict, dict]:
         """Train ``epochs`` passes, scoring ``trainer``'s model on the selection split of
-        ``evals`` after each: (history, the best epoch's {epoch, score, train_seconds}, its weights
-        on the CPU). The dev split takes no part; only the main rank scores (the others get None)."""
+        ``evals`` (``eval_batch_size`` examples a pass) after each: (history, the best epoch's
+        {epoch, score, train_seconds}, its weights on the CPU). The dev split takes no part; only
+        the main rank scores (the others get None)."""
         task = trainer.task
         history, best, best_state = [], None, None
         for epoch in range(1, epochs + 1):
             self.train(epoch * self.epoch_steps, desc=f"{desc} epoch {epoch}")
             with self.aside() as main:
                 if main:
-                    metrics = trainer.evaluate(evals.only("selection"))[0]["selection"]
+                    metrics = trainer.evaluate(evals.only("selection"), eval_batch_size)[0]["selection"]
                     score = float(metrics[task.primary_metric])
                     history.append(
                         {
