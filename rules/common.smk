@@ -46,8 +46,7 @@ if S.declared:
 os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
-# --- warm start (resources.warm_start): local jobs fork from one process that has imported torch
-# and transformers once (bertvision/commands/warm.py); started by the Snakefile's onstart hook.
+# --- warm start (resources.warm_start): local jobs fork from one process that imported torch once
 WARM_POOL = []
 
 
@@ -173,8 +172,7 @@ localrules:
 
 
 def get_micro_batches(wildcards, attempt):
-    """Attempt n (a resubmission after running out of GPU memory) splits each batch into
-    2^(n-1) micro-batches: same effective batch, less memory per pass."""
+    """Attempt n (after running out of GPU memory) splits each batch into 2^(n-1) micro-batches."""
     return 2 ** (attempt - 1)
 
 
@@ -210,6 +208,12 @@ def get_previous_checkpoint(wildcards):
 def get_previous_flag(wildcards, input):
     """``--previous DIR``: the directory of the checkpoint the job goes on from; nothing for the first."""
     return f"--previous {shlex.quote(os.path.dirname(input.previous[0]))}" if input.previous else ""
+
+
+def get_extract_settings(wildcards, resources):
+    """The extraction's batch and blocks, which bound its memory as its micro-batches do: resources,
+    so that a change reruns no extraction (a param made from resources is no rerun trigger)."""
+    return as_json(S.extract().replace(**{k: resources[f"extract_{k}"] for k in S.extract().keys()}))
 
 
 def get_optimizer_state(wildcards):

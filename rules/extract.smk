@@ -10,7 +10,7 @@ rule extract:
         directory(expand(L.SHARD_DIR, n_shards=S.shards, allow_missing=True)[0]),
     params:
         checkpoint=lambda wc, input: os.path.dirname(input.checkpoint),
-        settings=as_json(S.extract()),
+        settings=get_extract_settings,
         compute=as_json(S.extract_compute()),
         attrs=lambda wc: as_json(S.extract_attrs(FILES.run(wc))),
         n_shards=S.shards,
@@ -29,6 +29,7 @@ rule extract:
         mem_mb=request(REQUESTS.extract, "mem_mb"),
         runtime=request(REQUESTS.extract, "runtime"),
         micro_batches=get_micro_batches,
+        **{f"extract_{key}": value for key, value in S.extract().to_dict().items()},
     shell:
         "bertvision extract --splits {params.splits} --scored-splits {params.scored_splits} --checkpoint-dir {params.checkpoint} --tokens-dir {input.tokens} "
         "--out-dir {output} --shard {wildcards.shard} --n-shards {params.n_shards} "

@@ -44,7 +44,7 @@ use rule extract as extract_shared with:
         directory(expand(L.SHARED_SHARD_DIR, n_shards=S.shards, allow_missing=True)[0]),
     params:
         checkpoint=lambda wc, input: os.path.dirname(input.checkpoint),
-        settings=as_json(S.extract()),
+        settings=get_extract_settings,
         compute=as_json(S.extract_compute()),
         attrs=lambda wc: as_json(S.shared_extract_attrs(wc.model, wc.encoder, int(wc.ftseed), wc.task)),
         n_shards=S.shards,

@@ -560,6 +560,21 @@ def test_a_new_scoring_batch_reruns_only_the_jobs_that_score_with_it(workflow_ru
     assert set(scored) == {"stsb"}, scored  # the streamed task; mrpc's come from its extraction
 
 
+def test_a_new_extraction_batch_reruns_no_extraction(workflow_run, tmp_path):
+    """extract.batch_size and its blocks bound the extraction's memory, as micro-batches do: the
+    states extracted stay; only a streamed task's heads, which compute their states in their own
+    jobs with that batch, run again."""
+    workdir, config = workflow_run
+    changed = copy.deepcopy(config)
+    changed.setdefault("extract", {}).update(batch_size=5, block_rows=100)
+    (tmp_path / "config-batch.yaml").write_text(yaml.safe_dump(changed))
+    plan = snakemake(workdir, "-n", "--configfile", str(tmp_path / "config-batch.yaml")).stdout
+    counts = job_counts(plan)
+    assert not {"extract", "feature_manifest", "score_bert", "finetune"} & set(counts), counts
+    heads = re.findall(r"^(?:local)?rule train_heads\w*:\n(?:    .*\n)*?    wildcards: .*task=(\w+)", plan, re.M)
+    assert heads and set(heads) == {"stsb"}, heads
+
+
 def test_a_streamed_task_stores_no_features_and_its_heads_match_the_tables(workflow_run, tmp_path):
     workdir, config = workflow_run
     assert not (workdir / "features/tiny/stsb").exists()  # no extract or manifest job ran for it
