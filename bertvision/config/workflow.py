@@ -9,12 +9,11 @@ import copy
 from pathlib import Path
 
 from bertvision.config.checks import check
+from bertvision.config.comparison_settings import ComparisonSettings
 from bertvision.config.declared_tasks import declared_task, is_declaration
 from bertvision.config.schema import read_config, schema_default, validate_config
 from bertvision.config.settings import (
-    BaselineSettings,
     BertScoringSettings,
-    CurveSettings,
     DownloadSettings,
     ExtractCompute,
     ExtractSettings,
@@ -23,7 +22,6 @@ from bertvision.config.settings import (
     HeadRuntimeSettings,
     HeadSettings,
     HeadTrainingSettings,
-    PeerSettings,
     RaceSettings,
     SearchSettings,
     TokenizeSettings,
@@ -32,7 +30,6 @@ from bertvision.config.shared_settings import SharedEncoderSettings
 from bertvision.errors import ConfigError
 from bertvision.layout import Checkpoint, Run, fraction_name
 from bertvision.registry.heads import get_head_type, head_pair, is_token_head, trains_on
-from bertvision.registry.peers import applicable, get_peer
 from bertvision.registry.states import PAIR_FORMS
 from bertvision.registry.task_spec import TaskSpec
 from bertvision.registry.tasks import TASKS, declare, get_task, registered_names
@@ -71,7 +68,7 @@ def only_run_tasks(config: dict, source: str) -> dict:
     return cut
 
 
-class WorkflowSettings(SharedEncoderSettings):
+class WorkflowSettings(SharedEncoderSettings, ComparisonSettings):
     """What a validated config asks for (of its ``run_tasks``, ``only_run_tasks``)."""
 
     def __init__(self, config: dict, source: str = "config"):
@@ -255,12 +252,6 @@ class WorkflowSettings(SharedEncoderSettings):
     def transfer_tasks(self) -> list[str]:
         return list(self.config["experiments"]["transfer"]["tasks"]) if len(self.checkpoints) > 1 else []
 
-    def bert_curve_tasks(self) -> list[str]:
-        return list(self.config["experiments"]["bert_curve"]["tasks"])
-
-    def bert_curve_seeds(self) -> list[int]:
-        return list(self.config["experiments"]["bert_curve"]["seeds"])
-
     def head_work(self, names) -> float:
         """Head trainings of the heads ``names`` (heads.models keys), each weighted by its type's
         training cost relative to an adapter of width 64 (what the runtime requests assume)."""
@@ -308,63 +299,6 @@ class WorkflowSettings(SharedEncoderSettings):
 
     def bert_scoring(self, task: str) -> BertScoringSettings:
         return BertScoringSettings.pick(self.layered("finetune.settings", task), self.source)
-
-    @property
-    def baseline_seeds(self) -> list[int]:
-        """Seeds of the full fine-tuning baseline (none when it is disabled)."""
-        base = self.config["baseline"]
-        return list(base["seeds"]) if base["enabled"] else []
-
-    def baseline(self, model: str, task: str) -> BaselineSettings:
-        """The fine-tuning settings of ``task`` with the baseline's own changes on top."""
-        base = self.config["baseline"]
-        merged = self.layered("finetune.settings", task, base["settings"])
-        return BaselineSettings.pick(merged, self.source, backbone=self.pretrained(model), epochs=base["epochs"])
-
-    def configured_peers(self, task: str) -> list[str]:
-        """The peers the config names for ``task`` (tasks.<task>.peers, else peers.methods)."""
-        own = self.task_overrides(task).get("peers")
-        return list(self.config["peers"]["methods"] if own is None else own)
-
-    def peers(self, task: str) -> list[str]:
-        """The configured peers that apply to ``task``'s kind (``registry.peers``)."""
-        return applicable(self.configured_peers(task), get_task(task))
-
-    def peer_seeds(self, peer: str) -> list[int]:
-        """A peer's seeds: peers.seeds, else the baseline's; one (the first) for a peer whose
-        result does not depend on the seed."""
-        seeds = list(self.config["peers"]["seeds"] or self.config["baseline"]["seeds"])
-        return seeds[:1] if get_peer(peer).deterministic else seeds
-
-    def peer(self, model: str, task: str, peer: str) -> PeerSettings:
-        peers = self.config["peers"]
-        own = peers["embedding" if peer == "cosine" else peer]
-        method = {"method": peer, **own}
-        if peer == "cosine":
-            method.pop("regularization")
-        if peer in ("embedding", "cosine", "setfit"):
-            method["max_length"] = self.max_length(task)
-        if peer in ("embedding", "cosine"):
-            method["backend"] = self.config["extract"]["backend"]
-        optimizer = None
-        if get_peer(peer).trains_encoder and peer != "setfit":
-            optimizer = self.baseline(model, task).optimizer
-        return PeerSettings.from_dict(
-            {"backbone": self.pretrained(model), "optimizer": optimizer, "method": method},
-            f"{self.source}: peers.{peer}",
-        )
-
-    def embedding(self, model: str, task: str) -> PeerSettings:
-        """The encoding the peers that train no encoder share (rule embed): the cosine's settings,
-        which are the linear model's without its regularisation, so that changing that reruns no
-        encoding."""
-        return self.peer(model, task, "cosine")
-
-    def bert_curve(self, model: str, task: str) -> CurveSettings:
-        """Full fine-tuning's own settings (``baseline``'s), scored at the curve's points."""
-        merged = self.layered("finetune.settings", task, self.config["baseline"]["settings"])
-        points = sorted(self.config["experiments"]["bert_curve"]["points"])
-        return CurveSettings.pick(merged, self.source, backbone=self.pretrained(model), points=points)
 
     def finetune_compute(self) -> FinetuneCompute:
         return FinetuneCompute.pick(self.config["finetune"], self.source)
