@@ -21,7 +21,6 @@ states take stays bounded).
 from __future__ import annotations
 
 import logging
-import math
 from pathlib import Path
 
 import numpy as np
@@ -47,13 +46,13 @@ from bertvision.runtime.backend import backend_of, with_backend
 from bertvision.runtime.device import autocast, pick_device, set_threads, to_device
 from bertvision.serving.answers import answerability, bert_outputs, example_result, span_answer, with_bert
 from bertvision.serving.bundle import Bundle, BundleError, TaskEntry, load_bundle
+from bertvision.serving.checks import RequestChecks
 from bertvision.serving.items import (
     PAIR,
     SINGLE,
     Encoded,
     ExampleResult,
     QuestionItem,
-    RequestError,
     Sequences,
     SpanGroup,
     SpanResult,
@@ -88,7 +87,7 @@ class Engine:
         self.bundle = bundle if isinstance(bundle, Bundle) else load_bundle(Path(bundle))
         self.device = pick_device(device)
         self.precision = self.bundle.precision
-        self.max_windows, self.max_batch_tokens, self.pad_multiple = max_windows, max_batch_tokens, pad_multiple
+        self.max_batch_tokens, self.pad_multiple = max_batch_tokens, pad_multiple
         self.max_chunk_rows = max_chunk_rows or None
         hf_logging.set_verbosity_error()
         hf_logging.disable_progress_bar()
@@ -96,7 +95,9 @@ class Engine:
         self.tokenizer = AutoTokenizer.from_pretrained(encoder_dir, use_fast=True)
         # A second instance for the request checks, which run beside a batch: one fast tokenizer
         # changing its truncation settings from two threads at once fails ("Already borrowed").
-        self.checking_tokenizer = AutoTokenizer.from_pretrained(encoder_dir, use_fast=True)
+        self.checks = RequestChecks(
+            self.bundle.tasks, AutoTokenizer.from_pretrained(encoder_dir, use_fast=True), max_windows
+        )
         if not self.tokenizer.is_fast:
             raise BundleError(f"{encoder_dir}: no fast tokenizer (tokenizer.json)")
         summary_position(self.tokenizer)
@@ -129,62 +130,6 @@ class Engine:
     @property
     def tasks(self) -> dict[str, TaskEntry]:
         return self.bundle.tasks
-
-    def task(self, name: str, field: str) -> TaskEntry:
-        if name not in self.tasks:
-            raise RequestError(field, f"unknown task {name!r}; this bundle serves {', '.join(self.tasks)}")
-        return self.tasks[name]
-
-    def head(self, task: TaskEntry, name: str | None, field: str) -> str:
-        if name is None:
-            return task.picked
-        if name not in task.heads:
-            raise RequestError(field, f"task {task.name} has no head {name!r}; its heads: {', '.join(task.heads)}")
-        return name
-
-    def check_text(self, item: TextItem, field: str) -> None:
-        for name in item.heads:
-            task = self.task(name, field)
-            if task.takes_questions:
-                raise RequestError(
-                    field, f"{name} reads questions and contexts: send question/context items, not texts"
-                )
-            if len(task.text_fields) != len(item.texts):
-                given = "a pair of texts" if len(item.texts) == 2 else "a single text"
-                wanted = "a pair [a, b]" if len(task.text_fields) == 2 else "a single text"
-                raise RequestError(field, f"task {name} takes {wanted} ({', '.join(task.text_fields)}), got {given}")
-
-    def check_question(self, item: QuestionItem, field: str) -> None:
-        """Question inputs (span and answerability tasks) the windows can hold: the question
-        leaves the context more than doc_stride tokens per window, and the context needs at most
-        ``max_windows`` windows."""
-        if not item.question.strip():
-            raise RequestError(f"{field}.question", "empty")
-        if not item.context.strip():
-            raise RequestError(f"{field}.context", "empty")
-        tok = self.checking_tokenizer
-        q_len = len(tok(item.question.lstrip(), add_special_tokens=False)["input_ids"])
-        c_len = len(tok(item.context, add_special_tokens=False)["input_ids"])
-        for name in item.heads:
-            task = self.task(name, field)
-            if not task.takes_questions:
-                raise RequestError(field, f"{name} takes texts, not question/context items: send its inputs as texts")
-            budget = task.max_length - q_len - tok.num_special_tokens_to_add(pair=True)
-            if budget <= task.doc_stride:
-                most = task.max_length - tok.num_special_tokens_to_add(pair=True) - task.doc_stride - 1
-                raise RequestError(
-                    f"{field}.question",
-                    f"too long for task {name}: {q_len} tokens, at most {most} "
-                    f"(max_length {task.max_length}, doc_stride {task.doc_stride})",
-                )
-            windows = 1 if c_len <= budget else 1 + math.ceil((c_len - budget) / (budget - task.doc_stride))
-            if windows > self.max_windows:
-                raise RequestError(
-                    f"{field}.context",
-                    f"too long for task {name}: about {windows} windows of "
-                    f"{task.max_length} tokens, at most {self.max_windows} per question",
-                    status=413,
-                )
 
     # --- answering ------------------------------------------------------------------------------
     def predict(

@@ -49,7 +49,7 @@ class Service:
         return self.tasks[name]
 
     def head(self, task: TaskEntry, name: str | None, field: str) -> str:
-        return self.engine_of(task.name).head(task, name, field)
+        return self.engine_of(task.name).checks.head(task, name, field)
 
     def _parts(self, item) -> dict[int, object]:
         """``item`` cut by bundle: bundle index -> the item with that bundle's tasks only."""
@@ -64,13 +64,13 @@ class Service:
         for name in item.heads:
             self.task(name, field)
         for i, part in self._parts(item).items():
-            self.engines[i].check_text(part, field)
+            self.engines[i].checks.text(part, field)
 
     def check_question(self, item: QuestionItem, field: str) -> None:
         for name in item.heads:
             self.task(name, field)
         for i, part in self._parts(item).items():
-            self.engines[i].check_question(part, field)
+            self.engines[i].checks.question(part, field)
 
     # --- answering -------------------------------------------------------------------------------
     async def start(self) -> None:
