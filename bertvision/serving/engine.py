@@ -126,7 +126,7 @@ class Engine:
             {t: list(e.heads) for t, e in self.bundle.tasks.items()},
         )
 
-    # --- what may be asked --------------------------------------------------------------------
+    # --- what it serves -----------------------------------------------------------------------
     @property
     def tasks(self) -> dict[str, TaskEntry]:
         return self.bundle.tasks
