@@ -54,7 +54,7 @@ rule score_bert:
         # the scoring batch only where this job runs the checkpoint: a new one reruns no job
         # whose scores come from an extraction, nor the heads that read them
         settings=lambda wc: (
-            "" if FILES.scored_in_extraction(wc) else "--settings " + shlex.quote(as_json(S.bert_scoring(wc.task)))
+            "" if FILES.scored_in_extraction(wc) else f"--settings {shlex.quote(as_json(S.bert_scoring(wc.task)))}"
         ),
         compute=as_json(S.finetune_compute()),
         checkpoint=lambda wc: FILES.run(wc).format(L.CHECKPOINT_DIR),
