@@ -60,12 +60,13 @@ def register(task: TaskSpec) -> TaskSpec:
     if task.kind not in METRICS:
         problems.append(f"kind {task.kind!r} is not one of {sorted(METRICS)}")
     else:
+        allowed = allowed_metrics(task.kind, bool(task.answerability))
         problems += [
             f"metric {m!r} aggregates windows: only for answerability tasks"
             if m in METRICS[task.kind]
             else f"metric {m!r} is not a {task.kind} metric ({sorted(METRICS[task.kind])})"
             for m in task.metrics
-            if m not in allowed_metrics(task.kind, bool(task.answerability))
+            if m not in allowed
         ]
     if not task.metrics:
         problems.append("no metrics")
