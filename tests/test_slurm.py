@@ -91,12 +91,13 @@ def sacct_jobs(run_id: str) -> pd.DataFrame:
 
 def retry_config(tiny_bert: Path) -> dict:
     """MRPC run with batches of 8 (which a simulated memory limit of 4 rows will not fit) and an
-    optuna search of lp whose 2 workers are SLURM jobs."""
+    optuna search of lp whose 2 workers are SLURM jobs; no peers (the main run covers their rules),
+    since the two runs share the test node's two CPUs and every job waits for one."""
     config = slurm_config(tiny_bert)
     config["finetune"]["settings"]["batch_size"] = 8
     config["extract"] = {"shards": 1, "batch_size": 8}
     config["heads"]["models"] = {"lp": {"type": "lp"}}
-    only_lp = {"token_features": False, "search_heads": ["lp"], "heads": ["lp"]}
+    only_lp = {"token_features": False, "search_heads": ["lp"], "heads": ["lp"], "peers": []}
     config["tasks"]["mrpc"] = {**config["tasks"]["mrpc"], **only_lp}
     config["search"] = {"trials": 4, "workers": 2, "space": {"learning_rate": {"low": 1e-3, "high": 1e-2, "log": True}}}
     return config
