@@ -1,20 +1,44 @@
 """Small file helpers: every artifact is written to a temporary name and renamed into place,
 so a killed job never leaves a file that looks complete. The temporary name is fixed (one job
-writes each artifact), so a rerun after a kill replaces what the killed job left."""
+writes each artifact), so a rerun after a kill replaces what the killed job left. Whatever wrote
+it, an artifact gets the mode an ordinary new file gets here (0o666 less the umask): safetensors
+0.8 writes its files 0o600 (safetensors/safetensors#782), and a service or a colleague running as
+another user could not read the weights beside a readable config.json."""
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import hashlib
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
 import pandas as pd
 
 NO_ROOM = (errno.ENOSPC, errno.EDQUOT)  # a write found the disk full, or the user's quota spent
+
+
+@functools.cache
+def new_file_mode() -> int:
+    """The mode ``open`` gives a new file in this process: 0o666 less the umask (read from
+    /proc, since setting the umask to read it would race with other threads)."""
+    with contextlib.suppress(OSError, AttributeError):
+        status = Path("/proc/self/status").read_text()
+        return 0o666 & ~int(re.search(r"^Umask:\s*([0-7]+)", status, re.MULTILINE).group(1), 8)
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def with_new_file_modes(path: Path) -> None:
+    """Give the file ``path``, or every file below the directory ``path``, ``new_file_mode()``."""
+    path = Path(path)
+    for file in [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file() and not p.is_symlink()]:
+        os.chmod(file, new_file_mode())
 
 
 @contextlib.contextmanager
@@ -25,6 +49,7 @@ def atomic_path(path: Path):
     tmp = path.with_name(f".{path.name}.tmp")
     try:
         yield tmp
+        with_new_file_modes(tmp)
         os.replace(tmp, path)
     finally:
         if tmp.exists():
@@ -41,6 +66,7 @@ def atomic_dir(path: Path):
     scratch.mkdir(parents=True)
     try:
         yield scratch
+        with_new_file_modes(scratch)
         old = path.with_name(f".{path.name}.old")
         shutil.rmtree(old, ignore_errors=True)
         if path.exists():

@@ -450,6 +450,18 @@ def test_a_run_in_which_nothing_fails_logs_no_error(workflow_run):
     assert alarming == []
 
 
+def test_weights_are_as_readable_as_the_records_beside_them(workflow_run):
+    """Every weights file (checkpoints, heads, the bundles a service loads) has the mode of the
+    JSON written beside it: safetensors 0.8 writes 0o600, which a service or a colleague running
+    as another user cannot read."""
+    workdir, _ = workflow_run
+    weights = [p for root in ("models", "heads", "bundles") for p in (workdir / root).rglob("*.safetensors")]
+    assert any("bundles" in p.parts for p in weights) and any("heads" in p.parts for p in weights)
+    for path in weights:
+        record = next(path.parent.glob("*.json"))
+        assert oct(path.stat().st_mode & 0o777) == oct(record.stat().st_mode & 0o777), (path, record)
+
+
 def test_rerun_has_nothing_to_do_and_a_head_change_reruns_only_heads(workflow_run, tmp_path):
     shared, config = workflow_run
     assert "Nothing to be done" in snakemake(shared, "-n").stdout
