@@ -8,6 +8,7 @@ summary worked by hand."""
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -187,7 +188,10 @@ def test_bitfit_and_lora_leave_only_their_parameters_trainable(tiny_bert):
     assert trainable_parameters(model) == biases + 32 * 2 + 2  # every encoder bias + the 2-class head
     settings = LoraPeer(method="lora", rank=4, alpha=8, dropout=0.0, target_modules=("query", "value"),
                         learning_rates=(1e-3,), epochs=1)  # fmt: skip
-    adapted = lora(settings, task)(load_classifier(task, str(tiny_bert), seed=1))
+    model = load_classifier(task, str(tiny_bert), seed=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing in a LoRA job's log that its user cannot act on
+        adapted = lora(settings, task)(model)
     # 2 layers x (query, value) x (A: 32 x 4 + B: 4 x 32), and the new head trained whole
     assert trainable_parameters(adapted) == 2 * 2 * (32 * 4 + 4 * 32) + (32 * 2 + 2)
 

@@ -14,7 +14,13 @@ def lora(settings: LoraPeer, task: TaskSpec):
     (peft's modules_to_save for its task type)."""
 
     def adapt(model):
+        import warnings
+
         from peft import LoraConfig, TaskType, get_peft_model
+
+        # peft asks transformers' deprecated is_gradient_checkpointing: a FutureWarning in every
+        # LoRA job's log that the user can do nothing about
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
 
         kind = TaskType.QUESTION_ANS if task.kind == "span" else TaskType.SEQ_CLS
         config = LoraConfig(
