@@ -71,6 +71,14 @@ def test_int8_weights_give_states_close_to_fp32s(tiny_bert):
     assert np.corrcoef(a, b)[0, 1] > 0.99
 
 
+def test_quantizing_logs_no_hint_the_run_does_not_follow(tiny_bert, tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("BERTVISION_CACHE", str(tmp_path))  # a fresh cache: the export is quantized here
+    with caplog.at_level("INFO"):
+        int8 = with_backend(load_encoder(str(tiny_bert)).eval(), "onnx-int8", threads=1)
+    assert int8.path.is_relative_to(tmp_path) and int8.path.exists()
+    assert "pre-processing" not in caplog.text
+
+
 def test_each_set_of_weights_is_exported_once(tiny_bert, tmp_path, monkeypatch):
     monkeypatch.setenv("BERTVISION_CACHE", str(tmp_path))
     model = load_encoder(str(tiny_bert)).eval()
@@ -81,6 +89,21 @@ def test_each_set_of_weights_is_exported_once(tiny_bert, tmp_path, monkeypatch):
     assert again.path == first.path and again.path.stat().st_mtime_ns == stamp
     task_model = with_backend(load_task_model(str(tiny_bert), "classification").eval(), "onnx", threads=1)
     assert task_model.path != first.path  # another graph (the head's outputs too)
+
+
+def test_a_cache_that_cannot_be_written_costs_only_a_new_export(tiny_bert, tmp_path, monkeypatch, caplog):
+    """A service in a container whose home is read-only: the export goes to a scratch folder,
+    removed once loaded, with a warning naming the cache and the setting, and the encoder runs."""
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("BERTVISION_CACHE", str(tmp_path / "a-file" / "cache"))
+    model = load_encoder(str(tiny_bert)).eval()
+    with caplog.at_level("WARNING"):
+        encoder = with_backend(model, "onnx", threads=1)
+    assert not encoder.path.is_relative_to(tmp_path) and not encoder.path.parent.exists()
+    assert "cannot be written" in caplog.text and "BERTVISION_CACHE" in caplog.text
+    ids = torch.ones((1, 5), dtype=torch.long)
+    states = encoder(input_ids=ids, attention_mask=torch.ones_like(ids), output_hidden_states=True).hidden_states
+    assert len(states) == model.config.num_hidden_layers + 1
 
 
 def test_the_export_traces_the_plain_attention_and_leaves_the_models_own(tiny_bert):

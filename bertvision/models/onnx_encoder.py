@@ -6,7 +6,9 @@ it; ``onnx-int8`` quantizes that export's weights to int8 (ONNX Runtime's dynami
 activations quantized per batch at run time). The exports are cached (``$BERTVISION_CACHE``, else
 ``~/.cache/bertvision``) under a key of the checkpoint's weights file, size and time, the model
 kind and the torch version, each written to a temporary name and renamed into place, so that
-concurrent jobs never read a half-written file.
+concurrent jobs never read a half-written file. Where the cache cannot be written (a service in a
+container whose home is read-only), the export goes to a scratch folder, removed once ONNX
+Runtime has read it, and a warning says so: it only costs a new export next time.
 
 ``OnnxEncoder`` answers the calls the pipeline makes of a Hugging Face model
 (``model(**batch, output_hidden_states=True)`` gives ``hidden_states`` and ``logits`` or
@@ -19,6 +21,10 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
+import os
+import shutil
+import tempfile
 import warnings
 from pathlib import Path
 from types import SimpleNamespace
@@ -37,6 +43,8 @@ OPSET = 17
 # graph ran 1.18x faster in int8 on the Intel Xeon with AMX, the same states (§6 of
 # docs/results/onnx-backend-xeon-amx.md).
 EXPORT_ATTENTION = "eager"
+
+log = logging.getLogger(__name__)
 
 
 class _Exported(nn.Module):
@@ -73,7 +81,26 @@ EXPORT_FILES = {"onnx": "fp32.onnx", "onnx-int8": "int8-per-channel-7bit.onnx"}
 
 
 def export_path(model, backend: str) -> Path:
+    """Where ``model``'s export for ``backend`` is cached."""
     return cache_root() / "onnx" / _weights_key(model) / EXPORT_FILES[backend]
+
+
+def export_folder(model) -> tuple[Path, bool]:
+    """The folder ``model``'s exports go to, and whether it is the cache's (kept) or, where the
+    cache cannot be written, a scratch folder its reader removes (``OnnxEncoder``)."""
+    folder = export_path(model, "onnx").parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        problem = None if os.access(folder, os.W_OK) else "not writable"
+    except OSError as err:
+        problem = err.strerror
+    if not problem:
+        return folder, True
+    log.warning(
+        "the ONNX export cache %s cannot be written (%s): exporting into a scratch folder, removed once "
+        "loaded; set BERTVISION_CACHE to a writable folder to keep the export", folder, problem,
+    )  # fmt: skip
+    return Path(tempfile.mkdtemp(prefix="bertvision-onnx-")), False
 
 
 def _token_types(model) -> bool:
@@ -131,19 +158,29 @@ def quantize(fp32: Path, out: Path) -> Path:
     fp32's on SST-2 sentences, against 0.957 per tensor, at about the same speed."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    with atomic_path(out) as tmp:
-        quantize_dynamic(str(fp32), str(tmp), weight_type=QuantType.QInt8, per_channel=True, reduce_range=True)
+    # ONNX Runtime logs a hint to its pre-processing on every call (to the root logger); the int8
+    # states' fidelity was measured without it (docs/results/onnx-int8-fidelity.md)
+    def hint(record: logging.LogRecord) -> bool:
+        return "pre-processing before quantization" not in record.getMessage()
+
+    logging.getLogger().addFilter(hint)
+    try:
+        with atomic_path(out) as tmp:
+            quantize_dynamic(str(fp32), str(tmp), weight_type=QuantType.QInt8, per_channel=True, reduce_range=True)
+    finally:
+        logging.getLogger().removeFilter(hint)
     return out
 
 
-def exported(model, backend: str) -> Path:
-    """The cached export of ``model`` for ``backend``, made on first use."""
-    fp32 = export_path(model, "onnx")
+def exported(model, backend: str, folder: Path | None = None) -> Path:
+    """The export of ``model`` for ``backend`` in ``folder`` (the cache's), made on first use."""
+    folder = folder or export_path(model, "onnx").parent
+    fp32 = folder / EXPORT_FILES["onnx"]
     if not fp32.exists():
         export(model, fp32)
     if backend == "onnx":
         return fp32
-    int8 = export_path(model, backend)
+    int8 = folder / EXPORT_FILES[backend]
     if not int8.exists():
         quantize(fp32, int8)
     return int8
@@ -160,7 +197,8 @@ class OnnxEncoder:
             raise ValueError(f"backend {backend!r}: not an ONNX backend (onnx, onnx-int8)")
         self.model, self.backend = model.eval(), backend
         self.config = model.config
-        self.path = exported(model, backend)
+        folder, kept = export_folder(model)
+        self.path = exported(model, backend, folder)
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads or torch.get_num_threads()
         options.inter_op_num_threads = 1
@@ -169,6 +207,8 @@ class OnnxEncoder:
         # batching, the heads) or a second encoder's session, spinning takes the cores they need
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = ort.InferenceSession(str(self.path), options, providers=["CPUExecutionProvider"])
+        if not kept:  # the session holds the model; a scratch export is not left behind
+            shutil.rmtree(folder, ignore_errors=True)
         self.inputs = [i.name for i in self.session.get_inputs()]
         self.head_kind = "start_end" if hasattr(model, "qa_outputs") else "logits"
 
