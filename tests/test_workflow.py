@@ -669,10 +669,19 @@ def test_shipped_configs_plan_the_full_dag(tmp_path, config):
     )
 
 
+def test_the_default_runs_from_a_working_directory_of_its_own(tmp_path):
+    """snakemake --directory elsewhere (outputs out of the clone): the shipped data are found from
+    the project, not the working directory, and the download reads them (it failed to plan)."""
+    (tmp_path / "config.yaml").write_text((REPO / "config.yaml").read_text())
+    out = snakemake(tmp_path, "-n", "-p", "--until", "download", timeout=300).stdout
+    assert job_counts(out)["download"] == 2
+    shipped = re.findall(r'"glue_dir": "([^"]+)"', out)
+    assert shipped and all(p == str(REPO / "resources" / "glue") for p in shipped), shipped
+
+
 def test_run_tasks_plans_one_task_of_a_config(tmp_path):
     """`--config run_tasks=[mrpc]` beside cpu-glue.yaml plans MRPC's jobs alone, with its
     settings: the way to run a big config a task at a time."""
-    (tmp_path / "resources").symlink_to(REPO / "resources")
     grid = REPO / "configs/overlays/grid.yaml"
     args = ("-n", "--configfile", str(REPO / "configs/cpu-glue.yaml"), str(grid), "--config", "run_tasks=[mrpc]")
     out = snakemake(tmp_path, *args, timeout=300).stdout

@@ -36,6 +36,17 @@ from bertvision.registry.tasks import TASKS, declare, get_task, registered_names
 
 # the section of tasks.<task> that changes a settings block for that task
 TASK_LAYERS = {"finetune.settings": "finetune", "heads.training": "head_training"}
+# the data shipped in the project (data.glue_dir and data.squad_dir when null), wherever the run's
+# working directory is (snakemake --directory)
+SHIPPED_DATA = {"glue_dir": "glue", "squad_dir": "squad2"}
+PROJECT_RESOURCES = Path(__file__).resolve().parents[2] / "resources"
+
+
+def shipped_data(key: str) -> str:
+    """The folder of the project's resources/ that ``data.<key>`` null names: relative to the working
+    directory where it lies below it (the default run's params stay as they were), else absolute."""
+    folder = PROJECT_RESOURCES / SHIPPED_DATA[key]
+    return str(folder.relative_to(Path.cwd().resolve())) if folder.is_relative_to(Path.cwd().resolve()) else str(folder)
 
 
 def load_workflow_config(path: Path) -> dict:
@@ -274,8 +285,9 @@ class WorkflowSettings(SharedEncoderSettings, ComparisonSettings):
 
     def download(self, task: str) -> DownloadSettings:
         over = self.task_overrides(task)
+        data = self.config["data"]
         return DownloadSettings.pick(
-            self.config["data"],
+            {**data, **{key: shipped_data(key) for key in SHIPPED_DATA if data[key] is None}},
             self.source,
             **{k: over.get(k) for k in ("train_size", "selection_size", "eval_size", "article_split")},
         )
