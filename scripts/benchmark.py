@@ -211,8 +211,6 @@ def main() -> None:
     args = parser.parse_args()
 
     config = load_workflow_config(args.config)
-    config["data"]["glue_dir"] = str(REPO / config["data"]["glue_dir"])
-    config["data"]["squad_dir"] = str(REPO / config["data"]["squad_dir"])
     config["tasks"].setdefault(args.task, None)
     s = WorkflowSettings(config, str(args.config))
     task = get_task(args.task)
