@@ -45,8 +45,8 @@ PROJECT_RESOURCES = Path(__file__).resolve().parents[2] / "resources"
 def shipped_data(key: str) -> str:
     """The folder of the project's resources/ that ``data.<key>`` null names: relative to the working
     directory where it lies below it (the default run's params stay as they were), else absolute."""
-    folder = PROJECT_RESOURCES / SHIPPED_DATA[key]
-    return str(folder.relative_to(Path.cwd().resolve())) if folder.is_relative_to(Path.cwd().resolve()) else str(folder)
+    folder, here = PROJECT_RESOURCES / SHIPPED_DATA[key], Path.cwd().resolve()
+    return str(folder.relative_to(here) if folder.is_relative_to(here) else folder)
 
 
 def load_workflow_config(path: Path) -> dict:
