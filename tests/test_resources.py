@@ -1,6 +1,9 @@
 """Job requests computed from the config: they grow with the model, the sequence length,
 the batch, the data and the attempt."""
 
+import subprocess
+import sys
+
 import pytest
 
 from bertvision.plan.estimates import (
@@ -11,6 +14,7 @@ from bertvision.plan.estimates import (
     finetune_request,
     heads_request,
 )
+from tests.conftest import REPO
 from tests.tiny_bert import DEFAULT_BACKBONE
 
 BASE = EncoderShape(12, 768, 30522)
@@ -200,3 +204,15 @@ def test_head_jobs_ask_for_a_gpu_only_where_the_cpu_would_take_long_or_the_encod
     many = stored.heads(job, 1, {"lp": 3000})  # three thousand trainings: hours on a CPU
     assert many["gpu"] == 1
     assert stored.heads(job, 2, runs)["mem_mb"] == 2 * small["mem_mb"]  # a resubmission asks for more
+
+
+def test_planning_a_job_reads_the_backbone_without_importing_transformers():
+    """Snakemake plans every job's resources in each dry run and again inside each cluster job;
+    importing transformers (and torch) for a config.json would cost about 4 s each time."""
+    code = (
+        "import sys; from bertvision.plan.estimates import EncoderShape; "
+        f"shape = EncoderShape.of({DEFAULT_BACKBONE!r}); "
+        "print(shape.layers, shape.hidden, sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'transformers'}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    assert out.stdout.split() == ["6", "384", "[]"], out.stdout + out.stderr

@@ -89,6 +89,11 @@ def uncached_hub_id(ref: str) -> bool:
     return not folder.is_dir() and not _cached_json(ref, folder, "config.json")
 
 
+def config_json(ref: str) -> dict:
+    """The backbone's config.json as JSON (its folder, or a hub id's local cache); {} when there is none."""
+    return {} if is_random(ref) else _cached_json(ref, Path(resolve_pretrained(ref)), "config.json")
+
+
 def _cached_json(ref: str, folder: Path, name: str) -> dict:
     """A JSON file of the model folder, or of a hub id's local cache; {} when there is none."""
     path = folder / name

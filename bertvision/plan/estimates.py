@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import math
+import types
 from dataclasses import dataclass
 
 from bertvision.registry.states import PAIR_PARTS, READS
@@ -59,22 +60,28 @@ class EncoderShape:
     @classmethod
     @functools.cache
     def of(cls, pretrained: str) -> EncoderShape:
-        """From the model's config (local dir, installed package or the hub cache), read by
-        transformers, which maps each architecture's names (DistilBERT's n_layers and dim); a
-        bert-large or bert-base guess from the name when it is nowhere on disk. A random
-        encoder's shape comes from its reference, without building it."""
-        from transformers import AutoConfig
-
-        from bertvision.models.backbone import resolve_pretrained
+        """From the model's config (local dir, installed package or the hub cache): read as JSON
+        when it names BERT's keys, else by transformers, which maps each architecture's names
+        (DistilBERT's n_layers and dim); a bert-large or bert-base guess from the name when it is
+        nowhere on disk. A random encoder's shape comes from its reference, without building it.
+        Importing transformers costs about 4 s, and Snakemake plans a job's resources in every
+        dry run and again in each cluster job, so the JSON is read first."""
+        from bertvision.models.backbone import config_json, resolve_pretrained
         from bertvision.models.random_encoder import VOCAB_SIZE, is_random, parse_random
 
         if is_random(pretrained):
             shape = parse_random(pretrained)
             return cls(shape.layers, shape.hidden, VOCAB_SIZE, shape.heads)
+        declared = config_json(pretrained)
         try:
-            config = AutoConfig.from_pretrained(
-                resolve_pretrained(pretrained), local_files_only=True, trust_remote_code=False
-            )
+            if all(isinstance(declared.get(key), int) for key in ("num_hidden_layers", "hidden_size")):
+                config = types.SimpleNamespace(**declared)
+            else:
+                from transformers import AutoConfig
+
+                config = AutoConfig.from_pretrained(
+                    resolve_pretrained(pretrained), local_files_only=True, trust_remote_code=False
+                )
             return cls(
                 config.num_hidden_layers,
                 config.hidden_size,
