@@ -9,6 +9,7 @@ names the config key it comes from; its help text is that key's default and desc
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import typing
 from typing import Annotated, Any, Literal
@@ -83,6 +84,7 @@ class StageSettings(BaseModel):
         return list(cls.model_fields)
 
     @classmethod
+    @functools.cache  # planning a paper-scale run asks it about 100,000 times
     def nested(cls, name: str) -> type[StageSettings] | None:
         """The settings model of field ``name`` when it holds one."""
         kinds = [k for k in typing.get_args(cls.model_fields[name].annotation) if k is not type(None)]

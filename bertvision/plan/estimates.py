@@ -60,13 +60,14 @@ class EncoderShape:
     @classmethod
     @functools.cache
     def of(cls, pretrained: str) -> EncoderShape:
-        """From the model's config (local dir, installed package or the hub cache): read as JSON
-        when it names BERT's keys, else by transformers, which maps each architecture's names
-        (DistilBERT's n_layers and dim); a bert-large or bert-base guess from the name when it is
-        nowhere on disk. A random encoder's shape comes from its reference, without building it.
-        Importing transformers costs about 4 s, and Snakemake plans a job's resources in every
-        dry run and again in each cluster job, so the JSON is read first."""
-        from bertvision.models.backbone import HubModel, config_json, locate
+        """From the model's config.json (local dir, installed package or the hub cache, at a
+        pinned revision): read as JSON when it names BERT's keys, else through transformers'
+        config class of its model type, which maps each architecture's names (DistilBERT's
+        n_layers and dim); a bert-large or bert-base guess from the name when it is nowhere on
+        disk. A random encoder's shape comes from its reference, without building it. Importing
+        transformers costs about 4 s, and Snakemake plans a job's resources in every dry run and
+        again in each cluster job, so only the rare other names import it."""
+        from bertvision.models.backbone import config_json
         from bertvision.models.random_encoder import VOCAB_SIZE, is_random, parse_random
 
         if is_random(pretrained):
@@ -76,22 +77,19 @@ class EncoderShape:
         try:
             if all(isinstance(declared.get(key), int) for key in ("num_hidden_layers", "hidden_size")):
                 config = types.SimpleNamespace(**declared)
-            else:
+            elif declared:
                 from transformers import AutoConfig
 
-                where = locate(pretrained)
-                hub = isinstance(where, HubModel)
-                config = AutoConfig.from_pretrained(
-                    where.repo_id if hub else where, revision=where.revision if hub else None,
-                    local_files_only=True, trust_remote_code=False,
-                )  # fmt: skip
+                config = AutoConfig.for_model(**declared)
+            else:
+                raise ValueError("no config on disk")
             return cls(
                 config.num_hidden_layers,
                 config.hidden_size,
                 getattr(config, "vocab_size", 30522),
                 getattr(config, "num_attention_heads", 0),
             )
-        except (OSError, AttributeError, ValueError):
+        except (TypeError, AttributeError, ValueError):  # no config here, or a model type transformers does not know
             return cls(24, 1024, 30522, 16) if "large" in pretrained else cls(12, 768, 30522, 12)
 
 
