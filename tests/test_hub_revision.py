@@ -128,3 +128,30 @@ def test_a_pinned_backbone_is_planned_from_the_cache_and_its_revision_is_in_ever
         assert validate.returncode == 0, validate.stderr
         assert ("is not in this machine's Hugging Face cache" in validate.stdout) is (revision == "v2")
     assert commands["v1"] != commands["v2"]
+
+
+@pytest.mark.slow
+def test_a_pinned_revision_reaches_the_jobs_snakemake_runs(hub_home, tiny_bert, tmp_path):
+    """Through the workflow, offline: the untouched checkpoint that fine-tuning saves holds the
+    pinned commit's encoder weights, tensor for tensor."""
+    from safetensors.numpy import load_file
+
+    config = tiny_config(tiny_bert)
+    config["tasks"] = {"mrpc": config["tasks"]["mrpc"]}
+    config.pop("experiments"), config.pop("shared")
+    config["backbones"] = {"tiny": {"pretrained": f"{REPO_ID}@v1"}}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    target = "models/tiny/mrpc/ft1/ckpt-0/model.safetensors"
+    proc = subprocess.run(
+        snakemake_command(tmp_path, "--cores", "2", target, timeout=600),
+        capture_output=True, text=True, env=offline(hub_home),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    saved = load_file(tmp_path / target)
+    snapshots = hub_home / "hub" / f"models--{REPO_ID.replace('/', '--')}" / "snapshots"
+    for commit, same in ((FIRST, True), (SECOND, False)):
+        pinned = load_file(snapshots / commit / "model.safetensors")
+        # LayerNorm starts at ones and zeros in every commit: the drawn weights tell them apart
+        matches = [(name, next(k for k in saved if k.endswith(name))) for name in pinned if "LayerNorm" not in name]
+        assert matches
+        assert all((pinned[name] == saved[key]).all() for name, key in matches) is same, commit
