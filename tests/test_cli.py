@@ -317,7 +317,7 @@ def test_a_hub_backbone_that_is_neither_reachable_nor_cached_is_one_line(tmp_pat
         env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")},
     )  # fmt: skip
     line = one_error_line(proc)
-    assert "nobody/not-in-the-cache: no tokenizer from the hub or its cache (" in line
+    assert "nobody/not-in-the-cache: no snapshot from the hub or its cache (" in line
 
 
 def test_serve_refuses_a_port_it_cannot_listen_on_in_one_line_before_loading_anything():

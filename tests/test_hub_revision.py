@@ -1,8 +1,9 @@
 """A hub backbone pinned to a revision (``ORG/NAME@REVISION``), offline against a stand-in of the
 Hugging Face cache laid out as huggingface_hub lays it out: two commits of a tiny BERT with
 different weights, ``main`` at the second and a ``v1`` tag at the first. Every loader reads the
-pinned commit's files, the unpinned id the default branch's; planning reads the cached config
-without asking the hub; a revision that is not there is one line naming it."""
+pinned commit's files, the unpinned id the default branch's, each from its snapshot folder;
+planning reads the cached config without asking the hub; a revision that is not there is one
+line naming it."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ import torch
 from bertvision.models.backbone import load_tokenizer, position_limit, resolve_pretrained, uncached_hub_id
 from bertvision.models.encoder_io import load_encoder
 from bertvision.peers.embedding import encode_texts
+from bertvision.peers.pooling import declared_pooling
 from bertvision.plan.estimates import EncoderShape
 from bertvision.registry.tasks import get_task
 from bertvision.training.encoder import load_classifier
@@ -41,6 +43,7 @@ print(json.dumps({
         "encoder": weights(load_encoder(ref)),
         "classifier": weights(load_classifier(get_task("rte"), ref, seed=1)),
         "embedding": encode_texts(ref, ["a pinned revision"], 16, 8)[0].tolist(),
+        "pooling": declared_pooling(resolve_pretrained(ref)).modes,
         "vocab": len(load_tokenizer(ref)),
         "shape": [EncoderShape.of(ref).layers, EncoderShape.of(ref).hidden],
         "position_limit": position_limit(ref),
@@ -54,12 +57,22 @@ print(json.dumps({
 
 @pytest.fixture(scope="module")
 def hub_home(tmp_path_factory) -> Path:
-    """HF_HOME holding ``REPO_ID`` at two commits (their weights drawn with seeds 1 and 2), as
-    huggingface_hub caches a repository: snapshots per commit, refs naming them."""
+    """HF_HOME holding ``REPO_ID`` at two commits (their weights drawn with seeds 1 and 2; the
+    first a sentence-transformers layout pooling [CLS]), as huggingface_hub caches a repository:
+    snapshots per commit, refs naming them."""
     home = tmp_path_factory.mktemp("hf-home")
     repo = home / "hub" / f"models--{REPO_ID.replace('/', '--')}"
     for commit, seed in ((FIRST, 1), (SECOND, 2)):
         make_tiny_bert(repo / "snapshots" / commit, seed=seed)
+    first = repo / "snapshots" / FIRST
+    (first / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+    ]))  # fmt: skip
+    (first / "1_Pooling").mkdir()
+    (first / "1_Pooling" / "config.json").write_text(
+        json.dumps({"word_embedding_dimension": 32, "pooling_mode_cls_token": True})
+    )
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text(SECOND)
     (repo / "refs" / "v1").write_text(FIRST)
@@ -84,7 +97,8 @@ def test_every_loader_reads_the_pinned_commit_and_the_bare_id_the_default_branch
     tag, commit, bare, main = (loaded[ref] for ref in refs)
     snapshots = hub_home / "hub" / f"models--{REPO_ID.replace('/', '--')}" / "snapshots"
     assert Path(tag["folder"]) == Path(commit["folder"]) == snapshots / FIRST
-    assert Path(main["folder"]) == snapshots / SECOND and bare["folder"] == REPO_ID  # transformers reads main
+    assert Path(main["folder"]) == Path(bare["folder"]) == snapshots / SECOND
+    assert tag["pooling"] == commit["pooling"] == ["cls"] and bare["pooling"] == main["pooling"] == ["mean"]
     for what in ("encoder", "classifier", "embedding"):
         assert tag[what] == commit[what], what
         assert bare[what] == main[what], what
@@ -102,7 +116,7 @@ def test_a_revision_that_is_not_there_is_one_line_naming_it(hub_home, tmp_path):
     )  # fmt: skip
     errors = [line for line in proc.stderr.splitlines() if "error:" in line]
     assert proc.returncode == 2 and len(errors) == 1, proc.stderr[-3000:]
-    assert f"bertvision tokenize: error: {REPO_ID}@v9: no snapshot of {REPO_ID} at revision v9" in errors[0]
+    assert f"bertvision tokenize: error: {REPO_ID}@v9: no snapshot from the hub or its cache (" in errors[0]
     for ref, problem in ((f"{REPO_ID}@", "no revision after '@'"), ("./nowhere@v1", "no such local directory")):
         with pytest.raises(MissingError, match=problem):
             locate(ref)
@@ -155,3 +169,20 @@ def test_a_pinned_revision_reaches_the_jobs_snakemake_runs(hub_home, tiny_bert, 
         matches = [(name, next(k for k in saved if k.endswith(name))) for name in pinned if "LayerNorm" not in name]
         assert matches
         assert all((pinned[name] == saved[key]).all() for name, key in matches) is same, commit
+
+
+def test_a_snapshot_fetches_every_file_a_job_reads_and_no_pickle():
+    """What ``resolve_pretrained`` asks the hub for, over a sentence-transformers repository's files
+    (all-MiniLM-L6-v2's): its configs, pooling, tokenizer and safetensors, never a pickle,
+    TensorFlow, Rust or ONNX export."""
+    from huggingface_hub.utils import filter_repo_objects
+
+    from bertvision.models.backbone import SNAPSHOT_FILES
+
+    wanted = ["1_Pooling/config.json", "config.json", "config_sentence_transformers.json", "model.safetensors",
+              "modules.json", "sentence_bert_config.json", "special_tokens_map.json", "tokenizer.json",
+              "tokenizer_config.json", "vocab.txt", "model-00001-of-00002.safetensors", "model.safetensors.index.json",
+              "spiece.model", "merges.txt", "vocab.json"]  # fmt: skip
+    unwanted = ["pytorch_model.bin", "tf_model.h5", "rust_model.ot", "onnx/model.onnx", "openvino/openvino_model.bin",
+                "flax_model.msgpack", "train_script.py", ".gitattributes"]  # fmt: skip
+    assert sorted(filter_repo_objects(wanted + unwanted, allow_patterns=SNAPSHOT_FILES)) == sorted(wanted)

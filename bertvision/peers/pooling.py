@@ -35,19 +35,13 @@ MEAN_FALLBACK = "the backbone declares no sentence-transformers pooling: mean ov
 
 
 def _layout_file(source: str, name: str) -> Path | None:
-    """``name`` inside the backbone folder ``source``, or in the hub cache of the hub id ``source``."""
-    folder = Path(source)
-    if folder.is_dir():
-        path = folder / name
-        return path if path.exists() else None
-    from huggingface_hub import try_to_load_from_cache
-
-    cached = try_to_load_from_cache(source, name)
-    return Path(cached) if isinstance(cached, str) else None
+    """``name`` inside the backbone folder ``source``, or None."""
+    path = Path(source) / name
+    return path if path.exists() else None
 
 
 def declared_pooling(source: str) -> Pooling:
-    """The pooling of the backbone at ``source`` (a resolved folder or hub id)."""
+    """The pooling of the backbone in the folder ``source`` (``backbone.resolve_pretrained``)."""
     modules_file = _layout_file(source, "modules.json")
     if modules_file is None:
         return Pooling(("mean",), False, MEAN_FALLBACK)
