@@ -30,6 +30,10 @@ class MissingError(BertvisionError, FileNotFoundError):
     """A file, folder or package the config names is not there (a data file, a backbone)."""
 
 
+class CacheError(BertvisionError, OSError):
+    """A cache folder that must hold what a job builds cannot be written."""
+
+
 class DiskSpaceError(BertvisionError, OSError):
     """The disk has less room than a job's outputs need."""
 

@@ -190,3 +190,20 @@ def test_a_reduced_paper_shape_run_stays_within_every_request(tmp_path, random_c
     over = table[table["verdict"] == "OVER"]
     assert over.empty, over.to_string()
     assert (tmp_path / "results" / "tables" / "summary.md").exists()
+
+
+def test_a_random_encoder_whose_cache_cannot_be_written_is_one_line(tmp_path):
+    """A read-only home (a container's) with BERTVISION_CACHE unset: the job that builds the
+    encoder says where and what to set, in one line (it was a PermissionError traceback)."""
+    (tmp_path / "a-file").write_text("")
+    settings = json.dumps({"backbone": "random:L-2_H-64_A-2", "max_length": 16, "doc_stride": None})
+    proc = subprocess.run(
+        [sys.executable, "-m", "bertvision", "tokenize", "--task", "sst2", "--settings", settings,
+         "--raw-dir", str(tmp_path), "--out-dir", str(tmp_path / "tokens")],
+        capture_output=True, text=True, cwd=REPO, timeout=300,
+        env={**os.environ, "BERTVISION_CACHE": str(tmp_path / "a-file" / "cache")},
+    )  # fmt: skip
+    errors = [line for line in proc.stderr.splitlines() if "error:" in line]
+    assert proc.returncode == 2 and len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert f"random:L-2_H-64_A-2: a random encoder is built once into {tmp_path / 'a-file' / 'cache'}" in errors[0]
+    assert "set BERTVISION_CACHE to a writable folder" in errors[0]

@@ -18,7 +18,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from bertvision.errors import MissingError
+from bertvision.errors import CacheError, MissingError
 
 RANDOM_PREFIX = "random:"
 TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
@@ -104,8 +104,14 @@ def materialize(ref: str, vocab_dir: Path) -> Path:
     target = cache_root() / "random-encoders" / f"{shape.name}-seed{SEED}"
     if (target / "model.safetensors").exists():
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    except OSError as err:
+        raise CacheError(
+            f"{ref}: a random encoder is built once into {target.parent}, which cannot be written ({err.strerror}): "
+            "set BERTVISION_CACHE to a writable folder"
+        ) from None
     try:
         build_random_bert(staging, shape, vocab_dir)
         try:
