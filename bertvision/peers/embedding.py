@@ -33,9 +33,9 @@ def encode_texts(
     the order given, the pooling used, the encoder's parameter count and the backend that ran it."""
     source = resolve_pretrained(backbone)
     pooling = declared_pooling(source)
-    tokenizer = load_tokenizer(backbone)
+    tokenizer = load_tokenizer(source)  # the folder: a hub model's snapshot is looked up once
     device = device if device is not None and backend in ("torch", "auto") else torch.device("cpu")
-    model = with_backend(load_pretrained("AutoModel", backbone).eval().to(device), backend)
+    model = with_backend(load_pretrained("AutoModel", source).eval().to(device), backend)
     distinct, where = np.unique(np.asarray(texts, dtype=object), return_inverse=True)
     lengths = np.array([len(t) for t in distinct])
     order = np.argsort(lengths, kind="stable")
