@@ -859,30 +859,45 @@ def test_liveness_and_readiness(server):
 
 
 def test_shutdown_answers_every_queued_request(bundle):
-    """Requests queued behind a slow model when the server is told to stop all get their answers."""
+    """Requests queued behind a held model when the server is told to stop all get their answers."""
+    from prometheus_client.parser import text_string_to_metric_families
+
     from bertvision.serving.app import ServeSettings, create_app
     from bertvision.serving.engine import Engine
 
     engine = Engine(bundle.root, "cpu")
     answer = engine.predict
+    hold, release = threading.Event(), threading.Event()
 
-    def slow(texts, questions):
-        time.sleep(0.2)
+    def held(texts, questions):
+        if hold.is_set():  # from after the start-up's warm-up pass
+            release.wait(timeout=60)
         return answer(texts, questions)
 
-    engine.predict = slow
+    engine.predict = held
     settings = ServeSettings(max_batch_size=1, max_wait_ms=0, device="cpu")
     results = []
     with Server(create_app(bundle.root, settings, engine=engine)) as running:
+        hold.set()
 
         def ask():
             results.append(httpx.post(f"{running.url}/predict", json={"texts": [PAIR]}, timeout=60).status_code)
 
+        def waiting() -> float:
+            text = httpx.get(f"{running.url}/metrics", timeout=10).text
+            families = text_string_to_metric_families(text)
+            return next(s.value for f in families for s in f.samples if s.name == "bertvision_queue_depth")
+
         threads = [threading.Thread(target=ask) for _ in range(6)]
         for t in threads:
             t.start()
-        time.sleep(0.3)  # all six sent; the model answers one per 0.2 s
+        # The stop comes once every request is in: one held at the model, five queued behind it
+        # (a fixed sleep let a slow machine stop the server before all six had connected).
+        deadline = time.monotonic() + 60
+        while waiting() < 5 and time.monotonic() < deadline:
+            time.sleep(0.02)
         running.server.should_exit = True
+        release.set()
         for t in threads:
             t.join(timeout=60)
     assert results == [200] * 6
