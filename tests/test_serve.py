@@ -817,16 +817,21 @@ def test_the_protocol_client_sees_a_refusal_as_an_error(server):
 
 
 # --- operations: metrics, readiness, access log, graceful shutdown ----------------------------------
-def scrape(server) -> dict:
+def metric_samples(text: str) -> dict:
+    """(name, sorted labels) -> value of every sample in a /metrics page."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    response = server.client.get("/metrics")
-    assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain")
     samples = {}
-    for family in text_string_to_metric_families(response.text):
+    for family in text_string_to_metric_families(text):
         for s in family.samples:
             samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
     return samples
+
+
+def scrape(server) -> dict:
+    response = server.client.get("/metrics")
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain")
+    return metric_samples(response.text)
 
 
 def test_metrics_count_requests_statuses_batches_and_passes(server, caplog):
@@ -860,8 +865,6 @@ def test_liveness_and_readiness(server):
 
 def test_shutdown_answers_every_queued_request(bundle):
     """Requests queued behind a held model when the server is told to stop all get their answers."""
-    from prometheus_client.parser import text_string_to_metric_families
-
     from bertvision.serving.app import ServeSettings, create_app
     from bertvision.serving.engine import Engine
 
@@ -884,9 +887,8 @@ def test_shutdown_answers_every_queued_request(bundle):
             results.append(httpx.post(f"{running.url}/predict", json={"texts": [PAIR]}, timeout=60).status_code)
 
         def waiting() -> float:
-            text = httpx.get(f"{running.url}/metrics", timeout=10).text
-            families = text_string_to_metric_families(text)
-            return next(s.value for f in families for s in f.samples if s.name == "bertvision_queue_depth")
+            page = httpx.get(f"{running.url}/metrics", timeout=10).text
+            return metric_samples(page)[("bertvision_queue_depth", ())]
 
         threads = [threading.Thread(target=ask) for _ in range(6)]
         for t in threads:
@@ -894,7 +896,8 @@ def test_shutdown_answers_every_queued_request(bundle):
         # The stop comes once every request is in: one held at the model, five queued behind it
         # (a fixed sleep let a slow machine stop the server before all six had connected).
         deadline = time.monotonic() + 60
-        while waiting() < 5 and time.monotonic() < deadline:
+        while waiting() < 5:
+            assert time.monotonic() < deadline, "the six requests never all reached the service"
             time.sleep(0.02)
         running.server.should_exit = True
         release.set()
