@@ -816,6 +816,25 @@ def test_the_protocol_client_sees_a_refusal_as_an_error(server):
         client.get_model_metadata("nope")
 
 
+def test_the_protocol_client_may_name_the_models_version(server):
+    """A client pinned to the version the metadata lists reaches the same model by the versioned
+    paths; another version is a 404 naming it."""
+    from tritonclient.utils import InferenceServerException
+
+    triton_http, client = triton(server)
+    (version,) = client.get_model_metadata("mrpc")["versions"]
+    assert client.get_model_metadata("mrpc", model_version=version)["name"] == "mrpc"
+    assert client.is_model_ready("mrpc", model_version=version)
+    inputs = [bytes_input(triton_http, n, [t], False) for n, t in zip(("text_a", "text_b"), PAIR, strict=True)]
+    assert decoded(client.infer("mrpc", inputs, model_version=version).as_numpy("label")) == [
+        post(server, {"texts": [PAIR], "tasks": ["mrpc"]}).json()["predictions"][0]["mrpc"]["label"]
+    ]
+    with pytest.raises(InferenceServerException, match="version"):
+        client.infer("mrpc", inputs, model_version="2")
+    response = server.client.get("/v2/models/mrpc/versions/2")
+    assert response.status_code == 404 and response.json()["field"] == "model_version"
+
+
 # --- operations: metrics, readiness, access log, graceful shutdown ----------------------------------
 def metric_samples(text: str) -> dict:
     """(name, sorted labels) -> value of every sample in a /metrics page."""

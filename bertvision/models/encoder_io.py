@@ -46,7 +46,8 @@ def encoder_kwargs(config) -> dict:
 def load_encoder(ref: str):
     """The bare encoder of ``ref`` (a backbone, a task model's checkpoint or a bare encoder's),
     without pooler or task head, from safetensors only."""
-    return load_pretrained("AutoModel", ref, **encoder_kwargs(load_model_config(ref)))
+    folder = resolve_pretrained(ref)  # a hub reference is looked up once, not for the config and again for the weights
+    return load_pretrained("AutoModel", folder, **encoder_kwargs(load_model_config(folder)))
 
 
 # Task kind -> the Hugging Face auto class of the encoder with that kind's own head (BERT's head).

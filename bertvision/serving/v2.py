@@ -273,28 +273,37 @@ def infer_response(task: TaskEntry, request: dict, results: list) -> dict:
         }
         for name in names
     ]
-    response = {"model_name": task.name, "model_version": "1", "outputs": outputs}
+    response = {"model_name": task.name, "model_version": MODEL_VERSION, "outputs": outputs}
     if "id" in request:
         response["id"] = request["id"]
     return response
 
 
 # --- the routes ----------------------------------------------------------------------------------
+# Each task is one model of one version: a run's picked head is the model, and a new run is a new service.
+MODEL_VERSION = "1"
+
+
 def v2_router(service: Service, submit, settings: ServeSettings, is_ready) -> APIRouter:
     """The protocol's routes. ``submit``: the batcher's; ``is_ready()``: loaded and warmed."""
     router = APIRouter(prefix="/v2", tags=["Open Inference Protocol (KServe v2)"])
 
-    def model(name: str) -> TaskEntry:
+    def model(name: str, version: str | None = None) -> TaskEntry:
+        """The task a path names; its version, when the path gives one, must be the one it has."""
         if name not in service.tasks:
             raise ProtocolError(
                 "model_name", f"unknown model {name!r}; this service serves {', '.join(service.tasks)}", 404
+            )
+        if version is not None and version != MODEL_VERSION:
+            raise ProtocolError(
+                "model_version", f"model {name!r} has version {MODEL_VERSION} only, not {version!r}", 404
             )
         return service.tasks[name]
 
     def model_metadata(task: TaskEntry) -> dict:
         return {
             "name": task.name,
-            "versions": ["1"],
+            "versions": [MODEL_VERSION],
             "platform": "bertvision",
             "inputs": tensor_metadata(input_tensors(task)),
             "outputs": tensor_metadata(output_tensors(task)),
@@ -333,21 +342,24 @@ def v2_router(service: Service, submit, settings: ServeSettings, is_ready) -> AP
         """Every model (task) this service answers, with its kind and readiness."""
         return {
             "models": [
-                {"name": n, "versions": ["1"], "kind": t.kind, "ready": is_ready()} for n, t in service.tasks.items()
+                {"name": n, "versions": [MODEL_VERSION], "kind": t.kind, "ready": is_ready()}
+                for n, t in service.tasks.items()
             ]
         }
 
     @router.get("/models/{name}")
+    @router.get("/models/{name}/versions/{version}")
     @guarded
-    async def metadata(name: str):
+    async def metadata(name: str, version: str | None = None):
         """The model's input and output tensors, its heads and default head."""
-        return model_metadata(model(name))
+        return model_metadata(model(name, version))
 
     @router.get("/models/{name}/ready")
+    @router.get("/models/{name}/versions/{version}/ready")
     @guarded
-    async def model_ready(name: str):
+    async def model_ready(name: str, version: str | None = None):
         """200 once the model is ready, 503 before."""
-        model(name)
+        model(name, version)
         return (
             {"name": name, "ready": True}
             if is_ready()
@@ -355,10 +367,11 @@ def v2_router(service: Service, submit, settings: ServeSettings, is_ready) -> AP
         )
 
     @router.post("/models/{name}/infer")
+    @router.post("/models/{name}/versions/{version}/infer")
     @guarded
-    async def infer(name: str, http: Request):
+    async def infer(name: str, http: Request, version: str | None = None):
         """Answer a batch of inputs for one task (tensors as in the model's metadata)."""
-        task = model(name)
+        task = model(name, version)
         request, tail = split_body(await http.body(), http.headers.get(HEADER_LENGTH))
         head = (request.get("parameters") or {}).get("head")
         if head is not None and not isinstance(head, str):
