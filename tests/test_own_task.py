@@ -257,6 +257,10 @@ def test_a_declared_task_is_a_task_like_the_registrys(tiny_bert, tmp_path):
             "task of your own: its text column, or two for a pair task.",
         ),
         (lambda b: b["faq"]["files"].update(test="faq-test.json"), "tasks.faq.files.test: predictions for an "),
+        (
+            lambda b: b["score"].update(text="score"),
+            "tasks.score.text: column 'score' is also the label column; the model would read its answer",
+        ),
     ],
 )
 def test_a_bad_declaration_is_one_line_naming_the_key(tiny_bert, tmp_path, change, message):

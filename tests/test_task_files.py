@@ -341,7 +341,19 @@ def test_unclosed_quote(tmp_path):
 def test_not_utf8_or_not_parquet(tmp_path):
     path = tmp_path / "train.csv"
     path.write_bytes("s,y\ncaf\u00e9,1\n".encode("latin-1"))
-    assert refused(read_table, path).startswith(f"{path}: cannot be read as csv: 'utf-8' codec can't decode")
+    assert (
+        refused(read_table, path)
+        == f"{path}: line 2, byte 4: not UTF-8 text (invalid continuation byte); save the file as UTF-8"
+    )
+    # far into a file: the line, not the decoder's position within its buffer
+    rows = "".join(f"row {i},{i % 2}\n" for i in range(5000))
+    path = tmp_path / "train.jsonl.gz"
+    with gzip.open(path, "wb") as fh:
+        fh.write("".join(f'{{"s": "row {i}", "y": {i % 2}}}\n' for i in range(5000)).encode() + b'{"s": "\xff"}\n')
+    assert refused(read_table, path).startswith(f"{path}: line 5001, byte 8: not UTF-8 text")
+    path = tmp_path / "big.tsv"
+    path.write_bytes(("s\ty\n" + rows.replace(",", "\t")).encode() + "caf\u00e9\t1\n".encode("latin-1"))
+    assert refused(read_table, path).startswith(f"{path}: line 5002, byte 4: not UTF-8 text")
     path = write(tmp_path / "train.parquet", "not parquet")
     assert refused(read_table, path).startswith(f"{path}: cannot be read as parquet: ")
 

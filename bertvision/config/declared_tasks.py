@@ -63,6 +63,12 @@ def _train_facts(path: str, mtime_ns: int, kind: str, label_column: str | None) 
     return len(read_table(Path(path))), (labels_in(Path(path), label_column) if label_column else ())
 
 
+def _check_columns(where: str, text, label: str) -> None:
+    """No text column is the label column: a model that reads its label would score perfectly."""
+    if label in ([text] if isinstance(text, str) else text):
+        raise ConfigError(f"{where}.text: column {label!r} is also the label column; the model would read its answer")
+
+
 def _check_metrics(where: str, kind: str, metrics) -> None:
     """Each named metric is one of its task kind's (a regression scored by accuracy would count
     exact matches of real numbers)."""
@@ -86,6 +92,8 @@ def declared_task(name: str, block: dict) -> TaskSpec:
     if kind in QUESTION_KINDS and "test" in block.get("files", {}):
         raise ConfigError(f"{where}.files.test: predictions for an unlabelled file are for classification and "
                           "regression tasks; a question task's files are labelled (train, dev)")  # fmt: skip
+    if kind not in QUESTION_KINDS:
+        _check_columns(where, block["text"], block["label"])
     _check_metrics(where, kind, block.get("metrics") or ())
     rows, found = _hub_facts(where, block) if "hub" in block else _file_facts(where, block)
     if kind in QUESTION_KINDS:

@@ -178,6 +178,8 @@ def _read(path: Path) -> tuple[pd.DataFrame, Callable[[int], str]]:
     except (ValueError, OSError, EOFError) as exc:  # UnicodeDecodeError, a bad gzip or Parquet file
         if isinstance(exc, DataFormatError):
             raise
+        if isinstance(exc, UnicodeDecodeError) and (place := _first_undecodable(path)):
+            raise DataFormatError(f"{path}: {place}: not UTF-8 text ({exc.reason}); save the file as UTF-8") from None
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise DataFormatError(f"{path}: cannot be read as {fmt}: {reason}") from None
     if len(frame) == 0:
@@ -195,6 +197,19 @@ def _read(path: Path) -> tuple[pd.DataFrame, Callable[[int], str]]:
 def _open_text(path: Path, newline: str | None = None):
     opener = gzip.open if path.name.lower().endswith(".gz") else open
     return opener(path, "rt", encoding="utf-8-sig", newline=newline)
+
+
+def _first_undecodable(path: Path) -> str | None:
+    """Where (``line N, byte M``) a text file's first byte that is not UTF-8 (the decoder's own position
+    counts from its buffer, not the file)."""
+    opener = gzip.open if path.name.lower().endswith(".gz") else open
+    with opener(path, "rb") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                return f"line {lineno}, byte {exc.start + 1}"
+    return None
 
 
 def _scan_csv(path: Path, sep: str) -> list[int]:
