@@ -200,7 +200,7 @@ def _open_text(path: Path, newline: str | None = None):
 
 
 def _first_undecodable(path: Path) -> str | None:
-    """Where (``line N, byte M``) a text file's first byte that is not UTF-8 (the decoder's own position
+    """The place (``line N, byte M``) of the first byte in a text file that is not UTF-8 (the decoder's position
     counts from its buffer, not the file)."""
     opener = gzip.open if path.name.lower().endswith(".gz") else open
     with opener(path, "rb") as fh:
