@@ -29,8 +29,10 @@ from bertvision.plan.requests import RuleRequests
 from bertvision.plan.files import RunFiles
 from bertvision.plan.targets import Targets
 
-# Errors name the config file(s) and the key at fault (with --config overrides: "workflow config").
-CONFIG_SOURCE = " + ".join(str(p) for p in workflow.configfiles) or "workflow config"
+# Errors name where the config came from (its files, then --config's values over them) and the key at fault.
+CONFIG_SOURCE = " + ".join(
+    [str(p) for p in workflow.configfiles] + (["--config"] if workflow.config_settings.config else [])
+) or "workflow config"
 try:
     S = WorkflowSettings(validate_config(config, source=CONFIG_SOURCE), source=CONFIG_SOURCE)
 except BertvisionError as err:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, SHIPPED_GLUE, workflow_settings
+from tests.conftest import REPO, SHIPPED_GLUE, snakemake_command, workflow_settings
 
 
 def bertvision(*args, cwd=REPO) -> subprocess.CompletedProcess:
@@ -172,6 +172,15 @@ def test_bad_head_settings_name_the_head_and_the_key(tmp_path, heads, message):
 def test_an_unknown_task_is_named(tmp_path):
     line = one_error_line(bertvision("download", "--task", "mnli2", "--settings", "{}", "--out-dir", str(tmp_path)))
     assert "--task: unknown task 'mnli2'" in line
+
+
+def test_a_bad_value_given_with_snakemakes_config_flag_is_named_as_given_there(tmp_path):
+    """The workflow's parse names where a bad value came from: the config file, and --config over it."""
+    (tmp_path / "config.yaml").write_text((REPO / "config.yaml").read_text())
+    cmd = snakemake_command(tmp_path, "-n", "--config", "finetune={seeds: []}")
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr + proc.stdout
+    assert f"{tmp_path / 'config.yaml'} + --config: finetune.seeds: [] should be non-empty" in proc.stderr + proc.stdout
 
 
 def test_validate_config_names_each_bad_key(tmp_path):
