@@ -329,11 +329,13 @@ def test_a_hub_backbone_that_is_neither_reachable_nor_cached_is_one_line(tmp_pat
     assert "nobody/not-in-the-cache: no snapshot from the hub or its cache (" in line
 
 
-def test_serve_refuses_a_port_it_cannot_listen_on_in_one_line_before_loading_anything():
+def test_serve_refuses_a_port_or_workers_it_cannot_use_in_one_line_before_loading_anything():
     import socket
 
     line = one_error_line(bertvision("serve", "bundles/none", "--port", "70000"))
     assert "bertvision serve: error: --port: 70000 is not a TCP port (0 to 65535)" in line
+    line = one_error_line(bertvision("serve", "bundles/none", "--workers", "0"))
+    assert "bertvision serve: error: --workers: 0; at least 1 worker process" in line
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()

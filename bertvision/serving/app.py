@@ -318,10 +318,13 @@ def app_from_env() -> FastAPI:
     return create_app([Path(p) for p in os.environ[BUNDLE_ENV].split(os.pathsep)], settings)
 
 
-def check_listen(host: str, port: int) -> None:
-    """A port out of range or already taken fails here, in one line, before the bundles load."""
+def check_listen(host: str, port: int, workers: int = 1) -> None:
+    """A port out of range or already taken, or no worker process, fails here, in one line, before
+    the bundles load."""
     import socket
 
+    if workers < 1:  # uvicorn would start one worker for 0 and say nothing
+        raise SettingsError(f"--workers: {workers}; at least 1 worker process")
     if not 0 <= port <= 65535:
         raise SettingsError(f"--port: {port} is not a TCP port (0 to 65535)")
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
@@ -342,7 +345,7 @@ def serve(
 
     from bertvision.serving.bundle import BundleError, load_bundle
 
-    check_listen(host, port)
+    check_listen(host, port, workers)
     # a broken bundle fails here, in one line, before any worker starts; so do two that share a task
     loaded = [load_bundle(p) for p in bundle_paths_of(bundles)]
     served: dict[str, Path] = {}
