@@ -117,3 +117,17 @@ def test_literal_choices_and_the_settings_keys_are_in_the_help():
     assert "{fp32,bf16}" in text
     assert "--runtime: JSON object (HeadRuntimeSettings) with keys:" in text and "config heads.verify" in text
     assert "(default 1.0)" in text  # train_fraction's default, the stage's
+
+
+def test_every_flag_of_every_command_says_what_it_takes():
+    """Each command's flags come from its stage's parameters; each parameter name has its help text."""
+    from bertvision.commands.main import command_parser
+    from bertvision.commands.stages import COMMANDS
+
+    silent = [
+        (name, action.option_strings[0])
+        for name in COMMANDS
+        for action in command_parser(name)._actions
+        if action.option_strings and action.dest != "help" and not action.help
+    ]
+    assert not silent, silent

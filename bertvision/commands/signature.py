@@ -106,6 +106,16 @@ HELP = {
     "config": "a config file",
     "show": "print the effective config, every default filled in",
     "dir": "the working directory",
+    "out": "the file to write",
+    "out_dir": "the folder to write into",
+    "bert_metrics": "BERT's own head's records at every checkpoint (rule score_bert)",
+    "search_workers": "every search worker's record (its job's time is part of a pick's whole cost)",
+    "race_decisions": "the race's decision at every checkpoint it reached",
+    "peer_metrics": "every peer run's record (rule peer)",
+    "best_files": "every search's best parameters (rule search_best)",
+    "subset_dirs": "train_heads_subset outputs (heads trained on nested shares of the rows)",
+    "transfer_files": "every transfer record (heads applied to another checkpoint or task)",
+    "curve_files": "BERT's fine-tuning curve records (rule bert_curve)",
 }
 
 
