@@ -209,6 +209,17 @@ def test_missing_column_lists_the_columns_found(tmp_path):
     assert refused(read_reviews, path) == f"{path}: missing column(s) ['stars']; columns found: ['title', 'body']"
 
 
+def test_a_file_split_on_another_separator_is_named_so(tmp_path):
+    """A spreadsheet's semicolon-separated export saved as .csv is one column: the line says why."""
+    path = write(tmp_path / "train.csv", "title;body;stars\nA;B;ok\n")
+    assert refused(read_reviews, path) == (
+        f"{path}: line 1: missing column(s) ['title', 'body', 'stars']; columns found: ['title;body;stars'] (one "
+        "column whose name holds ';': a .csv file is read as comma-separated and a .tsv file as tab-separated)"
+    )
+    path = write(tmp_path / "train.tsv", "title,body,stars\nA,B,ok\n")
+    assert "(one column whose name holds ',': a .csv file is read as comma-separated" in refused(read_reviews, path)
+
+
 def test_duplicate_column_names(tmp_path):
     path = write(tmp_path / "train.csv", "title,body,title,stars\nA,B,C,ok\n")
     assert refused(read_table, path) == (

@@ -28,6 +28,7 @@ from bertvision.errors import DataFormatError, MissingError
 FORMATS = ("csv", "tsv", "jsonl", "json", "parquet")
 _SUFFIXES = (".csv", ".csv.gz", ".tsv", ".tsv.gz", ".jsonl", ".jsonl.gz", ".json", ".json.gz", ".parquet")
 _SEPARATORS = {"csv": ",", "tsv": "\t"}
+_SEPARATOR_HINT = "a .csv file is read as comma-separated and a .tsv file as tab-separated"
 _INTEGER = re.compile(r"[+-]?\d+")
 
 
@@ -289,7 +290,10 @@ def _require_columns(source: str, frame: pd.DataFrame, wanted: list[str], header
     missing = [column for column in dict.fromkeys(wanted) if column not in frame.columns]
     if missing:
         at = f" {header}:" if header else ""
-        raise DataFormatError(f"{source}:{at} missing column(s) {missing}; columns found: {list(frame.columns)}")
+        found = list(frame.columns)
+        separators = [sep for sep in (",", "\t", ";", "|") if header and len(found) == 1 and sep in str(found[0])]
+        hint = f" (one column whose name holds {separators[0]!r}: {_SEPARATOR_HINT})" if separators else ""
+        raise DataFormatError(f"{source}:{at} missing column(s) {missing}; columns found: {found}{hint}")
 
 
 def _cell_error(source: str, place: str, column: str, problem: str) -> DataFormatError:
