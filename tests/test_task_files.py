@@ -328,6 +328,13 @@ def test_regression_label_not_a_number(tmp_path, value, shown):
     assert message == f"{path}: line 3: column 'y': label {shown} is not a finite number"
 
 
+def test_a_regression_whose_train_labels_never_vary_is_refused(tmp_path):
+    path = write(tmp_path / "train.csv", "s,y\na,2\nb,2.0\nc,2\n")
+    message = refused(read_task_file, path, "train", ("s",), ("sentence",), "y", "regression", ())
+    assert message == f"{path}: column 'y': every train label is 2; a regression learns from labels that vary"
+    assert len(read_task_file(path, "dev", ("s",), ("sentence",), "y", "regression", ())) == 3  # dev is only scored
+
+
 def test_regression_nan_in_parquet(tmp_path):
     path = tmp_path / "train.parquet"
     pd.DataFrame({"s": ["a", "b"], "y": [1.0, float("nan")]}).to_parquet(path)

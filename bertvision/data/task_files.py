@@ -106,6 +106,11 @@ def task_frame(
         raw = frame[label_column]
         if kind == "regression":
             out["label"] = _numbers(raw, source, where, label_column)
+            if split == "train" and len(np.unique(out["label"])) == 1:
+                raise DataFormatError(
+                    f"{source}: column {label_column!r}: every train label is {out['label'][0]:g}; "
+                    "a regression learns from labels that vary"
+                )
         else:
             out["label"] = _label_ids(raw, source, where, label_column, split, labels)
     return pd.DataFrame(out)
