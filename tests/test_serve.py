@@ -1005,6 +1005,8 @@ def test_two_bundles_serve_their_tasks_each_with_its_own_encoder_pass(run, tiny_
         client.close()
     with pytest.raises(BundleError, match="task mrpc is also served by"):
         create_app([bundle.root, pairs_bundle.root], settings)
+    with pytest.raises(BundleError, match=f"{pairs_bundle.root}: given twice"):
+        create_app([pairs_bundle.root, pairs_bundle.root], settings)
 
 
 # --- load and faults ---------------------------------------------------------------------------

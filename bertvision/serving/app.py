@@ -343,17 +343,12 @@ def serve(
 
     import uvicorn
 
-    from bertvision.serving.bundle import BundleError, load_bundle
+    from bertvision.serving.bundle import load_bundle, task_owners
 
     check_listen(host, port, workers)
-    # a broken bundle fails here, in one line, before any worker starts; so do two that share a task
+    # a broken bundle fails here, in one line, before any worker starts; so do two that share a task, or one given twice
     loaded = [load_bundle(p) for p in bundle_paths_of(bundles)]
-    served: dict[str, Path] = {}
-    for one in loaded:
-        for task in one.tasks:
-            if task in served:
-                raise BundleError(f"{one.root}: task {task} is also served by {served[task]}")
-            served[task] = one.root
+    task_owners(loaded)
     # several workers on one CPU would otherwise each start a thread per core
     threads = settings.threads or (max(1, (os.cpu_count() or 1) // workers) if workers > 1 else None)
     settings = replace(settings, threads=threads)

@@ -270,6 +270,23 @@ def load_bundle(path: Path) -> Bundle:
         raise BundleError(f"{meta_path}: malformed ({type(err).__name__}: {err})") from None
 
 
+def task_owners(bundles: list[Bundle]) -> dict[str, int]:
+    """Task -> the position of the one bundle among ``bundles`` that serves it; a bundle given twice,
+    or two with a task in common, is a BundleError."""
+    owner: dict[str, int] = {}
+    for i, bundle in enumerate(bundles):
+        for name in bundle.tasks:
+            if name in owner and bundles[owner[name]].root == bundle.root:
+                raise BundleError(f"{bundle.root}: given twice (by itself or in a set of bundles)")
+            if name in owner:
+                raise BundleError(
+                    f"{bundle.root}: task {name} is also served by {bundles[owner[name]].root}; "
+                    "give each task to one bundle (write bundles with disjoint --task lists)"
+                )
+            owner[name] = i
+    return owner
+
+
 def bundle_paths(paths) -> list[Path]:
     """Bundle directories from what a user names: bundles, and sets of bundles (a directory with
     ``bundles.json``, as ``serve-bundles`` writes: each of its bundles, in its order)."""

@@ -13,7 +13,7 @@ import asyncio
 from dataclasses import replace
 
 from bertvision.serving.batching import Batcher
-from bertvision.serving.bundle import BundleError, TaskEntry
+from bertvision.serving.bundle import TaskEntry, task_owners
 from bertvision.serving.engine import Engine
 from bertvision.serving.items import QuestionItem, RequestError, TextItem
 from bertvision.serving.settings import ServeSettings
@@ -27,16 +27,7 @@ class Service:
         self.batchers = [
             Batcher(e.predict, settings.max_batch_size, settings.max_wait_ms, settings.max_queued) for e in engines
         ]
-        self.owner: dict[str, int] = {}
-        for i, engine in enumerate(engines):
-            for name in engine.tasks:
-                if name in self.owner:
-                    first = engines[self.owner[name]].bundle.root
-                    raise BundleError(
-                        f"{engine.bundle.root}: task {name} is also served by {first}; "
-                        "give each task to one bundle (write bundles with disjoint --task lists)"
-                    )
-                self.owner[name] = i
+        self.owner = task_owners([e.bundle for e in engines])
         self.tasks: dict[str, TaskEntry] = {n: engines[i].tasks[n] for n, i in self.owner.items()}
 
     # --- the checks' view of an engine -----------------------------------------------------------
