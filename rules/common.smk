@@ -16,7 +16,6 @@ except ModuleNotFoundError:
         f"the bertvision package is not installed for {sys.executable}: run `make setup` (or "
         "`pip install -e .` in the repository) and use that environment's snakemake"
     ) from None
-
 from bertvision import layout as L
 from bertvision.config.schema import validate_config
 from bertvision.config.workflow import WorkflowSettings
@@ -30,9 +29,8 @@ from bertvision.plan.files import RunFiles
 from bertvision.plan.targets import Targets
 
 # Errors name where the config came from (its files, then --config's values over them) and the key at fault.
-CONFIG_SOURCE = " + ".join(
-    [str(p) for p in workflow.configfiles] + (["--config"] if workflow.config_settings.config else [])
-) or "workflow config"
+GIVEN = [*map(str, workflow.configfiles), *(["--config"] if workflow.config_settings.config else [])]
+CONFIG_SOURCE = " + ".join(GIVEN) or "workflow config"
 try:
     S = WorkflowSettings(validate_config(config, source=CONFIG_SOURCE), source=CONFIG_SOURCE)
 except BertvisionError as err:
