@@ -15,7 +15,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from bertvision.serving.items import QuestionItem, TextItem
 
@@ -52,15 +52,11 @@ class BatchStats:
     requests: int = 0  # requests answered (or failed)
     failed: int = 0
     largest: int = 0  # most requests in one batch
-    busy_seconds: float = 0.0
-    sizes: list[int] = field(default_factory=list)  # requests per batch, the last 1000
 
-    def record(self, n_requests: int, seconds: float) -> None:
+    def record(self, n_requests: int) -> None:
         self.batches += 1
         self.requests += n_requests
         self.largest = max(self.largest, n_requests)
-        self.busy_seconds += seconds
-        self.sizes = (self.sizes + [n_requests])[-1000:]
 
 
 class Batcher:
@@ -165,7 +161,6 @@ class Batcher:
             raise
         except BaseException as err:  # tokenizers' Rust panics are BaseExceptions
             self.stats.batches += 1
-            self.stats.busy_seconds += time.perf_counter() - t0
             if len(jobs) > 1:
                 log.warning(
                     "a batch of %d requests failed (%s: %s); retrying them one by one",
@@ -190,7 +185,7 @@ class Batcher:
         finally:
             self._busy = False
         seconds = time.perf_counter() - t0
-        self.stats.record(len(jobs), seconds)
+        self.stats.record(len(jobs))
         if self.observer is not None:
             self.observer(len(jobs), len(texts) + len(questions), seconds)
         t = q = 0
