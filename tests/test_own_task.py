@@ -319,6 +319,35 @@ def test_validate_config_reads_every_row_of_every_declared_file_before_anything_
     assert message.endswith("column 'band': unknown label 'very high' in dev; expected one of " + str(list(BANDS)))
 
 
+def test_validate_config_notes_dev_rows_that_repeat_a_train_rows_texts(tiny_bert, tmp_path, capsys):
+    """Valid, and said: a dev row whose texts are a train row's rewards memory (counted exactly)."""
+    from bertvision.config.validate import validate_config_file
+
+    blocks = write_own_files(tmp_path / "data")
+    config = tmp_path / "own.yaml"
+    config.write_text(yaml.safe_dump(own_config(tiny_bert, blocks)))
+    validate_config_file(config)
+    notes = capsys.readouterr().out.splitlines()[1:]
+    # STS-B's own dev repeats train pairs (6 of its 1,500; 2 among the first 30), and single sentences
+    # more often; MRPC's share none
+    assert [n.split(": ")[2:4] for n in notes] == [
+        ["tasks.score.files.dev", "4 of 30 dev rows repeat a train row's text exactly; a model that remembers"
+         " train scores well on them (dev is scored as given)"],
+        ["tasks.similarity.files.dev", "2 of 30 dev rows repeat a train row's text exactly; a model that remembers"
+         " train scores well on them (dev is scored as given)"],
+    ]  # fmt: skip
+    files = blocks["paraphrase"]["files"]
+    train, dev = (pd.read_json(files[split], lines=True) for split in ("train", "dev"))
+    dev.loc[[1, 3], ["a", "b"]] = train.loc[[0, 5], ["a", "b"]].to_numpy()
+    dev.loc[6, "a"] = train.loc[2, "a"]  # one text of a pair: not a repeat
+    dev.to_json(files["dev"], orient="records", lines=True)
+    validate_config_file(config)
+    assert [n for n in capsys.readouterr().out.splitlines() if "tasks.paraphrase" in n] == [
+        f"{config}: note: tasks.paraphrase.files.dev: 2 of {len(dev)} dev rows repeat a train row's text exactly; "
+        "a model that remembers train scores well on them (dev is scored as given)"
+    ]
+
+
 def test_a_bad_row_stops_the_download_job_in_one_line_and_writes_nothing(tiny_bert, tmp_path):
     """The job's own process knows the declared task from the environment the workflow gives it
     (rules/common.smk), reads the dev file and names its bad label's line."""

@@ -168,24 +168,37 @@ def _source_fields(block: dict, text_columns: tuple[str, ...], label_column: str
     }
 
 
-def check_files(task: TaskSpec) -> None:
+def check_files(task: TaskSpec) -> list[str]:
     """Read every file of a task declared with ``files`` as its download will, each row and cell
     checked (``bertvision validate-config``: the workflow's parse reads the train file's rows and
-    labels only); a ConfigError names the config key, the file, the line and the column."""
+    labels only); a ConfigError names the config key, the file, the line and the column. Returns
+    notes on what is valid but worth knowing: dev rows whose texts are a train row's."""
     layout = task.squad or task.files
     files = layout.files if layout else {}
+    frames = {}
     for split, path in sorted(files.items(), key=lambda item: ("train", "dev", UNLABELLED).index(item[0])):
         try:
             if task.squad:
                 parse_squad(Path(path))
             else:
                 label = None if split == UNLABELLED else layout.label_column
-                read_task_file(Path(path), split, layout.text_columns, task.text_fields, label, task.kind,
-                               task.raw_labels)  # fmt: skip
+                frames[split] = read_task_file(Path(path), split, layout.text_columns, task.text_fields, label,
+                                               task.kind, task.raw_labels)  # fmt: skip
         except FileNotFoundError:
             raise ConfigError(f"tasks.{task.name}.files.{split}: {path}: no such file") from None
         except BertvisionError as err:
             raise ConfigError(f"tasks.{task.name}.files.{split}: {err}") from None
+    if "train" not in frames:
+        return []
+    seen = set(frames["train"][list(task.text_fields)].itertuples(index=False, name=None))
+    dev = frames["dev"][list(task.text_fields)].itertuples(index=False, name=None)
+    repeated = sum(texts in seen for texts in dev)
+    if not repeated:
+        return []
+    return [
+        f"tasks.{task.name}.files.dev: {repeated} of {len(frames['dev'])} dev rows repeat a train row's text "
+        "exactly; a model that remembers train scores well on them (dev is scored as given)"
+    ]
 
 
 def question_task(name: str, block: dict, rows: int) -> TaskSpec:

@@ -17,9 +17,10 @@ def validate_config_file(config: Path, show: bool = False) -> None:
     import yaml
 
     settings = WorkflowSettings.from_file(config)
+    notes = []
     for task in settings.declared:
         try:
-            check_files(task)
+            notes += check_files(task)
         except ConfigError as err:
             raise ConfigError(f"{config}: {err}") from None
     if show:
@@ -30,3 +31,5 @@ def validate_config_file(config: Path, show: bool = False) -> None:
             if uncached_hub_id(ref := settings.pretrained(model)):
                 print(f"{config}: note: backbones.{model}.pretrained: {ref} is not in this machine's Hugging Face "
                       "cache; the run downloads it (without network: download it first)")  # fmt: skip
+        for note in notes:
+            print(f"{config}: note: {note}")
