@@ -76,3 +76,17 @@ def test_hub_path_with_a_local_repository(tmp_path, local_hub_repo, monkeypatch)
     hub = pd.read_parquet(tmp_path / "out" / "dev.parquet")
     assert hub["sentence1"].tolist() == local["sentence1"].tolist()
     assert hub["label"].tolist() == local["label"].tolist()
+
+
+def test_rows_that_repeat_a_train_rows_texts_are_counted_in_the_log(tmp_path, caplog):
+    """STS-B's dev repeats 6 of train's pairs (docs/results/dev-train-repeats.txt): kept and scored
+    as given, and said; MRPC's dev repeats none, and nothing is said."""
+    caplog.set_level("WARNING", logger="bertvision.stages.download")
+    download_task(
+        get_task("stsb"),
+        workflow_settings().download("stsb").replace(train_size=None, eval_size=None),
+        tmp_path / "stsb",
+    )
+    download_task(get_task("mrpc"), settings(train_size=None), tmp_path / "mrpc")
+    dev = [r.getMessage() for r in caplog.records if " dev rows " in r.getMessage()]
+    assert len(dev) == 1 and dev[0].startswith("stsb: 6 of 1500 dev rows repeat a train row's text exactly")

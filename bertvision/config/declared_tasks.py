@@ -35,7 +35,7 @@ import re
 from pathlib import Path
 
 from bertvision.data.squad_files import parse_squad
-from bertvision.data.task_files import labels_in, read_table, read_task_file
+from bertvision.data.task_files import labels_in, read_table, read_task_file, repeated_texts
 from bertvision.errors import BertvisionError, ConfigError
 from bertvision.registry.hub_layout import HubLayout
 from bertvision.registry.metrics import allowed_metrics
@@ -190,9 +190,7 @@ def check_files(task: TaskSpec) -> list[str]:
             raise ConfigError(f"tasks.{task.name}.files.{split}: {err}") from None
     if "train" not in frames:
         return []
-    seen = set(frames["train"][list(task.text_fields)].itertuples(index=False, name=None))
-    dev = frames["dev"][list(task.text_fields)].itertuples(index=False, name=None)
-    repeated = sum(texts in seen for texts in dev)
+    repeated = repeated_texts(frames["train"], frames["dev"], task.text_fields)
     if not repeated:
         return []
     return [

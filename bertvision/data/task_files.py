@@ -116,6 +116,12 @@ def task_frame(
     return pd.DataFrame(out)
 
 
+def repeated_texts(train: pd.DataFrame, rows: pd.DataFrame, text_fields: tuple[str, ...]) -> int:
+    """How many of ``rows`` have exactly the texts (every text field) of a row of ``train``."""
+    seen = set(train[list(text_fields)].itertuples(index=False, name=None))
+    return sum(texts in seen for texts in rows[list(text_fields)].itertuples(index=False, name=None))
+
+
 def _check_shape(text_columns: tuple[str, ...], text_fields: tuple[str, ...], kind: str) -> None:
     if kind not in ("classification", "regression"):
         raise ValueError(f"kind must be classification or regression, not {kind!r}")
