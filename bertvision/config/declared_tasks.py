@@ -35,7 +35,7 @@ import re
 from pathlib import Path
 
 from bertvision.data.squad_files import parse_squad
-from bertvision.data.task_files import labels_in, read_table, read_task_file, repeated_texts
+from bertvision.data.task_files import labels_in, read_table, read_task_file, repeated_rows_note
 from bertvision.errors import BertvisionError, ConfigError
 from bertvision.registry.hub_layout import HubLayout
 from bertvision.registry.metrics import allowed_metrics
@@ -188,15 +188,8 @@ def check_files(task: TaskSpec) -> list[str]:
             raise ConfigError(f"tasks.{task.name}.files.{split}: {path}: no such file") from None
         except BertvisionError as err:
             raise ConfigError(f"tasks.{task.name}.files.{split}: {err}") from None
-    if "train" not in frames:
-        return []
-    repeated = repeated_texts(frames["train"], frames["dev"], task.text_fields)
-    if not repeated:
-        return []
-    return [
-        f"tasks.{task.name}.files.dev: {repeated} of {len(frames['dev'])} dev rows repeat a train row's text "
-        "exactly; a model that remembers train scores well on them (dev is scored as given)"
-    ]
+    repeats = repeated_rows_note(frames["train"], frames["dev"], task.text_fields, "dev") if "train" in frames else None
+    return [f"tasks.{task.name}.files.dev: {repeats}"] if repeats else []
 
 
 def question_task(name: str, block: dict, rows: int) -> TaskSpec:

@@ -116,10 +116,17 @@ def task_frame(
     return pd.DataFrame(out)
 
 
-def repeated_texts(train: pd.DataFrame, rows: pd.DataFrame, text_fields: tuple[str, ...]) -> int:
-    """How many of ``rows`` have exactly the texts (every text field) of a row of ``train``."""
+def repeated_rows_note(train: pd.DataFrame, rows: pd.DataFrame, text_fields: tuple[str, ...], split: str) -> str | None:
+    """What to say when some of ``rows`` (of ``split``) have exactly the texts (every text field) of a
+    row of ``train``: kept and scored as given, but they reward memory. None when none do."""
     seen = set(train[list(text_fields)].itertuples(index=False, name=None))
-    return sum(texts in seen for texts in rows[list(text_fields)].itertuples(index=False, name=None))
+    repeated = sum(texts in seen for texts in rows[list(text_fields)].itertuples(index=False, name=None))
+    if not repeated:
+        return None
+    return (
+        f"{repeated} of {len(rows)} {split} rows repeat a train row's text exactly; a model that remembers train "
+        f"scores well on them ({split} is scored as given)"
+    )
 
 
 def _check_shape(text_columns: tuple[str, ...], text_fields: tuple[str, ...], kind: str) -> None:

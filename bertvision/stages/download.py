@@ -16,7 +16,7 @@ from bertvision.config.settings import DownloadSettings
 from bertvision.data import squad_files
 from bertvision.data.glue_files import locate, parse_split
 from bertvision.data.hub import declared_source, load_declared_questions, load_declared_split, load_hub_split
-from bertvision.data.task_files import read_task_file, repeated_texts
+from bertvision.data.task_files import read_task_file, repeated_rows_note
 from bertvision.errors import DataFormatError
 from bertvision.files import atomic_write_parquet
 from bertvision.layout import split_file
@@ -144,9 +144,9 @@ def download_glue(task: TaskSpec, settings: DownloadSettings, out_dir: Path) -> 
         counts[UNLABELLED] = len(unlabelled)
     log.info("%s: source train rows %d; written %s", task.name, len(train_full), counts)
     for split in ("selection", *task.eval_splits):  # dev against every train row read, selection or not
-        if repeated := repeated_texts(train if split == "selection" else train_pool, frames[split], task.text_fields):
-            log.warning("%s: %d of %d %s rows repeat a train row's text exactly (scored as given; they reward memory)",
-                        task.name, repeated, len(frames[split]), split)  # fmt: skip
+        seen = train if split == "selection" else train_pool
+        if repeats := repeated_rows_note(seen, frames[split], task.text_fields, split):
+            log.warning("%s: %s", task.name, repeats)
     return counts
 
 
