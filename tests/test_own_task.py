@@ -306,7 +306,7 @@ def test_validate_config_reads_every_row_of_every_declared_file_before_anything_
         "['bb']; columns found: ['a', 'b', 'same']"
     )
     assert problem(lambda b: b["score"]["files"].update(test="gone.parquet")) == (
-        f"{config}: tasks.score.files.test: gone.parquet: no such file"
+        f"{config}: tasks.score.files.test: gone.parquet: no such file (relative to the working directory {Path.cwd()})"
     )
     assert problem(lambda b: b["faq"]["files"].update(dev=b["similarity"]["files"]["dev"])).startswith(
         f"{config}: tasks.faq.files.dev: "

@@ -37,6 +37,7 @@ from pathlib import Path
 from bertvision.data.squad_files import parse_squad
 from bertvision.data.task_files import labels_in, read_table, read_task_file, repeated_rows_note
 from bertvision.errors import BertvisionError, ConfigError
+from bertvision.files import no_such_file
 from bertvision.registry.hub_layout import HubLayout
 from bertvision.registry.metrics import allowed_metrics
 from bertvision.registry.task_spec import UNLABELLED, FileLayout, SquadFileLayout, TaskSpec
@@ -130,7 +131,7 @@ def _file_facts(where: str, block: dict) -> tuple[int, tuple[str, ...]]:
     try:
         return _train_facts(str(train), os.stat(train).st_mtime_ns, kind, wanted_labels)
     except FileNotFoundError:
-        raise ConfigError(f"{where}.files.train: {train}: no such file") from None
+        raise ConfigError(f"{where}.files.train: {no_such_file(train)}") from None
     except BertvisionError as err:
         raise ConfigError(f"{where}.files.train: {err}") from None
 
@@ -185,7 +186,7 @@ def check_files(task: TaskSpec) -> list[str]:
                 frames[split] = read_task_file(Path(path), split, layout.text_columns, task.text_fields, label,
                                                task.kind, task.raw_labels)  # fmt: skip
         except FileNotFoundError:
-            raise ConfigError(f"tasks.{task.name}.files.{split}: {path}: no such file") from None
+            raise ConfigError(f"tasks.{task.name}.files.{split}: {no_such_file(path)}") from None
         except BertvisionError as err:
             raise ConfigError(f"tasks.{task.name}.files.{split}: {err}") from None
     repeats = repeated_rows_note(frames["train"], frames["dev"], task.text_fields, "dev") if "train" in frames else None

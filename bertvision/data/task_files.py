@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from bertvision.errors import DataFormatError, MissingError
+from bertvision.files import no_such_file
 
 FORMATS = ("csv", "tsv", "jsonl", "json", "parquet")
 _SUFFIXES = (".csv", ".csv.gz", ".tsv", ".tsv.gz", ".jsonl", ".jsonl.gz", ".json", ".json.gz", ".parquet")
@@ -170,7 +171,7 @@ def _read(path: Path) -> tuple[pd.DataFrame, Callable[[int], str]]:
     """The frame and, for a row index, where that row is in the file ("line N" or "row N")."""
     fmt = file_format(path)
     if not path.is_file():
-        raise MissingError(f"{path}: no such file")
+        raise MissingError(no_such_file(path))
     if path.stat().st_size == 0:
         raise DataFormatError(f"{path}: empty file")
     try:
