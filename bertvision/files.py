@@ -100,7 +100,7 @@ def sha256_file(path: Path, block: int = 1 << 22) -> str:
 
 
 def no_such_file(path) -> str:
-    """"PATH: no such file", naming the working directory a relative PATH was looked for in: a
+    """ "PATH: no such file", naming the working directory a relative PATH was looked for in: a
     config's paths are read from the run's working directory (``snakemake --directory`` moves
     it), not from the config file's."""
     path = Path(path)
