@@ -4,6 +4,7 @@ use becomes the flag a rule passes, and the stage gets the value its annotation 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -124,10 +125,22 @@ def test_every_flag_of_every_command_says_what_it_takes():
     from bertvision.commands.main import command_parser
     from bertvision.commands.stages import COMMANDS
 
+    def says_more_than_its_default(text: str | None) -> bool:
+        return bool(re.sub(r"\(default[^)]*\)s?\)", "", text or "").strip())
+
     silent = [
         (name, action.option_strings[0])
         for name in COMMANDS
         for action in command_parser(name)._actions
-        if action.option_strings and action.dest != "help" and not action.help
+        if action.option_strings and action.dest != "help" and not says_more_than_its_default(action.help)
     ]
     assert not silent, silent
+
+
+def test_a_bare_list_argument_takes_at_least_one_value():
+    """``bertvision serve`` with no bundle is a usage error naming what it wants, not a bundle looked for in ``.``."""
+    from bertvision.commands.main import command_parser
+
+    with pytest.raises(SystemExit):
+        command_parser("serve").parse_args([])
+    assert command_parser("serve").parse_args(["a", "b"]).bundles == [Path("a"), Path("b")]

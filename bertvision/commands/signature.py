@@ -24,6 +24,8 @@ from bertvision.errors import SettingsError
 
 HELP = {
     "task": "a registered task",
+    "host": "the address to listen on (0.0.0.0: every interface)",
+    "port": "the TCP port to listen on",
     "source": "the task whose heads are applied",
     "target": "the task they are applied to",
     "model_name": "the backbone's name in the config (recorded with the results)",
@@ -197,8 +199,8 @@ class Flag:
         options, help = dict(self.options), HELP.get(self.name, "")
         if self.settings:
             help = f"{help or 'the stage settings'}: a JSON {self.settings.__name__} (keys below)"
-        if positional:
-            parser.add_argument(self.name, help=help, **options)
+        if positional:  # a bare list asks for one value at least: none would be a usage error, not "."
+            parser.add_argument(self.name, help=help, **{**options, **({"nargs": "+"} if options.get("nargs") else {})})
             return
         if self.default is inspect.Parameter.empty:
             options["required"] = True
