@@ -517,6 +517,22 @@ def test_questions_to_a_bundle_without_a_span_task_are_a_4xx_naming_qa(run, tiny
         assert httpx.post(f"{running.url}/predict", json={"texts": [PAIR]}, timeout=60).status_code == 200
 
 
+def test_texts_to_a_bundle_of_question_tasks_alone_are_a_4xx_naming_the_qa_form(run, tiny_bert, server):
+    """The refusal says what the service takes instead, also when none of its tasks takes texts."""
+    from bertvision.serving.app import create_app
+
+    tasks = {k: v for k, v in bundle_tasks(run).items() if k.startswith("squad2")}
+    meta = {"backbone": "tiny", "encoder": "ft1/ckpt-1", "ft_seed": 1}
+    questions_only = write_bundle(run / "bundle-qa", run / "ft" / "ckpt-1", str(tiny_bert), tasks, meta, "fp32")
+    with Server(create_app(questions_only.root, server.app.state.settings)) as running:
+        response = httpx.post(f"{running.url}/predict", json={"texts": ["a text"]}, timeout=60)
+        assert response.status_code == 422, response.text
+        assert response.json()["detail"] == (
+            f"texts[0]: no task of this service takes a single text; {', '.join(sorted(tasks))} take(s) qa: "
+            "[{question, context}]"
+        )
+
+
 @pytest.mark.parametrize(
     "content, headers, status, field",
     [

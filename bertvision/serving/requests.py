@@ -184,13 +184,11 @@ def default_tasks(service: Service, arity: int, field: str) -> list[str]:
     names = [n for n, t in service.tasks.items() if not t.takes_questions and len(t.text_fields) == arity]
     if not names:
         kind = "a pair of texts" if arity == 2 else "a single text"
-        raise RequestError(
-            field,
-            f"no task of this service takes {kind}; its example tasks take "
-            + ", ".join(
-                f"{n} ({len(t.text_fields)} text(s))" for n, t in service.tasks.items() if not t.takes_questions
-            ),
-        )
+        takers = [f"{n} ({len(t.text_fields)} text(s))" for n, t in service.tasks.items() if not t.takes_questions]
+        questions = [n for n, t in service.tasks.items() if t.takes_questions]
+        others = [f"its example tasks take {', '.join(takers)}"] if takers else []
+        others += [f"{', '.join(questions)} take(s) qa: [{{question, context}}]"] if questions else []
+        raise RequestError(field, f"no task of this service takes {kind}; " + "; ".join(others))
     return names
 
 
