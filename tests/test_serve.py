@@ -822,6 +822,14 @@ def test_bad_protocol_requests_are_a_4xx_naming_the_field(server, task, body, st
     assert response.json()["field"] == field and response.json()["error"].startswith(f"{field}"), response.text
 
 
+def test_inputs_of_different_lengths_are_refused_naming_each_inputs_count(server):
+    body = {"inputs": [text_tensor("question", ["Who?", "What?"]), text_tensor("context", ["Jane."])]}
+    response = v2_post(server, "squad2", body)
+    assert response.status_code == 400 and response.json()["error"] == (
+        "inputs: the inputs hold different numbers of items (question 2, context 1); give one per example in each"
+    )
+
+
 def test_the_protocol_client_sees_a_refusal_as_an_error(server):
     from tritonclient.utils import InferenceServerException
 

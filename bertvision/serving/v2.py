@@ -191,7 +191,9 @@ def read_inputs(request: dict, tail: bytes, task: TaskEntry) -> dict[str, list[s
         raise ProtocolError("inputs", f"{task.name} needs {', '.join(wanted)}; missing {', '.join(missing)}")
     counts = {len(v) for v in found.values()}
     if len(counts) > 1:
-        raise ProtocolError("inputs", f"{', '.join(wanted)} hold different numbers of items ({sorted(counts)})")
+        sizes = ", ".join(f"{n} {len(found[n])}" for n in wanted)
+        problem = f"the inputs hold different numbers of items ({sizes}); give one per example in each"
+        raise ProtocolError("inputs", problem)
     if counts == {0}:
         raise ProtocolError("inputs", "no items")
     return found
