@@ -501,6 +501,16 @@ def test_bad_input_is_a_4xx_naming_the_field(server, body, status, field):
     assert response.json()["field"] == field and detail.startswith(f"{field}: "), detail
 
 
+def test_an_unknown_key_is_refused_naming_the_keys_it_may_be(server):
+    """A client that sends another API's body (``task``, ``inputs``) learns which keys this one takes."""
+    response = post(server, {"task": "mrpc", "inputs": [PAIR]})
+    assert response.status_code == 422 and response.json()["errors"] == [
+        {"field": key, "message": "not a field here; it takes texts, qa, tasks, heads"} for key in ("task", "inputs")
+    ]
+    response = post(server, {"qa": [{"question": "Who?", "context": "Jane did.", "answer": "Jane"}]})
+    assert response.json()["detail"] == "qa[0].answer: not a field here; it takes question, context"
+
+
 def test_questions_to_a_bundle_without_a_span_task_are_a_4xx_naming_qa(run, tiny_bert, server):
     """Not an empty 200: a qa item, alone or beside texts, that no task of the bundle answers."""
     from bertvision.serving.app import create_app

@@ -42,7 +42,7 @@ from bertvision.serving.docs_page import install_docs
 from bertvision.serving.engine import DEFAULTS, Engine
 from bertvision.serving.items import QuestionItem, RequestError, TextItem
 from bertvision.serving.metrics import Observed, ServiceMetrics
-from bertvision.serving.requests import PredictRequest, PredictResponse, build_items
+from bertvision.serving.requests import PredictRequest, PredictResponse, QAInput, build_items
 from bertvision.serving.service import Service
 from bertvision.serving.settings import ServeSettings
 from bertvision.serving.v2 import v2_router
@@ -115,6 +115,9 @@ def validation_error(_: Request, err: RequestValidationError) -> JSONResponse:
     for e in err.errors():
         where = "body" if e.get("type") == "json_invalid" else field_path(e.get("loc", ()))
         message = str(e.get("msg", "invalid")).removeprefix("Value error, ")
+        if e.get("type") == "extra_forbidden":  # the body's own keys, or a qa item's (qa[0].answer)
+            model = QAInput if where.startswith("qa[") else PredictRequest
+            message = f"not a field here; it takes {', '.join(model.model_fields)}"
         problems.append({"field": where, "message": message})
     detail = "; ".join(f"{p['field']}: {p['message']}" for p in problems) or "invalid request"
     return JSONResponse(
