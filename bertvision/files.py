@@ -100,9 +100,9 @@ def sha256_file(path: Path, block: int = 1 << 22) -> str:
 
 
 def no_such_file(path) -> str:
-    """ "PATH: no such file", naming the working directory a relative PATH was looked for in: a
-    config's paths are read from the run's working directory (``snakemake --directory`` moves
-    it), not from the config file's."""
+    """The line for a missing ``path``, naming the working directory a relative one was looked for
+    in: a config's paths are read from the run's working directory (``snakemake --directory``
+    moves it), not from the config file's."""
     path = Path(path)
     where = "" if path.is_absolute() else f" (relative to the working directory {Path.cwd()})"
     return f"{path}: no such file{where}"

@@ -199,8 +199,10 @@ class Flag:
         options, help = dict(self.options), HELP.get(self.name, "")
         if self.settings:
             help = f"{help or 'the stage settings'}: a JSON {self.settings.__name__} (keys below)"
-        if positional:  # a bare list asks for one value at least: none would be a usage error, not "."
-            parser.add_argument(self.name, help=help, **{**options, **({"nargs": "+"} if options.get("nargs") else {})})
+        if positional:
+            if options.get("nargs") == "*":  # a bare list takes one value at least: none is a usage error, not "."
+                options["nargs"] = "+"
+            parser.add_argument(self.name, help=help, **options)
             return
         if self.default is inspect.Parameter.empty:
             options["required"] = True

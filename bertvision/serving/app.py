@@ -116,7 +116,7 @@ def validation_error(_: Request, err: RequestValidationError) -> JSONResponse:
         where = "body" if e.get("type") == "json_invalid" else field_path(e.get("loc", ()))
         message = str(e.get("msg", "invalid")).removeprefix("Value error, ")
         if e.get("type") == "extra_forbidden":  # the body's own keys, or a qa item's (qa[0].answer)
-            model = QAInput if where.startswith("qa[") else PredictRequest
+            model = QAInput if "qa" in e["loc"][1:2] else PredictRequest
             message = f"not a field here; it takes {', '.join(model.model_fields)}"
         problems.append({"field": where, "message": message})
     detail = "; ".join(f"{p['field']}: {p['message']}" for p in problems) or "invalid request"
