@@ -13,7 +13,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
-from transformers import get_linear_schedule_with_warmup
 
 from bertvision.config.settings import OptimizerSettings
 from bertvision.data.tokenized import TokenizedSplit, bucketed_batches, collate
@@ -24,6 +23,7 @@ from bertvision.models.encoder_io import TASK_MODEL_CLASSES, pad_id
 from bertvision.registry.task_spec import TaskSpec
 from bertvision.runtime.device import autocast, autocast_dtype, check_simulated_oom, to_device
 from bertvision.runtime.distributed import Ranks, accumulating
+from bertvision.training.schedule import linear_warmup_then_decay
 
 
 def _model_kwargs(task: TaskSpec) -> dict:
@@ -204,7 +204,7 @@ def optimizer_step_state(
     union = TaskModels(models)
     optimizer = build_optimizer(union, settings.learning_rate, settings.weight_decay)
     warmup = int(round(settings.warmup_ratio * total_steps))
-    scheduler = get_linear_schedule_with_warmup(optimizer, warmup, total_steps)
+    scheduler = linear_warmup_then_decay(optimizer, warmup, total_steps)
     scaler = torch.amp.GradScaler(enabled=autocast_dtype(device, precision) == torch.float16)
     return StepState(ranks.wrap(union, find_unused_parameters=len(models) > 1), optimizer, scheduler, scaler)
 

@@ -15,12 +15,12 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from transformers import get_linear_schedule_with_warmup
 
 from bertvision.config.settings import HeadTrainingSettings
 from bertvision.models.encoder_io import checkpoint_layers
 from bertvision.models.heads import build_head, core_head, standardized
 from bertvision.registry.task_spec import TaskSpec
+from bertvision.training.schedule import linear_warmup_then_decay
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ class RunState:
         self.opt = torch.optim.AdamW(
             self.head.parameters(), lr=run.settings.learning_rate, weight_decay=run.settings.weight_decay, fused=True
         )
-        self.sched = get_linear_schedule_with_warmup(self.opt, int(round(run.settings.warmup_ratio * total)), total)
+        self.sched = linear_warmup_then_decay(self.opt, int(round(run.settings.warmup_ratio * total)), total)
         self.best = {"score": -np.inf, "epoch": 0, "state": copy.deepcopy(self.head.state_dict()), "metrics": None}
         self.history, self.stale, self.losses, self.done, self.stopped_early = [], 0, [], False, False
         self.raced_out_at: int | None = None  # the epoch a race stopped it at (training.racing)
