@@ -33,7 +33,9 @@ ROOTS = (
     "benchmarks",
 )
 
-RAW_DIR = "data/raw/{task}"  # {split}.parquet: the canonical rows of each split
+RAW_DIR = "data/raw/{task}"  # {split}.parquet: the canonical rows of each split, and ROWS_RECORD
+# Each split's row count and how many of its rows repeat a train row's texts (the summary says so).
+ROWS_RECORD = "rows.json"
 TOKENS_DIR = "data/tokens/{model}/{task}"  # {split}.parquet: their token ids
 
 FINETUNE_DIR = "models/{model}/{task}/ft{ftseed}"
@@ -201,6 +203,11 @@ def score_vs_epochs_plot(task: str) -> str:
 def split_file(split_dir: Path, split: str) -> Path:
     """One split's rows in a raw or tokens directory."""
     return Path(split_dir) / f"{split}.parquet"
+
+
+def rows_record(raw_dir: Path) -> Path:
+    """A raw directory's record of its splits' rows (``ROWS_RECORD``)."""
+    return Path(raw_dir) / ROWS_RECORD
 
 
 def texts_file(tokens_dir: Path, split: str) -> Path:

@@ -12,6 +12,7 @@ rule tables:
         baseline_benchmarks=[job.benchmark for job in TARGETS.baseline_jobs()],
         peers=TARGETS.peer_metrics(),
         peer_benchmarks=[job.benchmark for job in TARGETS.peer_jobs() + TARGETS.embed_jobs()],
+        raw=TARGETS.raw_dirs(),
         **get_per_task(get_table_files),
     output:
         **get_table_outputs(RESULT_TABLES, "Tables"),
@@ -33,7 +34,7 @@ rule tables:
         L.benchmark("tables")
     shell:
         "bertvision tables --bert-metrics {params.bert} --baseline-metrics {input.baselines} --head-dirs {params.head_dirs} --manifests {params.manifests} "
-        "--peer-metrics {input.peers} --peers {params.peer_methods:q} --search-workers {params.search_workers} --race-decisions {params.race} --runs {params.runs:q} --n-shards {params.shards} --head-order {params.heads} --out-dir {params.out_dir} "
+        "--peer-metrics {input.peers} --peers {params.peer_methods:q} --raw-dirs {input.raw} --search-workers {params.search_workers} --race-decisions {params.race} --runs {params.runs:q} --n-shards {params.shards} --head-order {params.heads} --out-dir {params.out_dir} "
         "> {log} 2>&1"
 
 

@@ -1,10 +1,13 @@
 """The download stage: seeded subsampling, a selection split disjoint from train, and the
 hub code path exercised against a local dataset repository."""
 
+import json
+
 import pandas as pd
 import pytest
 
 from bertvision.data.glue_files import locate, parse_split
+from bertvision.layout import rows_record
 from bertvision.registry.tasks import get_task
 from bertvision.stages.download import carve_selection, download_task, subsample
 from tests.conftest import SHIPPED_GLUE, workflow_settings
@@ -90,3 +93,8 @@ def test_rows_that_repeat_a_train_rows_texts_are_counted_in_the_log(tmp_path, ca
     download_task(get_task("mrpc"), settings(train_size=None), tmp_path / "mrpc")
     dev = [r.getMessage() for r in caplog.records if " dev rows " in r.getMessage()]
     assert len(dev) == 1 and dev[0].startswith("stsb: 6 of 1500 dev rows repeat a train row's text exactly")
+    # and recorded beside the rows, for the summary (tables stage)
+    stsb, mrpc = (json.loads(rows_record(tmp_path / t).read_text()) for t in ("stsb", "mrpc"))
+    assert stsb["task"] == "stsb" and stsb["repeated"]["dev"] == 6 and stsb["rows"]["dev"] == 1500
+    assert mrpc["repeated"]["dev"] == 0 and mrpc["rows"] == {s: len(pd.read_parquet(tmp_path / "mrpc" / f"{s}.parquet"))
+                                                         for s in ("train", "selection", "dev")}  # fmt: skip

@@ -132,6 +132,29 @@ def test_a_classification_task_at_the_majority_class_names_no_winner(tmp_path):
     assert "predicting the same class every time scores 0.684" in summary_markdown(table)
 
 
+def test_dev_rows_that_repeat_a_train_row_are_said_in_their_tasks_block(tmp_path):
+    """The download's record of the rows (layout.rows_record): repeats of a train row's texts are
+    a note of the task they belong to; none, and nothing is said."""
+    table = pd.concat([mrpc(tmp_path / "a", [0.8], [0.8]).summary(), stsb_like(tmp_path / "b")])
+    rows = {"mrpc": {"task": "mrpc", "rows": {"train": 300, "selection": 50, "dev": 400},
+                     "repeated": {"selection": 0, "dev": 6}},
+            "stsb": {"task": "stsb", "rows": {"train": 300, "selection": 50, "dev": 400},
+                     "repeated": {"selection": 0, "dev": 0}}}  # fmt: skip
+    md = summary_markdown(table, rows_records=rows)
+    mrpc_block, stsb_block = md.split("\n## mrpc")[1].split("\n## stsb")
+    note = "6 of 400 dev rows repeat a train row's text exactly; a model that remembers train scores well on them"
+    assert f"{note} (dev is scored as given)." in mrpc_block
+    assert "repeat a train row" not in stsb_block and "repeat a train row" not in summary_markdown(table)
+
+
+def stsb_like(root) -> pd.DataFrame:
+    r = Records(root)
+    r.baseline("stsb", 1, {"pearson": 0.8, "spearmanr": 0.8}, 20.0)
+    r.bert_at("stsb", 1.0, {"pearson": 0.7, "spearmanr": 0.7}, 20.0)
+    r.head("stsb", 1.0, "lp", 1, {"pearson": 0.75, "spearmanr": 0.75}, 8.0)
+    return r.summary()
+
+
 def test_one_seed_of_full_fine_tuning_leaves_any_difference_undetermined(tmp_path):
     words = verdict(mrpc(tmp_path, [0.80], [0.75, 0.76, 0.77]).summary())
     assert "is undetermined against it (-4.0 points; full fine-tuning ran one seed" in words

@@ -154,6 +154,19 @@ def test_baseline_keeps_its_best_selection_epoch_and_heads_the_summary(workflow_
     assert len(verdicts) == len(config["tasks"])
 
 
+def test_each_tasks_rows_are_recorded_and_their_repeats_of_train_said_in_its_summary_block(workflow_run):
+    workdir, config = workflow_run
+    md = (workdir / "results/tables/summary.md").read_text()
+    for task in config["tasks"]:
+        record = json.loads(L.rows_record(workdir / L.RAW_DIR.format(task=task)).read_text())
+        assert record["rows"] == {s: len(pd.read_parquet(L.split_file(workdir / L.RAW_DIR.format(task=task), s)))
+                                  for s in record["rows"]}  # fmt: skip
+        block = md.split(f"\n## {task} (")[1].split("\n## ")[0]
+        for split, n in record["repeated"].items():
+            said = f"{n} of {record['rows'][split]} {split} rows repeat a train row's text exactly"
+            assert (said in block) is (n > 0), (task, split, n)
+
+
 def test_every_peer_runs_chooses_on_selection_and_is_a_summary_row(workflow_run):
     """The peers each task names (tests/conftest.py): one record per seed (the embedding's and the
     cosine's one run), the choice the best selection score among the settings tried, and a row of

@@ -31,6 +31,7 @@ HELP = {
     "model_name": "the backbone's name in the config (recorded with the results)",
     "encoder_name": "the mixture's name in the config (recorded)",
     "raw_dir": "the task's canonical splits",
+    "raw_dirs": "every task's canonical splits (rule download), whose record says which rows repeat a train row",
     "tokens_dir": "the task's token ids",
     "tokens_dirs": "TASK=DIR, every mixed task",
     "checkpoint": "the checkpoint (epoch fraction)",

@@ -117,17 +117,25 @@ def task_frame(
     return pd.DataFrame(out)
 
 
-def repeated_rows_note(train: pd.DataFrame, rows: pd.DataFrame, text_fields: tuple[str, ...], split: str) -> str | None:
-    """What to say when some of ``rows`` (of ``split``) have exactly the texts (every text field) of a
-    row of ``train``: kept and scored as given, but they reward memory. None when none do."""
+def repeated_rows(train: pd.DataFrame, rows: pd.DataFrame, text_fields: tuple[str, ...]) -> int:
+    """How many of ``rows`` have exactly the texts (every text field) of a row of ``train``."""
     seen = set(train[list(text_fields)].itertuples(index=False, name=None))
-    repeated = sum(texts in seen for texts in rows[list(text_fields)].itertuples(index=False, name=None))
+    return sum(texts in seen for texts in rows[list(text_fields)].itertuples(index=False, name=None))
+
+
+def repeats_note(repeated: int, rows: int, split: str) -> str | None:
+    """What to say when ``repeated`` of a split's ``rows`` repeat a train row's texts: kept and
+    scored as given, but they reward memory. None when none do."""
     if not repeated:
         return None
     return (
-        f"{repeated} of {len(rows)} {split} rows repeat a train row's text exactly; a model that remembers train "
+        f"{repeated} of {rows} {split} rows repeat a train row's text exactly; a model that remembers train "
         f"scores well on them ({split} is scored as given)"
     )
+
+
+def repeated_rows_note(train: pd.DataFrame, rows: pd.DataFrame, text_fields: tuple[str, ...], split: str) -> str | None:
+    return repeats_note(repeated_rows(train, rows, text_fields), len(rows), split)
 
 
 def _check_shape(text_columns: tuple[str, ...], text_fields: tuple[str, ...], kind: str) -> None:

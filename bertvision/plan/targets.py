@@ -19,6 +19,9 @@ class Targets:
         """``pattern`` formatted for every model x task x fine-tuning seed x checkpoint."""
         return [run.format(pattern, **extra) for run in self.s.runs(tasks, checkpoints)]
 
+    def raw_dirs(self) -> list[str]:
+        return [L.RAW_DIR.format(task=t) for t in self.s.tasks]
+
     # --- full fine-tuning and the peers
     def baseline_jobs(self) -> list[Job]:
         s = self.s

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from bertvision.data.task_files import repeats_note
 from bertvision.registry.peers import get_peer, inapplicable
 from bertvision.registry.tasks import get_task
 from bertvision.reporting.candidates import PEER
@@ -52,6 +53,12 @@ def pair_line(block: pd.DataFrame) -> str:
     )
 
 
+def repeats_line(rows: dict | None) -> str:
+    """The task's rows that repeat a train row's texts (its download's ``layout.rows_record``)."""
+    notes = [repeats_note(n, rows["rows"][split], split) for split, n in (rows or {}).get("repeated", {}).items()]
+    return " ".join(f"{n[0].upper()}{n[1:]}." for n in notes if n)
+
+
 def devices_line(table: pd.DataFrame) -> str:
     """Where each kind of row computed, and the encoder's precision there (records from before
     precisions were recorded: unknown)."""
@@ -68,10 +75,13 @@ def devices_line(table: pd.DataFrame) -> str:
 
 
 def summary_markdown(
-    table: pd.DataFrame, race_decisions: dict[tuple, list[dict]] | None = None, peers: dict | None = None
+    table: pd.DataFrame,
+    race_decisions: dict[tuple, list[dict]] | None = None,
+    peers: dict | None = None,
+    rows_records: dict[str, dict] | None = None,
 ) -> str:
     """``race_decisions``: (backbone, task) -> the race's decisions at each checkpoint it reached;
-    ``peers``: task -> the peers the config names for it."""
+    ``peers``: task -> the peers the config names for it; ``rows_records``: task -> its download's rows record."""
     parts = [
         "# Summary: does the BERTVision path pay off?",
         "",
@@ -168,6 +178,7 @@ def summary_markdown(
                 constant_line(task, block["constant_score"].iloc[0]),
                 no_window_line(block),
                 pair_line(block),
+                repeats_line((rows_records or {}).get(task_name)),
                 race,
                 passed_over_line(block),
                 skipped,

@@ -16,10 +16,10 @@ from bertvision.config.settings import DownloadSettings
 from bertvision.data import squad_files
 from bertvision.data.glue_files import locate, parse_split
 from bertvision.data.hub import declared_source, load_declared_questions, load_declared_split, load_hub_split
-from bertvision.data.task_files import read_task_file, repeated_rows_note
+from bertvision.data.task_files import read_task_file, repeated_rows, repeats_note
 from bertvision.errors import DataFormatError
-from bertvision.files import atomic_write_parquet
-from bertvision.layout import split_file
+from bertvision.files import atomic_write_json, atomic_write_parquet
+from bertvision.layout import rows_record, split_file
 from bertvision.registry.task_spec import UNLABELLED, TaskSpec, splits_of
 
 log = logging.getLogger(__name__)
@@ -95,7 +95,7 @@ def load_squad_split(task: TaskSpec, split: str, settings: DownloadSettings) -> 
     return squad_files.from_hub_records(ds.to_pandas())
 
 
-def download_squad(task: TaskSpec, settings: DownloadSettings, out_dir: Path) -> dict[str, int]:
+def download_squad(task: TaskSpec, settings: DownloadSettings, out_dir: Path) -> tuple[dict[str, int], dict]:
     """Question answering: parts are split by article, so no context is shared between the
     train, selection and evaluation questions. With ``article_split`` every part comes from
     one source file (offline we only have the dev file)."""
@@ -122,10 +122,10 @@ def download_squad(task: TaskSpec, settings: DownloadSettings, out_dir: Path) ->
         counts,
         {k: int(v["title"].nunique()) for k, v in frames.items()},
     )
-    return counts
+    return counts, {}
 
 
-def download_glue(task: TaskSpec, settings: DownloadSettings, out_dir: Path) -> dict[str, int]:
+def download_glue(task: TaskSpec, settings: DownloadSettings, out_dir: Path) -> tuple[dict[str, int], dict[str, int]]:
     seed = int(settings.seed)
     train_full = load_source_split(task, "train", settings)
     train_pool = subsample(train_full, settings.train_size, seed)
@@ -143,11 +143,13 @@ def download_glue(task: TaskSpec, settings: DownloadSettings, out_dir: Path) -> 
         atomic_write_parquet(unlabelled, split_file(out_dir, UNLABELLED))
         counts[UNLABELLED] = len(unlabelled)
     log.info("%s: source train rows %d; written %s", task.name, len(train_full), counts)
+    repeated = {}
     for split in ("selection", *task.eval_splits):  # dev against every train row read, selection or not
         seen = train if split == "selection" else train_pool
-        if repeats := repeated_rows_note(seen, frames[split], task.text_fields, split):
-            log.warning("%s: %s", task.name, repeats)
-    return counts
+        repeated[split] = repeated_rows(seen, frames[split], task.text_fields)
+        if note := repeats_note(repeated[split], len(frames[split]), split):
+            log.warning("%s: %s", task.name, note)
+    return counts, repeated
 
 
 def _train_source(task: TaskSpec) -> str:
@@ -171,5 +173,9 @@ def local_source_files(task: TaskSpec, settings: DownloadSettings) -> list[Path]
 
 
 def download_task(task: TaskSpec, settings: DownloadSettings, out_dir: Path) -> dict[str, int]:
-    """Write ``{out_dir}/{split}.parquet`` for every split; return the row counts."""
-    return (download_squad if task.squad else download_glue)(task, settings, out_dir)
+    """Write ``{out_dir}/{split}.parquet`` for every split and their record (``layout.rows_record``:
+    each split's rows and, but for question tasks, whose splits are cut by article, how many repeat
+    a train row's texts); return the row counts."""
+    counts, repeated = (download_squad if task.squad else download_glue)(task, settings, out_dir)
+    atomic_write_json({"task": task.name, "rows": counts, "repeated": repeated}, rows_record(out_dir))
+    return counts

@@ -5,13 +5,14 @@ writes it as a record of its own and renders the summary from it."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pandas as pd
 
 from bertvision.files import read_json
 from bertvision.jobs import baseline_job, embed_job, peer_job, timing_jobs
-from bertvision.layout import Run, head_metrics_files, picks_record, table
+from bertvision.layout import Run, head_metrics_files, picks_record, rows_record, table
 from bertvision.reporting.candidates import candidate_runs
 from bertvision.reporting.choice import choose_picks
 from bertvision.reporting.costs import cost_markdown, cost_table
@@ -24,6 +25,8 @@ from bertvision.reporting.summary_page import summary_markdown
 from bertvision.reporting.timing import stage_precisions, timing_markdown, timing_table
 from bertvision.reporting.whole_cost import race_jobs, search_jobs
 
+log = logging.getLogger(__name__)
+
 # Every table this stage writes (each as .md and .csv).
 TABLE_NAMES = ("summary", "methods", "glue", "squad", "cost", "timing")
 
@@ -31,6 +34,14 @@ TABLE_NAMES = ("summary", "methods", "glue", "squad", "cost", "timing")
 def _write(name: str, frame: pd.DataFrame, markdown: str, out_dir: Path) -> None:
     write_csv(frame, table(name, "csv", out_dir))
     write_text(markdown, table(name, "md", out_dir))
+
+
+def _rows_record(raw_dir: Path) -> dict | None:
+    path = rows_record(raw_dir)
+    if not path.exists():  # downloaded by a version that kept no record: the run stands, the note is left out
+        log.warning("%s: not there (downloaded before the record was kept); its repeats of train go unsaid", path)
+        return None
+    return read_json(path)
 
 
 def build_tables(
@@ -46,13 +57,15 @@ def build_tables(
     race_decisions: list[Path] = (),
     peer_metrics: list[Path] = (),
     peers: dict | None = None,
+    raw_dirs: list[Path] = (),
 ) -> None:
     """``runs``: every run the workflow made, whose jobs' benchmark files give the times;
     ``baseline_metrics``: the full fine-tuning runs (the summary's reference); ``search_workers``:
     every search worker's record, whose job's time is part of a pick's whole cost;
     ``race_decisions``: the race's decision at every checkpoint it reached; ``peer_metrics``:
     every peer run (``stages/peer``), ``peers``: task -> the peers the config names for it (those
-    that do not apply get a line saying why). Besides the
+    that do not apply get a line saying why); ``raw_dirs``: every task's downloaded rows, whose
+    record (``layout.rows_record``) says which repeat a train row. Besides the
     tables, ``out_dir`` gets each task's pick (``layout.picks_record``)."""
     head_metrics = head_metrics_files(head_dirs)
     baselines = tuple(baseline_job(r["model"], r["task"], r["seed"]) for r in map(read_json, baseline_metrics))
@@ -71,7 +84,8 @@ def build_tables(
     decisions: dict[tuple, list[dict]] = {}
     for d in raced:
         decisions.setdefault((d["model"], d["task"]), []).append(d)
-    _write("summary", verdict, summary_markdown(verdict, decisions, peers or {}), out_dir)
+    rows = {r["task"]: r for r in map(_rows_record, raw_dirs) if r}
+    _write("summary", verdict, summary_markdown(verdict, decisions, peers or {}, rows), out_dir)
     methods = method_table(candidates)
     _write("methods", methods, methods_markdown(methods), out_dir)
     for name, (summary, markdown) in result_tables(long_records(bert_metrics, head_metrics), head_order).items():
