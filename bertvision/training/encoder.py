@@ -1,5 +1,5 @@
-"""Training the whole encoder with its task head: the model, AdamW with transformers' linear
-warmup and decay, one optimizer step per length-bucketed batch (micro-batches, data-parallel
+"""Training the whole encoder with its task head: the model, AdamW with a linear warm-up and
+decay (``training.schedule``), one optimizer step per length-bucketed batch (micro-batches, data-parallel
 ranks under DistributedDataParallel, gradient clipping, fp16 scaling), and BERT's own
 evaluation. ``training/encoder_session`` sets them up for the stages that train an encoder."""
 
@@ -197,8 +197,8 @@ def optimizer_step_state(
     precision: str,
     ranks: Ranks,
 ) -> StepState:
-    """The step state of ``models`` (task name -> model): AdamW, transformers' linear
-    warmup-decay schedule over ``total_steps`` and the fp16 loss scaler (inactive in other
+    """The step state of ``models`` (task name -> model): AdamW, the linear
+    warm-up and decay schedule over ``total_steps`` and the fp16 loss scaler (inactive in other
     precisions). Several models (a mixture): a step trains one task's output layer, so DDP
     looks for the parameters a step leaves unused."""
     union = TaskModels(models)
