@@ -344,6 +344,21 @@ def test_serve_refuses_a_port_or_workers_it_cannot_use_in_one_line_before_loadin
     assert f"bertvision serve: error: --host/--port: cannot listen on 127.0.0.1:{port} (Address already in use)" in line
 
 
+def test_serve_answers_its_help_and_usage_errors_without_importing_torch():
+    """The app imports torch (about 4 s): the command checks what it is given before that."""
+    code = """
+import contextlib, io, sys
+from bertvision.commands.main import main
+with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+    main(["serve", "--help"])
+assert main(["serve", "bundles/none", "--port", "70000"]) == 2
+print(sorted({m.split(".")[0] for m in sys.modules} & {"torch", "transformers", "fastapi"}))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["[]"], out.stdout + out.stderr[-2000:]
+
+
 def test_validate_config_notes_a_hub_backbone_it_would_download(tmp_path):
     """A hub id not in the cache is valid (the run fetches it), and validate-config says so; a
     local backbone gets no note."""

@@ -106,7 +106,7 @@ def stage_of(command: str) -> Callable:
         case "predict":
             from bertvision.serving.predictions import predict_unlabelled as stage
         case "serve":
-            from bertvision.serving.app import serve as stage
+            from bertvision.serving.server import serve as stage
         case _:
             raise KeyError(f"no stage for command {command!r}")
     return stage

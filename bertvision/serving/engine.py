@@ -58,10 +58,9 @@ from bertvision.serving.items import (
     SpanResult,
     TextItem,
 )
-from bertvision.serving.settings import ServeSettings
+from bertvision.serving.settings import DEFAULTS
 
 log = logging.getLogger(__name__)
-DEFAULTS = ServeSettings()  # the one owner of the service's defaults, for an engine made without the app
 
 
 class Engine:

@@ -50,6 +50,9 @@ class ServeSettings:
         return cls(**data)
 
 
+DEFAULTS = ServeSettings()  # for a command or an engine made without the app
+
+
 class BundleTaskSettings(BaseModel):
     """One task's tokenization as its features used it (``bertvision bundle --task-settings``);
     a key left out, or null, is the task registry's."""
