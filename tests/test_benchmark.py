@@ -45,23 +45,17 @@ def test_throughput_runs_on_a_cpu():
 
 
 def test_stored_and_streamed_side_by_side():
+    """Both paths measured, and the stored bytes near their minimum, which counts every kind of
+    state the shards hold ([CLS] and token mean: two rows an example, not one)."""
     out = run_benchmark(
-        "--task",
-        "mrpc",
-        "--rows",
-        "80",
-        "--repeats",
-        "1",
-        "--throughput-seconds",
-        "0.5",
-        "--throughput-batch",
-        "2",
-        "--threads",
-        "1",
-    )
+        "--task", "mrpc", "--rows", "40", "--eval-rows", "40", "--repeats", "1",
+        "--throughput-seconds", "0.5", "--throughput-batch", "2", "--threads", "1",
+    )  # fmt: skip
     rows = {m.group(1): m.group(2) for m in re.finditer(r"^(stored|streamed)\s+([\d,]+)\s", out, re.MULTILINE)}
     assert set(rows) == {"stored", "streamed"}, out
     assert int(rows["stored"].replace(",", "")) > 0 and rows["streamed"] == "0"
+    ratio = re.search(r"^feature bytes on disk / minimum\s+([\d.]+) .* x 7 layers x 768 wide$", out, re.MULTILINE)
+    assert ratio and 1.0 <= float(ratio.group(1)) <= 1.10, out
 
 
 def test_the_gpu_check_dry_runs_on_a_cpu(tmp_path):
