@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import copy
 import os
+import socket
 from dataclasses import replace
 from pathlib import Path
 
 from bertvision.errors import SettingsError
-from bertvision.serving.bundle import bundle_paths as bundle_paths_of
+from bertvision.serving.bundle import bundle_paths, load_bundle, task_owners
 from bertvision.serving.settings import DEFAULTS, ServeSettings
 
 # how ``serve`` tells every worker process (uvicorn's factory mode) what to load
@@ -21,8 +22,6 @@ SETTINGS_ENV = "BERTVISION_SERVE_SETTINGS"
 def check_listen(host: str, port: int, workers: int = 1) -> None:
     """A port out of range or already taken, or no worker process, fails here, in one line, before
     the bundles load."""
-    import socket
-
     if workers < 1:  # uvicorn would start one worker for 0 and say nothing
         raise SettingsError(f"--workers: {workers}; at least 1 worker process")
     if not 0 <= port <= 65535:
@@ -41,11 +40,9 @@ def serve(
     """``bertvision serve``: every task of ``bundles`` over HTTP with uvicorn, ``workers`` processes."""
     import uvicorn
 
-    from bertvision.serving.bundle import load_bundle, task_owners
-
     check_listen(host, port, workers)
     # a broken bundle fails here, in one line, before any worker starts; so do two that share a task, or one given twice
-    loaded = [load_bundle(p) for p in bundle_paths_of(bundles)]
+    loaded = [load_bundle(p) for p in bundle_paths(bundles)]
     task_owners(loaded)
     # several workers on one CPU would otherwise each start a thread per core
     threads = settings.threads or (max(1, (os.cpu_count() or 1) // workers) if workers > 1 else None)
