@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from bertvision.commands.warm import start
-from bertvision.runtime.warm import SOCKET_DIR_PREFIX, SOCKET_ENV, remove_killed_pools_dirs
+from bertvision.runtime.warm import SOCKET_DIR_PREFIX, SOCKET_ENV, remove_killed_pools_dirs, start_pool
 from tests.conftest import REPO, SHIPPED_GLUE
 
 FORKED = "forked from the warm pool"
@@ -65,6 +65,57 @@ def run(args, socket_path=None, cwd=None, env=None, **kw) -> subprocess.Complete
     if socket_path:
         env[SOCKET_ENV] = socket_path
     return subprocess.run([*BERTVISION, *args], cwd=cwd, env=env, capture_output=True, text=True, **kw)
+
+
+# a pool whose imports take argv[2] seconds, then succeed ("ready") or fail
+SLOW_POOL = """
+import sys, time
+from bertvision.commands.main import main
+from bertvision.runtime.warm import serve_pool
+
+def preload():
+    time.sleep(float(sys.argv[2]))
+    if sys.argv[3] == "fail":
+        raise SystemExit("the imports failed")
+
+serve_pool(sys.argv[1], preload, main)
+"""
+
+
+@pytest.fixture
+def slow_pool(tmp_path, monkeypatch):
+    """Start a pool whose imports take ``seconds`` and end ``how`` ('ready' or 'fail'); its socket and log."""
+    (tmp_path / "slow_pool.py").write_text(SLOW_POOL)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # the pool and its jobs: the same environment
+    handles = []
+
+    def started(seconds: float, how: str):
+        handle = start_pool("slow_pool", [str(seconds), how], tmp_path / "pool.log")
+        handles.append(handle)
+        return os.environ.pop(SOCKET_ENV), tmp_path / "pool.log"
+
+    yield started
+    for handle in handles:
+        handle.stop()
+
+
+def test_a_job_that_comes_during_the_imports_waits_for_them_and_is_forked(slow_pool):
+    """The pool listens before it imports: the run's first jobs are forked when the imports are
+    done, instead of importing the same modules on their own beside them."""
+    socket_path, log = slow_pool(3, "ready")
+    assert Path(socket_path).is_socket()  # listening when the workflow's start returns
+    job = run(["config-keys"], socket_path)
+    assert job.returncode == 0 and "heads.training.learning_rate" in job.stdout, job.stderr
+    assert FORKED in job.stderr
+    assert "ready after 3." in log.read_text()
+
+
+def test_jobs_waiting_on_a_pool_whose_imports_fail_run_on_their_own(slow_pool):
+    socket_path, log = slow_pool(2, "fail")
+    job = run(["config-keys"], socket_path)
+    assert job.returncode == 0 and "heads.training.learning_rate" in job.stdout, job.stderr
+    assert FORKED not in job.stderr
+    assert "0 jobs forked" in log.read_text() and not Path(socket_path).exists()
 
 
 def test_a_forked_command_answers_as_one_run_on_its_own(pool, tiny_bert, tmp_path):

@@ -10,16 +10,16 @@ jobs; the pieces here are the standard ones (a Unix socket, SCM_RIGHTS to pass t
 stdout and stderr, fork).
 
 - ``serve_pool(socket_path, preload, main)``: the warm process (``python -m bertvision.commands.warm``,
-  which names what to import and the command line's ``main``). It imports everything, then
-  listens; per connection it checks the peer is this user, and forks: the child takes the job's
-  standard streams, working directory and environment and runs ``main``; the client gets the
-  child's pid, then its exit status. It never runs
-  a tensor operation itself (torch's thread pool does not exist when it forks; the idle BLAS and
-  allocator threads that numpy, scipy and pyarrow start have fork handlers, as multiprocessing's
-  fork relies on too) and exits when its parent (Snakemake) is gone.
+  which names what to import and the command line's ``main``). It listens, imports everything,
+  then answers (a job that comes sooner waits for the imports); per connection it checks the
+  peer is this user, and forks: the child takes the job's standard streams, working directory
+  and environment and runs ``main``; the client gets the child's pid, then its exit status. It
+  never runs a tensor operation itself (torch's thread pool does not exist when it forks; the
+  idle BLAS and allocator threads that numpy, scipy and pyarrow start have fork handlers, as
+  multiprocessing's fork relies on too) and exits when its parent (Snakemake) is gone.
 - ``run_in_pool(argv)``: what the `bertvision` command does first (``commands.launch``): with
   ``BERTVISION_WARM_SOCKET`` set and the pool answering, the command runs in a forked child and
-  this process relays signals and the exit status; otherwise (no pool, not ready yet, or an
+  this process relays signals and the exit status; otherwise (no pool, a pool that ended, or an
   environment the pool was not started with) it returns None and the command runs here.
 - ``start_pool``/``WarmPool.stop``: the Snakefile's onstart/onsuccess/onerror hooks
   (through ``commands.warm.start``).
@@ -72,6 +72,8 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 OWN_PROCESS_COMMANDS = ("serve", "warm-pool")
 _HEADER = struct.Struct("!I")
 SOCKET_DIR_PREFIX = "bertvision-warm-"
+# how long the workflow's start waits for the pool to listen (an interpreter and a light import)
+BIND_WAIT_SECONDS = 10.0
 
 
 def _import_time_env(env: dict) -> dict:
@@ -88,7 +90,7 @@ def run_in_pool(argv: list[str]) -> int | None:
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.connect(path)
-    except OSError:  # no pool, or not listening yet: it listens once its imports are done
+    except OSError:  # no pool, or one that has ended
         conn.close()
         return None
     request = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)}).encode()
@@ -133,31 +135,38 @@ def run_in_pool(argv: list[str]) -> int | None:
 
 # --- the warm process ----------------------------------------------------------------------------
 def serve_pool(socket_path: str, preload: Callable[[], None], main: Callable[[list[str]], int]) -> None:
-    """``preload()``, then fork one child per request, which runs ``main(argv)``, until the parent
-    process is gone or SIGTERM."""
+    """Listen, ``preload()``, then fork one child per request, which runs ``main(argv)``, until the
+    parent process is gone or SIGTERM. A job that comes during the imports waits in the listen
+    backlog: started on its own, it would import the same modules beside them on the same cores
+    (a run's first jobs, its downloads and tokenizations, did, and held the pool back by half)."""
     import gc
 
     parent = os.getppid()
     t0 = time.perf_counter()
     started_with = dict(os.environ)
-    preload()
-    # what the imports set themselves (torch sets TORCHINDUCTOR_CACHE_DIR): kept in the children
-    set_by_imports = {k: v for k, v in os.environ.items() if k not in started_with}
-    if threading.active_count() > 1:  # a Python thread could hold a lock the children would inherit
-        print(f"warm pool: {threading.active_count()} Python threads after the imports; not forking", file=sys.stderr)
-        return
-    gc.collect()
-    gc.freeze()  # the children's garbage collection then leaves the shared pages alone
-    own_env = _import_time_env(started_with)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(socket_path)
     listener.listen(64)
-    listener.settimeout(2.0)
-    signal.signal(signal.SIGCHLD, _reap)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    print(f"warm pool: ready after {time.perf_counter() - t0:.1f} s, pid {os.getpid()}", file=sys.stderr, flush=True)
     forked = 0
     try:
+        preload()
+        # what the imports set themselves (torch sets TORCHINDUCTOR_CACHE_DIR): kept in the children
+        set_by_imports = {k: v for k, v in os.environ.items() if k not in started_with}
+        if threading.active_count() > 1:  # a Python thread could hold a lock the children would inherit
+            print(
+                f"warm pool: {threading.active_count()} Python threads after the imports; not forking",
+                file=sys.stderr,
+            )
+            return
+        gc.collect()
+        gc.freeze()  # the children's garbage collection then leaves the shared pages alone
+        own_env = _import_time_env(started_with)
+        listener.settimeout(2.0)
+        signal.signal(signal.SIGCHLD, _reap)
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+        print(
+            f"warm pool: ready after {time.perf_counter() - t0:.1f} s, pid {os.getpid()}", file=sys.stderr, flush=True
+        )
         while os.getppid() == parent:
             try:
                 conn, _ = listener.accept()
@@ -167,6 +176,7 @@ def serve_pool(socket_path: str, preload: Callable[[], None], main: Callable[[li
                 conn.settimeout(None)
                 forked += _answer(conn, listener, own_env, set_by_imports, main)
     finally:
+        # the jobs still waiting in the backlog read the end of their connection and run on their own
         listener.close()
         # the socket's private directory is this process's: a Snakemake stopped without its hooks
         # (Ctrl-C, SIGKILL) must not leave it in the temporary folder
@@ -308,6 +318,10 @@ def start_pool(entry_module: str, args: list[str], log_path: Path) -> WarmPool:
     with open(log_path, "ab") as log:
         cmd = [sys.executable, "-m", entry_module, str(path), *args]
         process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+    # the pool listens before its imports: the run's first jobs find it (and wait for it)
+    deadline = time.monotonic() + BIND_WAIT_SECONDS
+    while not path.is_socket() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
     os.environ[SOCKET_ENV] = str(path)
     return WarmPool(process, socket_dir)
 
