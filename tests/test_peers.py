@@ -343,3 +343,22 @@ def test_the_tables_of_peers_alone(tmp_path, monkeypatch):
     assert list(summary["row"]) == ["peer"] and summary["whole_seconds"].iloc[0] == 10.0
     assert "embedding cosine does not apply here" in (out / "summary.md").read_text()
     assert pd.read_csv(out / "methods.csv")["on_front"].all()
+
+
+def test_texts_are_batched_by_their_token_counts_each_distinct_text_once(tiny_bert):
+    """Two texts of 5 tokens and two of 8, whose lengths in characters pair a short one with a long
+    one: batched two at a time by token count, no batch holds padding; a repeated text is encoded
+    once; each row is its text's embedding as encoded alone."""
+    from transformers import AutoModel, AutoTokenizer
+
+    texts = ["photosynthesis", "a b c d e f", "it is a", "g h i j k l", "it is a"]
+    tokenizer = AutoTokenizer.from_pretrained(tiny_bert)
+    counts = {t: len(tokenizer(t)["input_ids"]) for t in texts}
+    assert counts == {"photosynthesis": 5, "a b c d e f": 8, "it is a": 5, "g h i j k l": 8}
+    assert sorted(counts, key=len) == ["it is a", "a b c d e f", "g h i j k l", "photosynthesis"]
+    encoded = emb.encode_texts(str(tiny_bert), texts, 64, 2)
+    assert encoded.real_tokens == encoded.padded_tokens == 5 + 5 + 8 + 8
+    model = AutoModel.from_pretrained(tiny_bert).eval()
+    with torch.inference_mode():
+        alone = [model(**tokenizer(t, return_tensors="pt")).last_hidden_state[0].mean(0).numpy() for t in texts]
+    np.testing.assert_allclose(encoded.vectors, np.stack(alone), atol=1e-5)

