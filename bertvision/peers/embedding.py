@@ -67,12 +67,11 @@ def encode_texts(
             if out is None:
                 out = np.empty((len(distinct), pooled.shape[1]), dtype=np.float32)
             out[rows] = pooled
+    real = int(lengths.sum())
     log.info("encoded %d distinct texts of %d (pooling %s), %d padded tokens for %d real",
-             len(distinct), len(texts), pooling.modes, padded, int(lengths.sum()))  # fmt: skip
-    return Encoded(
-        out[where.reshape(-1)], pooling, sum(p.numel() for p in model.parameters()), backend_of(model),
-        int(lengths.sum()), padded,
-    )  # fmt: skip
+             len(distinct), len(texts), pooling.modes, padded, real)  # fmt: skip
+    parameters = sum(p.numel() for p in model.parameters())
+    return Encoded(out[where.reshape(-1)], pooling, parameters, backend_of(model), real, padded)
 
 
 def split_embeddings(task: TaskSpec, rows: dict[str, pd.DataFrame], vectors: np.ndarray) -> dict[str, list[np.ndarray]]:
