@@ -490,6 +490,7 @@ BAD = [
     ({"qa": [{"question": "Who?", "context": "z" * (MAX_CHARS + 1)}]}, 413, "qa[0].context"),
     ({"qa": [{"question": "Who?", "context": "Somebody."}], "tasks": ["mrpc"]}, 422, "texts"),
     ({"qa": []}, 422, "qa"),
+    ({"texts": [PAIR], "heads": {"squad2": "lp"}}, 422, "heads.squad2"),  # a head for a task no input reaches
 ]
 
 
@@ -551,12 +552,17 @@ def test_texts_to_a_bundle_of_question_tasks_alone_are_a_4xx_naming_the_qa_form(
         (rb'{"texts": [["fine", "a lone \ud800 surrogate"]]}', {}, 422, "texts[0][1]"),
         (rb'{"qa": [{"question": "\udfff?", "context": "Somebody."}]}', {}, 422, "qa[0].question"),
         (b'{"texts": ["' + b"x" * MAX_BODY + b'"]}', {}, 413, "body"),  # by Content-Length
+        (b'{"texts": ["caf\xe9"]}', {}, 400, "body"),  # Latin-1, not UTF-8
+        (b'{"texts": ' + b"[" * 5000 + b"]" * 5000 + b"}", {}, 400, "body"),  # deeper than a parser goes
+        (b'{"texts": ["a", "b"]}', {"content-type": "text/plain"}, 422, "body"),
     ],
 )
 def test_bad_bodies_are_refused(server, content, headers, status, field):
     response = server.client.post("/predict", content=content, headers={"content-type": "application/json", **headers})
     assert response.status_code == status, response.text
-    assert response.json()["field"] == field
+    assert response.json()["field"] == field and response.json()["detail"].startswith(f"{field}: "), response.text
+    if status == 400 or headers:  # a body not read as JSON: what the service takes
+        assert "a JSON object (content-type: application/json)" in response.json()["detail"], response.text
 
 
 def test_a_malformed_content_length_is_a_400(server):
@@ -822,6 +828,83 @@ V2_BAD = [
         413,
         "inputs.context[0]",
     ),
+    (
+        "mrpc",
+        {"inputs": [text_tensor("text_a", ["a"]), text_tensor("text_b", ["b"])], "parameters": "x"},
+        400,
+        "parameters",
+    ),
+    (
+        "mrpc",
+        {"inputs": [text_tensor("text_a", ["a"]), text_tensor("text_b", ["b"])], "parameters": [1]},
+        400,
+        "parameters",
+    ),
+    (
+        "mrpc",
+        {"inputs": [{**text_tensor("text_a", ["a"]), "parameters": "x"}, text_tensor("text_b", ["b"])]},
+        400,
+        "inputs.text_a.parameters",
+    ),
+    ("mrpc", {"inputs": [{**text_tensor("text_a", ["a"]), "name": ["text_a"]}]}, 400, "inputs[0].name"),
+    ("mrpc", {"inputs": [{**text_tensor("text_a", ["a"]), "name": {}}]}, 400, "inputs[0].name"),
+    (
+        "mrpc",
+        {"inputs": [text_tensor("text_a", ["a"]), text_tensor("text_b", ["b"])], "outputs": [{"name": ["label"]}]},
+        400,
+        "outputs[0].name",
+    ),
+    (
+        "mrpc",
+        {
+            "inputs": [text_tensor("text_a", ["a"]), text_tensor("text_b", ["b"])],
+            "outputs": [{"name": "label"}, {"name": "label"}],
+        },
+        400,
+        "outputs[1].name",
+    ),
+    (
+        "mrpc",
+        {"inputs": [text_tensor("text_a", ["a"], shape=[True]), text_tensor("text_b", ["b"])]},
+        400,
+        "inputs.text_a.shape",
+    ),
+    # nested deeper than its shape [2], or unlike the shape [2, 1]
+    (
+        "mrpc",
+        {"inputs": [text_tensor("text_a", [["a", "b"]], shape=[2]), text_tensor("text_b", ["b", "c"])]},
+        400,
+        "inputs.text_a.data",
+    ),
+    (
+        "mrpc",
+        {"inputs": [text_tensor("text_a", [["a", "b"]], shape=[2, 1]), text_tensor("text_b", ["b", "c"])]},
+        400,
+        "inputs.text_a.data",
+    ),
+    (
+        "mrpc",
+        {"inputs": [text_tensor("text_a", [[["a"]], [["b"]]], shape=[2, 1]), text_tensor("text_b", ["b", "c"])]},
+        400,
+        "inputs.text_a.data",
+    ),
+    (
+        "mrpc",
+        {
+            "inputs": [
+                {**text_tensor("text_a", ["a"]), "parameters": {"binary_data_size": "8"}},
+                text_tensor("text_b", ["b"]),
+            ]
+        },
+        400,
+        "inputs.text_a.parameters.binary_data_size",
+    ),
+    (
+        "mrpc",
+        {"inputs": [text_tensor("text_a", ["a"] * (MAX_TEXTS + 1)), text_tensor("text_b", ["b"] * (MAX_TEXTS + 1))]},
+        413,
+        "inputs",
+    ),
 ]
 
 
@@ -830,6 +913,39 @@ def test_bad_protocol_requests_are_a_4xx_naming_the_field(server, task, body, st
     response = v2_post(server, task, body)
     assert response.status_code == status, response.text
     assert response.json()["field"] == field and response.json()["error"].startswith(f"{field}"), response.text
+
+
+def test_nested_inputs_as_the_shape_says_are_read_as_flat_ones(server):
+    flat = {"inputs": [text_tensor("text_a", ["a", "b"], shape=[2, 1]), text_tensor("text_b", ["c", "d"])]}
+    nested = {"inputs": [text_tensor("text_a", [["a"], ["b"]], shape=[2, 1]), text_tensor("text_b", ["c", "d"])]}
+    assert v2_post(server, "mrpc", nested).json()["outputs"] == v2_post(server, "mrpc", flat).json()["outputs"]
+
+
+@pytest.mark.parametrize(
+    "method, path, content, status",
+    [
+        ("POST", "/v2/models/mrpc/infer", b"{" + b'"a": [' * 3000 + b"]" * 3000 + b"}", 400),  # too deep to parse
+        ("POST", "/v2/models/mrpc/infer", b"[" * 5000 + b"]" * 5000, 400),
+        ("POST", "/v2/models/mrpc/infer", b"x" * (MAX_BODY + 1), 413),
+        ("GET", "/v2/models/mrpc/infer", b"", 405),
+        ("GET", "/v2/repository/index", b"", 404),
+    ],
+    ids=["deep-object", "deep-list", "too-large", "method", "no-such-path"],
+)
+def test_every_refusal_under_v2_is_in_the_protocols_error_form(server, method, path, content, status):
+    response = server.client.request(method, path, content=content)
+    assert response.status_code == status, response.text
+    assert set(response.json()) <= {"error", "field"} and response.json()["error"], response.text
+
+
+def test_the_docs_pages_example_requests_ask_only_the_tasks_served_and_are_answered(server):
+    examples = server.client.get("/openapi.json").json()["paths"]["/predict"]["post"]["requestBody"]["content"][
+        "application/json"
+    ]["examples"]
+    assert set(examples) == {"a pair of texts", "a question"}  # this bundle serves no single-text task
+    for example in examples.values():
+        response = post(server, example["value"])
+        assert response.status_code == 200, response.text
 
 
 def test_inputs_of_different_lengths_are_refused_naming_each_inputs_count(server):
@@ -1072,6 +1188,39 @@ def test_a_burst_beyond_the_queue_bound_gets_503s_and_nothing_else(bundle):
         statuses = asyncio.run(burst())
     # the queue's 4 (one of them already in the model) and at most one more; the rest refused at once
     assert set(statuses) == {200, 503} and 4 <= statuses.count(200) <= 6, statuses
+
+
+@pytest.mark.parametrize("api", ["predict", "v2"])
+def test_a_request_whose_client_has_gone_is_not_computed(bundle, api):
+    """Eight clients send a request each and hang up while the first is in the model: the seven
+    still queued are dropped (recorded as 499), not computed one after another for nobody."""
+    from bertvision.serving.app import ServeSettings, create_app
+
+    path, body = (
+        ("/predict", {"texts": [PAIR]})
+        if api == "predict"
+        else ("/v2/models/mrpc/infer", {"inputs": [text_tensor("text_a", PAIR[:1]), text_tensor("text_b", PAIR[1:])]})
+    )
+    content = json.dumps(body).encode()
+    request = (
+        f"POST {path} HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\ncontent-length: {len(content)}\r\n\r\n"
+    ).encode() + content
+    settings = ServeSettings(max_batch_size=1, max_wait_ms=0, device="cpu")
+    with Server(create_app(bundle.root, settings, engine=slow_engine(bundle, 0.3))) as running:
+        host, port = running.url.removeprefix("http://").split(":")
+        clients = [socket.create_connection((host, int(port)), timeout=10) for _ in range(8)]
+        for client in clients:
+            client.sendall(request)
+        time.sleep(0.15)
+        for client in clients:
+            client.close()
+        time.sleep(8 * 0.3 + 0.5)  # time enough to have computed all eight
+        with httpx.Client(base_url=running.url, timeout=60) as client:
+            assert client.get("/health").json()["requests"] <= 2
+            closed = metric_samples(client.get("/metrics").text)
+    route = path if api == "predict" else "/v2/models/{name}/infer"
+    key = ("bertvision_requests_total", tuple(sorted({"route": route, "method": "POST", "status": "499"}.items())))
+    assert closed.get(key, 0) >= 6
 
 
 def test_a_client_that_stalls_mid_body_does_not_delay_others(server):

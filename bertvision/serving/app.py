@@ -15,8 +15,10 @@
 Shutting down (SIGTERM, SIGINT) stops taking connections, answers every request already queued,
 then ends.
 
-Bad input is always a 4xx JSON ``{"detail": "FIELD: what is wrong", ...}`` and is refused before
-it reaches the model; an unexpected failure is a 5xx JSON; no request stops the server.
+Bad input is always a 4xx JSON ``{"detail": "FIELD: what is wrong", "field": FIELD}`` (under
+``/v2`` the protocol's ``{"error": ...}``) and is refused before it reaches the model; an
+unexpected failure is a 5xx JSON; no request stops the server. A request whose client has gone
+is dropped from its batch (``serving.client_gone``).
 ``create_app`` builds an app for one bundle; ``app_from_env`` is the factory ``bertvision serve``
 hands to uvicorn (the bundle and settings come through environment variables, so that every
 worker process builds its own).
@@ -34,18 +36,20 @@ from pathlib import Path
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException
 
 from bertvision.serving.batching import BatchFailed, Overloaded
 from bertvision.serving.bundle import bundle_paths as bundle_paths_of
+from bertvision.serving.client_gone import CLIENT_CLOSED, ClientGone, unless_client_gone
 from bertvision.serving.docs_page import install_docs
 from bertvision.serving.engine import Engine
 from bertvision.serving.items import QuestionItem, RequestError, TextItem
 from bertvision.serving.metrics import Observed, ServiceMetrics
-from bertvision.serving.requests import PredictRequest, PredictResponse, QAInput, build_items
+from bertvision.serving.requests import PredictRequest, PredictResponse, QAInput, build_items, request_examples
 from bertvision.serving.server import BUNDLE_ENV, SETTINGS_ENV
 from bertvision.serving.service import Service
 from bertvision.serving.settings import ServeSettings
-from bertvision.serving.v2 import v2_router
+from bertvision.serving.v2 import is_protocol_path, v2_router
 
 log = logging.getLogger(__name__)
 
@@ -65,9 +69,9 @@ class BodyLimit:
             try:
                 length = int(declared)
             except ValueError:
-                return await error(400, "content-length", "not an integer")(scope, receive, send)
+                return await error(400, "content-length", "not an integer", scope["path"])(scope, receive, send)
             if length > self.max_bytes:
-                return await self.too_large(length)(scope, receive, send)
+                return await self.too_large(length, scope["path"])(scope, receive, send)
         chunks, size = [], 0
         while True:
             message = await receive()
@@ -76,7 +80,7 @@ class BodyLimit:
             chunks.append(message.get("body", b""))
             size += len(chunks[-1])
             if size > self.max_bytes:
-                return await self.too_large(size, at_least=True)(scope, receive, send)
+                return await self.too_large(size, scope["path"], at_least=True)(scope, receive, send)
             if not message.get("more_body", False):
                 break
         body, replayed = b"".join(chunks), False
@@ -90,12 +94,15 @@ class BodyLimit:
 
         return await self.app(scope, replay, send)
 
-    def too_large(self, size: int, at_least: bool = False) -> JSONResponse:
-        return error(413, "body", f"{'more than ' if at_least else ''}{size} bytes, at most {self.max_bytes}")
+    def too_large(self, size: int, path: str, at_least: bool = False) -> JSONResponse:
+        return error(413, "body", f"{'more than ' if at_least else ''}{size} bytes, at most {self.max_bytes}", path)
 
 
-def error(status: int, field: str, message: str, **extra) -> JSONResponse:
-    return JSONResponse({"detail": f"{field}: {message}", "field": field, **extra}, status_code=status)
+def error(status: int, field: str | None, message: str, path: str = "", headers=None) -> JSONResponse:
+    """An error answer in the form of the API ``path`` belongs to: the protocol's under ``/v2``."""
+    text = f"{field}: {message}" if field else message
+    key = "error" if is_protocol_path(path) else "detail"
+    return JSONResponse({key: text, **({"field": field} if field else {})}, status_code=status, headers=headers)
 
 
 def field_path(loc: tuple | list) -> str:
@@ -107,11 +114,16 @@ def field_path(loc: tuple | list) -> str:
     return out or "body"
 
 
+NOT_AN_OBJECT = "a JSON object (content-type: application/json) with texts and/or qa"
+
+
 def validation_error(_: Request, err: RequestValidationError) -> JSONResponse:
     problems = []
     for e in err.errors():
         where = "body" if e.get("type") == "json_invalid" else field_path(e.get("loc", ()))
         message = str(e.get("msg", "invalid")).removeprefix("Value error, ")
+        if where == "body" and e.get("type") == "model_attributes_type":  # not JSON, or not sent as JSON
+            message = f"{NOT_AN_OBJECT}, not {'JSON' if isinstance(e.get('input'), str) else 'this'}"
         if e.get("type") == "extra_forbidden":  # the body's own keys, or a qa item's (qa[0].answer)
             model = QAInput if "qa" in e["loc"][1:2] else PredictRequest
             message = f"not a field here; it takes {', '.join(model.model_fields)}"
@@ -122,17 +134,26 @@ def validation_error(_: Request, err: RequestValidationError) -> JSONResponse:
     )
 
 
+def http_error(http: Request, err: HTTPException) -> Response:
+    """Starlette's own refusals (no such path, a method a path does not take, a body it could not
+    parse) in the form of the API the path belongs to."""
+    if err.status_code == 400:  # FastAPI could not read the body (not UTF-8, nested too deeply)
+        return error(400, "body", f"{NOT_AN_OBJECT}; {str(err.detail).lower()}", http.url.path)
+    return error(err.status_code, None, str(err.detail), http.url.path, err.headers)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, validation_error)
-    app.add_exception_handler(RequestError, lambda _, err: error(err.status, err.field, err.message))
-    app.add_exception_handler(BatchFailed, lambda _, err: JSONResponse({"detail": str(err)}, status_code=500))
-    app.add_exception_handler(Overloaded, lambda _, err: JSONResponse({"detail": str(err)}, status_code=503))
+    app.add_exception_handler(HTTPException, http_error)
+    app.add_exception_handler(RequestError, lambda http, err: error(err.status, err.field, err.message, http.url.path))
+    app.add_exception_handler(BatchFailed, lambda http, err: error(500, None, str(err), http.url.path))
+    app.add_exception_handler(Overloaded, lambda http, err: error(503, None, str(err), http.url.path))
+    app.add_exception_handler(ClientGone, lambda _, err: Response(status_code=CLIENT_CLOSED))
 
-    def unexpected(_: Request, err: Exception) -> JSONResponse:
+    def unexpected(http: Request, err: Exception) -> JSONResponse:
         log.error("unexpected error: %s: %s", type(err).__name__, err, exc_info=err)
-        return JSONResponse(
-            {"detail": f"internal error ({type(err).__name__}); the service keeps running"}, status_code=500
-        )
+        message = f"internal error ({type(err).__name__}); the service keeps running"
+        return error(500, None, message, http.url.path)
 
     app.add_exception_handler(Exception, unexpected)
 
@@ -245,11 +266,12 @@ def create_app(
             422: {"description": "Invalid input; `detail` names the field"},
             503: {"description": "Too many requests waiting"},
         },
+        openapi_extra={"requestBody": {"content": {"application/json": {"examples": request_examples(service)}}}},
     )
-    async def predict(body: PredictRequest) -> dict:
+    async def predict(body: PredictRequest, http: Request) -> dict:
         """Answer every requested task for every input; see the request fields."""
         texts, questions = build_items(body, service, settings)
-        text_results, question_results = await service.submit(texts, questions)
+        text_results, question_results = await unless_client_gone(http, service.submit(texts, questions))
         return {
             "predictions": [{t: asdict(r) for t, r in per.items()} for per in text_results],
             "answers": [{t: asdict(r) for t, r in per.items()} for per in question_results],

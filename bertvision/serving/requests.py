@@ -32,15 +32,7 @@ class QAInput(BaseModel):
 
 
 class PredictRequest(BaseModel):
-    model_config = ConfigDict(
-        extra="forbid",
-        json_schema_extra={
-            "examples": [
-                {"texts": [["The cat sat.", "A cat was sitting."]], "tasks": ["mrpc", "stsb"]},
-                {"qa": [{"question": "Who sat?", "context": "The cat sat on the mat."}]},
-            ]
-        },
-    )
+    model_config = ConfigDict(extra="forbid")
     texts: list[TextInput] | None = Field(
         None,
         description=(
@@ -93,6 +85,21 @@ class PredictResponse(BaseModel):
             "and the outputs of the question's most confident window)."
         )
     )
+
+
+def request_examples(service: Service) -> dict[str, dict]:
+    """The docs page's example requests, one per kind of input that the served tasks take."""
+    named = {
+        "a single text": ("texts", ["A gripping, beautifully acted film."], lambda t: len(t.text_fields) == 1),
+        "a pair of texts": ("texts", [["The cat sat.", "A cat was sitting."]], lambda t: len(t.text_fields) == 2),
+        "a question": ("qa", [{"question": "Who sat?", "context": "The cat sat on the mat."}], lambda t: True),
+    }
+    examples = {}
+    for summary, (field, value, fits) in named.items():
+        tasks = [n for n, t in service.tasks.items() if t.takes_questions == (field == "qa") and fits(t)]
+        if tasks:
+            examples[summary] = {"summary": summary, "value": {field: value, "tasks": tasks}}
+    return examples
 
 
 # --- checking a request --------------------------------------------------------------------------
@@ -213,6 +220,12 @@ def build_items(
         item = QuestionItem(qa.question, qa.context, {n: heads.get(n, service.tasks[n].picked) for n in question_tasks})
         service.check_question(item, f"qa[{i}]")
         questions.append(item)
+    answered = {name for item in [*texts, *questions] for name in item.heads}
+    for name in heads:
+        if name not in answered:
+            task = service.tasks[name]
+            takes = "qa items" if task.takes_questions else f"{len(task.text_fields)} text(s) per input"
+            raise RequestError(f"heads.{name}", f"task {name} answers none of the inputs: it takes {takes}")
     return texts, questions
 
 

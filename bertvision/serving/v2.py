@@ -14,11 +14,13 @@ would no longer share one encoder pass, and it would bring a second HTTP stack t
   and ``logits`` (FP32, [n, labels]) for classification; ``score`` (FP32) for regression;
   ``answer`` (BYTES), ``has_answer`` (BOOL), ``score_diff`` (FP32, NaN where no span is valid)
   for span tasks; answerability answers as classification, from each question's best window.
-  ``outputs`` in the request limits them to those named.
+  ``outputs`` in the request limits them to those named; they come as JSON ``data`` even where
+  an output asks for ``binary_data`` (the protocol's clients read either).
 
 Errors: ``{"error": "FIELD: what is wrong", "field": FIELD}`` with a 4xx (400 bad input, 404
-unknown model, 413 too large, 503 overloaded), fields named as the protocol names them
-(``inputs.text_b[3]``)."""
+unknown model or path, 405 a method a path does not take, 413 too large, 503 overloaded), fields
+named as the protocol names them (``inputs.text_b[3]``); every answer under ``/v2`` that is not a
+success has this form, a 5xx too."""
 
 from __future__ import annotations
 
@@ -35,11 +37,13 @@ from fastapi.responses import JSONResponse
 from bertvision import __version__
 from bertvision.serving.batching import Overloaded
 from bertvision.serving.bundle import TaskEntry
+from bertvision.serving.client_gone import unless_client_gone
 from bertvision.serving.items import RequestError
 from bertvision.serving.requests import PredictRequest, QAInput, build_items
 from bertvision.serving.service import Service
 from bertvision.serving.settings import ServeSettings
 
+PREFIX = "/v2"
 HEADER_LENGTH = "inference-header-content-length"  # the binary tensor extension's header
 
 
@@ -90,6 +94,10 @@ def v2_error(err: RequestError) -> JSONResponse:
     return JSONResponse({"error": f"{err.field}: {err.message}", "field": err.field}, status_code=status)
 
 
+def is_protocol_path(path: str) -> bool:
+    return path == PREFIX or path.startswith(f"{PREFIX}/")
+
+
 # --- reading a request ---------------------------------------------------------------------------
 def split_body(body: bytes, header_length: str | None) -> tuple[dict, bytes]:
     """(JSON header, binary tail) of an infer request."""
@@ -105,17 +113,36 @@ def split_body(body: bytes, header_length: str | None) -> tuple[dict, bytes]:
         json_part, tail = body[:n], body[n:]
     try:
         request = json.loads(json_part)
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ProtocolError("body", f"not JSON ({err})") from None
+    except (ValueError, RecursionError) as err:  # ValueError: not JSON, or not UTF-8 text
+        problem = "nested too deeply" if isinstance(err, RecursionError) else err
+        raise ProtocolError("body", f"not JSON ({problem})") from None
     if not isinstance(request, dict):
         raise ProtocolError("body", "the request is a JSON object with `inputs`")
     return request, tail
 
 
-def _flatten(data) -> list:
-    if isinstance(data, list):
-        return [x for item in data for x in _flatten(item)]
-    return [data]
+def _elements(data, shape: list[int], field: str) -> list:
+    """A tensor's elements: ``data`` flat in row-major order, or nested as ``shape`` is ([n, 1]:
+    ``[["a"], ["b"]]``), never deeper."""
+    if not isinstance(data, list):
+        return [data]
+    rows = [isinstance(row, list) for row in data]
+    if not any(rows):
+        return data
+    if not all(rows) or len(shape) != 2 or len(data) != shape[0]:
+        raise ProtocolError(f"{field}.data", f"nested unlike the shape {shape}: give it flat, or nested as the shape")
+    if any(len(row) != shape[1] or any(isinstance(x, list) for x in row) for row in data):
+        raise ProtocolError(f"{field}.data", f"a row that is not {shape[1]} element(s) of the shape {shape}")
+    return [x for row in data for x in row]
+
+
+def _object(value, field: str) -> dict:
+    """An optional ``parameters`` object (absent or null: empty)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ProtocolError(field, f"an object of named parameters, not {type(value).__name__}")
+    return value
 
 
 def _binary_strings(chunk: bytes, field: str) -> list[str]:
@@ -158,6 +185,8 @@ def read_inputs(request: dict, tail: bytes, task: TaskEntry) -> dict[str, list[s
         if not isinstance(tensor, dict):
             raise ProtocolError(where, "an input tensor is an object with name, shape, datatype, data")
         name = tensor.get("name")
+        if not isinstance(name, str):
+            raise ProtocolError(f"{where}.name", f"a tensor's name (a string), not {name!r}")
         if name not in wanted:
             raise ProtocolError(
                 f"{where}.name", f"{name!r} is not an input of {task.name}; it takes {', '.join(wanted)}"
@@ -167,18 +196,20 @@ def read_inputs(request: dict, tail: bytes, task: TaskEntry) -> dict[str, list[s
         if tensor.get("datatype") != wanted[name].datatype:
             raise ProtocolError(f"inputs.{name}.datatype", f"{tensor.get('datatype')!r}; {name} is BYTES")
         shape = tensor.get("shape")
-        if not (isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape) and 1 <= len(shape) <= 2):
+        if not (isinstance(shape, list) and all(type(d) is int and d >= 0 for d in shape) and 1 <= len(shape) <= 2):
             raise ProtocolError(f"inputs.{name}.shape", f"{shape!r}; expected [n] or [n, 1]")
         if len(shape) == 2 and shape[1] != 1:
             raise ProtocolError(f"inputs.{name}.shape", f"{shape}: one string per item, [n] or [n, 1]")
-        size = (tensor.get("parameters") or {}).get("binary_data_size")
+        size = _object(tensor.get("parameters"), f"inputs.{name}.parameters").get("binary_data_size")
         if size is not None:
-            if not isinstance(size, int) or size < 0 or at + size > len(tail):
+            if type(size) is not int or size < 0:
+                raise ProtocolError(f"inputs.{name}.parameters.binary_data_size", f"{size!r}; a count of bytes")
+            if at + size > len(tail):
                 raise ProtocolError(f"inputs.{name}.parameters.binary_data_size", f"{size!r} runs past the body")
             values = _binary_strings(tail[at : at + size], f"inputs.{name}")
             at += size
         elif "data" in tensor:
-            values = [_text(v, f"inputs.{name}") for v in _flatten(tensor["data"])]
+            values = [_text(v, f"inputs.{name}") for v in _elements(tensor["data"], shape, f"inputs.{name}")]
         else:
             raise ProtocolError(f"inputs.{name}.data", "missing (give data, or binary_data_size with a binary body)")
         if len(values) != math.prod(shape):
@@ -215,6 +246,8 @@ def protocol_field(field: str, task: TaskEntry) -> str:
     """The native API's field (``texts[3][1]``, ``qa[0].context``) as the protocol names it."""
     m = _NATIVE_FIELD.match(field)
     if m is None:
+        if field in ("texts", "qa"):  # the request as a whole (its count of items)
+            return "inputs"
         return "parameters.head" if field.startswith("heads.") else field
     kind, item, part, qa_part, rest = m.groups()
     if kind == "qa":
@@ -251,21 +284,31 @@ def _json_number(x):
     return [_json_number(v) for v in x] if isinstance(x, list) else x
 
 
-def infer_response(task: TaskEntry, request: dict, results: list) -> dict:
-    data = output_data(task, results)
-    tensors = {t.name: t for t in output_tensors(task)}
+def asked_outputs(task: TaskEntry, request: dict) -> list[str]:
+    """The names of the outputs the request asks for (checked before the model runs), or all."""
+    tensors = [t.name for t in output_tensors(task)]
     asked = request.get("outputs")
     if asked is None:
-        names = list(tensors)
-    else:
-        if not isinstance(asked, list) or not all(isinstance(o, dict) for o in asked):
-            raise ProtocolError("outputs", "a list of {name} objects")
-        names = [o.get("name") for o in asked]
-        for i, name in enumerate(names):
-            if name not in tensors:
-                raise ProtocolError(
-                    f"outputs[{i}].name", f"{name!r} is not an output of {task.name}; it gives {', '.join(tensors)}"
-                )
+        return tensors
+    if not isinstance(asked, list) or not all(isinstance(o, dict) for o in asked):
+        raise ProtocolError("outputs", "a list of {name} objects")
+    names = []
+    for i, output in enumerate(asked):
+        name = output.get("name")
+        if not isinstance(name, str) or name not in tensors:
+            raise ProtocolError(
+                f"outputs[{i}].name", f"{name!r} is not an output of {task.name}; it gives {', '.join(tensors)}"
+            )
+        if name in names:
+            raise ProtocolError(f"outputs[{i}].name", f"{name!r} asked twice")
+        _object(output.get("parameters"), f"outputs[{i}].parameters")
+        names.append(name)
+    return names
+
+
+def infer_response(task: TaskEntry, request: dict, names: list[str], results: list) -> dict:
+    data = output_data(task, results)
+    tensors = {t.name: t for t in output_tensors(task)}
     outputs = [
         {
             "name": name,
@@ -375,18 +418,19 @@ def v2_router(service: Service, submit, settings: ServeSettings, is_ready) -> AP
         """Answer a batch of inputs for one task (tensors as in the model's metadata)."""
         task = model(name, version)
         request, tail = split_body(await http.body(), http.headers.get(HEADER_LENGTH))
-        head = (request.get("parameters") or {}).get("head")
+        head = _object(request.get("parameters"), "parameters").get("head")
         if head is not None and not isinstance(head, str):
             raise ProtocolError("parameters.head", "a head's name (a string)")
         body = as_predict_request(task, read_inputs(request, tail, task), head)
+        outputs = asked_outputs(task, request)
         try:
             texts, questions = build_items(body, service, settings)
         except RequestError as err:
             raise ProtocolError(
                 protocol_field(err.field, task), err.message, 400 if err.status == 422 else err.status
             ) from None
-        text_results, question_results = await submit(texts, questions)
+        text_results, question_results = await unless_client_gone(http, submit(texts, questions))
         per_item = question_results if task.takes_questions else text_results
-        return infer_response(task, request, [answers[task.name] for answers in per_item])
+        return infer_response(task, request, outputs, [answers[task.name] for answers in per_item])
 
     return router
