@@ -17,7 +17,7 @@ except ModuleNotFoundError:
         "`pip install -e .` in the repository) and use that environment's snakemake"
     ) from None
 from bertvision import layout as L
-from bertvision.config.schema import validate_config
+from bertvision.config.schema import read_config, validate_config
 from bertvision.config.workflow import WorkflowSettings
 from bertvision.errors import BertvisionError
 from bertvision.registry.peers import get_peer
@@ -32,6 +32,8 @@ from bertvision.plan.targets import Targets
 GIVEN = [*map(str, workflow.configfiles), *(["--config"] if workflow.config_settings.config else [])]
 CONFIG_SOURCE = " + ".join(GIVEN) or "workflow config"
 try:
+    for given in workflow.configfiles:  # Snakemake's own reading keeps the last of a key given twice
+        read_config(Path(given))
     S = WorkflowSettings(validate_config(config, source=CONFIG_SOURCE), source=CONFIG_SOURCE)
 except BertvisionError as err:
     raise WorkflowError(str(err)) from None

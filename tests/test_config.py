@@ -302,6 +302,16 @@ def test_a_value_the_stage_cannot_take_fails_when_the_config_is_read():
     assert "  optimizer.batch_size (config baseline.settings.batch_size): Examples (windows" in help_text
 
 
+def test_a_key_given_twice_in_a_config_file_names_the_file_and_line(tmp_path):
+    path = tmp_path / "twice.yaml"
+    path.write_text("backbones:\n  m: {pretrained: x}\ntasks:\n  mrpc:\n    train_size: 10\n    train_size: 20\n")
+    with pytest.raises(ConfigError) as err:
+        WorkflowSettings.from_file(path)
+    assert str(err.value).startswith(
+        f"{path}:6: not valid YAML (key 'train_size' given twice in one mapping (first on line 5))"
+    )
+
+
 def test_every_shipped_config_builds_its_settings():
     for path in SHIPPED:
         settings = WorkflowSettings.from_file(path)

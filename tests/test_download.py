@@ -37,6 +37,24 @@ def test_download_is_deterministic_and_seeded(tmp_path):
     assert not a["idx"].equals(c["idx"])
 
 
+def test_the_rows_record_says_how_many_rows_were_drawn_from_how_many(tmp_path):
+    download_task(get_task("mrpc"), settings(train_size=500, eval_size=100), tmp_path)
+    record = json.loads(rows_record(tmp_path).read_text())
+    full_train = len(parse_split(locate(SHIPPED_GLUE, get_task("mrpc"), "train"), get_task("mrpc"), "train"))
+    assert record["drawn"] == {"train": {"rows": 500, "of": full_train}, "dev": {"rows": 100, "of": 408}}
+
+
+def test_a_train_split_left_with_one_label_after_the_selection_carve_is_refused(tmp_path):
+    """Two rows, one of each label: the selection split takes one, train keeps one label only."""
+    from bertvision.errors import DataFormatError
+
+    with pytest.raises(DataFormatError) as err:
+        download_task(get_task("mrpc"), settings(train_size=2, selection_fraction=0.5), tmp_path / "out")
+    message = str(err.value)
+    assert "the 1 train rows left after tasks.mrpc.train_size and the selection split" in message
+    assert len(message.splitlines()) == 1 and not (tmp_path / "out").exists()
+
+
 def test_full_download_keeps_every_row(tmp_path):
     task = get_task("rte")
     counts = download_task(task, settings(), tmp_path)

@@ -261,6 +261,15 @@ def test_a_declared_task_is_a_task_like_the_registrys(tiny_bert, tmp_path):
             lambda b: b["score"].update(text="score"),
             "tasks.score.text: column 'score' is also the label column; the model would read its answer",
         ),
+        # a key the task's kind does not read
+        (
+            lambda b: b["score"].update(labels=["low", "high"]),
+            "tasks.score.labels: a regression task takes no labels; only classification tasks do",
+        ),
+        (
+            lambda b: b["faq"].update(text="question"),
+            "tasks.faq.text: a span task takes no text; only classification and regression tasks do",
+        ),
     ],
 )
 def test_a_bad_declaration_is_one_line_naming_the_key(tiny_bert, tmp_path, change, message):

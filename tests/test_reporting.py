@@ -147,6 +147,17 @@ def test_dev_rows_that_repeat_a_train_row_are_said_in_their_tasks_block(tmp_path
     assert "repeat a train row" not in stsb_block and "repeat a train row" not in summary_markdown(table)
 
 
+def test_a_share_of_rows_drawn_from_a_split_is_said_with_the_splits_size(tmp_path):
+    table = pd.concat([mrpc(tmp_path / "a", [0.8], [0.8]).summary(), stsb_like(tmp_path / "b")])
+    rows = {"mrpc": {"task": "mrpc", "rows": {"train": 450, "selection": 50, "dev": 408}, "repeated": {},
+                     "drawn": {"train": {"rows": 500, "of": 3668}, "dev": {"rows": 408, "of": 408}}},
+            "stsb": {"task": "stsb", "rows": {"train": 300, "selection": 50, "dev": 400}, "repeated": {},
+                     "drawn": {"train": {"rows": 350, "of": 350}, "dev": {"rows": 400, "of": 1500}}}}  # fmt: skip
+    mrpc_block, stsb_block = summary_markdown(table, rows_records=rows).split("\n## mrpc")[1].split("\n## stsb")
+    assert "Drawn with data.seed: 500 of the 3,668 train rows (before the selection split)." in mrpc_block
+    assert "Drawn with data.seed: 400 of the 1,500 dev rows." in stsb_block
+
+
 def stsb_like(root) -> pd.DataFrame:
     r = Records(root)
     r.baseline("stsb", 1, {"pearson": 0.8, "spearmanr": 0.8}, 20.0)

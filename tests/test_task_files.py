@@ -332,7 +332,44 @@ def test_a_regression_whose_train_labels_never_vary_is_refused(tmp_path):
     path = write(tmp_path / "train.csv", "s,y\na,2\nb,2.0\nc,2\n")
     message = refused(read_task_file, path, "train", ("s",), ("sentence",), "y", "regression", ())
     assert message == f"{path}: column 'y': every train label is 2; a regression learns from labels that vary"
-    assert len(read_task_file(path, "dev", ("s",), ("sentence",), "y", "regression", ())) == 3  # dev is only scored
+    message = refused(read_task_file, path, "dev", ("s",), ("sentence",), "y", "regression", ())
+    assert message == (
+        f"{path}: column 'y': every dev label is 2; Pearson and Spearman correlations are undefined on labels "
+        "that do not vary"
+    )
+
+
+@pytest.mark.parametrize(
+    "cell, shown",
+    [("true", "True"), ('"1_000"', "'1_000'"), ('"nan"', "'nan'"), ('"\u0661"', "'\u0661'"), ("1e39", "1e+39")],
+    ids=["bool", "underscores", "nan-text", "arabic-digit", "past-float32"],
+)
+def test_a_json_regression_label_that_python_would_read_as_a_number_is_refused(tmp_path, cell, shown):
+    path = write(tmp_path / "train.jsonl", f'{{"s": "a", "y": 1.5}}\n{{"s": "b", "y": {cell}}}\n')
+    message = refused(read_task_file, path, "train", ("s",), ("sentence",), "y", "regression", ())
+    assert message == f"{path}: line 2: column 'y': label {shown} is not a finite number"
+
+
+@pytest.mark.parametrize("cell, kind", [('["pos"]', "list"), ('{"name": "neg"}', "dict")])
+def test_a_label_that_is_a_json_list_or_object_is_refused(tmp_path, cell, kind):
+    path = write(
+        tmp_path / "train.jsonl", f'{{"s": "a", "y": "pos"}}\n{{"s": "b", "y": "neg"}}\n{{"s": "c", "y": {cell}}}\n'
+    )
+    problem = "a label is a string or a number"
+    assert problem in refused(labels_in, path, "y") and "line 3: column 'y'" in refused(labels_in, path, "y")
+    message = refused(read_task_file, path, "train", ("s",), ("sentence",), "y", "classification", ("neg", "pos"))
+    assert message.startswith(f"{path}: line 3: column 'y': label ") and message.endswith(f"is a {kind}; {problem}")
+
+
+def test_a_json_lines_object_that_gives_a_key_twice_is_refused(tmp_path):
+    path = write(tmp_path / "train.jsonl", '{"s": "a", "y": 1.0}\n{"s": "b", "y": 1.0, "y": 9.0}\n')
+    assert refused(read_table, path) == f"{path}: line 2: key 'y' given twice in one object"
+
+
+def test_a_csv_cell_longer_than_the_csv_modules_default_limit_is_read_whole(tmp_path):
+    long = "word " * 30_000
+    path = write(tmp_path / "train.csv", f'text,label\n"{long}",a\nshort,b\n')
+    assert read_table(path)["text"].tolist() == [long, "short"]
 
 
 def test_regression_nan_in_parquet(tmp_path):

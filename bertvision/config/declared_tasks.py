@@ -79,6 +79,15 @@ def _check_metrics(where: str, kind: str, metrics) -> None:
         raise ConfigError(f"{where}.metrics: {', '.join(map(repr, wrong))} not a {kind} metric; one of {allowed}")
 
 
+# Keys of a task of one's own that only some kinds read (a key no kind reads is the schema's error).
+KIND_KEYS = {
+    "text": ("classification", "regression"),
+    "label": ("classification", "regression"),
+    "labels": ("classification",),
+    "label_meanings": ("classification",),
+}
+
+
 def declared_task(name: str, block: dict) -> TaskSpec:
     """The TaskSpec of ``tasks.<name>`` (a validated block with ``files`` or ``hub``); a ConfigError names the key."""
     where = f"tasks.{name}"
@@ -87,6 +96,10 @@ def declared_task(name: str, block: dict) -> TaskSpec:
     if name in TASKS and not TASKS[name].declared:
         raise ConfigError(f"{where}: {name} is a registered task; give your own task another name")
     kind = block["kind"]
+    stray = [key for key, kinds in KIND_KEYS.items() if key in block and kind not in kinds]
+    if stray:
+        kinds = KIND_KEYS[stray[0]]
+        raise ConfigError(f"{where}.{stray[0]}: a {kind} task takes no {stray[0]}; only {' and '.join(kinds)} tasks do")
     missing = [key for key in ("text", "label") if key not in block and kind not in QUESTION_KINDS]
     if missing:
         raise ConfigError(f"{where}: a {kind} task of your own names its {' and '.join(missing)} column(s)")

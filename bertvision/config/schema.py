@@ -181,11 +181,31 @@ def _message(err: jsonschema.ValidationError) -> str:
     return err.message
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, but a key given twice in one mapping is an error, not the last one silently."""
+
+
+def _mapping_once(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict:
+    lines: dict = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node)
+        if key in lines:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"key {key!r} given twice in one mapping (first on line {lines[key]})", key_node.start_mark
+            )
+        lines[key] = key_node.start_mark.line + 1
+    return loader.construct_mapping(node)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_once)
+
+
 def read_config(path: Path) -> dict:
-    """A config file's contents (not yet validated); a YAML error names the file and line."""
+    """A config file's contents (not yet validated); a YAML error, or a key given twice, names the
+    file and line."""
     try:
         with open(path) as fh:
-            return yaml.safe_load(fh) or {}
+            return yaml.load(fh, Loader=_UniqueKeyLoader) or {}  # noqa: S506 (a safe loader)
     except OSError as err:
         raise ConfigError(f"{path}: cannot read the config ({err.strerror})") from None
     except yaml.YAMLError as err:

@@ -31,6 +31,15 @@ _SUFFIXES = (".csv", ".csv.gz", ".tsv", ".tsv.gz", ".jsonl", ".jsonl.gz", ".json
 _SEPARATORS = {"csv": ",", "tsv": "\t"}
 _SEPARATOR_HINT = "a .csv file is read as comma-separated and a .tsv file as tab-separated"
 _INTEGER = re.compile(r"[+-]?\d+")
+_DECIMAL = re.compile(r"\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*", re.ASCII)  # what a regression label's text may be
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+CONSTANT_LABELS_REFUSED = {
+    "train": "a regression learns from labels that vary",
+    "dev": "Pearson and Spearman correlations are undefined on labels that do not vary",
+}
+# Past the csv module's default of 131,072 characters a cell is refused as malformed; a text that long
+# is cut to max_length tokens anyway, so any length a line may have is read.
+csv.field_size_limit(2**31 - 1)
 
 
 def file_format(path: Path) -> str:
@@ -53,6 +62,7 @@ def labels_in(path: Path, label_column: str) -> tuple[str, ...]:
     path = Path(path)
     frame, where = _read(path)
     _require_columns(str(path), frame, [label_column], _header(path))
+    _check_label_values(frame[label_column], str(path), where, label_column)
     found = [_label_text(value) for value in frame[label_column]]
     empty = next((row for row, text in enumerate(found) if not text), None)
     if empty is not None:
@@ -107,10 +117,10 @@ def task_frame(
         raw = frame[label_column]
         if kind == "regression":
             out["label"] = _numbers(raw, source, where, label_column)
-            if split == "train" and len(np.unique(out["label"])) == 1:
+            if split in CONSTANT_LABELS_REFUSED and len(np.unique(out["label"])) == 1:
                 raise DataFormatError(
-                    f"{source}: column {label_column!r}: every train label is {out['label'][0]:g}; "
-                    "a regression learns from labels that vary"
+                    f"{source}: column {label_column!r}: every {split} label is {out['label'][0]:g}; "
+                    f"{CONSTANT_LABELS_REFUSED[split]}"
                 )
         else:
             out["label"] = _label_ids(raw, source, where, label_column, split, labels)
@@ -165,6 +175,7 @@ def _label_ids(
     raw: pd.Series, source: str, where: Callable[[int], str], column: str, split: str, labels: tuple[str, ...]
 ) -> np.ndarray:
     """Classification labels as int64 indices into ``labels``; every one of them in ``labels``."""
+    _check_label_values(raw, source, where, column)
     ids = {str(label): i for i, label in enumerate(labels)}
     found = [ids.get(_label_text(value)) for value in raw]
     bad = _first(found, lambda v: v is not None)
@@ -195,8 +206,8 @@ def _read(path: Path) -> tuple[pd.DataFrame, Callable[[int], str]]:
                 encoding="utf-8-sig",
             )
         elif fmt == "jsonl":
-            lines = _scan_jsonl(path)
-            frame = pd.read_json(path, lines=True, dtype=False, encoding="utf-8-sig")
+            lines, records = _scan_jsonl(path)
+            frame = pd.DataFrame(records, dtype=object)  # as for JSON: 1 stays 1, None stays None
         elif fmt == "json":
             lines = None
             frame = _read_json(path)
@@ -270,23 +281,39 @@ def _scan_csv(path: Path, sep: str) -> list[int]:
     return starts
 
 
-def _scan_jsonl(path: Path) -> list[int]:
-    """The line of each record, after checking each is a JSON object; blank lines are no records."""
+def _scan_jsonl(path: Path) -> tuple[list[int], list[dict]]:
+    """The line of each record and the record, each checked to be a JSON object with each key once;
+    blank lines are no records."""
     lines: list[int] = []
+    records: list[dict] = []
     with _open_text(path) as fh:
         for lineno, line in enumerate(fh, start=1):
             if not line.strip():
                 continue
             try:
-                value = json.loads(line)
+                value = json.loads(line, object_pairs_hook=_object_once)
             except json.JSONDecodeError as exc:
                 raise DataFormatError(
                     f"{path}: line {lineno}: undecodable JSON ({exc.msg}, column {exc.colno})"
                 ) from None
+            except _RepeatedKey as exc:
+                raise DataFormatError(f"{path}: line {lineno}: key {exc.args[0]!r} given twice in one object") from None
             if not isinstance(value, dict):
                 raise DataFormatError(f"{path}: line {lineno}: expected a JSON object, got {type(value).__name__}")
             lines.append(lineno)
-    return lines
+            records.append(value)
+    return lines, records
+
+
+class _RepeatedKey(ValueError):
+    """A JSON object that gives a key twice (json keeps the last one silently)."""
+
+
+def _object_once(pairs: list[tuple[str, object]]) -> dict:
+    record = dict(pairs)
+    if len(record) != len(pairs):
+        raise _RepeatedKey(next(key for key, n in Counter(key for key, _ in pairs).items() if n > 1))
+    return record
 
 
 def _read_json(path: Path) -> pd.DataFrame:
@@ -295,9 +322,11 @@ def _read_json(path: Path) -> pd.DataFrame:
     if not text.strip():
         raise DataFormatError(f"{path}: empty file")
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=_object_once)
     except json.JSONDecodeError as exc:
         raise DataFormatError(f"{path}: line {exc.lineno}: undecodable JSON ({exc.msg}, column {exc.colno})") from None
+    except _RepeatedKey as exc:
+        raise DataFormatError(f"{path}: key {exc.args[0]!r} given twice in one object") from None
     if isinstance(data, dict) and isinstance(data.get("data"), list):
         data = data["data"]
     if not isinstance(data, list):
@@ -331,6 +360,14 @@ def _first(values, ok: Callable[[object], bool]) -> int | None:
     return next((row for row, value in enumerate(values) if not ok(value)), None)
 
 
+def _check_label_values(raw: pd.Series, source: str, where: Callable[[int], str], column: str) -> None:
+    """Every label a string, a number, a bool or missing: a list or an object (JSON) is no label."""
+    bad = _first(raw, lambda v: _missing(v) or isinstance(v, str | bool | int | float | np.generic))
+    if bad is not None:
+        problem = f"label {_shown(raw.iloc[bad])} is a {type(raw.iloc[bad]).__name__}; a label is a string or a number"
+        raise _cell_error(source, where(bad), column, problem)
+
+
 def _label_text(value) -> str | None:
     """A label's string form, so that 1 and 1.0 (JSON, Parquet) and "1" (CSV) are one label; None if missing."""
     if isinstance(value, str):
@@ -354,9 +391,15 @@ def _missing(value) -> bool:
 
 
 def _number(value) -> float | None:
-    """A regression label as a finite float, or None."""
+    """A regression label as a finite float32-sized float, or None: a JSON or Parquet number, or a
+    text written as a decimal number (not a bool, nor "1_000", "nan" or digits of other scripts,
+    which Python's float() would read)."""
+    if isinstance(value, bool | np.bool_) or not isinstance(value, str | int | float | np.integer | np.floating):
+        return None
+    if isinstance(value, str) and not _DECIMAL.fullmatch(value):
+        return None
     try:
         number = float(value)
-    except (TypeError, ValueError):
+    except (OverflowError, ValueError):
         return None
-    return number if math.isfinite(number) else None
+    return number if math.isfinite(number) and abs(number) <= _FLOAT32_MAX else None

@@ -59,6 +59,17 @@ def repeats_line(rows: dict | None) -> str:
     return " ".join(f"{n[0].upper()}{n[1:]}." for n in notes if n)
 
 
+def drawn_line(rows: dict | None) -> str:
+    """The splits the run drew a share of (``tasks.<task>.train_size``, ``eval_size``), with how
+    many rows their source held (the download's ``layout.rows_record``)."""
+    drawn = [
+        f"{d['rows']:,} of the {d['of']:,} {split} rows" + (" (before the selection split)" if split == "train" else "")
+        for split, d in (rows or {}).get("drawn", {}).items()
+        if d["rows"] < d["of"]
+    ]
+    return f"Drawn with data.seed: {', '.join(drawn)}." if drawn else ""
+
+
 def devices_line(table: pd.DataFrame) -> str:
     """Where each kind of row computed, and the encoder's precision there (records from before
     precisions were recorded: unknown)."""
@@ -178,6 +189,7 @@ def summary_markdown(
                 constant_line(task, block["constant_score"].iloc[0]),
                 no_window_line(block),
                 pair_line(block),
+                drawn_line((rows_records or {}).get(task_name)),
                 repeats_line((rows_records or {}).get(task_name)),
                 race,
                 passed_over_line(block),

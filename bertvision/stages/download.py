@@ -122,21 +122,27 @@ def download_squad(task: TaskSpec, settings: DownloadSettings, out_dir: Path) ->
         counts,
         {k: int(v["title"].nunique()) for k, v in frames.items()},
     )
-    return counts, {}
+    return counts, {}, {}
 
 
-def download_glue(task: TaskSpec, settings: DownloadSettings, out_dir: Path) -> tuple[dict[str, int], dict[str, int]]:
+def download_glue(
+    task: TaskSpec, settings: DownloadSettings, out_dir: Path
+) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
     seed = int(settings.seed)
     train_full = load_source_split(task, "train", settings)
     train_pool = subsample(train_full, settings.train_size, seed)
+    where = task.files.files["train"] if task.files else _train_source(task)
     try:
         train, selection = carve_selection(train_pool, float(settings.selection_fraction), seed)
     except ValueError as err:
-        where = task.files.files["train"] if task.files else _train_source(task)
         raise DataFormatError(f"{where}: {len(train_pool)} rows: too few for a selection split ({err})") from None
+    check_train_labels(task, train, where)
     frames = {"train": train, "selection": subsample(selection, settings.selection_size, seed)}
+    drawn = {"train": {"rows": len(train_pool), "of": len(train_full)}}
     for split in task.eval_splits:
-        frames[split] = subsample(load_source_split(task, split, settings), settings.eval_size, seed)
+        full = load_source_split(task, split, settings)
+        frames[split] = subsample(full, settings.eval_size, seed)
+        drawn[split] = {"rows": len(frames[split]), "of": len(full)}
     unlabelled = load_unlabelled(task)  # read (and checked) before anything is written
     counts = write_splits(task, frames, out_dir)
     if unlabelled is not None:
@@ -149,7 +155,21 @@ def download_glue(task: TaskSpec, settings: DownloadSettings, out_dir: Path) -> 
         repeated[split] = repeated_rows(seen, frames[split], task.text_fields)
         if note := repeats_note(repeated[split], len(frames[split]), split):
             log.warning("%s: %s", task.name, note)
-    return counts, repeated
+    return counts, repeated, drawn
+
+
+def check_train_labels(task: TaskSpec, train: pd.DataFrame, where: str) -> None:
+    """The train split left after subsampling and the selection carve still has labels to learn
+    from: two classes at least, or regression labels that vary."""
+    present = sorted(set(train["label"].tolist()))
+    if len(present) > 1:
+        return
+    shown = task.label_names[present[0]] if task.kind == "classification" else present[0]
+    raise DataFormatError(
+        f"{where}: the {len(train)} train rows left after tasks.{task.name}.train_size and the selection split "
+        f"(data.selection_fraction, data.seed) all have label {shown!r}: nothing to learn; give more rows "
+        "of the other labels"
+    )
 
 
 def _train_source(task: TaskSpec) -> str:
@@ -175,7 +195,9 @@ def local_source_files(task: TaskSpec, settings: DownloadSettings) -> list[Path]
 def download_task(task: TaskSpec, settings: DownloadSettings, out_dir: Path) -> dict[str, int]:
     """Write ``{out_dir}/{split}.parquet`` for every split and their record (``layout.rows_record``:
     each split's rows and, but for question tasks, whose splits are cut by article, how many repeat
-    a train row's texts); return the row counts."""
-    counts, repeated = (download_squad if task.squad else download_glue)(task, settings, out_dir)
-    atomic_write_json({"task": task.name, "rows": counts, "repeated": repeated}, rows_record(out_dir))
+    a train row's texts, and how many rows were drawn from how many in the source: train's before the
+    selection split); return the row counts."""
+    counts, repeated, drawn = (download_squad if task.squad else download_glue)(task, settings, out_dir)
+    record = {"task": task.name, "rows": counts, "repeated": repeated, "drawn": drawn}
+    atomic_write_json(record, rows_record(out_dir))
     return counts
