@@ -138,10 +138,15 @@ def get_per_task(files, by_model=False):
     }
 
 
-def get_bundle_task_settings(model, tasks):
-    """What a bundle records of each task's tokenization (``serving.settings.BundleTaskSettings``)."""
+def get_bundle_task_settings(model, tasks, heads=None):
+    """What a bundle records of each task's tokenization and, given ``heads`` (task -> names), the
+    heads it serves (``serving.settings.BundleTaskSettings``)."""
     return as_json(
-        {t: {"max_length": S.max_length(t), "doc_stride": S.tokenize(model, t).doc_stride} for t in tasks}
+        {
+            t: {"max_length": S.max_length(t), "doc_stride": S.tokenize(model, t).doc_stride}
+            | ({"heads": heads[t]} if heads else {})
+            for t in tasks
+        }
     )
 
 
@@ -276,6 +281,19 @@ def get_mixture_epochs():
 
 def get_shared_head_runs(wildcards):
     return dict.fromkeys(S.shared_heads(wildcards.task), len(S.head_seeds))
+
+
+def get_finished_heads(wildcards):
+    """`--finish`: the shared heads of a head job whose runs a shared encoder reads (the frozen
+    encoder's, a shared task's own checkpoint), which its race must not stop."""
+    here = L.HEADS_DIR.format(**wildcards)
+    read = any(
+        enc.reuses_main(t) and enc.heads_dir(m, s, t) == here
+        for m, enc, s, t in S.shared_pairs()
+        if t == wildcards.task
+    )
+    names = sorted(S.shared_heads(wildcards.task)) if read else []
+    return f"--finish {' '.join(names)}" if names else ""
 
 
 def get_bundle_heads(wildcards):

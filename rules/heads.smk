@@ -20,6 +20,7 @@ rule train_heads:
         features=get_features_arg,
         train_fraction=1,
         survivors=lambda wc, input: f"--survivors-from {input.survivors}" if input.survivors else "",
+        finish=get_finished_heads,
     log:
         L.log("train_heads"),
     benchmark:
@@ -33,8 +34,8 @@ rule train_heads:
         "bertvision train-heads --task {wildcards.task} --heads {params.heads:q} "
         "--runtime {params.runtime:q} --race {params.race:q} --manifest {params.features} --raw-dir {input.raw} "
         "--bert-logits {input.bert_logits} --seeds {params.seeds} --out-dir {output} "
-        "--searched {params.searched} --train-fraction {params.train_fraction} {params.survivors} --threads {threads} "
-        "> {log} 2>&1"
+        "--searched {params.searched} --train-fraction {params.train_fraction} {params.survivors} {params.finish} "
+        "--threads {threads} > {log} 2>&1"
 
 
 use rule train_heads as train_heads_subset with:
@@ -52,6 +53,7 @@ use rule train_heads as train_heads_subset with:
         heads=lambda wc: as_json(S.head_settings(wc.task, S.data_fraction_heads(wc.task))),
         searched=lambda wc: get_searched_args(wc, S.data_fraction_heads(wc.task)),
         train_fraction=lambda wc: wc.train_fraction,
+        finish="",
     log:
         L.log("train_heads_subset"),
     benchmark:

@@ -79,6 +79,7 @@ use rule train_heads as train_heads_shared with:
         heads=lambda wc: as_json(S.head_settings(wc.task, S.shared_heads(wc.task))),
         searched="",
         features=lambda wc, input: input.manifest,  # shared encoders' states are always stored
+        finish="",  # its heads are the shared ones alone: the race's survivors are the cell's candidates
     log:
         L.log("train_heads_shared"),
     benchmark:
@@ -146,7 +147,7 @@ rule cross_task:
 
 rule bundle:
     """What `bertvision serve` loads: the shared encoder (safetensors), its tokenizer and every
-    shared task's heads trained on it, with their specs and dev metrics."""
+    shared task's shared heads (shared.heads) trained on it, with their specs and dev metrics."""
     input:
         checkpoint=get_encoder_weights,
         heads=lambda wc: get_bundle_heads(wc).values(),
@@ -159,7 +160,9 @@ rule bundle:
         encoder_dir=lambda wc, input: os.path.dirname(input.checkpoint),
         tokenizer=lambda wc: S.pretrained(wc.model),
         heads=lambda wc: " ".join(f"{t}={d}" for t, d in get_bundle_heads(wc).items()),
-        task_settings=get_bundle_task_settings(S.models[0], S.shared_tasks),
+        task_settings=get_bundle_task_settings(
+            S.models[0], S.shared_tasks, {t: sorted(S.shared_heads(t)) for t in S.shared_tasks}
+        ),
         provenance=lambda wc: as_json({"backbone": wc.model, "encoder": wc.encoder, "ft_seed": S.shared_ft_seeds[0]}),
         precision=S.extract_compute().precision,
     log:

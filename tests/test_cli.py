@@ -183,6 +183,29 @@ def test_a_bad_value_given_with_snakemakes_config_flag_is_named_as_given_there(t
     assert f"{tmp_path / 'config.yaml'} + --config: finetune.seeds: [] should be non-empty" in proc.stderr + proc.stdout
 
 
+def test_the_head_jobs_a_shared_encoder_reads_finish_its_heads_and_no_other_does(tmp_path):
+    """The default shares the frozen encoder: the main pipeline's checkpoint-0 head jobs of its
+    shared tasks are the frozen encoder's, so their race must not stop `shared.heads` (else the
+    cross-task table and the frozen bundle lose the task); a later checkpoint's job races freely."""
+    (tmp_path / "config.yaml").write_text((REPO / "config.yaml").read_text())
+    proc = subprocess.run(snakemake_command(tmp_path, "-n", "-p"), capture_output=True, text=True, cwd=tmp_path,
+                          timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    commands = [line for line in proc.stdout.splitlines() if "bertvision train-heads " in line]
+    at_zero = [c for c in commands if c.split("--out-dir ")[1].split()[0].endswith("/ckpt-0")]
+    assert sorted(c.split("--task ")[1].split()[0] for c in at_zero) == ["sst2", "stsb"], commands
+    assert all("--finish adapter64 " in c for c in at_zero), at_zero
+    assert all("--finish" not in c for c in commands if c not in at_zero)
+
+
+def test_a_key_given_twice_in_the_workflows_config_file_is_named_by_its_line(tmp_path):
+    """Snakemake's own reading of --configfile keeps the last of a key given twice: the workflow refuses it."""
+    (tmp_path / "config.yaml").write_text((REPO / "config.yaml").read_text() + "\nrun_tasks: null\nrun_tasks: [sst2]\n")
+    proc = subprocess.run(snakemake_command(tmp_path, "-n"), capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr + proc.stdout
+    assert "key 'run_tasks' given twice in one mapping" in proc.stderr + proc.stdout
+
+
 def test_validate_config_names_each_bad_key(tmp_path):
     (tmp_path / "c.yaml").write_text("backbones: {m: {pretrained: ./nope/model}}\ntasks: {mrpc: {train_sise: 3}}\n")
     proc = bertvision("validate-config", str(tmp_path / "c.yaml"))

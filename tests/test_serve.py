@@ -689,6 +689,17 @@ def test_bundle_command_writes_what_write_bundle_writes(run, bundle, tiny_bert, 
     ).read_bytes()
 
 
+def test_a_bundle_told_its_heads_serves_those_alone_and_names_a_missing_one(run, tiny_bert, tmp_path, capsys):
+    """A shared encoder's bundle serves `shared.heads` only (the cross-task table's candidates)."""
+    from bertvision.commands.main import main
+
+    out = tmp_path / "some-heads"
+    assert main(bundle_args(run, tiny_bert, ["mrpc"], {"mrpc": {"heads": ["lp", "tok"]}}, out)) == 0
+    assert set(load_bundle(out).tasks["mrpc"].heads) == {"lp", "tok"}
+    status = main(bundle_args(run, tiny_bert, ["mrpc"], {"mrpc": {"heads": ["nope"]}}, tmp_path / "none"))
+    assert status == 2 and "mrpc: none of the heads nope in " in capsys.readouterr().err
+
+
 def test_bundle_command_refuses_settings_without_heads(run, tiny_bert, tmp_path, capsys):
     from bertvision.commands.main import main
 

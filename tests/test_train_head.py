@@ -212,6 +212,27 @@ def test_a_race_keeps_the_planted_best_head_and_stops_a_planted_bad_one_at_the_f
     assert (lp["history"], lp["metrics"], lp["best_epoch"]) == (grid["history"], grid["metrics"], grid["best_epoch"])
 
 
+def test_a_head_the_race_must_finish_trains_to_its_end_and_the_others_race_without_it(tmp_path):
+    """``finish`` (a shared encoder's head): the head that cannot learn is never stopped and trains
+    with every seed; of the other two, the keep share is taken among themselves alone."""
+    from bertvision.config.settings import RaceSettings
+
+    manifest = planted_features(tmp_path / "features", n_shards=1)
+    settings = SETTINGS.replace(max_epochs=8, patience=8)
+    heads = with_training({"lp": HEADS["lp"], "ap": HEADS["ap"], "stuck": HEADS["adapter"]}, settings)
+    heads["stuck"] = heads["stuck"].replace(training=settings.replace(learning_rate=1e-9))
+    race = RaceSettings(protocol="racing", rungs=(2, 4), keep=0.5, min_gain=0.005, checkpoint_rule="spread")
+    out = tmp_path / "raced"
+    train_heads(get_task("sst2"), heads, RUNTIME, manifest, [1, 2], out, threads=1, race=race, finish=["stuck"])
+
+    def record(name, seed):
+        return json.loads((out / name / f"seed{seed}" / "metrics.json").read_text())
+
+    assert record("stuck", 1)["race"]["raced_out_at_epoch"] is None and record("stuck", 2)["history"]
+    assert record("ap", 1)["race"]["raced_out_at_epoch"] == 2 and not (out / "ap" / "seed2").exists()
+    assert record("lp", 2)["race"]["raced_out_at_epoch"] is None
+
+
 def test_the_first_fine_tuning_seeds_race_decides_what_the_others_train(tmp_path):
     """Two fine-tuning seeds' jobs at one checkpoint: the first races (the stuck head out at the
     first rung, the layer mean at the second); the second trains only what the first kept, with

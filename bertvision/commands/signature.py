@@ -59,6 +59,7 @@ HELP = {
     "searched": "HEAD=best.json: train HEAD with its search's best parameters",
     "train_fraction": "train on this nested share of the rows",
     "survivors_from": "the first fine-tuning seed's train_heads output here: train only the heads its race kept",
+    "finish": "heads the race never stops (another experiment reads their runs: the shared encoders' heads)",
     "head_dirs": "train_heads outputs",
     "head_dir": "a train_heads output",
     "last": "this is the last configured checkpoint",

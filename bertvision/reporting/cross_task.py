@@ -164,7 +164,7 @@ def cross_task_markdown(table: pd.DataFrame) -> str:
         "a mixture was fine-tuned on several tasks at once.\n",
     ]
     if table.empty:
-        return "\n".join(parts + ["No shared encoders configured (`shared.tasks`).\n"])
+        return "\n".join(parts + ["No head of `shared.heads` finished its training on a shared encoder.\n"])
     for backbone, block in table.groupby("backbone", sort=True):
         trained = block[block["role"] != AS_IS]
         encoders = list(

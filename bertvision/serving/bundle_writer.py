@@ -60,7 +60,8 @@ def keep_best_seeds(task: TaskSpec, runs: list[TrainedHead]) -> dict[str, Traine
     return kept
 
 
-def collect_runs(task: TaskSpec, heads_dirs: list[Path]) -> list[TrainedHead]:
+def collect_runs(task: TaskSpec, heads_dirs: list[Path], names: list[str] | None = None) -> list[TrainedHead]:
+    """The runs of the heads ``names`` (None: every head) in ``heads_dirs``, none the race stopped."""
     runs: list[TrainedHead] = []
     seen: dict[tuple[str, int], Path] = {}
     for heads_dir in heads_dirs:
@@ -78,6 +79,8 @@ def collect_runs(task: TaskSpec, heads_dirs: list[Path]) -> list[TrainedHead]:
             if not (run_dir / HEAD_WEIGHTS).exists():
                 raise BundleError(f"{run_dir / HEAD_WEIGHTS}: missing")
             run = TrainedHead(run_dir, record)
+            if names is not None and run.head not in names:
+                continue
             if (run.head, run.seed) in seen:
                 raise BundleError(
                     f"{task.name}: head {run.head} seed {run.seed} is in both {seen[run.head, run.seed]} "
@@ -85,6 +88,8 @@ def collect_runs(task: TaskSpec, heads_dirs: list[Path]) -> list[TrainedHead]:
                 )
             seen[run.head, run.seed] = run_dir
             runs.append(run)
+    if names is not None and not runs:
+        raise BundleError(f"{task.name}: none of the heads {', '.join(names)} in {', '.join(map(str, heads_dirs))}")
     stopped = {run.head for run in runs if raced_out(run.record)}
     if stopped:
         log.info("%s: not served, stopped by the race in some job: %s", task.name, ", ".join(sorted(stopped)))
@@ -235,7 +240,8 @@ def write_bundle(
 ) -> Bundle:
     """Build a bundle in ``out_dir`` (replacing one there). ``tasks``: {task: {"heads_dirs": [train_heads
     output dirs], "max_length": int, "doc_stride": int | None, "picked": the default head (default:
-    the best mean selection score among them), "ensemble": {head, how} (a head + BERT ensemble to
+    the best mean selection score among them), "heads": the names of the heads served (default: every
+    one the directories hold), "ensemble": {head, how} (a head + BERT ensemble to
     serve too; the bundle then has this one task and keeps its whole model)}} (missing settings: the
     registry's);
     ``precision``: the extraction precision of the heads' features; ``auto`` takes the precision
@@ -261,7 +267,7 @@ def write_bundle(
                 task = get_task(name)
             except KeyError as err:
                 raise BundleError(err.args[0]) from None
-            runs = collect_runs(task, [Path(d) for d in settings.get("heads_dirs", [])])
+            runs = collect_runs(task, [Path(d) for d in settings.get("heads_dirs", [])], settings.get("heads"))
             recorded |= {r.record["states_precision"] for r in runs if r.record.get("states_precision")}
             backends |= {r.record.get("states_backend", "torch") for r in runs}
             described[name] = task_json(task, settings, runs)

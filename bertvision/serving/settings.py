@@ -55,11 +55,13 @@ DEFAULTS = ServeSettings()  # for a command or an engine made without the app
 
 class BundleTaskSettings(BaseModel):
     """One task's tokenization as its features used it (``bertvision bundle --task-settings``);
-    a key left out, or null, is the task registry's."""
+    a key left out, or null, is the task registry's. ``heads``: the heads served (null: every one
+    its heads directories hold)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
     max_length: int | None = None
     doc_stride: int | None = None
+    heads: list[str] | None = None
 
 
 # --task-settings: {task: BundleTaskSettings}
@@ -67,12 +69,12 @@ BUNDLE_TASK_SETTINGS = TypeAdapter(dict[str, BundleTaskSettings])
 
 
 def checked_task_settings(given: dict) -> dict:
-    """--task-settings as {task: {max_length, doc_stride, pair}} (set ones only), or one line naming the key."""
+    """--task-settings as {task: {max_length, doc_stride, heads}} (set ones only), or one line naming the key."""
     try:
         task_settings = BUNDLE_TASK_SETTINGS.validate_python(given)
     except ValidationError as err:
         first = err.errors()[0]
         where, what = "".join(f"{p}: " for p in first["loc"]), first["msg"][0].lower() + first["msg"][1:]
-        expected = "{task: {max_length, doc_stride, pair}}"
+        expected = "{task: {max_length, doc_stride, heads}}"
         raise SettingsError(f"--task-settings: {where}{what} (expected {expected})") from None
     return {name: settings.model_dump(exclude_none=True) for name, settings in task_settings.items()}

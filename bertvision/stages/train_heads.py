@@ -54,6 +54,7 @@ def train_heads(
     train_fraction: float = 1.0,
     race: RaceSettings | None = None,
     survivors_from: Path | None = None,
+    finish: list[str] | None = None,
 ) -> None:
     """Write a run directory (weights, eval predictions, metrics) under ``out_dir`` for every
     head (name -> its spec and final training settings) and seed. ``manifest``: the checkpoint's
@@ -69,6 +70,8 @@ def train_heads(
     seed: only the heads it kept train here, each with every seed to its end. Deciding per job
     let each fine-tuning seed keep other heads, and a head stopped in one seed's job is no
     candidate at all (``reporting.ranking``): the default run's SST-2 was left with none at 0.3.
+    ``finish``: heads the race never stops here, since another experiment reads their runs from this
+    job (the shared encoders' heads on a checkpoint the main pipeline trains them on).
 
     Every head that shares a problem and batch size trains in lockstep, each batch drawn once for
     all of them (``train_together``). Stored features: one lockstep group per seed, in that seed's
@@ -106,7 +109,9 @@ def train_heads(
     racing = race is not None and race.racing and len(heads) > 1 and not decided
     if racing:  # the first seed's heads race; only the survivors train with the other seeds
         groups = _lockstep_groups([p for p in plans if p.run.seed == seeds[0]], problems, seeds[0], task)
-        survivors = {state.run.name for state in run_race([g for _, g in groups], race.rungs, race.keep)}
+        survivors = {
+            state.run.name for state in run_race([g for _, g in groups], race.rungs, race.keep, frozenset(finish or ()))
+        }
         finished = [item for group, lockstep in groups for item in _evaluated(task, group, lockstep, problems, bert)]
         rest = [p for p in plans if p.run.seed != seeds[0] and p.run.name in survivors]
     else:
