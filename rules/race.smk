@@ -8,7 +8,7 @@ checkpoint race_checkpoint:
     output:
         L.RACE_DECISION,
     params:
-        race=as_json(S.head_race()),
+        race=as_json(S.checkpoint_race()),
         last=lambda wc: "--last" if L.Checkpoint.named(wc.checkpoint) == S.checkpoints[-1] else "",
     log:
         L.log("race_checkpoint"),

@@ -183,19 +183,31 @@ def test_a_bad_value_given_with_snakemakes_config_flag_is_named_as_given_there(t
     assert f"{tmp_path / 'config.yaml'} + --config: finetune.seeds: [] should be non-empty" in proc.stderr + proc.stdout
 
 
+def dry_run_commands(workdir: Path, *config: str) -> list[str]:
+    """The shell commands of the default config's dry run (``--config`` values ``config`` over it)."""
+    workdir.mkdir(exist_ok=True)
+    (workdir / "config.yaml").write_text((REPO / "config.yaml").read_text())
+    args = ["-n", "-p", *(["--config", *config] if config else [])]
+    proc = subprocess.run(snakemake_command(workdir, *args), capture_output=True, text=True, cwd=workdir, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return [line.removeprefix("Shell command: ") for line in proc.stdout.splitlines() if "Shell command: " in line]
+
+
 def test_the_head_jobs_a_shared_encoder_reads_finish_its_heads_and_no_other_does(tmp_path):
     """The default shares the frozen encoder: the main pipeline's checkpoint-0 head jobs of its
     shared tasks are the frozen encoder's, so their race must not stop `shared.heads` (else the
-    cross-task table and the frozen bundle lose the task); a later checkpoint's job races freely."""
-    (tmp_path / "config.yaml").write_text((REPO / "config.yaml").read_text())
-    proc = subprocess.run(snakemake_command(tmp_path, "-n", "-p"), capture_output=True, text=True, cwd=tmp_path,
-                          timeout=300)  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    commands = [line for line in proc.stdout.splitlines() if "bertvision train-heads " in line]
+    cross-task table and the frozen bundle lose the task); a later checkpoint's job races freely.
+    A setting of the race between checkpoints alone changes no head job's command."""
+    commands = [c for c in dry_run_commands(tmp_path / "a") if c.startswith("bertvision train-heads ")]
     at_zero = [c for c in commands if c.split("--out-dir ")[1].split()[0].endswith("/ckpt-0")]
-    assert sorted(c.split("--task ")[1].split()[0] for c in at_zero) == ["sst2", "stsb"], commands
-    assert all("--finish adapter64 " in c for c in at_zero), at_zero
+    finished = {c.split("--task ")[1].split()[0]: c.split("--finish ")[1].split(" --")[0].split() for c in at_zero}
+    assert finished == {"sst2": ["adapter64-mean"], "stsb": ["adapter64-mean", "cosine-adapter64"]}, at_zero
     assert all("--finish" not in c for c in commands if c not in at_zero)
+    checkpoint_race = "heads={race: {min_gain: 0.02, checkpoint_rule: gain}}"
+    changed = dry_run_commands(tmp_path / "b", checkpoint_race)
+    assert [c for c in changed if c.startswith("bertvision train-heads ")] == commands
+    assert {c for c in changed if c.startswith("bertvision race")} != {c for c in dry_run_commands(tmp_path / "a")
+                                                                      if c.startswith("bertvision race")}  # fmt: skip
 
 
 def test_a_key_given_twice_in_the_workflows_config_file_is_named_by_its_line(tmp_path):

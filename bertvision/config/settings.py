@@ -372,19 +372,24 @@ class HeadRuntimeSettings(StageSettings):
     verify: str = setting("heads.verify")
 
 
-class RaceSettings(StageSettings):
-    """How the pipeline chooses among its candidates: the heads of a head-training job
-    (``training.racing``) and the checkpoints (``stages.race``)."""
+class HeadRaceSettings(StageSettings):
+    """How a head-training job chooses among its heads (``training.racing``): what its runs
+    follow from, so that a setting of the checkpoint race alone reruns no head job."""
 
     protocol: str = setting("heads.race.protocol")
     rungs: Annotated[tuple[int, ...], Field(strict=False)] = setting("heads.race.rungs")
     keep: Number = setting("heads.race.keep")
-    min_gain: Number = setting("heads.race.min_gain")
-    checkpoint_rule: str = setting("heads.race.checkpoint_rule")
 
     @property
     def racing(self) -> bool:
         return self.protocol == "racing"
+
+
+class RaceSettings(HeadRaceSettings):
+    """``HeadRaceSettings`` and how the race between checkpoints decides (``stages.race``)."""
+
+    min_gain: Number = setting("heads.race.min_gain")
+    checkpoint_rule: str = setting("heads.race.checkpoint_rule")
 
 
 class SearchSettings(StageSettings):

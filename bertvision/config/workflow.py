@@ -19,6 +19,7 @@ from bertvision.config.settings import (
     ExtractSettings,
     FinetuneCompute,
     FinetuneSettings,
+    HeadRaceSettings,
     HeadRuntimeSettings,
     HeadSettings,
     HeadTrainingSettings,
@@ -371,7 +372,10 @@ class WorkflowSettings(SharedEncoderSettings, ComparisonSettings):
         runtime = HeadRuntimeSettings.pick(self.config["heads"], self.source)
         return runtime.replace(device="auto") if gpus and runtime.device == "cpu" else runtime
 
-    def head_race(self) -> RaceSettings:
+    def head_race(self) -> HeadRaceSettings:
+        return HeadRaceSettings.pick(self.config["heads"]["race"], self.source)
+
+    def checkpoint_race(self) -> RaceSettings:
         return RaceSettings.pick(self.config["heads"]["race"], self.source)
 
     def search(self) -> SearchSettings:

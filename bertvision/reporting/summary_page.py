@@ -64,7 +64,7 @@ def drawn_line(rows: dict | None) -> str:
     many rows their source held (the download's ``layout.rows_record``)."""
     drawn = [
         f"{d['rows']:,} of the {d['of']:,} {split} rows" + (" (before the selection split)" if split == "train" else "")
-        for split, d in (rows or {}).get("drawn", {}).items()
+        for split, d in sorted((rows or {}).get("drawn", {}).items(), key=lambda item: item[0] != "train")
         if d["rows"] < d["of"]
     ]
     return f"Drawn with data.seed: {', '.join(drawn)}." if drawn else ""

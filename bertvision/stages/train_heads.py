@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-from bertvision.config.settings import HeadRuntimeSettings, HeadSettings, RaceSettings
+from bertvision.config.settings import HeadRaceSettings, HeadRuntimeSettings, HeadSettings
 from bertvision.evaluation.ensemble import load_logits
 from bertvision.features.source import StreamSource
 from bertvision.files import atomic_write_json, atomic_write_parquet, read_json
@@ -52,7 +52,7 @@ def train_heads(
     bert_logits: Path | None = None,
     searched: dict[str, Path] | None = None,
     train_fraction: float = 1.0,
-    race: RaceSettings | None = None,
+    race: HeadRaceSettings | None = None,
     survivors_from: Path | None = None,
     finish: list[str] | None = None,
 ) -> None:
