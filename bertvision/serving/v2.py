@@ -331,7 +331,7 @@ MODEL_VERSION = "1"
 
 def v2_router(service: Service, submit, settings: ServeSettings, is_ready) -> APIRouter:
     """The protocol's routes. ``submit``: the batcher's; ``is_ready()``: loaded and warmed."""
-    router = APIRouter(prefix="/v2", tags=["Open Inference Protocol (KServe v2)"])
+    router = APIRouter(prefix=PREFIX, tags=["Open Inference Protocol (KServe v2)"])
 
     def model(name: str, version: str | None = None) -> TaskEntry:
         """The task a path names; its version, when the path gives one, must be the one it has."""
