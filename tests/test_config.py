@@ -138,6 +138,10 @@ def test_task_overrides_merge_over_global_settings():
             r"tasks: a mapping of names to their settings, not a list \(write "
             r"`mrpc: {}` for a name's defaults\)",
         ),
+        (  # an object of its own keys: the keys, not a map of names
+            lambda c: c.update({"tasks": {"mine": {"files": ["train.csv", "dev.csv"], "kind": "regression"}}}),
+            r"tasks.mine.files: a mapping {train: ..., dev: ...}, not a list",
+        ),
         (
             lambda c: c.update({"heads": {"models": {"x": {"type": "capsule"}}}}),
             r"heads.models.x.type: 'capsule' is not one of",

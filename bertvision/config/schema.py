@@ -174,6 +174,9 @@ def _message(err: jsonschema.ValidationError) -> str:
         keys = [path[-2], *err.validator_value["required"]]
         return f"{' and '.join(map(repr, keys))} exclude each other: give one of them"
     if err.validator == "type" and err.validator_value == "object" and isinstance(err.instance, list):
+        if not isinstance(err.schema.get("additionalProperties"), dict):  # an object of its own keys
+            keys = ", ".join(f"{k}: ..." for k in err.schema.get("required") or err.schema.get("properties", {}))
+            return f"a mapping {{{keys}}}, not a list"
         first = err.instance[0] if err.instance and isinstance(err.instance[0], str) else "NAME"
         return f"a mapping of names to their settings, not a list (write `{first}: {{}}` for a name's defaults)"
     if err.validator in ("oneOf", "anyOf") and err.schema.get("description"):  # "not valid under any of ..."
