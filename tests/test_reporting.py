@@ -272,21 +272,23 @@ def candidate(kind: str, model: str, ft_seed: int, selection: float, fraction: f
 
 def test_the_pick_is_a_record_made_where_the_choice_is_made_with_the_seed_to_serve(tmp_path):
     """The pick (lp + BERT at 1 epoch, best mean selection) names its head, its ensemble rule and
-    the fine-tuning seed whose run of lp scored best on selection (2: 0.72 beats seed 1's 0.71,
-    though seed 1's mean is higher); picks.json holds the same, and the summary's picked row is
-    the pick's."""
+    the fine-tuning seed whose run of the ensemble scored best on selection (1: 0.81, though lp
+    alone scored best on seed 2); picks.json holds the same, and the summary's picked row is the
+    pick's."""
     from bertvision.layout import Checkpoint
     from bertvision.reporting.picks import Pick, read_picks, write_picks
     from bertvision.reporting.summary import ROW_KINDS
 
     lp = [(1, 0.70), (1, 0.71), (2, 0.72), (2, 0.60)]
     rows = [candidate("head", "lp", ft, s, head="lp", ensemble=None) for ft, s in lp]
-    rows += [candidate("ensemble", "lp + BERT (mean)", ft, 0.8, head="lp", ensemble="mean") for ft, _ in lp]
+    # the ensemble served is what picks the seed: seed 1's best ensemble run, though seed 2's lp alone is best
+    mean = [(1, 0.81), (1, 0.79), (2, 0.80), (2, 0.80)]
+    rows += [candidate("ensemble", "lp + BERT (mean)", ft, s, head="lp", ensemble="mean") for ft, s in mean]
     rows += [candidate("head", "ap", 1, 0.75, fraction=0.0, head="ap", ensemble=None)]
     runs = pd.DataFrame(rows)
     picks = choose_picks(runs)
-    want = Pick("tiny", "mrpc", Checkpoint(1), "lp + BERT (mean)", "lp", "mean", 2, 0.8, 0.7)
-    assert picks == [want]
+    want = Pick("tiny", "mrpc", Checkpoint(1), "lp + BERT (mean)", "lp", "mean", 1, picks[0].selection_mean, 0.7)
+    assert picks == [want] and picks[0].selection_mean == pytest.approx(0.8)
     write_picks(picks, tmp_path / "picks.json")
     assert read_picks(tmp_path / "picks.json") == picks
     assert json.loads((tmp_path / "picks.json").read_text())["picks"][0]["checkpoint"] == "1"
@@ -332,9 +334,19 @@ def test_a_missing_selection_score_never_picks_the_seed_to_serve():
     from bertvision.reporting.choice import served_seed
 
     runs = pd.DataFrame([candidate("head", "lp", 1, float("nan")), candidate("head", "lp", 2, 0.5)])
-    assert served_seed(runs, "lp", Checkpoint(1)) == 2
+    assert served_seed(runs, "head", "lp", Checkpoint(1)) == 2
     tied = pd.DataFrame([candidate("head", "lp", 2, 0.5), candidate("head", "lp", 1, 0.5)])
-    assert served_seed(tied, "lp", Checkpoint(1)) == 1
+    assert served_seed(tied, "head", "lp", Checkpoint(1)) == 1
+
+
+def test_a_candidate_missing_a_runs_selection_score_is_no_candidate_as_in_the_race():
+    """The race counts a missing selection score as missing for the whole candidate; so does the pick."""
+    runs = pd.DataFrame(
+        [candidate("head", "a", 1, 0.90, head="a", ensemble=None), candidate("head", "a", 2, float("nan"), head="a")]
+        + [candidate("head", "b", seed, 0.80, head="b", ensemble=None) for seed in (1, 2)]
+    )
+    [made] = choose_picks(runs)
+    assert made.model == "b"
 
 
 def test_the_summary_says_how_the_heads_were_chosen_and_never_picks_a_raced_out_head(tmp_path):
@@ -411,3 +423,24 @@ def test_a_download_from_before_the_rows_record_still_makes_the_tables(tmp_path,
     assert [r.getMessage() for r in caplog.records] == [
         f"{raw / 'rows.json'}: not there (downloaded before the record was kept); its repeats of train go unsaid"
     ]
+
+
+def test_a_tie_on_selection_goes_to_fewer_parameters_in_the_verdict_as_in_the_pick():
+    """The verdict's "best on the selection split" follows the ranking's tie rule (fewer trainable
+    parameters), not a strict comparison that hands a tie to the rival."""
+    from bertvision.reporting.summary import ROW_KINDS, SUMMARY_COLUMNS
+
+    def row(kind, **values):
+        base = dict.fromkeys(SUMMARY_COLUMNS, float("nan"))
+        base.update(backbone="tiny", task="mrpc", row=kind, metric="accuracy", n=3, ft_seeds=3, dev_std=0.01,
+                    parameter_percent=1.0, seconds=10.0, seconds_std=1.0, whole_seconds=100.0, whole_seconds_std=1.0,
+                    feature_bytes=0.0, cost_ratio=0.5, whole_cost_ratio=0.5, constant_score=0.68,
+                    deterministic=False, best_dev_any=0.9, passed_over=None, device="cpu",
+                    precision="fp32")  # fmt: skip
+        return {**base, **values}
+
+    full = row(ROW_KINDS[0], model="BERT, epoch kept of 3: 3, 3, 3", dev_mean=0.80, selection_mean=0.85,
+               trainable_params=110_000_000)  # fmt: skip
+    picked = row(ROW_KINDS[2], model="lp", checkpoint=1.0, dev_mean=0.86, selection_mean=0.85, trainable_params=1538)
+    text = verdict(pd.DataFrame([full, picked], columns=SUMMARY_COLUMNS))
+    assert text.startswith("**The BERTVision pick is the best method on the selection split**"), text

@@ -116,3 +116,17 @@ def test_spearman_ranks_ties_as_scipy_does():
     b = a + rng.normal(size=500)
     assert spearman(a, b) == pytest.approx(spearmanr(a, b).statistic, abs=1e-12)
     assert spearman(np.array([1.0, 2.0, 2.0, 3.0]), np.array([4.0, 3.0, 3.0, 1.0])) == pytest.approx(-1.0)
+
+
+def test_an_answerability_task_gets_no_interval_over_its_windows(tmp_path):
+    """Its rows are context windows, while its score is per question (the best window's label): a
+    bootstrap over windows would measure another quantity, so none is drawn."""
+    task = get_task("squad2-answerable")
+    idx = np.repeat(np.arange(40), 3)
+    labels = np.tile([0, 1, 1], 40)
+    files = []
+    for name, predictions in (("a", np.tile([0, 1, 1], 40)), ("b", np.zeros(120, dtype=int))):
+        frame = pd.DataFrame({"idx": idx, "label": labels, "split": task.eval_splits[0], "prediction": predictions})
+        frame.to_parquet(tmp_path / f"{name}.parquet")
+        files.append([(tmp_path / f"{name}.parquet", "prediction")])
+    assert paired_interval(task, *files) is None

@@ -42,7 +42,8 @@ SEED_AGGREGATES = {
     "dev_mean": ("dev", "mean"),
     "dev_std": ("dev", sample_std),
     "n": ("dev", "size"),
-    "selection_mean": ("selection", "mean"),
+    # missing on any run: missing (no candidate), as the race counts it (``reporting.ranking``)
+    "selection_mean": ("selection", lambda v: v.mean(skipna=False)),
     "trainable_params": ("trainable_params", "first"),
     "encoder_params": ("encoder_params", "first"),
 }

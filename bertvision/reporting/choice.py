@@ -60,6 +60,13 @@ def pick(configs: pd.DataFrame) -> pd.Series | None:
     return configs.loc[order[0].ref] if order else None
 
 
+def ranks_before(a: pd.Series, b: pd.Series) -> bool:
+    """Whether row ``a`` ranks before row ``b`` of one block as ``pick`` ranks them (selection score
+    rounded as the ranking rounds it, then fewer trainable parameters, ...)."""
+    order = ranked(path_candidates(pd.DataFrame([a, b])))
+    return bool(order) and order[0].ref == a.name
+
+
 def passed_over(configs: pd.DataFrame) -> tuple[pd.Series, float] | None:
     """The path with the best mean selection score when the pick is another, at an earlier
     checkpoint within its noise, with the standard error of their difference; else None."""
@@ -82,10 +89,11 @@ def bertvision_paths(configs: pd.DataFrame) -> pd.DataFrame:
     return configs[configs["kind"].isin(["head", "ensemble"])]
 
 
-def served_seed(block: pd.DataFrame, head: str, checkpoint: Checkpoint) -> int:
-    """The fine-tuning seed whose run of ``head`` at ``checkpoint`` scored best on the selection
-    split (its best head seed; a missing score never wins; ties: the lower seed)."""
-    runs = block[(block["kind"] == "head") & (block["model"] == head) & (block["checkpoint"] == checkpoint.fraction)]
+def served_seed(block: pd.DataFrame, kind: str, model: str, checkpoint: Checkpoint) -> int:
+    """The fine-tuning seed whose run of the path served (``kind`` ``model``: a head, or a head + BERT
+    ensemble, scored as the ensemble) at ``checkpoint`` scored best on the selection split (its best
+    head seed; a missing score never wins; ties: the lower seed)."""
+    runs = block[(block["kind"] == kind) & (block["model"] == model) & (block["checkpoint"] == checkpoint.fraction)]
     best = runs.assign(score=runs["selection"].fillna(-np.inf)).groupby("ft_seed")["score"].max()
     return int(best[best == best.max()].index.min())
 
@@ -115,7 +123,7 @@ def choose_picks(runs: pd.DataFrame) -> list[Pick]:
                 picked["model"],
                 made["head"],
                 ensemble,
-                served_seed(block, made["head"], checkpoint),
+                served_seed(block, picked["kind"], picked["model"], checkpoint),
                 float(picked["selection_mean"]),
                 float(picked["dev_mean"]),
             )

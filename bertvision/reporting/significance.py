@@ -44,9 +44,11 @@ def paired_interval(task, a: Sequence, b: Sequence, resamples: int = RESAMPLES,
     """The ``LEVEL`` percentile interval of (method ``a``'s score - method ``b``'s) over ``resamples``
     bootstrap draws of the reported split's rows, in the metric's units, and the rows drawn from.
     ``a``, ``b``: each run's (eval predictions file, column). None where it cannot be computed: a
-    run without predictions, a metric scored over windows or spans, or runs not on the same rows."""
+    run without predictions, a metric scored over windows or spans (an answerability task scores a
+    question from its windows: its rows are windows, not what the metric counts), or runs not on
+    the same rows."""
     metric = get_metric(task.kind, task.primary_metric)
-    if metric.compute is None or metric.aggregation is not None:
+    if task.answerability or metric.compute is None or metric.aggregation is not None:
         return None
     split = task.eval_splits[0]
     runs_a, runs_b = _dev_rows(a, split), _dev_rows(b, split)

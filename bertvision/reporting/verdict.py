@@ -14,6 +14,7 @@ import pandas as pd
 from bertvision.registry.metrics import METRICS
 from bertvision.registry.tasks import get_task
 from bertvision.reporting.candidates import PEER
+from bertvision.reporting.choice import ranks_before
 from bertvision.reporting.summary import ROW_KINDS, rival_of
 
 # A model "learned something" when it beats the constant prediction by more than this share of
@@ -226,7 +227,7 @@ def verdict(block: pd.DataFrame) -> str:
     if rival is None:
         lead = f"The pipeline picks {what}."
     else:
-        pick_is_best = p["selection_mean"] > rival["selection_mean"]
+        pick_is_best = ranks_before(p, rival)
         lead = against_best(task, p, what, rival, _method_name(rival), pick_is_best)
     if full.empty:
         return f"{lead} No full fine-tuning baseline ran (baseline.enabled)."
