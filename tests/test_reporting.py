@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -444,3 +445,15 @@ def test_a_tie_on_selection_goes_to_fewer_parameters_in_the_verdict_as_in_the_pi
     picked = row(ROW_KINDS[2], model="lp", checkpoint=1.0, dev_mean=0.86, selection_mean=0.85, trainable_params=1538)
     text = verdict(pd.DataFrame([full, picked], columns=SUMMARY_COLUMNS))
     assert text.startswith("**The BERTVision pick is the best method on the selection split**"), text
+
+
+def test_a_candidate_whose_jobs_time_is_unknown_costs_unknown_in_the_methods_table_not_0():
+    """A fine-tuning job whose time was not found leaves the path's cost unknown (never 0 s), and a
+    path of unknown cost is not on the cost-score front, where it would push off what it cannot beat."""
+    from bertvision.reporting.methods import method_table
+
+    rows = [candidate("head", "lp", seed, 0.8, head="lp", ensemble=None, finetune_jobs_s=np.nan) for seed in (1, 2)]
+    rows += [candidate("full fine-tuning", "BERT", seed, 0.8, whole_seconds=300.0) for seed in (1, 2)]
+    table = method_table(pd.DataFrame(rows)).set_index("model")
+    assert np.isnan(table.loc["lp", "cost_seconds"]) and not table.loc["lp", "on_front"]
+    assert table.loc["BERT", "cost_seconds"] == 300.0 and table.loc["BERT", "on_front"]

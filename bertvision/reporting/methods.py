@@ -28,8 +28,9 @@ def _family(kind: str) -> str:
 
 
 def _cost(runs: pd.DataFrame) -> pd.Series:
-    """Per run: its whole seconds (full fine-tuning, a peer, BERT), or a candidate's own jobs."""
-    alone = sum(runs[c].fillna(0.0) if c in runs else 0.0 for c in ("finetune_jobs_s", "extract_jobs_s", "search_s"))
+    """Per run: its whole seconds (full fine-tuning, a peer, BERT), or a candidate's own jobs; unknown
+    (NaN: a job's time not found) where one of them is, never counted as 0 s."""
+    alone = sum(runs[c] if c in runs else 0.0 for c in ("finetune_jobs_s", "extract_jobs_s", "search_s"))
     own = runs["head_s"] if "head_s" in runs else np.nan
     return runs["whole_seconds"].where(runs["kind"].isin([FULL_FT, PEER, BERT]), alone + own)
 
