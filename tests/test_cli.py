@@ -193,6 +193,7 @@ def dry_run_commands(workdir: Path, *config: str) -> list[str]:
     return [line.removeprefix("Shell command: ") for line in proc.stdout.splitlines() if "Shell command: " in line]
 
 
+@pytest.mark.slow  # the workflow planned three times (about 40 s): make test-all, CI
 def test_the_head_jobs_a_shared_encoder_reads_finish_its_heads_and_no_other_does(tmp_path):
     """The default shares the frozen encoder: the main pipeline's checkpoint-0 head jobs of its
     shared tasks are the frozen encoder's, so their race must not stop `shared.heads` (else the
@@ -210,6 +211,7 @@ def test_the_head_jobs_a_shared_encoder_reads_finish_its_heads_and_no_other_does
                                                                       if c.startswith("bertvision race")}  # fmt: skip
 
 
+@pytest.mark.slow  # the workflow's parse (about 12 s; the loader's own test is tests/test_config.py)
 def test_a_key_given_twice_in_the_workflows_config_file_is_named_by_its_line(tmp_path):
     """Snakemake's own reading of --configfile keeps the last of a key given twice: the workflow refuses it."""
     (tmp_path / "config.yaml").write_text((REPO / "config.yaml").read_text() + "\nrun_tasks: null\nrun_tasks: [sst2]\n")
