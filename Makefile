@@ -13,12 +13,15 @@ setup: $(VENV)/.installed
 
 # torch first and pinned: a looser spec would pull the CUDA build and several GB of packages.
 # Then the package with every extra, exactly as pyproject.toml declares it, at the versions
-# pinned in envs/requirements.txt (pip constraints: they pin, they add nothing).
+# pinned in envs/requirements.txt (constraints: they pin, they add nothing), through uv: the same
+# 147 packages as pip in 12 s instead of 141 (docs/results/setup-uv-vs-pip.txt). uv reads
+# UV_INDEX_URL, not pip.conf: behind a mirror set it, or `make setup INSTALL='$(PY) -m pip install'`.
+INSTALL ?= $(VENV)/bin/uv pip install --python $(PY)
 $(VENV)/.installed: envs/requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -c envs/requirements.txt -e '.[all]'
+	$(PY) -m pip install --quiet -c envs/requirements.txt uv
+	$(INSTALL) --quiet -c envs/requirements.txt -e '.[all]'
 	touch $@
 
 run: setup
