@@ -14,8 +14,8 @@ setup: $(VENV)/.installed
 # torch first and pinned: a looser spec would pull the CUDA build and several GB of packages.
 # Then the package with every extra, exactly as pyproject.toml declares it, at the versions
 # pinned in envs/requirements.txt (constraints: they pin, they add nothing), through uv: the same
-# 147 packages as pip in 12 s instead of 141 (docs/results/setup-uv-vs-pip.txt). uv reads
-# UV_INDEX_URL, not pip.conf: behind a mirror set it, or `make setup INSTALL='$(PY) -m pip install'`.
+# 151 packages as pip in 9-13 s instead of 166-173 (docs/results/setup-uv-vs-pip.txt). uv reads
+# UV_INDEX_URL, not pip.conf: behind a mirror set it, or `make setup INSTALL='.venv/bin/python -m pip install'`.
 INSTALL ?= $(VENV)/bin/uv pip install --python $(PY)
 $(VENV)/.installed: envs/requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)

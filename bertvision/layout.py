@@ -379,19 +379,20 @@ class SharedEncoder:
         if self.kind == "mixture":
             return MIXTURE_DIR.format(**self.keys(model, ftseed))
         task = self.source if self.kind == "task" else any_task
-        return self._main(model, ftseed, task).format(CHECKPOINT_DIR)
+        return self.main_run(model, ftseed, task).format(CHECKPOINT_DIR)
 
-    def _main(self, model: str, ftseed: int, task: str) -> Run:
+    def main_run(self, model: str, ftseed: int, task: str) -> Run:
+        """The main pipeline's run at this encoder's checkpoint (where ``reuses_main``, the run it reads)."""
         return Run(model, task, ftseed, self.checkpoint).states_owner(self.first_ftseed)
 
     def manifest(self, model: str, ftseed: int, task: str) -> str:
         if self.reuses_main(task):
-            return self._main(model, ftseed, task).format(MANIFEST)
+            return self.main_run(model, ftseed, task).format(MANIFEST)
         return SHARED_MANIFEST.format(**self.keys(model, ftseed, task))
 
     def heads_dir(self, model: str, ftseed: int, task: str) -> str:
         if self.reuses_main(task):
-            return self._main(model, ftseed, task).format(HEADS_DIR)
+            return self.main_run(model, ftseed, task).format(HEADS_DIR)
         return SHARED_HEADS_DIR.format(**self.keys(model, ftseed, task))
 
 

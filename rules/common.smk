@@ -284,15 +284,8 @@ def get_shared_head_runs(wildcards):
 
 
 def get_finished_heads(wildcards):
-    """`--finish`: the shared heads of a head job whose runs a shared encoder reads (the frozen
-    encoder's, a shared task's own checkpoint), which its race must not stop."""
-    here = L.HEADS_DIR.format(**wildcards)
-    read = any(
-        enc.reuses_main(t) and enc.heads_dir(m, s, t) == here
-        for m, enc, s, t in S.shared_pairs()
-        if t == wildcards.task
-    )
-    names = sorted(S.shared_heads(wildcards.task)) if read else []
+    """`--finish`: the shared heads a shared encoder reads from this head job (``S.finished_heads``)."""
+    names = S.finished_heads(FILES.run(wildcards))
     return f"--finish {' '.join(names)}" if names else ""
 
 

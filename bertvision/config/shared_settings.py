@@ -6,7 +6,7 @@ config and the per-task lookups these use."""
 from __future__ import annotations
 
 from bertvision.config.settings import MixtureSettings
-from bertvision.layout import Checkpoint, SharedEncoder
+from bertvision.layout import Checkpoint, Run, SharedEncoder
 from bertvision.registry.tasks import get_task
 
 
@@ -56,6 +56,16 @@ class SharedEncoderSettings:
             for s in self.shared_ft_seeds
             for t in self.shared_tasks
         ]
+
+    def finished_heads(self, run: Run) -> list[str]:
+        """The shared heads of ``run``'s head job when a shared encoder reads that job's heads (the
+        frozen encoder's, a shared task's own checkpoint): the job's race must not stop them."""
+        read = any(
+            enc.reuses_main(t) and enc.main_run(m, s, t).keys == run.keys
+            for m, enc, s, t in self.shared_pairs()
+            if t == run.task
+        )
+        return sorted(self.shared_heads(run.task)) if read else []
 
     def shared_heads(self, task: str) -> dict[str, dict]:
         heads, wanted = self.task_heads(task), self.config["shared"]["heads"]
