@@ -13,10 +13,13 @@ setup: $(VENV)/.installed
 
 # torch first and pinned: a looser spec would pull the CUDA build and several GB of packages.
 # Then the package with every extra, exactly as pyproject.toml declares it, at the versions
-# pinned in envs/requirements.txt (constraints: they pin, they add nothing), through uv: the same
-# 151 packages as pip in 9-13 s instead of 166-173 (docs/results/setup-uv-vs-pip.txt). uv reads
-# UV_INDEX_URL, not pip.conf: behind a mirror set it, or `make setup INSTALL='.venv/bin/python -m pip install'`.
-INSTALL ?= $(VENV)/bin/uv pip install --python $(PY)
+# pinned in envs/requirements.txt (constraints: they pin, they add nothing), through uv, a few
+# times faster than pip (docs/results/setup-uv-vs-pip.txt). --compile-bytecode writes each
+# module's bytecode as pip does: without it, where PYTHONDONTWRITEBYTECODE is set (containers, CI
+# here), every process compiled torch and transformers anew and CI took 39 min instead of 24.
+# uv reads UV_INDEX_URL, not pip.conf: behind a mirror set it, or
+# `make setup INSTALL='.venv/bin/python -m pip install'`.
+INSTALL ?= $(VENV)/bin/uv pip install --compile-bytecode --python $(PY)
 $(VENV)/.installed: envs/requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet torch==2.13.0

@@ -324,6 +324,17 @@ class Run:
     def format(self, pattern: str, **extra) -> str:
         return pattern.format(**self.keys, **extra)
 
+    def served(self) -> dict:
+        """The run as ``bertvision serve-bundles`` reads it (``serving.picked.CheckpointRun``): its
+        keys, and the folders of its checkpoint and its heads."""
+        return {
+            "task": self.task,
+            "ftseed": self.ftseed,
+            "checkpoint": self.checkpoint.name,
+            "checkpoint_dir": self.format(CHECKPOINT_DIR),
+            "heads_dir": self.format(HEADS_DIR),
+        }
+
     def states_owner(self, first_ftseed: int) -> Run:
         """The run that holds this checkpoint's states and heads. Checkpoint 0 is the untouched
         encoder, the same for every fine-tuning seed, so its extraction, heads and searches are

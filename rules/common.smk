@@ -194,14 +194,22 @@ def get_launcher(wildcards, resources):
 REQUESTS = RuleRequests(S, GPU)
 
 
-def request(estimate, resource, **options):
-    """A rule's ``resource`` (mem_mb, runtime, gpu) from ``estimate``, a ``REQUESTS`` method;
-    ``options`` that are functions are read from the job's wildcards."""
-    def of_job(wildcards, attempt):
-        given = {k: v(wildcards) if callable(v) else v for k, v in options.items()}
-        return estimate(wildcards, attempt, **given)[resource]
+def get_requests(estimate, *estimated, gpus=None, micro_batches=False, **options):
+    """A rule's resources: mem_mb and runtime from ``estimate`` (a ``REQUESTS`` method), and the
+    ``estimated`` ones it gives too (a head job's gpu); ``options`` that are functions are read
+    from the job's wildcards. ``gpus`` (a count, or a function of the wildcards): a GPU rule's,
+    with the model it names; ``micro_batches``: the job splits each batch after running out of
+    GPU memory (``get_micro_batches``)."""
+    def of_job(resource):
+        def request(wildcards, attempt):
+            given = {k: v(wildcards) if callable(v) else v for k, v in options.items()}
+            return estimate(wildcards, attempt, **given)[resource]
 
-    return of_job
+        return request
+
+    requests = {} if gpus is None else {"gpu": gpus, "gpu_model": GPU_MODEL}
+    requests |= {resource: of_job(resource) for resource in (*estimated, "mem_mb", "runtime")}
+    return requests | ({"micro_batches": get_micro_batches} if micro_batches else {})
 
 
 def get_previous_checkpoint(wildcards):
@@ -300,14 +308,3 @@ def get_bundle_heads(wildcards):
 
 def get_backbone_runs(wildcards):
     return [run for run in RACE.runs() if run.model == wildcards.model]
-
-
-def get_served_run(run):
-    """A checkpoint and its heads as serve-bundles reads them: keys, and the paths the layout gives them."""
-    return {
-        "task": run.task,
-        "ftseed": run.ftseed,
-        "checkpoint": run.checkpoint.name,
-        "checkpoint_dir": os.path.dirname(run.format(L.CHECKPOINT_FILE, file="model.safetensors")),
-        "heads_dir": run.format(L.HEADS_DIR),
-    }

@@ -14,8 +14,7 @@ rule download:
     benchmark:
         L.benchmark("download")
     resources:
-        mem_mb=request(REQUESTS.data, "mem_mb", tokens=False),
-        runtime=request(REQUESTS.data, "runtime", tokens=False),
+        **get_requests(REQUESTS.data, tokens=False),
     shell:
         "bertvision download --task {wildcards.task} --settings {params.settings:q} --out-dir {output} > {log} 2>&1"
 
@@ -33,8 +32,7 @@ rule tokenize:
     benchmark:
         L.benchmark("tokenize")
     resources:
-        mem_mb=request(REQUESTS.data, "mem_mb", tokens=True),
-        runtime=request(REQUESTS.data, "runtime", tokens=True),
+        **get_requests(REQUESTS.data, tokens=True),
     shell:
         "bertvision tokenize --task {wildcards.task} --settings {params.settings:q} --raw-dir {input} "
         "--out-dir {output} > {log} 2>&1"

@@ -24,11 +24,7 @@ rule extract:
     priority: 10
     threads: 1
     resources:
-        gpu=GPU,
-        gpu_model=GPU_MODEL,
-        mem_mb=request(REQUESTS.extract, "mem_mb"),
-        runtime=request(REQUESTS.extract, "runtime"),
-        micro_batches=get_micro_batches,
+        **get_requests(REQUESTS.extract, gpus=GPU, micro_batches=True),
         **{f"extract_{key}": value for key, value in S.extract().to_dict().items()},
     shell:
         "bertvision extract --splits {params.splits} --scored-splits {params.scored_splits} --checkpoint-dir {params.checkpoint} --tokens-dir {input.tokens} "

@@ -22,11 +22,7 @@ rule finetune:
     priority: 20
     threads: S.threads
     resources:
-        gpu=GPU,
-        gpu_model=GPU_MODEL,
-        mem_mb=request(REQUESTS.finetune, "mem_mb"),
-        runtime=request(REQUESTS.finetune, "runtime"),
-        micro_batches=get_micro_batches,
+        **get_requests(REQUESTS.finetune, gpus=GPU, micro_batches=True),
         # not a param, so not a rerun trigger: a checkpoint configured later goes on from one that
         # dropped its optimizer state by replaying it (stages/finetune.replay), and the checkpoints
         # before it stay as they ran
@@ -65,10 +61,11 @@ rule score_bert:
         L.benchmark("score_bert")
     threads: lambda wc: 1 if FILES.scored_in_extraction(wc) else S.threads
     resources:
-        gpu=lambda wc: 0 if FILES.scored_in_extraction(wc) else GPU,
-        gpu_model=GPU_MODEL,
-        mem_mb=request(REQUESTS.bert_scoring, "mem_mb", scored_in_extraction=FILES.scored_in_extraction),
-        runtime=request(REQUESTS.bert_scoring, "runtime", scored_in_extraction=FILES.scored_in_extraction),
+        **get_requests(
+            REQUESTS.bert_scoring,
+            gpus=lambda wc: 0 if FILES.scored_in_extraction(wc) else GPU,
+            scored_in_extraction=FILES.scored_in_extraction,
+        ),
     shell:
         "bertvision score-bert --task {wildcards.task} {params.settings} --compute {params.compute:q} "
         "--checkpoint-dir {params.checkpoint} --tokens-dir {input.tokens} --raw-dir {input.raw} {params.shards} "
@@ -97,11 +94,7 @@ rule baseline:
     priority: 20
     threads: S.threads
     resources:
-        gpu=GPU,
-        gpu_model=GPU_MODEL,
-        mem_mb=request(REQUESTS.baseline, "mem_mb"),
-        runtime=request(REQUESTS.baseline, "runtime"),
-        micro_batches=get_micro_batches,
+        **get_requests(REQUESTS.baseline, gpus=GPU, micro_batches=True),
     shell:
         "{params.bertvision} baseline --task {wildcards.task} --model-name {wildcards.model} "
         "--settings {params.settings:q} --compute {params.compute:q} --tokens-dir {input.tokens} "
@@ -127,11 +120,7 @@ rule bert_curve:
         L.benchmark("bert_curve")
     threads: S.threads
     resources:
-        gpu=GPU,
-        gpu_model=GPU_MODEL,
-        mem_mb=request(REQUESTS.bert_curve, "mem_mb"),
-        runtime=request(REQUESTS.bert_curve, "runtime"),
-        micro_batches=get_micro_batches,
+        **get_requests(REQUESTS.bert_curve, gpus=GPU, micro_batches=True),
     shell:
         "{params.bertvision} bert-curve --task {wildcards.task} --model-name {wildcards.model} "
         "--settings {params.settings:q} --compute {params.compute:q} --tokens-dir {input.tokens} "

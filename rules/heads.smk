@@ -27,9 +27,7 @@ rule train_heads:
         L.benchmark("train_heads")
     threads: 1
     resources:
-        gpu=request(REQUESTS.heads, "gpu", runs=get_head_runs),
-        mem_mb=request(REQUESTS.heads, "mem_mb", runs=get_head_runs),
-        runtime=request(REQUESTS.heads, "runtime", runs=get_head_runs),
+        **get_requests(REQUESTS.heads, "gpu", runs=get_head_runs),
     shell:
         "bertvision train-heads --task {wildcards.task} --heads {params.heads:q} "
         "--runtime {params.runtime:q} --race {params.race:q} --manifest {params.features} --raw-dir {input.raw} "
@@ -59,9 +57,7 @@ use rule train_heads as train_heads_subset with:
     benchmark:
         L.benchmark("train_heads_subset")
     resources:
-        gpu=request(REQUESTS.heads, "gpu", runs=get_subset_runs),
-        mem_mb=request(REQUESTS.heads, "mem_mb", runs=get_subset_runs),
-        runtime=request(REQUESTS.heads, "runtime", runs=get_subset_runs),
+        **get_requests(REQUESTS.heads, "gpu", runs=get_subset_runs),
 
 
 rule transfer:
@@ -84,9 +80,7 @@ rule transfer:
         L.benchmark("transfer")
     threads: 1
     resources:
-        gpu=request(REQUESTS.heads, "gpu", runs=None, training=False),
-        mem_mb=request(REQUESTS.heads, "mem_mb", runs=None, training=False),
-        runtime=request(REQUESTS.heads, "runtime", runs=None, training=False),
+        **get_requests(REQUESTS.heads, "gpu", runs=None, training=False),
     shell:
         "bertvision transfer --task {wildcards.task} --head-dirs {input.heads} --manifests {params.features} "
         "--raw-dir {input.raw} --in-memory-max-mb {params.in_memory_max_mb} --runtime {params.runtime:q} --out {output} "

@@ -15,10 +15,7 @@ rule embed:
         L.benchmark("embed")
     threads: S.threads
     resources:
-        gpu=min(GPU, 1),
-        gpu_model=GPU_MODEL,
-        mem_mb=request(REQUESTS.embed, "mem_mb"),
-        runtime=request(REQUESTS.embed, "runtime"),
+        **get_requests(REQUESTS.embed, gpus=min(GPU, 1)),
     shell:
         "bertvision embed --task {wildcards.task} --model-name {wildcards.model} --settings {params.settings:q} "
         "--compute {params.compute:q} --raw-dir {input.raw} --out {output} --threads {threads} > {log} 2>&1"
@@ -48,11 +45,7 @@ rule peer:
     resources:
         # one process on at most one GPU: a peer runs one session per learning rate, which
         # torchrun's process group would have to outlive
-        gpu=min(GPU, 1),
-        gpu_model=GPU_MODEL,
-        mem_mb=request(REQUESTS.peer, "mem_mb"),
-        runtime=request(REQUESTS.peer, "runtime"),
-        micro_batches=get_micro_batches,
+        **get_requests(REQUESTS.peer, gpus=min(GPU, 1), micro_batches=True),
     shell:
         "bertvision peer --task {wildcards.task} --model-name {wildcards.model} "
         "--settings {params.settings:q} --compute {params.compute:q} --tokens-dir {input.tokens} "

@@ -19,9 +19,7 @@ rule search_worker:
         L.benchmark("search_worker")
     threads: 1
     resources:
-        gpu=request(REQUESTS.heads, "gpu", runs=get_trials_per_worker),
-        mem_mb=request(REQUESTS.heads, "mem_mb", runs=get_trials_per_worker),
-        runtime=request(REQUESTS.heads, "runtime", runs=get_trials_per_worker),
+        **get_requests(REQUESTS.heads, "gpu", runs=get_trials_per_worker),
     shell:
         "bertvision search-worker --task {wildcards.task} --keys {params.study:q} --head {params.head:q} "
         "--runtime {params.runtime:q} --search {params.search:q} "

@@ -14,7 +14,7 @@ rule serve_bundles:
     output:
         directory(L.PICKED_BUNDLES_DIR),
     params:
-        runs=lambda wc: as_json([get_served_run(run) for run in get_backbone_runs(wc)]),
+        runs=lambda wc: as_json([run.served() for run in get_backbone_runs(wc)]),
         tokenizer=lambda wc: S.pretrained(wc.model),
         task_settings=lambda wc: get_bundle_task_settings(wc.model, S.tasks),
         provenance=lambda wc: as_json({"backbone": wc.model}),

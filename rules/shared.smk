@@ -24,11 +24,7 @@ rule finetune_mixture:
     priority: 20
     threads: S.threads
     resources:
-        gpu=GPU,
-        gpu_model=GPU_MODEL,
-        mem_mb=request(REQUESTS.mixture, "mem_mb"),
-        runtime=request(REQUESTS.mixture, "runtime"),
-        micro_batches=get_micro_batches,
+        **get_requests(REQUESTS.mixture, gpus=GPU, micro_batches=True),
     shell:
         "{params.bertvision} finetune-mixture --encoder-name {wildcards.encoder} --model-name {wildcards.model} "
         "--settings {params.settings:q} --compute {params.compute:q} --tokens-dirs {params.tokens_dirs} "
@@ -85,9 +81,7 @@ use rule train_heads as train_heads_shared with:
     benchmark:
         L.benchmark("train_heads_shared")
     resources:
-        gpu=request(REQUESTS.heads, "gpu", runs=get_shared_head_runs),
-        mem_mb=request(REQUESTS.heads, "mem_mb", runs=get_shared_head_runs),
-        runtime=request(REQUESTS.heads, "runtime", runs=get_shared_head_runs),
+        **get_requests(REQUESTS.heads, "gpu", runs=get_shared_head_runs),
 
 
 rule head_transfer:
@@ -109,9 +103,7 @@ rule head_transfer:
         L.benchmark("head_transfer")
     threads: 1
     resources:
-        gpu=request(REQUESTS.heads, "gpu", runs=None, training=False),
-        mem_mb=request(REQUESTS.heads, "mem_mb", runs=None, training=False),
-        runtime=request(REQUESTS.heads, "runtime", runs=None, training=False),
+        **get_requests(REQUESTS.heads, "gpu", runs=None, training=False),
     shell:
         "bertvision head-transfer --source {wildcards.encoder} --target {wildcards.task} --head-dir {input.heads} "
         "--head-names {params.heads} --manifest {input.manifest} --raw-dir {input.raw} "

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make setup`'s package step through pip and through uv, one after the other on this machine, each
 # in a fresh venv of a fresh clone that already holds torch (installed by pip in both, as make setup
-# does), from a warm cache and with no cache; prints the seconds and uv's ratio to pip.
+# does), from a warm cache and with no cache, each writing every module's bytecode as pip does; prints
+# the seconds and uv's ratio to pip.
 #   bash scripts/benchmark_setup.sh [REPO]      (about 6 minutes; needs the package index)
 set -euo pipefail
 repo=$(cd "${1:-$(dirname "$0")/..}" && pwd)
@@ -19,7 +20,7 @@ for cache in warm cold; do
         if [ $tool = pip ]; then
             install=(.venv/bin/python -m pip install -q); [ $cache = cold ] && install+=(--no-cache-dir)
         else
-            install=(.venv/bin/uv pip install -q --python .venv/bin/python); [ $cache = cold ] && install+=(--no-cache)
+            install=(.venv/bin/uv pip install -q --compile-bytecode --python .venv/bin/python); [ $cache = cold ] && install+=(--no-cache)
         fi
         start=$(date +%s.%N)
         "${install[@]}" -c envs/requirements.txt -e '.[all]' 2>/dev/null
