@@ -16,7 +16,7 @@ setup: $(VENV)/.installed
 # pinned in envs/requirements.txt (constraints: they pin, they add nothing), through uv, a few
 # times faster than pip (docs/results/setup-uv-vs-pip.txt). --compile-bytecode writes each
 # module's bytecode as pip does: without it, where PYTHONDONTWRITEBYTECODE is set (containers, CI
-# here), every process compiled torch and transformers anew and CI took 39 min instead of 24.
+# here), every process compiles torch and transformers anew when it imports them.
 # uv reads UV_INDEX_URL, not pip.conf: behind a mirror set it, or
 # `make setup INSTALL='.venv/bin/python -m pip install'`.
 INSTALL ?= $(VENV)/bin/uv pip install --compile-bytecode --python $(PY)
