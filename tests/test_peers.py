@@ -208,12 +208,13 @@ def test_which_peers_apply_to_which_task():
 
 def test_the_config_names_the_peers_per_task_and_their_seeds():
     s = workflow_settings(
-        tasks={"mrpc": None, "stsb": {"peers": ["cosine", "setfit"]}},
+        tasks={"mrpc": None, "stsb": {"peers": ["cosine", "lora"]}},
         baseline={"seeds": [3, 4]},
     )
-    # the schema's default: the two that cost one encoding pass (the cosine needs a regression)
+    # the schema's default: the two that cost one encoding pass (the cosine needs a regression),
+    # each where it applies
     assert s.configured_peers("mrpc") == ["embedding", "cosine"] and s.peers("mrpc") == ["embedding"]
-    assert s.configured_peers("stsb") == ["cosine", "setfit"] and s.peers("stsb") == ["cosine"]
+    assert s.configured_peers("stsb") == ["cosine", "lora"] and s.peers("stsb") == ["cosine", "lora"]
     # the peers that train take the baseline's seeds; the ones that do not depend on one run once
     assert s.peer_seeds("lora") == [3, 4] and s.peer_seeds("embedding") == [3]
     lora = s.peer("m", "mrpc", "lora")
@@ -362,3 +363,62 @@ def test_texts_are_batched_by_their_token_counts_each_distinct_text_once(tiny_be
     with torch.inference_mode():
         alone = [model(**tokenizer(t, return_tensors="pt")).last_hidden_state[0].mean(0).numpy() for t in texts]
     np.testing.assert_allclose(encoded.vectors, np.stack(alone), atol=1e-5)
+
+
+def test_a_peer_a_task_names_that_cannot_run_on_it_is_refused_by_its_key():
+    """peers.methods runs each peer where it applies; a task's own list that names one that cannot
+    run on it (it was planned, silently, as nothing) fails as a wrong head does."""
+    from bertvision.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        workflow_settings(tasks={"stsb": {"peers": ["cosine", "setfit"]}, "sst2": {"peers": ["cosine"]}})
+    lines = str(err.value).splitlines()
+    assert any("tasks.stsb.peers: setfit does not apply to stsb: SetFit's contrastive pairs" in line for line in lines)
+    assert any(
+        "tasks.sst2.peers: cosine does not apply to sst2: the cosine of two embeddings" in line for line in lines
+    )
+    assert not any("stsb.peers: cosine" in line for line in lines)
+
+
+def test_a_grid_that_repeats_a_value_is_refused():
+    """A learning rate given twice trained the same run twice (as long as full fine-tuning)."""
+    from bertvision.config.schema import validate_config
+    from bertvision.errors import ConfigError
+
+    for section, key in (("lora", "learning_rates"), ("bitfit", "learning_rates"), ("setfit", "learning_rates"),
+                         ("embedding", "regularization"), ("lora", "target_modules")):  # fmt: skip
+        values = ["query", "query"] if key == "target_modules" else [5e-3, 0.005]
+        config = {"tasks": {"mrpc": None}, "peers": {section: {key: values}}}
+        with pytest.raises(ConfigError, match=rf"peers.{section}.{key}: .* has non-unique elements"):
+            validate_config(config)
+
+
+def test_full_fine_tunings_learning_rate_reruns_no_peer():
+    """LoRA's and BitFit's runs take full fine-tuning's optimizer but for the learning rate, which
+    their grid sets: a change of full fine-tuning's leaves their settings (the jobs' params) as
+    they were, and changes full fine-tuning's."""
+    first = workflow_settings(baseline={"settings": {"learning_rate": 1e-4}})
+    other = workflow_settings(baseline={"settings": {"learning_rate": 5e-5}})
+    assert first.baseline("m", "mrpc").to_json() != other.baseline("m", "mrpc").to_json()
+    for peer in ("lora", "bitfit"):
+        settings = first.peer("m", "mrpc", peer)
+        assert settings.to_json() == other.peer("m", "mrpc", peer).to_json()
+        assert settings.optimizer.learning_rate == settings.method.learning_rates[0]
+    more_steps = workflow_settings(baseline={"settings": {"batch_size": 8}})
+    assert more_steps.peer("m", "mrpc", "lora").optimizer.batch_size == 8  # the rest is full fine-tuning's
+
+
+def test_lora_on_modules_the_encoder_lacks_fails_naming_the_key(tiny_bert):
+    """peft's refusal was a traceback in the job's log naming no config key."""
+    from bertvision.config.settings import LoraPeer
+    from bertvision.errors import ConfigError
+    from bertvision.peers.adapted import lora
+    from bertvision.training.encoder import load_classifier
+
+    task = get_task("mrpc")
+    settings = LoraPeer(method="lora", rank=4, alpha=8, dropout=0.0, target_modules=("q_proj", "value"),
+                        learning_rates=(1e-3,), epochs=1)  # fmt: skip
+    with pytest.raises(ConfigError) as err:
+        lora(settings, task)(load_classifier(task, str(tiny_bert), seed=1))
+    assert str(err.value).startswith("peers.lora.target_modules: ['q_proj'] name no module of the encoder; ")
+    assert "query" in str(err.value) and "value" in str(err.value)

@@ -9,6 +9,7 @@ from bertvision.errors import ConfigError, MissingError
 from bertvision.layout import Checkpoint
 from bertvision.models.backbone import check_pretrained, position_limit
 from bertvision.registry.heads import head_pair, trains_on
+from bertvision.registry.peers import inapplicable
 from bertvision.registry.tasks import get_task
 
 
@@ -37,6 +38,10 @@ def check(workflow) -> None:
     models = workflow.config["heads"]["models"]
     for task in workflow.tasks:
         spec, over = get_task(task), workflow.task_overrides(task)
+        # a task's own list names its peers on purpose: one that cannot run on it is a mistake
+        # (peers.methods applies each where it can, the summary saying why not elsewhere)
+        for name, why in inapplicable(over.get("peers") or [], spec).items():
+            problems.append(f"tasks.{task}.peers: {name} does not apply to {task}: {why}")
         listed = over.get("heads") or []
         unknown = [n for n in listed if n not in models]
         if unknown:

@@ -55,7 +55,9 @@ class ComparisonSettings:
             method["backend"] = self.config["extract"]["backend"]
         optimizer = None
         if get_peer(peer).trains_encoder and peer != "setfit":
-            optimizer = self.baseline(model, task).optimizer
+            # full fine-tuning's, but for the learning rate, which the method's grid sets
+            # (stages/peer.py): a change of full fine-tuning's reruns no peer
+            optimizer = self.baseline(model, task).optimizer.replace(learning_rate=own["learning_rates"][0])
         return PeerSettings.from_dict(
             {"backbone": self.pretrained(model), "optimizer": optimizer, "method": method},
             f"{self.source}: peers.{peer}",

@@ -6,6 +6,7 @@ then trains it (``EncoderSession(adapt=...)``)."""
 from __future__ import annotations
 
 from bertvision.config.settings import LoraPeer
+from bertvision.errors import ConfigError
 from bertvision.registry.task_spec import TaskSpec
 
 
@@ -22,6 +23,7 @@ def lora(settings: LoraPeer, task: TaskSpec):
         # LoRA job's log that the user can do nothing about
         warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
 
+        check_targets(model, settings.target_modules)
         kind = TaskType.QUESTION_ANS if task.kind == "span" else TaskType.SEQ_CLS
         config = LoraConfig(
             task_type=kind,
@@ -33,6 +35,26 @@ def lora(settings: LoraPeer, task: TaskSpec):
         return get_peft_model(model, config)
 
     return adapt
+
+
+def check_targets(model, targets) -> None:
+    """Each of ``targets`` names a module of the encoder (as peft matches them: the whole name or
+    its last parts); peft's own refusal is a traceback that names no config key."""
+    import torch
+
+    names = [name for name, _ in model.named_modules()]
+    missing = [t for t in targets if not any(n == t or n.endswith(f".{t}") for n in names)]
+    if missing:
+        prefix = f"{model.base_model_prefix}."
+        linear = {
+            n.rsplit(".", 1)[-1]
+            for n, m in model.named_modules()
+            if n.startswith(prefix) and isinstance(m, torch.nn.Linear)
+        }
+        raise ConfigError(
+            f"peers.lora.target_modules: {missing} name no module of the encoder; "
+            f"its linear layers: {', '.join(sorted(linear))}"
+        )
 
 
 def bitfit(model):
