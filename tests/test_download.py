@@ -55,6 +55,19 @@ def test_a_train_split_left_with_one_label_after_the_selection_carve_is_refused(
     assert len(message.splitlines()) == 1 and not (tmp_path / "out").exists()
 
 
+def test_a_regression_selection_split_that_cannot_score_is_refused(tmp_path):
+    """Twelve STS-B rows leave one selection row at the default share: Pearson is undefined on it (every
+    method scored 0 and the summary named a winner); refused in one line, nothing written."""
+    from bertvision.errors import DataFormatError
+
+    with pytest.raises(DataFormatError) as err:
+        download_task(get_task("stsb"), settings(train_size=12), tmp_path / "out")
+    message = str(err.value)
+    assert "the 1 selection row(s) carved from train (data.selection_fraction, tasks.stsb.selection_size)" in message
+    assert len(message.splitlines()) == 1 and not (tmp_path / "out").exists()
+    download_task(get_task("stsb"), settings(train_size=40), tmp_path / "kept")  # four rows that vary
+
+
 def test_full_download_keeps_every_row(tmp_path):
     task = get_task("rte")
     counts = download_task(task, settings(), tmp_path)

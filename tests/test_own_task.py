@@ -261,6 +261,12 @@ def test_a_declared_task_is_a_task_like_the_registrys(tiny_bert, tmp_path):
             lambda b: b["score"].update(text="score"),
             "tasks.score.text: column 'score' is also the label column; the model would read its answer",
         ),
+        # YAML's bare no: a boolean, where a label is text
+        (
+            lambda b: b["paraphrase"].update(labels=[False, "yes"]),
+            "tasks.paraphrase.labels.0: False is not a string: YAML reads a bare yes, no, on, off, true or false as "
+            "a boolean; quote it ('no')",
+        ),
         # a key the task's kind does not read
         (
             lambda b: b["score"].update(labels=["low", "high"]),
@@ -355,6 +361,12 @@ def test_validate_config_notes_dev_rows_that_repeat_a_train_rows_texts(tiny_bert
         f"{config}: note: tasks.paraphrase.files.dev: 2 of {len(dev)} dev rows repeat a train row's text exactly; "
         "a model that remembers train scores well on them (dev is scored as given)"
     ]
+    # a declared label that no train row has: valid, and said (a model may predict it, none learns it)
+    blocks["paraphrase"].update(labels=[0, 1, 2], label_meanings=[*PAIR_MEANINGS, "unseen"])
+    config.write_text(yaml.safe_dump(own_config(tiny_bert, blocks)))
+    validate_config_file(config)
+    assert f"{config}: note: tasks.paraphrase.labels: label(s) ['2'] have no train row: no model learns them, though " \
+        "each may predict them" in capsys.readouterr().out.splitlines()  # fmt: skip
 
 
 def test_a_bad_row_stops_the_download_job_in_one_line_and_writes_nothing(tiny_bert, tmp_path):

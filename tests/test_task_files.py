@@ -210,14 +210,42 @@ def test_missing_column_lists_the_columns_found(tmp_path):
 
 
 def test_a_file_split_on_another_separator_is_named_so(tmp_path):
-    """A spreadsheet's semicolon-separated export saved as .csv is one column: the line says why."""
-    path = write(tmp_path / "train.csv", "title;body;stars\nA;B;ok\n")
+    """A spreadsheet's semicolon-separated export saved as .csv is one column: the line says why, before
+    any record is refused for its width (a text holding a comma would have been, at its line)."""
+    path = write(tmp_path / "train.csv", "title;body;stars\nA;B;ok\nC, with a comma;D;ok\n")
     assert refused(read_reviews, path) == (
-        f"{path}: line 1: missing column(s) ['title', 'body', 'stars']; columns found: ['title;body;stars'] (one "
-        "column whose name holds ';': a .csv file is read as comma-separated and a .tsv file as tab-separated)"
+        f"{path}: line 1: one column, 'title;body;stars', whose name holds ';': a .csv file is read as "
+        "comma-separated and a .tsv file as tab-separated"
     )
+    path = write(tmp_path / "tab.csv", "title\tbody\tstars\nA, a comma\tB\tok\n")
+    assert "whose name holds '\\t': a .csv file is read as comma-separated" in refused(read_reviews, path)
     path = write(tmp_path / "train.tsv", "title,body,stars\nA,B,ok\n")
-    assert "(one column whose name holds ',': a .csv file is read as comma-separated" in refused(read_reviews, path)
+    assert "whose name holds ',': a .csv file is read as comma-separated" in refused(read_reviews, path)
+
+
+def test_tsv_quotes_are_literal_and_take_no_rows(tmp_path):
+    """TSV has no quoting, as GLUE's files: a field that opens a quote ends at its tab, so it cannot
+    swallow the rows after it (read as CSV, lines 3 to 5 were one text and two labels were lost)."""
+    rows = [
+        "a\tb\tlabel",
+        '"Quoted headline"\tplain\tlow',
+        '"Open quote never closed\tA second text.\tmid',
+        "Third row first text\tsecond\thigh",
+        'She said: leave now."\tfine\tlow',
+    ]
+    path = write(tmp_path / "train.tsv", "\n".join(rows) + "\n")
+    frame = read_table(path)
+    assert frame["label"].tolist() == ["low", "mid", "high", "low"]
+    assert frame["a"].tolist() == ['"Quoted headline"', '"Open quote never closed', "Third row first text",
+                                   'She said: leave now."']  # fmt: skip
+
+
+def test_blank_lines_may_end_a_csv(tmp_path):
+    """An editor's trailing blank lines hold no record: every row is read; a blank line before a record is refused."""
+    path = write(tmp_path / "train.csv", "title,body,stars\nA,B,ok\nC,D,bad\n\n\n")
+    assert read_table(path)["stars"].tolist() == ["ok", "bad"]
+    path = write(tmp_path / "gap.csv", "title,body,stars\nA,B,ok\n\n\nC,D,bad\n")
+    assert refused(read_table, path) == f"{path}: line 3: a blank line, expected 3 fields"
 
 
 def test_duplicate_column_names(tmp_path):

@@ -35,7 +35,7 @@ import re
 from pathlib import Path
 
 from bertvision.data.squad_files import parse_squad
-from bertvision.data.task_files import labels_in, read_table, read_task_file, repeated_rows_note
+from bertvision.data.task_files import absent_labels_note, labels_in, read_table, read_task_file, repeated_rows_note
 from bertvision.errors import BertvisionError, ConfigError
 from bertvision.files import no_such_file
 from bertvision.registry.hub_layout import HubLayout
@@ -186,7 +186,8 @@ def check_files(task: TaskSpec) -> list[str]:
     """Read every file of a task declared with ``files`` as its download will, each row and cell
     checked (``bertvision validate-config``: the workflow's parse reads the train file's rows and
     labels only); a ConfigError names the config key, the file, the line and the column. Returns
-    notes on what is valid but worth knowing: dev rows whose texts are a train row's."""
+    notes on what is valid but worth knowing: dev rows whose texts are a train row's, labels
+    that no train row has."""
     layout = task.squad or task.files
     files = layout.files if layout else {}
     frames = {}
@@ -202,8 +203,15 @@ def check_files(task: TaskSpec) -> list[str]:
             raise ConfigError(f"tasks.{task.name}.files.{split}: {no_such_file(path)}") from None
         except BertvisionError as err:
             raise ConfigError(f"tasks.{task.name}.files.{split}: {err}") from None
-    repeats = repeated_rows_note(frames["train"], frames["dev"], task.text_fields, "dev") if "train" in frames else None
-    return [f"tasks.{task.name}.files.dev: {repeats}"] if repeats else []
+    if "train" not in frames:
+        return []
+    notes = {
+        f"tasks.{task.name}.files.dev": repeated_rows_note(frames["train"], frames["dev"], task.text_fields, "dev"),
+        f"tasks.{task.name}.labels": (
+            absent_labels_note(frames["train"], task.label_names) if task.kind == "classification" else None
+        ),
+    }
+    return [f"{key}: {note}" for key, note in notes.items() if note]
 
 
 def question_task(name: str, block: dict, rows: int) -> TaskSpec:

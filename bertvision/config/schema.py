@@ -179,6 +179,12 @@ def _message(err: jsonschema.ValidationError) -> str:
             return f"a mapping {{{keys}}}, not a list"
         first = err.instance[0] if err.instance and isinstance(err.instance[0], str) else "NAME"
         return f"a mapping of names to their settings, not a list (write `{first}: {{}}` for a name's defaults)"
+    expected = err.validator_value if isinstance(err.validator_value, list) else [err.validator_value]
+    if err.validator == "type" and isinstance(err.instance, bool) and "string" in expected:
+        return (
+            f"{err.instance!r} is not a string: YAML reads a bare yes, no, on, off, true or false as a boolean; "
+            f"quote it ('{'yes' if err.instance else 'no'}')"
+        )
     if err.validator in ("oneOf", "anyOf") and err.schema.get("description"):  # "not valid under any of ..."
         return f"{err.instance!r} is not one of the forms this key takes: {err.schema['description'].strip()}"
     return err.message

@@ -11,6 +11,7 @@ of a split's rows, whatever read them (a file here, a hub dataset in ``data.hub`
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import gzip
 import json
@@ -148,6 +149,15 @@ def repeated_rows_note(train: pd.DataFrame, rows: pd.DataFrame, text_fields: tup
     return repeats_note(repeated_rows(train, rows, text_fields), len(rows), split)
 
 
+def absent_labels_note(train: pd.DataFrame, label_names: tuple[str, ...]) -> str | None:
+    """What to say of a classification's labels that no train row has: no model learns them, yet
+    each may predict them. None when every label has a row."""
+    absent = [name for label, name in enumerate(label_names) if label not in set(train["label"].tolist())]
+    if not absent:
+        return None
+    return f"label(s) {absent} have no train row: no model learns them, though each may predict them"
+
+
 def _check_shape(text_columns: tuple[str, ...], text_fields: tuple[str, ...], kind: str) -> None:
     if kind not in ("classification", "regression"):
         raise ValueError(f"kind must be classification or regression, not {kind!r}")
@@ -195,13 +205,14 @@ def _read(path: Path) -> tuple[pd.DataFrame, Callable[[int], str]]:
         raise DataFormatError(f"{path}: empty file")
     try:
         if fmt in _SEPARATORS:
-            lines = _scan_csv(path, _SEPARATORS[fmt])
+            lines, quoting = _scan_separated(path, fmt)
             frame = pd.read_csv(
                 path,
                 sep=_SEPARATORS[fmt],
+                quoting=quoting,
                 dtype=str,
                 keep_default_na=False,
-                skip_blank_lines=False,
+                skip_blank_lines=True,  # blank lines only end the file here: _scan_csv refuses any before a record
                 index_col=False,
                 encoding="utf-8-sig",
             )
@@ -251,34 +262,73 @@ def _first_undecodable(path: Path) -> str | None:
     return None
 
 
-def _scan_csv(path: Path, sep: str) -> list[int]:
+def _scan_separated(path: Path, fmt: str) -> tuple[list[int], int]:
+    """``_scan_csv`` of a CSV or TSV file, and the quoting it is read with. CSV has quoting. TSV is
+    written both ways: with CSV's quoting (pandas' ``to_csv(sep="\\t")``) and with none, a quote a
+    literal character (GLUE's files). Read with quoting, a field of the second kind that opens with
+    a quote runs on over the next lines and takes their records into its text; so a TSV is read with
+    quoting only where that keeps every record on its line, or where it alone reads the file."""
+    if fmt == "csv":
+        return _scan_csv(path, ",", csv.QUOTE_MINIMAL)[0], csv.QUOTE_MINIMAL
+    try:
+        quoted, spans_lines = _scan_csv(path, "\t", csv.QUOTE_MINIMAL)
+    except DataFormatError as refused:
+        quoted, spans_lines = refused, True
+    if spans_lines:
+        with contextlib.suppress(DataFormatError):
+            return _scan_csv(path, "\t", csv.QUOTE_NONE)[0], csv.QUOTE_NONE
+    if isinstance(quoted, DataFormatError):
+        raise quoted
+    return quoted, csv.QUOTE_MINIMAL
+
+
+def _scan_csv(path: Path, sep: str, quoting: int) -> tuple[list[int], bool]:
     """The line where each data record starts, after checking the header and every record's width
-    (pandas would rename a duplicated name to ``x.1``, fill a short record with "" and drop a blank line)."""
+    (pandas would rename a duplicated name to ``x.1``, fill a short record with "" and drop a blank
+    line), and whether a record spans lines. Blank lines may end the file (an editor's habit); a
+    blank line before a record is refused."""
+    spans_lines = False
     starts: list[int] = []
     header: list[str] | None = None
+    blank: int | None = None  # the first blank line since the last record
     with _open_text(path, newline="") as fh:
-        reader = csv.reader(fh, delimiter=sep, strict=True)
+        reader = csv.reader(fh, delimiter=sep, quoting=quoting, strict=True)
         start = 1
         try:
             for record in reader:
                 if header is None:
                     header = record
-                    duplicated = sorted(name for name, n in Counter(header).items() if n > 1)
-                    if duplicated:
-                        raise DataFormatError(
-                            f"{path}: line 1: duplicate column name(s) {duplicated}; header is {header}"
-                        )
+                    _check_header(path, header, sep)
+                elif not record:
+                    blank = start if blank is None else blank
+                elif blank is not None:
+                    raise DataFormatError(f"{path}: line {blank}: a blank line, expected {len(header)} fields")
                 elif len(record) != len(header):
-                    got = "a blank line" if not record else f"{len(record)} field(s)"
-                    raise DataFormatError(f"{path}: line {start}: {got}, expected {len(header)} fields")
+                    raise DataFormatError(
+                        f"{path}: line {start}: {len(record)} field(s), expected {len(header)} fields"
+                    )
                 else:
                     starts.append(start)
+                    spans_lines = spans_lines or reader.line_num > start
                 start = reader.line_num + 1
         except csv.Error as exc:
             raise DataFormatError(f"{path}: line {start}: malformed record ({exc})") from None
     if header is None:
         raise DataFormatError(f"{path}: empty file")
-    return starts
+    return starts, spans_lines
+
+
+def _check_header(path: Path, header: list[str], sep: str) -> None:
+    """A duplicated column name, or one column whose name holds another separator (the file is
+    split on another separator than its suffix says: its records would be refused for their width)."""
+    duplicated = sorted(name for name, n in Counter(header).items() if n > 1)
+    if duplicated:
+        raise DataFormatError(f"{path}: line 1: duplicate column name(s) {duplicated}; header is {header}")
+    others = [other for other in (",", "\t", ";", "|") if other != sep and len(header) == 1 and other in header[0]]
+    if others:
+        raise DataFormatError(
+            f"{path}: line 1: one column, {header[0]!r}, whose name holds {others[0]!r}: {_SEPARATOR_HINT}"
+        )
 
 
 def _scan_jsonl(path: Path) -> tuple[list[int], list[dict]]:
@@ -346,10 +396,7 @@ def _require_columns(source: str, frame: pd.DataFrame, wanted: list[str], header
     missing = [column for column in dict.fromkeys(wanted) if column not in frame.columns]
     if missing:
         at = f" {header}:" if header else ""
-        found = list(frame.columns)
-        separators = [sep for sep in (",", "\t", ";", "|") if header and len(found) == 1 and sep in str(found[0])]
-        hint = f" (one column whose name holds {separators[0]!r}: {_SEPARATOR_HINT})" if separators else ""
-        raise DataFormatError(f"{source}:{at} missing column(s) {missing}; columns found: {found}{hint}")
+        raise DataFormatError(f"{source}:{at} missing column(s) {missing}; columns found: {list(frame.columns)}")
 
 
 def _cell_error(source: str, place: str, column: str, problem: str) -> DataFormatError:

@@ -16,7 +16,13 @@ from bertvision.config.settings import DownloadSettings
 from bertvision.data import squad_files
 from bertvision.data.glue_files import locate, parse_split
 from bertvision.data.hub import declared_source, load_declared_questions, load_declared_split, load_hub_split
-from bertvision.data.task_files import read_task_file, repeated_rows, repeats_note
+from bertvision.data.task_files import (
+    CONSTANT_LABELS_REFUSED,
+    absent_labels_note,
+    read_task_file,
+    repeated_rows,
+    repeats_note,
+)
 from bertvision.errors import DataFormatError
 from bertvision.files import atomic_write_json, atomic_write_parquet
 from bertvision.layout import rows_record, split_file
@@ -137,7 +143,10 @@ def download_glue(
     except ValueError as err:
         raise DataFormatError(f"{where}: {len(train_pool)} rows: too few for a selection split ({err})") from None
     check_train_labels(task, train, where)
+    if task.kind == "classification" and (absent := absent_labels_note(train, task.label_names)):
+        log.warning("%s: %s", task.name, absent)
     frames = {"train": train, "selection": subsample(selection, settings.selection_size, seed)}
+    check_selection_labels(task, frames["selection"], where)
     drawn = {"train": {"rows": len(train_pool), "of": len(train_full)}}
     for split in task.eval_splits:
         full = load_source_split(task, split, settings)
@@ -169,6 +178,18 @@ def check_train_labels(task: TaskSpec, train: pd.DataFrame, where: str) -> None:
         f"{where}: the {len(train)} train rows left after tasks.{task.name}.train_size and the selection split "
         f"(data.selection_fraction, data.seed) all have label {shown!r}: nothing to learn; give more rows "
         "of the other labels"
+    )
+
+
+def check_selection_labels(task: TaskSpec, selection: pd.DataFrame, where: str) -> None:
+    """A regression's selection split has labels that vary: every choice is made on its Pearson
+    correlation, undefined (every method 0) on one row or one value."""
+    if task.kind != "regression" or len(set(selection["label"].tolist())) > 1:
+        return
+    raise DataFormatError(
+        f"{where}: the {len(selection)} selection row(s) carved from train (data.selection_fraction, "
+        f"tasks.{task.name}.selection_size) all have label {selection['label'].iloc[0]:g}: "
+        f"{CONSTANT_LABELS_REFUSED['dev']}, and every choice is made on them; give more rows or a larger share"
     )
 
 
