@@ -155,6 +155,13 @@ def get_study_storage(wildcards):
     return S.search_storage or L.STUDY_JOURNAL.format(**wildcards)
 
 
+def get_search_head(wildcards):
+    """The head a study's trials start from: its settings less what the search draws (``unsearched``)."""
+    from bertvision.training.search_space import unsearched
+
+    return as_json(unsearched(S.head_settings(wildcards.task, [wildcards.head])[wildcards.head], S.search().space))
+
+
 def get_searched_args(wildcards, heads=None):
     """`--searched` arguments: HEAD=search/.../HEAD/best.json."""
     return " ".join(f"{head}={path}" for head, path in FILES.searched_best(wildcards, heads).items())

@@ -8,7 +8,7 @@ rule search_worker:
         L.SEARCH_WORKER,
     params:
         study=lambda wc: as_json({k: wc[k] for k in ("model", "task", "ftseed", "checkpoint", "head")}),
-        head=lambda wc: as_json(S.head_settings(wc.task, [wc.head])[wc.head]),
+        head=get_search_head,
         runtime=lambda wc, resources: as_json(S.head_runtime(resources.gpu)),
         search=as_json(S.search()),
         storage=get_study_storage,

@@ -373,6 +373,14 @@ def test_serve_refuses_a_port_or_workers_it_cannot_use_in_one_line_before_loadin
     assert "bertvision serve: error: --port: 70000 is not a TCP port (0 to 65535)" in line
     line = one_error_line(bertvision("serve", "bundles/none", "--workers", "0"))
     assert "bertvision serve: error: --workers: 0; at least 1 worker process" in line
+    # a bound that refuses every request, or a batch no call takes (it started, or failed with a traceback)
+    for flag, value, least in (("--max-texts", "0", 1), ("--max-batch-size", "0", 1), ("--pad-multiple", "0", 1),
+                               ("--max-wait-ms", "-1", 0), ("--max-chunk-rows", "-1", 0)):  # fmt: skip
+        line = one_error_line(bertvision("serve", "bundles/none", flag, value))
+        assert (
+            f"bertvision serve: error: {flag}: {float(value) if flag == '--max-wait-ms' else value}; at least {least}"
+            in line
+        )
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()

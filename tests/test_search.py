@@ -12,7 +12,7 @@ from bertvision.config.settings import HeadSettings, SearchSettings
 from bertvision.registry.tasks import get_task
 from bertvision.stages.search import open_storage, study_name, summarize_study, worker_quota
 from bertvision.stages.train_heads import train_heads
-from bertvision.training.search_space import applicable_space, apply_params
+from bertvision.training.search_space import applicable_space, apply_params, unsearched
 from bertvision.training.statistics import nested_subset
 from tests.stages import with_training
 from tests.test_train_head import RUNTIME, SETTINGS, planted_features
@@ -170,6 +170,18 @@ def test_space_applies_architecture_parameters_only_to_heads_that_have_them():
     assert "width" in applicable_space(SEARCH.space, ADAPTER)
     head = apply_params(HeadSettings(spec=ADAPTER, training=SETTINGS), {"width": 32, "learning_rate": 0.1})
     assert head.spec["width"] == 32 and head.training.learning_rate == 0.1 and ADAPTER["width"] == 8
+
+
+def test_what_the_search_draws_reruns_no_search():
+    """A search job's head is its settings less what every trial draws: a new learning rate or an
+    adapter's width (both in the space) leaves the study and the job's params as they were (it reran
+    every search); a key the space does not draw (patience) starts a new study."""
+    head = HeadSettings(spec=ADAPTER, training=SETTINGS)
+    start = unsearched(head, SEARCH.space)
+    changed = HeadSettings(spec={**ADAPTER, "width": 16}, training=SETTINGS.replace(learning_rate=0.05))
+    assert unsearched(changed, SEARCH.space).to_json() == start.to_json()
+    assert unsearched(head.model_copy(update={"training": SETTINGS.replace(patience=9)}), SEARCH.space) != start
+    assert start.training.batch_size in SEARCH.space["batch_size"]["choices"]
 
 
 def test_study_name_changes_with_settings_and_features(tmp_path):

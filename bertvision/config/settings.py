@@ -12,6 +12,7 @@ import contextlib
 import functools
 import json
 import typing
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -181,10 +182,17 @@ class StageSettings(BaseModel):
         return where, config_key
 
 
+# the data shipped in the project's resources/, read where data.glue_dir or data.squad_dir is null
+SHIPPED_DATA = {"glue_dir": "glue", "squad_dir": "squad2"}
+PROJECT_RESOURCES = Path(__file__).resolve().parents[2] / "resources"
+
+
 class DownloadSettings(StageSettings):
     source: str = setting("data.source")
-    glue_dir: str = setting("data.glue_dir")
-    squad_dir: str = setting("data.squad_dir")
+    # null (the shipped data) stays null in the job's settings: where the project lies is no setting,
+    # so a moved checkout, or a run's own working directory (snakemake --directory), reruns nothing
+    glue_dir: str | None = setting("data.glue_dir")
+    squad_dir: str | None = setting("data.squad_dir")
     hub_repo: str | None = setting("data.hub_repo")
     seed: int = setting("data.seed")
     selection_fraction: Number = setting("data.selection_fraction")
@@ -192,6 +200,11 @@ class DownloadSettings(StageSettings):
     selection_size: int | None = setting("tasks.<task>.selection_size")
     eval_size: int | None = setting("tasks.<task>.eval_size")
     article_split: dict | None = setting("tasks.<task>.article_split")
+
+    def folder(self, key: str) -> Path:
+        """``data.glue_dir`` or ``data.squad_dir`` (``key``), the project's shipped data where it is null."""
+        given = getattr(self, key)
+        return Path(given) if given is not None else PROJECT_RESOURCES / SHIPPED_DATA[key]
 
 
 class TokenizeSettings(StageSettings):

@@ -37,17 +37,6 @@ from bertvision.registry.tasks import TASKS, declare, get_task, registered_names
 
 # the section of tasks.<task> that changes a settings block for that task
 TASK_LAYERS = {"finetune.settings": "finetune", "heads.training": "head_training"}
-# the data shipped in the project (data.glue_dir and data.squad_dir when null), wherever the run's
-# working directory is (snakemake --directory)
-SHIPPED_DATA = {"glue_dir": "glue", "squad_dir": "squad2"}
-PROJECT_RESOURCES = Path(__file__).resolve().parents[2] / "resources"
-
-
-def shipped_data(key: str) -> str:
-    """The folder of the project's resources/ that ``data.<key>`` null names: relative to the working
-    directory where it lies below it (the default run's params stay as they were), else absolute."""
-    folder, here = PROJECT_RESOURCES / SHIPPED_DATA[key], Path.cwd().resolve()
-    return str(folder.relative_to(here) if folder.is_relative_to(here) else folder)
 
 
 def load_workflow_config(path: Path) -> dict:
@@ -286,9 +275,8 @@ class WorkflowSettings(SharedEncoderSettings, ComparisonSettings):
 
     def download(self, task: str) -> DownloadSettings:
         over = self.task_overrides(task)
-        data = self.config["data"]
         return DownloadSettings.pick(
-            {**data, **{key: shipped_data(key) for key in SHIPPED_DATA if data[key] is None}},
+            self.config["data"],
             self.source,
             **{k: over.get(k) for k in ("train_size", "selection_size", "eval_size", "article_split")},
         )

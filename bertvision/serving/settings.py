@@ -38,6 +38,17 @@ class ServeSettings:
     # torch threads per worker process (None: torch's default; CPU cores / workers for several workers)
     threads: int | None = None
 
+    def __post_init__(self):
+        """A bound that would refuse every request, or a batch no call could take, fails at the start in
+        one line naming its flag (it started a server that refused everything, or failed at start-up)."""
+        least = {name: 1 for name in ("max_batch_size", "max_texts", "max_body_bytes", "max_text_chars", "max_windows",
+                                      "max_batch_tokens", "max_queued", "pad_multiple", "threads")}  # fmt: skip
+        least |= {"max_chunk_rows": 0, "max_wait_ms": 0}
+        for name, lowest in least.items():
+            value = getattr(self, name)
+            if value is not None and value < lowest:
+                raise SettingsError(f"--{name.replace('_', '-')}: {value}; at least {lowest}")
+
     def to_json(self) -> str:
         return json.dumps(asdict(self))
 

@@ -41,7 +41,7 @@ def load_source_split(task: TaskSpec, split: str, source: DownloadSettings) -> p
         return read_task_file(path, split, layout.text_columns, task.text_fields, layout.label_column, task.kind,
                               task.raw_labels)  # fmt: skip
     if source.source == "local":
-        path = locate(Path(source.glue_dir), task, split)
+        path = locate(source.folder("glue_dir"), task, split)
         log.info("reading %s", path)
         return parse_split(path, task, split)
     if source.source == "hub":
@@ -92,7 +92,7 @@ def load_squad_split(task: TaskSpec, split: str, settings: DownloadSettings) -> 
         log.info("loading %s", declared_source(task, split))
         return load_declared_questions(task, split)
     if task.files or settings.source == "local":  # a question task of the config's own: its paths as given
-        path = squad_files.locate(Path("" if task.files else settings.squad_dir), task.squad.files, split)
+        path = squad_files.locate(Path("") if task.files else settings.folder("squad_dir"), task.squad.files, split)
         log.info("reading %s", path)
         return squad_files.parse_squad(path)
     import datasets
@@ -209,8 +209,8 @@ def local_source_files(task: TaskSpec, settings: DownloadSettings) -> list[Path]
     if task.squad:
         article_split = settings.article_split
         splits = [article_split["from"]] if article_split else list(task.squad.files)
-        return [squad_files.locate(Path(settings.squad_dir), task.squad.files, s) for s in splits]
-    return [locate(Path(settings.glue_dir), task, s) for s in task.glue.files]
+        return [squad_files.locate(settings.folder("squad_dir"), task.squad.files, s) for s in splits]
+    return [locate(settings.folder("glue_dir"), task, s) for s in task.glue.files]
 
 
 def download_task(task: TaskSpec, settings: DownloadSettings, out_dir: Path) -> dict[str, int]:
