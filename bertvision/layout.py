@@ -13,9 +13,11 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-# Top-level folders of a working directory that hold artifacts (``make clean`` removes them).
+# The folders of a working directory that hold artifacts (``make clean`` removes them): data/ only
+# in part, since a user's own files may lie beside (docs/own-task.md puts them there).
 ROOTS = (
-    "data",
+    "data/raw",
+    "data/tokens",
     "models",
     "baselines",
     "peers",
@@ -416,3 +418,5 @@ def clean(dir: str = ".") -> None:
         if folder.exists():
             shutil.rmtree(folder)
             print(f"removed {folder}")
+            if folder.parent != Path(dir) and not any(folder.parent.iterdir()):
+                folder.parent.rmdir()  # data/, left empty

@@ -97,7 +97,7 @@ def test_every_artifact_folder_is_ignored_by_git():
     ignored = {line.strip().strip("/") for line in (REPO / ".gitignore").read_text().splitlines()}
     assert set(layout.ROOTS) <= ignored
     templates = [v for k, v in vars(layout).items() if k.isupper() and isinstance(v, str) and "/" in v]
-    assert {t.split("/")[0] for t in templates if not t.startswith("{")} <= set(layout.ROOTS)
+    assert all(any(t.startswith(f"{root}/") for root in layout.ROOTS) for t in templates if not t.startswith("{"))
 
 
 def test_every_rule_logs_where_the_layout_says():
@@ -127,6 +127,14 @@ def test_clean_removes_every_artifact_folder(tmp_path):
         [sys.executable, "-m", "bertvision", "clean", "--dir", str(tmp_path)], check=True, capture_output=True
     )
     assert [p.name for p in tmp_path.iterdir()] == ["config.yaml"]
+    # a user's own files beside the pipeline's in data/ (as docs/own-task.md lays them out) stay
+    for root in layout.ROOTS:
+        (tmp_path / root / "x").mkdir(parents=True)
+    (tmp_path / "data" / "reviews-train.csv").write_text("text,label\n")
+    subprocess.run([sys.executable, "-m", "bertvision", "clean", "--dir", str(tmp_path)], check=True)
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == [
+        "config.yaml", "data", "data/reviews-train.csv"
+    ]  # fmt: skip
 
 
 def test_every_config_key_is_documented():
