@@ -366,6 +366,23 @@ def test_a_hub_backbone_that_is_neither_reachable_nor_cached_is_one_line(tmp_pat
     assert "nobody/not-in-the-cache: no snapshot from the hub or its cache (" in line
 
 
+def test_a_hub_dataset_out_of_reach_is_one_line(tmp_path):
+    """data.source: hub without network and nothing cached: one line naming the dataset and what to do
+    (it was datasets' ConnectionError as a traceback)."""
+    import os
+
+    settings = workflow_settings(data={"source": "hub"}).download("rte").to_json()
+    proc = subprocess.run(
+        [sys.executable, "-m", "bertvision", "download", "--task", "rte", "--settings", settings,
+         "--out-dir", str(tmp_path / "raw")],
+        capture_output=True, text=True, cwd=REPO, timeout=300,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")},
+    )  # fmt: skip
+    line = one_error_line(proc)
+    assert "nyu-mll/glue (split train): no dataset from the hub or its cache (" in line
+    assert "run the download jobs once where the hub answers" in line and not (tmp_path / "raw").exists()
+
+
 def test_serve_refuses_a_port_or_workers_it_cannot_use_in_one_line_before_loading_anything():
     import socket
 

@@ -14,16 +14,31 @@ import pandas as pd
 from bertvision.data import squad_files
 from bertvision.data.glue_files import canonical_frame
 from bertvision.data.task_files import task_frame
-from bertvision.errors import DataFormatError
+from bertvision.errors import DataFormatError, MissingError
 from bertvision.registry.task_spec import TaskSpec
 
 
-def load_hub_split(task: TaskSpec, split: str, repo: str | None = None) -> pd.DataFrame:
+def hub_dataset(repo: str, *args, **kwargs):
+    """``datasets.load_dataset(repo, ...)``; a dataset that cannot be had (no network and not in the
+    cache, an unknown id, config or split) one line naming it, not datasets' traceback."""
     import datasets
+    from huggingface_hub.errors import HfHubHTTPError
 
+    try:
+        return datasets.load_dataset(repo, *args, **kwargs)
+    except (OSError, ValueError, HfHubHTTPError) as err:
+        reason = " ".join(str(err).split())
+        raise MissingError(
+            f"{repo} (split {kwargs.get('split')}): no dataset from the hub or its cache ({reason}); without "
+            "network, run the download jobs once where the hub answers (snakemake --until download), or read "
+            "local files (data.source: local, or the task's own files)"
+        ) from None
+
+
+def load_hub_split(task: TaskSpec, split: str, repo: str | None = None) -> pd.DataFrame:
     repo = repo or task.hub_id
     hub_split = task.hub_splits[split]
-    ds = datasets.load_dataset(repo, task.hub_config, split=hub_split)
+    ds = hub_dataset(repo, task.hub_config, split=hub_split)
     df = ds.to_pandas()
     where = f"{repo}/{task.hub_config} split {hub_split}"
     # nyu-mll/glue names its columns as our canonical text fields.
@@ -59,14 +74,12 @@ def declared_source(task: TaskSpec, split: str) -> str:
 def load_declared_rows(task: TaskSpec, split: str) -> tuple[pd.DataFrame, dict]:
     """The rows and the features (column -> ``datasets`` feature) of our ``split`` of a task
     declared from the hub, at its revision; a DataFormatError when the split has no rows."""
-    import datasets
-
     # datasets caches a local directory by its name and file patterns, not by what its files hold
     # (a changed directory would be read from the old one's cache): one gets a cache of its own
     local = Path(task.hub_id).is_dir()
     with tempfile.TemporaryDirectory(prefix="bertvision-hub-") if local else contextlib.nullcontext() as cache:
-        dataset = datasets.load_dataset(task.hub_id, task.hub_config or None, split=task.hub_splits[split],
-                                        revision=task.hub.revision, cache_dir=cache)  # fmt: skip
+        dataset = hub_dataset(task.hub_id, task.hub_config or None, split=task.hub_splits[split],
+                              revision=task.hub.revision, cache_dir=cache)  # fmt: skip
         frame, features = dataset.to_pandas(), dict(dataset.features)
     if len(frame) == 0:
         raise DataFormatError(f"{declared_source(task, split)}: no rows")

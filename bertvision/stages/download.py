@@ -15,7 +15,13 @@ import pandas as pd
 from bertvision.config.settings import DownloadSettings
 from bertvision.data import squad_files
 from bertvision.data.glue_files import locate, parse_split
-from bertvision.data.hub import declared_source, load_declared_questions, load_declared_split, load_hub_split
+from bertvision.data.hub import (
+    declared_source,
+    hub_dataset,
+    load_declared_questions,
+    load_declared_split,
+    load_hub_split,
+)
 from bertvision.data.task_files import (
     CONSTANT_LABELS_REFUSED,
     absent_labels_note,
@@ -95,9 +101,7 @@ def load_squad_split(task: TaskSpec, split: str, settings: DownloadSettings) -> 
         path = squad_files.locate(Path("") if task.files else settings.folder("squad_dir"), task.squad.files, split)
         log.info("reading %s", path)
         return squad_files.parse_squad(path)
-    import datasets
-
-    ds = datasets.load_dataset(settings.hub_repo or task.hub_id, split=task.hub_splits[split])
+    ds = hub_dataset(settings.hub_repo or task.hub_id, split=task.hub_splits[split])
     return squad_files.from_hub_records(ds.to_pandas())
 
 
