@@ -491,6 +491,9 @@ BAD = [
     ({"qa": [{"question": "Who?", "context": "Somebody."}], "tasks": ["mrpc"]}, 422, "texts"),
     ({"qa": []}, 422, "qa"),
     ({"texts": [PAIR], "heads": {"squad2": "lp"}}, 422, "heads.squad2"),  # a head for a task no input reaches
+    # nothing to read (a task's own files refuse it): it was answered as if it were a text
+    ({"texts": [["", "b"]]}, 422, "texts[0][0]"),
+    ({"texts": [["a", " \n\t"]]}, 422, "texts[0][1]"),
 ]
 
 
@@ -798,6 +801,8 @@ def text_tensor(name, values, datatype="BYTES", shape=None):
 
 
 V2_BAD = [
+    ("mrpc", {"inputs": [text_tensor("text_a", [""]), text_tensor("text_b", ["b"])]}, 400, "inputs.text_a[0]"),
+    ("mrpc", {"id": {"a": 1}, "inputs": [text_tensor("text_a", ["a"]), text_tensor("text_b", ["b"])]}, 400, "id"),
     ("nope", {"inputs": [text_tensor("text", ["a"])]}, 404, "model_name"),
     ("mrpc", {}, 400, "inputs"),
     ("mrpc", {"inputs": [text_tensor("text_a", ["a"])]}, 400, "inputs"),  # text_b missing
@@ -957,6 +962,31 @@ def test_the_docs_pages_example_requests_ask_only_the_tasks_served_and_are_answe
     for example in examples.values():
         response = post(server, example["value"])
         assert response.status_code == 200, response.text
+
+
+def test_binary_bytes_no_tensor_declares_are_refused(server):
+    """A binary body longer than its tensors' sizes: a size given wrong, refused (its tail was passed over)."""
+    import struct
+
+    def body(tail_extra: bytes):
+        encoded = [struct.pack("<I", len(t.encode())) + t.encode() for t in PAIR]
+        inputs = [{**text_tensor(n, []), "shape": [1], "parameters": {"binary_data_size": len(e)}}
+                  for n, e in zip(("text_a", "text_b"), encoded, strict=True)]  # fmt: skip
+        header = json.dumps({"inputs": [{k: v for k, v in t.items() if k != "data"} for t in inputs]}).encode()
+        headers = {"Inference-Header-Content-Length": str(len(header))}
+        return server.client.post("/v2/models/mrpc/infer", content=header + b"".join(encoded) + tail_extra,
+                                   headers=headers)  # fmt: skip
+
+    assert body(b"").status_code == 200
+    response = body(b"GARBAGE")
+    assert response.status_code == 400 and response.json()["field"] == "inputs", response.text
+
+
+def test_a_route_that_reads_answers_head(server):
+    """Load balancers check health with HEAD: 200 and no body (it was 405)."""
+    for path in ("/health", "/ready", "/v2/health/ready", "/v2/models/mrpc"):
+        response = server.client.head(path)
+        assert response.status_code == 200 and response.content == b"", (path, response.status_code)
 
 
 def test_inputs_of_different_lengths_are_refused_naming_each_inputs_count(server):

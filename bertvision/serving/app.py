@@ -49,7 +49,7 @@ from bertvision.serving.requests import PredictRequest, PredictResponse, QAInput
 from bertvision.serving.server import BUNDLE_ENV, SETTINGS_ENV
 from bertvision.serving.service import Service
 from bertvision.serving.settings import ServeSettings
-from bertvision.serving.v2 import is_protocol_path, v2_router
+from bertvision.serving.v2 import READ, is_protocol_path, v2_router
 
 log = logging.getLogger(__name__)
 
@@ -277,7 +277,7 @@ def create_app(
             "answers": [{t: asdict(r) for t, r in per.items()} for per in question_results],
         }
 
-    @app.get("/health")
+    @app.api_route("/health", methods=READ)
     async def health() -> dict:
         """Liveness, and how much batching happened: encoder passes vs model calls (every encoder
         together: a request that asks tasks of two encoders is a request to each)."""
@@ -295,18 +295,18 @@ def create_app(
             "largest_batch": max(s.largest for s in stats),
         }
 
-    @app.get("/ready")
+    @app.api_route("/ready", methods=READ)
     async def ready():
         """Readiness: 200 once the model is loaded and warmed (one pass over every task), 503 before
         and while shutting down."""
         return {"ready": True} if is_ready() else JSONResponse({"ready": False}, status_code=503)
 
-    @app.get("/metrics")
+    @app.api_route("/metrics", methods=READ)
     async def prometheus_metrics() -> Response:
         """Prometheus metrics (text exposition format)."""
         return Response(metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
-    @app.get("/tasks")
+    @app.api_route("/tasks", methods=READ)
     async def tasks() -> dict:
         """Every task: kind, text fields, labels, the default head and every head's parameters and scores."""
         return tasks_summary(service)

@@ -45,10 +45,6 @@ class RequestChecks:
         """Question inputs (span and answerability tasks) the windows can hold: the question
         leaves the context more than doc_stride tokens per window, and the context needs at most
         ``max_windows`` windows."""
-        if not item.question.strip():
-            raise RequestError(f"{field}.question", "empty")
-        if not item.context.strip():
-            raise RequestError(f"{field}.context", "empty")
         tok = self.tokenizer
         q_len = len(tok(item.question.lstrip(), add_special_tokens=False)["input_ids"])
         c_len = len(tok(item.context, add_special_tokens=False)["input_ids"])

@@ -217,6 +217,10 @@ def read_inputs(request: dict, tail: bytes, task: TaskEntry) -> dict[str, list[s
                 f"inputs.{name}.shape", f"{shape} holds {math.prod(shape)} items, data has {len(values)}"
             )
         found[name] = values
+    if at != len(tail):  # bytes no tensor declares: a size given wrong, not data to pass over
+        raise ProtocolError(
+            "inputs", f"the binary tensors declare {at} bytes; the body holds {len(tail)} after the JSON"
+        )
     missing = [n for n in wanted if n not in found]
     if missing:
         raise ProtocolError("inputs", f"{task.name} needs {', '.join(wanted)}; missing {', '.join(missing)}")
@@ -329,6 +333,10 @@ def infer_response(task: TaskEntry, request: dict, names: list[str], results: li
 MODEL_VERSION = "1"
 
 
+# a route that reads answers HEAD as GET, without the body: load balancers check health with it
+READ = ["GET", "HEAD"]
+
+
 def v2_router(service: Service, submit, settings: ServeSettings, is_ready) -> APIRouter:
     """The protocol's routes. ``submit``: the batcher's; ``is_ready()``: loaded and warmed."""
     router = APIRouter(prefix=PREFIX, tags=["Open Inference Protocol (KServe v2)"])
@@ -367,22 +375,22 @@ def v2_router(service: Service, submit, settings: ServeSettings, is_ready) -> AP
 
         return run
 
-    @router.get("")
+    @router.api_route("", methods=READ)
     async def server_metadata() -> dict:
         """Server name, version and protocol extensions."""
         return {"name": "bertvision", "version": __version__, "extensions": ["binary_tensor_data"]}
 
-    @router.get("/health/live")
+    @router.api_route("/health/live", methods=READ)
     async def live() -> dict:
         """200 while the process answers."""
         return {"live": True}
 
-    @router.get("/health/ready")
+    @router.api_route("/health/ready", methods=READ)
     async def ready():
         """200 once the model is loaded and warmed, 503 before."""
         return {"ready": True} if is_ready() else JSONResponse({"ready": False}, status_code=503)
 
-    @router.get("/models")
+    @router.api_route("/models", methods=READ)
     async def models() -> dict:
         """Every model (task) this service answers, with its kind and readiness."""
         return {
@@ -392,15 +400,15 @@ def v2_router(service: Service, submit, settings: ServeSettings, is_ready) -> AP
             ]
         }
 
-    @router.get("/models/{name}")
-    @router.get("/models/{name}/versions/{version}")
+    @router.api_route("/models/{name}", methods=READ)
+    @router.api_route("/models/{name}/versions/{version}", methods=READ)
     @guarded
     async def metadata(name: str, version: str | None = None):
         """The model's input and output tensors, its heads and default head."""
         return model_metadata(model(name, version))
 
-    @router.get("/models/{name}/ready")
-    @router.get("/models/{name}/versions/{version}/ready")
+    @router.api_route("/models/{name}/ready", methods=READ)
+    @router.api_route("/models/{name}/versions/{version}/ready", methods=READ)
     @guarded
     async def model_ready(name: str, version: str | None = None):
         """200 once the model is ready, 503 before."""
@@ -418,6 +426,8 @@ def v2_router(service: Service, submit, settings: ServeSettings, is_ready) -> AP
         """Answer a batch of inputs for one task (tensors as in the model's metadata)."""
         task = model(name, version)
         request, tail = split_body(await http.body(), http.headers.get(HEADER_LENGTH))
+        if not isinstance(request.get("id", ""), str):
+            raise ProtocolError("id", f"a request's id is a string, not {request['id']!r}")
         head = _object(request.get("parameters"), "parameters").get("head")
         if head is not None and not isinstance(head, str):
             raise ProtocolError("parameters.head", "a head's name (a string)")
