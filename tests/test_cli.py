@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.conftest import REPO, SHIPPED_GLUE, snakemake_command, workflow_settings
 
@@ -228,6 +229,19 @@ def test_validate_config_names_each_bad_key(tmp_path):
     (tmp_path / "c.yaml").write_text("backbones: {m: {pretrained: ./nope/model}}\ntasks: {mrpc: null}\n")
     line = one_error_line(bertvision("validate-config", str(tmp_path / "c.yaml")))
     assert "c.yaml: backbones.m.pretrained: ./nope/model: no such local directory" in line
+
+
+def test_validate_config_reads_a_config_with_its_overlays_as_snakemake_merges_them(tmp_path):
+    """configs/configuration.md's pairs (a config and an overlay) were an error of the command line."""
+    base, overlay = REPO / "configs/cpu-glue.yaml", REPO / "configs/overlays/three-seeds.yaml"
+    proc = bertvision("validate-config", str(base), str(overlay))
+    assert proc.returncode == 0 and proc.stdout.splitlines()[0] == f"{base} + {overlay}: valid", proc.stderr
+    assert proc.stderr == ""  # no job's usage line from a command a person runs
+    shown = yaml.safe_load(bertvision("validate-config", str(base), str(overlay), "--show").stdout)
+    assert shown["baseline"]["seeds"] == yaml.safe_load(overlay.read_text())["baseline"]["seeds"]
+    assert shown["tasks"] == yaml.safe_load(base.read_text())["tasks"] | shown["tasks"]  # merged, not replaced
+    alone = bertvision("validate-config", str(overlay))  # an overlay alone is no config
+    assert alone.returncode == 2 and f"{overlay}: (top level): 'backbones' is a required property" in alone.stderr
 
 
 def test_help_lists_every_settings_key_with_its_config_key_and_default():

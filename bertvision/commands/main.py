@@ -15,7 +15,7 @@ import sys
 
 import bertvision
 from bertvision.commands.signature import call, parser_of
-from bertvision.commands.stages import COMMANDS, POSITIONAL, stage_of
+from bertvision.commands.stages import COMMANDS, NOT_JOBS, POSITIONAL, stage_of
 from bertvision.errors import BertvisionError, DiskFullError
 from bertvision.runtime.usage import log_usage
 
@@ -47,7 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with retry_on_out_of_memory(name, args) if hasattr(args, "micro_batches") else contextlib.nullcontext():
             call(stage, args)
-        log_usage(logging.getLogger("bertvision"))
+        if name not in NOT_JOBS:
+            log_usage(logging.getLogger("bertvision"))
     except BertvisionError as err:
         for line in str(err).splitlines():
             print(f"bertvision {name}: error: {line}", file=sys.stderr)

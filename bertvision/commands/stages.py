@@ -36,12 +36,14 @@ COMMANDS = {
     "serve-bundles": "bundles serving the summary's pick for every task of a run, one per encoder (rule serve_bundles)",
     "predict": "a task's unlabelled file answered by the summary's picked path, as served (rule predict)",
     "serve": "answer every task of one or more bundles over HTTP, one encoder pass per batch and encoder",
-    "validate-config": "check a config file against the schema and the registries",
+    "validate-config": "check a config file (and its overlays) against the schema and the registries",
     "config-keys": "every config key with its type, default and description, as markdown",
     "clean": "remove every artifact folder of a working directory (bertvision.layout.ROOTS)",
 }
+# commands a person runs, no rule's job: they log no usage line (the requests check reads jobs' logs)
+NOT_JOBS = ("serve", "validate-config", "config-keys", "clean")
 # the parameter a command takes bare, not as a flag
-POSITIONAL = {"serve": "bundles", "validate-config": "config"}
+POSITIONAL = {"serve": "bundles", "validate-config": "configs"}
 
 
 def stage_of(command: str) -> Callable:

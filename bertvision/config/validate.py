@@ -6,30 +6,36 @@ from __future__ import annotations
 from pathlib import Path
 
 from bertvision.config.declared_tasks import check_files
+from bertvision.config.schema import read_config, validate_config
 from bertvision.config.workflow import WorkflowSettings
 from bertvision.errors import ConfigError
 from bertvision.models.backbone import uncached_hub_id
 
 
-def validate_config_file(config: Path, show: bool = False) -> None:
-    """``bertvision validate-config``: check ``config`` and every row of the files of the tasks it
-    declares (print it with every default filled in, ``show``)."""
+def validate_config_file(configs: list[Path], show: bool = False) -> None:
+    """``bertvision validate-config``: check ``configs``, each over the ones before as ``snakemake
+    --configfile A B`` merges them (a config and its overlays), and every row of the files of the
+    tasks they declare (print the config with every default filled in, ``show``)."""
     import yaml
+    from snakemake.utils import update_config
 
-    settings = WorkflowSettings.from_file(config)
+    config, source = {}, " + ".join(map(str, configs))
+    for path in configs:
+        update_config(config, read_config(Path(path)))
+    settings = WorkflowSettings(validate_config(config, source=source), source)
     notes = []
     for task in settings.declared:
         try:
             notes += check_files(task)
         except ConfigError as err:
-            raise ConfigError(f"{config}: {err}") from None
+            raise ConfigError(f"{source}: {err}") from None
     if show:
         print(yaml.safe_dump(settings.config, sort_keys=False), end="")
     else:
-        print(f"{config}: valid")
+        print(f"{source}: valid")
         for model in settings.models:
             if uncached_hub_id(ref := settings.pretrained(model)):
-                print(f"{config}: note: backbones.{model}.pretrained: {ref} is not in this machine's Hugging Face "
+                print(f"{source}: note: backbones.{model}.pretrained: {ref} is not in this machine's Hugging Face "
                       "cache; the run downloads it (without network: download it first)")  # fmt: skip
         for note in notes:
-            print(f"{config}: note: {note}")
+            print(f"{source}: note: {note}")
