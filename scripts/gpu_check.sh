@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The GPU check (issue 46), one short script for a machine with a GPU (about 10 minutes on one
-# H100), run from the repository root:
+# The GPU check (issue 46), one short script for a machine with a GPU (under 3 minutes on an H100
+# or H200 as run, docs/operations.md; issue 46 allows 10), run from the repository root:
 #   1. the default config end to end on the GPU: fine-tuning, full fine-tuning, extraction and the
 #      peers on `auto` devices (the GPU) with precision `auto`, measured on the GPU; a head job;
 #   2. extraction throughput at bert-base shape (random weights, batch 64 x 128 tokens, precision
