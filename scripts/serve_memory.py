@@ -2,7 +2,7 @@
 batches of 1-8 random MRPC dev pairs with one task, and every ``--every`` batches prints the
 resident set and the count of live Python objects (a Python-level leak would grow the count).
 
-    python scripts/serve_memory.py --bundle bundles/minilm-l6/picked/mrpc-ft1-ckpt-1 --batches 2000
+    python scripts/serve_memory.py --bundle bundles/minilm-l6/picked/frozen --batches 2000
 
 ``--trim`` returns freed heap to the system after each batch (glibc ``malloc_trim``); run with
 ``ONEDNN_PRIMITIVE_CACHE_CAPACITY=8`` to shrink oneDNN's per-shape kernel cache."""
