@@ -48,9 +48,15 @@ def prediction_columns(task: TaskSpec, results: list[ExampleResult]) -> dict[str
 def predict_unlabelled(task: TaskSpec, bundles: Path, raw_dir: Path, out: Path, threads: int | None = None) -> None:
     """Write ``out`` (CSV): every row of the task's unlabelled split with the picked path's answer."""
     if not task.unlabelled_file:
-        raise MissingError(f"task {task.name} has no unlabelled file (tasks.{task.name}.files.test)")
+        where = (
+            f"tasks.{task.name}.files.test"
+            if task.declared
+            else "a registered task's rows are all labelled; a task of your own names one as files.test"
+        )
+        raise MissingError(f"task {task.name} has no unlabelled file ({where})")
+    bundle = bundle_of(task.name, bundles)  # before the rows: a bundle without the task is the first thing to say
     rows = pd.read_parquet(split_file(raw_dir, UNLABELLED))
-    engine = Engine(bundle_of(task.name, bundles), threads=threads)
+    engine = Engine(bundle, threads=threads)
     picked = engine.tasks[task.name].picked
     log.info("%s: %d rows of %s, head %s of bundle %s", task.name, len(rows), task.unlabelled_file, picked,
              engine.bundle.root)  # fmt: skip
