@@ -26,11 +26,32 @@ def rows_below(node: dict, key: str, root: dict) -> list[tuple[str, str, str, st
             row
             for name, sub in node["properties"].items()
             for row in rows_below(sub, f"{key}.{name}".lstrip("."), root)
-        ]
+        ] + per_type_rows(node, key)
     entry = node.get("additionalProperties")
     if isinstance(entry, dict) and "properties" in resolve(entry, root):
         return rows_below(entry, f"{key}.{MAP_KEYS.get(key, '<name>')}", root)
     return [(key, type_text(node), default_text(key), " ".join(node.get("description", "").split()))]
+
+
+def per_type_rows(node: dict, key: str) -> list[tuple[str, str, str, str]]:
+    """The options a node allows for one value of its ``type`` only (``allOf: [{if: type X, then:
+    ...}]``, a head's options by head type): a row per option and form, naming the types that take it."""
+    forms: dict[tuple, list[str]] = {}  # (option, type, default, description) -> the types that take it
+    for clause in node.get("allOf", []):
+        kind = clause.get("if", {}).get("properties", {}).get("type", {}).get("const")
+        for name, sub in clause.get("then", {}).get("properties", {}).items():
+            if kind is not None and name not in node["properties"] and "$ref" not in sub:
+                form = (
+                    name,
+                    type_text(sub),
+                    json.dumps(sub.get("default")),
+                    " ".join(sub.get("description", "").split()),
+                )
+                forms.setdefault(form, []).append(kind)
+    return [
+        (f"{key}.{name}", kind, f"`{default}`", f"({', '.join(types)}) {text}")
+        for (name, kind, default, text), types in forms.items()
+    ]
 
 
 def type_text(node: dict) -> str:
