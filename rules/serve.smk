@@ -24,8 +24,7 @@ rule serve_bundles:
     benchmark:
         L.benchmark("serve_bundles")
     resources:
-        mem_mb=4000,
-        runtime=lambda wc, attempt: 15 * attempt,
+        **get_requests(REQUESTS.serving),
     shell:
         "bertvision serve-bundles --picks {input.picks} --backbone {wildcards.model} --checkpoint-runs {params.runs:q} "
         "--tokenizer {params.tokenizer:q} --task-settings {params.task_settings:q} --provenance {params.provenance:q} "
@@ -45,8 +44,7 @@ rule predict:
     benchmark:
         L.benchmark("predict")
     resources:
-        mem_mb=4000,
-        runtime=lambda wc, attempt: 15 * attempt,
+        **get_requests(REQUESTS.serving),
     shell:
         "bertvision predict --task {wildcards.task} --bundles {input.bundles} --raw-dir {input.raw} "
         "--out {output} > {log} 2>&1"

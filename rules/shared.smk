@@ -162,8 +162,7 @@ rule bundle:
     benchmark:
         L.benchmark("bundle")
     resources:
-        mem_mb=4000,
-        runtime=lambda wc, attempt: 15 * attempt,
+        **get_requests(REQUESTS.serving),
     shell:
         "bertvision bundle --encoder-dir {params.encoder_dir} --tokenizer {params.tokenizer:q} --task-head-dirs {params.heads} "
         "--task-settings {params.task_settings:q} --provenance {params.provenance:q} --precision {params.precision} "

@@ -10,9 +10,11 @@ from bertvision.plan.estimates import (
     BASE_MB,
     TRAINING_BATCHES_HELD,
     EncoderShape,
+    encoding_request,
     extract_request,
     finetune_request,
     heads_request,
+    loading_request,
 )
 from tests.conftest import REPO
 from tests.tiny_bert import DEFAULT_BACKBONE
@@ -40,6 +42,17 @@ def test_finetune_request_scales_with_model_length_batch_data_and_attempt():
     retry = finetune_request(BASE, **{**args, "attempt": 2})
     assert retry["mem_mb"] > base["mem_mb"] and retry["runtime"] == 2 * base["runtime"]
     assert finetune_request(BASE, **{**args, "gpus": 1})["runtime"] < base["runtime"]
+
+
+def test_jobs_that_train_nothing_ask_for_the_weights_they_load_not_for_training():
+    """A bundle, checkpoint 0 and the embedding's pass asked what full fine-tuning asks (bundles:
+    3,815 MiB for a 489 MiB peak, docs/results/default-requests-8a2c9a8.txt); they grow with the model."""
+    training = finetune_request(BASE, batch_size=16, max_length=128, rows=60000, epochs=0.1, gpus=0, attempt=1)
+    loading, encoding = loading_request(BASE, 1), encoding_request(BASE, 64, 128, 60000, 1)
+    assert loading["mem_mb"] < training["mem_mb"] and encoding["mem_mb"] < training["mem_mb"]
+    assert loading_request(LARGE, 1)["mem_mb"] > loading["mem_mb"] > 4 * BASE.parameters * 3 / 2**20
+    assert encoding_request(BASE, 64, 384, 60000, 1)["mem_mb"] > encoding["mem_mb"]
+    assert loading_request(BASE, 2)["mem_mb"] == 2 * loading["mem_mb"]
 
 
 def test_extract_and_head_requests():

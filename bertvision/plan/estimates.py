@@ -101,6 +101,33 @@ def _mb(nbytes: float) -> int:
     return int(math.ceil((BASE_MB + 1.2 * nbytes / 2**20) / 100) * 100)
 
 
+def loading_request(shape: EncoderShape, attempt: int) -> dict:
+    """A job that loads a checkpoint's encoder and trains nothing (a bundle written or run,
+    checkpoint 0 saved): its fp32 weights, a copy at another precision, and the one being written.
+    The default's bundles peaked at 482-489 MiB against 3,815 MiB asked before (sized as a
+    training job; docs/results/default-requests-8a2c9a8.txt)."""
+    return {"mem_mb": attempt * _mb(3 * 4 * shape.parameters), "runtime": 15 * attempt}
+
+
+def linear_peer_request(rows: int, hidden: int, texts: int, attempt: int) -> dict:
+    """The embedding peers (a linear model on the task's stored sentence embeddings, rule embed's):
+    every row's embeddings, the feature sets built from them (a pair: [u, v, |u-v|, u*v] and
+    [|u-v|, u*v, cos], float32) and scikit-learn's float64 copy of the largest for its fit."""
+    per_row = hidden * (4 * texts + (6 * 4 + 4 * 8 if texts == 2 else 4 + 8))
+    return {"mem_mb": attempt * _mb(rows * (1 + EVAL_SHARE) * per_row), "runtime": attempt * 30}
+
+
+def encoding_request(shape: EncoderShape, batch_size: int, max_length: int, rows: int, attempt: int) -> dict:
+    """One pass over a task's texts without gradients: the weights and one layer's activations of
+    a batch at a time (nothing is kept for a backward)."""
+    per_token = ACTIVATION_FLOATS * shape.hidden + ATTENTION_FLOATS * shape.attention_heads * max_length
+    tokens = rows * (1 + EVAL_SHARE) * max_length * MEAN_FILL
+    return {
+        "mem_mb": attempt * _mb(4 * shape.parameters + batch_size * max_length * per_token * 4),
+        "runtime": _minutes(2 * shape.parameters * tokens, "cpu", attempt),
+    }
+
+
 def finetune_request(
     shape: EncoderShape, batch_size: int, max_length: int, rows: int, epochs: float, gpus: int, attempt: int
 ) -> dict:

@@ -10,6 +10,7 @@ import math
 from bertvision.config.workflow import WorkflowSettings
 from bertvision.layout import Checkpoint
 from bertvision.plan import estimates as estimate
+from bertvision.registry.tasks import get_task
 
 
 class RuleRequests:
@@ -35,9 +36,14 @@ class RuleRequests:
             self.gpus, attempt,
         )  # fmt: skip
 
+    def serving(self, wildcards, attempt: int) -> dict:
+        return estimate.loading_request(self.shape(wildcards.model), attempt)
+
     def finetune(self, wildcards, attempt: int) -> dict:
-        """One fine-tuning job trains from the checkpoint before its own."""
+        """One fine-tuning job trains from the checkpoint before its own; checkpoint 0 trains nothing."""
         here = Checkpoint.named(wildcards.checkpoint)
+        if here.fraction == 0:
+            return estimate.loading_request(self.shape(wildcards.model), attempt)
         before = self.s.checkpoint_before(here)
         epochs = max(here.fraction - (before.fraction if before else 0), 0.01)
         return self._training(wildcards, attempt, self.s.finetune(wildcards.model, wildcards.task).optimizer.batch_size,
@@ -53,15 +59,22 @@ class RuleRequests:
 
     def peer(self, wildcards, attempt: int) -> dict:
         """An encoder-training peer (LoRA, BitFit, SetFit) as full fine-tuning, one run per
-        learning rate; the embedding peers as one pass over the task's texts."""
+        learning rate; the embedding peers read the task's embeddings (rule embed): a linear model."""
         settings = self.s.peer(wildcards.model, wildcards.task, wildcards.peer)
-        runs = len(getattr(settings.method, "learning_rates", ()))
-        epochs = runs * getattr(settings.method, "epochs", 1) if runs else 0.1
+        if not hasattr(settings.method, "learning_rates"):
+            texts = len(get_task(wildcards.task).text_fields)
+            return estimate.linear_peer_request(self.s.train_rows(wildcards.task), self.shape(wildcards.model).hidden,
+                                                texts, attempt)  # fmt: skip
+        epochs = len(settings.method.learning_rates) * getattr(settings.method, "epochs", 1)
         return self._training(wildcards, attempt, settings.optimizer.batch_size if settings.optimizer else 16, epochs)
 
     def embed(self, wildcards, attempt: int) -> dict:
-        """One pass over the task's texts, sized as a tenth of an epoch's training."""
-        return self._training(wildcards, attempt, 16, 0.1)
+        """One pass over the task's texts, no gradients."""
+        task = wildcards.task
+        batch = self.s.embedding(wildcards.model, task).method.batch_size
+        return estimate.encoding_request(
+            self.shape(wildcards.model), batch, self.s.max_length(task), self.s.train_rows(task), attempt
+        )
 
     def mixture(self, wildcards, attempt: int) -> dict:
         """A shared encoder fine-tuned on a mixture of tasks: every task's rows, the longest length."""
