@@ -310,12 +310,12 @@ def test_validate_config_reads_every_row_of_every_declared_file_before_anything_
         change(changed)
         config.write_text(yaml.safe_dump(own_config(tiny_bert, changed)))
         with pytest.raises(ConfigError) as err:
-            validate_config_file(config)
+            validate_config_file([config])
         assert len(str(err.value).splitlines()) == 1, err.value
         return str(err.value)
 
     config.write_text(yaml.safe_dump(own_config(tiny_bert, blocks)))
-    validate_config_file(config)  # the rows as written pass
+    validate_config_file([config])  # the rows as written pass
     assert problem(lambda b: b["paraphrase"].update(text=["a", "bb"])) == (
         f"{config}: tasks.paraphrase.files.train: {blocks['paraphrase']['files']['train']}: missing column(s) "
         "['bb']; columns found: ['a', 'b', 'same']"
@@ -341,7 +341,7 @@ def test_validate_config_notes_dev_rows_that_repeat_a_train_rows_texts(tiny_bert
     blocks = write_own_files(tmp_path / "data")
     config = tmp_path / "own.yaml"
     config.write_text(yaml.safe_dump(own_config(tiny_bert, blocks)))
-    validate_config_file(config)
+    validate_config_file([config])
     notes = capsys.readouterr().out.splitlines()[1:]
     # STS-B's own dev repeats train pairs (6 of its 1,500; 2 among the first 30), and single sentences
     # more often; MRPC's share none
@@ -356,7 +356,7 @@ def test_validate_config_notes_dev_rows_that_repeat_a_train_rows_texts(tiny_bert
     dev.loc[[1, 3], ["a", "b"]] = train.loc[[0, 5], ["a", "b"]].to_numpy()
     dev.loc[6, "a"] = train.loc[2, "a"]  # one text of a pair: not a repeat
     dev.to_json(files["dev"], orient="records", lines=True)
-    validate_config_file(config)
+    validate_config_file([config])
     assert [n for n in capsys.readouterr().out.splitlines() if "tasks.paraphrase" in n] == [
         f"{config}: note: tasks.paraphrase.files.dev: 2 of {len(dev)} dev rows repeat a train row's text exactly; "
         "a model that remembers train scores well on them (dev is scored as given)"
@@ -364,7 +364,7 @@ def test_validate_config_notes_dev_rows_that_repeat_a_train_rows_texts(tiny_bert
     # a declared label that no train row has: valid, and said (a model may predict it, none learns it)
     blocks["paraphrase"].update(labels=[0, 1, 2], label_meanings=[*PAIR_MEANINGS, "unseen"])
     config.write_text(yaml.safe_dump(own_config(tiny_bert, blocks)))
-    validate_config_file(config)
+    validate_config_file([config])
     assert f"{config}: note: tasks.paraphrase.labels: label(s) ['2'] have no train row: no model learns them, though " \
         "each may predict them" in capsys.readouterr().out.splitlines()  # fmt: skip
 

@@ -21,7 +21,7 @@ from bertvision.models.random_encoder import NAMED_SHAPES, RandomShape, parse_ra
 from bertvision.plan.estimates import HEAD_GPU_MINUTES, EncoderShape
 from bertvision.reporting.request_usage import planned_jobs, requests_table
 from bertvision.runtime.usage import log_usage, read_usage
-from tests.conftest import REPO, job_counts, snakemake, snakemake_command
+from tests.conftest import REPO, job_counts, snakemake, snakemake_command, workflow_settings
 
 SMOKE = REPO / "configs" / "paper-shape-smoke.yaml"
 PAPER = REPO / "configs" / "paper-bert-large.yaml"
@@ -115,16 +115,17 @@ def test_every_command_ends_its_log_with_its_usage(tmp_path, caplog):
     assert read.cpu_seconds == pytest.approx(logged.cpu_seconds, abs=0.1)
     assert read_usage(tmp_path / "missing.log") is None
 
-    proc = subprocess.run(
-        [sys.executable, "-m", "bertvision", "validate-config", str(REPO / "config.yaml")],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-    )
+    settings = workflow_settings().download("rte").replace(train_size=20, eval_size=20).to_json()
+    job = ["download", "--task", "rte", "--settings", settings, "--out-dir", str(tmp_path / "raw")]
+    proc = subprocess.run([sys.executable, "-m", "bertvision", *job], capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     (tmp_path / "cmd.log").write_text(proc.stderr)
     usage = read_usage(tmp_path / "cmd.log")
-    assert usage is not None and usage.peak_mib > 50  # an interpreter with pandas and yaml loaded
+    assert usage is not None and usage.peak_mib > 50  # an interpreter with pandas loaded
+    # a command a person runs is no job: no usage line
+    person = subprocess.run([sys.executable, "-m", "bertvision", "validate-config", str(REPO / "config.yaml")],
+                            capture_output=True, text=True, cwd=REPO)  # fmt: skip
+    assert person.returncode == 0 and "job usage" not in person.stderr, person.stderr
 
 
 @pytest.mark.slow  # over 10 s on 2 cores (processes, a workflow's plan): make test-all, CI

@@ -568,6 +568,18 @@ def test_bad_bodies_are_refused(server, content, headers, status, field):
         assert "a JSON object (content-type: application/json)" in response.json()["detail"], response.text
 
 
+def test_a_body_that_is_not_json_or_empty_says_where_and_what(server):
+    """It said "JSON decode error" with no place, and "Field required" for an empty body."""
+    response = server.client.post(
+        "/predict", content=b'{"texts": [oops]}', headers={"content-type": "application/json"}
+    )
+    assert response.json()["detail"] == "body: not JSON (Expecting value at character 11)", response.text
+    response = server.client.post("/predict", content=b"", headers={"content-type": "application/json"})
+    assert response.status_code == 422 and response.json()["detail"].startswith("body: empty; a JSON object"), (
+        response.text
+    )
+
+
 def test_a_malformed_content_length_is_a_400(server):
     host, port = server.url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=10) as sock:

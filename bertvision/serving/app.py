@@ -122,6 +122,11 @@ def validation_error(_: Request, err: RequestValidationError) -> JSONResponse:
     for e in err.errors():
         where = "body" if e.get("type") == "json_invalid" else field_path(e.get("loc", ()))
         message = str(e.get("msg", "invalid")).removeprefix("Value error, ")
+        if e.get("type") == "json_invalid":  # where the parser stopped, as the v2 routes say it
+            at = e["loc"][1] if len(e.get("loc", ())) > 1 else "?"
+            message = f"not JSON ({e.get('ctx', {}).get('error', message)} at character {at})"
+        if where == "body" and e.get("type") == "missing":  # no body at all
+            message = f"empty; {NOT_AN_OBJECT}"
         if where == "body" and e.get("type") == "model_attributes_type":  # not JSON, or not sent as JSON
             message = f"{NOT_AN_OBJECT}, not {'JSON' if isinstance(e.get('input'), str) else 'this'}"
         if e.get("type") == "extra_forbidden":  # the body's own keys, or a qa item's (qa[0].answer)
