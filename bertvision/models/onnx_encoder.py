@@ -158,10 +158,11 @@ def quantize(fp32: Path, out: Path) -> Path:
     fp32's on SST-2 sentences, against 0.957 per tensor, at about the same speed."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    # ONNX Runtime logs a hint to its pre-processing on every call (to the root logger); the int8
-    # states' fidelity was measured without it (docs/results/onnx-int8-fidelity.md)
+    # ONNX Runtime logs to the root logger: a hint to its pre-processing (the int8 states' fidelity
+    # was measured without it, docs/results/onnx-int8-fidelity.md) and a line per node it quantizes,
+    # about 70 at the start of every service; its warnings stay
     def hint(record: logging.LogRecord) -> bool:
-        return "pre-processing before quantization" not in record.getMessage()
+        return record.levelno >= logging.WARNING and "pre-processing before quantization" not in record.getMessage()
 
     logging.getLogger().addFilter(hint)
     try:
