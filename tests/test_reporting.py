@@ -198,7 +198,7 @@ def test_overlapping_seed_ranges_are_noise_and_separate_ones_are_not(tmp_path):
     assert "points on dev (beyond the seeds' spread" in words
     # full fine-tuning is the rival: where the pick stands against it is said once
     assert "Against full fine-tuning" not in words
-    assert "The pick trains 1% of full fine-tuning's parameters at 0.20× full fine-tuning's own seconds" in words
+    assert "The pick trains 1% of the encoder's parameters at 0.20× full fine-tuning's own seconds" in words
     words = verdict(mrpc(tmp_path / "c", [0.70, 0.71], [0.80, 0.81, 0.82], checkpoint=0.0).summary())
     assert "against the best other method, full fine-tuning, it is ahead of it by 10.5 points on dev" in words
 
@@ -445,6 +445,21 @@ def test_a_tie_on_selection_goes_to_fewer_parameters_in_the_verdict_as_in_the_pi
     picked = row(ROW_KINDS[2], model="lp", checkpoint=1.0, dev_mean=0.86, selection_mean=0.85, trainable_params=1538)
     text = verdict(pd.DataFrame([full, picked], columns=SUMMARY_COLUMNS))
     assert text.startswith("**The BERTVision pick is the best method on the selection split**"), text
+
+
+def test_a_run_the_race_stopped_is_marked_in_the_methods_table_and_never_on_its_front():
+    """Its score and seconds are cut short: it sat on the front unmarked (the default's SST-2: ap, lp and
+    adapter64-skip at 0, stopped at epoch 2 or 6)."""
+    from bertvision.reporting.methods import method_table, methods_markdown
+
+    rows = [candidate("head", "ap", 1, 0.8, head="ap", ensemble=None, raced_out=True, dev=0.9, head_s=0.1)]
+    rows += [candidate("head", "lp", seed, 0.8, head="lp", ensemble=None, raced_out=False) for seed in (1, 2)]
+    rows += [candidate("full fine-tuning", "BERT", seed, 0.8, whole_seconds=300.0) for seed in (1, 2)]
+    table = method_table(pd.DataFrame(rows))
+    by_model = table.set_index("model")
+    assert by_model.loc["ap", "stopped"] == 1 and not by_model.loc["ap", "on_front"]
+    assert by_model.loc["lp", "stopped"] == 0 and by_model.loc["lp", "on_front"]  # ap no longer beats it
+    assert "| ap @ 1 (stopped by the race: 1 of 1) |" in methods_markdown(table)
 
 
 def test_a_candidate_whose_jobs_time_is_unknown_costs_unknown_in_the_methods_table_not_0():

@@ -293,7 +293,7 @@ def test_the_whole_cost_of_the_pick_counts_everything_run_to_make_it(tables):
     assert "| 103.0 ± 32.5 | 135.0 ± 7.1 |" in md  # full fine-tuning: own 80, 126; whole 130, 140
     assert "| 0.16× | 0.75× |" in md
     assert "| BERTVision (picked, ≤ 0.3 epochs) | 0.3 | ap |" in md
-    assert "at 0.75× its whole compute" in md and "of full fine-tuning's parameters (own seconds 0.16×)" in md
+    assert "at 0.75× its whole compute" in md and "of the encoder's parameters (own seconds 0.16×)" in md
 
 
 def test_the_cost_table_gives_the_whole_cost_at_each_checkpoint_and_over_every_one(tables):

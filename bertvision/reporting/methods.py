@@ -19,7 +19,8 @@ from bertvision.reporting.results import BERT
 
 METHOD_COLUMNS = [
     "backbone", "task", "family", "model", "checkpoint", "metric", "dev_mean", "dev_std", "n",
-    "selection_mean", "trainable_params", "parameter_percent", "cost_seconds", "cost_seconds_std", "on_front",
+    "selection_mean", "trainable_params", "parameter_percent", "cost_seconds", "cost_seconds_std", "stopped",
+    "on_front",
 ]  # fmt: skip
 
 
@@ -52,7 +53,8 @@ def method_table(runs: pd.DataFrame) -> pd.DataFrame:
     if runs.empty:
         return pd.DataFrame(columns=METHOD_COLUMNS)
     runs = runs[runs["repeat"] != True] if "repeat" in runs else runs  # noqa: E712
-    runs = runs.assign(cost=_cost(runs))
+    stopped = runs["raced_out"].fillna(False).astype(bool) if "raced_out" in runs else False
+    runs = runs.assign(cost=_cost(runs), stopped=stopped)
     out = []
     for (backbone, task_name), block in runs.groupby(["backbone", "task"], sort=True):
         task = get_task(task_name)
@@ -61,14 +63,17 @@ def method_table(runs: pd.DataFrame) -> pd.DataFrame:
             **SEED_AGGREGATES,
             cost_seconds=("cost", lambda v: v.mean(skipna=False)),
             cost_seconds_std=("cost", sample_std),
+            stopped=("stopped", "sum"),
         ).reset_index()
+        # a run the race stopped early has a cut-short score and cost: shown, never on the front
+        finished = table["stopped"] == 0
         table = table.assign(
             backbone=backbone,
             task=task_name,
             family=table["kind"].map(_family),
             metric=task.primary_metric,
             parameter_percent=100.0 * table["trainable_params"] / table["encoder_params"],
-            on_front=on_front(table["cost_seconds"], table["dev_mean"]),
+            on_front=on_front(table["cost_seconds"].where(finished), table["dev_mean"].where(finished)),
         )
         out.append(table.sort_values(["cost_seconds"], kind="stable"))
     return pd.concat(out, ignore_index=True)[METHOD_COLUMNS]
@@ -84,7 +89,9 @@ def methods_markdown(table: pd.DataFrame) -> str:
         "settings (full fine-tuning, a peer) costs its jobs' wall time; one BERTVision candidate costs the jobs it "
         "needs alone (fine-tuning to its checkpoint, the extraction, its own training and search), less than a "
         "pick among all of them (the summary's whole cost). Front: no other method costs at most as much and "
-        "scores at least as much on dev (a description of what ran, not a choice).",
+        "scores at least as much on dev (a description of what ran, not a choice); a configuration the race "
+        "stopped early in any of its runs (heads.race) is marked so and left off the front: its score and "
+        "seconds are cut short.",
         "",
     ]
     for (backbone, task_name), block in table.groupby(["backbone", "task"], sort=False):
@@ -94,7 +101,8 @@ def methods_markdown(table: pd.DataFrame) -> str:
         rows = [
             [
                 r.family,
-                r.model if np.isnan(r.checkpoint) else f"{r.model} @ {r.checkpoint:g}",
+                (r.model if np.isnan(r.checkpoint) else f"{r.model} @ {r.checkpoint:g}")
+                + (f" (stopped by the race: {int(r.stopped)} of {int(r.n)})" if r.stopped else ""),
                 fmt(r.dev_mean, r.dev_std, scale),
                 str(int(r.n)),
                 f"{r.selection_mean:.3f}" if scale == 1 else f"{r.selection_mean:.1f}",

@@ -233,8 +233,10 @@ def verdict(block: pd.DataFrame) -> str:
         return f"{lead} No full fine-tuning baseline ran (baseline.enabled)."
     if rival is not None and rival["row"] == ROW_KINDS[0]:  # the lead has said where it stands against it
         cost = f"at {cost_phrase(p)}" if np.isnan(p["whole_cost_ratio"]) else f"(own seconds {p['cost_ratio']:.2f}×)"
-        return f"{lead} The pick trains {p['parameter_percent']:.3g}% of full fine-tuning's parameters {cost}."
+        # a head's share is of the encoder that computed its states, which full fine-tuning trains
+        # with its pooler and classifier besides (0.7% more for MiniLM)
+        return f"{lead} The pick trains {p['parameter_percent']:.3g}% of the encoder's parameters {cost}."
     return (
         f"{lead} Against full fine-tuning: {comparison(task, p, full.iloc[0])}, at {cost_phrase(p)} "
-        f"and {p['parameter_percent']:.3g}% of its trainable parameters."
+        f"and {p['parameter_percent']:.3g}% of the encoder's parameters."
     )
