@@ -106,13 +106,16 @@ def get_features_arg(wildcards):
 
 
 def get_source_files(wildcards):
-    """The local files a download reads, so that replacing one reruns the download."""
+    """The local files a download reads, so that replacing one reruns the download; relative where
+    they lie below the working directory, so that a moved checkout's run reruns nothing."""
     from bertvision.stages.download import local_source_files
 
+    here = Path.cwd().resolve()
     try:
-        return [str(p) for p in local_source_files(get_task(wildcards.task), S.download(wildcards.task))]
+        paths = [Path(p).resolve() for p in local_source_files(get_task(wildcards.task), S.download(wildcards.task))]
     except BertvisionError as err:
         raise WorkflowError(str(err)) from None
+    return [str(p.relative_to(here) if p.is_relative_to(here) else p) for p in paths]
 
 
 def get_table_files(model, task, runs):
