@@ -7,7 +7,8 @@ import json
 import pandas as pd
 import pytest
 
-from bertvision.data.task_files import FORMATS, file_format, labels_in, read_table, read_task_file
+from bertvision.data.table_files import FORMATS, file_format, read_table
+from bertvision.data.task_files import labels_in, read_task_file
 from bertvision.errors import DataFormatError, MissingError
 
 LABELS = ("bad", "ok", "good")

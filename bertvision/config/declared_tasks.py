@@ -35,7 +35,8 @@ import re
 from pathlib import Path
 
 from bertvision.data.squad_files import parse_squad
-from bertvision.data.task_files import absent_labels_note, labels_in, read_table, read_task_file, repeated_rows_note
+from bertvision.data.table_files import read_table
+from bertvision.data.task_files import absent_labels_note, labels_in, read_task_file, repeated_rows_note
 from bertvision.errors import BertvisionError, ConfigError
 from bertvision.files import no_such_file
 from bertvision.registry.hub_layout import HubLayout
