@@ -310,7 +310,7 @@ def test_a_key_given_twice_in_a_config_file_names_the_file_and_line(tmp_path):
     path = tmp_path / "twice.yaml"
     path.write_text("backbones:\n  m: {pretrained: x}\ntasks:\n  mrpc:\n    train_size: 10\n    train_size: 20\n")
     with pytest.raises(ConfigError) as err:
-        WorkflowSettings.from_file(path)
+        WorkflowSettings.from_files([path])
     assert str(err.value).startswith(
         f"{path}:6: not valid YAML (key 'train_size' given twice in one mapping (first on line 5))"
     )
@@ -318,7 +318,7 @@ def test_a_key_given_twice_in_a_config_file_names_the_file_and_line(tmp_path):
 
 def test_every_shipped_config_builds_its_settings():
     for path in SHIPPED:
-        settings = WorkflowSettings.from_file(path)
+        settings = WorkflowSettings.from_files([path])
         for run in settings.runs():
             settings.finetune(run.model, run.task), settings.head_training(run.task), settings.download(run.task)
         copy.deepcopy(settings.config)

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from bertvision.config.declared_tasks import check_files
-from bertvision.config.schema import read_config, validate_config
 from bertvision.config.workflow import WorkflowSettings
 from bertvision.errors import ConfigError
 from bertvision.models.backbone import uncached_hub_id
@@ -17,12 +16,9 @@ def validate_config_file(configs: list[Path], show: bool = False) -> None:
     --configfile A B`` merges them (a config and its overlays), and every row of the files of the
     tasks they declare (print the config with every default filled in, ``show``)."""
     import yaml
-    from snakemake.utils import update_config
 
-    config, source = {}, " + ".join(map(str, configs))
-    for path in configs:
-        update_config(config, read_config(Path(path)))
-    settings = WorkflowSettings(validate_config(config, source=source), source)
+    settings = WorkflowSettings.from_files(configs)
+    source = settings.source
     notes = []
     for task in settings.declared:
         try:

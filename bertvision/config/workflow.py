@@ -96,8 +96,14 @@ class WorkflowSettings(SharedEncoderSettings, ComparisonSettings):
         return declared
 
     @classmethod
-    def from_file(cls, path: Path) -> WorkflowSettings:
-        return cls(load_workflow_config(path), str(path))
+    def from_files(cls, paths: list[Path]) -> WorkflowSettings:
+        """A config and its overlays, each over the ones before, as ``snakemake --configfile A B`` merges them."""
+        from snakemake.utils import update_config
+
+        config, source = {}, " + ".join(map(str, paths))
+        for path in paths:
+            update_config(config, read_config(Path(path)))
+        return cls(validate_config(config, source=source), source)
 
     # --- names ---------------------------------------------------------------------------
     @property

@@ -53,7 +53,7 @@ def method_table(runs: pd.DataFrame) -> pd.DataFrame:
     if runs.empty:
         return pd.DataFrame(columns=METHOD_COLUMNS)
     runs = runs[runs["repeat"] != True] if "repeat" in runs else runs  # noqa: E712
-    stopped = runs["raced_out"].fillna(False).astype(bool) if "raced_out" in runs else False
+    stopped = runs["raced_out"].eq(True) if "raced_out" in runs else False
     runs = runs.assign(cost=_cost(runs), stopped=stopped)
     out = []
     for (backbone, task_name), block in runs.groupby(["backbone", "task"], sort=True):
