@@ -48,22 +48,6 @@ if S.declared:
 os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
-# --- warm start (resources.warm_start): local jobs fork from one process that imported torch once
-WARM_POOL = []
-
-
-def start_warm_pool():
-    from bertvision.commands.warm import start
-
-    if S.warm_start and workflow.local_exec:
-        WARM_POOL.append(start([S.pretrained(m) for m in S.models], L.log("warm_pool")))
-
-
-def stop_warm_pool():
-    while WARM_POOL:
-        WARM_POOL.pop().stop()
-
-
 wildcard_constraints:
     model=r"[A-Za-z0-9_.-]+",
     task=r"[a-z0-9][a-z0-9-]*",
@@ -179,13 +163,6 @@ def get_all_runs_json():
 # ask for no GPU never get a model (the slurm plugin would turn a model alone into one GPU).
 GPU = S.gpu_rules
 GPU_MODEL = (os.environ.get("BERTVISION_SLURM_GPU_MODEL") or None) if GPU > 0 else None
-
-
-# download reads local files or the hub: it runs on the submit host, which has the network
-# that compute nodes often lack, and it is light. tokenize and feature_manifest stay jobs:
-# at paper scale they read GBs (the manifest checksums every feature shard).
-localrules:
-    download,
 
 
 def get_micro_batches(wildcards, attempt):
