@@ -28,7 +28,7 @@ $(VENV)/.installed: envs/requirements.txt pyproject.toml
 	touch $@
 
 run: setup
-	$(VENV)/bin/snakemake
+	$(VENV)/bin/snakemake --cores all
 
 # Two test processes (pytest-xdist), each test file wholly in one of them (its module fixtures run
 # once): the end-to-end and SLURM tests spend much of their time waiting on subprocesses and the

@@ -184,9 +184,9 @@ REQUESTS = RuleRequests(S, GPU)
 def get_requests(estimate, *estimated, gpus=None, micro_batches=False, **options):
     """A rule's resources: mem_mb and runtime from ``estimate`` (a ``REQUESTS`` method), and the
     ``estimated`` ones it gives too (a head job's gpu); ``options`` that are functions are read
-    from the job's wildcards. ``gpus`` (a count, or a function of the wildcards): a GPU rule's,
-    with the model it names; ``micro_batches``: the job splits each batch after running out of
-    GPU memory (``get_micro_batches``)."""
+    from the job's wildcards. ``gpus`` (a count, or a function of the wildcards): a GPU rule's.
+    A job with a GPU names GPU_MODEL, one without none (the slurm plugin would send --gpus=MODEL:0).
+    ``micro_batches``: the job splits each batch after running out of GPU memory (``get_micro_batches``)."""
     def of_job(resource):
         def request(wildcards, attempt):
             given = {k: v(wildcards) if callable(v) else v for k, v in options.items()}
@@ -194,8 +194,13 @@ def get_requests(estimate, *estimated, gpus=None, micro_batches=False, **options
 
         return request
 
-    requests = {} if gpus is None else {"gpu": gpus, "gpu_model": GPU_MODEL}
-    requests |= {resource: of_job(resource) for resource in (*estimated, "mem_mb", "runtime")}
+    requests = {resource: of_job(resource) for resource in (*estimated, "mem_mb", "runtime")}
+    if gpus is not None:
+        requests["gpu"] = (lambda wildcards, attempt: gpus(wildcards)) if callable(gpus) else gpus
+    if "gpu" in requests:
+        count = requests["gpu"]
+        has_gpu = lambda wildcards, attempt: (count(wildcards, attempt) if callable(count) else count) > 0
+        requests["gpu_model"] = lambda wildcards, attempt: GPU_MODEL if has_gpu(wildcards, attempt) else None
     return requests | ({"micro_batches": get_micro_batches} if micro_batches else {})
 
 

@@ -44,8 +44,11 @@ rule peer:
     threads: S.threads
     resources:
         # one process on at most one GPU: a peer runs one session per learning rate, which
-        # torchrun's process group would have to outlive
-        **get_requests(REQUESTS.peer, gpus=min(GPU, 1), micro_batches=True),
+        # torchrun's process group would have to outlive; none for a linear model on the task's
+        # embeddings (scikit-learn, on the CPU)
+        **get_requests(
+            REQUESTS.peer, gpus=lambda wc: 0 if get_peer(wc.peer).reads_embeddings else min(GPU, 1), micro_batches=True
+        ),
     shell:
         "bertvision peer --task {wildcards.task} --model-name {wildcards.model} "
         "--settings {params.settings:q} --compute {params.compute:q} --tokens-dir {input.tokens} "

@@ -48,10 +48,13 @@ def test_jobs_that_train_nothing_ask_for_the_weights_they_load_not_for_training(
     """A bundle, checkpoint 0 and the embedding's pass asked what full fine-tuning asks (bundles:
     3,815 MiB for a 489 MiB peak, docs/results/default-requests-8a2c9a8.txt); they grow with the model."""
     training = finetune_request(BASE, batch_size=16, max_length=128, rows=60000, epochs=0.1, gpus=0, attempt=1)
-    loading, encoding = loading_request(BASE, 1), encoding_request(BASE, 64, 128, 60000, 1)
+    loading, encoding = loading_request(BASE, 1), encoding_request(BASE, 64, 128, 60000, 0, 1)
     assert loading["mem_mb"] < training["mem_mb"] and encoding["mem_mb"] < training["mem_mb"]
     assert loading_request(LARGE, 1)["mem_mb"] > loading["mem_mb"] > 4 * BASE.parameters * 3 / 2**20
-    assert encoding_request(BASE, 64, 384, 60000, 1)["mem_mb"] > encoding["mem_mb"]
+    assert encoding_request(BASE, 64, 384, 60000, 0, 1)["mem_mb"] > encoding["mem_mb"]
+    # on a GPU the pass takes minutes, not the days a CPU would (MNLI's 393k rows at bert-base)
+    mnli = dict(shape=BASE, batch_size=64, max_length=128, rows=393000, attempt=1)
+    assert encoding_request(**mnli, gpus=1)["runtime"] < encoding_request(**mnli, gpus=0)["runtime"] / 10
     assert loading_request(BASE, 2)["mem_mb"] == 2 * loading["mem_mb"]
 
 
@@ -229,3 +232,48 @@ def test_planning_a_job_reads_the_backbone_without_importing_transformers():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     assert out.stdout.split() == ["6", "384", "[]"], out.stdout + out.stderr
+
+
+def test_slurm_jobs_name_the_gpu_model_only_with_a_gpu(tiny_bert, tmp_path):
+    """A dry run with profiles/slurm plans what sbatch gets: BERTVISION_SLURM_GPU_MODEL reaches
+    every job that asks for a GPU, head jobs included, and no job without one (the plugin would
+    send --gpus=MODEL:0); the linear model on a task's embeddings asks for no GPU, and the
+    encoding pass on one for minutes, not a CPU's time."""
+    import os
+    import re
+
+    import yaml
+
+    from tests.conftest import snakemake_command, tiny_config
+
+    config = tiny_config(tiny_bert)
+    config["resources"] = {"gpu_rules": 1}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    cmd = snakemake_command(tmp_path, "-n", "--profile", str(REPO / "profiles" / "slurm"))
+    env = {**os.environ, "BERTVISION_SLURM_GPU_MODEL": "testgpu"}
+    plan = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+    assert plan.returncode == 0, plan.stdout[-2000:] + plan.stderr[-3000:]
+    jobs = []
+    for rule, block in re.findall(r"^(?:local)?rule (\w+):\n((?:    .*\n)+)", plan.stdout, re.M):
+        fields = dict(re.findall(r"^    (wildcards|resources): (.*)$", block, re.M))
+        pairs = (dict(re.findall(r"(\w+)=([^,]*)", fields.get(k, ""))) for k in ("wildcards", "resources"))
+        jobs.append((rule, *pairs))
+    with_gpu = [(rule, res) for rule, _, res in jobs if res.get("gpu", "0") != "0"]
+    assert {rule for rule, _ in with_gpu} >= {"finetune", "extract", "train_heads", "embed"}, with_gpu
+    assert all(res.get("gpu_model") == "testgpu" for _, res in with_gpu), with_gpu
+    assert not [(rule, res) for rule, _, res in jobs if res.get("gpu") == "0" and "gpu_model" in res]
+    linear = [res for rule, wc, res in jobs if rule == "peer" and wc["peer"] in ("embedding", "cosine")]
+    assert linear and all(res["gpu"] == "0" for res in linear), linear
+
+
+def test_the_workflow_profile_caps_no_cluster_jobs_threads():
+    """Snakemake caps every job's threads at --cores, a cluster job's too, and the workflow's
+    default profile (profiles/default, loaded by itself) wins over a --profile's keys: a `cores`
+    there would give every SLURM job the submit host's cores, not the config's threads
+    (resources.threads). Local runs give --cores themselves (`make run`: --cores all)."""
+    import yaml
+
+    default = yaml.safe_load((REPO / "profiles" / "default" / "config.yaml").read_text())
+    assert "cores" not in default and "jobs" not in default, default
+    assert "cores" not in yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml").read_text())
+    assert "--cores all" in (REPO / "Makefile").read_text().split("\nrun: setup\n")[1].split("\n\n")[0]

@@ -117,14 +117,14 @@ def linear_peer_request(rows: int, hidden: int, texts: int, attempt: int) -> dic
     return {"mem_mb": attempt * _mb(rows * (1 + EVAL_SHARE) * per_row), "runtime": attempt * 30}
 
 
-def encoding_request(shape: EncoderShape, batch_size: int, max_length: int, rows: int, attempt: int) -> dict:
+def encoding_request(shape: EncoderShape, batch_size: int, max_length: int, rows: int, gpus: int, attempt: int) -> dict:
     """One pass over a task's texts without gradients: the weights and one layer's activations of
-    a batch at a time (nothing is kept for a backward)."""
+    a batch at a time (nothing is kept for a backward); on a GPU when the job has one."""
     per_token = ACTIVATION_FLOATS * shape.hidden + ATTENTION_FLOATS * shape.attention_heads * max_length
     tokens = rows * (1 + EVAL_SHARE) * max_length * MEAN_FILL
     return {
         "mem_mb": attempt * _mb(4 * shape.parameters + batch_size * max_length * per_token * 4),
-        "runtime": _minutes(2 * shape.parameters * tokens, "cpu", attempt),
+        "runtime": _minutes(2 * shape.parameters * tokens, "gpu" if gpus else "cpu", attempt),
     }
 
 

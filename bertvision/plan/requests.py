@@ -73,8 +73,9 @@ class RuleRequests:
         task = wildcards.task
         batch = self.s.embedding(wildcards.model, task).method.batch_size
         return estimate.encoding_request(
-            self.shape(wildcards.model), batch, self.s.max_length(task), self.s.train_rows(task), attempt
-        )
+            self.shape(wildcards.model), batch, self.s.max_length(task), self.s.train_rows(task), min(self.gpus, 1),
+            attempt,
+        )  # fmt: skip
 
     def mixture(self, wildcards, attempt: int) -> dict:
         """A shared encoder fine-tuned on a mixture of tasks: every task's rows, the longest length."""

@@ -233,7 +233,8 @@ def run_peer(
     started = time.perf_counter()
     if peer.reads_embeddings:
         rows = _raw_rows(raw_dir, splits_of(task))
-        result = sentence_embedding(task, settings, rows, pick_device(compute.device), embeddings)
+        device = pick_device(compute.device) if embeddings is None else None  # given: nothing to encode
+        result = sentence_embedding(task, settings, rows, device, embeddings)
     elif name == "setfit":
         result = setfit(task, settings, _raw_rows(raw_dir, splits_of(task)), seed)
     else:
