@@ -299,4 +299,4 @@ def get_bundle_heads(wildcards):
 
 
 def get_backbone_runs(wildcards):
-    return [run for run in RACE.runs() if run.model == wildcards.model]
+    return RACE.runs(models=[wildcards.model])

@@ -515,3 +515,15 @@ def test_a_max_length_past_the_encoders_positions_is_refused_by_its_key(tmp_path
     tokenizer_config = json.loads((roberta / "tokenizer_config.json").read_text())
     (roberta / "tokenizer_config.json").write_text(json.dumps({**tokenizer_config, "model_max_length": 512}))
     assert position_limit(str(roberta)) == 512
+    # a tokenizer that declares no real bound (converted checkpoints): the positions after the
+    # padding id are the limit, and the model takes exactly that many tokens
+    (roberta / "tokenizer_config.json").write_text(json.dumps({**tokenizer_config, "model_max_length": 10**30}))
+    import torch
+    import transformers
+
+    limit = position_limit(str(roberta))
+    encoder = transformers.AutoModel.from_pretrained(roberta)
+    assert limit < encoder.config.max_position_embeddings
+    encoder(input_ids=torch.full((1, limit), 5))
+    with pytest.raises((IndexError, RuntimeError), match="out of (range|bounds)"):
+        encoder(input_ids=torch.full((1, limit + 1), 5))

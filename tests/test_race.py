@@ -280,3 +280,25 @@ def test_the_race_reach_stops_where_a_decision_stops_fine_tuning(tmp_path):
     grid = RaceReach(workflow_settings(finetune=finetune, heads={"race": {"protocol": "grid"}}), decision_file)
     assert [c.name for c in grid.checkpoints("m", "mrpc")] == ["0", "0.3", "1"] and grid.decisions() == []
     assert grid.survivors(L.HEADS_DIR)(job) == []
+
+
+def test_two_backbones_race_apart_and_each_serves_its_own_picks(tiny_bert, tmp_path):
+    """Two backbones under racing: each backbone's picked bundles read only its own race's
+    decisions (planning stopped with "Rule parameter depends on checkpoint but checkpoint output
+    is not defined as input file" when one backbone's rule read the other's race)."""
+    import yaml
+
+    from tests.conftest import SHIPPED_GLUE, job_counts, snakemake
+
+    config = {
+        "backbones": {"one": {"pretrained": str(tiny_bert)}, "two": {"pretrained": str(tiny_bert)}},
+        "data": {"glue_dir": str(SHIPPED_GLUE), "selection_fraction": 0.2},
+        "tasks": {"mrpc": {"train_size": 50, "eval_size": 30, "peers": []}},
+        "finetune": {"epoch_fractions": [0, 0.5], "seeds": [1]},
+        "baseline": {"enabled": False},
+        "experiments": {"data_fraction": {"tasks": []}, "transfer": {"tasks": []}},
+        "heads": {"seeds": [1], "models": {"lp": {"type": "lp"}}},
+    }
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    counts = job_counts(snakemake(tmp_path, "-n").stdout)
+    assert counts["serve_bundles"] == 2 and counts["race_checkpoint"] == 2, counts

@@ -103,17 +103,28 @@ def check_pretrained(ref: str) -> None:
         locate(ref)
 
 
+# Model types whose position ids start after the padding id (transformers'
+# create_position_ids_from_input_ids): n positions hold n - pad_token_id - 1 tokens.
+POSITIONS_AFTER_PADDING = {
+    "roberta", "roberta-prelayernorm", "xlm-roberta", "xlm-roberta-xl", "camembert", "data2vec-text", "ibert",
+    "longformer", "mpnet", "xmod",
+}  # fmt: skip
+
+
 def position_limit(ref: str) -> int | None:
     """The most tokens the encoder at ``ref`` takes in one sequence: its absolute position
-    embeddings, or fewer when its tokenizer says so (RoBERTa's 514 positions hold 512 tokens).
-    None when that is not known here: a hub id not in the local cache, or relative positions
-    only (DeBERTa's ``position_biased_input: false``). Reads two small JSON files, no weights."""
+    embeddings (RoBERTa's 514 hold 512 tokens, its position ids starting after the padding id),
+    or fewer when its tokenizer says so. None when that is not known here: a hub id not in the
+    local cache, or relative positions only (DeBERTa's ``position_biased_input: false``). Reads
+    two small JSON files, no weights."""
     if is_random(ref):
         return MAX_POSITIONS
     config, tokenizer = (_local_json(ref, name) for name in ("config.json", "tokenizer_config.json"))
     if config.get("position_biased_input") is False or not isinstance(config.get("max_position_embeddings"), int):
         return None
     limit = config["max_position_embeddings"]
+    if config.get("model_type") in POSITIONS_AFTER_PADDING:
+        limit -= int(config.get("pad_token_id") or 0) + 1
     declared = tokenizer.get("model_max_length")
     return min(limit, declared) if isinstance(declared, int) and declared > 0 else limit
 

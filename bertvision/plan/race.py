@@ -38,10 +38,12 @@ class RaceReach:
         reached = self.checkpoints(model, task)
         return [run for run in self.s.runs([task]) if run.model == model and run.checkpoint in reached]
 
-    def runs(self, tasks: list[str] | None = None) -> list[Run]:
-        """``WorkflowSettings.runs`` of the checkpoints the race reached, every backbone."""
+    def runs(self, tasks: list[str] | None = None, models: list[str] | None = None) -> list[Run]:
+        """``WorkflowSettings.runs`` of the checkpoints the race reached, every backbone's or
+        ``models``' (a rule of one backbone reads only its own backbone's race decisions)."""
         tasks = self.s.tasks if tasks is None else tasks
-        return [run for m in self.s.models for t in tasks for run in self.runs_of(m, t)]
+        models = self.s.models if models is None else models
+        return [run for m in models for t in tasks for run in self.runs_of(m, t)]
 
     def decisions_of(self, model: str, task: str) -> list[str]:
         if not self.s.head_race().racing:
