@@ -20,12 +20,13 @@ from bertvision import layout as L
 from bertvision.config.schema import read_config, validate_config
 from bertvision.config.workflow import WorkflowSettings
 from bertvision.errors import BertvisionError
+from bertvision.models.backbone import backbone_files
 from bertvision.registry.peers import get_peer
 from bertvision.registry.task_spec import scored_splits, splits_of
 from bertvision.registry.tasks import DECLARED_ENV, declared_json, get_task
 from bertvision.plan.race import RaceReach
 from bertvision.plan.requests import RuleRequests
-from bertvision.plan.files import RunFiles
+from bertvision.plan.files import RunFiles, below_here
 from bertvision.plan.targets import Targets
 
 # Errors name where the config came from (its files, then --config's values over them) and the key at fault.
@@ -90,20 +91,18 @@ def get_features_arg(wildcards):
 
 
 def get_source_files(wildcards):
-    """The local files a download reads, so that replacing one reruns the download; relative where
-    they lie below the working directory, so that a moved checkout's run reruns nothing."""
+    """The local files a download reads, so that replacing one reruns the download."""
     from bertvision.stages.download import local_source_files
 
-    here = Path.cwd().resolve()
     try:
-        paths = [Path(p).resolve() for p in local_source_files(get_task(wildcards.task), S.download(wildcards.task))]
+        return below_here(local_source_files(get_task(wildcards.task), S.download(wildcards.task)))
     except BertvisionError as err:
         raise WorkflowError(str(err)) from None
-    return [str(p.relative_to(here) if p.is_relative_to(here) else p) for p in paths]
 
 
-def get_table_files(model, task, runs):
-    return FILES.for_tables(runs, RACE.decisions_of(model, task))
+def get_backbone_files(wildcards):
+    """A local backbone folder's files, so that weights replaced in place rerun the backbone's jobs."""
+    return below_here(backbone_files(S.pretrained(wildcards.model)))
 
 
 # --- the runs the pick chose among: every configured checkpoint (grid), or those the race reached
@@ -152,10 +151,6 @@ def get_search_head(wildcards):
 def get_searched_args(wildcards, heads=None):
     """`--searched` arguments: HEAD=search/.../HEAD/best.json."""
     return " ".join(f"{head}={path}" for head, path in FILES.searched_best(wildcards, heads).items())
-
-
-def get_all_runs_json():
-    return as_json([run.to_json() for run in RACE.runs()])
 
 
 # Cluster settings from the environment (docs/operations.md, "On a cluster"). The GPU rules ask for

@@ -22,7 +22,8 @@ rule download:
 rule tokenize:
     """Canonical splits -> token ids with the backbone's fast tokenizer (no padding stored)."""
     input:
-        rules.download.output,
+        raw=rules.download.output,
+        backbone=get_backbone_files,
     output:
         directory(L.TOKENS_DIR),
     params:
@@ -34,5 +35,5 @@ rule tokenize:
     resources:
         **get_requests(REQUESTS.data, tokens=True),
     shell:
-        "bertvision tokenize --task {wildcards.task} --settings {params.settings:q} --raw-dir {input} "
+        "bertvision tokenize --task {wildcards.task} --settings {params.settings:q} --raw-dir {input.raw} "
         "--out-dir {output} > {log} 2>&1"

@@ -4,6 +4,7 @@ rule embed:
     cosine read one encoding."""
     input:
         raw=rules.download.output,
+        backbone=get_backbone_files,
     output:
         L.EMBEDDINGS,
     params:

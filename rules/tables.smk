@@ -13,13 +13,13 @@ rule tables:
         peers=TARGETS.peer_metrics(),
         peer_benchmarks=[job.benchmark for job in TARGETS.peer_jobs() + TARGETS.embed_jobs()],
         raw=TARGETS.raw_dirs(),
-        **get_per_task(get_table_files),
+        **get_per_task(lambda m, t, runs: FILES.for_tables(runs, RACE.decisions_of(m, t))),
     output:
         **get_table_outputs(RESULT_TABLES, "Tables"),
         picks=L.picks_record(),
     params:
         heads=S.heads,
-        runs=lambda wc: get_all_runs_json(),
+        runs=lambda wc: as_json([run.to_json() for run in RACE.runs()]),
         bert=lambda wc: FILES.bert_records(RACE.runs()),
         head_dirs=lambda wc: FILES.head_dirs(RACE.runs()),
         manifests=lambda wc: FILES.manifests(RACE.runs()),

@@ -45,3 +45,30 @@ def test_a_batch_padded_to_a_multiple_keeps_its_tokens_and_masks_the_rest():
     assert tight["input_ids"].shape == (3, 33) and padded["input_ids"].shape == (3, 64)
     assert (padded["input_ids"][:, :33] == tight["input_ids"]).all() and (padded["input_ids"][:, 33:] == 0).all()
     assert padded["attention_mask"].sum(1).tolist() == [5, 33, 12]
+
+
+def test_a_local_backbones_weights_replaced_in_place_rerun_its_jobs(tiny_bert, tmp_path):
+    """A backbone given as a local folder: its files are the tokenize and embed jobs' inputs, so
+    that weights saved anew at the same path rerun every job after them (the folder's path alone
+    was their only trace, and the tables kept the old weights' scores under the same name)."""
+    import os
+    import shutil
+    import time
+
+    import yaml
+
+    from tests.conftest import SHIPPED_GLUE, job_counts, snakemake
+
+    backbone = shutil.copytree(tiny_bert, tmp_path / "my-encoder")
+    config = {
+        "backbones": {"mine": {"pretrained": str(backbone)}},
+        "data": {"glue_dir": str(SHIPPED_GLUE)},
+        "tasks": {"sst2": {"train_size": 40, "eval_size": 20, "peers": ["embedding"]}},
+    }
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    targets = ["data/tokens/mine/sst2", "peers/mine/sst2/embeddings.npz"]
+    snakemake(tmp_path, *targets)
+    assert "Nothing to be done" in snakemake(tmp_path, "-n", *targets).stdout
+    later = time.time() + 5
+    os.utime(backbone / "model.safetensors", (later, later))  # saved anew, same path
+    assert job_counts(snakemake(tmp_path, "-n", *targets).stdout) == {"tokenize": 1, "embed": 1}

@@ -81,6 +81,16 @@ def _model_folder(ref: str, path: Path) -> str:
     return str(path)
 
 
+def backbone_files(ref: str) -> list[Path]:
+    """The files a backbone given as a local folder holds for its jobs (configs, weights and
+    tokenizer: ``SNAPSHOT_FILES``), so that replacing one in place reruns them. None for a hub id
+    (its revision is in every job's settings), a package (pinned in envs/requirements.txt: its
+    files are new in every new environment, which would rerun every job) or a random encoder."""
+    if is_random(ref) or ref.startswith(PACKAGE_PREFIX) or isinstance(where := locate(ref), HubModel):
+        return []
+    return sorted({path for pattern in SNAPSHOT_FILES for path in Path(where).glob(pattern)})
+
+
 def resolve_pretrained(ref: str) -> str:
     """A folder ``from_pretrained`` can load: the backbone's own, or a hub model's snapshot at its
     revision, fetched into the hub cache (or found there offline)."""

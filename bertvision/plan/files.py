@@ -5,11 +5,19 @@ with a run's keys. ``keys``: a job's wildcards (or any mapping of them)."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 
 from bertvision import layout as L
 from bertvision.config.workflow import WorkflowSettings
 from bertvision.jobs import timing_jobs
 from bertvision.layout import Checkpoint, Run
+
+
+def below_here(paths: Iterable) -> list[str]:
+    """Input files outside the artifacts (a user's data, a local backbone), relative where they lie
+    below the working directory, so that a moved checkout's run reruns nothing."""
+    here = Path.cwd().resolve()
+    return [str(p.relative_to(here) if p.is_relative_to(here) else p) for p in (Path(q).resolve() for q in paths)]
 
 
 class RunFiles:
