@@ -7,8 +7,9 @@ rule download:
         directory(L.RAW_DIR),
     params:
         settings=lambda wc: as_json(S.download(wc.task)),
-        # a declared task's declaration: a changed label set or column reruns the download
-        declaration=lambda wc: as_json(get_task(wc.task).to_dict()) if get_task(wc.task).declared else "",
+        # a declared task's declaration: a changed label set or column reruns the download (a new
+        # unlabelled file only the predict job, which reads it)
+        declaration=lambda wc: as_json(get_task(wc.task).labelled().to_dict()) if get_task(wc.task).declared else "",
     log:
         L.log("download"),
     benchmark:

@@ -36,7 +36,7 @@ rule predict:
     the serving engine: results/predictions/MODEL/TASK.csv, the deliverable; never scored."""
     input:
         bundles=L.PICKED_BUNDLES_DIR,
-        raw=rules.download.output,
+        unlabelled=lambda wc: below_here([get_task(wc.task).unlabelled_file]),
     output:
         L.PREDICTIONS_FILE,
     log:
@@ -46,5 +46,4 @@ rule predict:
     resources:
         **get_requests(REQUESTS.serving),
     shell:
-        "bertvision predict --task {wildcards.task} --bundles {input.bundles} --raw-dir {input.raw} "
-        "--out {output} > {log} 2>&1"
+        "bertvision predict --task {wildcards.task} --bundles {input.bundles} --out {output} > {log} 2>&1"

@@ -399,7 +399,7 @@ def test_a_hub_dataset_out_of_reach_is_one_line(tmp_path):
 
 def test_predict_on_a_registered_task_says_where_unlabelled_rows_come_from(tmp_path):
     """It named tasks.sst2.files.test, a key a registered task cannot take."""
-    args = ("--bundles", str(tmp_path), "--raw-dir", str(tmp_path), "--out", str(tmp_path / "p.csv"))
+    args = ("--bundles", str(tmp_path), "--out", str(tmp_path / "p.csv"))
     line = one_error_line(bertvision("predict", "--task", "sst2", *args))
     assert (
         "task sst2 has no unlabelled file (a registered task's rows are all labelled; a task of your own names" in line

@@ -16,7 +16,7 @@ from bertvision import layout as L
 from bertvision.data.glue_files import locate, parse_split
 from bertvision.data.squad_files import read_json
 from bertvision.registry.tasks import get_task
-from tests.conftest import REPO, SHIPPED_GLUE, snakemake
+from tests.conftest import REPO, SHIPPED_GLUE, job_counts, snakemake
 from tests.test_own_task_hub import hub_block, mrpc_repo
 
 BANDS = ("low", "mid", "high")
@@ -413,12 +413,34 @@ def test_a_bad_unlabelled_row_stops_the_download_before_anything_is_written(tiny
 
 
 def test_an_unlabelled_file_is_read_whole_and_never_scored(tiny_bert, tmp_path):
+    """The predict job reads it (``read_unlabelled``); the download only checks it: no split, and no
+    job after the download, follows from it."""
+    from bertvision.data.task_files import read_unlabelled
     from bertvision.stages.download import download_task
 
     blocks = write_own_files(tmp_path / "data")
     settings = own_settings(own_config(tiny_bert, blocks))
     out = tmp_path / "raw" / "similarity"
     counts = download_task(get_task("similarity"), settings.download("similarity"), out)
-    unlabelled = pd.read_parquet(out / "test.parquet")
-    assert counts["test"] == len(unlabelled) == 20 and "label" not in unlabelled.columns
+    assert "test" not in counts and not (out / "test.parquet").exists()
+    unlabelled = read_unlabelled(get_task("similarity"))
+    assert len(unlabelled) == 20 and "label" not in unlabelled.columns
     assert get_task("similarity").eval_splits == ("dev",)  # reported splits: dev only
+
+
+@pytest.mark.slow
+def test_a_new_unlabelled_file_reruns_its_predictions_alone(own_run):
+    """Rows added to the unlabelled file rerun the predict job only (it reran the task's every job,
+    fine-tuning included, when the download read it)."""
+    import os
+
+    workdir, blocks = own_run
+    unlabelled = Path(blocks["score"]["files"]["test"])
+    given, before = unlabelled.read_bytes(), unlabelled.stat()
+    rows = pd.read_parquet(unlabelled)
+    pd.concat([rows, rows.head(1)], ignore_index=True).to_parquet(unlabelled)
+    try:
+        assert job_counts(snakemake(workdir, "-n").stdout) == {"predict": 1, "all": 1}
+    finally:  # the module's run as it was, for the tests after this one
+        unlabelled.write_bytes(given)
+        os.utime(unlabelled, (before.st_atime, before.st_mtime))

@@ -16,6 +16,7 @@ import pandas as pd
 
 from bertvision.data.table_files import header_place, read_located
 from bertvision.errors import DataFormatError
+from bertvision.registry.task_spec import UNLABELLED, TaskSpec
 
 _INTEGER = re.compile(r"[+-]?\d+")
 _DECIMAL = re.compile(r"\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*", re.ASCII)  # what a regression label's text may be
@@ -59,6 +60,14 @@ def read_task_file(
     return task_frame(
         frame, str(path), where, split, text_columns, text_fields, label_column, kind, labels, header_place(path)
     )
+
+
+def read_unlabelled(task: TaskSpec) -> pd.DataFrame:
+    """The task's unlabelled file (``files.test``), whole, as its canonical frame: what the picked
+    path predicts; its label column, if it has one, is not read."""
+    layout = task.files
+    return read_task_file(Path(task.unlabelled_file), UNLABELLED, layout.text_columns, task.text_fields, None,
+                          task.kind, task.raw_labels)  # fmt: skip
 
 
 def task_frame(

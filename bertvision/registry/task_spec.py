@@ -164,6 +164,13 @@ class TaskSpec:
         """A task of the config's own with an unlabelled file (``files.test``): the picked path predicts it."""
         return self.files.unlabelled if self.files else None
 
+    def labelled(self) -> TaskSpec:
+        """This task less its unlabelled file: what its labelled splits follow from."""
+        if not self.unlabelled_file:
+            return self
+        files = {split: path for split, path in self.files.files.items() if split != UNLABELLED}
+        return dataclasses.replace(self, files=dataclasses.replace(self.files, files=files))
+
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 

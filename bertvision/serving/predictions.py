@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from bertvision.data.task_files import read_unlabelled
 from bertvision.errors import MissingError
 from bertvision.files import atomic_path
-from bertvision.layout import split_file
-from bertvision.registry.task_spec import UNLABELLED, TaskSpec
+from bertvision.registry.task_spec import TaskSpec
 from bertvision.serving.bundle import Bundle, bundle_paths, load_bundle
 from bertvision.serving.engine import Engine
 from bertvision.serving.items import ExampleResult, TextItem
@@ -45,8 +45,8 @@ def prediction_columns(task: TaskSpec, results: list[ExampleResult]) -> dict[str
     return columns
 
 
-def predict_unlabelled(task: TaskSpec, bundles: Path, raw_dir: Path, out: Path, threads: int | None = None) -> None:
-    """Write ``out`` (CSV): every row of the task's unlabelled split with the picked path's answer."""
+def predict_unlabelled(task: TaskSpec, bundles: Path, out: Path, threads: int | None = None) -> None:
+    """Write ``out`` (CSV): every row of the task's unlabelled file with the picked path's answer."""
     if not task.unlabelled_file:
         where = (
             f"tasks.{task.name}.files.test"
@@ -55,7 +55,7 @@ def predict_unlabelled(task: TaskSpec, bundles: Path, raw_dir: Path, out: Path, 
         )
         raise MissingError(f"task {task.name} has no unlabelled file ({where})")
     bundle = bundle_of(task.name, bundles)  # before the rows: a bundle without the task is the first thing to say
-    rows = pd.read_parquet(split_file(raw_dir, UNLABELLED))
+    rows = read_unlabelled(task)
     engine = Engine(bundle, threads=threads)
     picked = engine.tasks[task.name].picked
     log.info("%s: %d rows of %s, head %s of bundle %s", task.name, len(rows), task.unlabelled_file, picked,

@@ -26,6 +26,7 @@ from bertvision.data.task_files import (
     CONSTANT_LABELS_REFUSED,
     absent_labels_note,
     read_task_file,
+    read_unlabelled,
     repeated_rows,
     repeats_note,
 )
@@ -73,16 +74,6 @@ def carve_selection(df: pd.DataFrame, fraction: float, seed: int) -> tuple[pd.Da
     is_sel = np.zeros(len(df), dtype=bool)
     is_sel[rng.choice(len(df), size=n_sel, replace=False)] = True
     return df[~is_sel].reset_index(drop=True), df[is_sel].reset_index(drop=True)
-
-
-def load_unlabelled(task: TaskSpec) -> pd.DataFrame | None:
-    """The task's unlabelled file (``files.test``), whole: what the picked path predicts; its label
-    column, if it has one, is not read."""
-    if not task.unlabelled_file:
-        return None
-    path = Path(task.unlabelled_file)
-    log.info("reading %s (unlabelled: predicted, never scored)", path)
-    return read_task_file(path, UNLABELLED, task.files.text_columns, task.text_fields, None, task.kind, task.raw_labels)
 
 
 def write_splits(task: TaskSpec, frames: dict[str, pd.DataFrame], out_dir: Path) -> dict[str, int]:
@@ -156,11 +147,10 @@ def download_glue(
         full = load_source_split(task, split, settings)
         frames[split] = subsample(full, settings.eval_size, seed)
         drawn[split] = {"rows": len(frames[split]), "of": len(full)}
-    unlabelled = load_unlabelled(task)  # read (and checked) before anything is written
+    if task.unlabelled_file:  # checked here, before the run goes on; read by the predict job, its only reader
+        log.info("checking %s (unlabelled: predicted, never scored)", task.unlabelled_file)
+        read_unlabelled(task)
     counts = write_splits(task, frames, out_dir)
-    if unlabelled is not None:
-        atomic_write_parquet(unlabelled, split_file(out_dir, UNLABELLED))
-        counts[UNLABELLED] = len(unlabelled)
     log.info("%s: source train rows %d; written %s", task.name, len(train_full), counts)
     repeated = {}
     for split in ("selection", *task.eval_splits):  # dev against every train row read, selection or not
@@ -206,8 +196,8 @@ def local_source_files(task: TaskSpec, settings: DownloadSettings) -> list[Path]
     download when one of them changes."""
     if task.hub:  # a hub task of the config's own: its declaration, a param of the rule, reruns it
         return []
-    if task.files:
-        return [Path(p) for p in task.files.files.values()]
+    if task.files:  # not the unlabelled file: the predict job reads it, and a new one reruns that alone
+        return [Path(p) for split, p in task.files.files.items() if split != UNLABELLED]
     if settings.source != "local":
         return []
     if task.squad:
