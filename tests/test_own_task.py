@@ -52,8 +52,10 @@ def write_own_files(root) -> dict:
         )
     # unlabelled files: predicted by the picked path, never scored
     unseen = glue_rows("stsb", "dev", 50).tail(20)
-    pd.DataFrame({"first sentence": [s + ",\nso" for s in unseen["sentence1"]], "second, sentence": unseen["sentence2"]}
-                 ).to_csv(root / "similarity-test.csv", index=False)  # fmt: skip
+    ids, firsts = [f"q{i}" for i in range(len(unseen))], [s + ",\nso" for s in unseen["sentence1"]]
+    pd.DataFrame({"id": ids, "first sentence": firsts, "second, sentence": unseen["sentence2"]}).to_csv(
+        root / "similarity-test.csv", index=False
+    )
     pd.DataFrame({"sentence": unseen["sentence1"]}).to_parquet(root / "score-test.parquet")
     # a question task of one's own: SQuAD 2.0-format files, a few of the shipped file's articles each
     articles = read_json(REPO / "resources/squad2/dev-v2.0.json.gz")["data"]
@@ -206,6 +208,7 @@ def test_own_files_go_through_every_stage_and_are_served(own_run):
             )
             predicted = pd.read_csv(workdir / L.PREDICTIONS_FILE.format(model="tiny", task=task), keep_default_na=False)
             assert predicted[columns].to_numpy().tolist() == given[columns].to_numpy().tolist(), task
+            assert list(predicted.columns[: len(given.columns)]) == list(given.columns)  # every column kept, ids too
             texts = [list(row) if len(row) == 2 else row[0] for row in given[columns].head(4).itertuples(index=False)]
             served = client.post("/predict", json={"texts": texts, "tasks": [task]}).json()["predictions"]
             label = blocks[task]["label"]

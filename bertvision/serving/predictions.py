@@ -2,8 +2,9 @@
 path the summary picked, through the same engine that serves it (``serving.engine``), so the file
 holds exactly what ``bertvision serve`` would answer for each row. Never scored.
 
-The output is the input's text columns in file order, the label column (the user's name for it)
-holding the predicted label (classification) or score (regression), and, for classification, one
+The output is the input file's rows in its order with every column it has (ids kept beside their
+rows), the label column (the user's name for it; added where the file has none) holding the
+predicted label (classification) or score (regression), and, for classification, one
 ``probability_<label>`` column per label."""
 
 from __future__ import annotations
@@ -11,8 +12,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-import pandas as pd
-
+from bertvision.data.table_files import read_located
 from bertvision.data.task_files import read_unlabelled
 from bertvision.errors import MissingError
 from bertvision.files import atomic_path
@@ -65,10 +65,10 @@ def predict_unlabelled(task: TaskSpec, bundles: Path, out: Path, threads: int | 
     for start in range(0, len(texts), ROWS_PER_PASS):
         items = [TextItem(t, {task.name: picked}) for t in texts[start : start + ROWS_PER_PASS]]
         results += [answers[task.name] for answers in engine.predict(items)[0]]
-    frame = pd.DataFrame(
-        {column: rows[field] for column, field in zip(task.files.text_columns, task.text_fields)}
-        | prediction_columns(task, results)
-    )
+    given, _ = read_located(Path(task.unlabelled_file))  # every column as the file has it: ids stay beside the rows
+    frame = given.iloc[rows["idx"].to_numpy()].reset_index(drop=True)
+    for column, values in prediction_columns(task, results).items():
+        frame[column] = values
     with atomic_path(Path(out)) as tmp:
         frame.to_csv(tmp, index=False)
     log.info("wrote %s (%d rows; %s encoder passes)", out, len(frame), engine.encoder_passes)
