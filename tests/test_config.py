@@ -249,6 +249,23 @@ def test_a_model_folder_without_a_tokenizer_is_refused_by_its_key(tiny_bert, tmp
     WorkflowSettings(validate_config(config))
 
 
+def test_a_decoder_is_refused_as_a_backbone_by_its_key(tiny_bert, tmp_path):
+    """A GPT-2 passed the check and died in the first fine-tuning job ("Cannot handle batch sizes
+    > 1 if no padding token is defined")."""
+    import shutil
+
+    import transformers
+
+    folder = tmp_path / "gpt2"
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_embd=32, n_layer=2, n_head=2, vocab_size=100))
+    model.save_pretrained(folder)
+    shutil.copy(tiny_bert / "vocab.txt", folder / "vocab.txt")
+    config = minimal()
+    config["backbones"]["m"]["pretrained"] = str(folder)
+    with pytest.raises(ConfigError, match=r"backbones.m.pretrained: .*: a decoder \(GPT2LMHeadModel\), not an encoder"):
+        WorkflowSettings(validate_config(config))
+
+
 def test_a_hub_id_is_not_a_missing_folder():
     for ref in ("bert-base-uncased", "google/electra-small-discriminator"):
         config = minimal()

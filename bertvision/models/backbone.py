@@ -114,6 +114,13 @@ def check_pretrained(ref: str) -> None:
         locate(VOCAB_SOURCE)
         return
     where = locate(ref)
+    config = config_json(ref)
+    decoder = [a for a in config.get("architectures") or [] if a.endswith(("ForCausalLM", "LMHeadModel"))]
+    if config.get("is_decoder") or decoder:
+        raise MissingError(
+            f"{ref}: a decoder ({', '.join(decoder) or 'is_decoder: true'}), not an encoder: bertvision reads an "
+            "encoder's states of every layer (BERT, RoBERTa, ELECTRA, DeBERTa, MiniLM ...)"
+        )
     # a backbone's folder holds its tokenizer too (a checkpoint's need not: its backbone's is read);
     # without one, transformers builds a tokenizer of five special tokens: every word reads as [UNK]
     if not isinstance(where, HubModel):
