@@ -194,8 +194,11 @@ def test_every_heavy_rule_ran_as_a_slurm_job_and_only_gpu_rules_requested_gpus(s
     assert counts["feature_manifest"] == n_ckpts and counts["train_heads"] == n_ckpts
     assert not LOCAL_RULES & set(counts), "light rules must run on the submit host"
 
-    gpu_jobs = jobs[jobs["rule"].isin(GPU_RULES)]
-    cpu_jobs = jobs[~jobs["rule"].isin(GPU_RULES)]
+    # the linear model on the task's embeddings is scikit-learn's: the one peer with no GPU
+    linear_peer = jobs["Comment"].str.contains(r"^rule_peer_wildcards_.*_(?:embedding|cosine)_\d+$")
+    gpu_jobs = jobs[jobs["rule"].isin(GPU_RULES) & ~linear_peer]
+    cpu_jobs = jobs[~jobs["rule"].isin(GPU_RULES) | linear_peer]
+    assert linear_peer.any(), jobs
     assert gpu_jobs["ReqTRES"].str.contains(r"gres/gpu=1\b").all(), gpu_jobs
     assert gpu_jobs["AllocTRES"].str.contains(r"gres/gpu=1\b").all(), gpu_jobs
     assert not cpu_jobs["ReqTRES"].str.contains("gres/gpu").any(), cpu_jobs
