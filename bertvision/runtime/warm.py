@@ -129,7 +129,11 @@ def run_in_pool(argv: list[str]) -> int | None:
         return int(json.loads(last)["exit"])
     if job["signals"]:
         return 128 + job["signals"][-1]
-    print(f"bertvision: the job's process (pid {job['pid']}) ended without an exit status", file=sys.stderr)
+    print(
+        f"bertvision: the job's process (pid {job['pid']}) ended without an exit status: killed by a signal "
+        "(kill -9, or the kernel's out-of-memory killer: see dmesg)",
+        file=sys.stderr,
+    )
     return 1
 
 
