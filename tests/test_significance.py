@@ -71,6 +71,32 @@ def test_a_difference_beyond_the_seeds_spread_is_noise_when_devs_rows_cannot_tel
         assert "; a 95% paired bootstrap over dev's 4000 rows gives -" in words
 
 
+@pytest.mark.parametrize("rows", [40, 4000])
+def test_a_score_past_the_fixed_bar_is_learning_only_beyond_devs_noise(tmp_path, rows):
+    """Every model 4 to 6 points above the majority class (50%), past the fixed 2-point bar (the
+    best of many candidates clears it by chance on a few hundred rows: random STS-B labels got a
+    winner): on 40 dev rows a redraw of dev brings the pick's and its rival's scores down to the
+    majority class's, so no model learned the task; on 4,000 rows it cannot."""
+    full, heads = [0.55, 0.56], [0.54, 0.55, 0.56]
+    r = mrpc(tmp_path, full, heads, constant=0.5, checkpoint=0.0)
+    for path, accuracy in zip(r.baselines, full):
+        plant(path.with_name(BASELINE_PREDICTIONS), rows, accuracy)
+    for path, accuracy in zip(r.heads, heads):
+        plant(path.with_name(HEAD_PREDICTIONS), rows, accuracy, first_right=rows // 4)
+    table = r.summary()
+    words = verdict(table)
+    if rows == 40:
+        assert (table["score_low"].dropna() < 0.5).all() and table["score_low"].notna().sum() == 2
+        assert (
+            "**no model learned this task**: neither the pick nor the best method on the selection split beats "
+            "predicting the same class every time (0.5) beyond dev's sampling noise (a 95% bootstrap over dev's 40 "
+            "rows of each one's score reaches down to 0."
+        ) in words
+    else:
+        assert (table["score_low"].dropna() > 0.5).all()
+        assert "no model learned" not in words
+
+
 def test_the_interval_is_exact_where_every_draw_gives_the_same_difference(tmp_path):
     mrpc_task = get_task("mrpc")
     always = plant(tmp_path / "always.parquet", 50, 1.0)

@@ -39,19 +39,19 @@ def _dev_rows(runs: Sequence, split: str) -> list[pd.DataFrame] | None:
     return frames
 
 
-def paired_interval(task, a: Sequence, b: Sequence, resamples: int = RESAMPLES,
+def paired_interval(task, a: Sequence, b: Sequence | None, resamples: int = RESAMPLES,
                     seed: int = 0) -> tuple[float, float, int] | None:  # fmt: skip
     """The ``LEVEL`` percentile interval of (method ``a``'s score - method ``b``'s) over ``resamples``
-    bootstrap draws of the reported split's rows, in the metric's units, and the rows drawn from.
-    ``a``, ``b``: each run's (eval predictions file, column). None where it cannot be computed: a
-    run without predictions, a metric scored over windows or spans (an answerability task scores a
-    question from its windows: its rows are windows, not what the metric counts), or runs not on
-    the same rows."""
+    bootstrap draws of the reported split's rows, in the metric's units, and the rows drawn from;
+    ``b`` None: of ``a``'s score alone. ``a``, ``b``: each run's (eval predictions file, column).
+    None where it cannot be computed: a run without predictions, a metric scored over windows or
+    spans (an answerability task scores a question from its windows: its rows are windows, not what
+    the metric counts), or runs not on the same rows."""
     metric = get_metric(task.kind, task.primary_metric)
     if task.answerability or metric.compute is None or metric.aggregation is not None:
         return None
     split = task.eval_splits[0]
-    runs_a, runs_b = _dev_rows(a, split), _dev_rows(b, split)
+    runs_a, runs_b = _dev_rows(a, split), ([] if b is None else _dev_rows(b, split))
     if runs_a is None or runs_b is None:
         return None
     idx = runs_a[0]["idx"].to_numpy()
@@ -65,8 +65,7 @@ def paired_interval(task, a: Sequence, b: Sequence, resamples: int = RESAMPLES,
     for i in range(resamples):
         rows = rng.integers(0, len(idx), len(idx))
         g = gold[rows]
-        diffs[i] = np.mean([metric.compute(p[rows], g) for p in preds_a]) - np.mean(
-            [metric.compute(p[rows], g) for p in preds_b]
-        )
+        other = np.mean([metric.compute(p[rows], g) for p in preds_b]) if preds_b else 0.0
+        diffs[i] = np.mean([metric.compute(p[rows], g) for p in preds_a]) - other
     low, high = np.quantile(diffs, [(1 - LEVEL) / 2, (1 + LEVEL) / 2])
     return float(low), float(high), len(idx)

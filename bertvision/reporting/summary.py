@@ -63,6 +63,9 @@ SUMMARY_COLUMNS = [
     "score_diff_high",
     "rival_diff_low",
     "rival_diff_high",
+    # the low end of a 95% bootstrap interval of the score itself over dev's rows: of the picked row
+    # and of the verdict's rival, the two the "learned anything" bar reads
+    "score_low",
     "cost_ratio",
     "whole_cost_ratio",
     # what a constant prediction scores on dev (the bar for having learned anything), and for
@@ -214,4 +217,7 @@ def with_intervals(task, block: pd.DataFrame, predictions: list) -> list[dict]:
             drawn[other] = paired_interval(task, predictions[picked[0]], predictions[other])
         if drawn[other] is not None:
             block.loc[picked[0], [f"{column}_low", f"{column}_high", "dev_rows"]] = drawn[other]
+    for row in (picked[0], getattr(rival, "name", None)):
+        if row is not None and (alone := paired_interval(task, predictions[row], None)) is not None:
+            block.loc[row, "score_low"] = alone[0]
     return block.to_dict("records")

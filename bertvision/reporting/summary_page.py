@@ -127,7 +127,9 @@ def summary_markdown(
         "mean ± std ranges overlap or when a difference beyond them is not beyond dev's own sampling noise (a 95% "
         "paired bootstrap over dev's rows, each side the mean of its seeds, whose interval holds 0), "
         f"and names no winner where no model tried beats a constant prediction (the same class every time, or "
-        f"abstaining on every question) by more than {100 * LEARNING_MARGIN:g}% of the metric's range.",
+        f"abstaining on every question) by more than {100 * LEARNING_MARGIN:g}% of the metric's range, or where "
+        "neither the pick nor the best method on the selection split beats it beyond dev's sampling noise (a 95% "
+        "bootstrap of its score over dev's rows that reaches down to the constant's).",
         "",
     ]
     if table.empty:

@@ -44,16 +44,34 @@ def learning_bar(task) -> float:
     return LEARNING_MARGIN * metric.scale * (2 if metric.zero_is_chance else 1)
 
 
-def learned_nothing(task, block: pd.DataFrame, base: float) -> bool:
-    """Whether no model tried beats the constant prediction by more than ``learning_bar``: every
-    candidate of the task (``best_dev_any``: every head, ensemble and checkpoint, not only the
-    rows shown), else the block's rows."""
+def why_nothing_learned(task, block: pd.DataFrame, base: float) -> str | None:
+    """Why no model learned the task, or None when one did: no candidate tried (``best_dev_any``:
+    every head, ensemble and checkpoint, not only the rows shown) beats the constant prediction by
+    more than ``learning_bar``; or neither the picked path nor the best method on the selection
+    split beats it beyond dev's sampling noise (``score_low``: the low end of a 95% bootstrap of
+    its score over dev's rows, where one was drawn), since the best of many candidates on dev
+    clears a fixed bar by chance on a few hundred rows."""
     scores = (
         block["best_dev_any"] if "best_dev_any" in block and block["best_dev_any"].notna().any() else block["dev_mean"]
     )
     if np.isnan(base) or scores.isna().all():
-        return False
-    return bool((scores.dropna() <= base + learning_bar(task)).all())
+        return None
+    if (scores.dropna() <= base + learning_bar(task)).all():
+        return (
+            f"no model tried (every head, checkpoint and seed, not only the rows shown) beats "
+            f"{CONSTANT_PREDICTION[task.kind]} by more than {learning_bar(task):g} {task.primary_metric} "
+            f"({100 * LEARNING_MARGIN:g}% of the metric's range)"
+        )
+    lows = block["score_low"].dropna() if "score_low" in block else pd.Series(dtype=float)
+    if len(lows) and (lows <= base).all():
+        rows = block["dev_rows"].dropna()
+        over = f"dev's {int(rows.iloc[0])} rows" if len(rows) else "dev's rows"
+        return (
+            f"neither the pick nor the best method on the selection split beats {CONSTANT_PREDICTION[task.kind]} "
+            f"({base:.3g}) beyond dev's sampling noise (a 95% bootstrap over {over} of each one's score reaches "
+            f"down to {lows.min():.3g})"
+        )
+    return None
 
 
 def _deterministic(row: pd.Series) -> bool:
@@ -178,14 +196,9 @@ def cost_phrase(picked: pd.Series) -> str:
     return f"{whole:.2f}× full fine-tuning's whole compute (own seconds {own:.2f}×)"
 
 
-def nothing_learned(task, what: str) -> str:
+def nothing_learned(what: str, why: str) -> str:
     """The words for a task no model learned: the pick is named, no winner is."""
-    return (
-        f"The pipeline picks {what}, but **no model learned this task**: no model tried (every head, checkpoint "
-        f"and seed, not only the rows shown) beats {CONSTANT_PREDICTION[task.kind]} by more than "
-        f"{learning_bar(task):g} {task.primary_metric} ({100 * LEARNING_MARGIN:g}% of the metric's range), so there "
-        "is no winner and the Δ column is noise."
-    )
+    return f"The pipeline picks {what}, but **no model learned this task**: {why}, so there is no winner, the Δ noise."
 
 
 def no_window_line(block: pd.DataFrame) -> str:
@@ -215,8 +228,8 @@ def verdict(block: pd.DataFrame) -> str:
         return "No BERTVision path has a selection score yet."
     p = picked.iloc[0]
     what = f"`{p['model']}` on the {p['checkpoint']:g}-epoch checkpoint"
-    if learned_nothing(task, block, block["constant_score"].iloc[0]):
-        return nothing_learned(task, what)
+    if why := why_nothing_learned(task, block, block["constant_score"].iloc[0]):
+        return nothing_learned(what, why)
     full = block[block["row"] == ROW_KINDS[0]]
     if not block["row"].isin([ROW_KINDS[0], PEER]).any():
         return (
