@@ -51,7 +51,8 @@ use rule train_heads as train_heads_subset with:
         heads=lambda wc: as_json(S.head_settings(wc.task, S.data_fraction_heads(wc.task))),
         searched=lambda wc: get_searched_args(wc, S.data_fraction_heads(wc.task)),
         train_fraction=lambda wc: wc.train_fraction,
-        finish="",
+        # a curve of score against the share of rows: every head trained to its end, none cut short by the race
+        finish=lambda wc: "--finish " + " ".join(S.data_fraction_heads(wc.task)),
     log:
         L.log("train_heads_subset"),
     benchmark:

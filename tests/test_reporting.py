@@ -472,3 +472,22 @@ def test_a_candidate_whose_jobs_time_is_unknown_costs_unknown_in_the_methods_tab
     table = method_table(pd.DataFrame(rows)).set_index("model")
     assert np.isnan(table.loc["lp", "cost_seconds"]) and not table.loc["lp", "on_front"]
     assert table.loc["BERT", "cost_seconds"] == 300.0 and table.loc["BERT", "on_front"]
+
+
+def test_a_run_the_race_stopped_is_flagged_in_the_results_and_left_out_of_the_plots(tmp_path):
+    """A head stopped early by its job's race (one seed, cut short) is in glue.md's mean with its
+    flag, counted in ``stopped``; the plots leave its rows out (a stopped head drew a line falling
+    with fine-tuning)."""
+    from bertvision.reporting.plots import primary_rows
+    from bertvision.reporting.results import long_records, summarize
+
+    r = mrpc(tmp_path, [0.80, 0.82], [0.70, 0.71, 0.72], checkpoint=0.0)
+    race = {"protocol": "racing", "rungs": [2], "keep": 0.5}
+    dev = {"accuracy": 0.6, "f1": 0.6}
+    r.head("mrpc", 0.0, "ap", 1, dev, 5.0, extra={"constant_score": 0.684}, race={**race, "raced_out_at_epoch": 2})
+    glue = summarize(long_records(r.bert, r.heads), ["lp", "ap"])
+    rows = glue[(glue["split"] == "dev") & (glue["metric"] == "accuracy")].set_index("model")
+    assert rows.loc["ap", "stopped"] == 1 and "stopped by the race at epoch 2" in rows.loc["ap", "flags"]
+    assert rows.loc["lp", "stopped"] == 0
+    plotted = set(primary_rows(glue, "mrpc")["model"])
+    assert "lp" in plotted and "ap" not in plotted

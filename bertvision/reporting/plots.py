@@ -19,18 +19,21 @@ from bertvision.layout import head_metrics_files, plot, score_vs_epochs_plot, so
 from bertvision.registry.tasks import get_task  # noqa: E402
 from bertvision.reporting.figures import label_panel, log_axis, panels, save, say_empty  # noqa: E402
 from bertvision.reporting.methods import on_front as on_front_of  # noqa: E402
-from bertvision.reporting.results import BERT, repeats_frozen_run  # noqa: E402
+from bertvision.reporting.results import BERT, raced_out, repeats_frozen_run  # noqa: E402
 from bertvision.reporting.summary import FULL_FT, PEER, ROW_KINDS  # noqa: E402
 
 
 def primary_rows(summary: pd.DataFrame, task: str) -> pd.DataFrame:
-    """The task's primary metric on its first evaluation split, without ensemble rows."""
+    """The task's primary metric on its first evaluation split, without ensemble rows, nor rows
+    holding a run the race stopped early (its score cut short: a head that falls with fine-tuning)."""
     spec = get_task(task)
+    finished = summary["stopped"].eq(0) if "stopped" in summary else True
     rows = summary[
         (summary["task"] == task)
         & (summary["metric"] == spec.primary_metric)
         & (summary["split"] == spec.eval_splits[0])
         & ~summary["ensemble"].astype(bool)
+        & finished
     ].copy()
     several = rows["backbone"].nunique() > 1
     rows["label"] = [f"{b}: {m}" if several else m for b, m in zip(rows["backbone"], rows["model"])]
@@ -82,7 +85,7 @@ def score_vs_params(summary: pd.DataFrame, tasks: list[str], path: Path) -> None
 def layer_weights(head_metrics: list[Path], path: Path, head: str = "lp") -> None:
     """Mean softmax(w) of the LP head per task, at each task's last checkpoint."""
     records = [read_json(p) for p in head_metrics]
-    records = [r for r in records if r["head"] == head and "layer_weights" in r]
+    records = [r for r in records if r["head"] == head and "layer_weights" in r and not raced_out(r)]
     fig, ax = plt.subplots(figsize=(6, 1 + 0.5 * max(1, len({r["task"] for r in records}))))
     if records:
         frame = pd.DataFrame(
@@ -259,7 +262,8 @@ def score_vs_seconds(summary_csv: Path, path: Path) -> None:
                 ax.axhspan(r.dev_mean - r.dev_std, r.dev_mean + r.dev_std, color="black", alpha=0.08)
         ax.set_xscale("log")
         log_axis(ax.xaxis, block["seconds"])
-        label_panel(ax, table, task, backbone, "seconds to produce (log)", f"{block['metric'].iloc[0]} (dev)", 6)
+        label_panel(ax, table, task, backbone, "own seconds (log; the verdict weighs whole seconds)",
+                    f"{block['metric'].iloc[0]} (dev)", 6)  # fmt: skip
     if not blocks:
         say_empty(axes[0], "no results yet")
     save(fig, path)
@@ -303,7 +307,10 @@ def methods_cost_score(methods_csv: Path, path: Path) -> None:
             for xv, yv, name in zip(x[named], block["dev_mean"][named], block["model"][named]):
                 ax.annotate("full FT" if name.startswith("BERT, epoch kept") else name, (xv, yv), fontsize=7,
                             xytext=(3, 3), textcoords="offset points")  # fmt: skip
-            front = on_front_of(x, block["dev_mean"])
+            if ax is ax_s:  # methods.csv's front (runs the race stopped left off); the parameters' drawn here
+                front = block["on_front"].astype(bool)
+            else:
+                front = on_front_of(x.where(block["stopped"] == 0), block["dev_mean"].where(block["stopped"] == 0))
             _front_line(ax, x[front], block["dev_mean"][front])
             ax.set_xscale("log")
         log_axis(ax_s.xaxis, block["cost_seconds"])  # seconds span a decade or two; parameters 10^0 to 10^8

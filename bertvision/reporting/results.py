@@ -95,6 +95,7 @@ def long_records(bert_metrics: list[Path], head_metrics: list[Path]) -> pd.DataF
             parameter_percent=100.0,
             tuned=False,
             ensemble=False,
+            stopped=False,
         )
     frozen_seen: set[tuple] = set()
     records = sorted(((read_json(p), p) for p in head_metrics), key=lambda mp: int(mp[0]["source"].get("ft_seed", 0)))
@@ -106,10 +107,12 @@ def long_records(bert_metrics: list[Path], head_metrics: list[Path]) -> pd.DataF
             "seed": f"{m['source'].get('ft_seed', '')}/{m['seed']}",
             "tuned": m.get("search") is not None,
         }
+        # one seed, cut short by its job's race: shown and flagged (its ensembles too), never picked or plotted
+        stopped = f"stopped by the race at epoch {m['race']['raced_out_at_epoch']}" if raced_out(m) else None
+        run["stopped"] = stopped is not None
         if not repeats_frozen_run(m, frozen_seen):  # an untouched encoder's head counts once
             flags = prediction_flags(Path(path).with_name(HEAD_PREDICTIONS), task)
-            if raced_out(m):  # one seed, cut short: shown, never picked
-                stopped = f"stopped by the race at epoch {m['race']['raced_out_at_epoch']}"
+            if stopped:
                 flags = {split: "; ".join(filter(None, (flags.get(split), stopped))) for split in task.eval_splits}
             rows += _rows(
                 task,
@@ -125,7 +128,7 @@ def long_records(bert_metrics: list[Path], head_metrics: list[Path]) -> pd.DataF
                 rows += _rows(
                     task,
                     m["ensembles"][how],
-                    {},
+                    dict.fromkeys(task.eval_splits, stopped) if stopped else {},
                     model=ensemble_name(m["head"], how),
                     parameter_percent=100.0 + m["parameter_percent"],
                     ensemble=True,
@@ -144,6 +147,8 @@ def summarize(records: pd.DataFrame, head_order: list[str]) -> pd.DataFrame:
     out["ensemble"] = grouped["ensemble"].first()
     out["flagged"] = grouped["flag"].count()
     out["flags"] = grouped["flag"].agg(lambda f: "; ".join(sorted(set(f.dropna()))))
+    # runs cut short by the race (in the mean, flagged): the plots leave such rows out
+    out["stopped"] = grouped["stopped"].sum().astype(int) if "stopped" in records else 0
     for key in QUESTION_COUNTS:
         out[key] = grouped[key].max() if key in records else np.nan
     out = out.reset_index()
@@ -178,7 +183,7 @@ def _section(block: pd.DataFrame, metrics: list[str], scale: float) -> str:
                 f"⚠ {flagged}/{n}: {reasons}" if flagged else "",
             ]
         )
-    return markdown_table(["epochs", "model", "% params", *metrics, "n", "degenerate runs"], rows)
+    return markdown_table(["epochs", "model", "% params", *metrics, "n", "flagged runs"], rows)
 
 
 def results_markdown(summary: pd.DataFrame, title: str) -> str:
@@ -189,9 +194,10 @@ def results_markdown(summary: pd.DataFrame, title: str) -> str:
         "with its own classification head at that checkpoint (none at 0 epochs, where the head has not trained); "
         "the other rows are heads trained on that checkpoint's frozen hidden states. Head + BERT "
         "ensembles have their own section below. "
-        "% params = trainable parameters as a share of the encoder's. `degenerate runs` counts runs "
+        "% params = trainable parameters as a share of the encoder's. `flagged runs` counts runs "
         "that predict one class for every example, give a constant output, abstain on every question, "
-        "or score MCC / correlation ≈ 0; their numbers are in the mean, read them with that in mind.",
+        "or score MCC / correlation ≈ 0, and runs the race stopped early (heads.race: cut short, never "
+        "picked, left out of the plots); their numbers are in the mean, read them with that in mind.",
         "",
     ]
     keys = ["backbone", "task", "split"]
