@@ -217,3 +217,13 @@ def test_a_task_mixture_on_two_ranks_leaves_the_other_tasks_output_layers_untouc
     np.testing.assert_allclose(got["norms"], want["norms"], rtol=1e-5)
     for task_losses, want_losses in zip(got["losses"], want["losses"]):
         np.testing.assert_allclose(task_losses, want_losses, rtol=1e-5)
+
+
+def test_a_span_task_first_in_a_mixture_shares_an_encoder_every_task_model_reads(tiny_bert):
+    """A mixture listing a span task first shared its model's encoder, which has no pooler, and
+    the classification models after it failed in BERT's pooled output ("tuple index out of range")."""
+    models = models_sharing_one_encoder([get_task("squad2"), get_task("mrpc")], str(tiny_bert), seed=1)
+    assert models["squad2"].base_model is models["mrpc"].base_model
+    ids = torch.tensor([[101, 2000, 2001, 102]])
+    assert models["mrpc"](input_ids=ids).logits.shape == (1, 2)
+    assert models["squad2"](input_ids=ids).start_logits.shape == (1, 4)

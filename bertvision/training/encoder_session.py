@@ -30,14 +30,14 @@ log = logging.getLogger(__name__)
 
 
 def models_sharing_one_encoder(tasks, backbone: str, seed: int) -> dict[str, torch.nn.Module]:
-    """Task name -> the backbone with that task's output layer, every model holding the first
-    one's encoder module (so a step on any task trains the same encoder)."""
-    models: dict[str, torch.nn.Module] = {}
-    for task in tasks:
-        model = load_classifier(task, backbone, seed)
-        if models:
-            setattr(model, model.base_model_prefix, next(iter(models.values())).base_model)
-        models[task.name] = model
+    """Task name -> the backbone with that task's output layer, every model holding one encoder
+    module (so a step on any task trains the same encoder): the first one's with a pooler where
+    one has it, since a sequence classifier reads the pooler and a span model's encoder has none."""
+    models = {task.name: load_classifier(task, backbone, seed) for task in tasks}
+    encoders = [model.base_model for model in models.values()]
+    shared = next((e for e in encoders if getattr(e, "pooler", None) is not None), encoders[0])
+    for model in models.values():
+        setattr(model, model.base_model_prefix, shared)
     return models
 
 
