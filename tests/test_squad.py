@@ -202,6 +202,16 @@ def test_span_records_carry_what_abstaining_everywhere_scores(dev):
             {"id": "q1", "question": "q", "answers": [{"text": "b", "answer_start": "1"}]}]}]}]},
          "question q1: field 'answer_start' is not an integer, got '1'"),
         ({"data": []}, "no questions"),
+        ({"data": [{"title": "t", "paragraphs": [{"context": "abc", "qas": [
+            {"id": "q1", "question": " \n", "answers": []}]}]}]}, "question q1: empty question"),
+        ({"data": [{"title": "t", "paragraphs": [{"context": "", "qas": [
+            {"id": "q1", "question": "q", "answers": []}]}]}]}, "question q1: empty context"),
+        ({"data": [{"title": "t", "paragraphs": [{"context": "abc", "qas": [
+            {"id": "q1", "question": "q", "answers": [{"text": "b", "answer_start": 2}]}]}]}]},
+         "question q1: answer 'b' is not at character 2 of its context"),
+        ({"data": [{"title": "t", "paragraphs": [{"context": "abc", "qas": [
+            {"id": "q1", "question": "q", "answers": []}, {"id": "q1", "question": "r", "answers": []}]}]}]},
+         "duplicated question id 'q1'"),
     ],
 )  # fmt: skip
 def test_a_file_not_in_squads_layout_is_one_line_naming_the_place(tmp_path, content, message):
@@ -214,3 +224,24 @@ def test_a_file_not_in_squads_layout_is_one_line_naming_the_place(tmp_path, cont
     with pytest.raises(DataFormatError) as err:
         parse_squad(path)
     assert str(err.value).startswith(f"{path}: {message}") and len(str(err.value).splitlines()) == 1
+
+
+def test_questions_from_the_hub_are_checked_as_a_files_are(dev):
+    """A hub split's squad_v2 rows went in unchecked: a shifted answer, a blank question, an id twice."""
+    from bertvision.data.squad_files import from_hub_records
+    from bertvision.errors import DataFormatError
+
+    rows = dev.head(6).reset_index(drop=True)
+    answers = [{"text": t, "answer_start": s} for t, s in zip(rows["answer_texts"], rows["answer_starts"])]
+    hub = rows[["id", "title", "context", "question"]].assign(answers=answers)
+    source = "org/faq split train"
+    assert from_hub_records(hub, source)["id"].tolist() == rows["id"].tolist()
+    answered = next(i for i, texts in enumerate(rows["answer_texts"]) if texts)
+    shifted = hub.copy()
+    starts = [s + 3 for s in rows["answer_starts"][answered]]
+    shifted.at[answered, "answers"] = {"text": rows["answer_texts"][answered], "answer_start": starts}
+    blank = hub.assign(question=["  ", *hub["question"][1:]])
+    twice = hub.assign(id=[hub["id"][1], *hub["id"][1:]])
+    for bad, message in ((shifted, "is not at character"), (blank, "empty question"), (twice, "question id")):
+        with pytest.raises(DataFormatError, match=rf"^{source}: .*{message}"):
+            from_hub_records(bad, source)

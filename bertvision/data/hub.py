@@ -107,7 +107,7 @@ def load_declared_questions(task: TaskSpec, split: str) -> pd.DataFrame:
         raise DataFormatError(
             f"{source}: missing column(s) {missing} of a squad_v2-shaped dataset; columns found: {list(frame.columns)}"
         )
-    return squad_files.from_hub_records(frame)
+    return squad_files.from_hub_records(frame, source)
 
 
 def _label_names(values: pd.Series, feature, task: TaskSpec, source: str) -> pd.Series:

@@ -29,8 +29,25 @@ def locate(squad_dir: Path, files: dict[str, str], split: str) -> Path:
     raise MissingError(f"SQuAD {split}: neither {base} nor {base}.gz exists (data.squad_dir = {squad_dir})")
 
 
-def from_hub_records(df: pd.DataFrame) -> pd.DataFrame:
-    """The hub's squad_v2 rows (answers as {text: [...], answer_start: [...]}) in our columns."""
+def check_questions(df: pd.DataFrame, source: str) -> pd.DataFrame:
+    """``df``, every question as training and scoring need it: a question and a context with text,
+    each answer where its start says, no question id twice; else a DataFormatError naming
+    ``source`` (a file, a hub split) and the question."""
+    for row in df.itertuples(index=False):
+        where = f"{source}: question {row.id}"
+        if not row.question.strip() or not row.context.strip():
+            raise DataFormatError(f"{where}: empty {'question' if not row.question.strip() else 'context'}")
+        for text, start in zip(row.answer_texts, row.answer_starts):
+            if row.context[start : start + len(text)] != text:
+                raise DataFormatError(f"{where}: answer {text!r} is not at character {start} of its context")
+    if df["id"].duplicated().any():
+        raise DataFormatError(f"{source}: duplicated question id {df['id'][df['id'].duplicated()].iloc[0]!r}")
+    return df
+
+
+def from_hub_records(df: pd.DataFrame, source: str) -> pd.DataFrame:
+    """The hub's squad_v2 rows (answers as {text: [...], answer_start: [...]}) in our columns,
+    checked as a file's are (``check_questions``)."""
     out = pd.DataFrame(
         {
             "id": df["id"],
@@ -43,7 +60,7 @@ def from_hub_records(df: pd.DataFrame) -> pd.DataFrame:
     )
     out["is_impossible"] = [len(t) == 0 for t in out["answer_texts"]]
     out.insert(0, "idx", np.arange(len(out), dtype=np.int64))
-    return out[COLUMNS]
+    return check_questions(out[COLUMNS], source)
 
 
 def read_json(path: Path) -> dict:
@@ -87,11 +104,6 @@ def parse_squad(path: Path) -> pd.DataFrame:
                     raise DataFormatError(f"{path}: {question}: is_impossible but has answers")
                 if not impossible and not texts:
                     raise DataFormatError(f"{path}: {question}: answerable but has no answers")
-                for text, start in zip(texts, starts):
-                    if context[start : start + len(text)] != text:
-                        raise DataFormatError(
-                            f"{path}: {question}: answer {text!r} is not at character {start} of its context"
-                        )
                 rows.append(
                     {
                         "id": qid,
@@ -106,10 +118,8 @@ def parse_squad(path: Path) -> pd.DataFrame:
     if not rows:
         raise DataFormatError(f"{path}: no questions")
     df = pd.DataFrame(rows)
-    if df["id"].duplicated().any():
-        raise DataFormatError(f"{path}: duplicated question id {df['id'][df['id'].duplicated()].iloc[0]!r}")
     df.insert(0, "idx", np.arange(len(df), dtype=np.int64))
-    return df[COLUMNS]
+    return check_questions(df[COLUMNS], str(path))
 
 
 def split_by_article(df: pd.DataFrame, fractions: dict[str, float], seed: int) -> dict[str, pd.DataFrame]:

@@ -92,8 +92,9 @@ def load_squad_split(task: TaskSpec, split: str, settings: DownloadSettings) -> 
         path = squad_files.locate(Path("") if task.files else settings.folder("squad_dir"), task.squad.files, split)
         log.info("reading %s", path)
         return squad_files.parse_squad(path)
-    ds = hub_dataset(settings.hub_repo or task.hub_id, split=task.hub_splits[split])
-    return squad_files.from_hub_records(ds.to_pandas())
+    dataset = settings.hub_repo or task.hub_id
+    return squad_files.from_hub_records(hub_dataset(dataset, split=task.hub_splits[split]).to_pandas(),
+                                        f"{dataset} split {task.hub_splits[split]}")  # fmt: skip
 
 
 def download_squad(task: TaskSpec, settings: DownloadSettings, out_dir: Path) -> tuple[dict[str, int], dict]:
