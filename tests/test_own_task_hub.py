@@ -303,3 +303,21 @@ def test_the_schema_refuses_a_bad_hub_block(block, message):
     with pytest.raises(ConfigError) as caught:
         workflow_settings(tasks={"mine": block})
     assert str(caught.value) == f"config: {message}"
+
+
+def test_a_split_a_local_dataset_lacks_is_one_line_with_no_network_advice(tmp_path):
+    """A local dataset directory given where a hub id goes: a split it lacks was met with advice to
+    run the download where the hub answers."""
+    import datasets
+
+    from bertvision.data.hub import hub_dataset
+    from bertvision.errors import MissingError
+
+    folder = tmp_path / "ds"
+    datasets.DatasetDict({"train": datasets.Dataset.from_dict({"sentence": ["a", "b"], "label": [0, 1]})}).save_to_disk(
+        str(folder)
+    )
+    with pytest.raises(MissingError) as err:
+        hub_dataset(str(folder), split="test")
+    assert str(err.value).startswith(f"{folder} (split test): not in this dataset (Unknown split")
+    assert "network" not in str(err.value)

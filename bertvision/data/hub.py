@@ -28,6 +28,10 @@ def hub_dataset(repo: str, *args, **kwargs):
         return datasets.load_dataset(repo, *args, **kwargs)
     except (OSError, ValueError, HfHubHTTPError) as err:
         reason = " ".join(str(err).split())
+        if Path(repo).is_dir():  # a local dataset: no network to advise, the split or config is the matter
+            config = f", config {args[0]}" if args and args[0] else ""
+            where = f"split {kwargs.get('split')}{config}"
+            raise MissingError(f"{repo} ({where}): not in this dataset ({reason})") from None
         raise MissingError(
             f"{repo} (split {kwargs.get('split')}): no dataset from the hub or its cache ({reason}); without "
             "network, run the download jobs once where the hub answers (snakemake --until download), or read "
