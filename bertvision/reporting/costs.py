@@ -178,7 +178,7 @@ def cost_markdown(costs: pd.DataFrame) -> str:
                 r.model,
                 str(r.n),
                 _mean_std(r.score, r.score_std, digits),
-                f"{r.bert_score:.{digits}f}",
+                "" if np.isnan(r.bert_score) else f"{r.bert_score:.{digits}f}",  # checkpoint 0: BERT's head untrained
                 f"{r.parameter_percent:.3f}",
                 f"{r.finetune_s:.1f}",
                 f"{r.extract_s:.1f}",

@@ -261,7 +261,8 @@ def cross_task_heatmap(table: pd.DataFrame, out: Path) -> None:
         for r in block.itertuples():
             i, j = tasks.index(r.task), encoders.index(r.encoder)
             grid[i, j] = r.diff_vs_own
-            labels[i][j] = f"{r.dev_mean:.3g}\n{r.diff_vs_own:+.1f}"
+            # without the task's own encoder among them (shared.checkpoint: null), the score alone
+            labels[i][j] = f"{r.dev_mean:.3g}" + (f"\n{r.diff_vs_own:+.1f}" if np.isfinite(r.diff_vs_own) else "")
         limit = max(1.0, float(np.nanmax(np.abs(grid))) if np.isfinite(grid).any() else 1.0)
         image = ax.imshow(grid, cmap="RdBu", vmin=-limit, vmax=limit, aspect="auto")
         for i in range(len(tasks)):
@@ -271,7 +272,8 @@ def cross_task_heatmap(table: pd.DataFrame, out: Path) -> None:
         ax.set_xticks(range(len(encoders)), encoders, rotation=30, ha="right")
         ax.set_yticks(range(len(tasks)), tasks)
         ax.set_xlabel("encoder the heads were trained on")
-        ax.set_title(f"{backbone}: dev score, points vs own encoder")
+        compared = ", points vs own encoder" if np.isfinite(grid).any() else " (no task's own encoder to compare)"
+        ax.set_title(f"{backbone}: dev score{compared}", loc="left", fontsize=9)
         fig.colorbar(image, ax=ax, shrink=0.8)
     fig.tight_layout()
     fig.savefig(out, dpi=120, format="png")

@@ -30,9 +30,14 @@ def panels(n: int, width: float):
 def log_axis(axis, values) -> None:
     """A log axis with labelled ticks however narrow its range (matplotlib labels none inside a
     decade): 1-2-5 steps per decade, 1-2-3-5 when the values span less than one, every integer
-    multiple when they span less than a factor of 3."""
+    multiple when they span less than a factor of 3; over more than three decades, the decades
+    alone, as powers of ten (1-2-5 labels in each ran into one another)."""
     finite = [v for v in values if np.isfinite(v) and v > 0]
     span = max(finite) / min(finite) if finite else 10.0
+    if span > 1e3:
+        axis.set_major_locator(matplotlib.ticker.LogLocator(base=10))
+        axis.set_major_formatter(matplotlib.ticker.LogFormatterMathtext(base=10))
+        return
     subs = tuple(range(1, 10)) if span < 3 else (1.0, 2.0, 3.0, 5.0) if span < 10 else (1.0, 2.0, 5.0)
     axis.set_major_locator(matplotlib.ticker.LogLocator(base=10, subs=subs))
     axis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
