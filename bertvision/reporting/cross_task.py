@@ -272,8 +272,8 @@ def cross_task_heatmap(table: pd.DataFrame, out: Path) -> None:
         ax.set_xticks(range(len(encoders)), encoders, rotation=30, ha="right")
         ax.set_yticks(range(len(tasks)), tasks)
         ax.set_xlabel("encoder the heads were trained on")
-        compared = ", points vs own encoder" if np.isfinite(grid).any() else " (no task's own encoder to compare)"
-        ax.set_title(f"{backbone}: dev score{compared}", loc="left", fontsize=9)
+        compared = "points vs own encoder" if np.isfinite(grid).any() else "no task's own encoder to compare"
+        ax.set_title(f"{backbone}: dev score\n({compared})", fontsize=9)
         fig.colorbar(image, ax=ax, shrink=0.8)
     fig.tight_layout()
     fig.savefig(out, dpi=120, format="png")

@@ -109,7 +109,11 @@ def timing_markdown(timing: pd.DataFrame) -> str:
         [
             "# Wall time per stage (seconds, summed over jobs)",
             "",
-            "From Snakemake `benchmark:` files; jobs ran in parallel, so the sum exceeds the elapsed time.",
+            "From Snakemake `benchmark:` files of the main pipeline's jobs (download to train_heads, BERT's "
+            "scoring, full fine-tuning, the embedding and the peers); the searches, the race's decisions, the "
+            "experiments (data fraction, transfer, curves), the tables, plots and bundles are not in it (the "
+            "summary's whole seconds count the searches and the race's decisions). Jobs ran in parallel, so the sum "
+            "exceeds the elapsed time.",
             "",
             markdown_table(["task", *stages, "total"], rows),
             "",
