@@ -37,19 +37,25 @@ def plant(path: Path, n: int, accuracy: float, first_right: int = 0, idx=None, c
     return str(path), column
 
 
+def planted_summary(tmp_path, full: list[float], heads: list[float], rows: int) -> pd.DataFrame:
+    """MRPC's summary (majority class 50%) with every run's dev predictions planted: full
+    fine-tuning right on ``full``, an lp head on the untouched encoder on ``heads`` of ``rows``
+    rows, the head's right rows a quarter of dev further on."""
+    r = mrpc(tmp_path, full, heads, constant=0.5, checkpoint=0.0)
+    for path, accuracy in zip(r.baselines, full):
+        plant(path.with_name(BASELINE_PREDICTIONS), rows, accuracy)
+    for path, accuracy in zip(r.heads, heads):
+        plant(path.with_name(HEAD_PREDICTIONS), rows, accuracy, first_right=rows // 4)
+    return r.summary()
+
+
 @pytest.mark.parametrize("rows", [40, 4000])
 def test_a_difference_beyond_the_seeds_spread_is_noise_when_devs_rows_cannot_tell_it(tmp_path, rows):
     """Full fine-tuning right on 80% and 82.5% of dev, heads on the untouched encoder on 70-75%:
     8.8 points apart, beyond both sides' seed spread. The head gets right some rows full
     fine-tuning gets wrong (its right rows start a quarter of dev further on): on 40 rows a redraw of dev can
     reverse the difference, on 4,000 it cannot."""
-    full, heads = [0.80, 0.825], [0.70, 0.725, 0.75]
-    r = mrpc(tmp_path, full, heads, constant=0.5, checkpoint=0.0)
-    for path, accuracy in zip(r.baselines, full):
-        plant(path.with_name(BASELINE_PREDICTIONS), rows, accuracy)
-    for path, accuracy in zip(r.heads, heads):
-        plant(path.with_name(HEAD_PREDICTIONS), rows, accuracy, first_right=rows // 4)
-    table = r.summary()
+    table = planted_summary(tmp_path, [0.80, 0.825], [0.70, 0.725, 0.75], rows)
     picked = table.set_index("row").loc["BERTVision (picked)"]
     assert picked["dev_rows"] == rows and picked["score_diff_low"] < -0.0875 < picked["score_diff_high"]
     assert (picked["rival_diff_low"], picked["rival_diff_high"]) == (
@@ -77,13 +83,7 @@ def test_a_score_past_the_fixed_bar_is_learning_only_beyond_devs_noise(tmp_path,
     best of many candidates clears it by chance on a few hundred rows: random STS-B labels got a
     winner): on 40 dev rows a redraw of dev brings the pick's and its rival's scores down to the
     majority class's, so no model learned the task; on 4,000 rows it cannot."""
-    full, heads = [0.55, 0.56], [0.54, 0.55, 0.56]
-    r = mrpc(tmp_path, full, heads, constant=0.5, checkpoint=0.0)
-    for path, accuracy in zip(r.baselines, full):
-        plant(path.with_name(BASELINE_PREDICTIONS), rows, accuracy)
-    for path, accuracy in zip(r.heads, heads):
-        plant(path.with_name(HEAD_PREDICTIONS), rows, accuracy, first_right=rows // 4)
-    table = r.summary()
+    table = planted_summary(tmp_path, [0.55, 0.56], [0.54, 0.55, 0.56], rows)
     words = verdict(table)
     if rows == 40:
         assert (table["score_low"].dropna() < 0.5).all() and table["score_low"].notna().sum() == 2
