@@ -100,7 +100,10 @@ def declared_task(name: str, block: dict) -> TaskSpec:
     stray = [key for key, kinds in KIND_KEYS.items() if key in block and kind not in kinds]
     if stray:
         kinds = KIND_KEYS[stray[0]]
-        raise ConfigError(f"{where}.{stray[0]}: a {kind} task takes no {stray[0]}; only {' and '.join(kinds)} tasks do")
+        raise ConfigError(
+            f"{where}.{stray[0]}: {'an' if kind[0] in 'aeiou' else 'a'} {kind} task takes no {stray[0]}; "
+            f"only {' and '.join(kinds)} tasks do"
+        )
     missing = [key for key in ("text", "label") if key not in block and kind not in QUESTION_KINDS]
     if missing:
         raise ConfigError(f"{where}: a {kind} task of your own names its {' and '.join(missing)} column(s)")
