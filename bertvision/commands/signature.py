@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from bertvision.config.settings import StageSettings
+from bertvision.config.stage_settings import StageSettings
 from bertvision.errors import SettingsError
 
 HELP = {
