@@ -426,7 +426,7 @@ def test_an_unlabelled_file_is_read_whole_and_never_scored(tiny_bert, tmp_path):
     out = tmp_path / "raw" / "similarity"
     counts = download_task(get_task("similarity"), settings.download("similarity"), out)
     assert "test" not in counts and not (out / "test.parquet").exists()
-    unlabelled = read_unlabelled(get_task("similarity"))
+    _, unlabelled = read_unlabelled(get_task("similarity"))
     assert len(unlabelled) == 20 and "label" not in unlabelled.columns
     assert get_task("similarity").eval_splits == ("dev",)  # reported splits: dev only
 

@@ -54,20 +54,29 @@ def read_task_file(
     labels: tuple[str, ...],
 ) -> pd.DataFrame:
     """Canonical frame of one split of a file (``task_frame``; ``idx`` is the 0-based row of the file)."""
+    return _read_frames(path, split, text_columns, text_fields, label_column, kind, labels)[1]
+
+
+def read_unlabelled(task: TaskSpec) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The task's unlabelled file (``files.test``), whole: the file as read (every column, ids
+    among them, by row) and its canonical frame, what the picked path predicts; its label column,
+    if it has one, is not read."""
+    layout = task.files
+    return _read_frames(Path(task.unlabelled_file), UNLABELLED, layout.text_columns, task.text_fields, None,
+                        task.kind, task.raw_labels)  # fmt: skip
+
+
+def _read_frames(
+    path, split, text_columns, text_fields, label_column, kind, labels
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A file as read, and its canonical frame (``task_frame``)."""
     _check_shape(text_columns, text_fields, kind)
     path = Path(path)
     frame, where = read_located(path)
-    return task_frame(
+    canonical = task_frame(
         frame, str(path), where, split, text_columns, text_fields, label_column, kind, labels, header_place(path)
     )
-
-
-def read_unlabelled(task: TaskSpec) -> pd.DataFrame:
-    """The task's unlabelled file (``files.test``), whole, as its canonical frame: what the picked
-    path predicts; its label column, if it has one, is not read."""
-    layout = task.files
-    return read_task_file(Path(task.unlabelled_file), UNLABELLED, layout.text_columns, task.text_fields, None,
-                          task.kind, task.raw_labels)  # fmt: skip
+    return frame, canonical
 
 
 def task_frame(

@@ -307,10 +307,8 @@ def methods_cost_score(methods_csv: Path, path: Path) -> None:
             for xv, yv, name in zip(x[named], block["dev_mean"][named], block["model"][named]):
                 ax.annotate("full FT" if name.startswith("BERT, epoch kept") else name, (xv, yv), fontsize=7,
                             xytext=(3, 3), textcoords="offset points")  # fmt: skip
-            if ax is ax_s:  # methods.csv's front (runs the race stopped left off); the parameters' drawn here
-                front = block["on_front"].astype(bool)
-            else:
-                front = on_front_of(x.where(block["stopped"] == 0), block["dev_mean"].where(block["stopped"] == 0))
+            finished = block["stopped"] == 0  # as methods.csv's front: runs the race stopped left off
+            front = on_front_of(x.where(finished), block["dev_mean"].where(finished))
             _front_line(ax, x[front], block["dev_mean"][front])
             ax.set_xscale("log")
         log_axis(ax_s.xaxis, block["cost_seconds"])  # seconds span a decade or two; parameters 10^0 to 10^8

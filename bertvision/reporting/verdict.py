@@ -198,7 +198,10 @@ def cost_phrase(picked: pd.Series) -> str:
 
 def nothing_learned(what: str, why: str) -> str:
     """The words for a task no model learned: the pick is named, no winner is."""
-    return f"The pipeline picks {what}, but **no model learned this task**: {why}, so there is no winner, the Δ noise."
+    return (
+        f"The pipeline picks {what}, but **no model learned this task**: {why}, so there is no winner and the Δ "
+        "column is noise."
+    )
 
 
 def no_window_line(block: pd.DataFrame) -> str:

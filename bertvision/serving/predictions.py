@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from bertvision.data.table_files import read_located
 from bertvision.data.task_files import read_unlabelled
 from bertvision.errors import MissingError
 from bertvision.files import atomic_path
@@ -55,7 +54,7 @@ def predict_unlabelled(task: TaskSpec, bundles: Path, out: Path, threads: int | 
         )
         raise MissingError(f"task {task.name} has no unlabelled file ({where})")
     bundle = bundle_of(task.name, bundles)  # before the rows: a bundle without the task is the first thing to say
-    rows = read_unlabelled(task)
+    given, rows = read_unlabelled(task)
     engine = Engine(bundle, threads=threads)
     picked = engine.tasks[task.name].picked
     log.info("%s: %d rows of %s, head %s of bundle %s", task.name, len(rows), task.unlabelled_file, picked,
@@ -65,8 +64,9 @@ def predict_unlabelled(task: TaskSpec, bundles: Path, out: Path, threads: int | 
     for start in range(0, len(texts), ROWS_PER_PASS):
         items = [TextItem(t, {task.name: picked}) for t in texts[start : start + ROWS_PER_PASS]]
         results += [answers[task.name] for answers in engine.predict(items)[0]]
-    given, _ = read_located(Path(task.unlabelled_file))  # every column as the file has it: ids stay beside the rows
-    frame = given.iloc[rows["idx"].to_numpy()].reset_index(drop=True)
+    frame = given.iloc[rows["idx"].to_numpy()].reset_index(
+        drop=True
+    )  # every column of the file: ids stay by their rows
     for column, values in prediction_columns(task, results).items():
         frame[column] = values
     with atomic_path(Path(out)) as tmp:
