@@ -16,6 +16,7 @@ rule tables:
         **get_per_task(lambda m, t, runs: FILES.for_tables(runs, RACE.decisions_of(m, t))),
     output:
         **get_table_outputs(RESULT_TABLES, "Tables"),
+        summary_html=report(L.table("summary", "html"), category="Summary", caption="../workflow/report/summary_page.rst"),
         picks=L.picks_record(),
     params:
         heads=S.heads,

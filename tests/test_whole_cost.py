@@ -294,6 +294,10 @@ def test_the_whole_cost_of_the_pick_counts_everything_run_to_make_it(tables):
     assert "| 0.16× | 0.75× |" in md
     assert "| BERTVision (picked, ≤ 0.3 epochs) | 0.3 | ap |" in md
     assert "at 0.75× its whole compute" in md and "of the encoder's parameters (own seconds 0.16×)" in md
+    # the same page for the HTML report, which shows HTML but not Markdown: the verdict's words, its tables as tables
+    page = (tables / "summary.html").read_text()
+    tables_in_md = sum(line.startswith("|---") for line in md.splitlines())
+    assert "at 0.75× its whole compute" in page and "<td>0.16×</td>" in page and page.count("<table>") == tables_in_md
 
 
 def test_the_cost_table_gives_the_whole_cost_at_each_checkpoint_and_over_every_one(tables):

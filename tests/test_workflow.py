@@ -5,6 +5,7 @@ training and the tables. Every test reads the session's one run of ``tiny_config
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 import re
@@ -240,8 +241,13 @@ def test_plots_and_html_report(workflow_run, tmp_path):
         "cross-task.png",
         "methods.csv",
         "methods-cost-score.png",
+        "summary.html",
     ):
         assert name in html
+    # the summary page's words, as the report embeds them (the report offers Markdown only for download)
+    embedded = re.search(r'"results/tables/summary.html".*?"data_uri": "data:text/html;[^"]*?base64,([\w+/=]+)"', html)
+    page = base64.b64decode(embedded.group(1)).decode()
+    assert page == (workdir / "results/tables/summary.html").read_text() and "does the BERTVision path pay off?" in page
 
 
 def test_token_features_feed_the_token_head_and_the_cls_heads(workflow_run):

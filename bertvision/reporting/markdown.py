@@ -34,6 +34,24 @@ def write_text(text: str, path: Path) -> None:
         tmp.write_text(text)
 
 
+PAGE_STYLE = (
+    "body{font-family:sans-serif;max-width:70em} table{border-collapse:collapse} "
+    "td,th{border:1px solid #bbb;padding:2px 6px}"
+)
+
+
+def markdown_page(markdown: str, title: str) -> str:
+    """``markdown`` (its tables too) as an HTML page of its own: Snakemake's HTML report shows an
+    HTML result, and offers a Markdown one only for download."""
+    from markdown_it import MarkdownIt
+
+    body = MarkdownIt("commonmark").enable("table").render(markdown)
+    return (
+        f'<!doctype html>\n<html><head><meta charset="utf-8"><title>{title}</title>'
+        f"<style>{PAGE_STYLE}</style></head>\n<body>\n{body}</body></html>\n"
+    )
+
+
 def write_csv(df: pd.DataFrame, path: Path) -> None:
     with atomic_path(path) as tmp:
         df.to_csv(tmp, index=False, float_format="%.6g")

@@ -16,7 +16,7 @@ from bertvision.layout import Run, head_metrics_files, picks_record, rows_record
 from bertvision.reporting.candidates import candidate_runs
 from bertvision.reporting.choice import choose_picks
 from bertvision.reporting.costs import cost_markdown, cost_table
-from bertvision.reporting.markdown import write_csv, write_text
+from bertvision.reporting.markdown import markdown_page, write_csv, write_text
 from bertvision.reporting.methods import method_table, methods_markdown
 from bertvision.reporting.picks import write_picks
 from bertvision.reporting.results import long_records, result_tables
@@ -85,7 +85,9 @@ def build_tables(
     for d in raced:
         decisions.setdefault((d["model"], d["task"]), []).append(d)
     rows = {r["task"]: r for r in map(_rows_record, raw_dirs) if r}
-    _write("summary", verdict, summary_markdown(verdict, decisions, peers or {}, rows), out_dir)
+    summary_page = summary_markdown(verdict, decisions, peers or {}, rows)
+    _write("summary", verdict, summary_page, out_dir)
+    write_text(markdown_page(summary_page, "bertvision summary"), table("summary", "html", out_dir))
     methods = method_table(candidates)
     _write("methods", methods, methods_markdown(methods), out_dir)
     for name, (summary, markdown) in result_tables(long_records(bert_metrics, head_metrics), head_order).items():
