@@ -206,6 +206,20 @@ def test_a_missing_file_is_named(bundle, tmp_path):
         load_bundle(copy)
 
 
+def test_a_head_type_this_bertvision_lacks_is_named_in_one_line(bundle, tmp_path, capsys):
+    """A bundle made where a head type of one's own is registered, served by a bertvision without it."""
+    from bertvision.commands.main import main
+
+    copy = tmp_path / "bundle"
+    shutil.copytree(bundle.root, copy)
+    index = json.loads((copy / "bundle.json").read_text())
+    index["tasks"]["stsb"]["heads"]["lp"]["spec"]["type"] = "layer-attn"
+    (copy / "bundle.json").write_text(json.dumps(index))
+    assert main(["serve", str(copy), "--port", "1"]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if ": error: " in line]
+    assert len(errors) == 1 and "tasks.stsb: head lp: type 'layer-attn' is not one this bertvision has" in errors[0]
+
+
 # --- the service's answers are the pipeline's --------------------------------------------------
 # The service encodes a request in one batch (or chunks of it), the pipeline in length-sorted
 # batches of 8: the answers agree to float32 error plus what float16 rounding of the states can

@@ -344,10 +344,27 @@ def test_dev_label_outside_labels(tmp_path):
     )
 
 
-def test_missing_json_label_is_unknown(tmp_path):
+def test_a_missing_label_in_any_split_is_an_empty_label(tmp_path):
+    """As train's is (``labels_in``): a null in JSON, an empty field in a CSV."""
     path = write(tmp_path / "dev.jsonl", '{"s": "a", "y": 1}\n{"s": "b", "y": null}\n')
     message = refused(read_task_file, path, "dev", ("s",), ("sentence",), "y", "classification", ("0", "1"))
-    assert message == f"{path}: line 2: column 'y': unknown label null in dev; expected one of ['0', '1']"
+    assert message == f"{path}: line 2: column 'y': empty label"
+    path = write(tmp_path / "dev.csv", "s,y\na,1\nb, \n")
+    message = refused(read_task_file, path, "dev", ("s",), ("sentence",), "y", "classification", ("0", "1"))
+    assert message == f"{path}: line 3: column 'y': empty label"
+
+
+@pytest.mark.parametrize("marker", ["NA", "n/a", "NaN", "null", "#N/A"])
+def test_a_missing_value_marker_is_no_class_found_in_train(tmp_path, marker):
+    """Without the task's labels, train's labels are the classes: a spreadsheet's NA would be one."""
+    path = write(tmp_path / "train.csv", f"s,y\na,pos\nb,neg\nc,{marker}\n")
+    assert refused(labels_in, path, "y") == (
+        f"{path}: line 4: column 'y': label {marker!r} reads as a missing value; fix the row, or list it in "
+        "the task's labels if it is a class"
+    )
+    # listed among the labels, it is a class like any other
+    frame = read_task_file(path, "train", ("s",), ("sentence",), "y", "classification", ("neg", "pos", marker))
+    assert frame["label"].tolist() == [1, 0, 2]
 
 
 @pytest.mark.parametrize("value, shown", [("high", "'high'"), ("", "''"), ("nan", "'nan'"), ("inf", "'inf'")])

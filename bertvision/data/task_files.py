@@ -21,6 +21,8 @@ from bertvision.registry.task_spec import UNLABELLED, TaskSpec
 _INTEGER = re.compile(r"[+-]?\d+")
 _DECIMAL = re.compile(r"\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*", re.ASCII)  # what a regression label's text may be
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
+# how spreadsheets and pandas write a missing value: never a class found in train unless the task's labels list it
+MISSING_MARKERS = {"na", "n/a", "nan", "null", "#n/a"}
 CONSTANT_LABELS_REFUSED = {
     "train": "a regression learns from labels that vary",
     "dev": "Pearson and Spearman correlations are undefined on labels that do not vary",
@@ -38,6 +40,13 @@ def labels_in(path: Path, label_column: str) -> tuple[str, ...]:
     empty = next((row for row, text in enumerate(found) if not text), None)
     if empty is not None:
         raise _cell_error(str(path), where(empty), label_column, "empty label")
+    marker = next((row for row, text in enumerate(found) if text.lower() in MISSING_MARKERS), None)
+    if marker is not None:  # else it would become a class of its own, without a word
+        problem = (
+            f"label {found[marker]!r} reads as a missing value; fix the row, or list it in the task's labels if it is "
+            "a class"
+        )
+        raise _cell_error(str(path), where(marker), label_column, problem)
     distinct = set(found)
     if all(_INTEGER.fullmatch(text) for text in distinct):
         return tuple(sorted(distinct, key=lambda text: (int(text), text)))
@@ -176,6 +185,8 @@ def _label_ids(
     ids = {str(label): i for i, label in enumerate(labels)}
     found = [ids.get(_label_text(value)) for value in raw]
     bad = _first(found, lambda v: v is not None)
+    if bad is not None and not _label_text(raw.iloc[bad]):
+        raise _cell_error(source, where(bad), column, "empty label")
     if bad is not None:
         allowed = [str(label) for label in labels]
         problem = f"unknown label {_shown(raw.iloc[bad])} in {split}; expected one of {allowed}"

@@ -37,6 +37,7 @@ from pathlib import Path
 from bertvision.errors import BertvisionError
 from bertvision.layout import BUNDLE_ENCODER, BUNDLE_INDEX, BUNDLE_SET_INDEX, HEAD_METRICS, HEAD_WEIGHTS
 from bertvision.models.backbone import missing_safetensors
+from bertvision.registry.heads import HEAD_TYPES
 from bertvision.registry.states import PAIR_PARTS
 from bertvision.runtime.precision import BACKENDS, PRECISIONS
 
@@ -220,6 +221,9 @@ def _task_entry(root: Path, name: str, data: dict) -> TaskEntry:
     if entry.is_span and any(h.null_threshold is None for h in heads.values()):
         problems.append("a span head without null_threshold")
     for name, head in heads.items():
+        if head.spec.get("type") not in HEAD_TYPES:  # made by a bertvision that registers a head type this one lacks
+            known = ", ".join(HEAD_TYPES)
+            problems.append(f"head {name}: type {head.spec.get('type')!r} is not one this bertvision has ({known})")
         if head.ensemble and head.ensemble.get("head") not in heads:
             problems.append(f"head {name}: an ensemble of a head the task does not have")
     if problems:
