@@ -491,3 +491,11 @@ def test_a_run_the_race_stopped_is_flagged_in_the_results_and_left_out_of_the_pl
     assert rows.loc["lp", "stopped"] == 0
     plotted = set(primary_rows(glue, "mrpc")["model"])
     assert "lp" in plotted and "ap" not in plotted
+
+
+def test_the_summary_page_in_html_keeps_angle_brackets_as_text_and_tables_as_tables():
+    """The summary names config keys such as heads.models.<head>.pair: as raw HTML a browser would hide them."""
+    from bertvision.reporting.markdown import markdown_page
+
+    page = markdown_page("The heads read heads.models.<head>.pair.\n\n| a | b |\n|---|---|\n| 1 | <2> |\n", "s")
+    assert "heads.models.&lt;head&gt;.pair" in page and "<td>&lt;2&gt;</td>" in page and page.count("<table>") == 1

@@ -45,7 +45,7 @@ def markdown_page(markdown: str, title: str) -> str:
     HTML result, and offers a Markdown one only for download."""
     from markdown_it import MarkdownIt
 
-    body = MarkdownIt("commonmark").enable("table").render(markdown)
+    body = MarkdownIt("commonmark", {"html": False}).enable("table").render(markdown)  # heads.models.<head> is text
     return (
         f'<!doctype html>\n<html><head><meta charset="utf-8"><title>{title}</title>'
         f"<style>{PAGE_STYLE}</style></head>\n<body>\n{body}</body></html>\n"
