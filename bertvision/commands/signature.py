@@ -107,7 +107,6 @@ HELP = {
     "pad_multiple": "pad each forward call's width to a multiple of this",
     "device": "auto: a GPU when there is one",
     "backend": "the encoder's runtime (default: the one each bundle's heads were trained on)",
-    "config": "a config file",
     "configs": "config files, each over the ones before (as snakemake --configfile A B merges them)",
     "show": "print the effective config, every default filled in",
     "dir": "the working directory",
