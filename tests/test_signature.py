@@ -135,6 +135,11 @@ def test_every_flag_of_every_command_says_what_it_takes():
         if action.option_strings and action.dest != "help" and not says_more_than_its_default(action.help)
     ]
     assert not silent, silent
+    # and each help text is some command's parameter's (HELP holds no text for a parameter gone)
+    from bertvision.commands.signature import HELP
+
+    dests = {action.dest for name in COMMANDS for action in command_parser(name)._actions}
+    assert set(HELP) - dests == set()
 
 
 def test_a_bare_list_argument_takes_at_least_one_value():
