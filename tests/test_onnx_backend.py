@@ -216,3 +216,40 @@ def test_auto_takes_onnx_only_where_it_measures_clearly_faster_and_measures_once
     monkeypatch.setattr(backend_module, "forward_seconds", timed(1.0, 1.01 / AUTO_MARGIN))  # within the margin
     chosen = with_backend(model, "auto", threads=1)
     assert chosen is model and backend_of(chosen) == "torch"
+
+
+def test_no_onnxruntime_is_one_line_and_auto_runs_pytorch(tiny_bert, monkeypatch, caplog):
+    from bertvision.errors import SettingsError
+
+    model = load_encoder(str(tiny_bert)).eval()
+    monkeypatch.setitem(__import__("sys").modules, "onnxruntime", None)  # as where it is not installed
+    wanted = (
+        r"^the ONNX backends need onnxruntime, which does not import here .*: install it \(pip install onnxruntime\)"
+    )
+    with pytest.raises(SettingsError, match=wanted + " or run with backend torch$"):
+        with_backend(model, "onnx")
+    caplog.set_level(logging.WARNING, logger="bertvision.runtime.backend")
+    assert with_backend(model, "auto") is model
+    assert "backend auto: the ONNX backends need onnxruntime" in caplog.text and caplog.text.rstrip().endswith(
+        "running PyTorch"
+    )
+
+
+def test_an_encoder_the_exporter_cannot_trace_is_one_line(tiny_bert, tmp_path, monkeypatch):
+    from bertvision.errors import SettingsError
+    from bertvision.models import onnx_encoder
+
+    monkeypatch.setenv("BERTVISION_CACHE", str(tmp_path))  # no export cached by another test
+
+    def untraceable(model, out):
+        raise RuntimeError("Exporting the operator 'aten::weird' to ONNX opset version 17 is not supported.\nmore")
+
+    monkeypatch.setattr(onnx_encoder, "export", untraceable)
+    model = load_encoder(str(tiny_bert)).eval()
+    with pytest.raises(SettingsError) as raised:
+        with_backend(model, "onnx-int8")
+    assert str(raised.value) == (
+        "backend onnx-int8: this encoder could not be exported to ONNX (RuntimeError: Exporting the operator "
+        "'aten::weird' to ONNX opset version 17 is not supported.); run it with backend torch"
+    )
+    assert with_backend(model, "auto") is model

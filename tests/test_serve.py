@@ -1635,11 +1635,50 @@ def test_the_onnx_backends_answer_as_pytorch_does(bundle, tmp_path, monkeypatch)
         assert got["squad2"].answer == want["squad2"].answer
         assert got["squad2-answerable"].label == want["squad2-answerable"].label
 
+    # int8 weights move the [CLS] states, which barely vary: served where the picks read the mean
+    mean_picks = tmp_path / "mean-picks"
+    shutil.copytree(bundle.root, mean_picks)
+    index = json.loads((mean_picks / "bundle.json").read_text())
+    index["tasks"]["stsb"]["picked"] = "lpm"
+    (mean_picks / "bundle.json").write_text(json.dumps(index))
     settings = ServeSettings(device="cpu", backend="onnx-int8")
-    with Server(create_app(bundle.root, settings)) as running, httpx.Client(base_url=running.url, timeout=60) as client:
+    with Server(create_app(mean_picks, settings)) as running, httpx.Client(base_url=running.url, timeout=60) as client:
         response = client.post("/predict", json={"texts": [["A man is playing a guitar.", "A man plays the guitar."]]})
+        left_out = client.post("/predict", json={"texts": ["Stocks fell."], "heads": {"stsb": "lp"}})
     assert response.status_code == 200, response.text
     assert set(response.json()["predictions"][0]) == {"mrpc", "rte", "stsb"}
+    assert left_out.status_code == 422 and "task stsb has no head 'lp'; its heads: lpm" in left_out.text
+
+
+def test_a_backend_that_moves_a_picked_heads_answers_is_refused_in_one_line(bundle, tmp_path, monkeypatch):
+    """int8 weights move a first layer's [CLS] state, the same for every text, by thousands of its
+    spread: the heads that read it (lp, ad8) answered one class for every text, while the heads
+    that read the mean or every token barely move. A pick among the first is refused."""
+    import subprocess
+    import sys
+
+    from bertvision.runtime.backend import with_backend
+    from bertvision.serving.backend_check import MOVED_LIMIT, moved_outputs
+    from bertvision.serving.engine import Engine
+
+    monkeypatch.setenv("BERTVISION_CACHE", str(tmp_path))
+    served = subprocess.run(
+        [sys.executable, "-m", "bertvision", "serve", str(bundle.root), "--backend", "onnx-int8", "--port", "0"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    errors = [line for line in served.stderr.splitlines() if ": error: " in line]
+    assert served.returncode == 2 and len(errors) == 1, served.stderr[-2000:]
+    assert "--backend onnx-int8 moves the answers of stsb/lp by " in errors[0]
+    assert errors[0].endswith("serve it with --backend torch, which its heads were trained on")
+
+    engine = Engine(bundle, "cpu")
+    reference = engine.encoder
+    engine.encoder = with_backend(reference, "onnx-int8")
+    moved = moved_outputs(engine, reference, bundle.precision)
+    reads_cls = {("mrpc", "lp"), ("rte", "lp"), ("stsb", "lp"), ("stsb", "ad8")}
+    assert all(moved[key] > 10 * MOVED_LIMIT for key in reads_cls), moved
+    assert all(v < MOVED_LIMIT / 5 for key, v in moved.items() if key not in reads_cls), moved
+    assert {task for task, _ in moved} == {"mrpc", "rte", "stsb"}  # question tasks are not probed
 
 
 def test_a_bundle_serves_on_the_backend_its_heads_states_came_from(run, tiny_bert, tmp_path, monkeypatch):

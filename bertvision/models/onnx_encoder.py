@@ -33,6 +33,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from bertvision.errors import SettingsError
 from bertvision.files import atomic_path
 from bertvision.models.random_encoder import cache_root
 
@@ -174,17 +175,34 @@ def quantize(fp32: Path, out: Path) -> Path:
 
 
 def exported(model, backend: str, folder: Path | None = None) -> Path:
-    """The export of ``model`` for ``backend`` in ``folder`` (the cache's), made on first use."""
+    """The export of ``model`` for ``backend`` in ``folder`` (the cache's), made on first use; an
+    encoder the exporter cannot trace is a SettingsError naming the backend to use instead."""
     folder = folder or export_path(model, "onnx").parent
     fp32 = folder / EXPORT_FILES["onnx"]
     if not fp32.exists():
-        export(model, fp32)
-    if backend == "onnx":
-        return fp32
-    int8 = folder / EXPORT_FILES[backend]
-    if not int8.exists():
-        quantize(fp32, int8)
-    return int8
+        log.info("backend %s: exporting the encoder to %s", backend, fp32)
+        try:
+            export(model, fp32)
+        except Exception as err:  # the exporter's errors have no common base: a tracer's, an operator's, onnx's
+            raise SettingsError(
+                f"backend {backend}: this encoder could not be exported to ONNX ({type(err).__name__}: "
+                f"{str(err).splitlines()[0] if str(err) else ''}); run it with backend torch"
+            ) from err
+    if backend != "onnx" and not (folder / EXPORT_FILES[backend]).exists():
+        quantize(fp32, folder / EXPORT_FILES[backend])
+    path = folder / EXPORT_FILES[backend]
+    log.info("backend %s: %s", backend, path)
+    return path
+
+
+def onnx_runtime():
+    """``onnxruntime``, or a SettingsError saying it is not installed."""
+    try:
+        import onnxruntime
+    except ImportError as err:
+        raise SettingsError(f"the ONNX backends need onnxruntime, which does not import here ({err}): "
+                            "install it (pip install onnxruntime) or run with backend torch") from None  # fmt: skip
+    return onnxruntime
 
 
 class OnnxEncoder:
@@ -192,8 +210,7 @@ class OnnxEncoder:
     (torch's own count when None)."""
 
     def __init__(self, model, backend: str, threads: int | None = None):
-        import onnxruntime as ort
-
+        ort = onnx_runtime()
         if backend not in ("onnx", "onnx-int8"):
             raise ValueError(f"backend {backend!r}: not an ONNX backend (onnx, onnx-int8)")
         self.model, self.backend = model.eval(), backend

@@ -9,7 +9,8 @@ import time
 
 import torch
 
-from bertvision.models.onnx_encoder import OnnxEncoder
+from bertvision.errors import SettingsError
+from bertvision.models.onnx_encoder import OnnxEncoder, onnx_runtime
 from bertvision.runtime.device import resolve_precision
 from bertvision.runtime.precision_probe import cache_file, device_name, measured_once, probe_key
 
@@ -27,7 +28,11 @@ def with_backend(model, backend: str, threads: int | None = None):
     ``auto``: whichever of the two ``measured_backend`` finds faster (PyTorch on a GPU)."""
     device = next(model.parameters()).device
     if backend == "auto":
-        backend = measured_backend(model) if device.type == "cpu" else "torch"
+        try:
+            backend = measured_backend(model) if device.type == "cpu" else "torch"
+        except SettingsError as err:  # no onnxruntime here, or an encoder it cannot run: PyTorch, as on a GPU
+            log.warning("backend auto: %s; running PyTorch", err)
+            backend = "torch"
     if backend == "torch":
         return model
     if device.type != "cpu":
@@ -64,8 +69,7 @@ def measured_backend(model, measure=None) -> str:
     """``onnx`` where ONNX Runtime's fp32 forward of ``model`` is at least ``AUTO_MARGIN`` times as
     fast as PyTorch's on this machine, else ``torch``; measured once per machine, thread count,
     versions and encoder shape (the precision probe's cache). ``measure``: how a pass is timed."""
-    import onnxruntime
-
+    onnxruntime = onnx_runtime()
     measure = measure or forward_seconds
 
     def measure_both() -> dict:

@@ -45,6 +45,7 @@ from bertvision.registry.states import READS
 from bertvision.runtime.backend import backend_of, with_backend
 from bertvision.runtime.device import autocast, pick_device, set_threads, to_device
 from bertvision.serving.answers import answerability, bert_outputs, example_result, span_answer, with_bert
+from bertvision.serving.backend_check import heads_served_on
 from bertvision.serving.bundle import Bundle, BundleError, TaskEntry, load_bundle
 from bertvision.serving.checks import RequestChecks
 from bertvision.serving.items import (
@@ -92,11 +93,6 @@ class Engine:
         hf_logging.disable_progress_bar()
         encoder_dir = str(self.bundle.encoder_dir)
         self.tokenizer = AutoTokenizer.from_pretrained(encoder_dir, use_fast=True)
-        # A second instance for the request checks, which run beside a batch: one fast tokenizer
-        # changing its truncation settings from two threads at once fails ("Already borrowed").
-        self.checks = RequestChecks(
-            self.bundle.tasks, AutoTokenizer.from_pretrained(encoder_dir, use_fast=True), max_windows
-        )
         if not self.tokenizer.is_fast:
             raise BundleError(f"{encoder_dir}: no fast tokenizer (tokenizer.json)")
         summary_position(self.tokenizer)
@@ -117,6 +113,15 @@ class Engine:
         }
         self.encoder_passes = 0
         self.sequences_encoded = 0
+        if self.backend != self.bundle.backend:  # states unlike the heads': measured before anything is served
+            reference = with_backend(model, self.bundle.backend, threads)
+            self.bundle = heads_served_on(self, reference, self.bundle.precision, self.backend)
+            self.encoder_passes = self.sequences_encoded = 0
+        # A second instance for the request checks, which run beside a batch: one fast tokenizer
+        # changing its truncation settings from two threads at once fails ("Already borrowed").
+        self.checks = RequestChecks(
+            self.bundle.tasks, AutoTokenizer.from_pretrained(encoder_dir, use_fast=True), max_windows
+        )
         log.info(
             "serving %s on %s (%s): %s",
             self.bundle.root,
