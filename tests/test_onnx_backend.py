@@ -176,6 +176,10 @@ def test_the_config_takes_a_backend_and_refuses_onnx_on_a_gpu(tiny_bert):
         settings({"backend": "tensorrt"})
     with pytest.raises(ConfigError, match=r"extract\.backend: onnx runs on the CPU.*extract\.device: cuda"):
         settings({"backend": "onnx", "device": "cuda"})
+    # a precision they would ignore is refused, not left to the schema's description
+    with pytest.raises(ConfigError, match=r"extract\.backend: onnx-int8 computes in fp32 .*extract\.precision: bf16"):
+        settings({"backend": "onnx-int8", "precision": "bf16"})
+    assert settings({"backend": "onnx", "precision": "fp32"}).extract_compute().precision == "fp32"
 
 
 def test_the_tables_name_the_runtime_that_computed_the_states():

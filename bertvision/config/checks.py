@@ -35,6 +35,11 @@ def check(workflow) -> None:
             f"extract.backend: {extract['backend']} runs on the CPU (ONNX Runtime's CPU provider), "
             "but extract.device: cuda; set extract.device: cpu or auto, or extract.backend: torch"
         )
+    if extract["backend"] in ("onnx", "onnx-int8") and extract["precision"] in ("bf16", "fp16"):
+        problems.append(
+            f"extract.backend: {extract['backend']} computes in fp32 (int8 weights or not), but extract.precision: "
+            f"{extract['precision']}; set extract.precision: fp32 or auto, or extract.backend: torch"
+        )
     models = workflow.config["heads"]["models"]
     for task in workflow.tasks:
         spec, over = get_task(task), workflow.task_overrides(task)
