@@ -207,7 +207,7 @@ def test_auto_takes_onnx_only_where_it_measures_clearly_faster_and_measures_once
     assert forward_seconds(model, "torch") > 0 and forward_seconds(model, "onnx") > 0  # both really run
 
     def timed(torch_s: float, onnx_s: float):
-        return lambda m, backend: {"torch": torch_s, "onnx": onnx_s}[backend]
+        return lambda m, backend, precision: {"torch": torch_s, "onnx": onnx_s}[backend]
 
     monkeypatch.setattr(backend_module, "forward_seconds", timed(1.0, 0.99 / AUTO_MARGIN))
     chosen = with_backend(model, "auto", threads=1)
@@ -220,6 +220,24 @@ def test_auto_takes_onnx_only_where_it_measures_clearly_faster_and_measures_once
     monkeypatch.setattr(backend_module, "forward_seconds", timed(1.0, 1.01 / AUTO_MARGIN))  # within the margin
     chosen = with_backend(model, "auto", threads=1)
     assert chosen is model and backend_of(chosen) == "torch"
+
+    # PyTorch is timed in the precision its passes will take (bf16 autocast, where auto resolves to
+    # it), ONNX Runtime in fp32; each precision is measured and cached apart
+    monkeypatch.setenv(precision_probe.CACHE_ENV, str(tmp_path / "third.json"))
+    asked = []
+    monkeypatch.setattr(
+        backend_module, "forward_seconds", lambda m, backend, precision: asked.append((backend, precision)) or 1.0
+    )
+    with_backend(model, "auto", threads=1, precision="bf16")
+    with_backend(model, "auto", threads=1, precision="fp32")
+    assert asked == [("torch", "bf16"), ("onnx", "bf16"), ("torch", "fp32"), ("onnx", "fp32")]
+    slowed = []
+    real = backend_module.autocast
+    monkeypatch.setattr(
+        backend_module, "autocast", lambda device, precision: slowed.append(precision) or real(device, precision)
+    )
+    forward_seconds(model, "torch", "bf16", repeats=1), forward_seconds(model, "onnx", "bf16", repeats=1)
+    assert slowed == ["bf16", "fp32"]  # ONNX Runtime takes no autocast
 
 
 def test_no_onnxruntime_is_one_line_and_auto_runs_pytorch(tiny_bert, monkeypatch, caplog):

@@ -15,17 +15,20 @@ from bertvision.runtime.backend import with_backend
 from bertvision.runtime.device import autocast, check_simulated_oom
 
 
-def frozen_encoder(checkpoint_dir: Path, device: torch.device, backend: str = "torch"):
-    """The checkpoint's bare encoder, frozen, run by ``backend`` (``runtime.precision.BACKENDS``)."""
+def frozen_encoder(checkpoint_dir: Path, device: torch.device, backend: str = "torch", precision: str = "fp32"):
+    """The checkpoint's bare encoder, frozen, run by ``backend`` (``runtime.precision.BACKENDS``;
+    ``auto`` measures PyTorch in ``precision``, the precision its passes will take)."""
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
     model = load_encoder(str(checkpoint_dir)).to(device).eval()
     model.requires_grad_(False)
-    return with_backend(model, backend)
+    return with_backend(model, backend, precision=precision)
 
 
-def frozen_task_model(checkpoint_dir: Path, kind: str, device: torch.device, backend: str = "torch"):
+def frozen_task_model(
+    checkpoint_dir: Path, kind: str, device: torch.device, backend: str = "torch", precision: str = "fp32"
+):
     """The checkpoint's encoder with its own task head (BERT's), frozen: one pass gives the
     states the bare encoder would and the head's outputs."""
     from transformers.utils import logging as hf_logging
@@ -33,7 +36,7 @@ def frozen_task_model(checkpoint_dir: Path, kind: str, device: torch.device, bac
     hf_logging.set_verbosity_error()
     model = load_task_model(str(checkpoint_dir), kind).to(device).eval()
     model.requires_grad_(False)
-    return with_backend(model, backend)
+    return with_backend(model, backend, precision=precision)
 
 
 def encoder_pass(model, batch: dict, device, precision: str):

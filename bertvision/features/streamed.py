@@ -36,7 +36,7 @@ class StreamedEncoder:
         compute = source.compute
         # ONNX Runtime: the CPU; auto runs PyTorch on a GPU
         self.device = pick_device(compute.device if compute.backend in ("torch", "auto") else "cpu")
-        self.model = frozen_encoder(Path(source.checkpoint), self.device, compute.backend)
+        self.model = frozen_encoder(Path(source.checkpoint), self.device, compute.backend, compute.precision)
         self.backend = backend_of(self.model)
         self.precision = backend_precision(self.device, compute.precision, self.model, self.backend)
         self.pad_id = pad_id(self.model)

@@ -11,25 +11,26 @@ import torch
 
 from bertvision.errors import SettingsError
 from bertvision.models.onnx_encoder import OnnxEncoder, onnx_runtime
-from bertvision.runtime.device import resolve_precision
+from bertvision.runtime.device import autocast, resolve_precision
 from bertvision.runtime.precision_probe import cache_file, device_name, measured_once, probe_key
 
 log = logging.getLogger(__name__)
 
-PROBE_BATCH, PROBE_TOKENS, PROBE_REPEATS = 32, 64, 3
+PROBE_BATCH, PROBE_TOKENS, PROBE_REPEATS = 32, 64, 5
 # ``auto`` takes ONNX Runtime only when it is clearly faster: on the 2-core EPYC the two fp32
 # forwards measured within 8% of each other, either way, from one run to the next
 # (docs/results/onnx-backend-amd-epyc.md), and a choice that flips on noise helps no one.
 AUTO_MARGIN = 1.1
 
 
-def with_backend(model, backend: str, threads: int | None = None):
+def with_backend(model, backend: str, threads: int | None = None, precision: str = "fp32"):
     """``model`` itself for ``torch``, else ``model`` run by ONNX Runtime (on the CPU only);
-    ``auto``: whichever of the two ``measured_backend`` finds faster (PyTorch on a GPU)."""
+    ``auto``: whichever of the two ``measured_backend`` finds faster, PyTorch computing in
+    ``precision`` as its passes will (PyTorch on a GPU)."""
     device = next(model.parameters()).device
     if backend == "auto":
         try:
-            backend = measured_backend(model) if device.type == "cpu" else "torch"
+            backend = measured_backend(model, precision) if device.type == "cpu" else "torch"
         except SettingsError as err:  # no onnxruntime here, or an encoder it cannot run: PyTorch, as on a GPU
             log.warning("backend auto: %s; running PyTorch", err)
             backend = "torch"
@@ -51,35 +52,40 @@ def backend_of(model) -> str:
     return model.backend if isinstance(model, OnnxEncoder) else "torch"
 
 
-def forward_seconds(model, backend: str, repeats: int = PROBE_REPEATS) -> float:
-    """Median seconds of one forward pass (every hidden state) of ``model`` run by ``backend`` over
-    a batch of ``PROBE_BATCH`` random sequences of ``PROBE_TOKENS`` tokens, after one to warm up."""
+def forward_seconds(model, backend: str, precision: str = "fp32", repeats: int = PROBE_REPEATS) -> float:
+    """The fastest of ``repeats`` forward passes (every hidden state) of ``model`` run by ``backend``
+    (PyTorch under ``precision``'s autocast) over a batch of ``PROBE_BATCH`` random sequences of
+    ``PROBE_TOKENS`` tokens, after one to warm up: the fastest, as a pass that other work on the
+    machine slowed down says nothing of the backend."""
     runner = with_backend(model, backend)
     ids = torch.randint(1000, 2000, (PROBE_BATCH, PROBE_TOKENS), generator=torch.Generator().manual_seed(0))
     times = []
-    with torch.inference_mode():
+    with torch.inference_mode(), autocast(torch.device("cpu"), precision if backend == "torch" else "fp32"):
         for _ in range(repeats + 1):
             t0 = time.perf_counter()
             runner(input_ids=ids, attention_mask=torch.ones_like(ids), output_hidden_states=True)
             times.append(time.perf_counter() - t0)
-    return sorted(times[1:])[len(times[1:]) // 2]
+    return min(times[1:])
 
 
-def measured_backend(model, measure=None) -> str:
+def measured_backend(model, precision: str = "fp32", measure=None) -> str:
     """``onnx`` where ONNX Runtime's fp32 forward of ``model`` is at least ``AUTO_MARGIN`` times as
-    fast as PyTorch's on this machine, else ``torch``; measured once per machine, thread count,
-    versions and encoder shape (the precision probe's cache). ``measure``: how a pass is timed."""
+    fast as PyTorch's in ``precision`` (bf16 autocast, where ``auto`` resolves to it) on this
+    machine, else ``torch``; measured once per machine, thread count, versions, encoder shape and
+    precision (the precision probe's cache). ``measure``: how a pass is timed."""
     onnxruntime = onnx_runtime()
     measure = measure or forward_seconds
+    resolved = resolve_precision(torch.device("cpu"), precision, model)
 
     def measure_both() -> dict:
-        seconds = {backend: measure(model, backend) for backend in ("torch", "onnx")}
+        seconds = {backend: measure(model, backend, resolved) for backend in ("torch", "onnx")}
         choice = "onnx" if seconds["onnx"] * AUTO_MARGIN <= seconds["torch"] else "torch"
         log.info(
-            "backend auto: measured a forward pass of this encoder on %s: torch %.1f ms, onnx %.1f ms -> %s "
-            "(cached in %s)", device_name(torch.device("cpu")), 1e3 * seconds["torch"], 1e3 * seconds["onnx"], choice,
-            cache_file(),
+            "backend auto: measured a forward pass of this encoder on %s: torch (%s) %.1f ms, onnx %.1f ms -> %s "
+            "(cached in %s)", device_name(torch.device("cpu")), resolved, 1e3 * seconds["torch"], 1e3 * seconds["onnx"],
+            choice, cache_file(),
         )  # fmt: skip
         return {"choice": choice, "seconds": seconds, "onnxruntime": onnxruntime.__version__}
 
-    return measured_once(f"backend-{probe_key(model.config)}-ort{onnxruntime.__version__}", measure_both)["choice"]
+    key = f"backend-{probe_key(model.config)}-{resolved}-ort{onnxruntime.__version__}"
+    return measured_once(key, measure_both)["choice"]

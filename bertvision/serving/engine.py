@@ -101,7 +101,9 @@ class Engine:
         else:
             model = load_encoder(encoder_dir)
         # the bundle's backend unless told otherwise: states computed as the heads' were
-        self.encoder = with_backend(model.to(self.device).eval(), backend or self.bundle.backend, threads)
+        self.encoder = with_backend(
+            model.to(self.device).eval(), backend or self.bundle.backend, threads, self.precision
+        )
         self.backend = backend_of(self.encoder)
         self.pad_id = pad_id(self.encoder)
         self.token_types = uses_token_types(self.tokenizer, self.encoder.config)

@@ -70,8 +70,8 @@ def extract_shard(
 
     def load(device):
         if keep_bert_logits:
-            return frozen_task_model(checkpoint_dir, attrs["label_kind"], device, compute.backend)
-        return frozen_encoder(checkpoint_dir, device, compute.backend)
+            return frozen_task_model(checkpoint_dir, attrs["label_kind"], device, compute.backend, compute.precision)
+        return frozen_encoder(checkpoint_dir, device, compute.backend, compute.precision)
 
     # ONNX Runtime runs on the CPU here; auto runs PyTorch on a GPU
     preference = compute.device if compute.backend in ("torch", "auto") else "cpu"
