@@ -54,7 +54,8 @@ serve: setup
 benchmark-serve: setup
 	$(PY) scripts/benchmark_serve.py --bundle $(BUNDLE) --workers 1 2
 
-# the Snakemake HTML report of the last run (tables, plots, provenance)
+# the Snakemake HTML report of the last `make run` (the summary page, tables, plots, provenance);
+# a run of another config: snakemake --configfile ITS.yaml --report results/report.html
 report: setup
 	$(VENV)/bin/snakemake --report results/report.html
 
