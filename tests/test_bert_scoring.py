@@ -119,7 +119,10 @@ def test_bert_scored_from_the_extraction_equals_its_own_pass(tiny_bert, tmp_path
     for split in scored_splits(spec):
         # other batches, other padding: float32 sums in another order
         assert mine["metrics"][split] == pytest.approx(theirs["metrics"][split], rel=1e-4, abs=1e-4), split
-    scoring_facts = ("metrics", "scored_from", "scoring_seconds", "extraction_pass_seconds")
+    # what scored it: the extraction's precision (and runtime), which fine-tuning's record does not say
+    computed = {json.loads((d / SHARD_BERT_PASS).read_text())["computed_in"] for d in with_outputs}
+    assert computed == {mine["scored_in"]} and mine["scored_in"] in ("fp32", "bf16", "fp16")
+    scoring_facts = ("metrics", "scored_from", "scoring_seconds", "extraction_pass_seconds", "scored_in")
     assert {k: v for k, v in mine.items() if k not in scoring_facts} == {
         k: v for k, v in theirs.items() if k not in scoring_facts
     }

@@ -31,10 +31,19 @@ class HeadOutputs:
             self.rows[i - self.start] = values[j] if values.ndim == 2 else values[j, : self.split.lengths[i]]
 
 
-def save(shard_dir: Path, outputs: dict[str, HeadOutputs], seconds: dict[str, float]) -> None:
-    """A shard's outputs (split -> HeadOutputs) and the pass's ``seconds`` on each of those splits."""
+def save(shard_dir: Path, outputs: dict[str, HeadOutputs], seconds: dict[str, float], computed_in: str) -> None:
+    """A shard's outputs (split -> HeadOutputs), the pass's ``seconds`` on each of those splits and
+    what it computed in (``runtime.precision.computed_in``: "fp32 (ONNX Runtime)")."""
     save_logits(Path(shard_dir) / SHARD_BERT_LOGITS, {split: kept.rows for split, kept in outputs.items()})
-    atomic_write_json({"seconds": {split: seconds[split] for split in outputs}}, Path(shard_dir) / SHARD_BERT_PASS)
+    atomic_write_json(
+        {"seconds": {split: seconds[split] for split in outputs}, "computed_in": computed_in},
+        Path(shard_dir) / SHARD_BERT_PASS,
+    )
+
+
+def pass_computed_in(shard_dirs: list[Path]) -> str | None:
+    """What the extraction's pass computed BERT's outputs in (None: shards from before it was kept)."""
+    return read_json(Path(shard_dirs[0]) / SHARD_BERT_PASS).get("computed_in")
 
 
 def joined_outputs(shard_dirs: list[Path], splits: dict[str, TokenizedSplit], kind: str) -> dict:

@@ -79,7 +79,7 @@ def _encoder_row(record: dict, kind: str, checkpoint: Checkpoint | None, jobs: J
         "whole_seconds": whole,
         "feature_bytes": 0.0,
         "device": record["device"],
-        "precision": record.get("precision"),
+        "precision": record.get("scored_in") or record.get("precision"),  # BERT's: what scored it
         **_dev_facts(task, record["metrics"]),
     }
 

@@ -35,6 +35,7 @@ from bertvision.models.encoder_io import hidden_state_shape
 from bertvision.registry.states import STATES
 from bertvision.runtime.backend import backend_of, backend_precision
 from bertvision.runtime.device import set_threads
+from bertvision.runtime.precision import computed_in
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +140,8 @@ def extract_shard(
                     f"{readable_size(free)} was free when it began; free space or use more shards on other disks"
                 ) from None
         if keep_bert_logits:
-            bert_outputs.save(tmp_dir, outputs, {split: s["seconds"] for split, s in stats.items()})
+            seconds = {split: s["seconds"] for split, s in stats.items()}
+            bert_outputs.save(tmp_dir, outputs, seconds, computed_in(precision, backend))
         if out_dir.exists():  # an empty directory left by the scheduler
             out_dir.rmdir()
         os.replace(tmp_dir, out_dir)

@@ -49,6 +49,8 @@ def score_bert(
         metrics, predictions = SCORERS[task.kind](task, logits, evals.splits, evals.questions)
         source = "extraction"
         facts["extraction_pass_seconds"] = bert_outputs.pass_seconds(shard_dirs, evals.splits)
+        # fine-tuning's precision is the record's own; its scores are the extraction's, in its precision
+        facts["scored_in"] = bert_outputs.pass_computed_in(shard_dirs)
     else:
         if settings is None:
             raise SettingsError("--settings: required where no --shard-dirs are given (the checkpoint is run here)")
@@ -60,6 +62,7 @@ def score_bert(
             task, model, evals.splits, evals.questions, settings.eval_batch_size, device, precision, pad_id(model)
         )
         source = "own pass"
+        facts["scored_in"] = precision
     atomic_write_parquet(predictions, checkpoint_dir / BERT_PREDICTIONS)
     save_logits(checkpoint_dir / BERT_LOGITS, logits)
     record = {
