@@ -295,3 +295,34 @@ def test_roberta_learns_spans_and_its_bundle_answers_as_the_pipeline(roberta_spa
     for answer, best, diff, (tolerance, near_best) in zip(answers, spans["best_span"], spans["score_diff"], tolerances):
         assert answer["squad2"].best_span == best or {answer["squad2"].best_span, best} <= near_best
         assert answer["squad2"].score_diff == pytest.approx(diff, abs=tolerance)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_familys_vocabulary_gives_the_serving_backend_check_its_probe_texts(encoders, family):
+    """Word-piece, byte-level (Ġ) and SentencePiece (▁) vocabularies alike: whole words, no marks."""
+    from transformers import AutoTokenizer
+
+    from bertvision.serving.backend_check import PROBE_WORDS, PROBES, probe_texts
+
+    texts = probe_texts(AutoTokenizer.from_pretrained(str(encoders[family])))
+    assert len(texts) == PROBES and all(len(t.split()) == PROBE_WORDS for t in texts)
+    words = {w for t in texts for w in t.split()}
+    assert len(words) > 1 and all(w.isalpha() and w.islower() for w in words), words
+
+
+@pytest.mark.parametrize("mark", ["Ġ", "▁"])
+def test_a_vocabulary_that_marks_a_words_start_gives_probe_texts_without_the_mark(mark):
+    """Byte-level BPE (RoBERTa, GPT-2: Ġ) and SentencePiece (DeBERTa-v2, XLM-R: ▁) vocabularies."""
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    from bertvision.serving.backend_check import probe_texts
+
+    words = ["house", "river", "green", "walked"]
+    pieces = ["<s>", "</s>", "<unk>", mark, *(mark + w for w in words), "ing", "##ed"]
+    if mark == "Ġ":
+        model = models.BPE({p: i for i, p in enumerate(pieces)}, merges=[], unk_token="<unk>")
+    else:
+        model = models.Unigram([(p, -1.0) for p in pieces], unk_id=2)
+    texts = probe_texts(PreTrainedTokenizerFast(tokenizer_object=Tokenizer(model)))
+    assert {w for t in texts for w in t.split()} <= set(words) and len({w for t in texts for w in t.split()}) > 1

@@ -29,7 +29,11 @@ MOVED_LIMIT = 0.5
 def probe_texts(tokenizer, seed: int = 0) -> list[str]:
     """``PROBES`` texts of ``PROBE_WORDS`` words drawn from the tokenizer's whole-word vocabulary
     (the bundle holds no data): they reach every state a real text does, nonsense or not."""
-    words = sorted(w for w in tokenizer.get_vocab() if w.isalpha() and w.islower() and len(w) > 2)
+    # a byte-level or SentencePiece vocabulary marks a word's start (Ġ, ▁): its words are those, less
+    # the mark; a word-piece one marks a piece inside a word instead (##ing), left out by isalpha
+    vocab = tokenizer.get_vocab()
+    starts = {w[1:] for w in vocab if w[:1] in ("Ġ", "▁")}
+    words = sorted(w for w in (starts or vocab) if w.isalpha() and w.islower() and len(w) > 2) or ["text"]
     picks = np.random.default_rng(seed).choice(len(words), size=(PROBES, PROBE_WORDS))
     return [" ".join(words[i] for i in row) for row in picks]
 
