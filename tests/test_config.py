@@ -60,6 +60,9 @@ def minimal():
 def test_defaults_are_filled_from_the_schema():
     from bertvision.config.workflow import WorkflowSettings
 
+    # each key of a block that names some of its keys (a pruner given its type alone failed mid-run)
+    pruner = validate_config({**minimal(), "search": {"pruner": {"type": "halving"}}})["search"]["pruner"]
+    assert pruner == {"type": "halving", "startup_trials": 2, "warmup_epochs": 2}
     config = validate_config(minimal())
     # a config without a heads section reads a pair both as one sequence and as two texts apart
     assert WorkflowSettings(config).pair_forms("mrpc") == ("joint", "apart")
@@ -194,6 +197,32 @@ def test_error_names_the_file(tmp_path):
         ),
         (lambda c: c["tasks"].update({"mrpc": {"heads": ["nope"]}}), r"tasks.mrpc.heads: \['nope'\] are not in heads"),
         (lambda c: c["tasks"].update({"mrpc": {"search_heads": ["nope"]}}), r"tasks.mrpc.search_heads"),
+        # a search space optuna would refuse mid-run, or that its parameter does not take: refused here
+        *(
+            (
+                lambda c, dist=dist: c.update(
+                    {"tasks": {"mrpc": {"search_heads": ["adapter64"]}}, "search": {"space": dist}}
+                ),
+                message,
+            )
+            for dist, message in (
+                (
+                    {"learning_rate": {"low": 0.01, "high": 0.001}},
+                    r"search.space.learning_rate: low 0.01 is above high",
+                ),
+                ({"weight_decay": {"low": 0.0, "high": 0.1, "log": True}}, r"search.space.weight_decay: log: true "),
+                ({"batch_size": {"low": 8.5, "high": 16}}, r"search.space.batch_size: 8.5 is not of type 'integer'"),
+                ({"max_epochs": {"low": 0, "high": 5}}, r"search.space.max_epochs: 0 is less than the minimum of 1"),
+                ({"width": {"choices": ["a", 8]}}, r"search.space.width: 'a' is not of type 'integer'"),
+                ({"learning_rate": {"low": 0, "high": 0.1}}, r"search.space.learning_rate: 0 is less than or equal"),
+            )
+        ),
+        (
+            lambda c: c.update(
+                {"tasks": {"mrpc": {"search_heads": ["lp"]}}, "search": {"space": {"width": {"choices": [4]}}}}
+            ),
+            r"tasks.mrpc.search_heads: lp \(lp\) has none of search.space's parameters \(width\)",
+        ),
         (lambda c: c.update({"experiments": {"transfer": {"tasks": ["rte"]}}}), r"experiments.transfer.tasks"),
         (
             lambda c: c.update({"experiments": {"data_fraction": {"tasks": ["mrpc"], "checkpoints": [2]}}}),

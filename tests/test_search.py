@@ -191,6 +191,10 @@ def test_study_name_changes_with_settings_and_features(tmp_path):
     assert name == study_name("x", ADAPTER, SETTINGS, SEARCH, manifest)
     assert name != study_name("x", ADAPTER, SETTINGS.replace(patience=9), SEARCH, manifest)
     assert name != study_name("x", ADAPTER, SETTINGS, SEARCH, other)
+    # another count of trials or workers is another study: resumed, it would hold other trials than
+    # that count's, and its cost would be the last job's alone
+    for changed in ({"trials": SEARCH.trials + 2}, {"workers": SEARCH.workers + 1}, {"startup_trials": 1}):
+        assert name != study_name("x", ADAPTER, SETTINGS, SEARCH.replace(**changed), manifest), changed
 
 
 def test_data_fraction_subsets_are_nested_and_train_on_that_share(tmp_path):

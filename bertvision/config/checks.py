@@ -5,10 +5,13 @@ that a bad config fails the dry run with the key at fault. ``workflow``: the
 
 from __future__ import annotations
 
+import jsonschema
+
+from bertvision.config.schema import schema_node
 from bertvision.errors import ConfigError, MissingError
 from bertvision.layout import Checkpoint
 from bertvision.models.backbone import check_pretrained, position_limit
-from bertvision.registry.heads import head_pair, trains_on
+from bertvision.registry.heads import HEAD_TYPES, SEARCHABLE_TRAINING, head_pair, trains_on
 from bertvision.registry.peers import inapplicable
 from bertvision.registry.tasks import get_task
 
@@ -96,6 +99,15 @@ def check(workflow) -> None:
                 f"tasks.{task}.search_heads: {unsearched} are not among the task's heads "
                 f"({list(workflow.task_heads(task))})"
             )
+        models = workflow.config["heads"]["models"]
+        for name in set(workflow.search_heads(task)) - set(unsearched):
+            if not applicable(workflow.config["search"]["space"], models[name]["type"]):
+                problems.append(
+                    f"tasks.{task}.search_heads: {name} ({models[name]['type']}) has none of search.space's "
+                    f"parameters ({', '.join(workflow.config['search']['space'])}): its trials would all be one"
+                )
+    if any(workflow.search_heads(task) for task in workflow.tasks):
+        problems += space_problems(workflow.config["search"]["space"])
     for name in ("data_fraction", "transfer", "bert_curve"):
         unknown = [t for t in workflow.config["experiments"][name]["tasks"] if t not in workflow.tasks]
         if unknown:
@@ -182,4 +194,36 @@ def shared_problems(workflow, broken: set) -> list[str]:
             problems.append(
                 f"shared.heads: none of {shared['heads']} is among {task}'s heads ({list(workflow.task_heads(task))})"
             )
+    return problems
+
+
+def applicable(space: dict, head_type: str) -> list[str]:
+    """The parameters of ``space`` a head of ``head_type`` has (``training.search_space``'s rule)."""
+    return [name for name in space if name in SEARCHABLE_TRAINING or name in HEAD_TYPES[head_type].options]
+
+
+def parameter_schema(name: str) -> dict:
+    """The range a searchable parameter takes: a training setting's from the schema, a head
+    option's from its registered type."""
+    if name in SEARCHABLE_TRAINING:
+        node = schema_node(f"heads.training.{name}")
+    else:
+        node = next(t.options[name] for t in HEAD_TYPES.values() if name in t.options).json_schema()
+    return {k: v for k, v in node.items() if k not in ("default", "description")}
+
+
+def space_problems(space: dict) -> list[str]:
+    """Each range or choice of ``search.space`` that optuna would refuse, or that the parameter
+    does not take, as one line naming its key (else a search job fails mid-run)."""
+    problems = []
+    for name, dist in space.items():
+        key, node = f"search.space.{name}", parameter_schema(name)
+        values = dist.get("choices") or [dist["low"], dist["high"]]
+        for value in values:
+            for err in jsonschema.Draft202012Validator(node).iter_errors(value):
+                problems.append(f"{key}: {err.message}")
+        if "low" in dist and dist["low"] > dist["high"]:
+            problems.append(f"{key}: low {dist['low']} is above high {dist['high']}")
+        if dist.get("log") and "low" in dist and dist["low"] <= 0:
+            problems.append(f"{key}: log: true needs low > 0, not {dist['low']}")
     return problems

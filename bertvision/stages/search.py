@@ -45,11 +45,14 @@ def study_name(
     label: str, spec: dict, settings: HeadTrainingSettings, search: SearchSettings, manifest: Path | StreamSource
 ) -> str:
     """``label`` plus a digest of everything the trials depend on, so a changed setting or
-    re-extracted features start a new study while a rerun of the same one resumes it."""
+    re-extracted features start a new study while a rerun of the same one (a killed job's)
+    resumes it. The trials and workers are in it too: a study resumed under another count ran
+    other trials than that count's (a lower count kept its extra trials, more workers drew their
+    own), and its cost would be counted from the last job alone."""
     digest = hashlib.sha256()
-    digest.update(
-        json.dumps([spec, settings.to_dict(), search.space, search.pruner, search.seed], sort_keys=True).encode()
-    )
+    what = [spec, settings.to_dict(), search.space, search.pruner, search.seed, search.trials, search.workers,
+            search.startup_trials]  # fmt: skip
+    digest.update(json.dumps(what, sort_keys=True).encode())
     if isinstance(manifest, StreamSource):  # streamed: the source and its checkpoint's weights file
         weights = Path(manifest.checkpoint) / "model.safetensors"
         digest.update(manifest.to_json().encode())
