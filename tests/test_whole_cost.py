@@ -292,7 +292,8 @@ def test_the_whole_cost_of_the_pick_counts_everything_run_to_make_it(tables):
     assert "| 16.0 ± 1.8 | 101.2 ± 4.2 |" in md  # own: std of 14, 15, 17, 18
     assert "| 103.0 ± 32.5 | 135.0 ± 7.1 |" in md  # full fine-tuning: own 80, 126; whole 130, 140
     assert "| 0.16× | 0.75× |" in md
-    assert "| BERTVision (picked, ≤ 0.3 epochs) | 0.3 | ap |" in md
+    assert "| BERTVision (picked, ≤ 0.3 epochs) | 0.3 | ap † |" in md  # searched: said, and what it means
+    assert "† its parameters the optuna search's best (search.md), drawn on the selection split" in md
     assert "at 0.75× its whole compute" in md and "of the encoder's parameters (own seconds 0.16×)" in md
     # the same page for the HTML report, which shows HTML but not Markdown: the verdict's words, its tables as tables
     page = (tables / "summary.html").read_text()

@@ -180,6 +180,7 @@ def candidate_runs(
             "raced_out": raced_out(r),
             "head_selection": (r.get("race") or {}).get("protocol", "grid"),
             "pair": r.get("pair") or "joint",  # a pair task's texts as the head's states saw them
+            "searched": r.get("search") is not None,  # its parameters the optuna search's best
             **_dev_facts(task, r["metrics"]),
         }
         rows.append(

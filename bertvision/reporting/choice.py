@@ -28,6 +28,7 @@ def over_seeds(runs: pd.DataFrame) -> pd.DataFrame:
         device=("device", "first"),
         precision=("precision", "first"),
         **({"pair": ("pair", "first")} if "pair" in runs else {}),
+        **({"searched": ("searched", "any")} if "searched" in runs else {}),
         # each run's eval predictions file (None: not kept), for the summary's paired bootstrap
         **({"predictions": ("predictions", tuple)} if "predictions" in runs else {}),
         # the fine-tuning seeds behind a row (0: none, full fine-tuning's and BERT's own rows)

@@ -77,6 +77,7 @@ SUMMARY_COLUMNS = [
     "pair",  # the heads' rows: a pair task's texts encoded as one sequence (joint) or apart
     # a peer whose result does not depend on the seed: one run, its spread zero by construction
     "deterministic",
+    "searched",  # a head whose parameters the optuna search chose (on the selection split)
     "best_dev_any",
     "head_selection",
     "head_runs",
@@ -187,6 +188,7 @@ def summary_table(runs: pd.DataFrame, picks: list[Pick]) -> pd.DataFrame:
                     "precision": r["precision"],
                     "pair": r.get("pair"),
                     "deterministic": bool(r.get("deterministic") is True),
+                    "searched": bool(r.get("searched", False) == True),  # noqa: E712 (NaN: a row of no head)
                 }
             )
         out += with_intervals(task, pd.DataFrame(rows, columns=SUMMARY_COLUMNS), predictions)

@@ -59,6 +59,16 @@ def repeats_line(rows: dict | None) -> str:
     return " ".join(f"{n[0].upper()}{n[1:]}." for n in notes if n)
 
 
+def searched_line(block: pd.DataFrame) -> str:
+    """What † marks, where a row's head was searched."""
+    if not block["searched"].eq(True).any():
+        return ""
+    return (
+        "† its parameters the optuna search's best (search.md), drawn on the selection split, which the pick "
+        "reads too: its selection score is optimistic, and dev, which neither reads, is what is compared here."
+    )
+
+
 def drawn_line(rows: dict | None) -> str:
     """The splits the run drew a share of (``tasks.<task>.train_size``, ``eval_size``), with how
     many rows their source held (the download's ``layout.rows_record``)."""
@@ -152,7 +162,7 @@ def summary_markdown(
                 [
                     r.row if np.isnan(r.budget) else f"BERTVision (picked, ≤ {r.budget:g} epochs)",
                     checkpoint,
-                    r.model,
+                    r.model + (" †" if r.searched is True else ""),
                     fmt(r.dev_mean, r.dev_std, scale) + (" (no seed: exact)" if r.deterministic is True else ""),
                     str(r.n),
                     f"{r.parameter_percent:.3g}",
@@ -191,6 +201,7 @@ def summary_markdown(
                 constant_line(task, block["constant_score"].iloc[0]),
                 no_window_line(block),
                 pair_line(block),
+                searched_line(block),
                 drawn_line((rows_records or {}).get(task_name)),
                 repeats_line((rows_records or {}).get(task_name)),
                 race,
