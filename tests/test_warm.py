@@ -259,3 +259,90 @@ def test_a_killed_pools_directory_goes_and_a_live_ones_stays(pool):
     finally:
         shutil.rmtree(killed, ignore_errors=True)
         starting.rmdir()
+
+
+# a pool whose jobs print what their process is: umask, niceness, the BLAS pools' thread counts
+PROBE_POOL = """
+import json, os, sys
+from bertvision.runtime.warm import serve_pool
+
+def preload():
+    import numpy  # starts its BLAS pool, one thread per core
+
+def main(argv):
+    from threadpoolctl import threadpool_info
+    umask = os.umask(0)
+    blas = sorted({p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"})
+    where = __import__("bertvision").__file__
+    print(json.dumps({"umask": umask, "nice": os.nice(0), "blas": blas, "bertvision": where}))
+    return 0
+
+serve_pool(sys.argv[1], preload, main)
+"""
+
+
+@pytest.fixture
+def probe_pool(tmp_path, monkeypatch):
+    """A pool started from a working directory holding a ``bertvision`` of its own, as a second
+    checkout beside the installed one would: its socket."""
+    (tmp_path / "probe_pool.py").write_text(PROBE_POOL)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    work = tmp_path / "work"
+    (work / "bertvision").mkdir(parents=True)
+    (work / "bertvision" / "__init__.py").write_text(
+        "raise ImportError('the working directory ran, not the install')\n"
+    )
+    monkeypatch.chdir(work)
+    handle = start_pool("probe_pool", [], tmp_path / "pool.log")
+    socket_path = os.environ.pop(SOCKET_ENV)
+    deadline = time.monotonic() + 60
+    while "ready" not in (tmp_path / "pool.log").read_text():
+        assert handle.process.poll() is None, (tmp_path / "pool.log").read_text()
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    yield socket_path, work
+    handle.stop()
+
+
+def test_a_forked_job_is_its_own_process_and_the_installs_code(probe_pool):
+    """The pool imports the installed package, not the working directory's (python -m would put it
+    first on sys.path); a child takes the job's umask, niceness and BLAS thread count."""
+    socket_path, work = probe_pool
+
+    def as_a_job():
+        os.umask(0o077)
+        os.nice(3)
+
+    proc = subprocess.run(
+        [*BERTVISION, "anything"], env={**os.environ, SOCKET_ENV: socket_path, "OPENBLAS_NUM_THREADS": "1",
+                                        "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"},
+        cwd=work.parent, capture_output=True, text=True, timeout=60, preexec_fn=as_a_job,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr  # "anything" is no command: only the probe pool's child answers it
+    child = json.loads(proc.stdout)
+    assert child["umask"] == 0o077 and child["nice"] == os.nice(0) + 3 and child["blas"] == [1], child
+    assert Path(child["bertvision"]).parent == REPO / "bertvision"
+
+
+def test_a_job_killed_by_a_signal_is_named_by_it(pool, tmp_path):
+    client, child = blocked_job(pool, tmp_path)
+    os.kill(child, signal.SIGSEGV)
+    assert client.wait(timeout=30) == 128 + signal.SIGSEGV
+    assert f"the job's process (pid {child}) was killed by SIGSEGV" in client.stderr.read()
+
+
+def test_a_job_after_the_packages_code_changed_runs_it_on_its_own(pool, tiny_bert, tmp_path):
+    """An edit mid-run (a pip install, another branch): the pool's imports are the old code."""
+    _, socket_path, log = pool
+    config_file(tmp_path, tiny_bert)
+    module = REPO / "bertvision" / "config" / "validate.py"
+    times = module.stat()
+    try:
+        os.utime(module, ns=(times.st_atime_ns, times.st_mtime_ns + 1_000_000_000))
+        proc = run(["validate-config", "config.yaml"], socket_path, cwd=tmp_path)
+    finally:
+        os.utime(module, ns=(times.st_atime_ns, times.st_mtime_ns))
+    assert proc.returncode == 0 and FORKED not in proc.stderr, proc.stderr
+    assert "runs a job on its own, bertvision's code changed since the pool imported it" in log.read_text()
+    again = run(["validate-config", "config.yaml"], socket_path, cwd=tmp_path)
+    assert again.returncode == 0 and FORKED in again.stderr  # as it was: forked again

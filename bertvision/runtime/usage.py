@@ -4,7 +4,9 @@ Why not Snakemake's benchmark file: it samples the process tree of the job's she
 second, then every 30 s), so it misses short peaks, and a job forked from the warm pool
 (``runtime.warm``) is not in that tree at all: the file then holds the launcher's 17 MB. The
 kernel's own high-water mark (``ru_maxrss``) of the process that did the work is exact either
-way."""
+way, for the process it is: a forked job's starts at the pool's (every stage imported, about 360
+MiB), which a light job started on its own (a download: about 140 MiB) never reaches; the
+requests check reads it as an upper bound."""
 
 from __future__ import annotations
 

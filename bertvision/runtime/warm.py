@@ -66,8 +66,9 @@ IMPORT_TIME_PREFIXES = (
     "MALLOC_",
     "GLIBC_",
 )
-# Thread counts Snakemake sets per job: applied in the child (torch's pool is created there).
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+# Thread counts Snakemake sets per job: applied in the child (torch's pool is created there; the
+# BLAS pools numpy started in the pool are limited to it through threadpoolctl).
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "VECLIB_MAXIMUM_THREADS")
 # Commands that keep running (a server) or are the pool itself stay in their own process.
 OWN_PROCESS_COMMANDS = ("serve", "warm-pool")
 _HEADER = struct.Struct("!I")
@@ -90,10 +91,16 @@ def run_in_pool(argv: list[str]) -> int | None:
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.connect(path)
-    except OSError:  # no pool, or one that has ended
+    except OSError as err:  # no pool, or one that has ended
         conn.close()
+        print(
+            f"bertvision: the warm pool does not answer ({err.strerror}); this job starts on its own", file=sys.stderr
+        )
         return None
-    request = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)}).encode()
+    umask = os.umask(0)
+    os.umask(umask)
+    process = {"umask": umask, "nice": os.nice(0)}
+    request = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "process": process}).encode()
     message = _HEADER.pack(len(request)) + request
     job = {"pid": None, "signals": []}
 
@@ -125,16 +132,16 @@ def run_in_pool(argv: list[str]) -> int | None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(job["pid"], signum)
         last = replies.readline()
-    if last:
-        return int(json.loads(last)["exit"])
+    ended = json.loads(last) if last else {}
+    if "exit" in ended:
+        return int(ended["exit"])
     if job["signals"]:
         return 128 + job["signals"][-1]
-    print(
-        f"bertvision: the job's process (pid {job['pid']}) ended without an exit status: killed by a signal "
-        "(kill -9, or the kernel's out-of-memory killer: see dmesg)",
-        file=sys.stderr,
-    )
-    return 1
+    killed = ended.get("signal")
+    name = signal.Signals(killed).name if killed else "a signal"
+    why = " (kill -9, or the kernel's out-of-memory killer: see dmesg)" if killed in (None, signal.SIGKILL) else ""
+    print(f"bertvision: the job's process (pid {job['pid']}) was killed by {name}{why}", file=sys.stderr)
+    return 128 + killed if killed else 1
 
 
 # --- the warm process ----------------------------------------------------------------------------
@@ -148,6 +155,7 @@ def serve_pool(socket_path: str, preload: Callable[[], None], main: Callable[[li
     parent = os.getppid()
     t0 = time.perf_counter()
     started_with = dict(os.environ)
+    code = code_fingerprint()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(socket_path)
     listener.listen(64)
@@ -178,7 +186,7 @@ def serve_pool(socket_path: str, preload: Callable[[], None], main: Callable[[li
                 continue
             with conn:
                 conn.settimeout(None)
-                forked += _answer(conn, listener, own_env, set_by_imports, main)
+                forked += _answer(conn, listener, own_env, set_by_imports, main, code)
     finally:
         # the jobs still waiting in the backlog read the end of their connection and run on their own
         listener.close()
@@ -190,15 +198,37 @@ def serve_pool(socket_path: str, preload: Callable[[], None], main: Callable[[li
         print(f"warm pool: {forked} jobs forked; exiting", file=sys.stderr, flush=True)
 
 
+# each running child's connection to its client, over which a child that a signal killed (it sent
+# no exit status) is reported by the pool
+_CHILDREN: dict[int, socket.socket] = {}
+
+
 def _reap(_signum, _frame) -> None:
     try:
-        while os.waitpid(-1, os.WNOHANG)[0]:
-            pass
+        while True:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if not pid:
+                return
+            conn = _CHILDREN.pop(pid, None)
+            if conn is not None:
+                with conn, contextlib.suppress(OSError):
+                    if os.WIFSIGNALED(status):
+                        conn.sendall((json.dumps({"signal": os.WTERMSIG(status)}) + "\n").encode())
     except ChildProcessError:
         pass
 
 
-def _answer(conn: socket.socket, listener: socket.socket, own_env: dict, set_by_imports: dict, main) -> int:
+def code_fingerprint() -> tuple:
+    """The size and time of every module of the bertvision package this process imported from:
+    a job started after one of them changed (an edit, a `pip install`, another branch) must run
+    the code as it is now, which a fork of the pool's imports would not."""
+    package = Path(__file__).resolve().parents[1]
+    return tuple(sorted((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in package.rglob("*.py")))
+
+
+def _answer(
+    conn: socket.socket, listener: socket.socket, own_env: dict, set_by_imports: dict, main, code: tuple
+) -> int:
     """Read one request and fork its child; 1 if a child was forked."""
     fds: list[int] = []
     try:
@@ -217,14 +247,17 @@ def _answer(conn: socket.socket, listener: socket.socket, own_env: dict, set_by_
         differs = sorted(
             k for k in set(own_env) | set(_import_time_env(request["env"])) if own_env.get(k) != request["env"].get(k)
         )
-        if differs:
-            print(
-                f"warm pool: runs a job on its own, its environment differs in {differs}", file=sys.stderr, flush=True
-            )
-            conn.sendall((json.dumps({"refused": f"environment differs in {differs}"}) + "\n").encode())
+        why = f"its environment differs in {differs}" if differs else None
+        if not why and code_fingerprint() != code:
+            why = "bertvision's code changed since the pool imported it"
+        if why:
+            print(f"warm pool: runs a job on its own, {why}", file=sys.stderr, flush=True)
+            conn.sendall((json.dumps({"refused": why}) + "\n").encode())
             return 0
-        if os.fork() == 0:  # the child never returns from here
+        pid = os.fork()
+        if pid == 0:  # the child never returns from here
             _run_child(conn, listener, fds, request, set_by_imports, main)
+        _CHILDREN[pid] = conn.dup()  # kept until the child is reaped
         return 1
     finally:
         for fd in fds:
@@ -245,10 +278,7 @@ def _run_child(
         os.environ.clear()
         os.environ.update({**set_by_imports, **request["env"]})
         tempfile.tempdir = None  # read TMPDIR again
-        if os.environ.get("OMP_NUM_THREADS", "").isdigit():  # as a fresh process would start
-            import torch
-
-            torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+        _as_the_jobs_process(request.get("process") or {})
         sys.argv = ["bertvision", *request["argv"]]
         conn.sendall((json.dumps({"pid": os.getpid()}) + "\n").encode())
         # the client gone (killed): so is the job
@@ -266,6 +296,24 @@ def _run_child(
             conn.sendall((json.dumps({"exit": code}) + "\n").encode())
         finally:
             os._exit(code)
+
+
+def _as_the_jobs_process(process: dict) -> None:
+    """The child as a fresh process of the job would start: its umask and niceness, and the
+    thread counts of its environment for torch and for the BLAS pools the pool's imports started."""
+    if "umask" in process:
+        os.umask(process["umask"])
+    if process.get("nice", 0) > os.nice(0):  # lowered only: raising it again needs privileges
+        os.nice(process["nice"] - os.nice(0))
+    if os.environ.get("OMP_NUM_THREADS", "").isdigit():
+        import torch
+
+        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    blas = next((os.environ[v] for v in THREAD_VARIABLES[::-1] if os.environ.get(v, "").isdigit()), None)
+    if blas is not None:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(int(blas), user_api="blas")
 
 
 def _exit_code(main, argv: list[str]) -> int:
@@ -320,7 +368,9 @@ def start_pool(entry_module: str, args: list[str], log_path: Path) -> WarmPool:
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
-        cmd = [sys.executable, "-m", entry_module, str(path), *args]
+        # -P: not the working directory first on sys.path (-m would put it there), so the pool imports
+        # the installed package, as the `bertvision` command of a job started on its own does
+        cmd = [sys.executable, "-P", "-m", entry_module, str(path), *args]
         process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
     # the pool listens before its imports: the run's first jobs find it (and wait for it)
     deadline = time.monotonic() + BIND_WAIT_SECONDS
