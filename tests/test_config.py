@@ -247,7 +247,20 @@ def test_error_names_the_file(tmp_path):
         ),
         (lambda c: c.update({"shared": {"tasks": ["mrpc"], "serve": "glue"}}), r"shared.serve: 'glue' is not a shared"),
         (lambda c: c.update({"shared": {"tasks": ["mrpc"], "ft_seeds": [7]}}), r"shared.ft_seeds: \[7\]"),
-        (lambda c: c.update({"shared": {"tasks": ["mrpc"], "heads": ["nope"]}}), r"shared.heads: none of \['nope'\]"),
+        (
+            lambda c: c.update({"shared": {"tasks": ["mrpc"], "heads": ["lp", "nope"]}}),
+            r"shared.heads: \['nope'\] are not in heads.models",
+        ),
+        (
+            lambda c: c.update({"shared": {"tasks": ["mrpc"], "mixtures": {"mix": {"tasks": ["mrpc"]}}}}),
+            r"shared.mixtures.mix.tasks: one task \(mrpc\) is no mixture",
+        ),
+        (
+            lambda c: c.update(
+                {"tasks": {"mrpc": None, "rte": None}, "shared": {"mixtures": {"mix": {"tasks": ["mrpc", "rte"]}}}}
+            ),
+            r"shared.mixtures.mix: shared.tasks is empty, so no task's heads would read it",
+        ),
         (
             lambda c: c.update({"shared": {"tasks": ["mrpc"], "frozen": False, "checkpoint": None}}),
             r"shared: no encoder",

@@ -170,6 +170,16 @@ def shared_problems(workflow, broken: set) -> list[str]:
                 f"shared.mixtures.{name}: the name is taken (frozen and task names name encoders; "
                 "bundles/MODEL/picked holds the picked bundles)"
             )
+        if len(set(mixture["tasks"])) == 1:
+            problems.append(
+                f"shared.mixtures.{name}.tasks: one task ({mixture['tasks'][0]}) is no mixture: its own fine-tuned "
+                "encoder is shared already (shared.checkpoint)"
+            )
+        if not workflow.shared_tasks:
+            problems.append(f"shared.mixtures.{name}: shared.tasks is empty, so no task's heads would read it")
+    unknown_heads = [h for h in shared["heads"] or [] if h not in workflow.heads]
+    if unknown_heads:
+        problems.append(f"shared.heads: {unknown_heads} are not in heads.models ({workflow.heads})")
     if not workflow.shared_tasks or problems:
         return problems
     if shared["frozen"] and Checkpoint(0) not in workflow.checkpoints:
