@@ -21,7 +21,8 @@ import pytest
 import yaml
 
 from bertvision.commands.warm import start
-from bertvision.runtime.warm import SOCKET_DIR_PREFIX, SOCKET_ENV, remove_killed_pools_dirs, start_pool
+from bertvision.runtime.warm import SOCKET_ENV
+from bertvision.runtime.warm_start import SOCKET_DIR_PREFIX, remove_killed_pools_dirs, start_pool
 from tests.conftest import REPO, SHIPPED_GLUE
 
 FORKED = "forked from the warm pool"

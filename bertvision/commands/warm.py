@@ -9,7 +9,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from bertvision.runtime.warm import WarmPool, serve_pool, start_pool
+from bertvision.runtime.warm import serve_pool
+from bertvision.runtime.warm_start import WarmPool, start_pool
 
 
 def start(backbones: list[str], log_path: Path) -> WarmPool:

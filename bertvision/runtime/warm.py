@@ -21,8 +21,8 @@ stdout and stderr, fork).
   ``BERTVISION_WARM_SOCKET`` set and the pool answering, the command runs in a forked child and
   this process relays signals and the exit status; otherwise (no pool, a pool that ended, or an
   environment the pool was not started with) it returns None and the command runs here.
-- ``start_pool``/``WarmPool.stop``: the Snakefile's onstart/onsuccess/onerror hooks
-  (through ``commands.warm.start``).
+- ``runtime.warm_start``: the pool started and stopped by the Snakefile's onstart/onsuccess/onerror
+  hooks (through ``commands.warm.start``).
 
 What a job loses under the pool: Snakemake's benchmark file measures the client process, so its
 ``max_rss`` and ``cpu_time`` are the client's (wall seconds are right); the child's peak memory
@@ -72,9 +72,6 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"
 # Commands that keep running (a server) or are the pool itself stay in their own process.
 OWN_PROCESS_COMMANDS = ("serve", "warm-pool")
 _HEADER = struct.Struct("!I")
-SOCKET_DIR_PREFIX = "bertvision-warm-"
-# how long the workflow's start waits for the pool to listen (an interpreter and a light import)
-BIND_WAIT_SECONDS = 10.0
 
 
 def _import_time_env(env: dict) -> dict:
@@ -254,10 +251,16 @@ def _answer(
             print(f"warm pool: runs a job on its own, {why}", file=sys.stderr, flush=True)
             conn.sendall((json.dumps({"refused": why}) + "\n").encode())
             return 0
-        pid = os.fork()
-        if pid == 0:  # the child never returns from here
-            _run_child(conn, listener, fds, request, set_by_imports, main)
-        _CHILDREN[pid] = conn.dup()  # kept until the child is reaped
+        # SIGCHLD held until the child's connection is kept: a child that ends at once is reaped after
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+        try:
+            pid = os.fork()
+            if pid == 0:  # the child never returns from here
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
+                _run_child(conn, listener, fds, request, set_by_imports, main)
+            _CHILDREN[pid] = conn.dup()  # kept until the child is reaped
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
         return 1
     finally:
         for fd in fds:
@@ -333,69 +336,3 @@ def _exit_when_closed(conn: socket.socket) -> None:
     except OSError:
         pass
     os._exit(1)
-
-
-# --- started and stopped by the workflow ---------------------------------------------------------
-class WarmPool:
-    """A running warm process; ``stop()`` ends it and removes its socket."""
-
-    def __init__(self, process, socket_dir: Path):
-        self.process, self.socket_dir = process, socket_dir
-
-    def stop(self) -> None:
-        os.environ.pop(SOCKET_ENV, None)
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except Exception:
-                self.process.kill()
-        if self.socket_dir.exists():
-            for p in self.socket_dir.glob("*"):
-                p.unlink(missing_ok=True)
-            self.socket_dir.rmdir()
-
-
-def start_pool(entry_module: str, args: list[str], log_path: Path) -> WarmPool:
-    """Start the warm process (``python -m entry_module SOCKET *args``, which calls ``serve_pool``)
-    and point this process's environment (which the jobs inherit) at it. The socket lives in a
-    private directory (mode 0700) of the temporary folder."""
-    import subprocess
-
-    remove_killed_pools_dirs()
-    socket_dir = Path(tempfile.mkdtemp(prefix=SOCKET_DIR_PREFIX))
-    path = socket_dir / "pool.sock"
-    log_path = Path(log_path)
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "ab") as log:
-        # -P: not the working directory first on sys.path (-m would put it there), so the pool imports
-        # the installed package, as the `bertvision` command of a job started on its own does
-        cmd = [sys.executable, "-P", "-m", entry_module, str(path), *args]
-        process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
-    # the pool listens before its imports: the run's first jobs find it (and wait for it)
-    deadline = time.monotonic() + BIND_WAIT_SECONDS
-    while not path.is_socket() and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    os.environ[SOCKET_ENV] = str(path)
-    return WarmPool(process, socket_dir)
-
-
-def remove_killed_pools_dirs() -> None:
-    """Remove this user's socket directories whose pool was killed: a SIGKILL of Snakemake's
-    whole process group gives the pool no chance to remove its own. A socket is live while a
-    process holds it bound, which Linux lists in /proc/net/unix (read, not connected to: a
-    connection would be a request to a live pool); elsewhere nothing is removed."""
-    try:
-        bound = {
-            fields[-1]
-            for line in Path("/proc/net/unix").read_text().splitlines()[1:]
-            if len(fields := line.split()) > 7
-        }
-    except OSError:
-        return
-    for socket_dir in Path(tempfile.gettempdir()).glob(f"{SOCKET_DIR_PREFIX}*"):
-        path = socket_dir / "pool.sock"
-        with contextlib.suppress(OSError):
-            if socket_dir.stat().st_uid == os.getuid() and path.is_socket() and str(path) not in bound:
-                path.unlink()
-                socket_dir.rmdir()
