@@ -56,7 +56,10 @@ def write_own_files(root) -> dict:
     pd.DataFrame({"id": ids, "first sentence": firsts, "second, sentence": unseen["sentence2"]}).to_csv(
         root / "similarity-test.csv", index=False
     )
-    pd.DataFrame({"sentence": unseen["sentence1"]}).to_parquet(root / "score-test.parquet")
+    # a nested column (a Parquet struct, as a JSON object): copied to the predictions as JSON text
+    pd.DataFrame({"sentence": unseen["sentence1"], "meta": [{"n": i} for i in range(len(unseen))]}).to_parquet(
+        root / "score-test.parquet"
+    )
     # a question task of one's own: SQuAD 2.0-format files, a few of the shipped file's articles each
     articles = read_json(REPO / "resources/squad2/dev-v2.0.json.gz")["data"]
     for split, part in (("train", articles[:4]), ("dev", articles[4:6])):
@@ -136,9 +139,13 @@ def own_run(tiny_bert, tmp_path_factory):
 
 @pytest.mark.slow
 def test_own_files_go_through_every_stage_and_are_served(own_run):
+    import os
+
     import httpx
 
+    from bertvision.errors import DataFormatError
     from bertvision.serving.app import ServeSettings, create_app
+    from bertvision.serving.predictions import predict_unlabelled
     from tests.http_server import Server
 
     workdir, blocks = own_run
@@ -219,6 +226,20 @@ def test_own_files_go_through_every_stage_and_are_served(own_run):
                 assert abs(probabilities.sum(axis=1) - 1).max() < 1e-5
             else:
                 assert predicted[label].head(4).tolist() == pytest.approx([p[task]["score"] for p in served], abs=1e-5)
+                assert predicted["meta"].head(2).tolist() == ['{"n": 0}', '{"n": 1}']  # JSON, not Python's repr
+
+    # a column of the file where a prediction goes is refused, not overwritten (the label column is)
+    unlabelled = Path(blocks["similarity"]["files"]["test"])
+    given, before = unlabelled.read_bytes(), unlabelled.stat()
+    rows = pd.read_csv(unlabelled, keep_default_na=False)
+    rows.assign(probability_high="KEEP").to_csv(unlabelled, index=False)
+    own_settings(yaml.safe_load((workdir / "config.yaml").read_text()))  # declares the tasks in this process
+    try:
+        with pytest.raises(DataFormatError, match=f"{unlabelled}: column 'probability_high' is where the predictions"):
+            predict_unlabelled(get_task("similarity"), picked_dir, workdir / "clash.csv")
+    finally:  # the module's run as it was, for the tests after this one
+        unlabelled.write_bytes(given)
+        os.utime(unlabelled, (before.st_atime, before.st_mtime))
 
 
 def test_a_declared_task_is_a_task_like_the_registrys(tiny_bert, tmp_path):
@@ -246,6 +267,9 @@ def test_a_declared_task_is_a_task_like_the_registrys(tiny_bert, tmp_path):
             "tasks.mrpc: mrpc is a registered task; give your own task another name",
         ),
         (lambda b: b["score"]["files"].update(train="nope.csv"), "tasks.score.files.train: nope.csv: no such file"),
+        # a missing dev or test file is found when the workflow is parsed: else a job kept its old output silently
+        (lambda b: b["score"]["files"].update(dev="nope.csv"), "tasks.score.files.dev: nope.csv: no such file"),
+        (lambda b: b["score"]["files"].update(test="gone.csv"), "tasks.score.files.test: gone.csv: no such file"),
         (lambda b: b["score"].pop("label"), "tasks.score: a regression task of your own names its label column(s)"),
         (lambda b: b.update({"My Task": b.pop("score")}), "tasks: 'My Task' does not match"),
         (lambda b: b["similarity"].update(labels=["low", "mid"]), "similarity-train.csv: line "),

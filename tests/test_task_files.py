@@ -5,6 +5,8 @@ import gzip
 import json
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from bertvision.data.table_files import FORMATS, file_format, read_table
@@ -275,6 +277,39 @@ def test_empty_file(tmp_path, name):
 def test_file_with_no_rows(tmp_path, name, text, problem):
     path = (write_gz if name.endswith(".gz") else write)(tmp_path / name, text)
     assert refused(read_table, path) == f"{path}: {problem}"
+
+
+@pytest.mark.parametrize("name, text", [("h.csv", "title,body\n"), ("h.json", "[]"), ("h.jsonl", "\n")])
+def test_an_unlabelled_file_may_hold_no_row_yet(tmp_path, name, text):
+    """A batch of new rows that is empty today is read as none (a train or dev file is refused)."""
+    df = read_reviews(write(tmp_path / name, text), split="test", label=None)
+    assert list(df.columns) == ["idx", "title", "body"] and len(df) == 0
+
+
+def test_a_blank_column_name_is_kept_as_written(tmp_path):
+    """pandas would name it "Unnamed: 0" (a frame's index written by to_csv): predictions copy the header."""
+    path = write(tmp_path / "test.csv", ",title,body\n0,A,B\n1,C,D\n")
+    assert read_table(path).columns.tolist() == ["", "title", "body"]
+
+
+def test_a_parquet_int_column_with_a_null_stays_int(tmp_path):
+    """Not 10.0: an id column keeps its form (predictions copy it)."""
+    path = tmp_path / "test.parquet"
+    pq.write_table(pa.table({"k": pa.array([10, None, 12], pa.int64()), "body": ["a", "b", "c"]}), path)  # no pandas
+    assert [str(k) for k in read_table(path)["k"]] == ["10", "<NA>", "12"]
+
+
+@pytest.mark.parametrize("name", ["train.jsonl", "train.json"])
+def test_a_lone_surrogate_escape_is_refused_naming_the_place(tmp_path, name):
+    """json reads "\\ud800" into a str no tokenizer or writer takes: refused in one line, any column;
+    a whole pair (an emoji written as two escapes) reads."""
+    records = ['{"title": "ok \\ud83d\\ude00", "id": "a"}', '{"title": "fine", "id": "x \\udc80"}']
+    text = "\n".join(records) if name.endswith("jsonl") else "[" + ",\n".join(records) + "]"
+    path = write(tmp_path / name, text)
+    place = "line 2" if name.endswith("jsonl") else "row 1"
+    assert refused(read_table, path).startswith(f"{path}: {place}: column 'id': not valid Unicode (a lone surrogate")
+    write(path, text.replace("\\udc80", ""))
+    assert read_table(path)["title"].tolist() == ["ok \U0001f600", "fine"]
 
 
 def test_crlf_line_endings_count_lines(tmp_path):

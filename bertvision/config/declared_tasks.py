@@ -142,15 +142,21 @@ def declared_task(name: str, block: dict) -> TaskSpec:
 
 
 def _file_facts(where: str, block: dict) -> tuple[int, tuple[str, ...]]:
-    """The train file's rows and, for a classification task without ``labels``, its labels."""
+    """The train file's rows and, for a classification task without ``labels``, its labels; every
+    other file is only looked up (a missing dev or test file would leave a job's input unmade, and
+    with its old output present, Snakemake would keep that output without a word)."""
     kind, train = block["kind"], Path(block["files"]["train"])
     wanted_labels = block["label"] if kind == "classification" and "labels" not in block else None
     try:
-        return _train_facts(str(train), os.stat(train).st_mtime_ns, kind, wanted_labels)
+        facts = _train_facts(str(train), os.stat(train).st_mtime_ns, kind, wanted_labels)
     except FileNotFoundError:
         raise ConfigError(f"{where}.files.train: {no_such_file(train)}") from None
     except BertvisionError as err:
         raise ConfigError(f"{where}.files.train: {err}") from None
+    for split, path in block["files"].items():
+        if not Path(path).is_file():
+            raise ConfigError(f"{where}.files.{split}: {no_such_file(Path(path))}")
+    return facts
 
 
 def _hub_facts(where: str, block: dict) -> tuple[int, tuple[str, ...]]:

@@ -14,6 +14,7 @@ import contextlib
 import csv
 import gzip
 import json
+import re
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -46,8 +47,9 @@ def read_table(path: Path) -> pd.DataFrame:
     return read_located(Path(path))[0]
 
 
-def read_located(path: Path) -> tuple[pd.DataFrame, Callable[[int], str]]:
-    """The frame and, for a row index, where that row is in the file ("line N" or "row N")."""
+def read_located(path: Path, rows_needed: bool = True) -> tuple[pd.DataFrame, Callable[[int], str]]:
+    """The frame and, for a row index, where that row is in the file ("line N" or "row N");
+    ``rows_needed``: a file with a header and no row is refused (else read, as no rows)."""
     fmt = file_format(path)
     if not path.is_file():
         raise MissingError(no_such_file(path))
@@ -65,6 +67,8 @@ def read_located(path: Path) -> tuple[pd.DataFrame, Callable[[int], str]]:
                 skip_blank_lines=True,  # blank lines only end the file here: _scan_csv refuses any before a record
                 index_col=False,
                 encoding="utf-8-sig",
+                header=0,
+                names=_header(path, _SEPARATORS[fmt], quoting),  # as written: pandas names a blank one "Unnamed: 0"
             )
         elif fmt == "jsonl":
             lines, records = _scan_jsonl(path)
@@ -74,7 +78,7 @@ def read_located(path: Path) -> tuple[pd.DataFrame, Callable[[int], str]]:
             frame = _read_json(path)
         else:
             lines = None
-            frame = pd.read_parquet(path)
+            frame = pd.read_parquet(path, dtype_backend="numpy_nullable")  # an int column with a null stays int
     except (ValueError, OSError, EOFError) as exc:  # UnicodeDecodeError, a bad gzip or Parquet file
         if isinstance(exc, DataFormatError):
             raise
@@ -82,7 +86,7 @@ def read_located(path: Path) -> tuple[pd.DataFrame, Callable[[int], str]]:
             raise DataFormatError(f"{path}: {place}: not UTF-8 text ({exc.reason}); save the file as UTF-8") from None
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise DataFormatError(f"{path}: cannot be read as {fmt}: {reason}") from None
-    if len(frame) == 0:
+    if len(frame) == 0 and rows_needed:
         raise DataFormatError(f"{path}: no rows")
     if lines is not None and len(lines) != len(frame):  # cannot happen unless pandas and csv/json disagree
         raise DataFormatError(f"{path}: pandas read {len(frame)} rows but the file holds {len(lines)} records")
@@ -110,6 +114,11 @@ def _first_undecodable(path: Path) -> str | None:
             except UnicodeDecodeError as exc:
                 return f"line {lineno}, byte {exc.start + 1}"
     return None
+
+
+def _header(path: Path, sep: str, quoting: int) -> list[str]:
+    with _open_text(path, newline="") as fh:
+        return next(csv.reader(fh, delimiter=sep, quoting=quoting))
 
 
 def _scan_separated(path: Path, fmt: str) -> tuple[list[int], int]:
@@ -200,9 +209,29 @@ def _scan_jsonl(path: Path) -> tuple[list[int], list[dict]]:
                 raise DataFormatError(f"{path}: line {lineno}: key {exc.args[0]!r} given twice in one object") from None
             if not isinstance(value, dict):
                 raise DataFormatError(f"{path}: line {lineno}: expected a JSON object, got {type(value).__name__}")
+            _check_unicode(path, f"line {lineno}", value, line)
             lines.append(lineno)
             records.append(value)
     return lines, records
+
+
+# JSON may escape half of a UTF-16 pair alone (\ud800): json reads it into a str that no tokenizer
+# nor file writer takes, so a record is checked where its text holds such an escape
+_ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _check_unicode(path: Path, place: str, record: dict, text: str | None = None) -> None:
+    """A record (read from ``text``, if given, that may hold such an escape) holds no lone surrogate."""
+    if text is not None and not _ESCAPED_SURROGATE.search(text):
+        return
+    for key, value in record.items():
+        try:
+            json.dumps({key: value}, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise DataFormatError(
+                f"{path}: {place}: column {key!r}: not valid Unicode (a lone surrogate, an escape like \\ud800 "
+                "that is half of a pair)"
+            ) from None
 
 
 class _RepeatedKey(ValueError):
@@ -234,6 +263,9 @@ def _read_json(path: Path) -> pd.DataFrame:
     bad = next((row for row, record in enumerate(data) if not isinstance(record, dict)), None)
     if bad is not None:
         raise DataFormatError(f"{path}: row {bad}: expected a JSON object, got {type(data[bad]).__name__}")
+    if _ESCAPED_SURROGATE.search(text):
+        for row, record in enumerate(data):
+            _check_unicode(path, f"row {row}", record)
     return pd.DataFrame(data, dtype=object)  # object: 1 stays 1, not 1.0 beside a null, None stays None
 
 

@@ -78,10 +78,13 @@ def read_unlabelled(task: TaskSpec) -> tuple[pd.DataFrame, pd.DataFrame]:
 def _read_frames(
     path, split, text_columns, text_fields, label_column, kind, labels
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """A file as read, and its canonical frame (``task_frame``)."""
+    """A file as read, and its canonical frame (``task_frame``). An unlabelled file may hold no
+    row yet (a batch of new rows that is empty today): it is read as none, its header as written."""
     _check_shape(text_columns, text_fields, kind)
     path = Path(path)
-    frame, where = read_located(path)
+    frame, where = read_located(path, rows_needed=split != UNLABELLED)
+    if frame.empty and not len(frame.columns):  # JSON of no record: no column to look for
+        frame = pd.DataFrame(columns=list(text_columns), dtype=object)
     canonical = task_frame(
         frame, str(path), where, split, text_columns, text_fields, label_column, kind, labels, header_place(path)
     )

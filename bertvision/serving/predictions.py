@@ -1,19 +1,24 @@
 """The ``predict`` stage: a task's unlabelled file (``tasks.<name>.files.test``) answered by the
 path the summary picked, through the same engine that serves it (``serving.engine``), so the file
-holds exactly what ``bertvision serve`` would answer for each row. Never scored.
+holds exactly what ``bertvision serve`` would answer for each row (its request limits aside: a text
+longer than ``serve.max_text_chars`` is answered here, cut to ``max_length`` tokens as every text
+is). Never scored.
 
-The output is the input file's rows in its order with every column it has (ids kept beside their
-rows), the label column (the user's name for it; added where the file has none) holding the
-predicted label (classification) or score (regression), and, for classification, one
-``probability_<label>`` column per label."""
+The output is the input file's rows in its order with every column it has, as written (ids kept
+beside their rows; a header with no row yet gives a header with no row), the label column (the
+user's name for it; added where the file has none) holding the predicted label (classification)
+or score (regression), and, for classification, one ``probability_<label>`` column per label."""
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
+import numpy as np
+
 from bertvision.data.task_files import read_unlabelled
-from bertvision.errors import MissingError
+from bertvision.errors import DataFormatError, MissingError
 from bertvision.files import atomic_path
 from bertvision.registry.task_spec import TaskSpec
 from bertvision.serving.bundle import Bundle, bundle_paths, load_bundle
@@ -44,6 +49,16 @@ def prediction_columns(task: TaskSpec, results: list[ExampleResult]) -> dict[str
     return columns
 
 
+def csv_cell(value):
+    """A cell of the file as read, as its CSV cell: a JSON object, list or bool as JSON text (not
+    Python's repr), a Parquet list likewise."""
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    if isinstance(value, dict | list | bool):
+        return json.dumps(value, ensure_ascii=False, default=str)
+    return value
+
+
 def predict_unlabelled(task: TaskSpec, bundles: Path, out: Path, threads: int | None = None) -> None:
     """Write ``out`` (CSV): every row of the task's unlabelled file with the picked path's answer."""
     if not task.unlabelled_file:
@@ -55,6 +70,12 @@ def predict_unlabelled(task: TaskSpec, bundles: Path, out: Path, threads: int | 
         raise MissingError(f"task {task.name} has no unlabelled file ({where})")
     bundle = bundle_of(task.name, bundles)  # before the rows: a bundle without the task is the first thing to say
     given, rows = read_unlabelled(task)
+    added = prediction_columns(task, [])
+    taken = [c for c in added if c in given.columns and c != task.files.label_column]
+    if taken:  # the label column is the user's own, documented as overwritten; another would be lost silently
+        raise DataFormatError(
+            f"{task.unlabelled_file}: column {taken[0]!r} is where the predictions go; rename it in the file"
+        )
     engine = Engine(bundle, threads=threads)
     picked = engine.tasks[task.name].picked
     log.info("%s: %d rows of %s, head %s of bundle %s", task.name, len(rows), task.unlabelled_file, picked,
@@ -64,9 +85,9 @@ def predict_unlabelled(task: TaskSpec, bundles: Path, out: Path, threads: int | 
     for start in range(0, len(texts), ROWS_PER_PASS):
         items = [TextItem(t, {task.name: picked}) for t in texts[start : start + ROWS_PER_PASS]]
         results += [answers[task.name] for answers in engine.predict(items)[0]]
-    frame = given.iloc[rows["idx"].to_numpy()].reset_index(
-        drop=True
-    )  # every column of the file: ids stay by their rows
+    frame = given.iloc[rows["idx"].to_numpy()].reset_index(drop=True)  # every column of the file: ids by their rows
+    for column in frame.select_dtypes(include=object).columns:
+        frame[column] = frame[column].map(csv_cell)
     for column, values in prediction_columns(task, results).items():
         frame[column] = values
     with atomic_path(Path(out)) as tmp:
