@@ -279,7 +279,7 @@ def get_shared_head_runs(wildcards):
 
 
 def get_finished_heads(wildcards):
-    """`--finish`: the shared heads a shared encoder reads from this head job (``S.finished_heads``)."""
+    """`--finish`: the heads an experiment reads from this head job (``S.finished_heads``)."""
     names = S.finished_heads(FILES.run(wildcards))
     return f"--finish {' '.join(names)}" if names else ""
 

@@ -48,11 +48,12 @@ rule experiment_tables:
         heads=TARGETS.for_every_run(L.HEADS_DIR, tasks=S.data_fraction_tasks(), checkpoints=S.data_fraction_checkpoints()),
         transfer=TARGETS.transfer_files(),
         curves=TARGETS.bert_curve_files(),
+        bert=FILES.experiment_bert_records([]),
     output:
         **get_table_outputs(EXPERIMENT_TABLES, "Experiments"),
     params:
         search=lambda wc: FILES.search_results(RACE.runs()),
-        bert=lambda wc: FILES.bert_records(RACE.runs()),
+        bert=lambda wc: FILES.experiment_bert_records(RACE.runs()),
         out_dir=lambda wc, output: os.path.dirname(output.search_md),
     log:
         L.log("experiment_tables"),

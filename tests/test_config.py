@@ -224,6 +224,19 @@ def test_error_names_the_file(tmp_path):
             r"tasks.mrpc.search_heads: lp \(lp\) has none of search.space's parameters \(width\)",
         ),
         (lambda c: c.update({"experiments": {"transfer": {"tasks": ["rte"]}}}), r"experiments.transfer.tasks"),
+        # one checkpoint has no other to transfer to: refused, not dropped with a page saying none was configured
+        (
+            lambda c: c.update(
+                {"experiments": {"transfer": {"tasks": ["mrpc"]}}, "finetune": {"epoch_fractions": [0]}}
+            ),
+            r"experiments.transfer.tasks: a transfer evaluates heads on other checkpoints' states; "
+            r"finetune.epoch_fractions names one \(0\)",
+        ),
+        # [] is no head (null is every head of the task)
+        (
+            lambda c: c.update({"experiments": {"data_fraction": {"tasks": ["mrpc"], "heads": []}}}),
+            r"experiments.data_fraction.heads: \[\] should be non-empty",
+        ),
         (
             lambda c: c.update({"experiments": {"data_fraction": {"tasks": ["mrpc"], "checkpoints": [2]}}}),
             r"experiments.data_fraction.checkpoints: \['2'\]",

@@ -499,3 +499,41 @@ def test_the_summary_page_in_html_keeps_angle_brackets_as_text_and_tables_as_tab
 
     page = markdown_page("The heads read heads.models.<head>.pair.\n\n| a | b |\n|---|---|\n| 1 | <2> |\n", "s")
     assert "heads.models.&lt;head&gt;.pair" in page and "<td>&lt;2&gt;</td>" in page and page.count("<table>") == 1
+
+
+def test_checkpoint_zeros_transfer_to_itself_counts_once_though_every_fine_tuning_seeds_file_holds_it(tmp_path):
+    """Checkpoint 0 is every fine-tuning run's encoder: its heads on its own states are in each
+    seed's transfer file. Counted once; its heads on each seed's later checkpoint are two runs."""
+    from bertvision.reporting.experiments import transfer_table
+
+    def record(ft_seed, trained_on, evaluated_on, evaluated_ft_seed, accuracy):
+        return {"backbone": "m", "task": "mrpc", "head": "lp", "ft_seed": ft_seed, "seed": 1, "train_fraction": 1.0,
+                "trained_on": trained_on, "evaluated_on": evaluated_on, "evaluated_ft_seed": evaluated_ft_seed,
+                "standardization": "source", "metrics": {"dev": {"accuracy": accuracy, "f1": accuracy}}}  # fmt: skip
+
+    files = []
+    for ft_seed, later in ((1, 0.7), (2, 0.8)):
+        path = tmp_path / f"ft{ft_seed}.json"
+        records = [record(1, "0", "0", 1, 0.6), record(1, "0", "0.3", ft_seed, later)]
+        path.write_text(json.dumps({"task": "mrpc", "records": records}))
+        files.append(path)
+    table = transfer_table(files, []).set_index(["trained_on", "evaluated_on"])
+    assert table.loc[("0", "0"), "n"] == 1 and table.loc[("0", "0"), "mean"] == pytest.approx(0.6)
+    assert table.loc[("0", "0.3"), "n"] == 2 and table.loc[("0", "0.3"), "mean"] == pytest.approx(0.75)
+
+
+def test_the_data_fraction_heads_are_finished_where_the_experiment_reads_them():
+    """The curve's whole-data point is the main run's head: the race must not cut it short where
+    the shares' heads train to their end (at the experiment's checkpoints, of its tasks)."""
+    from bertvision.layout import Checkpoint
+    from tests.conftest import workflow_settings
+
+    s = workflow_settings(
+        tasks={"mrpc": None, "rte": None},
+        finetune={"epoch_fractions": [0, 0.3, 0.6]},
+        experiments={"data_fraction": {"tasks": ["mrpc"], "heads": ["lp", "adapter64"], "checkpoints": [0.3]}},
+    )
+    assert s.finished_heads(s.run("m", "mrpc", 1, Checkpoint(0.3))) == ["adapter64", "lp"]
+    assert s.finished_heads(s.run("m", "mrpc", 2, Checkpoint(0.3))) == ["adapter64", "lp"]
+    assert s.finished_heads(s.run("m", "mrpc", 1, Checkpoint(0.6))) == []
+    assert s.finished_heads(s.run("m", "rte", 1, Checkpoint(0.3))) == []

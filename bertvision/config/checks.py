@@ -117,6 +117,11 @@ def check(workflow) -> None:
         missing = [n for n in wanted if n not in workflow.task_heads(task)]
         if missing:
             problems.append(f"experiments.data_fraction.heads: {missing} are not among {task}'s heads")
+    if workflow.config["experiments"]["transfer"]["tasks"] and len(workflow.checkpoints) < 2:
+        problems.append(
+            "experiments.transfer.tasks: a transfer evaluates heads on other checkpoints' states; "
+            f"finetune.epoch_fractions names one ({workflow.checkpoints[0].fraction:g})"
+        )
     unknown = [c.name for c in workflow.data_fraction_checkpoints() if c not in workflow.checkpoints]
     if unknown:
         problems.append(f"experiments.data_fraction.checkpoints: {unknown} are not in finetune.epoch_fractions")

@@ -246,8 +246,19 @@ class WorkflowSettings(SharedEncoderSettings, ComparisonSettings):
 
     def data_fraction_heads(self, task: str) -> dict[str, dict]:
         heads = self.task_heads(task)
-        names = self.config["experiments"]["data_fraction"]["heads"] or list(heads)
+        names = self.config["experiments"]["data_fraction"]["heads"]
+        names = list(heads) if names is None else names
         return {n: heads[n] for n in names}
+
+    def finished_heads(self, run: Run) -> list[str]:
+        """The heads of ``run``'s head job that its race must not stop, for an experiment reads
+        their runs: the shared heads a shared encoder reads there (``SharedEncoderSettings``), and
+        the data-fraction heads at the experiment's checkpoints (the whole-data point of a curve
+        whose shares train to their end)."""
+        names = set(super().finished_heads(run))
+        if run.task in self.data_fraction_tasks() and run.checkpoint in self.data_fraction_checkpoints():
+            names |= set(self.data_fraction_heads(run.task))
+        return sorted(names)
 
     def data_fraction_checkpoints(self) -> list[Checkpoint]:
         wanted = self.config["experiments"]["data_fraction"]["checkpoints"]
@@ -257,7 +268,7 @@ class WorkflowSettings(SharedEncoderSettings, ComparisonSettings):
         return [fraction_name(f) for f in sorted(self.config["experiments"]["data_fraction"]["fractions"])]
 
     def transfer_tasks(self) -> list[str]:
-        return list(self.config["experiments"]["transfer"]["tasks"]) if len(self.checkpoints) > 1 else []
+        return list(self.config["experiments"]["transfer"]["tasks"])
 
     def head_work(self, names) -> float:
         """Head trainings of the heads ``names`` (heads.models keys), each weighted by its type's

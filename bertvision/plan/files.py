@@ -101,6 +101,13 @@ class RunFiles:
         """BERT's record at each run's checkpoint: its scores, or at checkpoint 0 its training record."""
         return [run.format(L.CHECKPOINT_FILE, file=L.bert_record_file(run.checkpoint)) for run in runs]
 
+    def experiment_bert_records(self, reached: Iterable[Run]) -> list[str]:
+        """BERT's record at each run the race ``reached`` and at every checkpoint an experiment
+        reads (data fraction, transfer: they fine-tune past where the race stopped), each once."""
+        s = self.s
+        read = s.runs(s.data_fraction_tasks(), s.data_fraction_checkpoints()) + s.runs(s.transfer_tasks())
+        return list(dict.fromkeys(self.bert_records([*reached, *read])))
+
     @staticmethod
     def head_dirs(runs: Iterable[Run]) -> list[str]:
         return [run.format(L.HEADS_DIR) for run in runs]

@@ -243,8 +243,11 @@ def data_fraction_markdown(table: pd.DataFrame) -> list[str]:
 
 # --- transfer --------------------------------------------------------------------------------
 def transfer_table(transfer_files: list[Path], bert_metrics: list[Path]) -> pd.DataFrame:
+    """Per head, share of train, standardization and (trained on, evaluated on) checkpoint: the
+    mean over its runs, each counted once (checkpoint 0's heads on its own states are in every
+    fine-tuning seed's file)."""
     rows = []
-    for path in transfer_files:
+    for number, path in enumerate(transfer_files):
         for r in read_json(path)["records"]:
             rows.append(
                 {
@@ -255,9 +258,15 @@ def transfer_table(transfer_files: list[Path], bert_metrics: list[Path]) -> pd.D
                     "standardization": r["standardization"],
                     "trained_on": r["trained_on"],
                     "evaluated_on": r["evaluated_on"],
+                    "ft_seed": r["ft_seed"],
+                    "seed": r["seed"],
+                    # a record written before it was kept: its file's own run, as such records were counted
+                    "evaluated_ft_seed": r.get("evaluated_ft_seed", -1 - number),
                     "value": _primary(r["task"], r["metrics"]),
                 }
             )
+    if rows:
+        rows = pd.DataFrame(rows).drop_duplicates(subset=[k for k in rows[0] if k != "value"]).to_dict("records")
     tasks = {(r["backbone"], r["task"]) for r in rows}
     for path in bert_metrics:
         m = read_json(path)
@@ -283,8 +292,10 @@ def transfer_table(transfer_files: list[Path], bert_metrics: list[Path]) -> pd.D
 def transfer_markdown(table: pd.DataFrame) -> list[str]:
     parts = [
         "Each head trained on the hidden states of one checkpoint (rows), evaluated unchanged on the "
-        "states of every checkpoint of the same fine-tuning run (columns). The diagonal is the head on "
-        "its own features; `BERT` is the backbone's own head at each checkpoint. `input standardized "
+        "states of every checkpoint of the same fine-tuning run (columns); a head the race stopped is "
+        "left out. The diagonal, standardized as the head was trained, is the head on its own features "
+        "(standardized with the checkpoint's statistics, a data-fraction head reads the whole train "
+        "split's, not its share's); `BERT` is the backbone's own head at each checkpoint. `input standardized "
         "with`: the train-split statistics of the checkpoint the head was trained on (the head "
         "unchanged), or of the checkpoint it is evaluated on (no labels needed). `share of train`: "
         "the data-fraction heads (experiments.data_fraction) trained on that share of the checkpoint's "

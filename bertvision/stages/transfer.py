@@ -18,6 +18,7 @@ from bertvision.layout import HEAD_METRICS, head_runs
 from bertvision.models.head_io import load_head
 from bertvision.models.heads import Standardized, standardized
 from bertvision.registry.task_spec import TaskSpec
+from bertvision.reporting.results import raced_out
 from bertvision.runtime.device import set_threads
 from bertvision.training.problems import Problems
 
@@ -37,11 +38,16 @@ def transfer(
     """Evaluate every head run under ``head_dirs`` (one train_heads output per checkpoint) on
     every checkpoint's features in ``manifests``; write the records to ``out``."""
     set_threads(threads)
-    runs = sorted(run for d in head_dirs for run in head_runs(d))
+    # a head the race stopped was cut short: its transfer would say little of the states (the tables leave it out)
+    runs = [
+        run
+        for run in sorted(r for d in head_dirs for r in head_runs(d))
+        if not raced_out(read_json(run / HEAD_METRICS))
+    ]
     records = []
     for manifest in manifests:  # a manifest, or a stream source (store: false)
         problems = Problems(task, manifest, runtime, in_memory_max_mb, raw_dir)
-        target = str(problems.feats["train"].manifest["source"]["checkpoint"])
+        target = problems.feats["train"].manifest["source"]
         for run in runs:
             record = read_json(run / HEAD_METRICS)
             spec = record["head_spec"]
@@ -65,11 +71,13 @@ def transfer(
                         "seed": record["seed"],
                         "train_fraction": record["train_fraction"],
                         "trained_on": str(record["source"]["checkpoint"]),
-                        "evaluated_on": target,
+                        "evaluated_on": str(target["checkpoint"]),
+                        # checkpoint 0 is every fine-tuning run's: its heads on its states recur in each seed's file
+                        "evaluated_ft_seed": target["ft_seed"],
                         "standardization": standardization,
                         "metrics": {s: m for s, m in metrics.items() if s in task.eval_splits},
                     }
                 )
-        log.info("evaluated %d heads on checkpoint %s", len(runs), target)
+        log.info("evaluated %d heads on checkpoint %s", len(runs), target["checkpoint"])
     atomic_write_json({"task": task.name, "records": records}, out)
     return records
