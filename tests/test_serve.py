@@ -24,7 +24,7 @@ from bertvision.layout import BERT_LOGITS, HEAD_METRICS, HEAD_PREDICTIONS, Check
 from bertvision.models.head_io import load_head
 from bertvision.registry.heads import head_reads
 from bertvision.registry.tasks import get_task
-from bertvision.serving.bundle import BundleError, load_bundle
+from bertvision.serving.bundle import BundleError, bundle_paths, load_bundle
 from bertvision.serving.bundle_writer import write_bundle
 from tests.conftest import squad_slice, workflow_settings
 from tests.http_server import Server
@@ -508,6 +508,10 @@ BAD = [
     # nothing to read (a task's own files refuse it): it was answered as if it were a text
     ({"texts": [["", "b"]]}, 422, "texts[0][0]"),
     ({"texts": [["a", " \n\t"]]}, 422, "texts[0][1]"),
+    # characters that tokenize to nothing: zero-width, byte-order mark, NUL, a combining mark alone
+    ({"texts": [["\u200b", "b"]]}, 422, "texts[0][0]"),
+    ({"texts": [["a", "\ufeff\u0000\x01"]]}, 422, "texts[0][1]"),
+    ({"qa": [{"question": "\u0301", "context": "Somebody did."}]}, 422, "qa[0].question"),
 ]
 
 
@@ -578,7 +582,9 @@ def test_bad_bodies_are_refused(server, content, headers, status, field):
     response = server.client.post("/predict", content=content, headers={"content-type": "application/json", **headers})
     assert response.status_code == status, response.text
     assert response.json()["field"] == field and response.json()["detail"].startswith(f"{field}: "), response.text
-    if status == 400 or headers:  # a body not read as JSON: what the service takes
+    if b"\xe9" in content:  # it said only that the body could not be parsed
+        assert response.json()["detail"].startswith("body: not UTF-8 text (byte 16: "), response.text
+    elif status == 400 or headers:  # a body not read as JSON: what the service takes
         assert "a JSON object (content-type: application/json)" in response.json()["detail"], response.text
 
 
@@ -1224,6 +1230,11 @@ def test_two_bundles_serve_their_tasks_each_with_its_own_encoder_pass(run, tiny_
         create_app([bundle.root, pairs_bundle.root], settings)
     with pytest.raises(BundleError, match=f"{pairs_bundle.root}: given twice"):
         create_app([pairs_bundle.root, pairs_bundle.root], settings)
+    empty = bundle.root.parent / "empty-set"
+    empty.mkdir(exist_ok=True)
+    (empty / "bundles.json").write_text('{"bundles": {}}')  # it served the working directory's bundle.json
+    with pytest.raises(BundleError, match=f"^{empty / 'bundles.json'}: lists no bundles$"):
+        bundle_paths([empty])
 
 
 # --- load and faults ---------------------------------------------------------------------------
@@ -1288,6 +1299,33 @@ def test_a_request_whose_client_has_gone_is_not_computed(bundle, api):
     route = path if api == "predict" else "/v2/models/{name}/infer"
     key = ("bertvision_requests_total", tuple(sorted({"route": route, "method": "POST", "status": "499"}.items())))
     assert closed.get(key, 0) >= 6
+
+
+def test_a_client_that_hangs_up_mid_body_is_a_499_of_its_route_and_a_body_over_the_limit_a_413_of_its_own(server):
+    """Not a 500 of no route: a client's timeout would fire a 5xx alert. A 413 answered before
+    routing is counted under the route its path matches."""
+    host, port = server.url.removeprefix("http://").split(":")
+    before = metric_samples(server.client.get("/metrics").text)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(
+            b'POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"t'
+        )
+        time.sleep(0.3)
+    too_large = b'{"texts": ["' + b"x" * MAX_BODY + b'"]}'
+    assert (
+        server.client.post("/predict", content=too_large, headers={"content-type": "application/json"}).status_code
+        == 413
+    )
+
+    def count(status, route="/predict"):
+        key = ("bertvision_requests_total", tuple(sorted({"route": route, "method": "POST", "status": status}.items())))
+        return metric_samples(server.client.get("/metrics").text).get(key, 0) - before.get(key, 0)
+
+    deadline = time.monotonic() + 10
+    while count("499") < 1 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert count("499") == 1 and count("413") == 1
+    assert count("500") == 0 and count("500", "unmatched") == 0 and count("413", "unmatched") == 0
 
 
 def test_a_client_that_stalls_mid_body_does_not_delay_others(server):

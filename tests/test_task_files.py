@@ -503,3 +503,10 @@ def test_labels_in_refuses_a_null_parquet_label(tmp_path):
     path = tmp_path / "train.parquet"
     pd.DataFrame({"s": ["a", "b"], "y": pd.array([1, None], dtype="Int64")}).to_parquet(path)
     assert refused(labels_in, path, "y") == f"{path}: row 1: column 'y': empty label"
+
+
+@pytest.mark.parametrize("cell", ["\u200b", "\ufeff", "\u0301"], ids=["zero-width", "bom", "combining"])
+def test_a_text_of_characters_that_tokenize_to_nothing_is_empty(tmp_path, cell):
+    """Every such row would get one answer, learned from nothing: refused as the service refuses it."""
+    path = write(tmp_path / "train.jsonl", json.dumps({"title": "A", "body": cell, "stars": "ok"}))
+    assert refused(read_reviews, path) == f"{path}: line 1: column 'body': empty or non-string text {cell!r}"

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from bertvision.data.text import readable
 from bertvision.errors import DataFormatError, MissingError
 from bertvision.registry.task_spec import TaskSpec
 
@@ -71,7 +72,7 @@ def parse_split(path: Path, task: TaskSpec, split: str) -> pd.DataFrame:
             )
         for out, pos in zip(texts, text_pos):
             value = fields[pos]
-            if not value.strip():
+            if not readable(value):
                 raise DataFormatError(f"{path}: line {lineno}: empty text in column {header[pos]!r}")
             out.append(value)
         raw = fields[label_pos].strip()

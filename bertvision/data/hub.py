@@ -14,6 +14,7 @@ import pandas as pd
 from bertvision.data import squad_files
 from bertvision.data.glue_files import canonical_frame
 from bertvision.data.task_files import task_frame
+from bertvision.data.text import readable
 from bertvision.errors import DataFormatError, MissingError
 from bertvision.registry.task_spec import TaskSpec
 
@@ -58,7 +59,7 @@ def load_hub_split(task: TaskSpec, split: str, repo: str | None = None) -> pd.Da
                 "(GLUE test splits have no labels)"
             )
     for name in task.text_fields:
-        empty = df[name].isna() | (df[name].astype(str).str.strip() == "")
+        empty = df[name].isna() | ~df[name].astype(str).map(readable)
         if empty.any():
             raise DataFormatError(f"{where}: row {int(empty.idxmax())}: empty text in column {name!r}")
     df["idx"] = df["idx"] if "idx" in df.columns else range(len(df))

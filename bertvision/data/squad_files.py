@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from bertvision.data.text import readable
 from bertvision.errors import DataFormatError, MissingError
 
 KINDS = {str: "a string", int: "an integer", list: "a list", object: "a value"}
@@ -35,8 +36,8 @@ def check_questions(df: pd.DataFrame, source: str) -> pd.DataFrame:
     ``source`` (a file, a hub split) and the question."""
     for row in df.itertuples(index=False):
         where = f"{source}: question {row.id}"
-        if not row.question.strip() or not row.context.strip():
-            raise DataFormatError(f"{where}: empty {'question' if not row.question.strip() else 'context'}")
+        if not readable(row.question) or not readable(row.context):
+            raise DataFormatError(f"{where}: empty {'question' if not readable(row.question) else 'context'}")
         for text, start in zip(row.answer_texts, row.answer_starts):
             if row.context[start : start + len(text)] != text:
                 raise DataFormatError(f"{where}: answer {text!r} is not at character {start} of its context")

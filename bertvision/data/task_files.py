@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from bertvision.data.table_files import header_place, read_located
+from bertvision.data.text import readable
 from bertvision.errors import DataFormatError
 from bertvision.registry.task_spec import UNLABELLED, TaskSpec
 
@@ -165,7 +166,7 @@ def _check_shape(text_columns: tuple[str, ...], text_fields: tuple[str, ...], ki
 
 
 def _texts(values: pd.Series, source: str, where: Callable[[int], str], column: str) -> pd.arrays.StringArray:
-    bad = _first(values, lambda v: isinstance(v, str) and bool(v.strip()))
+    bad = _first(values, lambda v: isinstance(v, str) and readable(v))
     if bad is not None:
         raise _cell_error(source, where(bad), column, f"empty or non-string text {_shown(values.iloc[bad])}")
     return pd.array(values.to_numpy(dtype=object), dtype="string")

@@ -142,7 +142,11 @@ def validation_error(_: Request, err: RequestValidationError) -> JSONResponse:
 def http_error(http: Request, err: HTTPException) -> Response:
     """Starlette's own refusals (no such path, a method a path does not take, a body it could not
     parse) in the form of the API the path belongs to."""
-    if err.status_code == 400:  # FastAPI could not read the body (not UTF-8, nested too deeply)
+    if err.status_code == 400 and isinstance(err.__cause__, UnicodeDecodeError):
+        undecodable = err.__cause__
+        problem = f"not UTF-8 text (byte {undecodable.start + 1}: {undecodable.reason}); send the JSON in UTF-8"
+        return error(400, "body", problem, http.url.path)
+    if err.status_code == 400:  # FastAPI could not read the body (nested too deeply, say)
         return error(400, "body", f"{NOT_AN_OBJECT}; {str(err.detail).lower()}", http.url.path)
     return error(err.status_code, None, str(err.detail), http.url.path, err.headers)
 
@@ -258,7 +262,7 @@ def create_app(
     )
     app.state.service, app.state.settings, app.state.metrics = service, settings, metrics
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
-    app.add_middleware(Observed, metrics=metrics)
+    app.add_middleware(Observed, metrics=metrics, routes=app.routes)
     install_error_handlers(app)
     install_docs(app)
     app.include_router(v2_router(service, service.submit, settings, is_ready))

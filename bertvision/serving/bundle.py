@@ -306,4 +306,6 @@ def bundle_paths(paths) -> list[Path]:
             out += [path / member["path"] for member in members.values()]
         except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as err:
             raise BundleError(f"{index}: not a bundle set index ({type(err).__name__}: {err})") from None
+        if not members:
+            raise BundleError(f"{index}: lists no bundles")
     return out

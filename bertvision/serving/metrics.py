@@ -18,6 +18,9 @@ import time
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from starlette.routing import Match
+
+from bertvision.serving.client_gone import CLIENT_CLOSED
 
 access_log = logging.getLogger("bertvision.access")
 
@@ -95,13 +98,19 @@ class Observed:
     template (``/v2/models/{name}/infer``, so that task names do not multiply the series), and
     one JSON access-log line."""
 
-    def __init__(self, app, metrics: ServiceMetrics):
-        self.app, self.metrics = app, metrics
+    def __init__(self, app, metrics: ServiceMetrics, routes=()):
+        self.app, self.metrics, self.routes = app, metrics, routes
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        start, status = time.perf_counter(), 500
+        start, status, gone = time.perf_counter(), None, False
+
+        async def receiving():
+            nonlocal gone
+            message = await receive()
+            gone = gone or message["type"] == "http.disconnect"
+            return message
 
         async def sending(message):
             nonlocal status
@@ -110,10 +119,12 @@ class Observed:
             await send(message)
 
         try:
-            await self.app(scope, receive, sending)
+            await self.app(scope, receiving, sending)
         finally:
             seconds = time.perf_counter() - start
-            route = getattr(scope.get("route"), "path", None) or "unmatched"
+            # no answer: the client went away before one (mid-body, say), else the app failed
+            status = status or (CLIENT_CLOSED if gone else 500)
+            route = self.route(scope)
             self.metrics.observe_request(route, scope["method"], status, seconds)
             client = scope.get("client")
             access_log.info(
@@ -128,3 +139,10 @@ class Observed:
                     }
                 )
             )
+
+    def route(self, scope) -> str:
+        """The request's route template: the router's, or, for a request answered before routing
+        (a body over the limit), the template its path matches."""
+        if route := getattr(scope.get("route"), "path", None):
+            return route
+        return next((r.path for r in self.routes if r.matches(scope)[0] != Match.NONE), "unmatched")

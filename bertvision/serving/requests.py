@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator
 
+from bertvision.data.text import readable
 from bertvision.serving.items import QuestionItem, RequestError, TextItem
 from bertvision.serving.service import Service
 from bertvision.serving.settings import ServeSettings
@@ -132,8 +133,8 @@ def check_sizes(body: PredictRequest, settings: ServeSettings) -> None:
             "texts" if texts else "qa", f"{n} inputs, at most {settings.max_texts} per request", status=413
         )
     for field, text in strings(body):
-        if not text.strip():  # as a task's own files refuse it: nothing to read, yet it was answered
-            raise RequestError(field, "empty")
+        if not readable(text):  # as a task's own files refuse it: nothing to read, yet it was answered
+            raise RequestError(field, "empty (no letter, digit, punctuation mark or symbol)")
         if len(text) > settings.max_text_chars:
             raise RequestError(field, f"{len(text)} characters, at most {settings.max_text_chars}", status=413)
         try:
