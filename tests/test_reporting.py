@@ -537,3 +537,37 @@ def test_the_data_fraction_heads_are_finished_where_the_experiment_reads_them():
     assert s.finished_heads(s.run("m", "mrpc", 2, Checkpoint(0.3))) == ["adapter64", "lp"]
     assert s.finished_heads(s.run("m", "mrpc", 1, Checkpoint(0.6))) == []
     assert s.finished_heads(s.run("m", "rte", 1, Checkpoint(0.3))) == []
+
+
+def test_a_task_whose_every_lp_run_the_race_stopped_keeps_its_layer_weights_row_marked(tmp_path):
+    """It vanished from the plot without a word; a task with finished runs shows only those, at
+    the last checkpoint where they finished."""
+    from bertvision.reporting.plots import layer_weight_rows
+
+    stopped = {"protocol": "racing", "raced_out_at_epoch": 2}
+    runs = [  # (task, checkpoint, weights, race)
+        ("sst2", "0.3", [0.1, 0.9], None),
+        ("sst2", "0.3", [0.3, 0.7], None),
+        ("sst2", "0.6", [0.9, 0.1], stopped),  # cut short: not the row's
+        ("stsb", "0", [0.6, 0.4], stopped),
+        ("stsb", "0.3", [0.2, 0.8], stopped),
+    ]
+    paths = []
+    for number, (task, checkpoint, weights, race) in enumerate(runs):
+        record = {"head": "lp", "task": task, "source": {"checkpoint": checkpoint}, "layer_weights": weights}
+        paths.append(tmp_path / f"{number}.json")
+        paths[-1].write_text(json.dumps({**record, **({"race": race} if race else {})}))
+    matrix, labels = layer_weight_rows(paths)
+    assert labels == ["sst2 (0.3 ep)", "stsb (0.3 ep, stopped early)"]
+    assert np.allclose(matrix, [[0.2, 0.8], [0.2, 0.8]])
+
+
+def test_the_peers_precision_is_in_the_timing_tables_list_under_the_job_that_ran_the_encoder():
+    from bertvision.reporting.timing import stage_precisions
+
+    peers = [
+        {"task": "sst2", "peer": "lora", "precision": "bf16", "device": "cpu"},
+        {"task": "sst2", "peer": "embedding", "precision": "fp32", "device": "cpu", "shared_encoding": True},
+    ]
+    found = stage_precisions([], [], [], [], peers)
+    assert found == {("sst2", "peer"): "bf16 on cpu", ("sst2", "embed"): "fp32 on cpu"}

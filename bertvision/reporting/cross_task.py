@@ -159,9 +159,10 @@ def cross_task_markdown(table: pd.DataFrame) -> str:
     parts = [
         "# Cross-task transfer\n",
         "Rows: the task scored (dev, mean ± std over fine-tuning × head seeds). Columns: the encoder whose "
-        "states the task's heads were trained on; the head is picked per cell on the selection split. In "
-        "brackets: points against the task's own encoder (the diagonal). `frozen` is the pretrained encoder; "
-        "a mixture was fine-tuned on several tasks at once.\n",
+        "states the task's heads were trained on; the head is picked per cell on the selection split among "
+        "`shared.heads` (the summary's frozen-encoder row picks among every head, so it may name another). "
+        "In brackets, where the task's own encoder is a column (in bold): points against it. `frozen` is the "
+        "pretrained encoder; a mixture was fine-tuned on several tasks at once.\n",
     ]
     if table.empty:
         return "\n".join(parts + ["No head of `shared.heads` finished its training on a shared encoder.\n"])

@@ -82,29 +82,36 @@ def score_vs_params(summary: pd.DataFrame, tasks: list[str], path: Path) -> None
     save(fig, path)
 
 
+def layer_weight_rows(head_metrics: list[Path], head: str = "lp") -> tuple[list[np.ndarray], list[str]]:
+    """Per task, the mean softmax(w) of ``head`` at the last checkpoint where its runs finished,
+    and the row's label; a task whose every run the race stopped keeps its row from those runs,
+    marked (not dropped)."""
+    rows = [
+        {"task": r["task"], "checkpoint": source_checkpoint(r).fraction, "weights": r["layer_weights"],
+         "stopped": raced_out(r)}
+        for r in map(read_json, head_metrics)
+        if r["head"] == head and "layer_weights" in r
+    ]  # fmt: skip
+    matrix, labels = [], []
+    for task, g in pd.DataFrame(rows, columns=["task", "checkpoint", "weights", "stopped"]).groupby("task"):
+        g = g[~g["stopped"]] if (~g["stopped"]).any() else g
+        g = g[g["checkpoint"] == g["checkpoint"].max()]
+        matrix.append(np.mean(np.stack(g["weights"].to_numpy()), axis=0))
+        labels.append(f"{task} ({g['checkpoint'].iloc[0]:g} ep{', stopped early' if g['stopped'].all() else ''})")
+    return matrix, labels
+
+
 def layer_weights(head_metrics: list[Path], path: Path, head: str = "lp") -> None:
-    """Mean softmax(w) of the LP head per task, at each task's last checkpoint."""
-    records = [read_json(p) for p in head_metrics]
-    records = [r for r in records if r["head"] == head and "layer_weights" in r and not raced_out(r)]
-    fig, ax = plt.subplots(figsize=(6, 1 + 0.5 * max(1, len({r["task"] for r in records}))))
-    if records:
-        frame = pd.DataFrame(
-            [
-                {"task": r["task"], "checkpoint": source_checkpoint(r).fraction, "weights": r["layer_weights"]}
-                for r in records
-            ]
-        )
-        matrix, labels = [], []
-        for task, g in frame.groupby("task"):
-            g = g[g["checkpoint"] == g["checkpoint"].max()]
-            matrix.append(np.mean(np.stack(g["weights"].to_numpy()), axis=0))
-            labels.append(f"{task} ({g['checkpoint'].iloc[0]:g} ep)")
+    """The LP head's learned layer weights per task (``layer_weight_rows``)."""
+    matrix, labels = layer_weight_rows(head_metrics, head)
+    fig, ax = plt.subplots(figsize=(7, 1.2 + 0.5 * max(1, len(labels))))
+    if matrix:
         image = ax.imshow(np.array(matrix), aspect="auto", cmap="viridis")
         ax.set_yticks(range(len(labels)), labels)
         ax.set_xticks(range(len(matrix[0])), ["emb", *[str(i) for i in range(1, len(matrix[0]))]])
         fig.colorbar(image, ax=ax, label="ScalarMix weight")
     ax.set_xlabel("layer (emb = embedding output)")
-    ax.set_title("Where each task's information lives: learned layer weights (LP head)")
+    ax.set_title("Learned layer weights of the LP head, per task")
     save(fig, path)
 
 

@@ -197,7 +197,8 @@ def results_markdown(summary: pd.DataFrame, title: str) -> str:
         "% params = trainable parameters as a share of the encoder's. `flagged runs` counts runs "
         "that predict one class for every example, give a constant output, abstain on every question, "
         "or score MCC / correlation ≈ 0, and runs the race stopped early (heads.race: cut short, never "
-        "picked, left out of the plots); their numbers are in the mean, read them with that in mind.",
+        "picked, left out of the score plots; the training-loss curves end where they stopped, and the "
+        "cost-score plot shows them off its front); their numbers are in the mean, read them with that in mind.",
         "",
     ]
     keys = ["backbone", "task", "split"]

@@ -42,10 +42,13 @@ def read_benchmark(job: Job) -> dict:
     return {"seconds": found["seconds"], "max_rss_mb": found["max_rss_mb"]}
 
 
-def stage_precisions(bert_records, baseline_records, head_records, manifests) -> dict[tuple[str, str], str]:
+def stage_precisions(
+    bert_records, baseline_records, head_records, manifests, peer_records=()
+) -> dict[tuple[str, str], str]:
     """(task, stage) -> the precision the encoder computed in there, with its device ("bf16 on
     cpu"): fine-tuning and full fine-tuning from their records, extraction from the feature
-    manifests, a streamed task's head jobs (which run the encoder) from their records. Records
+    manifests, a streamed task's head jobs (which run the encoder) from their records, and the
+    peers from theirs (a peer that read the task's embeddings: the embed job's). Records
     written before precisions were recorded say "unknown"."""
     found: dict[tuple[str, str], set] = {}
 
@@ -62,6 +65,8 @@ def stage_precisions(bert_records, baseline_records, head_records, manifests) ->
         if not r.get("features_stored", True):
             precision = computed_in(r.get("states_precision"), r.get("states_backend"))
             add(r["task"], "train_heads", precision, r.get("device"))
+    for r in peer_records:
+        add(r["task"], "embed" if r.get("shared_encoding") else "peer", r.get("precision"), r.get("device"))
     return {key: ", ".join(sorted(values)) for key, values in found.items()}
 
 

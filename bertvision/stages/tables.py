@@ -96,7 +96,7 @@ def build_tables(
     _write("cost", costs, cost_markdown(costs), out_dir)
     precisions = stage_precisions(
         map(read_json, bert_metrics), map(read_json, baseline_metrics), map(read_json, head_metrics),
-        map(read_json, manifests),
+        map(read_json, manifests), peer_records,
     )  # fmt: skip
     timing = timing_table(jobs, precisions)
     _write("timing", timing, timing_markdown(timing), out_dir)
