@@ -2,7 +2,11 @@
 records and benchmark files (nothing is trained again): how a change in the accounting moves
 the figures of a run already made.
 
-    python scripts/retable.py WORKDIR OUT_DIR [--heads lp ap ...]
+    python scripts/retable.py WORKDIR OUT_DIR [--heads lp ap ...] [--config CONFIG [OVERLAY ...]]
+
+The heads are the run's own (its config's, in its order, given --config; else as its head records
+name them), unless --heads names them. A run of a config that declares its own tasks needs
+--config: reading the config declares them.
 
 The runs are every fine-tuning checkpoint under WORKDIR/models (its keys read from its training
 record) that has a heads directory and,
@@ -31,7 +35,17 @@ from bertvision import layout as L
 from bertvision.jobs import Job
 from bertvision.layout import Checkpoint, Run
 from bertvision.registry.peers import PEERS
+from bertvision.script_support import (
+    ScriptError,
+    add_config_argument,
+    declare_config_tasks,
+    known_task,
+    run_directory,
+    run_script,
+)
 from bertvision.stages.tables import build_tables
+
+EVERY_TRAIN_RECORD = L.CHECKPOINT_FILE.format(model="*", task="*", ftseed="*", checkpoint="*", file=L.TRAIN_RECORD)
 
 
 def current_record(path: Path, copies: Path) -> Path:
@@ -72,11 +86,13 @@ def extraction_shards(manifests: list[Path]) -> int:
     """Extraction jobs per checkpoint: each job writes one shard of every split."""
     counts = {len(split["shards"]) for m in manifests for split in json.loads(m.read_text())["splits"].values()}
     if len(counts) > 1:
-        raise SystemExit(f"the runs' feature manifests disagree on the number of shards: {sorted(counts)}")
+        raise ScriptError(f"the runs' feature manifests disagree on the number of shards: {sorted(counts)}")
     return counts.pop() if counts else 1
 
 
-def rebuild(workdir: Path, out_dir: Path, heads: list[str]) -> None:
+def rebuild(workdir: Path, out_dir: Path, heads: list[str] | None) -> None:
+    """The tables of the run in ``workdir`` under ``out_dir``; ``heads``: their order (None: the
+    order the run's head records name them in)."""
     os.chdir(workdir)  # benchmark and log paths are relative to the working directory
     current_benchmark_names(Path("benchmarks"))
     records = out_dir / "records"
@@ -86,9 +102,9 @@ def rebuild(workdir: Path, out_dir: Path, heads: list[str]) -> None:
         d = json.loads(path.read_text())
         reached.setdefault((d["model"], d["task"]), set()).add(d["checkpoint"])
     runs, bert, head_dirs, manifests, workers = [], [], [], [], []
-    every_record = L.CHECKPOINT_FILE.format(model="*", task="*", ftseed="*", checkpoint="*", file=L.TRAIN_RECORD)
-    for record_file in sorted(Path().glob(every_record)):
+    for record_file in sorted(Path().glob(EVERY_TRAIN_RECORD)):
         trained = json.loads(current_record(record_file, records).read_text())  # its keys, from its own record
+        known_task(trained["task"])
         checkpoint = Checkpoint.named(trained["checkpoint"])
         keys = {"model": trained["model"], "task": trained["task"], "ftseed": trained["seed"], "checkpoint": checkpoint}
         heads_dir = Path(L.HEADS_DIR.format(**keys))
@@ -111,6 +127,10 @@ def rebuild(workdir: Path, out_dir: Path, heads: list[str]) -> None:
             current_record(w, records)
             for w in sorted(Path().glob(L.SEARCH_WORKER.format(**keys, head="*", worker="*")))
         ]
+    if not runs:
+        raise ScriptError(f"{workdir}: no fine-tuning checkpoint with a heads directory (heads/)")
+    if heads is None:
+        heads = list(dict.fromkeys(json.loads(path.read_text())["head"] for path in L.head_metrics_files(head_dirs)))
     baselines = sorted(Path("baselines").glob("*/*/seed*/metrics.json"))
     shards = extraction_shards(manifests)
     every_peer = L.PEER_FILE.format(model="*", task="*", peer="*", seed="*", file=L.PEER_METRICS)
@@ -130,12 +150,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("workdir", type=Path)
     parser.add_argument("out_dir", type=Path)
-    parser.add_argument("--heads", nargs="*", default=["lp", "ap", "adapter64", "adapter64-skip", "tokpool"])
+    parser.add_argument("--heads", nargs="+", help="the heads' order in the tables (default: the run's own)")
+    add_config_argument(parser)
     args = parser.parse_args()
     out_dir = args.out_dir.resolve()
-    rebuild(args.workdir, out_dir, args.heads)
+    workdir = run_directory(args.workdir, EVERY_TRAIN_RECORD)
+    settings = declare_config_tasks(args.config, workdir)
+    rebuild(workdir, out_dir, args.heads or (settings.heads if settings else None))
     print(f"tables written to {out_dir}")
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)
