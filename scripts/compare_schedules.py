@@ -5,9 +5,12 @@ learning-rate schedule that spans more epochs (``finetune.settings.schedule_epoc
 the schedule ends at the largest checkpoint (``null``)? Give two finished run directories that
 differ only in that setting. Per task, checkpoint and head: the mean selection score over every
 fine-tuning seed x head seed of each run, BERT's own head likewise, and the dev scores beside
-them for the record (never used for the choice). The decision reads the selection columns only.
+them for the record (never used for the choice). The decision reads the selection columns only;
+equal scores are ties, counted apart. Head runs the race stopped early are left out (their count
+is printed).
 
-    python scripts/compare_schedules.py RUN_A RUN_B --labels "schedule 1" "schedule 3" [--out FILE.md]
+    python scripts/compare_schedules.py RUN_A RUN_B --labels "schedule 1" "schedule 3" [--out FILE.md] \
+        [--config CONFIG (declares own tasks)]
 """
 
 from __future__ import annotations
@@ -19,15 +22,22 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bertvision.registry.tasks import get_task
+from bertvision.reporting.results import raced_out
+from bertvision.script_support import add_config_argument, declare_config_tasks, known_task, run_directory, run_script
+
+HEAD_RECORDS = "heads/*/*/ft*/ckpt-*/*/seed*/metrics.json"
 
 
-def records(run_dir: Path) -> pd.DataFrame:
-    """One row per head run and per BERT checkpoint (checkpoints > 0), with its keys."""
-    rows = []
-    for path in sorted((run_dir / "heads").glob("*/*/ft*/ckpt-*/*/seed*/metrics.json")):
+def records(run_dir: Path) -> tuple[pd.DataFrame, int]:
+    """One row per head run and per BERT checkpoint (checkpoints > 0), with its keys; and the
+    count of head runs left out, those the race stopped early."""
+    rows, left_out = [], 0
+    for path in sorted(run_dir.glob(HEAD_RECORDS)):
         r = json.loads(path.read_text())
-        task = get_task(r["task"])
+        if raced_out(r):
+            left_out += 1
+            continue
+        task = known_task(r["task"])
         rows.append(
             {
                 "task": task.name,
@@ -43,7 +53,7 @@ def records(run_dir: Path) -> pd.DataFrame:
         r.setdefault("checkpoint", r.get("epoch_fraction"))  # a record written before the one spelling
         if float(r["checkpoint"]) == 0:
             continue
-        task = get_task(r["task"])
+        task = known_task(r["task"])
         rows.append(
             {
                 "task": task.name,
@@ -54,7 +64,7 @@ def records(run_dir: Path) -> pd.DataFrame:
                 "dev": task.headline(r["metrics"]),
             }
         )
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows), left_out
 
 
 def summarize(frame: pd.DataFrame) -> pd.DataFrame:
@@ -65,21 +75,23 @@ def summarize(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def compare(a: Path, b: Path, labels: tuple[str, str]) -> tuple[pd.DataFrame, str]:
-    sa, sb = summarize(records(a)), summarize(records(b))
+    (ra, left_a), (rb, left_b) = records(a), records(b)
+    sa, sb = summarize(ra), summarize(rb)
     both = sa.merge(sb, on=["task", "checkpoint", "model"], suffixes=(" A", " B"))
     both["selection B - A"] = both["selection B"] - both["selection A"]
     heads = both[both["model"] != "BERT"]
-    wins = int((heads["selection B - A"] > 0).sum())
+    wins_b, wins_a = int((heads["selection B - A"] > 0).sum()), int((heads["selection B - A"] < 0).sum())
     verdict = (
         f"Over {len(heads)} (task, checkpoint, head) cells, {labels[1]} has the higher mean selection score in "
-        f"{wins} and {labels[0]} in {len(heads) - wins}; mean difference {heads['selection B - A'].mean():+.4f} "
-        f"(selection, {labels[1]} minus {labels[0]}). Best head per task and checkpoint by selection: "
+        f"{wins_b} and {labels[0]} in {wins_a}, {len(heads) - wins_a - wins_b} tied; mean difference "
+        f"{heads['selection B - A'].mean():+.4f} (selection, {labels[1]} minus {labels[0]}); head runs the race "
+        f"stopped early, left out: {left_a} of {labels[0]}'s, {left_b} of {labels[1]}'s. Best head per task and "
+        "checkpoint by selection: "
     )
     picks = []
     for (task, checkpoint), g in heads.groupby(["task", "checkpoint"]):
-        best_a = g.loc[g["selection A"].idxmax()]
-        best_b = g.loc[g["selection B"].idxmax()]
-        better = labels[1] if best_b["selection B"] > best_a["selection A"] else labels[0]
+        best_a, best_b = g["selection A"].max(), g["selection B"].max()
+        better = labels[1] if best_b > best_a else labels[0] if best_a > best_b else "tie"
         picks.append(f"{task} @ {checkpoint:g}: {better}")
     return both, verdict + "; ".join(picks) + "."
 
@@ -106,7 +118,11 @@ def main() -> None:
     parser.add_argument("run_b", type=Path)
     parser.add_argument("--labels", nargs=2, default=("A", "B"))
     parser.add_argument("--out", type=Path)
+    add_config_argument(parser)
     args = parser.parse_args()
+    for run_dir in (args.run_a, args.run_b):
+        run_directory(run_dir, HEAD_RECORDS)
+    declare_config_tasks(args.config, args.run_a)
     both, verdict = compare(args.run_a, args.run_b, tuple(args.labels))
     text = markdown(both, verdict, tuple(args.labels))
     print(text)
@@ -115,4 +131,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -9,7 +9,9 @@ summary's picks add every other candidate too: ``summary.md``). Full fine-tuning
 epoch it trained. The goal of issue 21 is checked per row: within one std of full fine-tuning
 (or above it) at no more than 0.30x its whole compute.
 
-    python scripts/head_paths.py RUN_DIR --new ladder [--out FILE.md]
+Head runs the race stopped early (``reporting.results.raced_out``) are left out of every score.
+
+    python scripts/head_paths.py RUN_DIR --new ladder [--out FILE.md] [--config CONFIG (declares own tasks)]
 """
 
 from __future__ import annotations
@@ -22,24 +24,35 @@ import numpy as np
 import pandas as pd
 
 from bertvision.layout import HEADS_DIR, head_metrics_files
-from bertvision.registry.tasks import get_task
-from bertvision.reporting.results import repeats_frozen_run
+from bertvision.reporting.results import raced_out, repeats_frozen_run
+from bertvision.script_support import (
+    ScriptError,
+    add_config_argument,
+    declare_config_tasks,
+    known_task,
+    run_directory,
+    run_script,
+)
 
 GOAL_COST = 0.30
 
 EVERY_HEADS_DIR = HEADS_DIR.format(model="*", task="*", ftseed="*", checkpoint="*")
 
 
-def head_records(run_dir: Path, runs: set) -> pd.DataFrame:
-    """The head records of the runs the tables cover (``runs``: (task, ft seed, checkpoint))."""
-    rows, frozen_seen = [], set()
+def head_records(run_dir: Path, runs: set) -> tuple[pd.DataFrame, int]:
+    """The head records of the runs the tables cover (``runs``: (task, ft seed, checkpoint)) but
+    those the race stopped early, and how many of those were left out."""
+    rows, frozen_seen, left_out = [], set(), 0
     records = [json.loads(p.read_text()) for p in head_metrics_files(sorted(run_dir.glob(EVERY_HEADS_DIR)))]
     for r in sorted(records, key=lambda r: int(r["source"]["ft_seed"])):
         if (r["task"], int(r["source"]["ft_seed"]), float(r["source"]["checkpoint"])) not in runs:
             continue
+        if raced_out(r):
+            left_out += 1
+            continue
         if repeats_frozen_run(r, frozen_seen):  # the untouched encoder's runs count once
             continue
-        task = get_task(r["task"])
+        task = known_task(r["task"])
         rows.append(
             {
                 "task": task.name,
@@ -50,7 +63,7 @@ def head_records(run_dir: Path, runs: set) -> pd.DataFrame:
                 "percent": r["parameter_percent"],
             }
         )
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows), left_out
 
 
 def fmt(mean: float, std: float, scale: float) -> str:
@@ -71,12 +84,17 @@ def path_cell(configs: pd.DataFrame, key: tuple, seconds: float, full: pd.Series
 
 def table(run_dir: Path, new: str, tables: Path | None = None) -> str:
     tables = tables or run_dir / "results" / "tables"
+    for name in ("summary.csv", "cost.csv"):
+        if not (tables / name).is_file():
+            raise ScriptError(f"{tables / name}: no such file (the run's tables: --tables)")
     old_spelling = {"epoch_fraction": "checkpoint"}  # tables written before the checkpoint's one spelling
     summary = pd.read_csv(tables / "summary.csv").rename(columns=old_spelling)
     costs = pd.read_csv(tables / "cost.csv").rename(columns=old_spelling)
     costs["path_s"] = costs["finetune_s"] + costs["extract_s"] + costs["head_s"] * costs["n"]
     path_s = costs.groupby(["task", "checkpoint", "model"])["path_s"].mean()
-    heads = head_records(run_dir, set(zip(costs["task"], costs["ft_seed"], costs["checkpoint"])))
+    heads, left_out = head_records(run_dir, set(zip(costs["task"], costs["ft_seed"], costs["checkpoint"])))
+    if heads.empty:
+        raise ScriptError(f"{run_dir}: no head records of the runs {tables / 'cost.csv'} covers")
     lines = [
         "| task | metric | full FT (whole s) | best existing head (selection) | "
         f"{new} at 0 | {new} at 0.3 | {new} at 1 | goal met by |",
@@ -84,7 +102,7 @@ def table(run_dir: Path, new: str, tables: Path | None = None) -> str:
     ]
     met_tasks = 0
     for task_name, block in heads.groupby("task", sort=True):
-        task = get_task(task_name)
+        task = known_task(task_name)
         scale = 100 / task.metric_scale()
         full = summary[(summary["task"] == task_name) & (summary["row"] == "full fine-tuning")]
         if full.empty:
@@ -117,7 +135,8 @@ def table(run_dir: Path, new: str, tables: Path | None = None) -> str:
             f"Dev scores (× 100) mean ± std over fine-tuning seeds × head seeds; in brackets each path's whole "
             f"cost / full fine-tuning's (fine-tuning to the checkpoint + its extraction + every seed of that "
             f"head; full fine-tuning: every epoch). ✓: within one std of full fine-tuning (or above) at "
-            f"≤ {GOAL_COST:.2f}× its whole compute. Tasks where some path meets it: {met_tasks}.",
+            f"≤ {GOAL_COST:.2f}× its whole compute. Tasks where some path meets it: {met_tasks}. Head runs the race "
+            f"stopped early, left out: {left_out}.",
             "",
             *lines,
             "",
@@ -131,7 +150,10 @@ def main() -> None:
     parser.add_argument("--new", default="ladder", help="the head to show at each checkpoint")
     parser.add_argument("--tables", type=Path, help="the tables directory (default: RUN_DIR/results/tables)")
     parser.add_argument("--out", type=Path)
+    add_config_argument(parser)
     args = parser.parse_args()
+    run_directory(args.run_dir, "heads")
+    declare_config_tasks(args.config, args.run_dir)
     text = table(args.run_dir, args.new, args.tables)
     print(text)
     if args.out:
@@ -139,4 +161,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)
