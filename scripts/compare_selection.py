@@ -9,7 +9,8 @@ agree: the same path, or within noise of each other, where a 95% paired bootstra
 race's pick minus the grid's that holds 0; where no interval can be drawn, dev mean ± std ranges
 that overlap. Issues 33's and 45's goals are these ratios and agreements.
 
-    python scripts/compare_selection.py GRID_WORKDIR RACING_WORKDIR [GRID_WORKDIR RACING_WORKDIR ...]
+    python scripts/compare_selection.py GRID_WORKDIR RACING_WORKDIR [GRID_WORKDIR RACING_WORKDIR ...] \
+        [--config CONFIG (declares own tasks)]
 
 Several pairs are one config run a part at a time (``--config run_tasks=[TASK]`` beside
 configs/cpu-glue.yaml, one task each): their job-seconds are summed and their tasks listed together.
@@ -17,7 +18,7 @@ configs/cpu-glue.yaml, one task each): their job-seconds are summed and their ta
 
 from __future__ import annotations
 
-import sys
+import argparse
 from pathlib import Path
 
 import pandas as pd
@@ -33,14 +34,16 @@ from bertvision.layout import (
     source_checkpoint,
     table,
 )
-from bertvision.registry.tasks import get_task
 from bertvision.reporting.picks import read_picks
 from bertvision.reporting.results import raced_out
 from bertvision.reporting.significance import paired_interval
+from bertvision.script_support import add_config_argument, declare_config_tasks, known_task, run_directory, run_script
 
 # the rules whose jobs choose among the candidates (the rest produce them or report them)
 SELECTION_RULES = ("train_heads", "search_worker", "search_best", "race_checkpoint")
 PICKED = "BERTVision (picked)"
+# what a finished run holds that this script reads
+RUN_PIECES = ("benchmarks/*/*", table("timing", "csv"), table("cost", "csv"), table("summary", "csv"), picks_record())
 
 
 def job_seconds(workdirs: list[Path]) -> pd.Series:
@@ -97,7 +100,7 @@ def picked_runs(workdir: Path) -> dict[tuple, list[tuple[str, str]]]:
 def dev_interval(task: str, racing: list, grid: list) -> tuple[float, float, int] | None:
     """The 95% paired bootstrap interval of the racing pick's dev score minus the grid's, in points,
     and dev's rows; None where it cannot be drawn."""
-    spec = get_task(task)
+    spec = known_task(task)
     drawn = paired_interval(spec, racing, grid)
     if drawn is None:
         return None
@@ -112,8 +115,11 @@ def overlap(a, b) -> bool:
     return a["dev_mean"] - sa <= b["dev_mean"] + sb and b["dev_mean"] - sb <= a["dev_mean"] + sa
 
 
-def main(*workdirs: str) -> None:
-    grid, racing = [Path(w) for w in workdirs[0::2]], [Path(w) for w in workdirs[1::2]]
+def ratio(new: float, old: float) -> str:
+    return f"{new / old:.2f}x" if old else "n/a"
+
+
+def report(grid: list[Path], racing: list[Path]) -> None:
     seconds = pd.DataFrame({"grid": job_seconds(grid), "racing": job_seconds(racing)}).fillna(0.0)
     print("| rule | grid job-s | racing job-s |\n|---|---|---|")
     for rule, r in seconds.iterrows():
@@ -121,16 +127,16 @@ def main(*workdirs: str) -> None:
     sel = seconds.loc[seconds.index.isin(SELECTION_RULES)].sum()
     whole = seconds.sum()
     print(f"\nhead selection ({', '.join(SELECTION_RULES)}): {sel['grid']:.1f} vs {sel['racing']:.1f} job-s, "
-          f"{sel['racing'] / sel['grid']:.2f}x")  # fmt: skip
-    print(f"whole run: {whole['grid']:.1f} vs {whole['racing']:.1f} job-s, {whole['racing'] / whole['grid']:.2f}x")
+          f"{ratio(sel['racing'], sel['grid'])}")  # fmt: skip
+    print(f"whole run: {whole['grid']:.1f} vs {whole['racing']:.1f} job-s, {ratio(whole['racing'], whole['grid'])}")
     heads = head_jobs_by_task(grid).assign(seconds_racing=head_jobs_by_task(racing)["seconds"])
     print("\n| task | states | grid train_heads job-s | racing | ratio |\n|---|---|---|---|---|")
     for task, r in heads.iterrows():
         print(f"| {task} | {r['features']} | {r['seconds']:.1f} | {r['seconds_racing']:.1f} | "
-              f"{r['seconds_racing'] / r['seconds']:.2f}x |")  # fmt: skip
+              f"{ratio(r['seconds_racing'], r['seconds'])} |")  # fmt: skip
     for kind, part in heads.groupby("features"):
         g, r = part["seconds"].sum(), part["seconds_racing"].sum()
-        print(f"train_heads of the tasks with {kind} states: {g:.1f} vs {r:.1f} job-s, {r / g:.2f}x")
+        print(f"train_heads of the tasks with {kind} states: {g:.1f} vs {r:.1f} job-s, {ratio(r, g)}")
     a, b = picks(grid), picks(racing)
     runs_a = {k: v for w in grid for k, v in picked_runs(w).items()}
     runs_b = {k: v for w in racing for k, v in picked_runs(w).items()}
@@ -165,7 +171,18 @@ def main(*workdirs: str) -> None:
           f"grid: median {a['whole_cost_ratio'].median():.2f}x")  # fmt: skip
 
 
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("workdirs", nargs="+", type=Path, metavar="GRID_WORKDIR RACING_WORKDIR")
+    add_config_argument(parser)
+    args = parser.parse_args()
+    if len(args.workdirs) % 2:
+        parser.error("give the working directories in pairs: GRID_WORKDIR RACING_WORKDIR [...]")
+    for workdir in args.workdirs:
+        run_directory(workdir, *RUN_PIECES)
+    declare_config_tasks(args.config, args.workdirs[0])
+    report(args.workdirs[0::2], args.workdirs[1::2])
+
+
 if __name__ == "__main__":
-    if len(sys.argv) < 3 or len(sys.argv) % 2 == 0:
-        sys.exit(__doc__)
-    main(*sys.argv[1:])
+    run_script(main)
