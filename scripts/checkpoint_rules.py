@@ -5,6 +5,9 @@ Nothing is trained; the decisions are the race stage's own (``stages.race.decide
 
     python scripts/checkpoint_rules.py RUN_DIR --model minilm-l6 --tasks review-sentiment review-site \\
         --ftseeds 1 2 3 --checkpoints 0 0.3 1 [--min-gain 0.005] [--config CONFIG (declares own tasks)]
+
+"stopped after" is the last checkpoint the rule's decisions reached; every checkpoint given must
+have head records in the run for every task and fine-tuning seed.
 """
 
 from __future__ import annotations
@@ -14,14 +17,20 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from bertvision.config.schema import validate_config
 from bertvision.config.settings import RaceSettings
-from bertvision.config.workflow import WorkflowSettings, load_workflow_config
 from bertvision.files import read_json
 from bertvision.layout import HEADS_DIR, Checkpoint, Run, head_metrics_files
-from bertvision.registry.tasks import get_task
 from bertvision.reporting.ranking import best, head_candidates
 from bertvision.reporting.results import ensemble_name
+from bertvision.script_support import (
+    ScriptError,
+    add_config_argument,
+    checkpoint_argument,
+    declare_config_tasks,
+    known_task,
+    run_directory,
+    run_script,
+)
 from bertvision.stages.race import decide_checkpoint
 
 RULES = ("gain", "spread")
@@ -60,23 +69,29 @@ def described(scores: list[float]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--model", required=True)
     parser.add_argument("--tasks", nargs="+", required=True)
     parser.add_argument("--ftseeds", nargs="+", type=int, required=True)
-    parser.add_argument("--checkpoints", nargs="+", required=True)
+    parser.add_argument("--checkpoints", nargs="+", type=checkpoint_argument, required=True)
     parser.add_argument("--min-gain", type=float, default=0.005)
-    parser.add_argument("--config", type=Path, help="the run's config, read for the tasks it declares")
+    add_config_argument(parser)
     args = parser.parse_args()
-    if args.config:  # reading it declares the config's own tasks (run from the run's directory)
-        WorkflowSettings(validate_config(load_workflow_config(args.config), source=str(args.config)))
-    checkpoints = [Checkpoint.named(c) for c in args.checkpoints]
+    run_directory(args.run_dir, "heads")
+    declare_config_tasks(args.config, args.run_dir)
+    checkpoints = sorted(set(args.checkpoints))
+    for name in args.tasks:
+        known_task(name)
+        for checkpoint in checkpoints:
+            for path in head_dirs(args.run_dir, args.model, name, args.ftseeds, checkpoint):
+                if not head_metrics_files([path]):
+                    raise ScriptError(f"--checkpoints {checkpoint.name}: {path}: no head records in this run")
     print("| task | rule | decisions (checkpoint: best selection, gain) | stopped after | pick | selection | dev |")
     print("|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as scratch:
         for name in args.tasks:
-            task = get_task(name)
+            task = known_task(name)
             dirs = {c: head_dirs(args.run_dir, args.model, name, args.ftseeds, c) for c in checkpoints}
             for rule in RULES:
                 race = RaceSettings(protocol="racing", rungs=(2,), keep=0.5, min_gain=args.min_gain,
@@ -91,8 +106,9 @@ def main() -> None:
                     previous = out
                     if not decision["go_on"]:
                         break
+                stopped = list(reached)[-1]
                 checkpoint, head, selection, dev = pick_over(task, reached)
-                print(f"| {name} | {rule} | {'; '.join(steps)} | {checkpoint.name} | {head} at {checkpoint.name} "
+                print(f"| {name} | {rule} | {'; '.join(steps)} | {stopped.name} | {head} at {checkpoint.name} "
                       f"| {selection:.4f} | {described(dev)} |")  # fmt: skip
             checkpoint, head, selection, dev = pick_over(task, dirs)
             print(f"| {name} | grid | every checkpoint | {checkpoints[-1].name} | {head} at {checkpoint.name} "
@@ -100,4 +116,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)
