@@ -11,16 +11,18 @@ a timing). Prints what differs and exits 1 if anything but timings does.
 
 from __future__ import annotations
 
+import argparse
 import filecmp
 import json
 import re
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
 from safetensors.numpy import load_file
+
+from bertvision.script_support import ScriptError, run_directory, run_script
 
 TIMING = re.compile(r"second|time|wait_share|_s$|_s_|elapsed|wall|cpu|rss|memory|mib|started|finished|date", re.I)
 COST_COLUMNS = re.compile(r"cost|whole|own|ratio|×|front", re.I)  # on_front: the cost-score front
@@ -85,7 +87,7 @@ def differences(before: Path, after: Path) -> list[str]:
     return ["bytes differ"]
 
 
-def main(before_dir: Path, after_dir: Path) -> int:
+def compare(before_dir: Path, after_dir: Path) -> int:
     b, a = files(before_dir), files(after_dir)
     found = [f"only in {before_dir}: {p}" for p in sorted(b - a)] + [f"only in {after_dir}: {p}" for p in sorted(a - b)]
     for path in sorted(b & a):
@@ -96,5 +98,16 @@ def main(before_dir: Path, after_dir: Path) -> int:
     return 1 if found else 0
 
 
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("before", type=Path, metavar="BEFORE_WORKDIR")
+    parser.add_argument("after", type=Path, metavar="AFTER_WORKDIR")
+    args = parser.parse_args()
+    for workdir in (args.before, args.after):
+        if not files(run_directory(workdir)):
+            raise ScriptError(f"{workdir}: no run outputs to compare (outside {', '.join(SKIPPED)})")
+    return compare(args.before, args.after)
+
+
 if __name__ == "__main__":
-    sys.exit(main(Path(sys.argv[1]), Path(sys.argv[2])))
+    run_script(main)
