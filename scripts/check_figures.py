@@ -15,6 +15,7 @@ Prints one line per figure not held and exits 1 if there is any.
 
 from __future__ import annotations
 
+import argparse
 import functools
 import re
 import sys
@@ -181,6 +182,8 @@ def missing_figures(documents: list[Path], results: Path) -> list[str]:
 
 
 def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.parse_args()
     documents = [p for pattern in DOCUMENTS for p in sorted(REPO.glob(pattern))]
     problems = missing_figures(documents, REPO / RESULTS)
     for problem in problems:

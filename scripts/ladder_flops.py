@@ -10,6 +10,8 @@ defaults (side width hidden/8, two side blocks, every layer, mean pooling)."""
 
 from __future__ import annotations
 
+import argparse
+
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 from transformers import BertConfig, BertModel
@@ -29,6 +31,8 @@ def forward_flops(module: torch.nn.Module, *inputs) -> int:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.parse_args()
     torch.manual_seed(0)
     print(f"forward FLOPs (2 x multiply-adds) for one example of {TOKENS} tokens, torch FlopCounterMode")
     print("| encoder | encoder GFLOPs | ladder GFLOPs | ladder / encoder |")

@@ -13,12 +13,14 @@ predictions for it, never a score)."""
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from bertvision.script_support import ScriptError, run_script
 
 SITES = ("amazon", "imdb", "yelp")
 SENTIMENT = {0: "negative", 1: "positive"}
@@ -28,7 +30,10 @@ DEV_PER_GROUP, TEST_PER_GROUP = 80, 40  # per (site, sentiment): 480 dev rows, 2
 def read_fixtures(folder: Path) -> pd.DataFrame:
     frames = []
     for site in SITES:
-        rows = json.loads((folder / f"{site}.json").read_text(encoding="utf-8"))
+        path = folder / f"{site}.json"
+        if not path.is_file():
+            raise ScriptError(f"{path}: no such file (the fixtures folder of the npm package sentiment 5.0.2)")
+        rows = json.loads(path.read_text(encoding="utf-8"))
         frame = pd.DataFrame(rows)
         frames.append(pd.DataFrame({"sentence": frame["text"].str.strip(), "site": site,
                                     "sentiment": frame["class"].map(SENTIMENT)}))  # fmt: skip
@@ -46,10 +51,14 @@ def split(data: pd.DataFrame, seed: int = 0) -> dict[str, pd.DataFrame]:
     return {name: pd.concat(frames).sample(frac=1, random_state=seed) for name, frames in parts.items()}
 
 
-def main(source: str, out: str) -> None:
-    data = read_fixtures(Path(source))
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("fixtures", type=Path, metavar="FIXTURES_DIR", help="the package's test/fixtures folder")
+    parser.add_argument("out_dir", type=Path, metavar="OUT_DIR")
+    args = parser.parse_args()
+    data = read_fixtures(args.fixtures)
     unique = data.drop_duplicates("sentence", keep="first").reset_index(drop=True)
-    out_dir = Path(out)
+    out_dir = args.out_dir
     out_dir.mkdir(parents=True, exist_ok=True)
     for name, frame in split(unique).items():
         columns = ["sentence", "site", "sentiment"] if name != "test" else ["sentence"]
@@ -59,4 +68,4 @@ def main(source: str, out: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    run_script(main)
