@@ -20,8 +20,8 @@ from bertvision.config.schema import validate_config
 from bertvision.config.settings import HeadRuntimeSettings
 from bertvision.config.workflow import WorkflowSettings, load_workflow_config
 from bertvision.files import read_json
-from bertvision.layout import FEATURES_DIR, HEAD_METRICS, RAW_DIR, Checkpoint, Run, head_runs
-from bertvision.registry.tasks import get_task
+from bertvision.layout import FEATURES_DIR, HEAD_METRICS, RAW_DIR, Run, head_runs
+from bertvision.script_support import ScriptError, checkpoint_argument, known_task, run_directory, run_script
 from bertvision.stages.train_heads import train_heads
 
 
@@ -32,12 +32,12 @@ def main() -> None:
     parser.add_argument("--model", default=None, help="the backbone (default: the config's first)")
     parser.add_argument("--task", required=True)
     parser.add_argument("--ftseed", type=int, default=1)
-    parser.add_argument("--checkpoint", default="0")
+    parser.add_argument("--checkpoint", type=checkpoint_argument, default="0")
     parser.add_argument("--heads", nargs="+", required=True, help="head names, of the config or of --extra")
     parser.add_argument("--extra", type=json.loads, default={}, help="JSON: name -> head spec, added to the config")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     args = parser.parse_args()
-    args.run_dir = args.run_dir.resolve()
+    args.run_dir = run_directory(args.run_dir).resolve()
     os.chdir(args.run_dir)  # a config's own files are relative to its run's directory
     config_file = args.run_dir / args.config
     config = load_workflow_config(config_file)
@@ -48,14 +48,25 @@ def main() -> None:
         config["tasks"][args.task]["heads"] = [*listed, *args.extra]
     settings = WorkflowSettings(validate_config(config, str(config_file)), source=str(config_file))
     model = args.model or next(iter(settings.config["backbones"]))
-    run = Run(model, args.task, args.ftseed, Checkpoint.named(args.checkpoint))
-    heads = {name: head for name, head in settings.head_settings(args.task).items() if name in args.heads}
-    task = get_task(args.task)
+    task = known_task(args.task)
+    if args.task not in settings.tasks:
+        raise ScriptError(f"--task {args.task}: not a task of {config_file} ({', '.join(settings.tasks)})")
+    run = Run(model, args.task, args.ftseed, args.checkpoint)
+    trained = settings.head_settings(args.task)
+    unknown = [name for name in args.heads if name not in trained]
+    if unknown:
+        raise ScriptError(
+            f"--heads: {', '.join(unknown)}: not a head {args.task} trains in {config_file} or --extra "
+            f"({', '.join(trained)})"
+        )
+    heads = {name: head for name, head in trained.items() if name in args.heads}
+    manifest = args.run_dir / run.format(FEATURES_DIR) / "manifest.json"
+    if not manifest.is_file():
+        raise ScriptError(f"{manifest}: no such file (the run's stored states of that task, seed and checkpoint)")
     metric = task.primary_metric
     print(f"\n## {args.task}, fine-tuning seed {args.ftseed}, checkpoint {args.checkpoint}; head seeds {args.seeds}\n")
     print("| head | selection (mean) | dev mean ± std | best epochs |\n|---|---|---|---|")
     with tempfile.TemporaryDirectory() as out:
-        manifest = args.run_dir / run.format(FEATURES_DIR) / "manifest.json"
         raw = args.run_dir / run.format(RAW_DIR)
         train_heads(task, heads, HeadRuntimeSettings(device="cpu", verify="size"), manifest, args.seeds, Path(out),
                     threads=1, raw_dir=raw)  # fmt: skip
@@ -73,4 +84,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)
