@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from bertvision.reporting.request_usage import WASTE_LIMIT, planned_jobs, report, requests_table
+from bertvision.script_support import ScriptError, run_directory, run_script
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -30,6 +31,10 @@ def main() -> int:
     parser.add_argument("--check", action="store_true")
     parser.add_argument("--profile", help="e.g. profiles/slurm: the requests that profile's defaults give")
     args = parser.parse_args()
+    run_directory(args.directory)  # before Snakemake, which would make it (and its .snakemake) to plan in
+    missing = [name for name in args.configfile if not Path(name).is_file()]
+    if missing:
+        raise ScriptError(f"--configfile: {', '.join(missing)}: no such file")
     cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "workflow" / "Snakefile"), "-d", str(args.directory)]
     cmd += ["-n", "--forceall", "--cores", "all", "--configfile", *args.configfile]
     if args.profile:
@@ -61,4 +66,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_script(main)
