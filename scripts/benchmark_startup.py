@@ -60,6 +60,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
+    if args.repeats < 1:
+        parser.error(f"--repeats {args.repeats}: at least 1")
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         cold_env = {k: v for k, v in os.environ.items() if k != SOCKET_ENV}
@@ -85,7 +87,8 @@ def main() -> None:
             pool.stop()
 
     def line(name: str, xs: list[float]) -> str:
-        return f"{name:<28} {statistics.mean(xs):6.2f} s ± {statistics.stdev(xs):.2f} (n={len(xs)})"
+        spread = f" ± {statistics.stdev(xs):.2f} (n={len(xs)})" if len(xs) > 1 else " (one run: no spread)"
+        return f"{name:<28} {statistics.mean(xs):6.2f} s{spread}"
 
     print(
         "start-up of a model job (bertvision extract: imports and encoder load, up to its first input), wall seconds:"
