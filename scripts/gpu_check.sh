@@ -18,7 +18,10 @@ set -euo pipefail
 
 dry_run=0
 if [[ "${1:-}" == "--dry-run" ]]; then dry_run=1; shift; fi
-PY=$(command -v "${PYTHON:-python}")
+PY=$(command -v "${PYTHON:-python}") || {
+    echo "gpu_check: no ${PYTHON:-python} on PATH; activate the venv (make setup) or set PYTHON" >&2
+    exit 2
+}
 PY="$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY")"  # absolute, the venv's link kept: the run is elsewhere
 if [[ $dry_run == 0 ]] && ! nvidia-smi > /dev/null 2>&1; then
     echo "gpu_check: no GPU here (nvidia-smi failed); run with --dry-run to check the script on a CPU" >&2
@@ -50,7 +53,13 @@ fi
 snakemake=($PY -m snakemake --scheduler greedy)
 workflow_rc=0
 if [[ $dry_run == 1 ]]; then
-    (cd "$work" && "${snakemake[@]}" -n --cores 2 > "$work/snakemake.txt" 2>&1)
+    # its output is in $work, which the exit trap deletes: show the failure's tail before going
+    (cd "$work" && "${snakemake[@]}" -n --cores 2 > "$work/snakemake.txt" 2>&1) || {
+        rc=$?
+        echo "gpu_check: the workflow's dry run failed (exit $rc, $PY -m snakemake); its output ends:" >&2
+        tail -n 20 "$work/snakemake.txt" >&2
+        exit "$rc"
+    }
     workflow="dry run: $(awk '$1 == "total" {print $2; exit}' "$work/snakemake.txt") jobs planned"
 else
     t0=$(date +%s)
@@ -89,7 +98,8 @@ mkdir -p "$(dirname "$out")"
     echo
     echo "## The default run"
     echo
-    if [[ $dry_run == 1 ]]; then sed -n '/^Job stats/,/^total/p' "$work/snakemake.txt"
+    # a dry run prints its job stats at its start and again at its end: once here
+    if [[ $dry_run == 1 ]]; then awk '/^Job stats/ {on = 1} on {print} on && $1 == "total" {exit}' "$work/snakemake.txt"
     else
         if [[ $workflow_rc == 0 ]]; then
             cat "$work/results/tables/summary.md"; echo; cat "$work/results/tables/timing.md"
