@@ -28,6 +28,7 @@ sys.path.insert(0, str(REPO))
 from bertvision.commands.warm import start  # noqa: E402
 from bertvision.config.settings import ExtractSettings  # noqa: E402
 from bertvision.runtime.warm import SOCKET_ENV  # noqa: E402
+from bertvision.script_support import run_script  # noqa: E402
 
 SETTINGS = ExtractSettings(batch_size=64, block_rows=256, block_tokens=65536).to_json()
 
@@ -54,6 +55,12 @@ def timed(cmd: list[str], env: dict) -> tuple[float, bool]:
     if proc.returncode != 2 or "no-tokens" not in proc.stderr:  # the one-line error of the missing input
         raise SystemExit(f"unexpected exit {proc.returncode}:\n{proc.stderr[-2000:]}")
     return seconds, "forked from the warm pool" in proc.stderr
+
+
+def described(name: str, xs: list[float]) -> str:
+    """One way's line: its mean seconds and their spread (none for one run)."""
+    spread = f" ± {statistics.stdev(xs):.2f} (n={len(xs)})" if len(xs) > 1 else " (one run: no spread)"
+    return f"{name:<28} {statistics.mean(xs):6.2f} s{spread}"
 
 
 def main() -> None:
@@ -86,18 +93,14 @@ def main() -> None:
         finally:
             pool.stop()
 
-    def line(name: str, xs: list[float]) -> str:
-        spread = f" ± {statistics.stdev(xs):.2f} (n={len(xs)})" if len(xs) > 1 else " (one run: no spread)"
-        return f"{name:<28} {statistics.mean(xs):6.2f} s{spread}"
-
     print(
         "start-up of a model job (bertvision extract: imports and encoder load, up to its first input), wall seconds:"
     )
-    print(line("cold process", cold))
-    print(line("forked from the warm pool", warm))
+    print(described("cold process", cold))
+    print(described("forked from the warm pool", warm))
     print(f"ratio warm / cold            {statistics.mean(warm) / statistics.mean(cold):6.3f}")
     print(f"warm runs the pool forked: {forked} of {args.repeats}")
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)
