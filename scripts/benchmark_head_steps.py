@@ -25,6 +25,7 @@ from bertvision.models.heads import Standardized, build_head
 from bertvision.registry.heads import is_token_head
 from bertvision.registry.tasks import get_task
 from bertvision.runtime.device import set_threads
+from bertvision.script_support import run_script
 from bertvision.training.problems import Problems
 
 
@@ -86,4 +87,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -28,6 +28,7 @@ from bertvision.config.workflow import WorkflowSettings, load_workflow_config
 from bertvision.registry.heads import is_token_head
 from bertvision.registry.tasks import get_task
 from bertvision.runtime.device import set_threads
+from bertvision.script_support import run_script
 from bertvision.training.loop import SeededHead, train_together
 from bertvision.training.problems import Problems
 
@@ -120,4 +121,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -45,6 +45,7 @@ from bertvision.models.backbone import resolve_pretrained
 from bertvision.models.encoder_io import load_encoder
 from bertvision.registry.tasks import get_task
 from bertvision.runtime.backend import with_backend
+from bertvision.script_support import run_script
 from bertvision.serving.bundle import bundle_paths, load_bundle
 from bertvision.serving.engine import Engine
 from bertvision.serving.items import TextItem
@@ -382,4 +383,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

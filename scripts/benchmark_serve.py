@@ -54,6 +54,7 @@ import numpy as np
 
 from bertvision.data.glue_files import locate, parse_split
 from bertvision.registry.tasks import get_task
+from bertvision.script_support import ScriptError, run_script
 from bertvision.serving.bundle import bundle_paths, load_bundle
 from bertvision.serving.engine import Engine
 from bertvision.serving.items import TextItem
@@ -376,7 +377,7 @@ def main() -> None:
     bundles = [load_bundle(path) for path in bundle_paths([args.bundle])]
     example = [t for b in bundles for t in b.tasks.values() if not t.takes_questions]
     if not example:
-        raise SystemExit(f"{args.bundle}: no classification or regression task; the benchmark measures those")
+        raise ScriptError(f"{args.bundle}: no classification or regression task; the benchmark measures those")
     arities = sorted({len(t.text_fields) for t in example})
     pairs = sentence_pairs(max(args.batch, 200))
     bodies = [{"texts": request_texts(arities, pair)} for pair in pairs]
@@ -404,4 +405,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -23,6 +23,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from bertvision.script_support import run_script
+
 
 class Adapter(nn.Module):
     """An adapter head as the head jobs train it: a shared down-projection of every layer, GELU,
@@ -121,4 +123,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -18,9 +18,10 @@ from __future__ import annotations
 import argparse
 import functools
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from bertvision.script_support import run_script
 
 REPO = Path(__file__).resolve().parent.parent
 DOCUMENTS = ("README.md", "docs/*.md")
@@ -193,4 +194,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_script(main)

@@ -18,6 +18,7 @@ from transformers import BertConfig, BertModel
 
 from bertvision.models.heads import build_head
 from bertvision.models.random_encoder import NAMED_SHAPES, RandomShape
+from bertvision.script_support import run_script
 
 TOKENS = 64
 SHAPES = {"MiniLM-L6 (all-MiniLM-L6-v2)": RandomShape(6, 384, 12, 1536), **NAMED_SHAPES}
@@ -55,4 +56,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)
