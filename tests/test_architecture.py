@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "bertvision"
 
 # top to bottom: a room may import its own floor and the floors below
 FLOORS = [
-    {"commands", "__main__"},
+    {"commands", "__main__", "script_support"},
     {"stages"},
     {"serving"},
     {"reporting"},
