@@ -984,6 +984,20 @@ def test_every_refusal_under_v2_is_in_the_protocols_error_form(server, method, p
     response = server.client.request(method, path, content=content)
     assert response.status_code == status, response.text
     assert set(response.json()) <= {"error", "field"} and response.json()["error"], response.text
+    if status == 413:  # read to its end and dropped: the connection serves the next request (it was reset)
+        assert response.headers.get("connection") != "close"
+        assert server.client.get("/v2/health/live").status_code == 200
+
+
+def test_a_body_far_over_the_limit_is_refused_unread_and_the_answer_says_the_connection_ends(server):
+    """Past a few times the limit the body is not read: the server closes the connection and says
+    so, so that a client opens a new one for its next request instead of reading a reset."""
+    from bertvision.serving.app import DRAINED_LIMITS
+
+    with httpx.Client(base_url=server.url, timeout=60) as client:
+        response = client.post("/predict", content=b"x" * (2 * DRAINED_LIMITS * MAX_BODY))
+        assert response.status_code == 413 and response.headers.get("connection") == "close", (response.headers, response.text)
+        assert client.get("/health").status_code == 200
 
 
 def test_the_docs_pages_example_requests_ask_only_the_tasks_served_and_are_answered(server):

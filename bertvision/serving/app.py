@@ -54,6 +54,13 @@ from bertvision.serving.v2 import READ, is_protocol_path, v2_router
 log = logging.getLogger(__name__)
 
 
+# A refused body is read to its end and dropped, up to this many times the limit (a few MB), so the
+# connection stays usable; a longer one is left unread, which ends the connection, and the answer
+# says so (else the client sends its next request on it and reads a reset).
+DRAINED_LIMITS = 4
+UNREAD_BODY = {"connection": "close"}
+
+
 class BodyLimit:
     """Refuses (413) a body over ``max_bytes``: by its Content-Length, and by the bytes that
     actually arrive (chunked bodies, or a header that lies). The body is read here and replayed."""
@@ -71,7 +78,8 @@ class BodyLimit:
             except ValueError:
                 return await error(400, "content-length", "not an integer", scope["path"])(scope, receive, send)
             if length > self.max_bytes:
-                return await self.too_large(length, scope["path"])(scope, receive, send)
+                drained = await self.drained(receive, 0)
+                return await self.too_large(length, scope["path"], drained)(scope, receive, send)
         chunks, size = [], 0
         while True:
             message = await receive()
@@ -79,9 +87,11 @@ class BodyLimit:
                 return
             chunks.append(message.get("body", b""))
             size += len(chunks[-1])
+            more = message.get("more_body", False)
             if size > self.max_bytes:
-                return await self.too_large(size, scope["path"], at_least=True)(scope, receive, send)
-            if not message.get("more_body", False):
+                drained = not more or await self.drained(receive, size)
+                return await self.too_large(size, scope["path"], drained, at_least=True)(scope, receive, send)
+            if not more:
                 break
         body, replayed = b"".join(chunks), False
 
@@ -94,8 +104,21 @@ class BodyLimit:
 
         return await self.app(scope, replay, send)
 
-    def too_large(self, size: int, path: str, at_least: bool = False) -> JSONResponse:
-        return error(413, "body", f"{'more than ' if at_least else ''}{size} bytes, at most {self.max_bytes}", path)
+    async def drained(self, receive, read: int) -> bool:
+        """Whether the rest of a refused body (``read`` bytes of it in) was read and dropped to its
+        end within ``DRAINED_LIMITS`` times the limit."""
+        while read <= DRAINED_LIMITS * self.max_bytes:
+            message = await receive()
+            if message["type"] != "http.request":
+                return False
+            read += len(message.get("body", b""))
+            if not message.get("more_body", False):
+                return True
+        return False
+
+    def too_large(self, size: int, path: str, drained: bool, at_least: bool = False) -> JSONResponse:
+        problem = f"{'more than ' if at_least else ''}{size} bytes, at most {self.max_bytes}"
+        return error(413, "body", problem, path, None if drained else UNREAD_BODY)
 
 
 def error(status: int, field: str | None, message: str, path: str = "", headers=None) -> JSONResponse:
