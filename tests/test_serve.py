@@ -996,7 +996,7 @@ def test_a_body_far_over_the_limit_is_refused_unread_and_the_answer_says_the_con
 
     with httpx.Client(base_url=server.url, timeout=60) as client:
         response = client.post("/predict", content=b"x" * (2 * DRAINED_LIMITS * MAX_BODY))
-        assert response.status_code == 413 and response.headers.get("connection") == "close", (response.headers, response.text)
+        assert response.status_code == 413 and response.headers.get("connection") == "close", response.headers
         assert client.get("/health").status_code == 200
 
 
