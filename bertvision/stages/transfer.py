@@ -39,17 +39,13 @@ def transfer(
     every checkpoint's features in ``manifests``; write the records to ``out``."""
     set_threads(threads)
     # a head the race stopped was cut short: its transfer would say little of the states (the tables leave it out)
-    runs = [
-        run
-        for run in sorted(r for d in head_dirs for r in head_runs(d))
-        if not raced_out(read_json(run / HEAD_METRICS))
-    ]
+    trained = {run: read_json(run / HEAD_METRICS) for run in sorted(r for d in head_dirs for r in head_runs(d))}
+    runs = {run: record for run, record in trained.items() if not raced_out(record)}
     records = []
     for manifest in manifests:  # a manifest, or a stream source (store: false)
         problems = Problems(task, manifest, runtime, in_memory_max_mb, raw_dir)
         target = problems.feats["train"].manifest["source"]
-        for run in runs:
-            record = read_json(run / HEAD_METRICS)
+        for run, record in runs.items():
             spec = record["head_spec"]
             problem = problems.get(spec)
             layers, hidden = problem.shape
