@@ -571,3 +571,18 @@ def test_the_peers_precision_is_in_the_timing_tables_list_under_the_job_that_ran
     ]
     found = stage_precisions([], [], [], [], peers)
     assert found == {("sst2", "peer"): "bf16 on cpu", ("sst2", "embed"): "fp32 on cpu"}
+
+
+def test_the_experiment_tables_read_bert_at_checkpoints_the_race_did_not_reach_each_once():
+    """The experiments fine-tune past where the race stopped: BERT's row there was left blank."""
+    from bertvision.layout import Checkpoint
+    from bertvision.plan.files import RunFiles
+    from tests.conftest import workflow_settings
+
+    s = workflow_settings(
+        finetune={"epoch_fractions": [0, 0.3, 0.6], "seeds": [1, 2]}, experiments={"transfer": {"tasks": ["mrpc"]}}
+    )
+    reached = [s.run("m", "mrpc", 1, Checkpoint(0)), s.run("m", "mrpc", 1, Checkpoint(0.3))]
+    records = RunFiles(s).experiment_bert_records(reached)
+    assert len(records) == len(set(records)) == 5  # checkpoint 0 once, 0.3 and 0.6 of both fine-tuning seeds
+    assert any("ft1/ckpt-0.6/" in path for path in records) and any("ft2/ckpt-0.6/" in path for path in records)
