@@ -17,6 +17,7 @@ from bertvision.features.store import FeatureSet
 from bertvision.models.cnn_heads import ConvHead, XceptionHead
 from bertvision.models.head_io import load_head
 from bertvision.models.heads import build_head, count_parameters
+from bertvision.registry.heads import XCEPTION_MIN_WIDTH
 from bertvision.registry.tasks import get_task
 from bertvision.stages.train_heads import train_heads
 from bertvision.training.span import SpanProblem
@@ -38,6 +39,7 @@ def test_xception_matches_the_original_counts_and_lengths():
     assert not any(c.bias is not None for c in head.modules() if isinstance(c, torch.nn.Conv1d))
     cls = build_head({"type": "xception", "cls_residual": True}, 26, 1024, 2)
     assert count_parameters(cls) + bn_statistics(cls) == 269_058
+    assert count_parameters(cls) == 266_114  # docs/heads.md: trainable with cls_residual
     lengths = []
     hooks = [
         m.register_forward_hook(lambda m, i, o: lengths.append(o.shape[-1]))
@@ -148,9 +150,9 @@ def test_training_mode_uses_batch_statistics():
 
 
 def test_xception_trains_on_a_batch_of_one_at_its_minimum_width():
-    head = build_head({"type": "xception"}, 3, XceptionHead.MIN_WIDTH, 2).train()
-    head(torch.randn(1, 3, XceptionHead.MIN_WIDTH)).sum().backward()
-    head = build_head({"type": "xception", "adapter_width": XceptionHead.MIN_WIDTH}, 3, 64, 2).train()
+    head = build_head({"type": "xception"}, 3, XCEPTION_MIN_WIDTH, 2).train()
+    head(torch.randn(1, 3, XCEPTION_MIN_WIDTH)).sum().backward()
+    head = build_head({"type": "xception", "adapter_width": XCEPTION_MIN_WIDTH}, 3, 64, 2).train()
     head(torch.randn(1, 3, 64)).sum().backward()
 
 
@@ -162,7 +164,7 @@ def test_xception_trains_on_a_batch_of_one_at_its_minimum_width():
     ],
 )
 def test_too_short_a_width_is_a_clear_error(spec, hidden, message):
-    with pytest.raises(ValueError, match=rf"xception head: .* at least {XceptionHead.MIN_WIDTH} .*{message}"):
+    with pytest.raises(ValueError, match=rf"xception head: .* at least {XCEPTION_MIN_WIDTH} .*{message}"):
         build_head(spec, 3, hidden, 2)
 
 

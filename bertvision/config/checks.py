@@ -10,21 +10,24 @@ import jsonschema
 from bertvision.config.schema import schema_node
 from bertvision.errors import ConfigError, MissingError
 from bertvision.layout import Checkpoint
-from bertvision.models.backbone import check_pretrained, position_limit
-from bertvision.registry.heads import HEAD_TYPES, SEARCHABLE_TRAINING, head_pair, trains_on
+from bertvision.models.backbone import check_pretrained, hidden_width, position_limit
+from bertvision.registry.heads import HEAD_TYPES, SEARCHABLE_TRAINING, head_pair, shape_problem, trains_on
 from bertvision.registry.peers import inapplicable
+from bertvision.registry.states import PAIR_PARTS
 from bertvision.registry.tasks import get_task
 
 
 def check(workflow) -> None:
     """Raise one ConfigError listing every problem, one line each, naming the config file and the key."""
     problems, broken = [], set()  # broken: tasks whose heads cannot be listed
+    found = []  # the backbones that are there
     for model in workflow.models:
         try:
             check_pretrained(workflow.pretrained(model))
         except MissingError as err:
             problems.append(f"backbones.{model}.pretrained: {err}")
             continue
+        found.append(model)
         limit = position_limit(workflow.pretrained(model))
         for task in workflow.tasks if limit else []:
             if workflow.max_length(task) > limit:
@@ -88,10 +91,11 @@ def check(workflow) -> None:
             )
             continue
         if not workflow.task_heads(task):
-            problems.append(
-                f"tasks.{task}: every head in heads.models is token-level, but the task has no token "
-                f"features; set tasks.{task}.token_features: true or list [CLS] heads"
-            )
+            token = [n for n in workflow.heads if HEAD_TYPES[models[n]["type"]].token_level]
+            apart_only = [n for n in workflow.heads if n not in token and head_pair(models[n]) == "apart"]
+            reasons = [f"{token} are token-level (set tasks.{task}.token_features: true)"] if token else []
+            reasons += [f"{apart_only} read a pair's two texts encoded apart, but {why}"] if apart_only else []
+            problems.append(f"tasks.{task}: no head in heads.models trains on it: {'; '.join(reasons)}")
             continue
         unsearched = [n for n in workflow.search_heads(task) if n not in workflow.task_heads(task)]
         if unsearched:
@@ -108,6 +112,8 @@ def check(workflow) -> None:
                 )
     if any(workflow.search_heads(task) for task in workflow.tasks):
         problems += space_problems(workflow.config["search"]["space"])
+    for model in found:
+        problems += misfit_heads(workflow, model, [t for t in workflow.tasks if t not in broken])
     for name in ("data_fraction", "transfer", "bert_curve"):
         unknown = [t for t in workflow.config["experiments"][name]["tasks"] if t not in workflow.tasks]
         if unknown:
@@ -210,6 +216,21 @@ def shared_problems(workflow, broken: set) -> list[str]:
                 f"shared.heads: none of {shared['heads']} is among {task}'s heads ({list(workflow.task_heads(task))})"
             )
     return problems
+
+
+def misfit_heads(workflow, model: str, tasks: list[str]) -> list[str]:
+    """Each head of ``tasks`` whose options cannot be built on ``model``'s states (``HeadType.misfit``),
+    where the backbone's width is known here: its job would fail after fine-tuning and extraction."""
+    hidden, models = hidden_width(workflow.pretrained(model)), workflow.config["heads"]["models"]
+    if hidden is None:
+        return []
+    problems = {}
+    for name in sorted({name for task in tasks for name in workflow.task_heads(task)}):
+        spec = {k: v for k, v in models[name].items() if k != "training"}
+        problem = shape_problem(spec, len(PAIR_PARTS) * hidden if head_pair(spec) == "apart" else hidden)
+        if problem:
+            problems[name] = f"heads.models.{name}: {problem} on {model} ({workflow.pretrained(model)})"
+    return list(problems.values())
 
 
 def applicable(space: dict, head_type: str) -> list[str]:

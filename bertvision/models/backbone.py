@@ -158,6 +158,16 @@ def position_limit(ref: str) -> int | None:
     return min(limit, declared) if isinstance(declared, int) and declared > 0 else limit
 
 
+def hidden_width(ref: str) -> int | None:
+    """The width of the states of the encoder at ``ref``; None where that is not known here (a hub
+    id not in the local cache, a config naming neither BERT's ``hidden_size`` nor DistilBERT's ``dim``)."""
+    if is_random(ref):
+        return parse_random(ref).hidden
+    config = config_json(ref)
+    width = config.get("hidden_size", config.get("dim"))
+    return width if isinstance(width, int) else None
+
+
 def uncached_hub_id(ref: str) -> bool:
     """Whether ``ref`` is a hub id whose config is not in the local cache (its jobs will fetch it)."""
     return not is_random(ref) and isinstance(locate(ref), HubModel) and not _local_json(ref, "config.json")

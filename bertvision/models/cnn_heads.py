@@ -116,11 +116,8 @@ class XceptionHead(nn.Module):
     parameters, C_in = L (pool none) or 1: front + 192·C_in + 24,576 + 65,536 + 33,152 + 131,840
     (convolutions) + 2·(64 + 128 + 512 + 256 + 512) (BN) + (512 [+ H])·C + C; BN adds
     2·(64 + 128 + 512 + 256 + 512) running statistics. Original (L 26, H 1024, C 2): 264,066
-    trainable, 267,010 with the running statistics (Keras' count), 269,058 with cls_residual.
-    W must be at least ``MIN_WIDTH``."""
-
-    # Every BatchNorm then sees at least 2 positions, so a training batch of one example works.
-    MIN_WIDTH = 15
+    trainable, 267,010 with the running statistics (Keras' count), 266,114 trainable with cls_residual.
+    W must be at least ``registry.heads.XCEPTION_MIN_WIDTH`` (``build_head`` checks it)."""
 
     def __init__(
         self,
@@ -135,12 +132,6 @@ class XceptionHead(nn.Module):
     ):
         super().__init__()
         self.front = ConvFront("xception", layers, hidden, pool=pool, adapter_width=adapter_width)
-        if self.front.width < self.MIN_WIDTH:
-            what = f"adapter_width {adapter_width}" if adapter_width > 0 else f"hidden size {hidden}"
-            raise ValueError(
-                f"xception head: its strided convolutions need a width of at least {self.MIN_WIDTH} "
-                f"(the hidden size, or adapter_width when set), got {what}"
-            )
         self.cls_residual = cls_residual
         self.entry = nn.Sequential(
             nn.Conv1d(self.front.channels, 64, 3, stride=3, bias=False),

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from bertvision.models import cnn_heads, ladder  # noqa: F401  (their @builds classes, for build_head)
-from bertvision.registry.heads import HEAD_CLASSES, builds, constructor_options, get_head_type
+from bertvision.registry.heads import HEAD_CLASSES, builds, constructor_options, get_head_type, shape_problem
 from bertvision.registry.states import PAIR_PARTS
 
 
@@ -91,6 +91,10 @@ class CosineHead(nn.Module):
     layer on it (for a similarity regression, a scale and an offset). The cosine of two pooled
     embeddings is what a bi-encoder was trained to score."""
 
+    # u and v standardized alike (``standardized``): a similarity does not change when its two
+    # texts swap places, nor its correction, which reads only the parts that do not either
+    sides_alike = True
+
     def __init__(self, layers: int, hidden: int, outputs: int, *, residual: int, dropout: float):
         super().__init__()
         self.side = hidden // len(PAIR_PARTS)
@@ -101,8 +105,7 @@ class CosineHead(nn.Module):
         self.classifier = nn.Linear(1, outputs)
         nn.init.zeros_(self.classifier.weight)
         nn.init.zeros_(self.classifier.bias)
-        # the correction reads the symmetric parts, |u-v| and u*v: a similarity does not change
-        # when its two texts swap places
+        # the correction reads the symmetric parts, |u-v| and u*v
         self.correction = AdapterPoolerHead(layers, hidden - 2 * self.side, outputs, width=residual, shared=True,
                                             skip=False, dropout=dropout) if residual else None  # fmt: skip
         if self.correction is not None:
@@ -234,10 +237,27 @@ def fit_output(head: nn.Module, x: torch.Tensor, y: torch.Tensor, outputs: int) 
 
 
 def standardized(head: nn.Module, moments=None, label_moments=None) -> nn.Module:
-    """``head`` wrapped in ``Standardized`` when there is anything to standardize, else itself."""
+    """``head`` wrapped in ``Standardized`` when there is anything to standardize, else itself. A
+    head that reads a pair's two texts as one (``sides_alike``) has u and v standardized alike."""
     if moments is None and label_moments is None:
         return head
+    if moments is not None and getattr(head, "sides_alike", False):
+        moments = sides_alike(*moments)
     return Standardized(head, *(moments or (None, None)), *(label_moments or (None, None)))
+
+
+def sides_alike(mean: torch.Tensor, std: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Moments of a pair's apart states (``PAIR_PARTS`` along the last axis) with u's and v's each
+    replaced by the two sides' pooled moments (equal counts: the mean of the means; the mean of
+    the variances plus the means' spread about it); |u-v| and u*v keep their own."""
+    side = mean.shape[-1] // len(PAIR_PARTS)
+    mean_u, mean_v = mean[..., :side], mean[..., side : 2 * side]
+    var = (std[..., :side] ** 2 + std[..., side : 2 * side] ** 2) / 2 + ((mean_u - mean_v) / 2) ** 2
+    pooled_mean, pooled_std = (mean_u + mean_v) / 2, var.sqrt()
+    return (
+        torch.cat([pooled_mean, pooled_mean, mean[..., 2 * side :]], dim=-1),
+        torch.cat([pooled_std, pooled_std, std[..., 2 * side :]], dim=-1),
+    )
 
 
 def core_head(head: nn.Module) -> nn.Module:
@@ -262,6 +282,9 @@ def build_head(spec: dict, layers: int, hidden: int, outputs: int) -> nn.Module:
     """``spec``: {"type": a registered head type, plus any of its options (the others take their
     registered defaults)}."""
     head_class = HEAD_CLASSES[get_head_type(spec["type"]).name]  # an unknown type: one line naming the known
+    problem = shape_problem(spec, hidden)
+    if problem:
+        raise ValueError(f"{spec['type']} head: {problem}")
     return head_class(layers, hidden, outputs, **constructor_options(spec))
 
 

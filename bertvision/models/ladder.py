@@ -30,7 +30,7 @@ import math
 import torch
 from torch import nn
 
-from bertvision.registry.heads import builds, get_head_type
+from bertvision.registry.heads import builds, get_head_type, ladder_width
 
 
 @builds("ladder")
@@ -58,12 +58,7 @@ class LadderHead(nn.Module):
         options = get_head_type("ladder").options
         if pool not in options["pool"].choices:
             raise ValueError(f"ladder head: pool {pool!r} not in {options['pool'].choices}")
-        width = max(1, hidden // reduction)
-        if width % attention_heads:
-            raise ValueError(
-                f"ladder head: side width {width} (hidden {hidden} / reduction {reduction}) is not "
-                f"divisible by attention_heads {attention_heads}"
-            )
+        width = ladder_width(hidden, reduction)  # divisible by attention_heads (build_head checks it)
         used = layers if top_layers == 0 else min(top_layers, layers)
         self.first_layer, self.width, self.pool, self.init = layers - used, width, pool, init
         bound = hidden**-0.5  # nn.Linear's default uniform init, one projection per layer

@@ -10,6 +10,7 @@ follow from it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from bertvision.registry.states import PAIR_FORMS, READS, states_name
@@ -26,6 +27,12 @@ class Option:
     minimum: float | None = None
     maximum: float | None = None
     searchable: bool = False  # the optuna search may choose it (search.space)
+
+    def typed(self, value):
+        """``value`` as this option's type where JSON Schema let another number through: an
+        integer option written 64.0 (an integer to JSON Schema) is 64, not a float that a
+        tensor's size refuses in the job."""
+        return int(value) if self.type is int and isinstance(value, float) and value.is_integer() else value
 
     def json_schema(self) -> dict:
         kind = {bool: "boolean", int: "integer", float: "number", str: "string"}[self.type]
@@ -54,6 +61,10 @@ class HeadType:
     # Training seconds per example relative to an adapter of width 64 (measured on [CLS] states
     # of MiniLM on a CPU): sizes the runtime each head-training job asks the scheduler for.
     relative_cost: float = 1.0
+    # What keeps options that each pass their range from building a head on states ``hidden``
+    # wide (``misfit(options, hidden)``, the words of the problem, or None): checked where the
+    # config is read, for each backbone whose width is known there, and again where it is built.
+    misfit: Callable[[dict, int], str | None] | None = None
 
 
 HEAD_TYPES: dict[str, HeadType] = {}
@@ -129,11 +140,8 @@ def complete_spec(spec: dict) -> dict:
     unknown = sorted(set(spec) - {"type"} - set(options))
     if unknown:
         raise ValueError(f"head type {head_type.name!r} has no option(s) {unknown}; it has {sorted(options)}")
-    return {
-        "type": head_type.name,
-        **{k: o.default for k, o in options.items()},
-        **{k: v for k, v in spec.items() if k != "type"},
-    }
+    given = {k: options[k].typed(v) for k, v in spec.items() if k != "type"}
+    return {"type": head_type.name, **{k: o.default for k, o in options.items()}, **given}
 
 
 def head_reads(spec: dict) -> str:
@@ -161,6 +169,12 @@ def head_states(spec: dict) -> str:
 def constructor_options(spec: dict) -> dict:
     """The keys of ``spec`` its head class is built with (``reads`` and ``pair`` pick its input, not its shape)."""
     return {k: v for k, v in complete_spec(spec).items() if k not in ("type", "reads", "pair")}
+
+
+def shape_problem(spec: dict, hidden: int) -> str | None:
+    """Why a head of ``spec`` cannot be built on states ``hidden`` wide, or None."""
+    misfit = get_head_type(spec["type"]).misfit
+    return misfit(constructor_options(spec), hidden) if misfit else None
 
 
 def is_token_head(spec: dict) -> bool:
@@ -247,8 +261,8 @@ register(
                 int,
                 0,
                 "0: the cosine alone. A > 0: plus a correction, a shared AdapterPooler of width A over "
-                "each layer's [u, v, |u-v|, u*v] whose output layer starts at zero, so that training "
-                "starts from the fitted cosine.",
+                "each layer's |u-v| and u*v (the parts a swap of the texts leaves as they are) whose output "
+                "layer starts at zero, so that training starts from the fitted cosine.",
                 minimum=0,
                 searchable=True,
             ),
@@ -259,6 +273,35 @@ register(
 )
 
 # The front of the convolutional heads: what their 1xN "image" is (channels x width).
+# Xception's narrowest width: every BatchNorm then sees at least 2 positions, so a training batch
+# of one example works.
+XCEPTION_MIN_WIDTH = 15
+
+
+def _xception_misfit(options: dict, hidden: int) -> str | None:
+    if (options["adapter_width"] or hidden) >= XCEPTION_MIN_WIDTH:
+        return None
+    given = f"adapter_width {options['adapter_width']}" if options["adapter_width"] else f"hidden size {hidden}"
+    return (
+        f"its strided convolutions need a width of at least {XCEPTION_MIN_WIDTH} (the hidden size, "
+        f"or adapter_width when set), got {given}"
+    )
+
+
+def ladder_width(hidden: int, reduction: int) -> int:
+    return max(1, hidden // reduction)
+
+
+def _ladder_misfit(options: dict, hidden: int) -> str | None:
+    width = ladder_width(hidden, options["reduction"])
+    if width % options["attention_heads"] == 0:
+        return None
+    return (
+        f"side width {width} (hidden {hidden} / reduction {options['reduction']}) is not divisible by "
+        f"attention_heads {options['attention_heads']}"
+    )
+
+
 CNN_POOL = Option(
     str,
     "none",
@@ -302,6 +345,7 @@ register(
             "dropout": DROPOUT,
         },
         relative_cost=130.0,  # 2.4 vs 0.019 ms per row and epoch
+        misfit=_xception_misfit,
     )
 )
 register(
@@ -379,5 +423,6 @@ register(
         # per token as the request counts it: 3.6 ms per MRPC row (about 50 tokens) and epoch on one
         # core, against 0.07 ms per [CLS] row for adapter64 and about 2 ms for token-pool
         relative_cost=2.0,
+        misfit=_ladder_misfit,
     )
 )
