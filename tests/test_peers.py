@@ -46,7 +46,7 @@ def test_the_pooling_is_read_from_a_sentence_transformers_layout(tmp_path):
     cls = st_layout(tmp_path / "cls", {"pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False}, True)
     assert declared_pooling(str(cls)) == Pooling(("cls",), True, str(cls / "1_Pooling" / "config.json"))
     both = st_layout(tmp_path / "both", {"pooling_mode_mean_tokens": True, "pooling_mode_max_tokens": True}, False)
-    assert declared_pooling(str(both)).modes == ("mean", "max") and not declared_pooling(str(both)).normalize
+    assert declared_pooling(str(both)).modes == ("max", "mean") and not declared_pooling(str(both)).normalize
     # the shipped backbone declares mean pooling and unit length
     from bertvision.models.backbone import resolve_pretrained
 
@@ -68,6 +68,44 @@ def test_pooling_reads_real_tokens_only():
     assert pool(states, mask, Pooling(("cls", "mean"), False, "")).tolist() == [[1.0, 2.0, 2.0, 3.0], [5, 0, 5, 0]]
     unit = pool(states, mask, Pooling(("mean",), True, ""))
     assert torch.allclose(unit.norm(dim=1), torch.ones(2))
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"pooling_mode": "weightedmean"},
+        {"pooling_mode": "lasttoken"},
+        {"pooling_mode": ["mean_sqrt_len_tokens", "cls", "max"]},  # sentence-transformers 6: in this order
+        {"pooling_mode_mean_tokens": True, "pooling_mode_max_tokens": True},  # older: max first, as it concatenates
+        {"pooling_mode_weightedmean_tokens": True, "pooling_mode_lasttoken": True},
+        {"pooling_mode_cls_token": False},  # no mode set: mean
+    ],
+)
+def test_every_declared_pooling_embeds_as_sentence_transformers_does(tmp_path, config):
+    """Each pooling a backbone's layout may declare, read from its config.json and run on padded
+    states, against sentence-transformers' own Pooling module loaded from the same folder."""
+    from sentence_transformers.sentence_transformer.modules import Pooling as StPooling
+
+    folder = st_layout(tmp_path / "st", config, normalize=False)
+    torch.manual_seed(0)
+    states, mask = torch.randn(3, 5, 8), torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 0, 0, 0, 0]])
+    theirs = StPooling.load(str(folder / "1_Pooling"))
+    want = theirs({"token_embeddings": states, "attention_mask": mask})["sentence_embedding"]
+    torch.testing.assert_close(pool(states, mask, declared_pooling(str(folder))), want)
+
+
+def test_a_label_without_training_rows_keeps_the_columns_of_the_others():
+    """scikit-learn's classifier has a column per class its training rows held: with MNLI's label 1
+    absent, its column 1 is label 2's, and reading columns as label ids predicted the absent label."""
+    task = get_task("mnli")
+    rng = np.random.default_rng(0)
+    labels = rng.choice([0, 2], size=200)
+    features = rng.normal(size=(200, 4)) + labels[:, None]
+    model = emb.linear_model(task, 1.0).fit(features, labels)
+    outputs = emb.outputs_of(task, model, features)
+    assert outputs.shape == (200, 3) and np.isfinite(outputs).all()
+    assert (outputs.argmax(1) == model.predict(features)).all() and set(outputs.argmax(1)) == {0, 2}
+    np.testing.assert_allclose(np.exp(outputs[:, [0, 2]]), model.predict_proba(features), atol=1e-9)
 
 
 def test_the_cosine_of_planted_embeddings():
@@ -216,7 +254,9 @@ def test_the_config_names_the_peers_per_task_and_their_seeds():
     assert s.configured_peers("mrpc") == ["embedding", "cosine"] and s.peers("mrpc") == ["embedding"]
     assert s.configured_peers("stsb") == ["cosine", "lora"] and s.peers("stsb") == ["cosine", "lora"]
     # the peers that train take the baseline's seeds; the ones that do not depend on one run once
-    assert s.peer_seeds("lora") == [3, 4] and s.peer_seeds("embedding") == [3]
+    assert s.peer_seeds("lora") == [3, 4] and s.peer_seeds("embedding") == s.peer_seeds("cosine") == [0]
+    # whatever the seeds: a change of them reruns no peer that does not depend on one
+    assert workflow_settings(tasks={"mrpc": None}, baseline={"seeds": [7]}).peer_seeds("embedding") == [0]
     lora = s.peer("m", "mrpc", "lora")
     assert lora.method.learning_rates == (1e-3, 5e-3) and lora.optimizer.batch_size == 32
     assert s.peer("m", "stsb", "cosine").optimizer is None
@@ -329,6 +369,22 @@ def test_a_pick_that_loses_to_a_peer_says_so_first():
     assert best.startswith("**The BERTVision pick is the best method on the selection split**")
     # the best other method on selection is LoRA (0.82) over full fine-tuning (0.81)
     assert "against the best other method, LoRA (peer), it is ahead of it by 2.0 points on dev" in best
+
+
+def test_a_row_at_the_constant_prediction_is_named_as_learning_nothing():
+    """A peer that predicts one class (SST-2 BitFit at 0.503 against the constant's 0.509) read as
+    an ordinary method; where every row is at the constant, the verdict says so instead."""
+    from bertvision.reporting.verdict import unlearned_line
+
+    block = verdict_block(0.78, 0.01, peer_selection=0.85)
+    assert unlearned_line(get_task("mrpc"), block) == ""
+    block.loc[block["model"] == "LoRA", "dev_mean"] = 0.51
+    assert unlearned_line(get_task("mrpc"), block) == (
+        "No better than predicting the same class every time (within 0.02 accuracy of it): LoRA (peer) 0.51; "
+        "such a run learned nothing, whatever its method can do."
+    )
+    block["dev_mean"] = 0.5
+    assert unlearned_line(get_task("mrpc"), block) == ""
 
 
 def test_the_tables_of_peers_alone(tmp_path, monkeypatch):

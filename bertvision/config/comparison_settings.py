@@ -38,10 +38,11 @@ class ComparisonSettings:
         return applicable(self.configured_peers(task), get_task(task))
 
     def peer_seeds(self, peer: str) -> list[int]:
-        """A peer's seeds: peers.seeds, else the baseline's; one (the first) for a peer whose
-        result does not depend on the seed."""
-        seeds = list(self.config["peers"]["seeds"] or self.config["baseline"]["seeds"])
-        return seeds[:1] if get_peer(peer).deterministic else seeds
+        """A peer's seeds: peers.seeds, else the baseline's; for a peer whose result does not depend
+        on the seed, one, 0 whatever the seeds, so that a change of seeds reruns it not."""
+        if get_peer(peer).deterministic:
+            return [0]
+        return list(self.config["peers"]["seeds"] or self.config["baseline"]["seeds"])
 
     def peer(self, model: str, task: str, peer: str) -> PeerSettings:
         peers = self.config["peers"]

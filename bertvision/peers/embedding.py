@@ -128,7 +128,17 @@ def outputs_of(task: TaskSpec, model, features: np.ndarray) -> np.ndarray:
     """(N, C) outputs the registry's scorer reads: log-probabilities, or the regression value."""
     if task.kind == "regression":
         return model.predict(features).reshape(-1, 1)
-    return model.predict_log_proba(features)
+    return in_label_columns(model.predict_proba(features), model.classes_, task.num_labels)
+
+
+def in_label_columns(proba: np.ndarray, classes, num_labels: int) -> np.ndarray:
+    """(N, num_labels) log-probabilities from a scikit-learn classifier's (N, len(classes)), whose
+    columns are the classes its training rows held: a declared label with no training row has no
+    column there, and every column after it would be read as the label before. Such a label gets
+    a probability of 1e-12 (the log of 0 would be -inf)."""
+    out = np.full((len(proba), num_labels), 1e-12)
+    out[:, np.asarray(classes, dtype=int)] = np.clip(np.asarray(proba, dtype=np.float64), 1e-12, 1.0)
+    return np.log(out)
 
 
 def fit_on_selection(task: TaskSpec, features: dict[str, dict[str, np.ndarray]], labels: dict[str, np.ndarray],

@@ -12,18 +12,21 @@ from pathlib import Path
 
 import torch
 
-# sentence-transformers' Pooling config keys -> our mode names, in the order it concatenates them
-POOLING_KEYS = {
+# sentence-transformers' pooling modes; its older configs' keys name them in the order it concatenates them
+MODES = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
+LEGACY_KEYS = {
     "pooling_mode_cls_token": "cls",
-    "pooling_mode_mean_tokens": "mean",
     "pooling_mode_max_tokens": "max",
-    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len",
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
+    "pooling_mode_weightedmean_tokens": "weightedmean",
+    "pooling_mode_lasttoken": "lasttoken",
 }
 
 
 @dataclass(frozen=True)
 class Pooling:
-    modes: tuple[str, ...]  # concatenated, in POOLING_KEYS' order
+    modes: tuple[str, ...]  # MODES, concatenated in this order
     normalize: bool
     declared_by: str  # the file that declared it, or why the fallback applies
 
@@ -55,13 +58,14 @@ def declared_pooling(source: str) -> Pooling:
     if config_file is None:
         raise FileNotFoundError(f"{modules_file}: its Pooling module's {entry['path']}/config.json is missing")
     config = json.loads(config_file.read_text())
-    if isinstance(config.get("pooling_mode"), str):  # the newer single-key form
-        modes = (config["pooling_mode"].replace("lasttoken", "last"),)
-    else:
-        modes = tuple(mode for key, mode in POOLING_KEYS.items() if config.get(key))
-    unknown = [m for m in modes if m not in POOLING_KEYS.values()]
+    declared = config.get("pooling_mode")  # sentence-transformers 6: a mode or a list, in concatenation order
+    if declared is not None:
+        modes = (declared,) if isinstance(declared, str) else tuple(declared)
+    else:  # the older one flag per mode; none set is mean, as sentence-transformers reads it
+        modes = tuple(mode for key, mode in LEGACY_KEYS.items() if config.get(key)) or ("mean",)
+    unknown = [m for m in modes if m not in MODES]
     if not modes or unknown:
-        raise ValueError(f"{config_file}: pooling {modes or 'none'} is not one of {', '.join(POOLING_KEYS.values())}")
+        raise ValueError(f"{config_file}: pooling {unknown or 'none'} is not one of {', '.join(MODES)}")
     return Pooling(modes, normalize, str(config_file))
 
 
@@ -77,7 +81,13 @@ def pool(states: torch.Tensor, mask: torch.Tensor, pooling: Pooling) -> torch.Te
             parts.append((states * mask_f).sum(1) / counts)
         elif mode == "max":
             parts.append(states.masked_fill(mask_f == 0, torch.finfo(states.dtype).min).max(1).values)
-        else:  # mean_sqrt_len
+        elif mode == "mean_sqrt_len_tokens":
             parts.append((states * mask_f).sum(1) / counts.sqrt())
+        elif mode == "weightedmean":  # token i of the real ones weighs i (padding is on the right)
+            weights = mask_f * torch.arange(1, states.shape[1] + 1, dtype=states.dtype).view(1, -1, 1)
+            parts.append((states * weights).sum(1) / weights.sum(1).clamp(min=1))
+        else:  # lasttoken: the last real token's state
+            last = (mask.sum(1) - 1).clamp(min=0)
+            parts.append(states[torch.arange(len(states)), last])
     out = torch.cat(parts, dim=-1)
     return torch.nn.functional.normalize(out, dim=-1) if pooling.normalize else out

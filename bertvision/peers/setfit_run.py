@@ -7,6 +7,8 @@ from __future__ import annotations
 import numpy as np
 
 from bertvision.config.settings import SetfitPeer
+from bertvision.models.encoder_io import bare_encoder_parameter_count
+from bertvision.peers.embedding import in_label_columns
 
 
 def train_setfit(source: str, settings: SetfitPeer, learning_rate: float, texts: list[str], labels: np.ndarray,
@@ -21,7 +23,7 @@ def train_setfit(source: str, settings: SetfitPeer, learning_rate: float, texts:
     model.model_body.max_seq_length = settings.max_length
     args = TrainingArguments(
         batch_size=settings.batch_size,
-        num_iterations=max(1, settings.pairs_per_example // 2),  # setfit draws two pairs per example an iteration
+        num_iterations=settings.pairs_per_example // 2,  # setfit draws two pairs per example an iteration
         num_epochs=1,
         max_steps=settings.max_pair_steps,
         body_learning_rate=learning_rate,
@@ -36,14 +38,16 @@ def train_setfit(source: str, settings: SetfitPeer, learning_rate: float, texts:
     return model
 
 
-def setfit_outputs(model, texts: list[str]) -> np.ndarray:
-    """(N, C) log-probabilities of the model's head."""
+def setfit_outputs(model, texts: list[str], num_labels: int) -> np.ndarray:
+    """(N, num_labels) log-probabilities of the model's head (its logistic regression's columns are
+    the labels its training rows held)."""
     proba = model.predict_proba(list(texts), as_numpy=True)
-    return np.log(np.clip(np.asarray(proba, dtype=np.float64), 1e-12, 1.0))
+    return in_label_columns(proba, model.model_head.classes_, num_labels)
 
 
 def setfit_parameters(model) -> int:
-    """The sentence encoder's parameters (all tuned) and the head's weights and intercepts."""
-    body = sum(p.numel() for p in model.model_body.parameters())
+    """The sentence encoder's parameters that its embedding reads (all tuned; BERT's pooler, which
+    a sentence embedding never runs, gets no gradient) and the head's weights and intercepts."""
+    body = bare_encoder_parameter_count(model.model_body[0].auto_model)
     head = model.model_head
     return int(body + np.size(head.coef_) + np.size(head.intercept_))

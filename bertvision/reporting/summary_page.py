@@ -13,7 +13,7 @@ from bertvision.reporting.candidates import PEER
 from bertvision.reporting.markdown import fmt, markdown_table, seconds_cell
 from bertvision.reporting.race_line import checkpoint_race_line, head_selection_line
 from bertvision.reporting.summary import ROW_KINDS
-from bertvision.reporting.verdict import LEARNING_MARGIN, constant_line, no_window_line, verdict
+from bertvision.reporting.verdict import LEARNING_MARGIN, constant_line, no_window_line, unlearned_line, verdict
 
 
 def peer_lines(task_name: str, configured: list[str]) -> str:
@@ -199,6 +199,7 @@ def summary_markdown(
             n
             for n in (
                 constant_line(task, block["constant_score"].iloc[0]),
+                unlearned_line(task, block),
                 no_window_line(block),
                 pair_line(block),
                 searched_line(block),

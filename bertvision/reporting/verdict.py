@@ -44,6 +44,28 @@ def learning_bar(task) -> float:
     return LEARNING_MARGIN * metric.scale * (2 if metric.zero_is_chance else 1)
 
 
+def unlearned_line(task, block: pd.DataFrame) -> str:
+    """One sentence naming the rows whose dev score is no better than a constant prediction (within
+    ``learning_bar``) while another row's is: a method that collapsed to one class (a peer, full
+    fine-tuning, BERT at a checkpoint) otherwise reads as that method's fair score. Where no row
+    learned, the verdict says so instead."""
+    base = block["constant_score"].iloc[0]
+    if np.isnan(base):
+        return ""
+    bar = learning_bar(task)
+    low = block[block["dev_mean"] <= base + bar]
+    if low.empty or len(low) == block["dev_mean"].notna().sum():
+        return ""
+    names = [
+        f"{r.model} ({r.row}" + ("" if np.isnan(r.checkpoint) else f", {r.checkpoint:g} epochs") + f") {r.dev_mean:.3g}"
+        for r in low.itertuples()
+    ]
+    return (
+        f"No better than {CONSTANT_PREDICTION[task.kind]} (within {bar:g} {task.primary_metric} of it): "
+        f"{', '.join(names)}; such a run learned nothing, whatever its method can do."
+    )
+
+
 def why_nothing_learned(task, block: pd.DataFrame, base: float) -> str | None:
     """Why no model learned the task, or None when one did: no candidate tried (``best_dev_any``:
     every head, ensemble and checkpoint, not only the rows shown) beats the constant prediction by

@@ -189,14 +189,16 @@ def setfit(task, settings: PeerSettings, rows: dict[str, pd.DataFrame], seed: in
         started = time.perf_counter()
         model = train_setfit(source, method, rate, texts["train"], rows["train"]["label"].to_numpy(), seed)
         seconds = time.perf_counter() - started
-        selection = {"selection": setfit_outputs(model, texts["selection"])}
+        selection = {"selection": setfit_outputs(model, texts["selection"], task.num_labels)}
         chosen_score = task.primary_score(_scored(task, rows, selection)[0], "selection")
         tried.append({"learning_rate": rate, "selection": chosen_score, "train_seconds": seconds})
         if best is None or chosen_score > best[0]:
             body = sum(p.numel() for p in model.model_body.parameters())
             best = (chosen_score, rate, model, seconds, body)
     _, rate, model, seconds, body = best
-    metrics, predictions = _scored(task, rows, {s: setfit_outputs(model, texts[s]) for s in scored_splits(task)})
+    metrics, predictions = _scored(
+        task, rows, {s: setfit_outputs(model, texts[s], task.num_labels) for s in scored_splits(task)}
+    )
     return {
         "metrics": metrics,
         "predictions": predictions,
