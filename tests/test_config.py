@@ -9,7 +9,7 @@ import re
 import pytest
 import yaml
 
-from bertvision.config.schema import load_schema, validate_config
+from bertvision.config.schema import load_schema, schema_default, validate_config
 from bertvision.config.settings import (
     BaselineSettings,
     EmbeddingPeer,
@@ -144,6 +144,17 @@ def test_task_overrides_merge_over_global_settings():
             r"tasks: a mapping of names to their settings, not a list \(write "
             r"`mrpc: {}` for a name's defaults\)",
         ),
+        # a head needs its type: `lp: {}` failed next
+        (
+            lambda c: c.update({"heads": {"models": ["lp"]}}),
+            r"heads.models: a mapping .*, not a list \(write `lp: {type: ...}`\)$",
+        ),
+        (lambda c: c.update({"finetune": {"seeds": None}}), r"finetune.seeds: null is not of type 'array'$"),
+        # one line, though the key's own schema and its head type's both refuse it
+        (
+            lambda c: c.update({"heads": {"models": {"a": {"type": "lp", "reads": "max"}}}}),
+            r"heads.models.a.reads: 'max' is not one of \['cls', 'mean'\]$",
+        ),
         (  # an object of its own keys: the keys, not a map of names
             lambda c: c.update({"tasks": {"mine": {"files": ["train.csv", "dev.csv"], "kind": "regression"}}}),
             r"tasks.mine.files: a mapping {train: ..., dev: ...}, not a list",
@@ -184,6 +195,28 @@ def test_error_names_the_file(tmp_path):
     bad.write_text("tasks:\n  mrpc: [\n")
     with pytest.raises(ConfigError, match=r"bad.yaml:3: not valid YAML"):
         load_workflow_config(bad)
+    bad.write_text("- backbones\n- tasks\n")  # a traceback of the merge before
+    with pytest.raises(
+        ConfigError, match=r"bad.yaml: a config is a mapping of keys \(backbones:, tasks:, ...\), not a list$"
+    ):
+        load_workflow_config(bad)
+    bad.write_bytes(b"tasks: {mrpc: null}\n# caf\xe9\n")  # Latin-1, not UTF-8: a UnicodeDecodeError before
+    with pytest.raises(ConfigError, match=r"bad.yaml: not UTF-8 text \(byte 25: b'\\xe9'\)$"):
+        load_workflow_config(bad)
+
+
+def test_a_settings_block_written_in_part_shows_every_default(tmp_path, capsys):
+    """validate-config --show printed finetune.settings: {batch_size: 16} as written: its other keys'
+    defaults, which the run applies, were nowhere in the "every default filled in" config."""
+    from bertvision.config.validate import validate_config_file
+
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({**minimal(), "finetune": {"settings": {"batch_size": 16}}}))
+    validate_config_file([path], show=True)
+    shown = yaml.safe_load(capsys.readouterr().out)
+    assert shown["finetune"]["settings"] == {**schema_default("finetune.settings"), "batch_size": 16}
+    assert shown["heads"]["training"] == schema_default("heads.training")
+    assert list(shown["heads"]["models"]) == list(schema_default("heads.models"))  # names, not settings: as given
 
 
 @pytest.mark.parametrize(
@@ -281,6 +314,17 @@ def test_error_names_the_file(tmp_path):
             lambda c: c.update({"shared": {"tasks": ["mrpc"], "frozen": False, "checkpoint": None}}),
             r"shared: no encoder",
         ),
+        # a name is a path part: "." and ".." planned models/../sst2 outside the run's folders
+        (lambda c: c["backbones"].update({"..": {"pretrained": "x"}}), r"backbones: '\.\.' does not match"),
+        (lambda c: c.update({"heads": {"models": {".": {"type": "lp"}}}}), r"heads.models: '\.' does not match"),
+        (
+            lambda c: c.update({"heads": {"models": {"BERT": {"type": "lp"}}}}),
+            r"heads.models.BERT: the tables' name of BERT's own head",
+        ),
+        (
+            lambda c: c["backbones"]["m"].update(pretrained="not a valid id!!"),
+            r"backbones.m.pretrained: not a valid id!!: neither a local folder nor a hub id",
+        ),
         # options each within its range that the head cannot be built with on this backbone's width
         # (MiniLM, 384): the job failed after fine-tuning and extraction
         (
@@ -308,6 +352,29 @@ def test_cross_key_problems_fail_when_the_config_loads(mutate, message):
     config = minimal()
     mutate(config)
     with pytest.raises(ConfigError, match=message):
+        WorkflowSettings(validate_config(config))
+
+
+def test_a_registered_task_refuses_the_keys_of_a_task_of_ones_own():
+    """tasks: {sst2: {metrics: [accuracy]}} was valid and ran SST-2's own metrics without a word."""
+    for block in ({"metrics": ["accuracy"]}, {"kind": "regression"}, {"labels": ["a", "b"], "label": "y"}):
+        with pytest.raises(
+            ConfigError, match=r"^x.yaml: tasks.sst2: .* describe a task of your own .*; sst2 is registered"
+        ):
+            WorkflowSettings(validate_config({**minimal(), "tasks": {"sst2": block}}), source="x.yaml")
+
+
+def test_a_model_folder_of_pickle_weights_is_refused_by_its_key(tiny_bert, tmp_path):
+    """The docs' "one error" for a pickle-only folder came when the first job loaded it."""
+    import shutil
+
+    folder = tmp_path / "pickled"
+    shutil.copytree(tiny_bert, folder)
+    (folder / "model.safetensors").rename(folder / "pytorch_model.bin")
+    config = {**minimal(), "backbones": {"m": {"pretrained": str(folder)}}}
+    with pytest.raises(
+        ConfigError, match=rf"backbones.m.pretrained: {folder}: holds only pickle weights \(pytorch_model.bin\)"
+    ):
         WorkflowSettings(validate_config(config))
 
 
@@ -390,31 +457,40 @@ def test_stage_settings_round_trip_strictly():
     assert "patience (config heads.training.patience, default 5): Stop after this many epochs" in help_text
 
 
-def test_settings_json_keeps_the_numbers_the_config_gives():
-    """An int given for a number stays an int (and a float a float), so a job's JSON params, and
-    whether Snakemake reruns it, follow the config alone."""
-    config = minimal()
-    config["heads"] = {"training": {"in_memory_max_mb": 4096, "weight_decay": 0.0, "learning_rate": 1}}
-    heads = WorkflowSettings(validate_config(config)).head_training("mrpc")
-    data = json.loads(heads.to_json())
-    assert (data["in_memory_max_mb"], data["weight_decay"], data["learning_rate"]) == (4096, 0.0, 1)
-    assert '"in_memory_max_mb": 4096,' in heads.to_json()
-    assert HeadTrainingSettings.from_json(heads.to_json()) == heads
+def test_a_values_spelling_does_not_change_a_jobs_settings():
+    """1 and 1.0 are one value: a job's JSON params, which Snakemake reruns it on, were the config's
+    spelling (max_grad_norm: 1 against the default 1.0 reran fine-tuning and everything after it)."""
+
+    def job_json(training: dict, optimizer: dict) -> tuple[str, str]:
+        config = {**minimal(), "heads": {"training": training}, "finetune": {"settings": optimizer}}
+        settings = WorkflowSettings(validate_config(config))
+        return settings.head_training("mrpc").to_json(), settings.finetune("m", "mrpc").to_json()
+
+    as_ints = job_json({"in_memory_max_mb": 4096, "weight_decay": 0, "learning_rate": 1}, {"max_grad_norm": 1})
+    as_floats = job_json(
+        {"in_memory_max_mb": 4096.0, "weight_decay": 0.0, "learning_rate": 1.0}, {"max_grad_norm": 1.0}
+    )
+    assert as_ints == as_floats and job_json({"learning_rate": 0.5}, {})[0] != as_ints[0]
+    assert (
+        json.loads(as_ints[0])["learning_rate"] == 1
+        and json.loads(job_json({"learning_rate": 0.5}, {})[0])["learning_rate"] == 0.5
+    )
 
 
-def test_a_value_the_stage_cannot_take_fails_when_the_config_is_read():
-    """JSON Schema's integer takes 32.0; the stage's int does not, and says so at the dry run,
-    naming the config key, not in the middle of a job."""
-    config = minimal()
-    config["heads"] = {"training": {"batch_size": 32.0}}
+def test_a_whole_float_where_an_integer_belongs_is_that_integer():
+    """JSON Schema counts 16.0 an integer; the stages' settings took it as a float and refused it
+    in the dry run, naming no config key (seeds: [1.0, 2] planned a folder ft1.0)."""
+    config = {**minimal(), "finetune": {"seeds": [1.0, 2], "settings": {"batch_size": 16.0}}, "data": {"seed": 7.0}}
+    settings = WorkflowSettings(validate_config(config))
+    assert settings.ft_seeds == [1, 2] and all(type(seed) is int for seed in settings.ft_seeds)
+    assert settings.finetune("m", "mrpc").optimizer.batch_size == 16 and settings.config["data"]["seed"] == 7
+    config = {**minimal(), "heads": {"training": {"batch_size": 32.0}}, "baseline": {"settings": {"batch_size": 32.0}}}
     settings = WorkflowSettings(validate_config(config), source="x.yaml")
-    with pytest.raises(ConfigError, match=r"^x.yaml: batch_size \(config heads.training.batch_size\): expected int"):
-        settings.head_training("mrpc")
-    config = minimal()  # a nested settings model (the optimizer's) names its own key in its block
-    config["baseline"] = {"settings": {"batch_size": 32.0}}
-    settings = WorkflowSettings(validate_config(config), source="x.yaml")
+    assert settings.head_training("mrpc").batch_size == settings.baseline("m", "mrpc").optimizer.batch_size == 32
+    # a value the stage's model refuses names its config key (a nested model's, in its block)
+    section = {**settings.layered("finetune.settings", "mrpc", config["baseline"]["settings"]), "batch_size": "32"}
     with pytest.raises(ConfigError, match=r"^x.yaml: optimizer.batch_size \(config baseline.settings.batch_size\): "):
-        settings.baseline("m", "mrpc")
+        BaselineSettings.pick(section, "x.yaml", backbone="b", epochs=config["baseline"]["epochs"])
     help_text = BaselineSettings.describe()
     assert "  optimizer.batch_size (config baseline.settings.batch_size): Examples (windows" in help_text
 
@@ -513,11 +589,12 @@ def python_types(annotation) -> set:
     import types
     import typing
 
-    union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
+    if typing.get_origin(annotation) is typing.Annotated:
+        return python_types(typing.get_args(annotation)[0])
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return set().union(*(python_types(kind) for kind in typing.get_args(annotation)))
     kinds = set()
-    for kind in typing.get_args(annotation) if union else [annotation]:
-        if typing.get_origin(kind) is typing.Annotated:
-            kind = typing.get_args(kind)[0]
+    for kind in [annotation]:
         origin = typing.get_origin(kind)
         settings_model = isinstance(kind, type) and issubclass(kind, StageSettings)  # a JSON object
         kinds.add(str if origin is typing.Literal else dict if settings_model else origin or kind)
@@ -640,3 +717,11 @@ def test_a_max_length_past_the_encoders_positions_is_refused_by_its_key(tmp_path
     encoder(input_ids=torch.full((1, limit), 5))
     with pytest.raises((IndexError, RuntimeError), match="out of (range|bounds)"):
         encoder(input_ids=torch.full((1, limit + 1), 5))
+
+
+def test_a_problem_is_one_line_however_many_schemas_refuse_it():
+    """A head's option is refused by its own schema and by its head type's: it printed twice."""
+    config = {**minimal(), "heads": {"models": {"a": {"type": "lp", "reads": "max"}}}}
+    with pytest.raises(ConfigError) as err:
+        validate_config(config, source="x.yaml")
+    assert str(err.value) == "x.yaml: heads.models.a.reads: 'max' is not one of ['cls', 'mean']"

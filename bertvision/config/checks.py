@@ -11,7 +11,7 @@ from bertvision.config.schema import schema_node
 from bertvision.errors import ConfigError, MissingError
 from bertvision.layout import Checkpoint
 from bertvision.models.backbone import check_pretrained, hidden_width, position_limit
-from bertvision.registry.heads import HEAD_TYPES, SEARCHABLE_TRAINING, head_pair, shape_problem, trains_on
+from bertvision.registry.heads import BERT_HEAD, HEAD_TYPES, SEARCHABLE_TRAINING, head_pair, shape_problem, trains_on
 from bertvision.registry.peers import inapplicable
 from bertvision.registry.states import PAIR_PARTS
 from bertvision.registry.tasks import get_task
@@ -47,6 +47,8 @@ def check(workflow) -> None:
             f"{extract['precision']}; set extract.precision: fp32 or auto, or extract.backend: torch"
         )
     models = workflow.config["heads"]["models"]
+    if BERT_HEAD in models:
+        problems.append(f"heads.models.{BERT_HEAD}: the tables' name of BERT's own head; name this head otherwise")
     for task in workflow.tasks:
         spec, over = get_task(task), workflow.task_overrides(task)
         # a task's own list names its peers on purpose: one that cannot run on it is a mistake

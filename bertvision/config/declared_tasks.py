@@ -53,6 +53,10 @@ DEFAULT_MAX_LENGTH = 128
 QUESTION_KINDS = ("span", "answerability")
 
 
+# the keys that describe a task of one's own; a registered task has its own (a block of it sets none)
+OWN_TASK_KEYS = ("kind", "text", "label", "labels", "metrics")
+
+
 def is_declaration(block: dict | None) -> bool:
     return bool(block) and ("files" in block or "hub" in block)
 

@@ -102,30 +102,41 @@ def _with_defaults(validator_class):
             for name, sub in properties.items():
                 if "default" in sub and name not in instance:
                     instance[name] = copy.deepcopy(sub["default"])
-                elif isinstance(instance.get(name), (str, list)):  # read before the key's own checks run
+                elif isinstance(sub.get("default"), dict) and isinstance(instance[name], dict) and _fixed_keys(sub):
+                    # a block of settings written in part (finetune.settings: {batch_size: 16}): the rest its default's
+                    instance[name] = {**copy.deepcopy(sub["default"]), **instance[name]}
+                elif isinstance(instance.get(name), (str, list, float)):  # read before the key's own checks run
                     instance[name] = _scalars(instance[name], resolve(sub, _schema()))
         yield from validate_properties(validator, properties, instance, schema)
 
     return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
 
 
+def _fixed_keys(node: dict) -> bool:
+    """``node`` is an object of named settings (not of a user's names: heads.models)."""
+    return resolve(node, _schema()).get("additionalProperties") is False
+
+
 def _scalars(value, node: dict):
-    """``_scalar`` of a text value, or of each text item of a list whose items ``node`` types."""
-    if isinstance(value, str):
+    """``_scalar`` of a text or whole float value, or of each such item of a list whose items ``node`` types."""
+    if not isinstance(value, list):
         return _scalar(value, node)
     items = resolve(node["items"], _schema()) if isinstance(node.get("items"), dict) else {}
-    return [_scalar(x, items) if isinstance(x, str) else x for x in value]
+    return [_scalar(x, items) if isinstance(x, (str, float)) else x for x in value]
 
 
 NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 
 
-def _scalar(text: str, node: dict):
+def _scalar(text: str | float, node: dict):
     """``text`` as the number, bool or null that ``node`` (a key's schema) asks for, when it asks for
     no string: PyYAML reads ``5e-5`` (no dot) as a string, and Snakemake's ``--config`` reads every
-    value inside a list or mapping as one (``finetune={settings: {learning_rate: 5e-5}}``)."""
+    value inside a list or mapping as one (``finetune={settings: {learning_rate: 5e-5}}``). A whole
+    float where an integer belongs (16.0, which JSON Schema counts an integer) is that int."""
     kinds = node.get("type", [])
     kinds = [kinds] if isinstance(kinds, str) else kinds
+    if isinstance(text, float):
+        return int(text) if "integer" in kinds and "number" not in kinds and text.is_integer() else text
     if not kinds or "string" in kinds:
         return text
     word = text.strip()
@@ -147,7 +158,8 @@ def validate_config(config: dict, source: str = "config") -> dict:
     errors = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
     if errors:
         where = lambda err: ".".join(str(p) for p in err.absolute_path) or "(top level)"  # noqa: E731
-        raise ConfigError("\n".join(f"{source}: {where(err)}: {_message(err)}" for err in errors))
+        lines = dict.fromkeys(f"{source}: {where(err)}: {_message(err)}" for err in errors)  # a head's option: twice
+        raise ConfigError("\n".join(lines))
     return config
 
 
@@ -178,7 +190,11 @@ def _message(err: jsonschema.ValidationError) -> str:
             keys = ", ".join(f"{k}: ..." for k in err.schema.get("required") or err.schema.get("properties", {}))
             return f"a mapping {{{keys}}}, not a list"
         first = err.instance[0] if err.instance and isinstance(err.instance[0], str) else "NAME"
-        return f"a mapping of names to their settings, not a list (write `{first}: {{}}` for a name's defaults)"
+        required = err.schema["additionalProperties"].get("required") or []
+        example = "{" + ", ".join(f"{k}: ..." for k in required) + "}"
+        return f"a mapping of names to their settings, not a list (write `{first}: {example}`" + (
+            ")" if required else " for a name's defaults)"
+        )
     expected = err.validator_value if isinstance(err.validator_value, list) else [err.validator_value]
     if err.validator == "type" and isinstance(err.instance, bool) and "string" in expected:
         return (
@@ -187,6 +203,8 @@ def _message(err: jsonschema.ValidationError) -> str:
         )
     if err.validator in ("oneOf", "anyOf") and err.schema.get("description"):  # "not valid under any of ..."
         return f"{err.instance!r} is not one of the forms this key takes: {err.schema['description'].strip()}"
+    if err.validator == "type" and err.instance is None:  # YAML's word for it, not Python's
+        return f"null is not of type {', '.join(map(repr, expected))}"
     return err.message
 
 
@@ -213,14 +231,23 @@ def read_config(path: Path) -> dict:
     """A config file's contents (not yet validated); a YAML error, or a key given twice, names the
     file and line."""
     try:
-        with open(path) as fh:
-            return yaml.load(fh, Loader=_UniqueKeyLoader) or {}  # noqa: S506 (a safe loader)
+        with open(path, encoding="utf-8") as fh:
+            config = yaml.load(fh, Loader=_UniqueKeyLoader) or {}  # noqa: S506 (a safe loader)
     except OSError as err:
         raise ConfigError(f"{path}: cannot read the config ({err.strerror})") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(
+            f"{path}: not UTF-8 text (byte {err.start}: {err.object[err.start : err.start + 1]!r})"
+        ) from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else str(path)
         raise ConfigError(f"{where}: not valid YAML ({getattr(err, 'problem', None) or err})") from None
+    if not isinstance(config, dict):
+        raise ConfigError(
+            f"{path}: a config is a mapping of keys (backbones:, tasks:, ...), not a {type(config).__name__}"
+        )
+    return config
 
 
 def schema_node(key: str) -> dict:

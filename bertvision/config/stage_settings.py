@@ -12,14 +12,19 @@ import json
 import typing
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from bertvision.config.schema import documented_default, schema_node
 from bertvision.errors import ConfigError, SettingsError
 
-# A JSON number: an int or a float, kept as given (so the JSON of a config's settings, and the
-# jobs it keys, stay what the config says); never a bool.
-Number = int | float
+
+def _whole_as_int(value: int | float) -> int | float:
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+# A JSON number: an int or a float, never a bool; a whole one is an int (1.0 is 1), so that how a
+# config spells a value (1, 1.0) does not change a job's JSON, which Snakemake reruns it on.
+Number = Annotated[int | float, AfterValidator(_whole_as_int)]
 # A JSON list; its items keep the model's strict types.
 Numbers = Annotated[tuple[float, ...], Field(strict=False)]
 Names = Annotated[tuple[str, ...], Field(strict=False)]

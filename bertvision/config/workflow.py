@@ -10,7 +10,7 @@ from pathlib import Path
 
 from bertvision.config.checks import check
 from bertvision.config.comparison_settings import ComparisonSettings
-from bertvision.config.declared_tasks import declared_task, is_declaration
+from bertvision.config.declared_tasks import OWN_TASK_KEYS, declared_task, is_declaration
 from bertvision.config.schema import read_config, schema_default, validate_config
 from bertvision.config.settings import (
     BertScoringSettings,
@@ -92,6 +92,11 @@ class WorkflowSettings(SharedEncoderSettings, ComparisonSettings):
                 raise ConfigError(
                     f"{self.source}: tasks: unknown task {name!r} (the registry has {registered}); declare a task "
                     "of your own with files (or hub), text, label and kind (docs/own-task.md)"
+                )
+            elif own := [key for key in OWN_TASK_KEYS if key in (block or {})]:
+                raise ConfigError(
+                    f"{self.source}: tasks.{name}: {', '.join(own)} describe a task of your own (with files or hub); "
+                    f"{name} is registered, with its own; declare yours under another name (docs/own-task.md)"
                 )
         return declared
 

@@ -114,6 +114,13 @@ def check_pretrained(ref: str) -> None:
         locate(VOCAB_SOURCE)
         return
     where = locate(ref)
+    if isinstance(where, HubModel):
+        from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+        try:
+            validate_repo_id(where.repo_id)
+        except HFValidationError as err:
+            raise MissingError(f"{ref}: neither a local folder nor a hub id ({err})") from None
     config = config_json(ref)
     decoder = [a for a in config.get("architectures") or [] if a.endswith(("ForCausalLM", "LMHeadModel"))]
     if config.get("is_decoder") or decoder:
@@ -130,6 +137,8 @@ def check_pretrained(ref: str) -> None:
                 f"{ref}: {folder} has no tokenizer ({', '.join(TOKENIZER_FILES)} or a sentencepiece *.model): "
                 "save the tokenizer beside the model (tokenizer.save_pretrained)"
             )
+        if problem := missing_safetensors(folder):  # found at load time, after the run's first jobs
+            raise MissingError(problem if Path(ref).expanduser().resolve() == folder.resolve() else f"{ref}: {problem}")
 
 
 # Model types whose position ids start after the padding id (transformers'

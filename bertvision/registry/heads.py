@@ -67,6 +67,9 @@ class HeadType:
     misfit: Callable[[dict, int], str | None] | None = None
 
 
+# BERT's own head (its task model's classifier): its name in the tables, which no head may take
+BERT_HEAD = "BERT"
+
 HEAD_TYPES: dict[str, HeadType] = {}
 # The nn.Module class each head type builds, filled by ``builds`` where the class is defined
 # (bertvision/models), so that this registry, which the config reads, never imports torch.

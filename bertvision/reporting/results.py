@@ -12,12 +12,11 @@ from bertvision.evaluation.ensemble import ENSEMBLES, ensemble_rules
 from bertvision.evaluation.flags import metric_flag, prediction_flags
 from bertvision.files import read_json
 from bertvision.layout import BERT_PREDICTIONS, HEAD_PREDICTIONS, Checkpoint, source_checkpoint
+from bertvision.registry.heads import BERT_HEAD as BERT
 from bertvision.registry.task_spec import TaskSpec
 from bertvision.registry.tasks import get_task
 from bertvision.reporting.bert_records import is_scored
 from bertvision.reporting.markdown import fmt, markdown_table
-
-BERT = "BERT"
 
 
 def ensemble_name(head: str, how: str) -> str:
