@@ -11,7 +11,7 @@ import pytest
 
 from bertvision.data.table_files import FORMATS, file_format, read_table
 from bertvision.data.task_files import labels_in, read_task_file
-from bertvision.errors import DataFormatError, MissingError
+from bertvision.errors import ConfigError, DataFormatError, MissingError
 
 LABELS = ("bad", "ok", "good")
 
@@ -184,6 +184,23 @@ def test_labels_in_text_order_otherwise(tmp_path):
 def test_labels_in_json_numbers_are_strings(tmp_path):
     path = write(tmp_path / "train.jsonl", '{"s": "a", "y": 3}\n{"s": "b", "y": -1}\n')
     assert labels_in(path, "y") == ("-1", "3")
+
+
+def test_one_number_is_one_label_whatever_format_wrote_it(tmp_path):
+    """A CSV's 1.0, 2.0 and 10.0 were the labels ('1.0', '10.0', '2.0'), in text order, and a JSON
+    dev file's 1.0 (the number 1) was then refused; the config's labels: [1.0, ...] likewise."""
+    from bertvision.config.declared_tasks import declared_task
+
+    train = write(tmp_path / "train.csv", "s,y\na,1.0\nb,2.0\nc,10.0\nd,2\n")
+    dev = write(tmp_path / "dev.jsonl", '{"s": "x", "y": 1.0}\n{"s": "y", "y": 10}\n{"s": "z", "y": "2.00"}\n')
+    assert labels_in(train, "y") == ("1", "2", "10")
+    read = read_task_file(dev, "dev", ("s",), ("sentence",), "y", "classification", labels_in(train, "y"))
+    assert read["label"].tolist() == [0, 2, 1]
+    block = {"files": {"train": str(train), "dev": str(dev)}, "text": "s", "label": "y", "kind": "classification"}
+    assert declared_task("mine", {**block, "labels": [1.0, 2.0, 10.0]}).raw_labels == ("1", "2", "10")
+    assert declared_task("mine", block).raw_labels == ("1", "2", "10")
+    with pytest.raises(ConfigError, match=r"^tasks.mine.labels: \[1, '1.0'\] name one number twice \(\['1', '1'\]\)$"):
+        declared_task("mine", {**block, "labels": [1, "1.0"]})
 
 
 def test_labels_in_refuses_an_empty_label_and_a_missing_column(tmp_path):

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from bertvision.data.squad_files import parse_squad
 from bertvision.data.table_files import read_table
-from bertvision.data.task_files import absent_labels_note, labels_in, read_task_file, repeated_rows_note
+from bertvision.data.task_files import absent_labels_note, label_text, labels_in, read_task_file, repeated_rows_note
 from bertvision.errors import BertvisionError, ConfigError
 from bertvision.files import no_such_file
 from bertvision.registry.hub_layout import HubLayout
@@ -121,9 +121,11 @@ def declared_task(name: str, block: dict) -> TaskSpec:
     if kind in QUESTION_KINDS:
         return question_task(name, block, rows)
     text = tuple([block["text"]] if isinstance(block["text"], str) else block["text"])
-    labels = tuple(str(x) for x in block.get("labels") or found) if kind == "classification" else ()
+    labels = tuple(label_text(x) for x in block.get("labels") or found) if kind == "classification" else ()
     if kind == "classification" and len(labels) < 2:
         raise ConfigError(f"{where}: a classification task needs at least two labels, found {list(labels)}")
+    if len(set(labels)) < len(labels):  # 1 and "1.0": one number, one label
+        raise ConfigError(f"{where}.labels: {block['labels']} name one number twice ({list(labels)})")
     meanings = tuple(block.get("label_meanings") or ())
     if meanings and len(meanings) != len(labels):
         raise ConfigError(f"{where}.label_meanings: {len(meanings)} meanings for {len(labels)} labels {list(labels)}")

@@ -37,7 +37,7 @@ def labels_in(path: Path, label_column: str) -> tuple[str, ...]:
     frame, where = read_located(path)
     _require_columns(str(path), frame, [label_column], header_place(path))
     _check_label_values(frame[label_column], str(path), where, label_column)
-    found = [_label_text(value) for value in frame[label_column]]
+    found = [label_text(value) for value in frame[label_column]]
     empty = next((row for row, text in enumerate(found) if not text), None)
     if empty is not None:
         raise _cell_error(str(path), where(empty), label_column, "empty label")
@@ -186,10 +186,10 @@ def _label_ids(
 ) -> np.ndarray:
     """Classification labels as int64 indices into ``labels``; every one of them in ``labels``."""
     _check_label_values(raw, source, where, column)
-    ids = {str(label): i for i, label in enumerate(labels)}
-    found = [ids.get(_label_text(value)) for value in raw]
+    ids = {label_text(label): i for i, label in enumerate(labels)}
+    found = [ids.get(label_text(value)) for value in raw]
     bad = _first(found, lambda v: v is not None)
-    if bad is not None and not _label_text(raw.iloc[bad]):
+    if bad is not None and not label_text(raw.iloc[bad]):
         raise _cell_error(source, where(bad), column, "empty label")
     if bad is not None:
         allowed = [str(label) for label in labels]
@@ -221,10 +221,15 @@ def _check_label_values(raw: pd.Series, source: str, where: Callable[[int], str]
         raise _cell_error(source, where(bad), column, problem)
 
 
-def _label_text(value) -> str | None:
-    """A label's string form, so that 1 and 1.0 (JSON, Parquet) and "1" (CSV) are one label; None if missing."""
+def label_text(value) -> str | None:
+    """A label's string form, so that one number is one label whatever wrote it: 1 and 1.0 (JSON,
+    Parquet, YAML) and "1" and "1.0" (CSV) are "1", 2.5 and "2.50" are "2.5"; an integer's text
+    stays as written ("007"), any other text too; None if missing."""
     if isinstance(value, str):
-        return value.strip()
+        text = value.strip()
+        if _INTEGER.fullmatch(text) or not _DECIMAL.fullmatch(text) or not math.isfinite(float(text)):
+            return text
+        value = float(text)  # a number written with a point or an exponent, read as JSON's would be
     if _missing(value):
         return None
     if isinstance(value, float | np.floating) and float(value).is_integer():
