@@ -578,7 +578,11 @@ def test_run_tasks_runs_a_share_of_the_tasks_with_their_settings():
 
 
 # A stage settings field holds its config key's value as the schema types it; these differ on purpose.
-TYPED_APART = {("PeerSettings", "optimizer"): "null for the peers that train no encoder"}
+TYPED_APART = {
+    ("PeerSettings", "optimizer"): "null for the peers that train no encoder",
+    ("DownloadSettings", "source"): "null for a task of the config's own, which reads its own source",
+    ("DownloadSettings", "selection_fraction"): "null for a question task whose article_split has the shares",
+}
 SCHEMA_TYPES = {"integer": {int}, "number": {int, float}, "boolean": {bool}, "string": {str}, "array": {tuple},
                 "object": {dict}, "null": {type(None)}}  # fmt: skip
 

@@ -1,16 +1,21 @@
 """The download stage: seeded subsampling, a selection split disjoint from train, and the
 hub code path exercised against a local dataset repository."""
 
+import copy
 import json
+import os
+import re
+import shutil
 
 import pandas as pd
 import pytest
+import yaml
 
 from bertvision.data.glue_files import locate, parse_split
 from bertvision.layout import rows_record
 from bertvision.registry.tasks import get_task
 from bertvision.stages.download import carve_selection, download_task, subsample
-from tests.conftest import SHIPPED_GLUE, workflow_settings
+from tests.conftest import REPO, SHIPPED_GLUE, snakemake, squad_slice, workflow_settings
 
 
 def settings(**kw):
@@ -112,6 +117,40 @@ def test_hub_path_with_a_local_repository(tmp_path, local_hub_repo, monkeypatch)
     assert hub["label"].tolist() == local["label"].tolist()
 
 
+def test_a_local_repository_edited_in_place_is_read_anew(tmp_path, local_hub_repo, monkeypatch):
+    """datasets caches a local folder by its name and file patterns: the second download read the
+    first one's rows from that cache (data.hub_repo had no cache of its own, as declared tasks do)."""
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    hub = settings(source="hub", hub_repo=str(local_hub_repo))
+    download_task(get_task("mrpc"), hub, tmp_path / "first")
+    dev_file = next((local_hub_repo / "mrpc").glob("validation-*"))
+    rows = pd.read_parquet(dev_file)
+    rows.assign(sentence1=[f"edited {i}" for i in range(len(rows))]).to_parquet(dev_file)
+    download_task(get_task("mrpc"), hub, tmp_path / "second")
+    assert pd.read_parquet(tmp_path / "second" / "dev.parquet")["sentence1"].tolist() == [
+        f"edited {i}" for i in range(len(rows))
+    ]
+
+
+def test_squad_from_a_glue_mirror_is_one_line_naming_hub_repo(tmp_path, local_hub_repo, monkeypatch):
+    """GLUE tasks and squad2 under one data.hub_repo: squad2 read the GLUE mirror and failed
+    with a 40-line KeyError: 'id'."""
+    from bertvision.errors import DataFormatError
+
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    config = workflow_settings(
+        tasks={"mrpc": None, "squad2": None}, data={"source": "hub", "hub_repo": str(local_hub_repo)}
+    )
+    with pytest.raises(DataFormatError) as err:
+        download_task(get_task("squad2"), config.download("squad2"), tmp_path / "out")
+    message = str(err.value)
+    assert message.startswith(f"data.hub_repo: {local_hub_repo} split train: ")
+    assert "missing column(s) ['id', 'title', 'context', 'question', 'answers']" in message
+    assert "\n" not in message
+
+
 def test_rows_that_repeat_a_train_rows_texts_are_counted_in_the_log(tmp_path, caplog):
     """STS-B's dev repeats 6 of train's pairs (docs/results/dev-train-repeats.txt): kept and scored
     as given, and said; MRPC's dev repeats none, and nothing is said."""
@@ -129,3 +168,78 @@ def test_rows_that_repeat_a_train_rows_texts_are_counted_in_the_log(tmp_path, ca
     assert stsb["task"] == "stsb" and stsb["repeated"]["dev"] == 6 and stsb["rows"]["dev"] == 1500
     assert mrpc["repeated"]["dev"] == 0 and mrpc["rows"] == {s: len(pd.read_parquet(tmp_path / "mrpc" / f"{s}.parquet"))
                                                          for s in ("train", "selection", "dev")}  # fmt: skip
+
+
+# ---- what reruns a download: the settings and files it reads, and nothing else ----------------------
+def planned_downloads(workdir, config: dict) -> list[str]:
+    """The tasks whose download a dry run of ``config`` (as the run's config) would run."""
+    (workdir / "plan.yaml").write_text(yaml.safe_dump(config))
+    out = snakemake(workdir, "-n", "--until", "download", "--configfile", str(workdir / "plan.yaml")).stdout
+    return sorted(re.findall(r"rule download:\n(?:\s+.*\n)*?\s+wildcards: task=([\w-]+)", out))
+
+
+@pytest.fixture(scope="module")
+def downloaded_run(tmp_path_factory):
+    """GLUE, SQuAD (article split) and a declared hub task from a local folder, downloaded by
+    Snakemake: (the working directory, its config)."""
+    from tests.test_own_task_hub import mrpc_repo
+    from tests.tiny_bert import DEFAULT_BACKBONE
+
+    workdir = tmp_path_factory.mktemp("downloads")
+    repo = mrpc_repo(workdir / "pairs-repo")
+    config = {
+        "backbones": {"m": {"pretrained": DEFAULT_BACKBONE}},
+        "tasks": {
+            "sst2": {"train_size": 60, "eval_size": 40},
+            "stsb": {"train_size": 60, "eval_size": 40},
+            "squad2": squad_slice(30, 20, 30),
+            "pairs": {
+                "hub": {"id": str(repo), "config": "pairs", "splits": {"train": "train", "dev": "test"}},
+                "text": ["first", "second"],
+                "label": "label",
+                "kind": "classification",
+                "labels": ["different", "same"],
+                "train_size": 40,
+            },
+        },
+    }
+    (workdir / "config.yaml").write_text(yaml.safe_dump(config))
+    snakemake(workdir, "--until", "download")
+    return workdir, config, repo
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "change, rerun",
+    [
+        # a setting each task reads: its download alone reruns (each reran every download)
+        (lambda c, tmp: c.update(data={"squad_dir": str(shutil.copytree(REPO / "resources/squad2", tmp / "sq"))}),
+         ["squad2"]),
+        (lambda c, tmp: c.update(data={"hub_repo": "org/glue-mirror"}), []),  # read under source: hub only
+        (lambda c, tmp: c.update(data={"selection_fraction": 0.2}), ["pairs", "sst2", "stsb"]),  # not an article split
+        (lambda c, tmp: c.update(data={"source": "hub"}), ["squad2", "sst2", "stsb"]),  # a declared task reads its own
+        (lambda c, tmp: c.update(data={"seed": 14}), ["pairs", "squad2", "sst2", "stsb"]),
+    ],
+    ids=["squad_dir", "hub_repo", "selection_fraction", "source", "seed"],
+)  # fmt: skip
+def test_a_setting_reruns_only_the_downloads_that_read_it(downloaded_run, tmp_path, change, rerun):
+    workdir, config, _ = downloaded_run
+    config = copy.deepcopy(config)
+    change(config, tmp_path)
+    assert planned_downloads(workdir, config) == rerun
+
+
+@pytest.mark.slow
+def test_an_edited_local_dataset_folder_reruns_its_download(downloaded_run):
+    """A declared hub task's local folder, rows rewritten in place: the dry run had nothing to do."""
+    workdir, config, repo = downloaded_run
+    assert planned_downloads(workdir, config) == []
+    parquet = next((repo / "pairs").glob("test-*.parquet"))
+    before, stat = parquet.read_bytes(), parquet.stat()
+    rows = pd.read_parquet(parquet)
+    rows.assign(first=[f"edited {i}" for i in range(len(rows))]).to_parquet(parquet)
+    try:
+        assert planned_downloads(workdir, config) == ["pairs"]
+    finally:  # the module's run as it was, for the tests beside this one
+        parquet.write_bytes(before)
+        os.utime(parquet, ns=(stat.st_atime_ns, stat.st_mtime_ns))

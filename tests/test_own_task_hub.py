@@ -119,7 +119,7 @@ def test_a_classlabel_hub_task_downloads_as_its_files_do(tmp_path):
     assert from_hub["dev"]["label"].tolist() == glue_rows("mrpc", "dev", 30)["label"].tolist()
 
 
-def test_a_hub_declaration_travels_to_jobs_and_reads_no_local_file(tmp_path):
+def test_a_hub_declaration_travels_to_jobs_and_its_local_folders_files_are_the_downloads_inputs(tmp_path):
     repo = mrpc_repo(tmp_path / "repo")
     block = hub_block(repo)
     block["hub"]["revision"] = "main"
@@ -130,7 +130,9 @@ def test_a_hub_declaration_travels_to_jobs_and_reads_no_local_file(tmp_path):
     assert task.train_rows == 60 and settings.train_rows("pairs-hub") == 54  # less data.selection_fraction
     again = TaskSpec.from_dict(json.loads(declared_json([task]))["pairs-hub"])
     assert again == task
-    assert local_source_files(task, settings.download("pairs-hub")) == []
+    # a local folder's files, so that one edited in place reruns the download (it ran none: edits went unseen)
+    files = [repo / "README.md", *sorted((repo / "pairs").glob("*.parquet"))]
+    assert local_source_files(task, settings.download("pairs-hub")) == files
     assert len(downloaded(settings, "pairs-hub", tmp_path / "raw")["dev"]) == 30  # at revision main
 
 

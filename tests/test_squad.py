@@ -117,19 +117,12 @@ def test_threshold_tuning_maximises_f1():
     assert squad_v2_metrics(golds, preds)["f1"] == best == 75.0
 
 
-def test_hub_path_with_a_local_repository(tmp_path, dev, monkeypatch):
-    """rajpurkar/squad_v2's layout (answers as {text, answer_start}) from a local dataset repo."""
-    pytest.importorskip("datasets")
-    from bertvision.config.settings import DownloadSettings
-    from bertvision.registry.tasks import get_task
-    from bertvision.stages.download import download_task
-
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
-    repo = tmp_path / "squad-repo" / "squad_v2"
-    repo.mkdir(parents=True)
-    titles = dev["title"].unique()
-    for hub_split, chosen in (("train", titles[:3]), ("validation", titles[3:4])):
+def squad_repo(root, dev, train_titles, dev_titles):
+    """A dataset directory laid out like rajpurkar/squad_v2 (its config squad_v2 in the card,
+    answers as {text, answer_start}) holding the shipped dev file's questions of those articles."""
+    repo = root / "squad_v2"
+    repo.mkdir(parents=True, exist_ok=True)
+    for hub_split, chosen in (("train", train_titles), ("validation", dev_titles)):
         part = dev[dev["title"].isin(chosen)]
         pd.DataFrame(
             {
@@ -143,11 +136,21 @@ def test_hub_path_with_a_local_repository(tmp_path, dev, monkeypatch):
                 ],
             }
         ).to_parquet(repo / f"{hub_split}-00000-of-00001.parquet")
-    settings = DownloadSettings(
+    (root / "README.md").write_text(
+        "---\nconfigs:\n- config_name: squad_v2\n  data_files:\n  - split: train\n    path: squad_v2/train-*\n"
+        "  - split: validation\n    path: squad_v2/validation-*\n---\n"
+    )
+    return root
+
+
+def squad_hub_settings(repo):
+    from bertvision.config.settings import DownloadSettings
+
+    return DownloadSettings(
         source="hub",
-        hub_repo=str(repo.parent),
-        glue_dir="",
-        squad_dir="",
+        hub_repo=str(repo),
+        glue_dir=None,
+        squad_dir=None,
         seed=1,
         selection_fraction=0.34,
         train_size=None,
@@ -155,11 +158,27 @@ def test_hub_path_with_a_local_repository(tmp_path, dev, monkeypatch):
         eval_size=None,
         article_split=None,
     )
-    counts = download_task(get_task("squad2"), settings, tmp_path / "out")
+
+
+def test_hub_path_with_a_local_repository(tmp_path, dev, monkeypatch):
+    """rajpurkar/squad_v2's layout (answers as {text, answer_start}) from a local dataset repo."""
+    pytest.importorskip("datasets")
+    from bertvision.registry.tasks import get_task
+    from bertvision.stages.download import download_task
+
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    titles = dev["title"].unique()
+    repo = squad_repo(tmp_path / "squad-repo", dev, titles[:3], titles[3:4])
+    counts = download_task(get_task("squad2"), squad_hub_settings(repo), tmp_path / "out")
     assert counts["dev"] == int(dev["title"].isin(titles[3:4]).sum())
     assert counts["train"] + counts["selection"] == int(dev["title"].isin(titles[:3]).sum())
     got = pd.read_parquet(tmp_path / "out" / "dev.parquet")
     assert list(got["answer_texts"].iloc[0]) == list(dev[dev["title"] == titles[3]]["answer_texts"].iloc[0])
+    # the folder's rows rewritten: read anew (datasets' cache of a folder with a card gave the old ones)
+    squad_repo(repo, dev, titles[:3], titles[4:5])
+    download_task(get_task("squad2"), squad_hub_settings(repo), tmp_path / "again")
+    assert set(pd.read_parquet(tmp_path / "again" / "dev.parquet")["title"]) == {titles[4]}
 
 
 def test_extraction_refuses_when_the_disk_is_too_small(tmp_path):

@@ -20,14 +20,17 @@ PROJECT_RESOURCES = Path(__file__).resolve().parents[2] / "resources"
 
 
 class DownloadSettings(StageSettings):
-    source: str = setting("data.source")
+    """What one task's download reads: a setting the task does not read is null
+    (``WorkflowSettings.download``), so that a change to it reruns no download of that task."""
+
+    source: str | None = setting("data.source")  # null: a task of the config's own reads its own source
     # null (the shipped data) stays null in the job's settings: where the project lies is no setting,
     # so a moved checkout, or a run's own working directory (snakemake --directory), reruns nothing
     glue_dir: str | None = setting("data.glue_dir")
     squad_dir: str | None = setting("data.squad_dir")
     hub_repo: str | None = setting("data.hub_repo")
     seed: int = setting("data.seed")
-    selection_fraction: Number = setting("data.selection_fraction")
+    selection_fraction: Number | None = setting("data.selection_fraction")  # null: an article_split's shares
     train_size: int | None = setting("tasks.<task>.train_size")
     selection_size: int | None = setting("tasks.<task>.selection_size")
     eval_size: int | None = setting("tasks.<task>.eval_size")

@@ -296,12 +296,21 @@ class WorkflowSettings(SharedEncoderSettings, ComparisonSettings):
         return merged
 
     def download(self, task: str) -> DownloadSettings:
-        over = self.task_overrides(task)
-        return DownloadSettings.pick(
-            self.config["data"],
-            self.source,
-            **{k: over.get(k) for k in ("train_size", "selection_size", "eval_size", "article_split")},
-        )
+        """``task``'s download settings, null where the task does not read one: a task of the
+        config's own reads no data.source (nor its folders and hub_repo), a GLUE task not
+        data.squad_dir, a question task not data.glue_dir, and an article_split's shares replace
+        data.selection_fraction."""
+        spec, over, data = get_task(task), self.task_overrides(task), self.config["data"]
+        source = None if spec.declared else data["source"]
+        read = {
+            "source": source,
+            "glue_dir": data["glue_dir"] if source == "local" and not spec.squad else None,
+            "squad_dir": data["squad_dir"] if source == "local" and spec.squad else None,
+            "hub_repo": data["hub_repo"] if source == "hub" else None,
+            "selection_fraction": None if over.get("article_split") else data["selection_fraction"],
+        }
+        sizes = {k: over.get(k) for k in ("train_size", "selection_size", "eval_size", "article_split")}
+        return DownloadSettings.pick({**data, **read, **sizes}, self.source)
 
     def tokenize(self, model: str, task: str) -> TokenizeSettings:
         spec = get_task(task)

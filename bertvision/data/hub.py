@@ -40,12 +40,34 @@ def hub_dataset(repo: str, *args, **kwargs):
         ) from None
 
 
-def load_hub_split(task: TaskSpec, split: str, repo: str | None = None) -> pd.DataFrame:
-    repo = repo or task.hub_id
-    hub_split = task.hub_splits[split]
-    ds = hub_dataset(repo, task.hub_config, split=hub_split)
-    df = ds.to_pandas()
-    where = f"{repo}/{task.hub_config} split {hub_split}"
+def hub_rows(repo: str, *args, named_by: str = "", **kwargs) -> tuple[pd.DataFrame, dict]:
+    """The rows and the features (column -> ``datasets`` feature) of ``hub_dataset(repo, ...)``;
+    ``named_by``: the config key that gives ``repo``, which an error names first."""
+    # datasets caches a local directory by its name and file patterns, not by what its files hold
+    # (a changed directory would be read from the old one's cache): one gets a cache of its own
+    local = Path(repo).is_dir()
+    with tempfile.TemporaryDirectory(prefix="bertvision-hub-") if local else contextlib.nullcontext() as cache:
+        try:
+            dataset = hub_dataset(repo, *args, cache_dir=cache, **kwargs)
+        except MissingError as err:
+            raise MissingError(f"{named_by}: {err}" if named_by else str(err)) from None
+        return dataset.to_pandas(), dict(dataset.features)
+
+
+def local_dataset_files(repo: str) -> list[Path]:
+    """The files of a local dataset directory (none for a hub id), hidden ones left out as
+    ``datasets`` leaves them, so that an edited file reruns the download that reads it."""
+    if not Path(repo).is_dir():
+        return []
+    files = (path for path in sorted(Path(repo).rglob("*")) if path.is_file())
+    return [path for path in files if not any(part.startswith(".") for part in path.relative_to(repo).parts)]
+
+
+def load_hub_split(task: TaskSpec, split: str, given: str | None = None) -> pd.DataFrame:
+    """A split of a registered GLUE task from the hub: its registry entry's dataset, or ``given`` (data.hub_repo)."""
+    repo, hub_split, key = given or task.hub_id, task.hub_splits[split], "data.hub_repo" if given else ""
+    df, _ = hub_rows(repo, task.hub_config, split=hub_split, named_by=key)
+    where = (f"{key}: " if key else "") + f"{repo}/{task.hub_config} split {hub_split}"
     # nyu-mll/glue names its columns as our canonical text fields.
     missing = [c for c in (*task.text_fields, "label") if c not in df.columns]
     if missing:
@@ -79,13 +101,8 @@ def declared_source(task: TaskSpec, split: str) -> str:
 def load_declared_rows(task: TaskSpec, split: str) -> tuple[pd.DataFrame, dict]:
     """The rows and the features (column -> ``datasets`` feature) of our ``split`` of a task
     declared from the hub, at its revision; a DataFormatError when the split has no rows."""
-    # datasets caches a local directory by its name and file patterns, not by what its files hold
-    # (a changed directory would be read from the old one's cache): one gets a cache of its own
-    local = Path(task.hub_id).is_dir()
-    with tempfile.TemporaryDirectory(prefix="bertvision-hub-") if local else contextlib.nullcontext() as cache:
-        dataset = hub_dataset(task.hub_id, task.hub_config or None, split=task.hub_splits[split],
-                              revision=task.hub.revision, cache_dir=cache)  # fmt: skip
-        frame, features = dataset.to_pandas(), dict(dataset.features)
+    frame, features = hub_rows(task.hub_id, task.hub_config or None, split=task.hub_splits[split],
+                               revision=task.hub.revision)  # fmt: skip
     if len(frame) == 0:
         raise DataFormatError(f"{declared_source(task, split)}: no rows")
     return frame, features
@@ -106,7 +123,19 @@ def load_declared_split(task: TaskSpec, split: str) -> pd.DataFrame:
 def load_declared_questions(task: TaskSpec, split: str) -> pd.DataFrame:
     """A split of a span or answerability task declared from the hub: squad_v2-shaped rows in
     ``squad_files``' columns."""
-    source, (frame, _) = declared_source(task, split), load_declared_rows(task, split)
+    return questions(load_declared_rows(task, split)[0], declared_source(task, split))
+
+
+def load_hub_questions(task: TaskSpec, split: str, given: str | None) -> pd.DataFrame:
+    """A split of a registered question task (SQuAD 2.0) from the hub: its registry entry's
+    dataset, or ``given`` (data.hub_repo, which every registered task then reads)."""
+    dataset, hub_split, key = given or task.hub_id, task.hub_splits[split], "data.hub_repo" if given else ""
+    frame, _ = hub_rows(dataset, split=hub_split, named_by=key)
+    return questions(frame, (f"{key}: " if key else "") + f"{dataset} split {hub_split}")
+
+
+def questions(frame: pd.DataFrame, source: str) -> pd.DataFrame:
+    """squad_v2-shaped rows in ``squad_files``' columns; a DataFormatError naming ``source`` when a column lacks."""
     missing = [column for column in SQUAD_COLUMNS if column not in frame.columns]
     if missing:
         raise DataFormatError(

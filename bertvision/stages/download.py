@@ -17,10 +17,11 @@ from bertvision.data import squad_files
 from bertvision.data.glue_files import locate, parse_split
 from bertvision.data.hub import (
     declared_source,
-    hub_dataset,
     load_declared_questions,
     load_declared_split,
+    load_hub_questions,
     load_hub_split,
+    local_dataset_files,
 )
 from bertvision.data.task_files import (
     CONSTANT_LABELS_REFUSED,
@@ -52,7 +53,7 @@ def load_source_split(task: TaskSpec, split: str, source: DownloadSettings) -> p
         log.info("reading %s", path)
         return parse_split(path, task, split)
     if source.source == "hub":
-        return load_hub_split(task, split, repo=source.hub_repo)
+        return load_hub_split(task, split, source.hub_repo)
     raise ValueError(f"data.source must be 'local' or 'hub', got {source.source!r}")
 
 
@@ -92,9 +93,7 @@ def load_squad_split(task: TaskSpec, split: str, settings: DownloadSettings) -> 
         path = squad_files.locate(Path("") if task.files else settings.folder("squad_dir"), task.squad.files, split)
         log.info("reading %s", path)
         return squad_files.parse_squad(path)
-    dataset = settings.hub_repo or task.hub_id
-    return squad_files.from_hub_records(hub_dataset(dataset, split=task.hub_splits[split]).to_pandas(),
-                                        f"{dataset} split {task.hub_splits[split]}")  # fmt: skip
+    return load_hub_questions(task, split, settings.hub_repo)
 
 
 def download_squad(task: TaskSpec, settings: DownloadSettings, out_dir: Path) -> tuple[dict[str, int], dict]:
@@ -193,14 +192,14 @@ def _train_source(task: TaskSpec) -> str:
 
 
 def local_source_files(task: TaskSpec, settings: DownloadSettings) -> list[Path]:
-    """The local files a download reads (empty for the hub), so the workflow reruns the
-    download when one of them changes."""
-    if task.hub:  # a hub task of the config's own: its declaration, a param of the rule, reruns it
-        return []
+    """The local files a download reads, a local dataset directory's among them (none from the
+    hub), so the workflow reruns the download when one of them changes."""
+    if task.hub:  # a hub task of the config's own: its declaration (a param of the rule) reruns it too
+        return local_dataset_files(task.hub_id)
     if task.files:  # not the unlabelled file: the predict job reads it, and a new one reruns that alone
         return [Path(p) for split, p in task.files.files.items() if split != UNLABELLED]
-    if settings.source != "local":
-        return []
+    if settings.source == "hub":
+        return local_dataset_files(settings.hub_repo or task.hub_id)
     if task.squad:
         article_split = settings.article_split
         splits = [article_split["from"]] if article_split else list(task.squad.files)
