@@ -172,6 +172,8 @@ def test_task_overrides_merge_over_global_settings():
             r"heads.models.x.width: 0 is less than the minimum of 1",
         ),
         (lambda c: c.update({"data": {"selection_fraction": 1.5}}), r"data.selection_fraction: 1.5 is greater"),
+        # numpy's generator takes no negative seed: the download failed with a traceback
+        (lambda c: c.update({"data": {"seed": -1}}), r"data.seed: -1 is less than the minimum of 0"),
         (lambda c: c.update({"extract": {"shards": 0}}), r"extract.shards: 0 is less than the minimum of 1"),
         (
             lambda c: c.update({"search": {"space": {"momentum": {"low": 0, "high": 1}}}}),
@@ -260,6 +262,21 @@ def test_a_settings_block_written_in_part_shows_every_default(tmp_path, capsys):
             r"tasks.mrpc.search_heads: lp \(lp\) has none of search.space's parameters \(width\)",
         ),
         (lambda c: c.update({"experiments": {"transfer": {"tasks": ["rte"]}}}), r"experiments.transfer.tasks"),
+        # shares that sum to more than 1 failed the download with a traceback; to less, dev got what was left
+        *(
+            (
+                lambda c, shares=shares: c.update({"tasks": {"squad2": {"article_split": {"from": "dev", **shares}}}}),
+                message,
+            )
+            for shares, message in (
+                (
+                    {"train": 0.9, "selection": 0.1, "dev": 0.3},
+                    r"^x: tasks.squad2.article_split: the shares of the articles, train 0.9 \+ selection 0.1 \+ "
+                    r"dev 0.3, sum to 1.3, not 1$",
+                ),
+                ({"train": 0.5, "selection": 0.1, "dev": 0.3}, r"^x: tasks.squad2.article_split: .* to 0.9, not 1$"),
+            )
+        ),
         # one checkpoint has no other to transfer to: refused, not dropped with a page saying none was configured
         (
             lambda c: c.update(
@@ -352,7 +369,7 @@ def test_cross_key_problems_fail_when_the_config_loads(mutate, message):
     config = minimal()
     mutate(config)
     with pytest.raises(ConfigError, match=message):
-        WorkflowSettings(validate_config(config))
+        WorkflowSettings(validate_config(config), source="x")
 
 
 def test_a_registered_task_refuses_the_keys_of_a_task_of_ones_own():

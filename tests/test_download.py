@@ -46,7 +46,32 @@ def test_the_rows_record_says_how_many_rows_were_drawn_from_how_many(tmp_path):
     download_task(get_task("mrpc"), settings(train_size=500, eval_size=100), tmp_path)
     record = json.loads(rows_record(tmp_path).read_text())
     full_train = len(parse_split(locate(SHIPPED_GLUE, get_task("mrpc"), "train"), get_task("mrpc"), "train"))
-    assert record["drawn"] == {"train": {"rows": 500, "of": full_train}, "dev": {"rows": 100, "of": 408}}
+    assert record["drawn"] == {
+        "train": {"rows": 500, "of": full_train, "asked": 500, "before_selection": True},
+        "selection": {"rows": 50, "of": 50, "asked": None},
+        "dev": {"rows": 100, "of": 408, "asked": 100},
+    }
+
+
+def test_a_size_larger_than_its_split_is_said_in_the_log_the_record_and_the_summary(tmp_path, caplog):
+    """train_size, selection_size and eval_size past the rows there are: all rows, as before, but
+    one warning line each naming the key, and the summary's Drawn line says so (it said nothing)."""
+    from bertvision.reporting.summary_page import drawn_line
+
+    caplog.set_level("WARNING", logger="bertvision.stages.download")
+    download_task(get_task("rte"), settings(train_size=5000, selection_size=400, eval_size=300), tmp_path)
+    warned = [r.getMessage() for r in caplog.records if "rows asked" in r.getMessage()]
+    assert warned == [
+        "tasks.rte.train_size: 5000 rows asked, but the train split has 2490: all 2490 drawn",
+        "tasks.rte.selection_size: 400 rows asked, but the selection split has 249: all 249 drawn",
+        "tasks.rte.eval_size: 300 rows asked, but the dev split has 277: all 277 drawn",
+    ]
+    record = json.loads(rows_record(tmp_path).read_text())
+    assert record["drawn"]["train"] == {"rows": 2490, "of": 2490, "asked": 5000, "before_selection": True}
+    assert drawn_line(record) == (
+        "Drawn with data.seed: all 2,490 train rows (asked 5,000), all 249 selection rows (asked 400), "
+        "all 277 dev rows (asked 300)."
+    )
 
 
 def test_a_train_split_left_with_one_label_after_the_selection_carve_is_refused(tmp_path):

@@ -45,11 +45,99 @@ def test_normalisation_and_partial_credit():
 
 
 def test_article_split_is_disjoint_and_complete(dev):
-    parts = split_by_article(dev, {"train": 0.6, "selection": 0.1, "dev": 0.3}, seed=13)
+    parts = split_by_article(dev, {"selection": 0.1, "dev": 0.3}, seed=13, source="dev", key="article_split")
     titles = [set(p["title"]) for p in parts.values()]
     assert not (titles[0] & titles[1] or titles[0] & titles[2] or titles[1] & titles[2])
     assert sum(len(p) for p in parts.values()) == len(dev)
     assert [p["title"].nunique() for p in parts.values()] == [21, 4, 10]
+
+
+def squad_layout(questions: pd.DataFrame) -> dict:
+    """Parsed questions back in SQuAD 2.0's file layout: data > paragraphs > qas."""
+    data = []
+    for title, article in questions.groupby("title", sort=False):
+        paragraphs = []
+        for context, rows in article.groupby("context", sort=False):
+            qas = [
+                {"id": q.id, "question": q.question, "is_impossible": q.is_impossible,
+                 "answers": [{"text": t, "answer_start": int(a)} for t, a in zip(q.answer_texts, q.answer_starts)]}
+                for q in rows.itertuples()
+            ]  # fmt: skip
+            paragraphs.append({"context": context, "qas": qas})
+        data.append({"title": title, "paragraphs": paragraphs})
+    return {"data": data}
+
+
+def squad_dir(root, dev, articles: int):
+    """A data.squad_dir whose train file holds the shipped dev file's first ``articles`` articles
+    and whose dev file its next one."""
+    import json
+
+    titles = dev["title"].unique()
+    root.mkdir()
+    for name, chosen in (("train-v2.0.json", titles[:articles]), ("dev-v2.0.json", titles[articles : articles + 1])):
+        (root / name).write_text(json.dumps(squad_layout(dev[dev["title"].isin(chosen)])))
+    return root
+
+
+@pytest.mark.parametrize("articles", [2, 3, 4])
+def test_a_train_file_of_few_articles_gives_selection_one(tmp_path, dev, articles):
+    """Train took round(0.9 n) articles first and selection what was left: under five articles,
+    nothing, and a 23-line traceback. Now selection takes max(1, round(0.1 n)), as GLUE's carve."""
+    from bertvision.registry.tasks import get_task
+    from bertvision.stages.download import download_task
+    from tests.conftest import workflow_settings
+
+    settings = workflow_settings(
+        tasks={"squad2": None}, data={"squad_dir": str(squad_dir(tmp_path / "sq", dev, articles))}
+    )
+    counts = download_task(get_task("squad2"), settings.download("squad2"), tmp_path / "out")
+    titles = {split: set(pd.read_parquet(tmp_path / "out" / f"{split}.parquet")["title"]) for split in counts}
+    assert len(titles["selection"]) == 1 and len(titles["train"]) == articles - 1
+    assert not titles["selection"] & titles["train"]
+
+
+def test_a_train_file_of_one_article_is_refused_in_one_line_naming_it(tmp_path, dev):
+    from bertvision.errors import DataFormatError
+    from bertvision.registry.tasks import get_task
+    from bertvision.stages.download import download_task
+    from tests.conftest import workflow_settings
+
+    folder = squad_dir(tmp_path / "sq", dev, 1)
+    settings = workflow_settings(tasks={"squad2": None}, data={"squad_dir": str(folder)})
+    with pytest.raises(DataFormatError) as err:
+        download_task(get_task("squad2"), settings.download("squad2"), tmp_path / "out")
+    assert str(err.value) == (
+        f"{folder / 'train-v2.0.json'}: 1 article(s), too few to split by article: data.selection_fraction "
+        "gives selection 1 (0.1 of them), leaving none to train on"
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_article_split_gives_each_part_its_share_and_records_every_draw(tmp_path):
+    """dev got the articles train and selection left, whatever its share said, and the rows
+    record drew nothing ({}), so an eval_size was never mentioned in the summary."""
+    import json
+
+    from bertvision.layout import rows_record
+    from bertvision.registry.tasks import get_task
+    from bertvision.reporting.summary_page import drawn_line
+    from bertvision.stages.download import download_task
+    from tests.conftest import workflow_settings
+
+    shares = {"from": "dev", "train": 0.5, "selection": 0.1, "dev": 0.4}
+    block = {"article_split": shares, "train_size": 300, "eval_size": 200}
+    settings = workflow_settings(tasks={"squad2": block})
+    counts = download_task(get_task("squad2"), settings.download("squad2"), tmp_path)
+    articles = {split: pd.read_parquet(tmp_path / f"{split}.parquet")["title"].nunique() for split in counts}
+    # of 35 articles: round(0.4 x 35) for dev (it got 13, train round(0.5 x 35) first), round(0.1 x 35) for selection
+    assert articles == {"train": 17, "selection": 4, "dev": 14}
+    record = json.loads(rows_record(tmp_path).read_text())
+    assert record["drawn"]["dev"]["rows"] == 200 and record["drawn"]["dev"]["asked"] == 200
+    assert record["drawn"]["train"]["before_selection"] is False
+    line = drawn_line(record)
+    assert line.startswith("Drawn with data.seed: 300 of the ") and " train rows (after the article split)" in line
+    assert line.endswith(f"200 of the {record['drawn']['dev']['of']:,} dev rows.")
 
 
 @pytest.mark.parametrize("max_length, stride", [(384, 128), (96, 32)])

@@ -5,6 +5,8 @@ that a bad config fails the dry run with the key at fault. ``workflow``: the
 
 from __future__ import annotations
 
+import math
+
 import jsonschema
 
 from bertvision.config.schema import schema_node
@@ -55,6 +57,8 @@ def check(workflow) -> None:
         # (peers.methods applies each where it can, the summary saying why not elsewhere)
         for name, why in inapplicable(over.get("peers") or [], spec).items():
             problems.append(f"tasks.{task}.peers: {name} does not apply to {task}: {why}")
+        if problem := article_split_problem(over.get("article_split")):
+            problems.append(f"tasks.{task}.article_split: {problem}")
         listed = over.get("heads") or []
         unknown = [n for n in listed if n not in models]
         if unknown:
@@ -137,6 +141,17 @@ def check(workflow) -> None:
     problems += shared_problems(workflow, broken)
     if problems:
         raise ConfigError("\n".join(f"{workflow.source}: {p}" for p in problems))
+
+
+def article_split_problem(shares: dict | None) -> str | None:
+    """Shares of the articles (each above 0: the schema) that do not sum to 1; None when they do."""
+    if not shares:
+        return None
+    total = shares["train"] + shares["selection"] + shares["dev"]
+    if math.isclose(total, 1, abs_tol=1e-9):
+        return None
+    given = " + ".join(f"{part} {shares[part]:g}" for part in ("train", "selection", "dev"))
+    return f"the shares of the articles, {given}, sum to {total:g}, not 1"
 
 
 def schedule_problems(workflow) -> list[str]:

@@ -123,18 +123,25 @@ def parse_squad(path: Path) -> pd.DataFrame:
     return check_questions(df[COLUMNS], str(path))
 
 
-def split_by_article(df: pd.DataFrame, fractions: dict[str, float], seed: int) -> dict[str, pd.DataFrame]:
-    """Assign whole articles to parts (e.g. train 0.6, selection 0.1, dev 0.3) so that no
-    context appears in two parts. Articles are shuffled with ``seed``; each part gets
-    ``round(fraction * n_articles)`` of them (at least one), the last part the rest."""
+def split_by_article(
+    df: pd.DataFrame, shares: dict[str, float], seed: int, source: str, key: str
+) -> dict[str, pd.DataFrame]:
+    """``df``'s questions as ``train`` and the parts ``shares`` names (e.g. selection 0.1, dev
+    0.3), by whole articles, so that no context appears in two parts. Articles are shuffled with
+    ``seed``; each named part gets ``round(share * n_articles)`` of them (at least one), train the
+    rest; too few articles to leave train one is a DataFormatError naming ``source`` and the
+    config ``key`` of the shares."""
     titles = df["title"].drop_duplicates().to_numpy()
+    held = {name: max(1, int(round(share * len(titles)))) for name, share in shares.items()}
+    if sum(held.values()) >= len(titles):
+        given = ", ".join(f"{name} {count} ({shares[name]:g} of them)" for name, count in held.items())
+        raise DataFormatError(
+            f"{source}: {len(titles)} article(s), too few to split by article: {key} gives {given}, "
+            "leaving none to train on"
+        )
     order = np.random.default_rng(seed).permutation(len(titles))
-    names = list(fractions)
-    counts = [max(1, int(round(fractions[n] * len(titles)))) for n in names[:-1]]
-    if sum(counts) >= len(titles):
-        raise ValueError(f"article split {fractions} leaves no article for {names[-1]!r} ({len(titles)} articles)")
     parts, start = {}, 0
-    for name, count in zip(names, [*counts, len(titles) - sum(counts)]):
+    for name, count in {"train": len(titles) - sum(held.values()), **held}.items():
         chosen = set(titles[order[start : start + count]])
         parts[name] = df[df["title"].isin(chosen)].reset_index(drop=True)
         start += count

@@ -70,13 +70,18 @@ def searched_line(block: pd.DataFrame) -> str:
 
 
 def drawn_line(rows: dict | None) -> str:
-    """The splits the run drew a share of (``tasks.<task>.train_size``, ``eval_size``), with how
-    many rows their source held (the download's ``layout.rows_record``)."""
-    drawn = [
-        f"{d['rows']:,} of the {d['of']:,} {split} rows" + (" (before the selection split)" if split == "train" else "")
-        for split, d in sorted((rows or {}).get("drawn", {}).items(), key=lambda item: item[0] != "train")
-        if d["rows"] < d["of"]
-    ]
+    """The splits the run drew a share of (``tasks.<task>.train_size``, ``selection_size``,
+    ``eval_size``), with how many rows their source held, and those that asked for more rows than
+    there were (the download's ``layout.rows_record``)."""
+    drawn = []
+    order = {"train": 0, "selection": 1}  # then the evaluation splits
+    for split, d in sorted((rows or {}).get("drawn", {}).items(), key=lambda item: order.get(item[0], 2)):
+        if d["rows"] < d["of"]:
+            # train's draw: before the selection carve, or a question task's after its article split
+            when = " (before the selection split)" if d.get("before_selection", True) else " (after the article split)"
+            drawn.append(f"{d['rows']:,} of the {d['of']:,} {split} rows" + (when if split == "train" else ""))
+        elif (d.get("asked") or 0) > d["of"]:
+            drawn.append(f"all {d['of']:,} {split} rows (asked {d['asked']:,})")
     return f"Drawn with data.seed: {', '.join(drawn)}." if drawn else ""
 
 

@@ -66,6 +66,15 @@ def subsample(df: pd.DataFrame, size: int | None, seed: int) -> pd.DataFrame:
     return df.iloc[keep].reset_index(drop=True)
 
 
+def draw(df: pd.DataFrame, size: int | None, seed: int, key: str, split: str) -> tuple[pd.DataFrame, dict]:
+    """``subsample`` and its record (the rows drawn, of how many, and the ``size`` the config key
+    ``key`` asked); a size larger than the split is one warning: all its rows are drawn."""
+    if size is not None and size > len(df):
+        log.warning("%s: %d rows asked, but the %s split has %d: all %d drawn", key, size, split, len(df), len(df))
+    drawn = subsample(df, size, seed)
+    return drawn, {"rows": len(drawn), "of": len(df), "asked": size}
+
+
 def carve_selection(df: pd.DataFrame, fraction: float, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Split ``df`` into (train, selection) with ``round(fraction * n)`` selection rows (at least 1)."""
     n_sel = max(1, int(round(fraction * len(df))))
@@ -85,37 +94,39 @@ def write_splits(task: TaskSpec, frames: dict[str, pd.DataFrame], out_dir: Path)
     return counts
 
 
-def load_squad_split(task: TaskSpec, split: str, settings: DownloadSettings) -> pd.DataFrame:
+def load_squad_split(task: TaskSpec, split: str, settings: DownloadSettings) -> tuple[pd.DataFrame, str]:
+    """A question task's ``split`` and where it was read, as messages name it."""
     if task.hub:  # a question task of the config's own from the hub, whatever data.source says
         log.info("loading %s", declared_source(task, split))
-        return load_declared_questions(task, split)
+        return load_declared_questions(task, split), declared_source(task, split)
     if task.files or settings.source == "local":  # a question task of the config's own: its paths as given
         path = squad_files.locate(Path("") if task.files else settings.folder("squad_dir"), task.squad.files, split)
         log.info("reading %s", path)
-        return squad_files.parse_squad(path)
-    return load_hub_questions(task, split, settings.hub_repo)
+        return squad_files.parse_squad(path), str(path)
+    frame = load_hub_questions(task, split, settings.hub_repo)
+    return frame, f"{settings.hub_repo or task.hub_id} split {task.hub_splits[split]}"
 
 
-def download_squad(task: TaskSpec, settings: DownloadSettings, out_dir: Path) -> tuple[dict[str, int], dict]:
+def download_squad(task: TaskSpec, settings: DownloadSettings, out_dir: Path) -> tuple[dict[str, int], dict, dict]:
     """Question answering: parts are split by article, so no context is shared between the
     train, selection and evaluation questions. With ``article_split`` every part comes from
-    one source file (offline we only have the dev file)."""
-    seed = int(settings.seed)
-    article_split = settings.article_split
+    one source file (offline we only have the dev file). ``train_size`` then draws questions
+    from the train part, after the article split."""
+    seed, article_split = int(settings.seed), settings.article_split
     if article_split:
-        source = load_squad_split(task, article_split["from"], settings)
-        parts = squad_files.split_by_article(source, {k: article_split[k] for k in ("train", "selection", "dev")}, seed)
+        source, where = load_squad_split(task, article_split["from"], settings)
+        shares, key = {k: article_split[k] for k in ("selection", "dev")}, f"tasks.{task.name}.article_split"
     else:
-        fraction = float(settings.selection_fraction)
-        parts = squad_files.split_by_article(
-            load_squad_split(task, "train", settings), {"train": 1 - fraction, "selection": fraction}, seed
-        )
-        parts["dev"] = load_squad_split(task, "dev", settings)
-    frames = {
-        "train": subsample(parts["train"], settings.train_size, seed),
-        "selection": subsample(parts["selection"], settings.selection_size, seed),
-        "dev": subsample(parts["dev"], settings.eval_size, seed),
-    }
+        source, where = load_squad_split(task, "train", settings)
+        shares, key = {"selection": float(settings.selection_fraction)}, "data.selection_fraction"
+    parts = squad_files.split_by_article(source, shares, seed, where, key)
+    if not article_split:
+        parts["dev"] = load_squad_split(task, "dev", settings)[0]
+    frames, drawn = {}, {}
+    for split, size in {"train": "train_size", "selection": "selection_size", "dev": "eval_size"}.items():
+        key = f"tasks.{task.name}.{size}"
+        frames[split], drawn[split] = draw(parts[split], getattr(settings, size), seed, key, split)
+    drawn["train"]["before_selection"] = False  # drawn from the train articles the selection split left
     counts = write_splits(task, frames, out_dir)
     log.info(
         "%s: questions written %s (articles: %s)",
@@ -123,7 +134,7 @@ def download_squad(task: TaskSpec, settings: DownloadSettings, out_dir: Path) ->
         counts,
         {k: int(v["title"].nunique()) for k, v in frames.items()},
     )
-    return counts, {}, {}
+    return counts, {}, drawn
 
 
 def download_glue(
@@ -131,7 +142,7 @@ def download_glue(
 ) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
     seed = int(settings.seed)
     train_full = load_source_split(task, "train", settings)
-    train_pool = subsample(train_full, settings.train_size, seed)
+    train_pool, drawn_train = draw(train_full, settings.train_size, seed, f"tasks.{task.name}.train_size", "train")
     where = task.files.files["train"] if task.files else _train_source(task)
     try:
         train, selection = carve_selection(train_pool, float(settings.selection_fraction), seed)
@@ -140,13 +151,13 @@ def download_glue(
     check_train_labels(task, train, where)
     if task.kind == "classification" and (absent := absent_labels_note(train, task.label_names)):
         log.warning("%s: %s", task.name, absent)
-    frames = {"train": train, "selection": subsample(selection, settings.selection_size, seed)}
+    frames, drawn = {"train": train}, {"train": {**drawn_train, "before_selection": True}}
+    size_key = f"tasks.{task.name}.selection_size"
+    frames["selection"], drawn["selection"] = draw(selection, settings.selection_size, seed, size_key, "selection")
     check_selection_labels(task, frames["selection"], where)
-    drawn = {"train": {"rows": len(train_pool), "of": len(train_full)}}
     for split in task.eval_splits:
         full = load_source_split(task, split, settings)
-        frames[split] = subsample(full, settings.eval_size, seed)
-        drawn[split] = {"rows": len(frames[split]), "of": len(full)}
+        frames[split], drawn[split] = draw(full, settings.eval_size, seed, f"tasks.{task.name}.eval_size", split)
     if task.unlabelled_file:  # checked here, before the run goes on; read by the predict job, its only reader
         log.info("checking %s (unlabelled: predicted, never scored)", task.unlabelled_file)
         read_unlabelled(task)
@@ -210,8 +221,9 @@ def local_source_files(task: TaskSpec, settings: DownloadSettings) -> list[Path]
 def download_task(task: TaskSpec, settings: DownloadSettings, out_dir: Path) -> dict[str, int]:
     """Write ``{out_dir}/{split}.parquet`` for every split and their record (``layout.rows_record``:
     each split's rows and, but for question tasks, whose splits are cut by article, how many repeat
-    a train row's texts, and how many rows were drawn from how many in the source: train's before the
-    selection split); return the row counts."""
+    a train row's texts; and each split's draw (``draw``): train's before the selection split is
+    carved, a question task's after the article split, ``before_selection`` says which); return the
+    row counts."""
     counts, repeated, drawn = (download_squad if task.squad else download_glue)(task, settings, out_dir)
     record = {"task": task.name, "rows": counts, "repeated": repeated, "drawn": drawn}
     atomic_write_json(record, rows_record(out_dir))
