@@ -331,6 +331,8 @@ def test_a_settings_block_written_in_part_shows_every_default(tmp_path, capsys):
             lambda c: c.update({"shared": {"tasks": ["mrpc"], "frozen": False, "checkpoint": None}}),
             r"shared: no encoder",
         ),
+        # the dry run said so inside a traceback of Snakemake's input function
+        (lambda c: c.update({"data": {"glue_dir": "/no/such/glue"}}), r"data.glue_dir: /no/such/glue: no such folder"),
         # a name is a path part: "." and ".." planned models/../sst2 outside the run's folders
         (lambda c: c["backbones"].update({"..": {"pretrained": "x"}}), r"backbones: '\.\.' does not match"),
         (lambda c: c.update({"heads": {"models": {".": {"type": "lp"}}}}), r"heads.models: '\.' does not match"),

@@ -6,6 +6,7 @@ that a bad config fails the dry run with the key at fault. ``workflow``: the
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import jsonschema
 
@@ -37,6 +38,10 @@ def check(workflow) -> None:
                     f"tasks.{task}.max_length: {workflow.max_length(task)} tokens, but {model} "
                     f"({workflow.pretrained(model)}) takes at most {limit} in one sequence"
                 )
+    data = workflow.config["data"]
+    for key in ("glue_dir", "squad_dir") if data["source"] == "local" else ():
+        if data[key] is not None and not Path(data[key]).is_dir():
+            problems.append(f"data.{key}: {data[key]}: no such folder")
     extract = workflow.config["extract"]
     if extract["backend"] in ("onnx", "onnx-int8") and extract["device"] == "cuda":
         problems.append(
