@@ -276,3 +276,76 @@ def test_a_head_stopped_by_a_race_is_never_picked():
     )
     assert pick(configs)["model"] == "finished"
     assert pick(configs.drop(columns="raced_out"))["model"] == "raced"
+
+
+class ScriptedSelection:
+    """A real problem (its batches, loss and training) whose selection scores follow ``scores``, one
+    an epoch, and which keeps each epoch's weights: the loop's keeping and stopping under test."""
+
+    def __init__(self, problem, scores: list[float]):
+        self.problem, self.scores, self.states = problem, iter(scores), []
+
+    def __getattr__(self, name):
+        return getattr(self.problem, name)
+
+    def selection_metrics(self, head) -> dict:
+        self.states.append({k: v.clone() for k, v in head.state_dict().items()})
+        return {"accuracy": next(self.scores)}
+
+
+@pytest.mark.parametrize(
+    "scores, best_epoch, epochs",
+    [
+        ([0.5, 0.6, 0.55, 0.7, 0.65, 0.6, 0.9, 0.9], 4, 6),  # worse twice in a row after epoch 4: stopped at 6
+        ([0.5, 0.6, 0.55, 0.7, 0.65, 0.8, 0.7, 0.75], 6, 8),  # never worse twice in a row: every epoch
+        ([0.5, 0.6, 0.6, 0.6, 0.9, 0.9, 0.9, 0.9], 2, 4),  # a tie is no better: the first of equals kept
+    ],
+)
+def test_the_best_selection_epoch_is_kept_and_patience_counts_worse_epochs_in_a_row(
+    tmp_path, scores, best_epoch, epochs
+):
+    """Mutants of training/loop.py that kept the last epoch, counted every worse epoch, or never
+    stopped passed every test: each would change a head's reported dev score."""
+    from bertvision.training.loop import train_one
+    from bertvision.training.problems import Problems
+
+    task, spec = get_task("sst2"), {"type": "adapter", "width": 4}
+    manifest = planted_features(tmp_path / "features", n_shards=1)
+    scripted = ScriptedSelection(Problems(task, manifest, RUNTIME, 4096).get(spec), scores)
+    settings = SETTINGS.replace(max_epochs=len(scores), patience=2)
+    head, best, history, _ = train_one(task, spec, settings, scripted, seed=1, device=torch.device("cpu"))
+    assert [h["epoch"] for h in history] == list(range(1, epochs + 1))
+    assert best["epoch"] == best_epoch and best["score"] == scores[best_epoch - 1]
+    kept = head.state_dict()
+    assert all(torch.equal(kept[k], v) for k, v in scripted.states[best_epoch - 1].items())
+    if best_epoch != epochs:  # the head returned is not the last epoch's
+        assert not all(torch.equal(kept[k], v) for k, v in scripted.states[-1].items())
+
+
+def test_the_race_ranks_by_best_score_so_far_keeps_the_earlier_of_ties_and_rounds_the_kept_up(tmp_path):
+    """Five runs, one rung at epoch 2, keep 0.5: three go on (at least half). A run whose best
+    epoch was its first outranks one better at its last; of two equal runs the earlier stays."""
+    from bertvision.training.loop import Lockstep, SeededHead
+    from bertvision.training.problems import Problems
+    from bertvision.training.racing import race
+
+    task, spec = get_task("sst2"), {"type": "lp"}
+    problem = Problems(task, planted_features(tmp_path / "features", n_shards=1), RUNTIME, 4096).get(spec)
+    scores = {  # epochs 1 to 4; the rung ranks on epochs 1 and 2
+        "a": [0.9, 0.1, 0.1, 0.1],  # best so far 0.9, worst of all at the rung
+        "b": [0.6, 0.6, 0.6, 0.6],
+        "c": [0.5, 0.7, 0.7, 0.7],
+        "d": [0.6, 0.6, 0.6, 0.6],  # ties b, listed after it
+        "e": [0.3, 0.3, 0.3, 0.3],
+    }
+    settings = SETTINGS.replace(max_epochs=4, patience=4)
+    groups = [
+        Lockstep(task, [SeededHead(name, spec, settings, 1)], ScriptedSelection(problem, run), torch.device("cpu"), 1)
+        for name, run in scores.items()
+    ]
+    survivors = race(groups, rungs=(2,), keep=0.5)
+    assert [s.run.name for s in survivors] == ["a", "b", "c"]
+    assert {g.states[0].run.name: g.states[0].raced_out_at for g in groups} == {
+        "a": None, "b": None, "c": None, "d": 2, "e": 2
+    }  # fmt: skip
+    assert [len(g.states[0].history) for g in groups] == [4, 4, 4, 2, 2]  # survivors to their end
