@@ -478,3 +478,22 @@ def test_lora_on_modules_the_encoder_lacks_fails_naming_the_key(tiny_bert):
         lora(settings, task)(load_classifier(task, str(tiny_bert), seed=1))
     assert str(err.value).startswith("peers.lora.target_modules: ['q_proj'] name no module of the encoder; ")
     assert "query" in str(err.value) and "value" in str(err.value)
+
+
+def test_the_linear_peers_strength_is_c_and_ties_keep_the_first_features_and_the_stronger_regularisation():
+    """C is the inverse strength: Ridge takes alpha = 1 / C. A selection scorer that ties every
+    choice gets the first feature set at the smallest C (the docstring's rule); mutants reversing
+    either passed every test."""
+    stsb, sst2 = get_task("stsb"), get_task("sst2")
+    assert emb.linear_model(stsb, 10.0).alpha == pytest.approx(0.1) and emb.linear_model(sst2, 10.0).C == 10.0
+    rng = np.random.default_rng(0)
+    features = {split: {"first": rng.normal(size=(20, 3)), "second": rng.normal(size=(20, 3))}
+                for split in ("train", "selection")}  # fmt: skip
+    labels = {split: rng.integers(0, 2, 20) for split in ("train", "selection")}
+    _, chosen, tried = emb.fit_on_selection(sst2, features, labels, [10.0, 0.1, 1.0], lambda outputs, split: 0.5)
+    assert chosen["features"] == "first" and chosen["regularization"] == 0.1
+    assert [(t["features"], t["regularization"]) for t in tried][:3] == [
+        ("first", 0.1),
+        ("first", 1.0),
+        ("first", 10.0),
+    ]

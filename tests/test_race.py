@@ -302,3 +302,27 @@ def test_two_backbones_race_apart_and_each_serves_its_own_picks(tiny_bert, tmp_p
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
     counts = job_counts(snakemake(tmp_path, "-n").stdout)
     assert counts["serve_bundles"] == 2 and counts["race_checkpoint"] == 2, counts
+
+
+def test_the_ranking_rules_one_by_one():
+    """Each rule of reporting.ranking, which the race, the pick and the bundles share; mutants of
+    each (scores rounded to 2 digits, the latest checkpoint within noise, a strict bound) passed."""
+    from bertvision.reporting.ranking import Candidate, ranked
+
+    # a better score wins over fewer parameters, however close (3 thousandths here)
+    names = [c.name for c in ranked([Candidate("small", 0.801, 10, 1.0), Candidate("big", 0.804, 1000, 1.0)])]
+    assert names == ["big", "small"]
+    # of the earlier checkpoints within noise of the best (a later one), the earliest is first
+    top = Candidate("late", 0.80, 10, 1.0, runs=4, std=0.02)  # standard error 0.01
+    within = [
+        top,
+        Candidate("mid", 0.795, 10, 0.3, runs=4, std=0.02),
+        Candidate("zero", 0.79, 10, 0.0, runs=4, std=0.02),
+    ]
+    assert [c.name for c in ranked(within)] == ["zero", "late", "mid"]
+    # beyond noise: the better one stays first
+    far = [top, Candidate("zero", 0.70, 10, 0.0, runs=4, std=0.02)]
+    assert [c.name for c in ranked(far)] == ["late", "zero"]
+    # single runs measure no noise: an earlier checkpoint's equal score is within it (the bound is <=)
+    tie = [Candidate("late", 0.8, 5, 1.0), Candidate("early", 0.8, 50, 0.0)]
+    assert [c.name for c in ranked(tie)] == ["early", "late"]

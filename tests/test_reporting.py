@@ -586,3 +586,43 @@ def test_the_experiment_tables_read_bert_at_checkpoints_the_race_did_not_reach_e
     records = RunFiles(s).experiment_bert_records(reached)
     assert len(records) == len(set(records)) == 5  # checkpoint 0 once, 0.3 and 0.6 of both fine-tuning seeds
     assert any("ft1/ckpt-0.6/" in path for path in records) and any("ft2/ckpt-0.6/" in path for path in records)
+
+
+def test_a_head_the_race_stopped_under_one_fine_tuning_seed_is_no_pick_and_the_seed_served_is_by_its_best_run():
+    """A race runs per fine-tuning seed's job: the best head here was stopped in seed 2's only; a
+    mutant that needed it stopped in all of them made it the pick. The seed served is the one whose
+    best head seed scored best (seed 1's 0.9 over seed 2's 0.8 and 0.8), not the best mean."""
+    from bertvision.layout import Checkpoint
+    from bertvision.reporting.choice import served_seed
+
+    rows = [candidate("head", "lp", ft, 0.9, head="lp", ensemble=None, raced_out=ft == 2) for ft in (1, 2)]
+    rows += [candidate("head", "ap", ft, 0.8, head="ap", ensemble=None, raced_out=False) for ft in (1, 2)]
+    [picked] = choose_picks(pd.DataFrame(rows))
+    assert picked.model == "ap"
+    seeds = [candidate("head", "ap", 1, s) for s in (0.9, 0.5)] + [candidate("head", "ap", 2, s) for s in (0.8, 0.8)]
+    assert served_seed(pd.DataFrame(seeds), "head", "ap", Checkpoint(1)) == 1
+
+
+def test_every_candidates_selection_score_is_read_from_its_selection_split(tmp_path, monkeypatch):
+    """The fixtures above copy dev into selection, so a candidate read from dev passed them: full
+    fine-tuning's, a peer's and an ensemble's scores are the verdict's rival and the pick's."""
+    from bertvision.evaluation.ensemble import ensemble_rules
+    from bertvision.registry.tasks import get_task
+    from tests.test_peers import write_peer
+
+    monkeypatch.chdir(tmp_path)
+    r = Records(Path("."))
+    r.baseline("mrpc", 1, {"accuracy": 0.8, "f1": 0.8}, 60.0)
+    record = json.loads(r.baselines[0].read_text())
+    record["metrics"]["selection"] = {"accuracy": 0.6, "f1": 0.6}
+    r.baselines[0].write_text(json.dumps(record))
+    r.bert_at("mrpc", 1.0, {"accuracy": 0.7, "f1": 0.7}, 20.0)
+    r.head("mrpc", 1.0, "lp", 1, {"accuracy": 0.7, "f1": 0.7}, 8.0, selection={"accuracy": 0.65, "f1": 0.65})
+    how = ensemble_rules(get_task("mrpc"))[0]
+    record = json.loads(r.heads[0].read_text())
+    record["ensembles"] = {how: {"selection": {"accuracy": 0.55, "f1": 0.55}, "dev": {"accuracy": 0.9, "f1": 0.9}}}
+    r.heads[0].write_text(json.dumps(record))
+    peer = write_peer(Path("."), "lora", "LoRA", 1, selection=0.45, dev=0.95, own=3.0, job=4.0)
+    runs = candidate_runs(r.baselines, r.bert, r.heads, [], [], peer_metrics=[peer]).set_index("kind")
+    assert runs.loc["full fine-tuning", "selection"] == 0.6 and runs.loc["peer", "selection"] == 0.45
+    assert runs.loc["ensemble", "selection"] == 0.55 and runs.loc["head", "selection"] == 0.65
