@@ -156,3 +156,19 @@ def test_an_answerability_task_gets_no_interval_over_its_windows(tmp_path):
         frame.to_parquet(tmp_path / f"{name}.parquet")
         files.append([(tmp_path / f"{name}.parquet", "prediction")])
     assert paired_interval(task, *files) is None
+
+
+def test_the_interval_is_the_binomials_where_the_sides_differ_on_some_rows(tmp_path):
+    """Right on every row against right on all but 20 of 200 (the last 20 among them): a draw's
+    difference is its share of those rows, Binomial(200, 0.1) / 200, whose 95% interval is 0.06 to
+    0.14. An 80% interval (0.075 to 0.125), or draws that never reach the last row, passed every test."""
+    from scipy import stats
+
+    mrpc_task = get_task("mrpc")
+    always = plant(tmp_path / "always.parquet", 200, 1.0)
+    most = plant(tmp_path / "most.parquet", 200, 0.9)  # right on rows 0 to 179: the last 20 are wrong
+    low, high, rows = paired_interval(mrpc_task, [always], [most])
+    want_low, want_high = (stats.binom(200, 0.1).ppf(q) / 200 for q in (0.025, 0.975))
+    assert rows == 200 and abs(low - want_low) <= 0.01 and abs(high - want_high) <= 0.01
+    right, last_wrong = plant(tmp_path / "right.parquet", 50, 1.0), plant(tmp_path / "last.parquet", 50, 0.98)
+    assert paired_interval(mrpc_task, [right], [last_wrong])[1] > 0  # wrong on the last row alone: draws reach it

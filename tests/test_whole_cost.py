@@ -448,3 +448,19 @@ def test_a_race_stopped_after_a_checkpoint_counts_what_it_ran(tmp_path, monkeypa
     md = (tables / "summary.md").read_text()
     assert "Checkpoints raced (the best candidate's mean selection score): 0 (lp 0.700) → 0.3 (ap 0.800)" in md
     assert "fine-tuning stopped after checkpoint 0.3 (best selection 0.8000 vs 0.7000 before: +0.1000 <= 0.2)" in md
+
+
+def test_a_job_that_ran_without_its_benchmark_file_is_unknown_not_free(tmp_path, monkeypatch):
+    """A missing benchmark file counted as 0 s passed every test: a path's whole cost would then be
+    a partial sum, cheaper than what was run."""
+    from bertvision.reporting.whole_cost import JobSeconds
+
+    monkeypatch.chdir(tmp_path)
+    timed, untimed = (
+        Job("baseline", {"model": MODEL, "task": TASK, "seed": 1}),
+        Job("baseline", {"model": MODEL, "task": TASK, "seed": 2}),
+    )
+    write_benchmark(timed, 30.0)
+    spent = JobSeconds([timed, untimed])
+    assert spent.of("baseline", MODEL, TASK, 1) == pytest.approx(30.0)
+    assert np.isnan(spent.of("baseline", MODEL, TASK, 2))
