@@ -497,3 +497,22 @@ def test_the_linear_peers_strength_is_c_and_ties_keep_the_first_features_and_the
         ("first", 1.0),
         ("first", 10.0),
     ]
+
+
+def test_the_verdict_weighs_each_comparison_with_its_own_interval():
+    """The pick ahead of LoRA (the rival on selection) by 4 points whose interval excludes 0, and of
+    full fine-tuning by 2 whose interval holds it: each sentence reads its own interval (a mutant
+    swapping them passed every test)."""
+    from bertvision.reporting.verdict import verdict
+
+    block = verdict_block(0.82, 0.001, peer_selection=0.85)  # LoRA best on selection, dev 0.84 ... the pick 0.82
+    block.loc[block["model"] == "LoRA", "dev_mean"] = 0.78
+    picked = block["row"] == "BERTVision (picked)"
+    block.loc[picked, ["score_diff_low", "score_diff_high", "rival_diff_low", "rival_diff_high", "dev_rows"]] = [
+        -0.01, 0.05, 0.01, 0.07, 400
+    ]  # fmt: skip
+    words = verdict(block)
+    assert "the BERTVision pick, `lp` on the 0-epoch checkpoint, is ahead of it by 4.0 points on dev" in words
+    assert "gives +1.0 to +7.0 points" in words
+    assert "Against full fine-tuning: **within noise of full fine-tuning** (+2.0 points" in words
+    assert "gives -1.0 to +5.0 points" in words

@@ -612,9 +612,9 @@ def test_every_candidates_selection_score_is_read_from_its_selection_split(tmp_p
 
     monkeypatch.chdir(tmp_path)
     r = Records(Path("."))
-    r.baseline("mrpc", 1, {"accuracy": 0.8, "f1": 0.8}, 60.0)
+    r.baseline("mrpc", 1, {"accuracy": 0.8, "f1": 0.8}, 60.0, extra={"constant_score": 0.68})
     record = json.loads(r.baselines[0].read_text())
-    record["metrics"]["selection"] = {"accuracy": 0.6, "f1": 0.6}
+    record["metrics"]["selection"] = {"accuracy": 0.6, "f1": 0.6, "constant_score": 0.5}
     r.baselines[0].write_text(json.dumps(record))
     r.bert_at("mrpc", 1.0, {"accuracy": 0.7, "f1": 0.7}, 20.0)
     r.head("mrpc", 1.0, "lp", 1, {"accuracy": 0.7, "f1": 0.7}, 8.0, selection={"accuracy": 0.65, "f1": 0.65})
@@ -626,3 +626,4 @@ def test_every_candidates_selection_score_is_read_from_its_selection_split(tmp_p
     runs = candidate_runs(r.baselines, r.bert, r.heads, [], [], peer_metrics=[peer]).set_index("kind")
     assert runs.loc["full fine-tuning", "selection"] == 0.6 and runs.loc["peer", "selection"] == 0.45
     assert runs.loc["ensemble", "selection"] == 0.55 and runs.loc["head", "selection"] == 0.65
+    assert runs.loc["full fine-tuning", "constant_score"] == 0.68  # the reported split's, the verdict's bar
