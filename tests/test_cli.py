@@ -215,7 +215,8 @@ def test_the_head_jobs_a_shared_encoder_reads_finish_its_heads_and_no_other_does
     assert subsets and all(sorted(finishes(c)) == ["adapter64", "lp"] for c in subsets), subsets
     checkpoint_race = "heads={race: {min_gain: 0.02, checkpoint_rule: gain}}"
     changed = dry_run_commands(tmp_path / "b", checkpoint_race)
-    assert [c for c in changed if c.startswith("bertvision train-heads ")] == commands
+    # as a set: a dry run lists jobs of one level in an order of Snakemake's that varies between runs
+    assert sorted(c for c in changed if c.startswith("bertvision train-heads ")) == sorted(commands)
     assert {c for c in changed if c.startswith("bertvision race")} != {c for c in dry_run_commands(tmp_path / "a")
                                                                       if c.startswith("bertvision race")}  # fmt: skip
 
