@@ -516,3 +516,15 @@ def test_the_verdict_weighs_each_comparison_with_its_own_interval():
     assert "gives +1.0 to +7.0 points" in words
     assert "Against full fine-tuning: **within noise of full fine-tuning** (+2.0 points" in words
     assert "gives -1.0 to +5.0 points" in words
+
+
+def test_no_winner_only_when_neither_the_pick_nor_the_rival_clears_the_constant_beyond_noise():
+    """The pick's score within dev's noise of the constant, the rival's clear of it: the task was
+    learned, by the rival (a mutant that needed one side only passed every test)."""
+    from bertvision.reporting.verdict import verdict
+
+    block = verdict_block(0.78, 0.01, peer_selection=0.85)
+    block["score_low"], block["dev_rows"] = [0.7, 0.72, 0.45], 400  # the pick's bootstrap reaches 0.5
+    assert "no model learned" not in verdict(block)
+    block["score_low"] = 0.45
+    assert "no model learned" in verdict(block)
