@@ -333,6 +333,31 @@ def test_a_job_killed_by_a_signal_is_named_by_it(pool, tmp_path):
     assert f"the job's process (pid {child}) was killed by SIGUSR1" in client.stderr.read()
 
 
+def test_a_job_killed_as_soon_as_it_is_forked_is_named_and_not_run_again(pool, tmp_path):
+    """Killed before it set itself up (here while it applies the thread counts of its
+    environment): the pool's report of the kill used to reach the client before any pid, which
+    took it for a refusal and ran the job again itself (blocked on the FIFO, in CI)."""
+    handle, socket_path, _ = pool
+    env = {**os.environ, SOCKET_ENV: socket_path, "OMP_NUM_THREADS": "1"}
+    for attempt in range(8):
+        fifo = tmp_path / f"config{attempt}.fifo"
+        os.mkfifo(fifo)
+        before = children(handle.process)
+        client = subprocess.Popen(
+            [*BERTVISION, "validate-config", str(fifo)], env=env, stderr=subprocess.PIPE, text=True
+        )
+        deadline = time.monotonic() + 30
+        while not (forked := children(handle.process) - before):
+            assert time.monotonic() < deadline, "no job was forked"
+        (child,) = forked
+        os.kill(child, signal.SIGUSR1)
+        try:
+            assert client.wait(timeout=30) == 128 + signal.SIGUSR1
+        finally:
+            client.kill()
+        assert f"the job's process (pid {child}) was killed by SIGUSR1" in client.stderr.read()
+
+
 def test_a_job_after_the_packages_code_changed_runs_it_on_its_own(pool, tiny_bert, tmp_path):
     """An edit mid-run (a pip install, another branch): the pool's imports are the old code."""
     _, socket_path, log = pool

@@ -251,15 +251,26 @@ def _answer(
             print(f"warm pool: runs a job on its own, {why}", file=sys.stderr, flush=True)
             conn.sendall((json.dumps({"refused": why}) + "\n").encode())
             return 0
-        # SIGCHLD held until the child's connection is kept: a child that ends at once is reaped after
+        # SIGCHLD held until the child's pid is sent and its connection kept: a child that a signal
+        # kills at once is reported after its pid, never instead of it (the client would take a
+        # report with no pid for a refusal and run the job again itself). The child waits for the
+        # pid to be sent, so that its own exit status comes after it too.
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+        pid_sent, may_start = os.pipe()
         try:
             pid = os.fork()
             if pid == 0:  # the child never returns from here
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
+                os.close(may_start)
+                os.read(pid_sent, 1)
+                os.close(pid_sent)
                 _run_child(conn, listener, fds, request, set_by_imports, main)
+            with contextlib.suppress(OSError):  # a client gone: its job ends on the closed connection
+                conn.sendall((json.dumps({"pid": pid}) + "\n").encode())
             _CHILDREN[pid] = conn.dup()  # kept until the child is reaped
         finally:
+            os.close(pid_sent)
+            os.close(may_start)
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
         return 1
     finally:
@@ -283,7 +294,6 @@ def _run_child(
         tempfile.tempdir = None  # read TMPDIR again
         _as_the_jobs_process(request.get("process") or {})
         sys.argv = ["bertvision", *request["argv"]]
-        conn.sendall((json.dumps({"pid": os.getpid()}) + "\n").encode())
         # the client gone (killed): so is the job
         threading.Thread(target=_exit_when_closed, args=(conn,), daemon=True).start()
         code = _exit_code(main, request["argv"])
