@@ -115,6 +115,9 @@ def test_the_cosine_of_planted_embeddings():
     sets = emb.feature_sets([u, v])
     assert sets["[|u-v|, u*v, cos]"][1].tolist() == pytest.approx([3.0, 4.0, 18.0, 32.0, 1.0])
     assert sets["[u, v, |u-v|, u*v]"].shape == (3, 8)
+    assert sets["[u, v, |u-v|, u*v]"][1].tolist() == pytest.approx([3.0, 4.0, 6.0, 8.0, 3.0, 4.0, 18.0, 32.0])
+    swapped = emb.feature_sets([v, u])
+    np.testing.assert_array_equal(swapped["[|u-v|, u*v, cos]"], sets["[|u-v|, u*v, cos]"])
 
 
 def stsb_rows(n: int = 12, offset: int = 0) -> pd.DataFrame:

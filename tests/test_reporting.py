@@ -13,7 +13,8 @@ import pandas as pd
 import pytest
 
 from bertvision.layout import BERT_PREDICTIONS, HEAD_PREDICTIONS
-from bertvision.reporting.candidates import candidate_runs
+from bertvision.registry.tasks import get_task
+from bertvision.reporting.candidates import FULL_FT, candidate_runs
 from bertvision.reporting.choice import choose_picks
 from bertvision.reporting.costs import cost_markdown, cost_table
 from bertvision.reporting.experiments import search_markdown, search_table
@@ -303,14 +304,15 @@ def test_the_pick_is_a_record_made_where_the_choice_is_made_with_the_seed_to_ser
 
 def test_a_later_checkpoint_is_picked_only_for_a_gain_its_seeds_can_tell_from_noise():
     """lp at 1 epoch has the best mean selection score; adapter at 0.3 trails it by 0.01, less
-    than the standard error of their difference (0.014): the pick is adapter at 0.3, the
-    earliest checkpoint within noise (0 trails by 0.12). A gain of 0.06 is beyond noise: lp at 1."""
+    than the standard error of their difference (0.0206, from adapter's 0.02 and lp's 0.005): the
+    pick is adapter at 0.3, the earliest checkpoint within noise (0 trails by 0.11). A gain of 0.07
+    is beyond noise: lp at 1. The error said is the difference's, not lp's with itself (0.0071)."""
     from bertvision.layout import Checkpoint
 
     def runs(lp_scores):
         rows = [
             candidate("head", "adapter", ft, s, fraction=0.3, head="adapter", ensemble=None)
-            for ft, s in [(1, 0.80), (2, 0.82)]
+            for ft, s in [(1, 0.79), (2, 0.83)]
         ]
         rows += [
             candidate("head", "lp", ft, s, fraction=1.0, head="lp", ensemble=None) for ft, s in zip((1, 2), lp_scores)
@@ -320,14 +322,65 @@ def test_a_later_checkpoint_is_picked_only_for_a_gain_its_seeds_can_tell_from_no
         ]
         return pd.DataFrame(rows)
 
-    [within] = choose_picks(runs([0.81, 0.83]))
+    [within] = choose_picks(runs([0.815, 0.825]))
     assert (within.model, within.checkpoint) == ("adapter", Checkpoint(0.3))
-    md = summary_markdown(summary_table(runs([0.81, 0.83]), [within]))
+    md = summary_markdown(summary_table(runs([0.815, 0.825]), [within]))
     assert "`lp` on the 1-epoch checkpoint scored +0.0100 above the pick on selection, within the standard " in md
-    assert "error of the difference (0.0141)" in md
+    assert "error of the difference (0.0206)" in md
     [beyond] = choose_picks(runs([0.87, 0.89]))
     assert (beyond.model, beyond.checkpoint) == ("lp", Checkpoint(1))
     assert "above the pick on selection" not in summary_markdown(summary_table(runs([0.87, 0.89]), [beyond]))
+
+
+def test_the_untouched_encoders_heads_repeated_under_each_fine_tuning_seed_count_once_in_the_noise():
+    """ap on checkpoint 0 (0.80 and 0.84 over two head seeds) is in each fine-tuning seed's runs:
+    counted once, its standard error is 0.02 and lp's gain at 1 epoch (+0.02) is within noise, so
+    ap is the pick; counted twice, the error shrank to 0.015 and lp was picked for a gain the
+    runs cannot tell from noise."""
+    from bertvision.layout import Checkpoint
+
+    rows = [
+        candidate("head", "ap", ft, s, fraction=0.0, head="ap", ensemble=None, seed=head_seed, repeat=ft == 2)
+        for ft in (1, 2)
+        for head_seed, s in ((1, 0.80), (2, 0.84))
+    ]
+    rows += [candidate("head", "lp", ft, s, head="lp", ensemble=None, repeat=False) for ft, s in ((1, 0.83), (2, 0.85))]
+    runs = pd.DataFrame(rows)
+    [picked] = choose_picks(runs)
+    assert (picked.model, picked.checkpoint) == ("ap", Checkpoint(0))
+    frozen = summary_table(runs, [picked]).set_index("row").loc["frozen encoder (best head)"]
+    assert frozen["n"] == 2
+
+
+def test_the_frozen_row_is_a_head_and_each_rows_difference_is_in_full_fine_tunings_std():
+    """The frozen encoder's row is its best head, not a head + BERT ensemble at checkpoint 0 that
+    scores higher on selection; a row's difference from full fine-tuning in std units divides by
+    full fine-tuning's std over its seeds (0.0283), not the row's own (0: undefined)."""
+    rows = [candidate(FULL_FT, "BERT", ft, 0.7, fraction=np.nan, dev=d) for ft, d in ((1, 0.70), (2, 0.74))]
+    rows += [candidate("head", "ap", 1, 0.8, fraction=0.0, head="ap", ensemble=None, seed=s, dev=0.8) for s in (1, 2)]
+    rows += [
+        candidate("ensemble", "ap + BERT (mean)", 1, 0.9, fraction=0.0, head="ap", ensemble="mean", seed=s, dev=0.6)
+        for s in (1, 2)
+    ]
+    runs = pd.DataFrame(rows)
+    frozen = summary_table(runs, choose_picks(runs)).set_index("row").loc["frozen encoder (best head)"]
+    assert frozen["model"] == "ap"
+    assert frozen["score_diff_std_units"] == pytest.approx((0.80 - 0.72) / np.std([0.70, 0.74], ddof=1))
+
+
+def test_a_head_and_bert_ensemble_counts_the_heads_and_the_fine_tuned_encoders_parameters():
+    """In the race's and the bundles' ranking: ap + BERT ties lp on selection, and lp's 100
+    trainable parameters are fewer than ap's 10 with the encoder's 1,000, so lp ranks first."""
+    from bertvision.reporting.ranking import best, head_candidates
+
+    def record(head, parameters, selection, ensembles=None):
+        return {"head": head, "parameters": parameters, "encoder_parameters": 1000,
+                "metrics": {"selection": {"accuracy": selection}}, "ensembles": ensembles or {}}  # fmt: skip
+
+    records = [record("ap", 10, 0.5, {"mean": {"selection": {"accuracy": 0.9}}}), record("lp", 100, 0.9)]
+    candidates = {c.name: c.parameters for c in head_candidates(get_task("sst2"), records)}
+    assert candidates == {"ap": 10, "ap + BERT (mean)": 1010, "lp": 100}
+    assert best(head_candidates(get_task("sst2"), records)).name == "lp"
 
 
 def test_a_missing_selection_score_never_picks_the_seed_to_serve():
