@@ -7,6 +7,7 @@ bad input is a 4xx naming the field; concurrent requests share encoder passes.""
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 import shutil
 import socket
@@ -1340,6 +1341,18 @@ def test_a_client_that_hangs_up_mid_body_is_a_499_of_its_route_and_a_body_over_t
         time.sleep(0.1)
     assert count("499") == 1 and count("413") == 1
     assert count("500") == 0 and count("500", "unmatched") == 0 and count("413", "unmatched") == 0
+    # under v2 too (its routes are an included router's), and the connection serves the next request
+    # (the middleware failed on the included router: the client's next request on it was dropped)
+    connection = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        connection.request("POST", "/v2/models/mrpc/infer", too_large, {"content-type": "application/json"})
+        refused = connection.getresponse()
+        assert refused.status == 413 and json.loads(refused.read())["field"] == "body"
+        connection.request("GET", "/v2/health/live")
+        assert connection.getresponse().status == 200
+    finally:
+        connection.close()
+    assert count("413", "/v2/models/{name}/infer") == 1
 
 
 def test_a_client_that_stalls_mid_body_does_not_delay_others(server):

@@ -284,11 +284,14 @@ def create_app(
         ),
     )
     app.state.service, app.state.settings, app.state.metrics = service, settings, metrics
+    v2 = v2_router(service, service.submit, settings, is_ready)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
-    app.add_middleware(Observed, metrics=metrics, routes=app.routes)
+    # the app's routes as they will be (a live list: the routes below are added after) and the
+    # KServe v2 router's, whose templates the app's list does not show
+    app.add_middleware(Observed, metrics=metrics, route_lists=(app.routes, v2.routes))
     install_error_handlers(app)
     install_docs(app)
-    app.include_router(v2_router(service, service.submit, settings, is_ready))
+    app.include_router(v2)
 
     @app.post(
         "/predict",

@@ -12,6 +12,7 @@ Per app, in its own registry (several apps may live in one process):
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import time
@@ -98,8 +99,8 @@ class Observed:
     template (``/v2/models/{name}/infer``, so that task names do not multiply the series), and
     one JSON access-log line."""
 
-    def __init__(self, app, metrics: ServiceMetrics, routes=()):
-        self.app, self.metrics, self.routes = app, metrics, routes
+    def __init__(self, app, metrics: ServiceMetrics, route_lists=()):
+        self.app, self.metrics, self.route_lists = app, metrics, route_lists
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -145,4 +146,7 @@ class Observed:
         (a body over the limit), the template its path matches."""
         if route := getattr(scope.get("route"), "path", None):
             return route
-        return next((r.path for r in self.routes if r.matches(scope)[0] != Match.NONE), "unmatched")
+        # only the routes with a template: an included router is an entry with none (fastapi 0.165)
+        routes = itertools.chain.from_iterable(self.route_lists)
+        templated = (r for r in routes if isinstance(getattr(r, "path", None), str))
+        return next((r.path for r in templated if r.matches(scope)[0] != Match.NONE), "unmatched")
