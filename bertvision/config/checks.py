@@ -13,7 +13,7 @@ import jsonschema
 from bertvision.config.schema import schema_node
 from bertvision.errors import ConfigError, MissingError
 from bertvision.layout import Checkpoint
-from bertvision.models.backbone import check_pretrained, hidden_width, position_limit
+from bertvision.models.backbone import check_pretrained, declared_shape, position_limit
 from bertvision.registry.heads import BERT_HEAD, HEAD_TYPES, SEARCHABLE_TRAINING, head_pair, shape_problem, trains_on
 from bertvision.registry.peers import inapplicable
 from bertvision.registry.states import PAIR_PARTS
@@ -243,9 +243,10 @@ def shared_problems(workflow, broken: set) -> list[str]:
 def misfit_heads(workflow, model: str, tasks: list[str]) -> list[str]:
     """Each head of ``tasks`` whose options cannot be built on ``model``'s states (``HeadType.misfit``),
     where the backbone's width is known here: its job would fail after fine-tuning and extraction."""
-    hidden, models = hidden_width(workflow.pretrained(model)), workflow.config["heads"]["models"]
-    if hidden is None:
+    shape, models = declared_shape(workflow.pretrained(model)), workflow.config["heads"]["models"]
+    if shape is None:
         return []
+    hidden = shape.hidden
     problems = {}
     for name in sorted({name for task in tasks for name in workflow.task_heads(task)}):
         spec = {k: v for k, v in models[name].items() if k != "training"}

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import types
 from dataclasses import dataclass
 from pathlib import Path
 
 from bertvision.errors import MissingError
-from bertvision.models.random_encoder import MAX_POSITIONS, is_random, materialize, parse_random
+from bertvision.models.random_encoder import MAX_POSITIONS, VOCAB_SIZE, is_random, materialize, parse_random
 
 PACKAGE_PREFIX = "python-package:"
 # The uncased WordPiece vocabulary (bert-base-uncased's 30,522 entries) that random encoders use.
@@ -167,14 +168,43 @@ def position_limit(ref: str) -> int | None:
     return min(limit, declared) if isinstance(declared, int) and declared > 0 else limit
 
 
-def hidden_width(ref: str) -> int | None:
-    """The width of the states of the encoder at ``ref``; None where that is not known here (a hub
-    id not in the local cache, a config naming neither BERT's ``hidden_size`` nor DistilBERT's ``dim``)."""
+@dataclass(frozen=True)
+class DeclaredShape:
+    layers: int
+    hidden: int
+    vocab: int
+    heads: int  # attention heads; 0: not declared
+
+
+def declared_shape(ref: str) -> DeclaredShape | None:
+    """The shape of the encoder at ``ref`` as its reference (a random encoder, without building it)
+    or its config.json declares it: read as JSON when it names BERT's keys, else through
+    transformers' config class of its model type, which maps each architecture's names
+    (DistilBERT's n_layers and dim). None where that is not known here: a hub id not in the local
+    cache, a model type transformers does not know. Importing transformers costs about 4 s, and
+    Snakemake plans a job's resources in every dry run and again in each cluster job, so only the
+    rare other names import it."""
     if is_random(ref):
-        return parse_random(ref).hidden
-    config = config_json(ref)
-    width = config.get("hidden_size", config.get("dim"))
-    return width if isinstance(width, int) else None
+        shape = parse_random(ref)
+        return DeclaredShape(shape.layers, shape.hidden, VOCAB_SIZE, shape.heads)
+    declared = config_json(ref)
+    try:
+        if all(isinstance(declared.get(key), int) for key in ("num_hidden_layers", "hidden_size")):
+            config = types.SimpleNamespace(**declared)
+        elif declared:
+            from transformers import AutoConfig
+
+            config = AutoConfig.for_model(**declared)
+        else:
+            return None
+        return DeclaredShape(
+            config.num_hidden_layers,
+            config.hidden_size,
+            getattr(config, "vocab_size", VOCAB_SIZE),
+            getattr(config, "num_attention_heads", 0),
+        )
+    except (TypeError, AttributeError, ValueError):
+        return None
 
 
 def uncached_hub_id(ref: str) -> bool:

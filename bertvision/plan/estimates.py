@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import math
-import types
 from dataclasses import dataclass
 
 from bertvision.registry.states import PAIR_PARTS, READS
@@ -60,37 +59,15 @@ class EncoderShape:
     @classmethod
     @functools.cache
     def of(cls, pretrained: str) -> EncoderShape:
-        """From the model's config.json (local dir, installed package or the hub cache, at a
-        pinned revision): read as JSON when it names BERT's keys, else through transformers'
-        config class of its model type, which maps each architecture's names (DistilBERT's
-        n_layers and dim); a bert-large or bert-base guess from the name when it is nowhere on
-        disk. A random encoder's shape comes from its reference, without building it. Importing
-        transformers costs about 4 s, and Snakemake plans a job's resources in every dry run and
-        again in each cluster job, so only the rare other names import it."""
-        from bertvision.models.backbone import config_json
-        from bertvision.models.random_encoder import VOCAB_SIZE, is_random, parse_random
+        """As the model declares it (``models.backbone.declared_shape``: its reference, or its
+        config.json in a local dir, an installed package or the hub cache at a pinned revision); a
+        bert-large or bert-base guess from the name where it is nowhere on disk."""
+        from bertvision.models.backbone import declared_shape
 
-        if is_random(pretrained):
-            shape = parse_random(pretrained)
-            return cls(shape.layers, shape.hidden, VOCAB_SIZE, shape.heads)
-        declared = config_json(pretrained)
-        try:
-            if all(isinstance(declared.get(key), int) for key in ("num_hidden_layers", "hidden_size")):
-                config = types.SimpleNamespace(**declared)
-            elif declared:
-                from transformers import AutoConfig
-
-                config = AutoConfig.for_model(**declared)
-            else:
-                raise ValueError("no config on disk")
-            return cls(
-                config.num_hidden_layers,
-                config.hidden_size,
-                getattr(config, "vocab_size", 30522),
-                getattr(config, "num_attention_heads", 0),
-            )
-        except (TypeError, AttributeError, ValueError):  # no config here, or a model type transformers does not know
+        shape = declared_shape(pretrained)
+        if shape is None:
             return cls(24, 1024, 30522, 16) if "large" in pretrained else cls(12, 768, 30522, 12)
+        return cls(shape.layers, shape.hidden, shape.vocab, shape.heads)
 
 
 def _minutes(flops: float, device: str, attempt: int) -> int:
