@@ -376,7 +376,8 @@ def test_cross_key_problems_fail_when_the_config_loads(mutate, message):
 
 def test_a_registered_task_refuses_the_keys_of_a_task_of_ones_own():
     """tasks: {sst2: {metrics: [accuracy]}} was valid and ran SST-2's own metrics without a word."""
-    for block in ({"metrics": ["accuracy"]}, {"kind": "regression"}, {"labels": ["a", "b"], "label": "y"}):
+    blocks = ({"metrics": ["accuracy"]}, {"kind": "regression"}, {"labels": ["a", "b"], "label": "y"})
+    for block in (*blocks, {"label_meanings": ["bad", "good"]}):
         with pytest.raises(
             ConfigError, match=r"^x.yaml: tasks.sst2: .* describe a task of your own .*; sst2 is registered"
         ):
@@ -512,6 +513,36 @@ def test_a_whole_float_where_an_integer_belongs_is_that_integer():
         BaselineSettings.pick(section, "x.yaml", backbone="b", epochs=config["baseline"]["epochs"])
     help_text = BaselineSettings.describe()
     assert "  optimizer.batch_size (config baseline.settings.batch_size): Examples (windows" in help_text
+
+
+def test_a_whole_number_written_as_text_where_an_integer_belongs_is_that_integer():
+    """Snakemake's --config reads a nested 50.0 as the text '50.0', PyYAML reads 5e1 as text: each
+    was refused though configuration.md reads whole numbers with or without a decimal point."""
+    config = {**minimal(), "tasks": {"mrpc": {"train_size": "50.0"}}, "heads": {"seeds": ["1.0", "5e0"]}}
+    validated = validate_config(config)
+    assert validated["tasks"]["mrpc"]["train_size"] == 50 and validated["heads"]["seeds"] == [1, 5]
+    with pytest.raises(ConfigError, match=r"tasks.mrpc.train_size: '50.5' is not of type 'integer'"):
+        validate_config({**minimal(), "tasks": {"mrpc": {"train_size": "50.5"}}})
+
+
+@pytest.mark.parametrize("key", ["finetune", "baseline", "heads", "peers"])
+def test_a_negative_seed_is_refused_by_its_key(key):
+    """numpy's generators take no negative seed: -1 passed validation and failed the first job."""
+    with pytest.raises(ConfigError, match=rf"^x: {key}.seeds.0: -1 is less than the minimum of 0$"):
+        validate_config({**minimal(), key: {"seeds": [-1]}}, source="x")
+
+
+def test_a_search_spaces_whole_floats_are_one_value_with_its_ints():
+    """width: {choices: [32.0, 64.0]} reached the search jobs' JSON as written: 320 paper-scale
+    searches and everything after them reran on a spelling."""
+
+    def search_json(space: dict) -> str:
+        return WorkflowSettings(validate_config({**minimal(), "search": {"space": space}})).search().to_json()
+
+    as_ints = search_json({"width": {"choices": [32, 64]}, "max_epochs": {"low": 2, "high": 8}})
+    assert search_json({"width": {"choices": [32.0, 64.0]}, "max_epochs": {"low": 2.0, "high": 8.0}}) == as_ints
+    assert json.loads(as_ints)["space"]["width"]["choices"] == [32, 64]
+    assert json.loads(search_json({"dropout": {"choices": [0.1, 0.25]}}))["space"]["dropout"]["choices"] == [0.1, 0.25]
 
 
 def test_a_key_given_twice_in_a_config_file_names_the_file_and_line(tmp_path):

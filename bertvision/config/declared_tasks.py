@@ -54,7 +54,7 @@ QUESTION_KINDS = ("span", "answerability")
 
 
 # the keys that describe a task of one's own; a registered task has its own (a block of it sets none)
-OWN_TASK_KEYS = ("kind", "text", "label", "labels", "metrics")
+OWN_TASK_KEYS = ("kind", "text", "label", "labels", "label_meanings", "metrics")
 
 
 def is_declaration(block: dict | None) -> bool:

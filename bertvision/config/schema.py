@@ -144,6 +144,8 @@ def _scalar(text: str | float, node: dict):
         return int(word)  # a number keeps an int as given, as YAML would
     if "number" in kinds and NUMBER.fullmatch(word):
         return float(word)
+    if "integer" in kinds and NUMBER.fullmatch(word) and float(word).is_integer():
+        return int(float(word))  # 50.0 or 5e1, written where a whole number belongs
     if "boolean" in kinds and word.lower() in ("true", "false"):
         return word.lower() == "true"
     if "null" in kinds and word in ("null", "~", ""):

@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from bertvision.config.stage_settings import Names, Number, Numbers, StageSettings, setting
+from bertvision.config.stage_settings import Names, Number, Numbers, SpaceValue, StageSettings, setting
 
 # the data shipped in the project's resources/, read where data.glue_dir or data.squad_dir is null
 SHIPPED_DATA = {"glue_dir": "glue", "squad_dir": "squad2"}
@@ -246,5 +246,5 @@ class SearchSettings(StageSettings):
     seed: int = setting("search.seed")
     startup_trials: int = setting("search.startup_trials")
     pruner: dict = setting("search.pruner")
-    space: dict = setting("search.space")
+    space: dict[str, dict[str, SpaceValue | list[SpaceValue]]] = setting("search.space")
     head_seed: int = Field(description="The first of heads.seeds: every trial trains with it.")

@@ -25,6 +25,8 @@ def _whole_as_int(value: int | float) -> int | float:
 # A JSON number: an int or a float, never a bool; a whole one is an int (1.0 is 1), so that how a
 # config spells a value (1, 1.0) does not change a job's JSON, which Snakemake reruns it on.
 Number = Annotated[int | float, AfterValidator(_whole_as_int)]
+# A value of search.space (a bound or a choice): a number as Number, a bool or a head option's word.
+SpaceValue = bool | Number | str
 # A JSON list; its items keep the model's strict types.
 Numbers = Annotated[tuple[float, ...], Field(strict=False)]
 Names = Annotated[tuple[str, ...], Field(strict=False)]
