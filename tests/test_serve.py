@@ -513,6 +513,8 @@ BAD = [
     ({"texts": [["\u200b", "b"]]}, 422, "texts[0][0]"),
     ({"texts": [["a", "\ufeff\u0000\x01"]]}, 422, "texts[0][1]"),
     ({"qa": [{"question": "\u0301", "context": "Somebody did."}]}, 422, "qa[0].question"),
+    # the replacement character (what a client decoding with errors="replace" sends): BERT's tokenizer drops it
+    ({"texts": [["\ufffd\ufffd", "b"]]}, 422, "texts[0][0]"),
 ]
 
 
@@ -590,7 +592,20 @@ def test_bad_bodies_are_refused(server, content, headers, status, field):
 
 
 def test_a_body_that_is_not_json_or_empty_says_where_and_what(server):
-    """It said "JSON decode error" with no place, and "Field required" for an empty body."""
+    """It said "JSON decode error" with no place, and "Field required" for an empty body; a JSON
+    string was "not JSON"; a lone surrogate alone was "empty"."""
+    expected = "body: a JSON object (content-type: application/json) with texts and/or qa, not "
+    for content, content_type, what in (
+        (b'"x"', "application/json", "a JSON string"),
+        (b"[1, 2]", "application/json", "a JSON list"),
+        (b'{"texts": ["a"]}', "text/plain", "a body sent as text/plain"),
+    ):
+        response = server.client.post("/predict", content=content, headers={"content-type": content_type})
+        assert response.status_code == 422 and response.json()["detail"] == expected + what, response.text
+    response = server.client.post(
+        "/predict", content=rb'{"texts": ["\ud800"]}', headers={"content-type": "application/json"}
+    )
+    assert response.json()["detail"] == "texts[0]: not valid Unicode (a lone surrogate)", response.text
     response = server.client.post(
         "/predict", content=b'{"texts": [oops]}', headers={"content-type": "application/json"}
     )

@@ -138,9 +138,10 @@ def field_path(loc: tuple | list) -> str:
 
 
 NOT_AN_OBJECT = "a JSON object (content-type: application/json) with texts and/or qa"
+JSON_KINDS = {str: "string", list: "list", int: "number", float: "number", bool: "boolean", type(None): "null"}
 
 
-def validation_error(_: Request, err: RequestValidationError) -> JSONResponse:
+def validation_error(request: Request, err: RequestValidationError) -> JSONResponse:
     problems = []
     for e in err.errors():
         where = "body" if e.get("type") == "json_invalid" else field_path(e.get("loc", ()))
@@ -151,7 +152,12 @@ def validation_error(_: Request, err: RequestValidationError) -> JSONResponse:
         if where == "body" and e.get("type") == "missing":  # no body at all
             message = f"empty; {NOT_AN_OBJECT}"
         if where == "body" and e.get("type") == "model_attributes_type":  # not JSON, or not sent as JSON
-            message = f"{NOT_AN_OBJECT}, not {'JSON' if isinstance(e.get('input'), str) else 'this'}"
+            given = e.get("input")  # the body's bytes where it was not sent as JSON, else what it parsed to
+            if isinstance(given, bytes):
+                what = f"a body sent as {request.headers.get('content-type') or 'no content-type'}"
+            else:
+                what = f"a JSON {JSON_KINDS.get(type(given), 'value')}"
+            message = f"{NOT_AN_OBJECT}, not {what}"
         if e.get("type") == "extra_forbidden":  # the body's own keys, or a qa item's (qa[0].answer)
             model = QAInput if "qa" in e["loc"][1:2] else PredictRequest
             message = f"not a field here; it takes {', '.join(model.model_fields)}"

@@ -133,14 +133,14 @@ def check_sizes(body: PredictRequest, settings: ServeSettings) -> None:
             "texts" if texts else "qa", f"{n} inputs, at most {settings.max_texts} per request", status=413
         )
     for field, text in strings(body):
-        if not readable(text):  # as a task's own files refuse it: nothing to read, yet it was answered
-            raise RequestError(field, "empty (no letter, digit, punctuation mark or symbol)")
-        if len(text) > settings.max_text_chars:
-            raise RequestError(field, f"{len(text)} characters, at most {settings.max_text_chars}", status=413)
         try:
             text.encode("utf-8")
         except UnicodeEncodeError:  # JSON may carry lone surrogates ("\ud800"); the tokenizer cannot read them
             raise RequestError(field, "not valid Unicode (a lone surrogate)") from None
+        if not readable(text):  # as a task's own files refuse it: nothing to read, yet it was answered
+            raise RequestError(field, "empty (no letter, digit, punctuation mark or symbol)")
+        if len(text) > settings.max_text_chars:
+            raise RequestError(field, f"{len(text)} characters, at most {settings.max_text_chars}", status=413)
 
 
 def chosen_tasks(body: PredictRequest, service: Service) -> tuple[list[str] | None, list[str]]:
