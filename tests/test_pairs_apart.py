@@ -174,6 +174,34 @@ def test_a_standardized_cosine_head_scores_a_pair_the_same_either_way_round():
         torch.testing.assert_close(head.mean[:, 16:], moments[0][:, 16:])
 
 
+def test_a_cosine_head_saved_with_each_sides_own_moments_loads_as_saved_and_says_so(tmp_path, caplog):
+    """A head trained before the two sides were standardized alike keeps the buffers it was scored
+    with (its served answers equal its evaluation), and its load says it is not symmetric."""
+    from safetensors.torch import load_file, save_file
+
+    from bertvision.layout import HEAD_METRICS, HEAD_WEIGHTS
+    from bertvision.models.head_io import load_head, save_head
+    from bertvision.models.heads import build_head, standardized
+
+    spec, hidden = {"type": "cosine"}, len(PAIR_PARTS) * 8
+    moments = (torch.randn(3, hidden), torch.rand(3, hidden) + 0.5)
+    for name, alike in (("alike", True), ("old", False)):
+        run = tmp_path / name
+        save_head(standardized(build_head(spec, 3, hidden, 1), moments), "cosine", spec, run)
+        (run / HEAD_METRICS).write_text(json.dumps({"head_spec": spec}))
+        state = load_file(str(run / HEAD_WEIGHTS))
+        if not alike:  # as it was saved before: u's and v's own moments
+            state["mean"] = moments[0]
+            save_file(state, str(run / HEAD_WEIGHTS))
+        caplog.clear()
+        loaded = load_head(run, 3, hidden, 1)
+        torch.testing.assert_close(loaded.mean, state["mean"])
+        said = [r.getMessage() for r in caplog.records if "standardized alike" in r.getMessage()]
+        assert said == ([] if alike else [f"{run}: a cosine head saved before its pair's two sides were standardized "
+                                          "alike: it scores (a, b) and (b, a) differently; train it again (its "
+                                          "train_heads job) for one score either way round"])  # fmt: skip
+
+
 def test_the_cosine_heads_correction_starts_at_zero_and_learns_what_the_cosine_cannot():
     from bertvision.features.encode import pair_features
     from bertvision.models.heads import build_head
