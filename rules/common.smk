@@ -92,10 +92,8 @@ def get_features_arg(wildcards):
 
 def get_source_files(wildcards):
     """The local files a download reads, so that replacing one reruns the download."""
-    from bertvision.stages.download import local_source_files
-
     try:
-        return below_here(local_source_files(get_task(wildcards.task), S.download(wildcards.task)))
+        return below_here(S.download(wildcards.task).source_files(get_task(wildcards.task)))
     except BertvisionError as err:
         raise WorkflowError(str(err)) from None
 

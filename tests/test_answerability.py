@@ -12,7 +12,7 @@ from bertvision.models.backbone import load_tokenizer
 from bertvision.registry.metrics import any_window_says_no, best_window, question_gold, question_labels, score
 from bertvision.registry.tasks import get_task
 from bertvision.stages.tokenize import answer_in_no_window, answerability_windows
-from tests.conftest import REPO, workflow_settings
+from tests.conftest import REPO, SHIPPED_SQUAD, workflow_settings
 from tests.tiny_bert import DEFAULT_BACKBONE
 
 TASK = get_task("squad2-answerable")
@@ -122,8 +122,8 @@ def test_registry_and_config_checks():
         workflow_settings(tasks={"mrpc": {"doc_stride": 64}})
     with pytest.raises(ConfigError, match="answerability tasks are not shared"):
         workflow_settings(
-            tasks={"mrpc": None, "squad2-answerable": None},
+            tasks={"mrpc": None, "squad2-answerable": SHIPPED_SQUAD},
             shared={"tasks": ["mrpc", "squad2-answerable"], "heads": ["lp"]},
         )
-    settings = workflow_settings(tasks={"squad2-answerable": {"doc_stride": 64}})
+    settings = workflow_settings(tasks={"squad2-answerable": {**SHIPPED_SQUAD, "doc_stride": 64}})
     assert settings.tokenize("m", "squad2-answerable").doc_stride == 64

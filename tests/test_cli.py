@@ -466,3 +466,4 @@ def test_validate_config_notes_a_hub_backbone_it_would_download(tmp_path):
         assert proc.returncode == 0, proc.stderr
         note = f"note: backbones.bb.pretrained: {ref} is not in this machine's Hugging Face cache; the run downloads it"
         assert (note in proc.stdout) is noted, proc.stdout
+        assert ("heads.models' shapes and the tasks' max_length are not checked" in proc.stdout) is noted

@@ -277,6 +277,13 @@ def test_a_settings_block_written_in_part_shows_every_default(tmp_path, capsys):
                 ({"train": 0.5, "selection": 0.1, "dev": 0.3}, r"^x: tasks.squad2.article_split: .* to 0.9, not 1$"),
             )
         ),
+        # on a task it does not apply to, that is the one line (its shares were a second)
+        (
+            lambda c: c.update(
+                {"tasks": {"rte": {"article_split": {"from": "dev", "train": 0.9, "selection": 0.2, "dev": 0.3}}}}
+            ),
+            r"^x: tasks.rte: \['article_split'\] only apply to tasks over SQuAD context windows$",
+        ),
         # one checkpoint has no other to transfer to: refused, not dropped with a page saying none was configured
         (
             lambda c: c.update(
@@ -372,6 +379,35 @@ def test_cross_key_problems_fail_when_the_config_loads(mutate, message):
     mutate(config)
     with pytest.raises(ConfigError, match=message):
         WorkflowSettings(validate_config(config), source="x")
+
+
+def test_a_tasks_missing_data_file_is_one_line_per_task_when_the_config_loads(tmp_path):
+    """A data folder that is there but lacks a task's files passed validation; the dry run then
+    stopped in a traceback of Snakemake's input function, one task per attempt."""
+    (tmp_path / "MRPC").mkdir()
+    config = {**minimal(), "tasks": {"mrpc": None, "sst2": None}, "data": {"glue_dir": str(tmp_path)}}
+    with pytest.raises(ConfigError) as err:
+        WorkflowSettings(validate_config(config), source="x.yaml")
+    lines = str(err.value).splitlines()
+    assert [line.split(": ")[1] for line in lines] == ["tasks.mrpc", "tasks.sst2"], lines
+    assert lines[0].startswith(f"x.yaml: tasks.mrpc: mrpc train: neither {tmp_path}/MRPC/")
+    # the shipped data holds the default's tasks: MNLI and SQuAD 2.0's train split are not in it
+    shipped = {**minimal(), "tasks": {"mnli": None, "squad2": None, "sst2": None}}
+    with pytest.raises(ConfigError) as err:
+        WorkflowSettings(validate_config(shipped), source="x.yaml")
+    assert [line.split(": ")[1] for line in str(err.value).splitlines()] == ["tasks.mnli", "tasks.squad2"]
+
+
+def test_a_dataset_that_is_neither_a_folder_nor_a_hub_id_is_refused_by_its_key():
+    """A backbone's id was checked, a dataset's not: "nyu mll/glue" failed in the download job."""
+    hub = {**minimal(), "data": {"source": "hub", "hub_repo": "nyu mll/glue"}}
+    with pytest.raises(ConfigError, match=r"^x: data.hub_repo: nyu mll/glue: neither a local folder nor a hub id \("):
+        WorkflowSettings(validate_config(hub), source="x")
+    WorkflowSettings(validate_config({**hub, "data": {"source": "local", "hub_repo": "nyu mll/glue"}}))  # not read
+    own = {"hub": {"id": "stanfordnlp imdb", "splits": {"train": "train", "dev": "test"}, "rows": 10}}
+    own |= {"text": "text", "label": "label", "kind": "classification", "labels": ["neg", "pos"]}
+    with pytest.raises(ConfigError, match=r"^x: tasks.imdb.hub.id: stanfordnlp imdb: neither a local folder nor "):
+        WorkflowSettings(validate_config({**minimal(), "tasks": {"imdb": own}}), source="x")
 
 
 def test_a_registered_task_refuses_the_keys_of_a_task_of_ones_own():

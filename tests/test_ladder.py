@@ -20,6 +20,7 @@ from bertvision.registry.heads import HEAD_TYPES, get_head_type, trains_on
 from bertvision.registry.tasks import get_task
 from bertvision.stages.train_heads import train_heads
 from bertvision.training.span import SpanProblem
+from tests.conftest import SHIPPED_SQUAD
 from tests.stages import with_training
 from tests.test_token_head import RUNTIME, SETTINGS, planted_token_features, settings
 from tests.tiny_bert import make_tiny_bert
@@ -227,21 +228,21 @@ def test_the_registry_and_the_config_take_it():
 
 def test_span_tasks_train_the_ladder_but_not_a_pooling_token_head():
     models = {"lp": {"type": "lp"}, "side": {"type": "ladder"}, "tok": {"type": "token-pool"}}
-    workflow = settings({"squad2": None, "rte": None, "mrpc": {"token_features": True}}, models=models)
+    workflow = settings({"squad2": SHIPPED_SQUAD, "rte": None, "mrpc": {"token_features": True}}, models=models)
     assert set(workflow.task_heads("squad2")) == {"lp", "side"}
     assert set(workflow.task_heads("rte")) == {"lp"}
     assert set(workflow.task_heads("mrpc")) == {"lp", "side", "tok"}
     with pytest.raises(ConfigError, match=r"tasks\.squad2\.heads: \['tok'\] pool an example's tokens"):
-        settings({"squad2": {"heads": ["tok"]}}, models=models)
+        settings({"squad2": {**SHIPPED_SQUAD, "heads": ["tok"]}}, models=models)
 
 
 def test_a_head_reading_mean_states_trains_on_example_tasks_only():
     models = {"lp": {"type": "lp"}, "lp-mean": {"type": "lp", "reads": "mean"}}
-    workflow = settings({"squad2": None, "rte": None}, models=models)
+    workflow = settings({"squad2": SHIPPED_SQUAD, "rte": None}, models=models)
     assert set(workflow.task_heads("squad2")) == {"lp"}
     assert set(workflow.task_heads("rte")) == {"lp", "lp-mean"}
     with pytest.raises(ConfigError, match=r"tasks\.squad2\.heads: \['lp-mean'\] pool an example's tokens"):
-        settings({"squad2": {"heads": ["lp-mean"]}}, models=models)
+        settings({"squad2": {**SHIPPED_SQUAD, "heads": ["lp-mean"]}}, models=models)
     with pytest.raises(ConfigError, match="reads"):
         settings({"rte": None}, models={"lp-max": {"type": "lp", "reads": "max"}})
     with pytest.raises(ConfigError, match="reads"):

@@ -17,7 +17,7 @@ from bertvision.data.squad_files import parse_squad, read_json
 from bertvision.errors import ConfigError, DataFormatError
 from bertvision.registry.task_spec import TaskSpec
 from bertvision.registry.tasks import declared_json, get_task
-from bertvision.stages.download import download_task, load_source_split, local_source_files
+from bertvision.stages.download import download_task, load_source_split
 from tests.conftest import REPO, SHIPPED_GLUE, workflow_settings
 
 datasets = pytest.importorskip("datasets")
@@ -132,7 +132,7 @@ def test_a_hub_declaration_travels_to_jobs_and_its_local_folders_files_are_the_d
     assert again == task
     # a local folder's files, so that one edited in place reruns the download (it ran none: edits went unseen)
     files = [repo / "README.md", *sorted((repo / "pairs").glob("*.parquet"))]
-    assert local_source_files(task, settings.download("pairs-hub")) == files
+    assert settings.download("pairs-hub").source_files(task) == files
     assert len(downloaded(settings, "pairs-hub", tmp_path / "raw")["dev"]) == 30  # at revision main
 
 

@@ -21,6 +21,7 @@ from bertvision.models.heads import Standardized, TokenPoolHead, build_head, cou
 from bertvision.registry.heads import HEAD_TYPES, get_head_type, is_token_head
 from bertvision.registry.tasks import get_task
 from bertvision.stages.train_heads import train_heads
+from tests.conftest import SHIPPED_SQUAD
 from tests.stages import with_training
 
 POOLS = get_head_type("token-pool").options["pool"].choices
@@ -291,7 +292,7 @@ def settings(tasks: dict, models=None) -> WorkflowSettings:
 
 
 def test_token_heads_only_for_tasks_with_token_features():
-    s = settings({"mrpc": {"token_features": True}, "stsb": None, "sst2": {}, "squad2": None})
+    s = settings({"mrpc": {"token_features": True}, "stsb": None, "sst2": {}, "squad2": SHIPPED_SQUAD})
     assert list(s.task_heads("mrpc")) == ["lp", "tok"]
     assert list(s.task_heads("stsb")) == list(s.task_heads("sst2")) == list(s.task_heads("squad2")) == ["lp"]
     assert [s.feature_level(t) for t in ("mrpc", "stsb", "sst2", "squad2")] == ["tokens", "cls", "cls", "tokens"]

@@ -11,6 +11,7 @@ from pathlib import Path
 import jsonschema
 
 from bertvision.config.schema import schema_node
+from bertvision.data.hub import dataset_problem
 from bertvision.errors import ConfigError, MissingError
 from bertvision.layout import Checkpoint
 from bertvision.models.backbone import check_pretrained, declared_shape, position_limit
@@ -38,10 +39,21 @@ def check(workflow) -> None:
                     f"tasks.{task}.max_length: {workflow.max_length(task)} tokens, but {model} "
                     f"({workflow.pretrained(model)}) takes at most {limit} in one sequence"
                 )
-    data = workflow.config["data"]
+    data, no_folder = workflow.config["data"], set()
     for key in ("glue_dir", "squad_dir") if data["source"] == "local" else ():
         if data[key] is not None and not Path(data[key]).is_dir():
             problems.append(f"data.{key}: {data[key]}: no such folder")
+            no_folder.add(key)
+    datasets = {"data.hub_repo": data["hub_repo"]} if data["source"] == "hub" and data["hub_repo"] else {}
+    datasets |= {f"tasks.{t}.hub.id": get_task(t).hub_id for t in workflow.tasks if get_task(t).hub}
+    problems += [f"{key}: {problem}" for key, repo in datasets.items() if (problem := dataset_problem(repo))]
+    for task in workflow.tasks:  # each task's files where its folder is there (else the dry run's traceback)
+        spec = get_task(task)
+        if ("squad_dir" if spec.squad else "glue_dir") not in no_folder:
+            try:
+                workflow.download(task).source_files(spec)
+            except MissingError as err:
+                problems.append(f"tasks.{task}: {err}")
     extract = workflow.config["extract"]
     if extract["backend"] in ("onnx", "onnx-int8") and extract["device"] == "cuda":
         problems.append(
@@ -62,7 +74,7 @@ def check(workflow) -> None:
         # (peers.methods applies each where it can, the summary saying why not elsewhere)
         for name, why in inapplicable(over.get("peers") or [], spec).items():
             problems.append(f"tasks.{task}.peers: {name} does not apply to {task}: {why}")
-        if problem := article_split_problem(over.get("article_split")):
+        if spec.squad and (problem := article_split_problem(over.get("article_split"))):  # else misplaced, below
             problems.append(f"tasks.{task}.article_split: {problem}")
         listed = over.get("heads") or []
         unknown = [n for n in listed if n not in models]

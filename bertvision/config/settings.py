@@ -13,6 +13,9 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from bertvision.config.stage_settings import Names, Number, Numbers, SpaceValue, StageSettings, setting
+from bertvision.data import glue_files, squad_files
+from bertvision.data.hub import local_dataset_files
+from bertvision.registry.task_spec import UNLABELLED, TaskSpec
 
 # the data shipped in the project's resources/, read where data.glue_dir or data.squad_dir is null
 SHIPPED_DATA = {"glue_dir": "glue", "squad_dir": "squad2"}
@@ -40,6 +43,21 @@ class DownloadSettings(StageSettings):
         """``data.glue_dir`` or ``data.squad_dir`` (``key``), the project's shipped data where it is null."""
         given = getattr(self, key)
         return Path(given) if given is not None else PROJECT_RESOURCES / SHIPPED_DATA[key]
+
+    def source_files(self, task: TaskSpec) -> list[Path]:
+        """The local files ``task``'s download reads, a local dataset directory's among them (none
+        from the hub), so the workflow reruns the download when one of them changes; a MissingError
+        naming the folder's key where a split's file is not there."""
+        if task.hub:  # a hub task of the config's own: its declaration (a param of the rule) reruns it too
+            return local_dataset_files(task.hub_id)
+        if task.files:  # not the unlabelled file: the predict job reads it, and a new one reruns that alone
+            return [Path(p) for split, p in task.files.files.items() if split != UNLABELLED]
+        if self.source == "hub":
+            return local_dataset_files(self.hub_repo or task.hub_id)
+        if task.squad:
+            splits = [self.article_split["from"]] if self.article_split else list(task.squad.files)
+            return [squad_files.locate(self.folder("squad_dir"), task.squad.files, s) for s in splits]
+        return [glue_files.locate(self.folder("glue_dir"), task, s) for s in task.glue.files]
 
 
 class TokenizeSettings(StageSettings):

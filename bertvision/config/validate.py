@@ -32,6 +32,8 @@ def validate_config_file(configs: list[Path], show: bool = False) -> None:
         for model in settings.models:
             if uncached_hub_id(ref := settings.pretrained(model)):
                 print(f"{source}: note: backbones.{model}.pretrained: {ref} is not in this machine's Hugging Face "
-                      "cache; the run downloads it (without network: download it first)")  # fmt: skip
+                      "cache; the run downloads it (without network: download it first). Until its config.json is "
+                      "here, its width and length limit are unknown: heads.models' shapes and the tasks' max_length "
+                      "are not checked against it (hf download ID config.json checks them)")  # fmt: skip
         for note in notes:
             print(f"{source}: note: {note}")

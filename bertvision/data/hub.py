@@ -54,6 +54,25 @@ def hub_rows(repo: str, *args, named_by: str = "", **kwargs) -> tuple[pd.DataFra
         return dataset.to_pandas(), dict(dataset.features)
 
 
+def hub_id_problem(repo_id: str) -> str | None:
+    """Why ``repo_id`` is no hub id (a space, an empty part, a path), in huggingface_hub's words;
+    None where it is one. A backbone's or a dataset's download would fail on it after the jobs
+    before it."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as err:
+        return str(err)
+    return None
+
+
+def dataset_problem(repo: str) -> str | None:
+    """Why ``repo`` is neither a local dataset folder nor a hub id; None where it is one."""
+    problem = None if Path(repo).is_dir() else hub_id_problem(repo)
+    return f"{repo}: neither a local folder nor a hub id ({problem})" if problem else None
+
+
 def local_dataset_files(repo: str) -> list[Path]:
     """The files of a local dataset directory (none for a hub id), hidden ones left out as
     ``datasets`` leaves them, so that an edited file reruns the download that reads it."""

@@ -22,6 +22,7 @@ import types
 from dataclasses import dataclass
 from pathlib import Path
 
+from bertvision.data.hub import hub_id_problem
 from bertvision.errors import MissingError
 from bertvision.models.random_encoder import MAX_POSITIONS, VOCAB_SIZE, is_random, materialize, parse_random
 
@@ -116,12 +117,8 @@ def check_pretrained(ref: str) -> None:
         return
     where = locate(ref)
     if isinstance(where, HubModel):
-        from huggingface_hub.utils import HFValidationError, validate_repo_id
-
-        try:
-            validate_repo_id(where.repo_id)
-        except HFValidationError as err:
-            raise MissingError(f"{ref}: neither a local folder nor a hub id ({err})") from None
+        if problem := hub_id_problem(where.repo_id):
+            raise MissingError(f"{ref}: neither a local folder nor a hub id ({problem})")
     config = config_json(ref)
     decoder = [a for a in config.get("architectures") or [] if a.endswith(("ForCausalLM", "LMHeadModel"))]
     if config.get("is_decoder") or decoder:

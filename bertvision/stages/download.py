@@ -21,7 +21,6 @@ from bertvision.data.hub import (
     load_declared_split,
     load_hub_questions,
     load_hub_split,
-    local_dataset_files,
 )
 from bertvision.data.task_files import (
     CONSTANT_LABELS_REFUSED,
@@ -34,7 +33,7 @@ from bertvision.data.task_files import (
 from bertvision.errors import DataFormatError
 from bertvision.files import atomic_write_json, atomic_write_parquet
 from bertvision.layout import rows_record, split_file
-from bertvision.registry.task_spec import UNLABELLED, TaskSpec, splits_of
+from bertvision.registry.task_spec import TaskSpec, splits_of
 
 log = logging.getLogger(__name__)
 
@@ -200,22 +199,6 @@ def check_selection_labels(task: TaskSpec, selection: pd.DataFrame, where: str) 
 
 def _train_source(task: TaskSpec) -> str:
     return declared_source(task, "train") if task.hub else f"{task.name} train"
-
-
-def local_source_files(task: TaskSpec, settings: DownloadSettings) -> list[Path]:
-    """The local files a download reads, a local dataset directory's among them (none from the
-    hub), so the workflow reruns the download when one of them changes."""
-    if task.hub:  # a hub task of the config's own: its declaration (a param of the rule) reruns it too
-        return local_dataset_files(task.hub_id)
-    if task.files:  # not the unlabelled file: the predict job reads it, and a new one reruns that alone
-        return [Path(p) for split, p in task.files.files.items() if split != UNLABELLED]
-    if settings.source == "hub":
-        return local_dataset_files(settings.hub_repo or task.hub_id)
-    if task.squad:
-        article_split = settings.article_split
-        splits = [article_split["from"]] if article_split else list(task.squad.files)
-        return [squad_files.locate(settings.folder("squad_dir"), task.squad.files, s) for s in splits]
-    return [locate(settings.folder("glue_dir"), task, s) for s in task.glue.files]
 
 
 def download_task(task: TaskSpec, settings: DownloadSettings, out_dir: Path) -> dict[str, int]:
