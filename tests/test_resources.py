@@ -168,6 +168,19 @@ def test_stored_token_features_ask_for_the_bound_not_the_split():
     assert mem(130000, batch_size=8) == mem(130000) < mem(130000, batch_size=256)
 
 
+def test_an_extraction_asks_for_the_time_its_shard_takes_to_write_and_read_back():
+    """SQuAD's token states at BERT-large, 8 shards on a GPU: each shard holds about 740 GB, which
+    the request (10 minutes: the GPU's FLOPs alone) gave no time to write; at the shared
+    filesystem's rate it is written and checksummed in about two hours."""
+    from bertvision.plan.estimates import DISK_BYTES_PER_S
+
+    args = dict(EXTRACT, rows=130000, shards=8, gpus=1, attempt=1, max_length=384)
+    shard_bytes = 2 * 130000 * 1.15 / 8 * 384 * 25 * 1024 * 2
+    runtime = extract_request(LARGE, **{**args, "token_level": True})["runtime"]
+    assert runtime >= 2 * shard_bytes / DISK_BYTES_PER_S / 60 > 100
+    assert extract_request(LARGE, **{**args, "token_level": False})["runtime"] < runtime / 10  # [CLS] rows: small
+
+
 def test_small_slices_ask_for_what_their_rows_can_fill():
     """A smoke run's few rows never fill the writer's five blocks or a batch of 64 windows: the
     requests of BERT-large on 24 SQuAD questions follow the rows, and grow back to the full

@@ -1,8 +1,9 @@
 """What each job asks the scheduler for, computed from the config: the encoder's size (read
 from its config), sequence length, batch size, rows per job and shard count. Memory is
 host memory (the model, optimizer state, activations and buffers); runtime comes from a FLOP
-count at a conservative throughput. Both grow with the attempt, so a resubmission after an
-out-of-memory or timeout failure asks for more (``--retries``)."""
+count at a conservative throughput, plus, for an extraction, its features' bytes at a shared
+filesystem's rate. Both grow with the attempt, so a resubmission after an out-of-memory or
+timeout failure asks for more (``--retries``)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,10 @@ from bertvision.registry.states import PAIR_PARTS, READS
 BASE_MB = 1000
 FLOPS = {"gpu": 2e13, "cpu": 2.5e10}  # sustained, well below peak, so that runtimes are upper bounds
 MIN_MINUTES = 10
+# Bytes a job writes or reads per second on a cluster's shared filesystem, one job alone: a local
+# NVMe disk is several times faster, so the runtimes stay upper bounds (a SQuAD shard of
+# BERT-large's token states is hundreds of GB: its extraction was asked for 10 minutes).
+DISK_BYTES_PER_S = 2e8
 # A head job that would ask for more than this on a CPU asks for a GPU when the GPU rules get one
 # (token-level heads, span windows and the CNN heads at paper scale; not an MRPC of lp heads).
 HEAD_GPU_MINUTES = 120
@@ -70,8 +75,9 @@ class EncoderShape:
         return cls(shape.layers, shape.hidden, shape.vocab, shape.heads)
 
 
-def _minutes(flops: float, device: str, attempt: int) -> int:
-    return attempt * max(MIN_MINUTES, math.ceil(3 * flops / FLOPS[device] / 60))
+def _minutes(flops: float, device: str, attempt: int, disk_bytes: float = 0.0) -> int:
+    seconds = 3 * flops / FLOPS[device] + disk_bytes / DISK_BYTES_PER_S
+    return attempt * max(MIN_MINUTES, math.ceil(seconds / 60))
 
 
 def _mb(nbytes: float) -> int:
@@ -161,7 +167,10 @@ def extract_request(
     tokens = rows * (1 + EVAL_SHARE) / shards * max_length * MEAN_FILL
     return {
         "mem_mb": attempt * _mb(4 * shape.parameters + activations + min(5 * block, shard_bytes) + texts_held),
-        "runtime": _minutes(2 * shape.parameters * tokens * (2 if apart else 1), "gpu" if gpus else "cpu", attempt),
+        # its shard written, then read again for the manifest's checksum
+        "runtime": _minutes(
+            2 * shape.parameters * tokens * (2 if apart else 1), "gpu" if gpus else "cpu", attempt, 2 * shard_bytes
+        ),
     }
 
 
