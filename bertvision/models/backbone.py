@@ -135,8 +135,7 @@ def check_pretrained(ref: str) -> None:
                 f"{ref}: {folder} has no tokenizer ({', '.join(TOKENIZER_FILES)} or a sentencepiece *.model): "
                 "save the tokenizer beside the model (tokenizer.save_pretrained)"
             )
-        if problem := missing_safetensors(folder):  # found at load time, after the run's first jobs
-            raise MissingError(problem if Path(ref).expanduser().resolve() == folder.resolve() else f"{ref}: {problem}")
+        _check_safetensors(ref, folder)  # else found at load time, after the run's first jobs
 
 
 # Model types whose position ids start after the padding id (transformers'
@@ -231,6 +230,13 @@ def _local_json(ref: str, name: str) -> dict:
         return {}
 
 
+def _check_safetensors(ref: str, folder: Path) -> None:
+    """A MissingError where ``folder`` (``ref``'s) holds no safetensors weights, naming ``ref``
+    where it is not the folder itself."""
+    if problem := missing_safetensors(folder):
+        raise MissingError(problem if Path(ref).expanduser().resolve() == folder.resolve() else f"{ref}: {problem}")
+
+
 def missing_safetensors(folder: Path) -> str | None:
     """Why the weights in ``folder`` cannot be loaded as safetensors, or None when they can."""
     folder = Path(folder)
@@ -251,8 +257,7 @@ def load_pretrained(class_name: str, ref: str, **kwargs):
     import transformers
 
     path = resolve_pretrained(ref)
-    if problem := missing_safetensors(Path(path)):
-        raise MissingError(problem if Path(ref).expanduser().resolve() == Path(path) else f"{ref}: {problem}")
+    _check_safetensors(ref, Path(path))
     load = getattr(transformers, class_name).from_pretrained
     return load(path, use_safetensors=True, trust_remote_code=False, **kwargs)
 
