@@ -251,13 +251,32 @@ def test_tsv_quotes_are_literal_and_take_no_rows(tmp_path):
         '"Quoted headline"\tplain\tlow',
         '"Open quote never closed\tA second text.\tmid',
         "Third row first text\tsecond\thigh",
-        'She said: leave now."\tfine\tlow',
+        'She said: "leave now." Then left.\tfine\tlow',
     ]
     path = write(tmp_path / "train.tsv", "\n".join(rows) + "\n")
     frame = read_table(path)
     assert frame["label"].tolist() == ["low", "mid", "high", "low"]
     assert frame["a"].tolist() == ['"Quoted headline"', '"Open quote never closed', "Third row first text",
-                                   'She said: leave now."']  # fmt: skip
+                                   'She said: "leave now." Then left.']  # fmt: skip
+
+
+def test_a_tsv_that_reads_both_with_and_without_quoting_is_refused(tmp_path):
+    """pandas quotes a text holding a tab and a line break; read without quoting, its halves were two
+    rows and a label 'fast' was made up. A quote that swallows rows until one ends just before a tab
+    reads both ways too: neither reading can be trusted, and the line says where they part."""
+    import pandas as pd
+
+    texts = ["A fine product.", "Specs:\tfast\nShipping: slow", "Broke in a week."]
+    pandas_tsv = tmp_path / "pandas.tsv"
+    pd.DataFrame({"text": texts, "label": ["pos", "neg", "neg"]}).to_csv(pandas_tsv, sep="\t", index=False)
+    glue_like = write(tmp_path / "glue.tsv", '"Open quote\tx\tmid\nnext\ty\thigh\nends here."\tz\tlow\n')
+    glue_like.write_text("a\tb\tlabel\n" + glue_like.read_text())
+    for path, line, records in ((pandas_tsv, 3, (3, 4)), (glue_like, 2, (1, 3))):
+        assert refused(read_table, path) == (
+            f"{path}: line {line}: read with CSV's quoting (as pandas writes a TSV) a quoted field runs over several "
+            f"lines, {records[0]} records in all; read without (as GLUE's files are), {records[1]}: the file reads "
+            "both ways; write it as CSV, JSONL or parquet, or as a TSV with no field opening with a quote"
+        )
 
 
 def test_blank_lines_may_end_a_csv(tmp_path):

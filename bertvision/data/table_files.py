@@ -10,7 +10,6 @@ it and the place. What the rows must hold for a task is ``data.task_files``'.
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import gzip
 import json
@@ -126,19 +125,31 @@ def _scan_separated(path: Path, fmt: str) -> tuple[list[int], int]:
     written both ways: with CSV's quoting (pandas' ``to_csv(sep="\\t")``) and with none, a quote a
     literal character (GLUE's files). Read with quoting, a field of the second kind that opens with
     a quote runs on over the next lines and takes their records into its text; so a TSV is read with
-    quoting only where that keeps every record on its line, or where it alone reads the file."""
+    quoting where that keeps every record on its line, and without where only that reads the file.
+    A file that both read, differently (a quoted field holding a tab and a line break, or records
+    swallowed by a quote), is refused: either reading could be the wrong one."""
     if fmt == "csv":
         return _scan_csv(path, ",", csv.QUOTE_MINIMAL)[0], csv.QUOTE_MINIMAL
     try:
         quoted, spans_lines = _scan_csv(path, "\t", csv.QUOTE_MINIMAL)
     except DataFormatError as refused:
         quoted, spans_lines = refused, True
-    if spans_lines:
-        with contextlib.suppress(DataFormatError):
-            return _scan_csv(path, "\t", csv.QUOTE_NONE)[0], csv.QUOTE_NONE
+    if not spans_lines:
+        return quoted, csv.QUOTE_MINIMAL
+    try:
+        plain = _scan_csv(path, "\t", csv.QUOTE_NONE)[0]
+    except DataFormatError:
+        if isinstance(quoted, DataFormatError):
+            raise quoted from None
+        return quoted, csv.QUOTE_MINIMAL
     if isinstance(quoted, DataFormatError):
-        raise quoted
-    return quoted, csv.QUOTE_MINIMAL
+        return plain, csv.QUOTE_NONE
+    line = next(q for q, after in zip(quoted, [*quoted[1:], None]) if after is None or after > q + 1)  # spans
+    raise DataFormatError(
+        f"{path}: line {line}: read with CSV's quoting (as pandas writes a TSV) a quoted field runs over "
+        f"several lines, {len(quoted)} records in all; read without (as GLUE's files are), {len(plain)}: "
+        "the file reads both ways; write it as CSV, JSONL or parquet, or as a TSV with no field opening with a quote"
+    )
 
 
 def _scan_csv(path: Path, sep: str, quoting: int) -> tuple[list[int], bool]:
