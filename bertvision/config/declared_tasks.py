@@ -36,7 +36,14 @@ from pathlib import Path
 
 from bertvision.data.squad_files import parse_squad
 from bertvision.data.table_files import read_table
-from bertvision.data.task_files import absent_labels_note, label_text, labels_in, read_task_file, repeated_rows_note
+from bertvision.data.task_files import (
+    absent_labels_note,
+    label_text,
+    labels_in,
+    read_task_file,
+    read_unlabelled,
+    repeated_rows_note,
+)
 from bertvision.errors import BertvisionError, ConfigError
 from bertvision.files import no_such_file
 from bertvision.registry.hub_layout import HubLayout
@@ -211,6 +218,8 @@ def check_files(task: TaskSpec) -> list[str]:
         try:
             if task.squad:
                 parse_squad(Path(path))
+            elif split == UNLABELLED:
+                read_unlabelled(task)
             else:
                 label = None if split == UNLABELLED else layout.label_column
                 frames[split] = read_task_file(Path(path), split, layout.text_columns, task.text_fields, label,

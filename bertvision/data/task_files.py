@@ -72,8 +72,15 @@ def read_unlabelled(task: TaskSpec) -> tuple[pd.DataFrame, pd.DataFrame]:
     among them, by row) and its canonical frame, what the picked path predicts; its label column,
     if it has one, is not read."""
     layout = task.files
-    return _read_frames(Path(task.unlabelled_file), UNLABELLED, layout.text_columns, task.text_fields, None,
-                        task.kind, task.raw_labels)  # fmt: skip
+    given, rows = _read_frames(Path(task.unlabelled_file), UNLABELLED, layout.text_columns, task.text_fields, None,
+                               task.kind, task.raw_labels)  # fmt: skip
+    # the label column is the user's own, documented as overwritten; another would be lost silently
+    taken = [c for c in task.prediction_columns if c in given.columns and c != layout.label_column]
+    if taken:
+        raise DataFormatError(
+            f"{task.unlabelled_file}: column {taken[0]!r} is where the predictions go; rename it in the file"
+        )
+    return given, rows
 
 
 def _read_frames(

@@ -164,6 +164,13 @@ class TaskSpec:
         """A task of the config's own with an unlabelled file (``files.test``): the picked path predicts it."""
         return self.files.unlabelled if self.files else None
 
+    @property
+    def prediction_columns(self) -> tuple[str, ...]:
+        """What predicting the unlabelled file adds to its columns: the label column, and a
+        classification's probability of each label (``probability_<label>``)."""
+        classes = self.label_names if self.kind == "classification" else ()
+        return (self.files.label_column, *(f"probability_{name}" for name in classes))
+
     def labelled(self) -> TaskSpec:
         """This task less its unlabelled file: what its labelled splits follow from."""
         if not self.unlabelled_file:

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from bertvision.data.task_files import read_unlabelled
-from bertvision.errors import DataFormatError, MissingError
+from bertvision.errors import MissingError
 from bertvision.files import atomic_path
 from bertvision.registry.task_spec import TaskSpec
 from bertvision.serving.bundle import Bundle, bundle_paths, load_bundle
@@ -40,13 +40,11 @@ def bundle_of(task: str, bundles: Path) -> Bundle:
 
 
 def prediction_columns(task: TaskSpec, results: list[ExampleResult]) -> dict[str, list]:
-    label_column = task.files.label_column
     if task.kind == "regression":
-        return {label_column: [r.score for r in results]}
-    columns = {label_column: [r.label for r in results]}
-    for name in task.label_names:
-        columns[f"probability_{name}"] = [r.probabilities[name] for r in results]
-    return columns
+        values = [[r.score for r in results]]
+    else:
+        values = [[r.label for r in results], *([r.probabilities[name] for r in results] for name in task.label_names)]
+    return dict(zip(task.prediction_columns, values, strict=True))
 
 
 def csv_cell(value):
@@ -70,12 +68,6 @@ def predict_unlabelled(task: TaskSpec, bundles: Path, out: Path, threads: int | 
         raise MissingError(f"task {task.name} has no unlabelled file ({where})")
     bundle = bundle_of(task.name, bundles)  # before the rows: a bundle without the task is the first thing to say
     given, rows = read_unlabelled(task)
-    added = prediction_columns(task, [])
-    taken = [c for c in added if c in given.columns and c != task.files.label_column]
-    if taken:  # the label column is the user's own, documented as overwritten; another would be lost silently
-        raise DataFormatError(
-            f"{task.unlabelled_file}: column {taken[0]!r} is where the predictions go; rename it in the file"
-        )
     engine = Engine(bundle, threads=threads)
     picked = engine.tasks[task.name].picked
     log.info("%s: %d rows of %s, head %s of bundle %s", task.name, len(rows), task.unlabelled_file, picked,
