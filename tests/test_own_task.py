@@ -413,13 +413,6 @@ def test_a_bad_row_stops_the_download_job_in_one_line_and_writes_nothing(tiny_be
     from bertvision.registry.tasks import DECLARED_ENV, declared_json
 
     blocks = write_own_files(tmp_path / "data")
-    # a column the predictions would overwrite: found by the predict job, the run's last (own-task.md: refused)
-    test = pd.read_csv(blocks["similarity"]["files"]["test"], keep_default_na=False)
-    test.assign(probability_high="x").to_csv(tmp_path / "taken.csv", index=False)
-    assert problem(lambda b: b["similarity"]["files"].update(test=str(tmp_path / "taken.csv"))) == (
-        f"{config}: tasks.similarity.files.test: {tmp_path / 'taken.csv'}: column 'probability_high' is where the "
-        "predictions go; rename it in the file"
-    )
     dev = pd.read_csv(blocks["similarity"]["files"]["dev"], keep_default_na=False)
     dev.loc[4, "band"] = "very high"
     dev.to_csv(blocks["similarity"]["files"]["dev"], index=False)
