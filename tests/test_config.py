@@ -372,6 +372,21 @@ def test_a_settings_block_written_in_part_shows_every_default(tmp_path, capsys):
             ),
             r"heads.models.l: side width 54 \(hidden 384 / reduction 7\) is not divisible by attention_heads 4 on m ",
         ),
+        # a value the search may draw: its worker failed in a traceback
+        *(
+            (
+                lambda c, dist=dist: c.update(
+                    {
+                        "backbones": {"m": {"pretrained": MINILM}},
+                        "tasks": {"mrpc": {"token_features": True, "search_heads": ["l"]}},
+                        "heads": {"models": {"l": {"type": "ladder"}}},
+                        "search": {"space": {"reduction": dist}},
+                    }
+                ),
+                r"^x: search.space.reduction: 7 for l: side width 54 \(hidden 384 / reduction 7\) is not divisible ",
+            )
+            for dist in ({"choices": [8, 7]}, {"low": 6, "high": 8})
+        ),
     ],
 )
 def test_cross_key_problems_fail_when_the_config_loads(mutate, message):

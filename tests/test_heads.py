@@ -137,3 +137,15 @@ def test_every_registered_head_type_is_built_by_one_class():
         builds("nope")(ScalarMixHead)
     with pytest.raises(ValueError, match="built by both ScalarMixHead and LayerMeanHead"):
         builds("lp")(LayerMeanHead)
+
+
+def test_a_search_draws_only_the_options_a_head_type_marks_searchable(monkeypatch):
+    """A head type with an option of another type's searchable name, not searchable in its own:
+    the search drew it for it all the same (the rule asked only whether the type had the name)."""
+    from bertvision.registry.heads import HEAD_TYPES, HeadType, Option, searched_parameters
+
+    fixed = HeadType("fixed-reduction", "a reduction it does not search", {"reduction": Option(int, 8, "fixed")})
+    monkeypatch.setitem(HEAD_TYPES, fixed.name, fixed)
+    space = {"reduction": {"choices": [4, 8]}, "learning_rate": {"low": 1e-4, "high": 1e-2}}
+    assert searched_parameters(space, "fixed-reduction") == ["learning_rate"]
+    assert searched_parameters(space, "ladder") == ["reduction", "learning_rate"]

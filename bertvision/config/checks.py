@@ -15,7 +15,15 @@ from bertvision.data.hub import dataset_problem
 from bertvision.errors import ConfigError, MissingError
 from bertvision.layout import Checkpoint
 from bertvision.models.backbone import check_pretrained, declared_shape, position_limit
-from bertvision.registry.heads import BERT_HEAD, HEAD_TYPES, SEARCHABLE_TRAINING, head_pair, shape_problem, trains_on
+from bertvision.registry.heads import (
+    BERT_HEAD,
+    HEAD_TYPES,
+    SEARCHABLE_TRAINING,
+    head_pair,
+    searched_parameters,
+    shape_problem,
+    trains_on,
+)
 from bertvision.registry.peers import inapplicable
 from bertvision.registry.states import PAIR_PARTS
 from bertvision.registry.tasks import get_task
@@ -128,7 +136,7 @@ def check(workflow) -> None:
             )
         models = workflow.config["heads"]["models"]
         for name in set(workflow.search_heads(task)) - set(unsearched):
-            if not applicable(workflow.config["search"]["space"], models[name]["type"]):
+            if not searched_parameters(workflow.config["search"]["space"], models[name]["type"]):
                 problems.append(
                     f"tasks.{task}.search_heads: {name} ({models[name]['type']}) has none of search.space's "
                     f"parameters ({', '.join(workflow.config['search']['space'])}): its trials would all be one"
@@ -258,19 +266,35 @@ def misfit_heads(workflow, model: str, tasks: list[str]) -> list[str]:
     shape, models = declared_shape(workflow.pretrained(model)), workflow.config["heads"]["models"]
     if shape is None:
         return []
-    hidden = shape.hidden
+    hidden, space, on = shape.hidden, workflow.config["search"]["space"], f"on {model} ({workflow.pretrained(model)})"
     problems = {}
+    searched = {name for task in tasks for name in workflow.search_heads(task)}
     for name in sorted({name for task in tasks for name in workflow.task_heads(task)}):
         spec = {k: v for k, v in models[name].items() if k != "training"}
-        problem = shape_problem(spec, len(PAIR_PARTS) * hidden if head_pair(spec) == "apart" else hidden)
-        if problem:
-            problems[name] = f"heads.models.{name}: {problem} on {model} ({workflow.pretrained(model)})"
+        width = len(PAIR_PARTS) * hidden if head_pair(spec) == "apart" else hidden
+        if problem := shape_problem(spec, width):
+            problems[name] = f"heads.models.{name}: {problem} {on}"
+            continue
+        # each value the search may draw, with the head's other options as configured
+        for parameter in searched_parameters(space, spec["type"]) if name in searched else []:
+            if parameter in SEARCHABLE_TRAINING:
+                continue
+            for value in _drawn_values(space[parameter]):
+                if problem := shape_problem({**spec, parameter: value}, width):
+                    problems[name] = f"search.space.{parameter}: {value} for {name}: {problem} {on}"
+                    break
     return list(problems.values())
 
 
-def applicable(space: dict, head_type: str) -> list[str]:
-    """The parameters of ``space`` a head of ``head_type`` has (``training.search_space``'s rule)."""
-    return [name for name in space if name in SEARCHABLE_TRAINING or name in HEAD_TYPES[head_type].options]
+def _drawn_values(dist: dict) -> list:
+    """The values of a search range or choice to check: every choice, every integer of an integer
+    range up to a few thousand of them, else the range's ends."""
+    if "choices" in dist:
+        return list(dist["choices"])
+    low, high = dist["low"], dist["high"]
+    if isinstance(low, int) and isinstance(high, int) and high - low <= 4096:
+        return list(range(low, high + 1))
+    return [low, high]
 
 
 def parameter_schema(name: str) -> dict:

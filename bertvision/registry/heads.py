@@ -199,6 +199,14 @@ def trains_on(spec: dict, task_kind: str, token_features: bool, apart: bool = Fa
     return token_features or not head_type.token_level
 
 
+def searched_parameters(space: dict, head_type: str) -> list[str]:
+    """The parameters of a search ``space`` a head of ``head_type`` takes: the training settings,
+    and its own options that it marks searchable (another type's searchable option of the same
+    name is not this one's)."""
+    options = get_head_type(head_type).options
+    return [name for name in space if name in SEARCHABLE_TRAINING or (name in options and options[name].searchable)]
+
+
 def searchable_parameters() -> dict[str, type]:
     """Every parameter the search space may name: training settings and head options."""
     out = dict(SEARCHABLE_TRAINING)

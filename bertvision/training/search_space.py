@@ -5,13 +5,12 @@ a finished search's parameters does not import it."""
 from __future__ import annotations
 
 from bertvision.config.settings import HeadSettings
-from bertvision.registry.heads import SEARCHABLE_TRAINING, get_head_type, searchable_parameters
+from bertvision.registry.heads import SEARCHABLE_TRAINING, searchable_parameters, searched_parameters
 
 
 def applicable_space(space: dict, spec: dict) -> dict:
     """The part of the configured search space that applies to a head of ``spec['type']``."""
-    options = get_head_type(spec["type"]).options
-    return {name: dist for name, dist in space.items() if name in SEARCHABLE_TRAINING or name in options}
+    return {name: space[name] for name in searched_parameters(space, spec["type"])}
 
 
 def apply_params(head: HeadSettings, params: dict) -> HeadSettings:
