@@ -577,10 +577,20 @@ def test_a_whole_number_written_as_text_where_an_integer_belongs_is_that_integer
 
 
 @pytest.mark.parametrize("key", ["finetune", "baseline", "heads", "peers"])
-def test_a_negative_seed_is_refused_by_its_key(key):
-    """numpy's generators take no negative seed: -1 passed validation and failed the first job."""
+def test_a_seed_numpy_refuses_is_refused_by_its_key(key):
+    """numpy's generators take seeds from 0 to 2**32 - 1: -1 passed validation and failed the first job."""
     with pytest.raises(ConfigError, match=rf"^x: {key}.seeds.0: -1 is less than the minimum of 0$"):
         validate_config({**minimal(), key: {"seeds": [-1]}}, source="x")
+    with pytest.raises(ConfigError, match=rf"^x: {key}.seeds.0: 4294967296 is greater than the maximum of 4294967295$"):
+        validate_config({**minimal(), key: {"seeds": [2**32]}}, source="x")
+
+
+def test_the_last_search_workers_seed_is_one_numpy_takes():
+    """Worker w seeds its sampler with search.seed + w: the last worker's past 2**32 - 1 failed mid-run."""
+    search = {"seed": 2**32 - 2, "workers": 3}
+    with pytest.raises(ConfigError, match=r"^x: search.seed: worker 2 would seed its sampler past 4294967295$"):
+        WorkflowSettings(validate_config({**minimal(), "search": search}), source="x")
+    WorkflowSettings(validate_config({**minimal(), "search": {**search, "workers": 2}}), source="x")
 
 
 def test_a_search_spaces_whole_floats_are_one_value_with_its_ints():

@@ -292,7 +292,7 @@ def test_a_declared_task_is_a_task_like_the_registrys(tiny_bert, tmp_path):
         (
             lambda b: b["paraphrase"].update(labels=[False, "yes"]),
             "tasks.paraphrase.labels.0: False is not a string: YAML reads a bare yes, no, on, off, true or false as "
-            "a boolean; quote it ('no')",
+            "a boolean; quote it as written ('no', 'off' or 'false')",
         ),
         # a key the task's kind does not read
         (

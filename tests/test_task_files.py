@@ -156,6 +156,22 @@ def test_parquet_regression(tmp_path):
     assert rows(df) == [("x", "p", 0.5), ("y", "q", 4.0), ("z", "r", 2.25)]
 
 
+def test_parquet_decimal_labels_are_numbers(tmp_path):
+    """A decimal column (a database export's NUMERIC) was refused as "not a finite number", and a
+    class label 1.00 was not label 1."""
+    import decimal
+
+    import pyarrow as pa
+
+    path = tmp_path / "train.parquet"
+    values = [decimal.Decimal("4.59"), decimal.Decimal("1.00"), decimal.Decimal("0.25")]
+    pq.write_table(pa.table({"s": ["a", "b", "c"], "y": pa.array(values, pa.decimal128(5, 2))}), path)
+    df = read_task_file(path, "train", ("s",), ("sentence",), "y", "regression", ())
+    assert df["label"].tolist() == pytest.approx([4.59, 1.0, 0.25])
+    df = read_task_file(path, "train", ("s",), ("sentence",), "y", "classification", ("1", "4.59", "0.25"))
+    assert df["label"].tolist() == [1, 0, 2]
+
+
 def test_regression_labels_from_csv_text(tmp_path):
     path = write(tmp_path / "train.csv", "s,y\na,1\nb, -2.5e0 \n")
     df = read_task_file(path, "train", ("s",), ("sentence",), "y", "regression", ())

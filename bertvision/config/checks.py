@@ -28,6 +28,9 @@ from bertvision.registry.peers import inapplicable
 from bertvision.registry.states import PAIR_PARTS
 from bertvision.registry.tasks import get_task
 
+# numpy's generators take seeds below 2**32 (the schema's seeds have this maximum too)
+MAX_SEED = 2**32 - 1
+
 
 def check(workflow) -> None:
     """Raise one ConfigError listing every problem, one line each, naming the config file and the key."""
@@ -143,6 +146,9 @@ def check(workflow) -> None:
                 )
     if any(workflow.search_heads(task) for task in workflow.tasks):
         problems += space_problems(workflow.config["search"]["space"])
+    search = workflow.config["search"]
+    if search["seed"] + search["workers"] - 1 > MAX_SEED:  # numpy's generators take seeds below 2**32
+        problems.append(f"search.seed: worker {search['workers'] - 1} would seed its sampler past {MAX_SEED}")
     for model in found:
         problems += misfit_heads(workflow, model, [t for t in workflow.tasks if t not in broken])
     for name in ("data_fraction", "transfer", "bert_curve"):

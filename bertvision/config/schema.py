@@ -201,13 +201,17 @@ def _message(err: jsonschema.ValidationError) -> str:
     if err.validator == "type" and isinstance(err.instance, bool) and "string" in expected:
         return (
             f"{err.instance!r} is not a string: YAML reads a bare yes, no, on, off, true or false as a boolean; "
-            f"quote it ('{'yes' if err.instance else 'no'}')"
+            f"quote it as written ({BOOLEAN_WORDS[err.instance]})"
         )
     if err.validator in ("oneOf", "anyOf") and err.schema.get("description"):  # "not valid under any of ..."
         return f"{err.instance!r} is not one of the forms this key takes: {err.schema['description'].strip()}"
     if err.validator == "type" and err.instance is None:  # YAML's word for it, not Python's
         return f"null is not of type {', '.join(map(repr, expected))}"
     return err.message
+
+
+# the words YAML reads as each boolean: which one a config wrote is lost with the parse
+BOOLEAN_WORDS = {True: "'yes', 'on' or 'true'", False: "'no', 'off' or 'false'"}
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
+from decimal import Decimal
 from pathlib import Path
 
 import numpy as np
@@ -222,7 +223,7 @@ def _first(values, ok: Callable[[object], bool]) -> int | None:
 
 def _check_label_values(raw: pd.Series, source: str, where: Callable[[int], str], column: str) -> None:
     """Every label a string, a number, a bool or missing: a list or an object (JSON) is no label."""
-    bad = _first(raw, lambda v: _missing(v) or isinstance(v, str | bool | int | float | np.generic))
+    bad = _first(raw, lambda v: _missing(v) or isinstance(v, str | bool | int | float | Decimal | np.generic))
     if bad is not None:
         problem = f"label {_shown(raw.iloc[bad])} is a {type(raw.iloc[bad]).__name__}; a label is a string or a number"
         raise _cell_error(source, where(bad), column, problem)
@@ -237,6 +238,8 @@ def label_text(value) -> str | None:
         if _INTEGER.fullmatch(text) or not _DECIMAL.fullmatch(text) or not math.isfinite(float(text)):
             return text
         value = float(text)  # a number written with a point or an exponent, read as JSON's would be
+    if isinstance(value, Decimal):  # Parquet's decimal column: a number, as a float of it reads
+        value = float(value)
     if _missing(value):
         return None
     if isinstance(value, float | np.floating) and float(value).is_integer():
@@ -259,7 +262,8 @@ def _number(value) -> float | None:
     """A regression label as a finite float32-sized float, or None: a JSON or Parquet number, or a
     text written as a decimal number (not a bool, nor "1_000", "nan" or digits of other scripts,
     which Python's float() would read)."""
-    if isinstance(value, bool | np.bool_) or not isinstance(value, str | int | float | np.integer | np.floating):
+    numeric = str | int | float | Decimal | np.integer | np.floating
+    if isinstance(value, bool | np.bool_) or not isinstance(value, numeric):
         return None
     if isinstance(value, str) and not _DECIMAL.fullmatch(value):
         return None
