@@ -404,6 +404,7 @@ def test_a_hub_dataset_out_of_reach_is_one_line(tmp_path):
     line = one_error_line(proc)
     assert "nyu-mll/glue (split train): no dataset from the hub or its cache (" in line
     assert "run the download jobs once where the hub answers" in line and not (tmp_path / "raw").exists()
+    assert line.endswith(f"a local dataset folder is read relative to the working directory ({REPO})")
 
 
 def test_predict_on_a_registered_task_says_where_unlabelled_rows_come_from(tmp_path):

@@ -36,7 +36,8 @@ def hub_dataset(repo: str, *args, **kwargs):
         raise MissingError(
             f"{repo} (split {kwargs.get('split')}): no dataset from the hub or its cache ({reason}); without "
             "network, run the download jobs once where the hub answers (snakemake --until download), or read "
-            "local files (data.source: local, or the task's own files)"
+            "local files (data.source: local, or the task's own files); a local dataset folder is read relative "
+            f"to the working directory ({Path.cwd()})"
         ) from None
 
 
