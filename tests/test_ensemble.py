@@ -54,3 +54,12 @@ def test_regression_ensemble_averages_predictions():
     assert np.allclose(
         ensemble_examples(np.array([[1.0], [3.0]]), np.array([[3.0], [5.0]]), "mean", "regression"), [[2.0], [4.0]]
     )
+
+
+def test_a_task_of_three_classes_keeps_both_ensembles_and_one_of_two_the_mean():
+    """With two classes the max and the mean of two softmaxes pick the same class; with three they need not."""
+    from bertvision.evaluation.ensemble import ensemble_rules
+    from bertvision.registry.tasks import get_task
+
+    assert ensemble_rules(get_task("mnli")) == ("max", "mean")
+    assert ensemble_rules(get_task("mrpc")) == ensemble_rules(get_task("stsb")) == ("mean",)

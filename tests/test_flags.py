@@ -20,6 +20,7 @@ def test_a_constant_classifier_is_flagged_and_a_varied_one_is_not(tmp_path):
 def test_constant_regression_and_an_always_abstaining_reader(tmp_path):
     assert prediction_flags(write(tmp_path, [2.5, 2.5]), get_task("stsb")) == {"dev": "constant output"}
     assert prediction_flags(write(tmp_path, [2.5, 2.6]), get_task("stsb")) == {}
+    assert prediction_flags(write(tmp_path, [2.5, 2.51]), get_task("stsb")) == {}  # small, but not constant
     assert prediction_flags(write(tmp_path, ["", ""]), get_task("squad2")) == {"dev": "abstains on every question"}
     assert prediction_flags(write(tmp_path, ["", "Paris"]), get_task("squad2")) == {}
 

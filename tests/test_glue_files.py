@@ -119,3 +119,17 @@ def test_registry_covers_all_of_glue_and_squad():
     assert get_task("squad2").kind == "span" and get_task("squad2").num_labels == 2
     assert get_task("mnli").eval_splits == ("dev_matched", "dev_mismatched")
     assert get_task("stsb").num_labels == 1
+
+
+def test_a_file_with_windows_line_ends_and_padded_labels_reads_as_the_plain_one(tmp_path):
+    """A file saved on Windows (CRLF) kept "\\r" on each row's last field (CoLA's sentence); a label
+    cell " 1 " is 1. Each row's idx is its 0-based place in the file."""
+    spec = get_task("cola")
+    rows = ["gj04\t1\t\tThe sailors rode the breeze.", "gj04\t0\t*\tThe more we study verbs."]
+    plain = parse_split(_write(tmp_path / "a" / "CoLA" / "dev.tsv", "\n".join(rows) + "\n"), spec, "dev")
+    crlf = tmp_path / "b" / "CoLA" / "dev.tsv"
+    crlf.parent.mkdir(parents=True)
+    crlf.write_bytes(("\r\n".join(row.replace("\t1\t", "\t 1 \t") for row in rows) + "\r\n").encode())
+    assert parse_split(crlf, spec, "dev").equals(plain)
+    assert plain["idx"].tolist() == [0, 1] and plain["label"].tolist() == [1, 0]
+    assert plain["sentence"].tolist() == ["The sailors rode the breeze.", "The more we study verbs."]

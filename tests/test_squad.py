@@ -319,6 +319,12 @@ def test_span_records_carry_what_abstaining_everywhere_scores(dev):
         ({"data": [{"title": "t", "paragraphs": [{"context": "abc", "qas": [
             {"id": "q1", "question": "q", "answers": []}, {"id": "q1", "question": "r", "answers": []}]}]}]},
          "duplicated question id 'q1'"),
+        ({"data": [{"title": "t", "paragraphs": [{"context": "abc", "qas": [
+            {"id": "q1", "question": "q", "is_impossible": True, "answers": [{"text": "b", "answer_start": 1}]}]}]}]},
+         "question q1: is_impossible but has answers"),
+        ({"data": [{"title": "t", "paragraphs": [{"context": "abc", "qas": [
+            {"id": "q1", "question": "q", "is_impossible": False, "answers": []}]}]}]},
+         "question q1: answerable but has no answers"),
     ],
 )  # fmt: skip
 def test_a_file_not_in_squads_layout_is_one_line_naming_the_place(tmp_path, content, message):
@@ -352,3 +358,39 @@ def test_questions_from_the_hub_are_checked_as_a_files_are(dev):
     for bad, message in ((shifted, "is not at character"), (blank, "empty question"), (twice, "question id")):
         with pytest.raises(DataFormatError, match=rf"^{source}: .*{message}"):
             from_hub_records(bad, source)
+
+
+def test_an_answer_may_start_at_the_contexts_first_character_and_be_max_answer_length_long():
+    """Each at its boundary: the context's first token (offset 0) and a span of exactly
+    ``max_answer_length`` tokens are answers like any other."""
+    s, e = np.zeros(14), np.zeros(14)
+    s[3], e[3] = 10, 10  # token 3 is the context's character 0
+    assert decode_question([window(s, e, OFFSETS)], CONTEXT, max_answer_length=30).text == "a"
+    s, e = np.zeros(14), np.zeros(14)
+    s[3], e[5] = 10, 10  # three tokens: "abc"
+    assert decode_question([window(s, e, OFFSETS)], CONTEXT, max_answer_length=3).text == "abc"
+
+
+def test_where_abstaining_everywhere_scores_best_the_tuned_threshold_answers_nothing():
+    golds = [[], [], ["b"]]
+    cands = [Candidate("x", 3.0), Candidate("y", 1.0), Candidate("z", -1.0)]
+    assert apply_threshold(cands, tune_threshold(cands, golds)) == ["", "", ""]
+
+
+def test_a_prediction_scores_its_best_gold_answer():
+    """SQuAD's F1 is the best over a question's gold answers, not the first one's."""
+    from bertvision.evaluation.squad_metric import score_question
+
+    assert score_question(["Denver Broncos", "Broncos"], "Broncos") == (1, 1.0)
+    assert squad_v2_metrics([["the Denver Broncos", "Broncos"]], ["Broncos"])["f1"] == 100.0
+
+
+def test_the_article_split_follows_its_seed(dev):
+    """data.seed draws the articles of each part: the same seed the same parts, another seed others."""
+    shares = {"selection": 0.1, "dev": 0.3}
+
+    def titles(seed):
+        parts = split_by_article(dev, shares, seed=seed, source="dev", key="article_split")
+        return {name: set(part["title"]) for name, part in parts.items()}
+
+    assert titles(13) == titles(13) and titles(13) != titles(14)

@@ -562,3 +562,39 @@ def test_a_text_of_characters_that_tokenize_to_nothing_is_empty(tmp_path, cell):
     """Every such row would get one answer, learned from nothing: refused as the service refuses it."""
     path = write(tmp_path / "train.jsonl", json.dumps({"title": "A", "body": cell, "stars": "ok"}))
     assert refused(read_reviews, path) == f"{path}: line 1: column 'body': empty or non-string text {cell!r}"
+
+
+def test_one_label_text_per_number_and_any_other_text_as_written():
+    """label_text's docstring, each clause: 1 and 1.0 and "1.0" are "1", 2.5 and "2.50" are "2.5",
+    an integer's text stays as written ("007"), and 2.5 is no class 2."""
+    from bertvision.data.task_files import label_text
+
+    assert {label_text(v) for v in (1, 1.0, "1.0", " 1 ")} == {"1"}
+    assert label_text(2.5) == label_text("2.50") == "2.5"
+    assert label_text("007") == "007" and label_text("high") == "high"
+
+
+def test_what_a_tokenizer_reads_is_readable_and_what_it_drops_is_not():
+    from bertvision.data.text import readable
+
+    assert readable("🙂") and readable("!") and readable("é")
+    assert not readable("\ufffd\ufffd") and not readable("\u200b \ufeff") and not readable("\u0301")
+
+
+def test_a_regression_label_past_float32_either_way_is_refused(tmp_path):
+    """-1e39 became -inf as a float32 label, as 1e39 would have, which is refused."""
+    for big in ("1e39", "-1e39"):
+        path = write(tmp_path / "train.csv", f"s,y\na,1\nb,{big}\n")
+        assert refused(read_task_file, path, "train", ("s",), ("sentence",), "y", "regression", ()) == (
+            f"{path}: line 3: column 'y': label {big!r} is not a finite number"
+        )
+
+
+def test_a_pandas_tsv_with_quoted_cells_reads_its_texts_unquoted(tmp_path):
+    """pandas quotes a cell holding a quote; read without quoting, the quotes stayed in the text."""
+    import pandas as pd
+
+    texts = ['a "quoted" word', "plain"]
+    path = tmp_path / "train.tsv"
+    pd.DataFrame({"text": texts, "label": ["x", "y"]}).to_csv(path, sep="\t", index=False)
+    assert read_table(path)["text"].tolist() == texts
