@@ -1044,6 +1044,22 @@ def test_binary_bytes_no_tensor_declares_are_refused(server):
     assert response.status_code == 400 and response.json()["field"] == "inputs", response.text
 
 
+def test_a_binary_element_whose_length_runs_past_its_tensor_is_refused_not_cut(server):
+    """An element's 4-byte length larger than the bytes left: it was read short, a text cut at the end."""
+    import struct
+
+    text = PAIR[0].encode()
+    short = struct.pack("<I", len(text) + 5) + text  # says 5 bytes more than there are
+    whole = struct.pack("<I", len(PAIR[1].encode())) + PAIR[1].encode()
+    inputs = [{"name": n, "datatype": "BYTES", "shape": [1], "parameters": {"binary_data_size": len(e)}}
+              for n, e in (("text_a", short), ("text_b", whole))]  # fmt: skip
+    header = json.dumps({"inputs": inputs}).encode()
+    response = server.client.post("/v2/models/mrpc/infer", content=header + short + whole,
+                                  headers={"Inference-Header-Content-Length": str(len(header))})  # fmt: skip
+    assert response.status_code == 400, response.text
+    assert response.json()["error"].endswith(f"binary BYTES element of {len(text) + 5} bytes runs past the data")
+
+
 def test_a_route_that_reads_answers_head(server):
     """Load balancers check health with HEAD: 200 and no body (it was 405)."""
     for path in ("/health", "/ready", "/v2/health/ready", "/v2/models/mrpc"):
@@ -1784,3 +1800,22 @@ def test_a_bundle_serves_on_the_backend_its_heads_states_came_from(run, tiny_ber
     both = {**one, "stsb": {"heads_dirs": [heads["stsb"]], "max_length": 64}}
     with pytest.raises(BundleError, match=r"several backends \(onnx-int8, torch\)"):
         write_bundle(tmp_path / "mixed", encoder, str(tiny_bert), both, keys, "fp32")
+
+
+def test_a_request_at_each_limit_is_answered_and_questions_count_toward_the_inputs(server):
+    """Exactly max_texts inputs and exactly max_text_chars characters are within the limits (a
+    limit counted with >= refused them); questions count as inputs as texts do."""
+    at_limit = post(server, {"texts": [PAIR] * MAX_TEXTS, "tasks": ["mrpc"]})
+    assert at_limit.status_code == 200 and len(at_limit.json()["predictions"]) == MAX_TEXTS, at_limit.text
+    longest = post(server, {"texts": [["x " * (MAX_CHARS // 2), "y"]], "tasks": ["mrpc"]})
+    assert longest.status_code == 200, longest.text
+    question = {"question": "Who sat?", "context": "The cat sat."}
+    too_many = post(server, {"qa": [question] * (MAX_TEXTS + 1)})
+    assert too_many.status_code == 413 and too_many.json()["field"] == "qa", too_many.text
+
+
+def test_an_input_the_native_api_answers_with_422_is_a_400_under_v2(server):
+    """The protocol's one status for a bad request: the shared checks' 422 (an empty text) is a 400 there."""
+    body = {"inputs": [text_tensor("text_a", ["\u200b"]), text_tensor("text_b", ["b"])]}
+    response = v2_post(server, "mrpc", body)
+    assert response.status_code == 400 and response.json()["field"] == "inputs.text_a[0]", response.text
