@@ -275,6 +275,7 @@ def test_a_settings_block_written_in_part_shows_every_default(tmp_path, capsys):
                     r"dev 0.3, sum to 1.3, not 1$",
                 ),
                 ({"train": 0.5, "selection": 0.1, "dev": 0.3}, r"^x: tasks.squad2.article_split: .* to 0.9, not 1$"),
+                ({"train": 0.6, "selection": 0.1, "dev": 0.295}, r"^x: tasks.squad2.article_split: .* 0.995, not 1$"),
             )
         ),
         # on a task it does not apply to, that is the one line (its shares were a second)
@@ -591,6 +592,12 @@ def test_the_last_search_workers_seed_is_one_numpy_takes():
     with pytest.raises(ConfigError, match=r"^x: search.seed: worker 2 would seed its sampler past 4294967295$"):
         WorkflowSettings(validate_config({**minimal(), "search": search}), source="x")
     WorkflowSettings(validate_config({**minimal(), "search": {**search, "workers": 2}}), source="x")
+
+
+def test_a_search_range_of_one_value_is_valid_as_optuna_takes_it():
+    config = {**minimal(), "tasks": {"mrpc": {"search_heads": ["adapter64"]}}}
+    config["search"] = {"space": {"width": {"low": 32, "high": 32}, "learning_rate": {"low": 1e-3, "high": 1e-3}}}
+    assert WorkflowSettings(validate_config(config)).search().space["width"] == {"low": 32, "high": 32}
 
 
 def test_a_search_spaces_whole_floats_are_one_value_with_its_ints():

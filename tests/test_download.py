@@ -268,3 +268,18 @@ def test_an_edited_local_dataset_folder_reruns_its_download(downloaded_run):
     finally:  # the module's run as it was, for the tests beside this one
         parquet.write_bytes(before)
         os.utime(parquet, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+
+
+@pytest.mark.parametrize("label, text", [(-1, "fine"), (2, "fine"), (1, " \u200b ")], ids=["test-split", "past", "empty"])
+def test_a_hub_mirror_row_outside_the_tasks_labels_or_without_text_is_refused(tmp_path, local_hub_repo, label, text):
+    """GLUE's test splits label every row -1; a mirror's label 2 on MRPC is no class; an empty text
+    reads as nothing: each refused in one line naming the row, not trained on."""
+    from bertvision.data.hub import load_hub_split
+    from bertvision.errors import DataFormatError
+
+    path = local_hub_repo / "mrpc" / "validation-00000-of-00001.parquet"
+    df = pd.read_parquet(path)
+    df.loc[3, "label"], df.loc[3, "sentence1"] = label, text
+    df.to_parquet(path)
+    with pytest.raises(DataFormatError, match=r"split validation: row 3: (label|empty text)"):
+        load_hub_split(get_task("mrpc"), "dev", str(local_hub_repo))

@@ -290,3 +290,30 @@ def test_the_workflow_profile_caps_no_cluster_jobs_threads():
     assert "cores" not in default and "jobs" not in default, default
     assert "cores" not in yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml").read_text())
     assert "--cores all" in (REPO / "Makefile").read_text().split("\nrun: setup\n")[1].split("\n\n")[0]
+
+
+def test_each_training_job_is_sized_by_the_work_it_does():
+    """A first attempt holds its whole batch's activations (halved only on a retry); fine-tuning to
+    a checkpoint trains from the one before (1 epoch after 0.3: 0.7 epochs); the BERT curve trains
+    to its last point; a data-fraction head job trains on its share of the rows."""
+    from types import SimpleNamespace
+
+    from bertvision.plan.requests import RuleRequests
+    from tests.conftest import workflow_settings
+
+    one, two = (finetune_request(BASE, s, 384, s, 1.0, 0, 1)["mem_mb"] for s in (1, 2))
+    assert two > one  # two examples' activations, not one
+
+    def requests(**sections):
+        base = {"backbones": {"m": {"pretrained": "random:bert-base"}}, "data": {"source": "hub"}}
+        return RuleRequests(workflow_settings(**base, tasks={"qqp": None}, **sections), gpus=0)
+
+    job = SimpleNamespace(model="m", task="qqp", ftseed="1", checkpoint="1")
+    stepped = requests(finetune={"epoch_fractions": [0, 0.3, 1]}).finetune(job, 1)["runtime"]
+    assert stepped < requests(finetune={"epoch_fractions": [0, 1]}).finetune(job, 1)["runtime"]
+    curve = {"tasks": ["qqp"]}
+    short = requests(experiments={"bert_curve": {**curve, "points": [0.1, 0.2]}}).bert_curve(job, 1)["runtime"]
+    assert short < requests(experiments={"bert_curve": {**curve, "points": [0.1, 3]}}).bert_curve(job, 1)["runtime"]
+    heads = requests(finetune={"epoch_fractions": [0, 1]})
+    share = SimpleNamespace(model="m", task="qqp", ftseed="1", checkpoint="1", train_fraction="0.1")
+    assert heads.heads(share, 1, {"lp": 3})["runtime"] < heads.heads(job, 1, {"lp": 3})["runtime"]
