@@ -270,7 +270,9 @@ def test_an_edited_local_dataset_folder_reruns_its_download(downloaded_run):
         os.utime(parquet, ns=(stat.st_atime_ns, stat.st_mtime_ns))
 
 
-@pytest.mark.parametrize("label, text", [(-1, "fine"), (2, "fine"), (1, " \u200b ")], ids=["test-split", "past", "empty"])
+@pytest.mark.parametrize(
+    "label, text", [(-1, "fine"), (2, "fine"), (1, " \u200b ")], ids=["test-split", "past-the-labels", "empty"]
+)
 def test_a_hub_mirror_row_outside_the_tasks_labels_or_without_text_is_refused(tmp_path, local_hub_repo, label, text):
     """GLUE's test splits label every row -1; a mirror's label 2 on MRPC is no class; an empty text
     reads as nothing: each refused in one line naming the row, not trained on."""
