@@ -598,3 +598,21 @@ def test_a_pandas_tsv_with_quoted_cells_reads_its_texts_unquoted(tmp_path):
     path = tmp_path / "train.tsv"
     pd.DataFrame({"text": texts, "label": ["x", "y"]}).to_csv(path, sep="\t", index=False)
     assert read_table(path)["text"].tolist() == texts
+
+
+def test_one_repeated_dev_row_is_said_and_none_is_not():
+    from bertvision.data.task_files import repeats_note
+
+    assert repeats_note(1, 30, "dev").startswith("1 of 30 dev rows repeat a train row's text exactly")
+    assert repeats_note(0, 30, "dev") is None
+
+
+def test_a_separator_inside_one_of_several_column_names_is_no_wrong_separator(tmp_path):
+    """Only a header of one column holding another separator says the file was split wrong."""
+    path = write(tmp_path / "train.csv", "text;raw,label\na,x\n")
+    assert read_table(path).columns.tolist() == ["text;raw", "label"]
+
+
+def test_a_json_list_holding_a_record_that_is_no_object_is_refused(tmp_path):
+    path = write(tmp_path / "train.json", '[{"text": "a", "label": "x"}, ["b", "y"]]')
+    assert refused(read_table, path) == f"{path}: row 1: expected a JSON object, got list"
