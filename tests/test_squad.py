@@ -394,3 +394,24 @@ def test_the_article_split_follows_its_seed(dev):
         return {name: set(part["title"]) for name, part in parts.items()}
 
     assert titles(13) == titles(13) and titles(13) != titles(14)
+
+
+def test_each_question_is_decoded_with_its_tasks_n_best_and_max_answer_length():
+    """SQuAD 2.0's decoding keeps answers of up to 30 tokens from its 20 best starts and ends: a
+    25-token answer is one (read with the two settings swapped, it was cut from the candidates)."""
+    from bertvision.data.tokenized import TokenizedSplit
+    from bertvision.evaluation.span_eval import candidates
+    from bertvision.registry.tasks import get_task
+
+    task = get_task("squad2")
+    assert (task.span.n_best, task.span.max_answer_length) == (20, 30)
+    context = "abcdefghijklmnopqrstuvwxyz0123456789ABCD"  # 40 characters, one token each
+    offsets = [(-1, -1)] * 3 + [(i, i + 1) for i in range(len(context))] + [(-1, -1)]
+    start, end = np.zeros(len(offsets)), np.zeros(len(offsets))
+    start[3], end[3 + 24] = 10, 10  # "a" to "y": 25 tokens
+    windows = TokenizedSplit(pd.DataFrame({
+        "input_ids": [list(range(len(offsets)))], "length": [len(offsets)], "example": [0], "start": [0], "end": [0],
+        "offsets": [np.asarray(offsets).ravel()],
+    }))  # fmt: skip
+    [found] = candidates([np.stack([start, end], axis=1)], windows, pd.DataFrame({"context": [context]}), task)
+    assert found.text == context[:25]
