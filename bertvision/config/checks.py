@@ -58,7 +58,11 @@ def check(workflow) -> None:
     datasets = {"data.hub_repo": data["hub_repo"]} if data["source"] == "hub" and data["hub_repo"] else {}
     datasets |= {f"tasks.{t}.hub.id": get_task(t).hub_id for t in workflow.tasks if get_task(t).hub}
     problems += [f"{key}: {problem}" for key, repo in datasets.items() if (problem := dataset_problem(repo))]
-    for task in workflow.tasks:  # each task's files where its folder is there (else the dry run's traceback)
+    # each registered task's files in the local data folders, where its folder is there (else the dry
+    # run's traceback); a hub dataset or a task's own files have nothing to locate (a local dataset
+    # folder's files are listed by the download's input function, not twice on every parse)
+    local = [t for t in workflow.tasks if data["source"] == "local" and not get_task(t).declared]
+    for task in local:
         spec = get_task(task)
         if ("squad_dir" if spec.squad else "glue_dir") not in no_folder:
             try:
