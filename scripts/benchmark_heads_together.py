@@ -57,6 +57,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=3, help="timed runs of each way, alternated")
+    parser.add_argument("--device", default="cpu", help="where the heads train: cpu, or cuda where a GPU is")
     parser.add_argument("--in-memory-max-mb", type=float, help="override the heads' bound (0: read from the shards)")
     args = parser.parse_args()
 
@@ -71,7 +72,7 @@ def main() -> None:
         if args.in_memory_max_mb is not None
         else max(h.training.in_memory_max_mb for h in heads.values())
     )
-    problems = Problems(task, args.manifest, HeadRuntimeSettings(device="cpu", verify="size"), memory)
+    problems = Problems(task, args.manifest, HeadRuntimeSettings(device=args.device, verify="size"), memory)
     runs = head_runs(settings, args.task, problems, args.seeds)
     problem = problems.get(runs[0].spec)
 
@@ -109,7 +110,8 @@ def main() -> None:
         for run, a in zip(runs, alone)
     )
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?")
-    print(f"machine: {cpu} ({os.cpu_count()} cores), {platform.python_version()}, torch {torch.__version__}, "
+    gpu = f", heads on {torch.cuda.get_device_name(problems.device)}" if problems.device.type == "cuda" else ""
+    print(f"machine: {cpu} ({os.cpu_count()} cores){gpu}, {platform.python_version()}, torch {torch.__version__}, "
           f"{args.threads} thread(s)")  # fmt: skip
     print(f"states: {args.manifest} ({problem.n_train} training rows, shape {problem.shape})")
     print(f"runs: {len(runs)} = heads {sorted({r.name for r in runs})} x seeds {args.seeds}")
