@@ -415,3 +415,29 @@ def test_each_question_is_decoded_with_its_tasks_n_best_and_max_answer_length():
     }))  # fmt: skip
     [found] = candidates([np.stack([start, end], axis=1)], windows, pd.DataFrame({"context": [context]}), task)
     assert found.text == context[:25]
+
+
+def test_span_logits_are_each_windows_own_real_tokens_whatever_the_batch(dev, tiny_bert):
+    """``predict_span`` runs windows of different lengths padded together in a batch and keeps
+    each window's logits over its own real tokens only: as many rows as the window has tokens,
+    equal to the window run alone (its padding's rows cut off, not another window's kept)."""
+    import torch
+    from transformers import AutoModelForQuestionAnswering
+
+    from bertvision.data.tokenized import TokenizedSplit
+    from bertvision.evaluation.inference import predict_span
+
+    tok = load_tokenizer(str(tiny_bert))
+    split = TokenizedSplit(build_windows(dev.iloc[:12].reset_index(drop=True), tok, 96, 32))
+    assert len(set(split.lengths)) > 1  # windows of several lengths share batches
+    torch.manual_seed(0)
+    model = AutoModelForQuestionAnswering.from_pretrained(tiny_bert).eval()
+    logits = predict_span(model, split, 4, torch.device("cpu"), "fp32", tok.pad_token_id)
+    for i in range(len(split)):
+        ids = torch.tensor(np.asarray([split.input_ids[i]], dtype=np.int64))
+        types = None if split.token_type_ids is None else torch.tensor(np.int64([split.token_type_ids[i]]))
+        with torch.no_grad():
+            alone = model(input_ids=ids, token_type_ids=types)
+        expected = torch.stack([alone.start_logits[0], alone.end_logits[0]], dim=-1).numpy()
+        assert logits[i].shape == (split.lengths[i], 2)
+        np.testing.assert_allclose(logits[i], expected, atol=1e-4)
