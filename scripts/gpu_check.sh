@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The GPU check (issue 46), one short script for a machine with a GPU (under 3 minutes on an H100
-# or H200 as run, docs/operations.md; issue 46 allows 10), run from the repository root:
+# or H200 as run before step 4, docs/operations.md; issue 46 allows 10), run from the repository root:
 #   1. the default config end to end on the GPU: fine-tuning, full fine-tuning, extraction and the
 #      peers on `auto` devices (the GPU) with precision `auto`, measured on the GPU; a head job;
 #   2. extraction throughput at bert-base shape (random weights, batch 64 x 128 tokens, precision
 #      auto: bf16 on a GPU that supports it), sequences per second and MFU;
 #   3. the service on the run's picked bundles at 32 clients;
+#   4. heads of one kind trained as one batched module, and in lockstep, against one by one (issue 45);
 # and writes docs/results/gpu-check-<GPU>.md naming the GPU (or the file given as $1).
 #
 #   bash scripts/gpu_check.sh                   # on the GPU machine
@@ -85,9 +86,26 @@ else
     echo "(dry run: no service)" > "$work/serve.txt"
 fi
 
+# 4. heads of one kind as one batched module (issue 45), where it could pay: on a GPU a small head's
+# step costs its kernel launches, not its arithmetic (on a CPU: docs/results/heads-stacked-*.txt).
+# The step of 3, 6 and 15 adapters stacked by hand and by torch.func's vmap against one by one, and
+# the head job's lockstep against one by one on the run's STS-B states at the untouched encoder.
+heads_device=cuda steps=200 rounds=5 members=(3 6 15)
+[[ $dry_run == 1 ]] && heads_device=cpu steps=2 rounds=1 members=(3)
+$PY scripts/benchmark_stacked_step.py --device $heads_device --threads 1 --members "${members[@]}" --steps $steps \
+    --rounds $rounds > "$work/heads.txt" 2>&1 || echo "(the stacked step failed, exit $?)" >> "$work/heads.txt"
+states=$work/features/minilm-l6/stsb/ft1/ckpt-0/manifest.json
+if [[ -f "$states" ]]; then
+    $PY scripts/benchmark_heads_together.py --task stsb --manifest "$states" --config "$work/config.yaml" \
+        --seeds 1 2 3 --rounds 1 --device $heads_device >> "$work/heads.txt" 2>&1 \
+        || echo "(heads together failed, exit $?)" >> "$work/heads.txt"
+else
+    echo "(no stored STS-B states at the untouched encoder: the workflow did not make them)" >> "$work/heads.txt"
+fi
+
 if [[ -n "${GPU_CHECK_LOGS:-}" ]]; then  # the run's logs and tables kept beside the report
     mkdir -p "$GPU_CHECK_LOGS"
-    cp "$work"/{snakemake,throughput,serve}.txt "$GPU_CHECK_LOGS"/
+    cp "$work"/{snakemake,throughput,serve,heads}.txt "$GPU_CHECK_LOGS"/
     (cd "$work" && tar -czf "$GPU_CHECK_LOGS/run-files.tar.gz" $(ls -d results logs benchmarks 2>/dev/null)) || true
 fi
 mkdir -p "$(dirname "$out")"
@@ -118,5 +136,9 @@ mkdir -p "$(dirname "$out")"
     echo "## The service at 32 clients"
     echo
     grep -v " INFO " "$work/serve.txt"
+    echo
+    echo "## Heads of one kind stacked, and heads in lockstep, against one by one"
+    echo
+    echo '```'; cat "$work/heads.txt"; echo '```'
 } > "$out"
 echo "gpu_check: wrote $out"

@@ -61,7 +61,8 @@ def test_stored_and_streamed_side_by_side():
 def test_the_gpu_check_dry_runs_on_a_cpu(tmp_path):
     """scripts/gpu_check.sh, prepared for a session that is lent a GPU, runs here as a dry run: the
     default workflow's plan from a fresh copy of the commit, the bert-base throughput for a
-    second, and its results file naming the device; without --dry-run and a GPU it refuses."""
+    second, two steps of stacked heads, and its results file naming the device; without
+    --dry-run and a GPU it refuses."""
     import os
 
     env = {**os.environ, "PYTHON": sys.executable, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
@@ -72,6 +73,9 @@ def test_the_gpu_check_dry_runs_on_a_cpu(tmp_path):
     text = out.read_text()
     assert "GPU: none (dry run" in text and re.search(r"dry run: \d+ jobs planned", text)
     assert re.search(r"^baseline\s+\d+$", text, re.M) and "sequences/s" in text
+    # the stacked heads' step ran (two steps on the CPU); the dry run stores no states to train on
+    assert re.search(r"3 heads: one by one [\d.]+ ms, stacked by hand [\d.]+ ms .*vmap [\d.]+ ms", text), text
+    assert "(no stored STS-B states" in text
     import shutil
 
     if shutil.which("nvidia-smi") is None:
