@@ -323,3 +323,19 @@ def test_a_split_a_local_dataset_lacks_is_one_line_with_no_network_advice(tmp_pa
         hub_dataset(str(folder), split="test")
     assert str(err.value).startswith(f"{folder} (split test): not in this dataset (Unknown split")
     assert "network" not in str(err.value)
+
+
+def test_a_declared_split_of_no_rows_is_refused_naming_it(tmp_path):
+    """A declared split that holds no rows (an empty parquet file, its columns typed) is refused
+    in one line naming the dataset and split (datasets refuses to load it: it was said not to be
+    in the dataset)."""
+    features = {"first": datasets.Value("string"), "second": datasets.Value("string"),
+                "label": datasets.ClassLabel(names=MRPC_LABELS)}  # fmt: skip
+    rows = glue_rows("mrpc", "train", 60)
+    train = {"first": list(rows["sentence1"]), "second": list(rows["sentence2"]),
+             "label": [int(x) for x in rows["label"]]}  # fmt: skip
+    repo = hub_repo(tmp_path / "repo", "pairs", {"train": train, "test": {"first": [], "second": [], "label": []}},
+                    features)  # fmt: skip
+    settings = workflow_settings(tasks={"pairs-hub": hub_block(repo)})
+    message = refused(download_task, get_task("pairs-hub"), settings.download("pairs-hub"), tmp_path / "raw")
+    assert message == f"{repo} (split test, config pairs): no rows"

@@ -29,9 +29,11 @@ def hub_dataset(repo: str, *args, **kwargs):
         return datasets.load_dataset(repo, *args, **kwargs)
     except (OSError, ValueError, HfHubHTTPError) as err:
         reason = " ".join(str(err).split())
+        config = f", config {args[0]}" if args and args[0] else ""
+        where = f"split {kwargs.get('split')}{config}"
         if Path(repo).is_dir():  # a local dataset: no network to advise, the split or config is the matter
-            config = f", config {args[0]}" if args and args[0] else ""
-            where = f"split {kwargs.get('split')}{config}"
+            if kwargs.get("split") in _split_names(repo, *args[:1]):  # datasets refuses a split of no rows
+                raise DataFormatError(f"{repo} ({where}): no rows") from None
             raise MissingError(f"{repo} ({where}): not in this dataset ({reason})") from None
         raise MissingError(
             f"{repo} (split {kwargs.get('split')}): no dataset from the hub or its cache ({reason}); without "
@@ -39,6 +41,16 @@ def hub_dataset(repo: str, *args, **kwargs):
             "local files (data.source: local, or the task's own files); a local dataset folder is read relative "
             f"to the working directory ({Path.cwd()})"
         ) from None
+
+
+def _split_names(folder: str, config: str | None = None) -> list[str]:
+    """The splits a local dataset ``folder`` declares, or none where that cannot be read either."""
+    import datasets
+
+    try:
+        return datasets.get_dataset_split_names(folder, config)
+    except Exception:  # noqa: BLE001 - any failure here leaves the caller's own message
+        return []
 
 
 def hub_rows(repo: str, *args, named_by: str = "", **kwargs) -> tuple[pd.DataFrame, dict]:
