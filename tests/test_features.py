@@ -211,3 +211,67 @@ def test_killed_extraction_leaves_nothing_a_rerun_accepts(tmp_path, tiny_bert):
     subprocess.run(extract(256), cwd=REPO, check=True, capture_output=True)
     assert sorted(p.name for p in (tmp_path / "features").iterdir()) == ["shard-0-of-1"]
     assert sorted(p.name for p in out_dir.iterdir()) == ["dev.h5", "selection.h5", "train.h5"]
+
+
+def test_a_shard_unreadable_mid_epoch_ends_the_stream_in_its_error(feature_dir):
+    """The background reader's error reaches the trainer: an epoch over a shard whose chunk is
+    corrupt (read unverified) raises, never ends early as if the split were shorter."""
+    import h5py
+
+    root, _, _ = feature_dir
+    path = root / "shard-1-of-3" / "train.h5"
+    with h5py.File(path, "r") as f:
+        offset = f["cls"].id.get_chunk_info(0).byte_offset
+    raw = bytearray(path.read_bytes())
+    raw[offset + 3] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    fs = FeatureSet.open(root / "manifest.json", "train", verify="none")
+    with pytest.raises(FeatureError, match="shard-1-of-3/train.h5: unreadable HDF5 shard"):
+        for _ in BatchStream(fs, batch_size=4, seed=1, buffer_rows=10, block_rows=6):
+            pass
+
+
+def test_the_stream_starts_from_a_shard_its_seed_draws(feature_dir):
+    """Shards are visited in an order drawn from the seed: over ten seeds the first batch comes
+    from more than one shard (read in order, it would always be the first shard's rows)."""
+    root, data, _ = feature_dir
+    fs = FeatureSet.open(root / "manifest.json", "train")
+    shard_of = {bytes(row.astype(np.float32)): shard for shard in range(3)
+                for row in data["train"][slice(*shard_rows(50, 3, shard))]}  # fmt: skip
+    first = set()
+    for seed in range(10):
+        x, _ = next(iter(BatchStream(fs, batch_size=4, seed=seed, buffer_rows=10, block_rows=6)))
+        first |= {shard_of[bytes(row)] for row in x.numpy()}
+    assert len(first) > 1
+
+
+def test_shards_that_overlap_or_run_past_the_split_are_refused(tmp_path):
+    """The manifest records only shards that tile each split exactly: one overlapping the next,
+    or shards covering more rows than the split has, are refused naming the shard or split."""
+    data = np.zeros((10, 2, 4), np.float16)
+    write_split(tmp_path / "a", "train", data, np.zeros(10, int), n_shards=2)  # rows 0-5 and 5-10
+    wide = tmp_path / "a" / "shard-0-of-2"
+    with ShardWriter(wide / "train.h5", 7, 2, {"cls": 4}, "int64",
+                     {**ATTRS, "split": "train", "row_start": 0, "row_end": 7, "split_rows": 10}) as w:  # fmt: skip
+        w.write_block(0, {"cls": data[:7]}, np.zeros(7, int), np.arange(7))
+    with pytest.raises(FeatureError, match=r"shard-1-of-2/train.h5 starts at row 5, expected 7"):
+        write_manifest(sorted((tmp_path / "a").glob("shard-*")), tmp_path / "a" / "manifest.json", ["train"])
+
+    long = np.zeros((12, 2, 4), np.float16)
+    write_split(tmp_path / "b", "train", long, np.zeros(12, int), n_shards=2)
+    for shard in (tmp_path / "b").glob("shard-*/train.h5"):  # the split said to have 10 rows
+        import h5py
+
+        with h5py.File(shard, "r+") as f:
+            f.attrs["split_rows"] = 10
+    with pytest.raises(FeatureError, match="train shards cover 12 rows, the split has 10"):
+        write_manifest(sorted((tmp_path / "b").glob("shard-*")), tmp_path / "b" / "manifest.json", ["train"])
+
+
+def test_a_shard_out_of_range_or_written_in_part_is_refused(tmp_path):
+    with pytest.raises(ValueError, match=r"shard 2 outside 0..1"):
+        shard_rows(10, 2, 2)
+    with pytest.raises(FeatureError, match="5 of 10 rows written"):
+        with ShardWriter(tmp_path / "x.h5", 10, 2, {"cls": 3}, "int64", {**ATTRS, "split": "train"}) as w:
+            w.write_block(0, {"cls": np.zeros((5, 2, 3))}, np.zeros(5), np.zeros(5))
+    assert not (tmp_path / "x.h5").exists()
