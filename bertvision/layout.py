@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 
 # The folders of a working directory that hold artifacts (``make clean`` removes them): data/ only
@@ -260,8 +261,10 @@ def head_metrics_files(heads_dirs: list[Path]) -> list[Path]:
 
 
 def fraction_name(fraction: float) -> str:
-    """How paths, wildcards and records spell a fraction, of an epoch or of the training rows: 0, 0.3, 1, 2.5."""
-    return f"{float(fraction):g}"
+    """How paths, wildcards and records spell a fraction, of an epoch or of the training rows: 0, 0.3, 1, 2.5;
+    every digit it has and no exponent (0.00005), so that two fractions never share a name and every
+    name is digits and a point."""
+    return format(Decimal(repr(float(fraction))).normalize(), "f")
 
 
 @dataclass(frozen=True, order=True)

@@ -180,6 +180,33 @@ def test_task_overrides_merge_over_global_settings():
             r"search.space: 'momentum' is not one of",
         ),
         (lambda c: c.update({"typo": 1}), r"Additional properties are not allowed \('typo'"),
+        # NaN passes every bound (each comparison with it is false), and 1e308 every integer key
+        (
+            lambda c: c.update({"data": {"selection_fraction": float("nan")}}),
+            r"^x.yaml: data.selection_fraction: .nan is not a number any setting takes: give a finite one$",
+        ),
+        (
+            lambda c: c.update({"finetune": {"settings": {"learning_rate": float("inf")}}}),
+            r"^x.yaml: finetune.settings.learning_rate: .inf is not a number any setting takes",
+        ),
+        (
+            lambda c: c.update({"baseline": {"epochs": 1e308}}),
+            r"^x.yaml: baseline.epochs: 1e\+308 is larger than any setting takes \(at most 1e\+12\)$",
+        ),
+        (
+            lambda c: c.update({"heads": {"models": {"a": {"type": "adapter", "width": 10**20}}}}),
+            r"^x.yaml: heads.models.a.width: 1e\+20 is larger than any setting takes",
+        ),
+        (  # a near miss is named with the key meant; a value of the wrong type is one line, not two
+            lambda c: c.update({"heads": {"models": {"a": {"type": "adapter", "widht": 8}}}}),
+            r"^x.yaml: heads.models.a: 'widht' is not a key here: did you mean 'width'\?$",
+        ),
+        (
+            lambda c: c.update({"peers": {"methods": [None]}}),
+            r"^x.yaml: peers.methods.0: null is not of type 'string'$",
+        ),
+        # the shared encoders' seeds are read first to last: an empty list planned an IndexError
+        (lambda c: c.update({"shared": {"ft_seeds": []}}), r"shared.ft_seeds: \[\] should be non-empty$"),
     ],
 )
 def test_bad_values_name_the_key(mutate, message):
@@ -205,6 +232,58 @@ def test_error_names_the_file(tmp_path):
     bad.write_bytes(b"tasks: {mrpc: null}\n# caf\xe9\n")  # Latin-1, not UTF-8: a UnicodeDecodeError before
     with pytest.raises(ConfigError, match=r"bad.yaml: not UTF-8 text \(byte 25: b'\\xe9'\)$"):
         load_workflow_config(bad)
+
+
+def test_yaml_merge_keys_merge_and_a_key_that_is_not_a_name_is_refused_by_its_line(tmp_path):
+    """``<<: *anchor`` merges as YAML says (the mapping's own keys win), where the loader that
+    refuses repeated keys refused it as invalid YAML; a key YAML reads as a number, a boolean, a
+    date or null (a head named 5, a task named ~) is refused naming its line, where it passed the
+    schema (which checks string keys only) and failed the plan, or validate-config itself."""
+    from bertvision.config.schema import read_config
+
+    path = tmp_path / "c.yaml"
+    path.write_text("tasks:\n  sst2: &t {train_size: 100, eval_size: 40}\n  stsb: {<<: *t, eval_size: 50}\n")
+    assert read_config(path)["tasks"]["stsb"] == {"train_size": 100, "eval_size": 50}
+    for key, read_as in (("5", "a number"), ("~", "null"), ("true", "a boolean"), ("2024-01-01", "a date")):
+        path.write_text(f"backbones:\n  m: {{pretrained: {MINILM}}}\nheads:\n  models:\n    {key}: {{type: lp}}\n")
+        with pytest.raises(ConfigError) as err:
+            read_config(path)
+        assert str(err.value) == (
+            f"{path}:5: not valid YAML (key {key} is read as {read_as}, not a name: quote it ('{key}') if it is one)"
+        )
+
+
+def test_fraction_names_keep_every_digit_and_no_exponent():
+    """A checkpoint's or data fraction's name is digits and a point, as the wildcards match
+    (``5e-05`` matched none, and its jobs were missing), and two fractions never share one
+    (0.3 and 0.30000000001 were both ``0.3``)."""
+    from bertvision.layout import fraction_name
+
+    assert [fraction_name(f) for f in (0, 0.3, 1, 2.5, 10, 0.00005, 1e6)] == [
+        "0", "0.3", "1", "2.5", "10", "0.00005", "1000000"
+    ]  # fmt: skip
+    assert Checkpoint(0.30000000001).name == "0.30000000001" != Checkpoint(0.3).name
+    assert Checkpoint.named(Checkpoint(0.00005).name) == Checkpoint(0.00005)
+
+
+def test_a_file_name_no_file_can_have_is_refused_by_its_key(tmp_path):
+    """Names too long for the file system, or holding a NUL, are one line naming the key: they
+    raised OSError or ValueError out of validate-config."""
+    config = yaml.safe_load((REPO / "configs" / "example-own-task.yaml").read_text())
+    long = "x" * 5000
+    for files, message in (
+        ({"train": long}, r"tasks.review-sentiment.files.train: x{77}\.\.\.: File name too long$"),
+        ({"train": "a\0b"}, r"tasks.review-sentiment.files.train: a\\0b: embedded null byte$"),
+        ({"dev": long}, r"tasks.review-sentiment.files.dev: x+: no such file"),
+    ):
+        changed = copy.deepcopy(config)
+        changed["tasks"]["review-sentiment"]["files"].update(files)
+        with pytest.raises(ConfigError, match=message):
+            WorkflowSettings(validate_config(changed), source="x")
+    changed = copy.deepcopy(config)
+    changed["backbones"] = {"m": {"pretrained": long}}
+    with pytest.raises(ConfigError, match=r"backbones.m.pretrained: x+"):
+        WorkflowSettings(validate_config(changed), source="x")
 
 
 def test_a_settings_block_written_in_part_shows_every_default(tmp_path, capsys):

@@ -6,7 +6,7 @@ that a bad config fails the dry run with the key at fault. ``workflow``: the
 from __future__ import annotations
 
 import math
-from pathlib import Path
+import os
 
 import jsonschema
 
@@ -52,7 +52,7 @@ def check(workflow) -> None:
                 )
     data, no_folder = workflow.config["data"], set()
     for key in ("glue_dir", "squad_dir") if data["source"] == "local" else ():
-        if data[key] is not None and not Path(data[key]).is_dir():
+        if data[key] is not None and not os.path.isdir(data[key]):
             problems.append(f"data.{key}: {data[key]}: no such folder")
             no_folder.add(key)
     datasets = {"data.hub_repo": data["hub_repo"]} if data["source"] == "hub" and data["hub_repo"] else {}

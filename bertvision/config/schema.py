@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import difflib
 import functools
+import math
 import re
 from importlib import resources
 from pathlib import Path
@@ -158,11 +160,36 @@ def validate_config(config: dict, source: str = "config") -> dict:
     per problem, naming the source and the key path."""
     validator = _with_defaults(jsonschema.Draft202012Validator)(_schema())
     errors = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
+    mistyped = {tuple(err.absolute_path) for err in errors if err.validator == "type"}
+    errors = [err for err in errors if err.validator != "enum" or tuple(err.absolute_path) not in mistyped]
     if errors:
         where = lambda err: ".".join(str(p) for p in err.absolute_path) or "(top level)"  # noqa: E731
         lines = dict.fromkeys(f"{source}: {where(err)}: {_message(err)}" for err in errors)  # a head's option: twice
         raise ConfigError("\n".join(lines))
+    outsized = [f"{source}: {'.'.join(map(str, key))}: {problem}" for key, problem in _outsized_numbers(config)]
+    if outsized:
+        raise ConfigError("\n".join(outsized))
     return config
+
+
+LARGEST = 1e12  # beyond what any setting takes (rows, seeds below 2**32, epochs, megabytes)
+
+
+def _outsized_numbers(value, key: tuple = ()):
+    """(key, problem) for each number the schema's bounds let through that no setting takes: NaN
+    (every comparison with it is false) or infinite, or larger than ``LARGEST``."""
+    if isinstance(value, dict):
+        for name, item in value.items():
+            yield from _outsized_numbers(item, (*key, name))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from _outsized_numbers(item, (*key, i))
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        if math.isnan(value) or math.isinf(value):
+            written = ".nan" if math.isnan(value) else ("-.inf" if value < 0 else ".inf")
+            yield key, f"{written} is not a number any setting takes: give a finite one"
+        elif abs(value) > LARGEST:
+            yield key, f"{float(value):g} is larger than any setting takes (at most {LARGEST:g})"
 
 
 # Keys a config may still carry from an earlier release, (its section, key) -> where the setting went.
@@ -184,6 +211,10 @@ def _message(err: jsonschema.ValidationError) -> str:
         moved = [k for k in err.instance if (section, k) in MOVED_KEYS and k not in err.schema.get("properties", {})]
         if moved:
             return "; ".join(f"{k!r} is no longer a key here: {MOVED_KEYS[section, k]}" for k in moved)
+        known = list(err.schema.get("properties", {}))
+        near = {k: difflib.get_close_matches(str(k), known, n=1) for k in err.instance if k not in known}
+        if near and all(near.values()):
+            return "; ".join(f"{k!r} is not a key here: did you mean {match[0]!r}?" for k, match in near.items())
     if err.validator == "not" and set(err.validator_value) == {"required"} and path[-3:-2] == ["dependentSchemas"]:
         keys = [path[-2], *err.validator_value["required"]]
         return f"{' and '.join(map(repr, keys))} exclude each other: give one of them"
@@ -207,6 +238,8 @@ def _message(err: jsonschema.ValidationError) -> str:
         return f"{err.instance!r} is not one of the forms this key takes: {err.schema['description'].strip()}"
     if err.validator == "type" and err.instance is None:  # YAML's word for it, not Python's
         return f"null is not of type {', '.join(map(repr, expected))}"
+    if err.validator == "enum" and err.instance is None:
+        return f"null is not one of {err.validator_value!r}"
     return err.message
 
 
@@ -214,18 +247,29 @@ def _message(err: jsonschema.ValidationError) -> str:
 BOOLEAN_WORDS = {True: "'yes', 'on' or 'true'", False: "'no', 'off' or 'false'"}
 
 
+YAML_TYPES = {bool: "boolean", int: "number", float: "number"}
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """YAML's safe loader, but a key given twice in one mapping is an error, not the last one silently."""
+    """YAML's safe loader, but a key given twice in one mapping is an error, not the last one
+    silently, and a key is a name: every key of the config is one (a head, a task, a setting)."""
 
 
 def _mapping_once(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict:
     lines: dict = {}
     for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor`: its keys give way to the mapping's own
+            continue
         key = loader.construct_object(key_node)
+        problem = None
+        if not isinstance(key, str):
+            written = key_node.value if isinstance(key_node.value, str) else key
+            read_as = "null" if key is None else f"a {YAML_TYPES.get(type(key), type(key).__name__)}"
+            problem = f"key {written} is read as {read_as}, not a name: quote it ('{written}') if it is one"
         if key in lines:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"key {key!r} given twice in one mapping (first on line {lines[key]})", key_node.start_mark
-            )
+            problem = f"key {key!r} given twice in one mapping (first on line {lines[key]})"
+        if problem:
+            raise yaml.constructor.ConstructorError(None, None, problem, key_node.start_mark)
         lines[key] = key_node.start_mark.line + 1
     return loader.construct_mapping(node)
 

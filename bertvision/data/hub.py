@@ -5,6 +5,7 @@ task the config declares from the hub (``tasks.<name>.hub``)."""
 from __future__ import annotations
 
 import contextlib
+import os
 import tempfile
 from pathlib import Path
 
@@ -31,7 +32,7 @@ def hub_dataset(repo: str, *args, **kwargs):
         reason = " ".join(str(err).split())
         config = f", config {args[0]}" if args and args[0] else ""
         where = f"split {kwargs.get('split')}{config}"
-        if Path(repo).is_dir():  # a local dataset: no network to advise, the split or config is the matter
+        if os.path.isdir(repo):  # a local dataset: no network to advise, the split or config is the matter
             if kwargs.get("split") in _split_names(repo, *args[:1]):  # datasets refuses a split of no rows
                 raise DataFormatError(f"{repo} ({where}): no rows") from None
             raise MissingError(f"{repo} ({where}): not in this dataset ({reason})") from None
@@ -58,7 +59,7 @@ def hub_rows(repo: str, *args, named_by: str = "", **kwargs) -> tuple[pd.DataFra
     ``named_by``: the config key that gives ``repo``, which an error names first."""
     # datasets caches a local directory by its name and file patterns, not by what its files hold
     # (a changed directory would be read from the old one's cache): one gets a cache of its own
-    local = Path(repo).is_dir()
+    local = os.path.isdir(repo)
     with tempfile.TemporaryDirectory(prefix="bertvision-hub-") if local else contextlib.nullcontext() as cache:
         try:
             dataset = hub_dataset(repo, *args, cache_dir=cache, **kwargs)
@@ -82,14 +83,14 @@ def hub_id_problem(repo_id: str) -> str | None:
 
 def dataset_problem(repo: str) -> str | None:
     """Why ``repo`` is neither a local dataset folder nor a hub id; None where it is one."""
-    problem = None if Path(repo).is_dir() else hub_id_problem(repo)
+    problem = None if os.path.isdir(repo) else hub_id_problem(repo)
     return f"{repo}: neither a local folder nor a hub id ({problem})" if problem else None
 
 
 def local_dataset_files(repo: str) -> list[Path]:
     """The files of a local dataset directory (none for a hub id), hidden ones left out as
     ``datasets`` leaves them, so that an edited file reruns the download that reads it."""
-    if not Path(repo).is_dir():
+    if not os.path.isdir(repo):
         return []
     files = (path for path in sorted(Path(repo).rglob("*")) if path.is_file())
     return [path for path in files if not any(part.startswith(".") for part in path.relative_to(repo).parts)]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import types
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,7 +68,7 @@ def locate(ref: str) -> str | HubModel:
             )
         return _model_folder(ref, Path(spec.origin).parent / subdir)
     path = Path(ref).expanduser()
-    if path.exists():
+    if os.path.exists(path):  # False, not an error, for a name no file can have (too long, a NUL)
         return _model_folder(ref, path.resolve())
     repo_id, pinned, revision = ref.partition(REVISION_MARK)
     if looks_local(repo_id):
