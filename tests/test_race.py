@@ -326,3 +326,29 @@ def test_the_ranking_rules_one_by_one():
     # single runs measure no noise: an earlier checkpoint's equal score is within it (the bound is <=)
     tie = [Candidate("late", 0.8, 5, 1.0), Candidate("early", 0.8, 50, 0.0)]
     assert [c.name for c in ranked(tie)] == ["early", "late"]
+
+
+def test_a_bundle_serves_each_heads_best_seed_on_selection_with_its_own_scores(tmp_path):
+    """Per head, the seed served is the best on selection (a tie: the lower seed; a seed with no
+    score never); the entry lists every seed and their mean (null where none has a score), and
+    an ensemble's entry carries the ensemble's own dev scores, not its bare head's."""
+    from bertvision.serving.bundle_writer import collect_runs, task_json
+
+    heads = tmp_path / "ft1"
+    for seed, score in ((1, 0.6), (2, 0.7), (3, 0.7)):
+        plant(heads, "lp", seed, score)
+    plant(heads, "ap", 1, float("nan"))
+    plant(heads, "ap", 2, 0.5, ensemble=0.75)
+    plant(heads, "cnn", 1, float("nan"))
+    ensemble_record = head_run_dir(heads, "ap", 2) / HEAD_METRICS
+    record = json.loads(ensemble_record.read_text())
+    record["ensembles"]["mean"]["dev"] = {TASK.primary_metric: 0.9}
+    ensemble_record.write_text(json.dumps(record))
+    for path in head_metrics_files([heads]):
+        (path.parent / HEAD_WEIGHTS).touch()
+    served = task_json(TASK, {"ensemble": {"head": "ap", "how": "mean"}}, collect_runs(TASK, [heads]))["heads"]
+    assert (served["lp"]["seed"], served["lp"]["seeds"]) == (2, [1, 2, 3])
+    assert served["lp"]["mean_selection_score"] == pytest.approx(2 / 3)
+    assert served["ap"]["seed"] == 2 and served["cnn"]["mean_selection_score"] is None
+    assert served["ap"]["eval_metrics"] == {"dev": {TASK.primary_metric: 1.0}}
+    assert served["ap + BERT (mean)"]["eval_metrics"] == {"dev": {TASK.primary_metric: 0.9}}
