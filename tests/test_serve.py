@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
+import logging
 import shutil
 import socket
 import threading
@@ -769,7 +770,7 @@ def test_serve_command_names_a_broken_bundle_in_one_line(bundle, tmp_path, capsy
     assert len(errors) == 1 and f"{copy / 'encoder'}: " in errors[0] and "safetensors only" in errors[0]
 
 
-def test_an_auto_bundle_computes_states_in_the_precision_its_heads_were_trained_on(run, tiny_bert, tmp_path):
+def test_an_auto_bundle_computes_states_in_the_precision_its_heads_were_trained_on(run, tiny_bert, tmp_path, caplog):
     """The heads' states were extracted in fp32 (their records say so): a bundle written with
     precision auto serves in fp32, whatever auto would pick on the machine that serves it."""
     records = [read_json(p) for p in (run / "heads").rglob("metrics.json")]
@@ -778,6 +779,20 @@ def test_an_auto_bundle_computes_states_in_the_precision_its_heads_were_trained_
         tmp_path / "auto-bundle", run / "ft" / "ckpt-1", str(tiny_bert), bundle_tasks(run), {"backbone": "tiny"}, "auto"
     )
     assert bundle.precision == "fp32" and read_json(bundle.root / "bundle.json")["precision"] == "fp32"
+
+    # heads whose states came in two precisions (extractions on machines that chose apart): auto
+    # stays auto, the serving machine's, and the bundle says its answers may differ
+    heads = tmp_path / "heads"
+    shutil.copytree(run / "heads" / "stsb", heads / "stsb")
+    shutil.copytree(run / "heads" / "rte", heads / "rte")
+    one = next((heads / "rte").rglob("metrics.json"))
+    one.write_text(json.dumps({**read_json(one), "states_precision": "bf16"}))
+    tasks = {task: {"heads_dirs": [heads / task], "max_length": 64} for task in ("stsb", "rte")}
+    with caplog.at_level(logging.WARNING):
+        mixed = write_bundle(
+            tmp_path / "mixed", run / "ft" / "ckpt-1", str(tiny_bert), tasks, {"backbone": "tiny"}, "auto"
+        )
+    assert mixed.precision == "auto" and "several precisions (bf16, fp32)" in caplog.text
 
 
 # --- the Open Inference Protocol (KServe v2), with a real protocol client -------------------------

@@ -246,7 +246,8 @@ def write_bundle(
     registry's);
     ``precision``: the extraction precision of the heads' features; ``auto`` takes the precision
     the heads' records say their states were computed in (serving then computes states as the
-    evaluation did, whatever the serving machine's own auto would pick). Written into a scratch
+    evaluation did, whatever the serving machine's own auto would pick); where they name several,
+    it stays ``auto``, with a warning. Written into a scratch
     directory and renamed into place, so a failed build leaves nothing that looks complete."""
     if precision not in PRECISIONS:
         raise BundleError(f"precision {precision!r}: expected one of {', '.join(PRECISIONS)}")
@@ -283,6 +284,10 @@ def write_bundle(
                     shutil.copy2(kept[head].dir / file, target / file)
         if precision == "auto" and len(recorded) == 1:
             precision = recorded.pop()
+        elif precision == "auto" and len(recorded) > 1:
+            log.warning("the heads' states were computed in several precisions (%s): the bundle serves in the "
+                        "serving machine's auto, and its answers may differ from the evaluation's (give the "
+                        "precision to serve in)", ", ".join(sorted(recorded)))  # fmt: skip
         if len(backends) > 1:
             several = ", ".join(sorted(backends))
             raise BundleError(f"the heads' states came from several backends ({several}): one encoder serves them "
