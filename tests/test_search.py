@@ -86,6 +86,8 @@ def test_two_worker_processes_share_one_study(tmp_path, storage):
     numbers = sorted(t["number"] for w in workers for t in w["trials"])
     assert numbers == list(range(SEARCH.trials))  # combined count, no number twice
     assert all(len(w["trials"]) == 3 for w in workers)
+    # each worker's sampler has a seed of its own: with one, both drew the same first trial
+    assert workers[0]["trials"][0]["params"] != workers[1]["trials"][0]["params"]
     best = summarize_study(outs, tmp_path / "best.json")
     assert best["trials"]["COMPLETE"] + best["trials"]["PRUNED"] == SEARCH.trials
     assert best["trial_numbers"] == list(range(SEARCH.trials))
