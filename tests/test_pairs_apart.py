@@ -410,3 +410,27 @@ def test_a_token_shard_keeps_the_pairs_encoded_apart_beside_every_token(tokens_a
     for name in ("apart-cls", "apart-mean", "mean"):
         got, want = (views[level].reading(name).read_all()[0] for level in ("tokens", "cls"))
         np.testing.assert_array_equal(got, want)
+
+
+def test_the_tokenize_record_counts_the_pairs_cut_at_max_length(tmp_path, tiny_bert):
+    """``at_max_length``: the rows at max_length (cut to it, or exactly that long), as the
+    tokenizer itself finds them uncut; max_length the pairs' median length."""
+    from transformers import AutoTokenizer
+
+    from bertvision.stages.tokenize import tokenize_task
+
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    raw_pairs(raw)
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_bert))
+    uncut = {}
+    for split in splits_of(get_task("stsb")):
+        df = pd.read_parquet(split_file(raw, split))
+        uncut[split] = [len(ids) for ids in tokenizer(list(df["sentence1"]), list(df["sentence2"]))["input_ids"]]
+    max_length = int(np.median([n for lengths in uncut.values() for n in lengths]))
+    settings = TokenizeSettings(backbone=str(tiny_bert), max_length=max_length, doc_stride=None)
+    stats = tokenize_task(get_task("stsb"), settings, raw, tmp_path / "tokens")
+    assert {split: record["at_max_length"] for split, record in stats.items()} == {
+        split: sum(n >= max_length for n in lengths) for split, lengths in uncut.items()
+    }
+    assert 0 < sum(record["at_max_length"] for record in stats.values()) < sum(map(len, uncut.values()))

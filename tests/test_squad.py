@@ -441,3 +441,24 @@ def test_span_logits_are_each_windows_own_real_tokens_whatever_the_batch(dev, ti
         expected = torch.stack([alone.start_logits[0], alone.end_logits[0]], dim=-1).numpy()
         assert logits[i].shape == (split.lengths[i], 2)
         np.testing.assert_allclose(logits[i], expected, atol=1e-4)
+
+
+def test_a_window_must_hold_one_context_token_more_than_the_stride(dev, tiny_bert):
+    """doc_stride fits where the longest question and the special tokens leave more context
+    tokens than the stride: at exactly the stride it is refused naming the key; one more, and
+    every question is cut into windows."""
+    from bertvision.errors import ConfigError
+    from bertvision.registry.tasks import get_task
+    from bertvision.stages.tokenize import check_windows_fit
+
+    task, tok = get_task("squad2"), load_tokenizer(str(tiny_bert))
+    questions = dev.iloc[:20].reset_index(drop=True)
+    longest = max(len(tok(q.lstrip(), add_special_tokens=False)["input_ids"]) for q in questions["question"])
+    stride = 16
+    at_stride = longest + tok.num_special_tokens_to_add(pair=True) + stride
+    with pytest.raises(ConfigError, match=r"^tasks.squad2: doc_stride 16 does not fit: .* leaves 16 context tokens"):
+        check_windows_fit(task, questions, tok, at_stride, stride, "dev")
+    with pytest.raises(BaseException, match="stride"):  # what the check stands for: the tokenizer's own panic
+        build_windows(questions, tok, at_stride, stride)
+    check_windows_fit(task, questions, tok, at_stride + 1, stride, "dev")
+    assert set(build_windows(questions, tok, at_stride + 1, stride)["example"]) == set(range(len(questions)))
