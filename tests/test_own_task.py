@@ -478,3 +478,22 @@ def test_a_new_unlabelled_file_reruns_its_predictions_alone(own_run):
     finally:  # the module's run as it was, for the tests after this one
         unlabelled.write_bytes(given)
         os.utime(unlabelled, (before.st_atime, before.st_mtime))
+
+
+def test_a_head_applied_across_tasks_answers_in_the_target_tasks_label_order():
+    """Heads applied to a task with the same meanings in another order (cross-task transfer):
+    each output of the target's label id is the source head's output for that meaning."""
+    import dataclasses
+
+    import torch
+
+    from bertvision.stages.head_transfer import RelabeledHead
+
+    base = get_task("sst2")
+    source = dataclasses.replace(base, name="a", label_meanings=("bad", "fine", "good"))
+    target = dataclasses.replace(base, name="b", label_meanings=("good", "bad", "fine"))
+    assert target.shares_labels_with(source) and target.label_order_from(source) == [2, 0, 1]
+    head, x = torch.nn.Linear(4, 3), torch.randn(5, 4)
+    relabeled = RelabeledHead(head, target.label_order_from(source))
+    torch.testing.assert_close(relabeled(x), head(x)[:, [2, 0, 1]])
+    assert not target.shares_labels_with(dataclasses.replace(source, label_meanings=("bad", "fine", "great")))
