@@ -235,6 +235,15 @@ def test_bitfit_and_lora_leave_only_their_parameters_trainable(tiny_bert):
         adapted = lora(settings, task)(model)
     # 2 layers x (query, value) x (A: 32 x 4 + B: 4 x 32), and the new head trained whole
     assert trainable_parameters(adapted) == 2 * 2 * (32 * 4 + 4 * 32) + (32 * 2 + 2)
+    config = adapted.peft_config["default"]
+    assert (config.r, config.lora_alpha, config.task_type) == (4, 8, "SEQ_CLS")
+    # a question task's adapters keep its span head trained whole (peft's task type for it)
+    squad = get_task("squad2")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        spans = lora(settings, squad)(load_classifier(squad, str(tiny_bert), seed=1))
+    assert spans.peft_config["default"].task_type == "QUESTION_ANS"
+    assert trainable_parameters(spans) == 2 * 2 * (32 * 4 + 4 * 32) + (32 * 2 + 2)  # qa_outputs: start, end
 
 
 def test_which_peers_apply_to_which_task():
