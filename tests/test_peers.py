@@ -540,3 +540,24 @@ def test_no_winner_only_when_neither_the_pick_nor_the_rival_clears_the_constant_
     assert "no model learned" not in verdict(block)
     block["score_low"] = 0.45
     assert "no model learned" in verdict(block)
+
+
+@pytest.mark.parametrize("mode", ["lasttoken", "cls", "weightedmean"])
+def test_a_tokenizer_that_pads_on_the_left_embeds_as_one_that_pads_on_the_right(tiny_bert, tmp_path, mode):
+    """Pooling reads each text's tokens from the left of its row (its first token, its last real
+    one, their positions): the embedding pads on the right whatever side the backbone's tokenizer
+    config asks for, so a layout that pads on the left embeds each text as it does alone."""
+    import shutil
+
+    texts = ["a short one", "a rather longer text than the first", "mid length text"]
+    embedded = {}
+    for side in ("right", "left"):
+        folder = tmp_path / side
+        shutil.copytree(tiny_bert, folder)
+        st_layout(folder, {"pooling_mode": mode}, normalize=False)
+        config = json.loads((folder / "tokenizer_config.json").read_text())
+        (folder / "tokenizer_config.json").write_text(json.dumps({**config, "padding_side": side}))
+        embedded[side] = emb.encode_texts(str(folder), texts, 32, 8).vectors
+        alone = [emb.encode_texts(str(folder), [text], 32, 1).vectors[0] for text in texts]
+        np.testing.assert_allclose(embedded[side], np.stack(alone), atol=1e-5, err_msg=side)
+    np.testing.assert_allclose(embedded["left"], embedded["right"], atol=1e-5)

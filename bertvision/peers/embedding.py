@@ -59,7 +59,9 @@ def encode_texts(
     with torch.inference_mode():
         for start in range(0, len(order), batch_size):
             rows = order[start : start + batch_size]
-            batch = tokenizer.pad({k: [tokens[k][i] for i in rows] for k in tokens.keys()}, return_tensors="pt")
+            # on the right whatever the tokenizer's config says: pooling reads a row's tokens from its left
+            rows_tokens = {k: [tokens[k][i] for i in rows] for k in tokens.keys()}
+            batch = tokenizer.pad(rows_tokens, padding_side="right", return_tensors="pt")
             batch = {k: v.to(device) for k, v in batch.items()}
             padded += batch["input_ids"].numel()
             states = model(**batch).last_hidden_state
