@@ -561,3 +561,30 @@ def test_a_tokenizer_that_pads_on_the_left_embeds_as_one_that_pads_on_the_right(
         alone = [emb.encode_texts(str(folder), [text], 32, 1).vectors[0] for text in texts]
         np.testing.assert_allclose(embedded[side], np.stack(alone), atol=1e-5, err_msg=side)
     np.testing.assert_allclose(embedded["left"], embedded["right"], atol=1e-5)
+
+
+def test_a_layout_normalizes_without_pooling_declares_no_mode_or_a_module_not_run(tmp_path, caplog):
+    """A layout without a Pooling module still normalizes where it says so; a Pooling config that
+    lists no mode is refused naming its file; a module the embedding does not run (a Dense
+    projection) is named in a warning, its vectors not sentence-transformers'."""
+    import logging
+
+    folder = tmp_path / "normalize-only"
+    folder.mkdir()
+    (folder / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Normalize", "type": "sentence_transformers.models.Normalize"},
+    ]))  # fmt: skip
+    normalized = declared_pooling(str(folder))
+    assert (normalized.modes, normalized.normalize) == (("mean",), True)
+    none = st_layout(tmp_path / "none", {"pooling_mode": []}, normalize=False)
+    with pytest.raises(ValueError, match=r"1_Pooling/config.json: pooling none is not one of cls, max"):
+        declared_pooling(str(none))
+    dense = st_layout(tmp_path / "dense", {"pooling_mode": "cls"}, normalize=True)
+    modules = json.loads((dense / "modules.json").read_text())
+    modules.insert(2, {"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"})
+    (dense / "modules.json").write_text(json.dumps(modules))
+    with caplog.at_level(logging.WARNING):
+        projected = declared_pooling(str(dense))
+    assert (projected.modes, projected.normalize) == (("cls",), True)
+    assert "modules Dense are not applied" in caplog.text

@@ -7,10 +7,14 @@ runs are pooled, without loading the encoder a second time through sentence-tran
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+log = logging.getLogger(__name__)
+APPLIED = ("Transformer", "Pooling", "Normalize")  # the layout's modules the embedding runs
 
 # sentence-transformers' pooling modes; its older configs' keys name them in the order it concatenates them
 MODES = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
@@ -51,6 +55,10 @@ def declared_pooling(source: str) -> Pooling:
     modules = json.loads(modules_file.read_text())
     types = [m["type"].rsplit(".", 1)[-1] for m in modules]
     normalize = "Normalize" in types
+    others = [t for t in types if t not in APPLIED]
+    if others:  # a Dense projection (LaBSE's), say: the embedding is not the one sentence-transformers gives
+        log.warning("%s: modules %s are not applied: the embedding peer's vectors differ from "
+                    "sentence-transformers' for this backbone", modules_file, ", ".join(others))  # fmt: skip
     if "Pooling" not in types:
         return Pooling(("mean",), normalize, f"{modules_file}: no Pooling module, so mean over real tokens")
     entry = modules[types.index("Pooling")]
