@@ -72,10 +72,12 @@ def test_each_distinct_text_is_tokenized_once_and_alone(tokens_apart, tiny_bert)
         assert texts["input_ids"][b].tolist() == alone(tokenizer, second)
 
 
-def test_the_states_of_a_pair_are_its_texts_encoded_alone(tokens_apart, tiny_bert, tmp_path):
+@pytest.mark.parametrize("pair_forms", [["apart"], ["joint", "apart"]])
+def test_the_states_of_a_pair_are_its_texts_encoded_alone(tokens_apart, tiny_bert, tmp_path, pair_forms):
     """Every row's features equal [u, v, |u-v|, u*v] of its two texts, each run through the encoder
     alone (a batch of one), per layer and for both [CLS] and the token mean; each shard encodes
-    every distinct text its rows name once."""
+    every distinct text its rows name once; beside the joint states too (the second shard's rows
+    found by their place in the split, not in the shard)."""
     from transformers import AutoTokenizer
 
     from bertvision.features.encode import frozen_encoder, pair_features, per_example_states
@@ -88,7 +90,7 @@ def test_the_states_of_a_pair_are_its_texts_encoded_alone(tokens_apart, tiny_ber
         "checkpoint": "0",
         "ft_seed": 1,
         "label_kind": "regression",
-        "pair_forms": ["apart"],
+        "pair_forms": pair_forms,
     }
     dirs = [tmp_path / "features" / f"shard-{i}-of-2" for i in range(2)]
     stats = [
@@ -108,7 +110,8 @@ def test_the_states_of_a_pair_are_its_texts_encoded_alone(tokens_apart, tiny_ber
     ]
     manifest = write_manifest(dirs, tmp_path / "features" / "manifest.json", ["dev"])
     layers, hidden = manifest["layers"], manifest["hidden"]
-    assert manifest["pair_forms"] == ["apart"] and manifest["reads"] == [states_name(r, "apart") for r in READS]
+    apart_reads = [states_name(r, "apart") for r in READS]
+    assert manifest["pair_forms"] == pair_forms and manifest["reads"][-len(apart_reads) :] == apart_reads
 
     df = pd.read_parquet(split_file(raw, "dev"))
     split = TokenizedSplit.read(split_file(tokens, "dev"))
