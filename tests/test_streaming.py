@@ -10,10 +10,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from bertvision.config.settings import ExtractCompute, ExtractSettings, HeadRuntimeSettings, HeadTrainingSettings
 from bertvision.features.source import StreamSource
-from bertvision.features.store import write_manifest
+from bertvision.features.store import FeatureSet, write_manifest
+from bertvision.features.streamed import open_split
 from bertvision.layout import HEAD_METRICS, head_run_dir
 from bertvision.registry.task_spec import splits_of
 from bertvision.registry.tasks import get_task
@@ -200,3 +202,19 @@ def test_the_stream_source_round_trips_through_the_command_line():
     source = stream_source("squad2", Path("/x"), "/ckpt")
     assert feature_source(source.to_json()) == source and source.level == "tokens"
     assert str(feature_source("features/m/t/ft1/ckpt-1/manifest.json")).endswith("manifest.json")
+
+
+def test_a_streamed_view_of_some_windows_computes_those_rows(prepared):
+    """A lazy view of some rows (``windows(rows)``, a view's ``subset``) computes the rows it was
+    given, as the stored split holds them: the rows of the split, not of the view's own count."""
+    task, root, tiny_bert = prepared
+    stored = FeatureSet.open(root / "features" / "manifest.json", "train").read_windows()
+    streamed = open_split(stream_source(task, root, tiny_bert), "train")
+    for view, row, want in (
+        (streamed.windows(np.array([5, 2])), 0, 5),
+        (streamed.windows(np.array([7, 5, 2])).subset(np.array([2, 1])), 1, 5),
+    ):
+        x, mask, labels = view.padded(np.array([row]))
+        x_stored, mask_stored, labels_stored = stored.padded(np.array([want]))
+        assert torch.equal(mask, mask_stored) and torch.equal(labels, labels_stored)
+        np.testing.assert_allclose(x[mask].numpy(), x_stored[mask_stored].numpy(), atol=2e-2)
