@@ -680,3 +680,36 @@ def test_every_candidates_selection_score_is_read_from_its_selection_split(tmp_p
     assert runs.loc["full fine-tuning", "selection"] == 0.6 and runs.loc["peer", "selection"] == 0.45
     assert runs.loc["ensemble", "selection"] == 0.55 and runs.loc["head", "selection"] == 0.65
     assert runs.loc["full fine-tuning", "constant_score"] == 0.68  # the reported split's, the verdict's bar
+
+
+def test_the_data_fraction_table_from_hand_written_records(tmp_path):
+    """Subset runs and the same heads' full runs (mean ± std over seeds per share), a head trained
+    on all rows only left out, BERT at the same checkpoint in the last column and BERT at another
+    checkpoint nowhere; columns sorted by share and headed with their rows."""
+    from bertvision.reporting.experiments import data_fraction_markdown, data_fraction_table
+
+    def head(name, seed, fraction, examples, accuracy, checkpoint="0.3"):
+        path = tmp_path / f"{name}-{seed}-{fraction}.json"
+        path.write_text(json.dumps({
+            "task": "mrpc", "head": name, "seed": seed, "train_fraction": fraction, "train_examples": examples,
+            "source": {"model": "m", "checkpoint": checkpoint}, "metrics": {"dev": {"accuracy": accuracy}},
+        }))  # fmt: skip
+        return path
+
+    def bert(checkpoint, accuracy):
+        path = tmp_path / f"bert-{checkpoint}.json"
+        path.write_text(json.dumps(
+            {"model": "m", "task": "mrpc", "checkpoint": checkpoint, "metrics": {"dev": {"accuracy": accuracy}}}
+        ))  # fmt: skip
+        return path
+
+    subsets = [head("lp", 1, 0.5, 50, 0.70), head("lp", 2, 0.5, 50, 0.72), head("lp", 1, 0.1, 10, 0.60)]
+    full = [head("lp", 1, 1.0, 100, 0.80), head("ap", 1, 1.0, 100, 0.90)]
+    table = data_fraction_table(subsets, full, [bert("0.3", 0.85), bert("1", 0.95)])
+    lp = table[table["model"] == "lp"].set_index("train_fraction")
+    assert list(lp.index) == [0.1, 0.5, 1.0] and lp.loc[0.5, "mean"] == pytest.approx(0.71)
+    assert lp.loc[0.5, "n"] == 2 and lp.loc[1.0, "train_examples"] == 100
+    assert set(table["model"]) == {"lp", "BERT"} and table.loc[table["model"] == "BERT", "mean"].tolist() == [0.85]
+    page = data_fraction_markdown(table)
+    assert "| model | 0.1 (10) | 0.5 (50) | 1 (100) |" in page
+    assert "| BERT |  |  | 0.850 |" in page
