@@ -462,3 +462,25 @@ def test_a_window_must_hold_one_context_token_more_than_the_stride(dev, tiny_ber
         build_windows(questions, tok, at_stride, stride)
     check_windows_fit(task, questions, tok, at_stride + 1, stride, "dev")
     assert set(build_windows(questions, tok, at_stride + 1, stride)["example"]) == set(range(len(questions)))
+
+
+def test_the_extraction_keeps_a_span_models_start_and_end_logits_in_that_order(tiny_bert):
+    """A task model's head outputs kept beside the states (the head + BERT ensembles read them):
+    for a span model, (B, T, 2) with the start logits first, as ``predict_span`` gives them."""
+    import torch
+    from transformers import AutoModelForQuestionAnswering
+
+    from bertvision.features.encode import encoder_pass
+
+    torch.manual_seed(0)
+    model = AutoModelForQuestionAnswering.from_pretrained(tiny_bert).eval()
+    batch = {
+        "input_ids": torch.tensor([[101, 2054, 2003, 102, 2009, 102]]),
+        "attention_mask": torch.ones(1, 6, dtype=torch.long),
+    }
+    hidden_states, head = encoder_pass(model, batch, torch.device("cpu"), "fp32")
+    with torch.no_grad():
+        out = model(**batch)
+    assert len(hidden_states) == model.config.num_hidden_layers + 1 and head.shape == (1, 6, 2)
+    torch.testing.assert_close(head[..., 0], out.start_logits)
+    torch.testing.assert_close(head[..., 1], out.end_logits)
