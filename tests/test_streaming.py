@@ -218,3 +218,24 @@ def test_a_streamed_view_of_some_windows_computes_those_rows(prepared):
         x_stored, mask_stored, labels_stored = stored.padded(np.array([want]))
         assert torch.equal(mask, mask_stored) and torch.equal(labels, labels_stored)
         np.testing.assert_allclose(x[mask].numpy(), x_stored[mask_stored].numpy(), atol=2e-2)
+
+
+def test_the_disk_check_plans_the_bytes_a_shard_stores(prepared, tmp_path, caplog):
+    """The bytes an extraction checks the disk for are the float16 states its shard then holds
+    (every split's [CLS], mean or token rows), not a fraction or a multiple of them."""
+    import logging
+    import re
+
+    import h5py
+
+    task, root, tiny_bert = prepared
+    out = tmp_path / "shard-1-of-2"
+    with caplog.at_level(logging.INFO, logger="bertvision.features.disk_plan"):
+        extract_shard(tiny_bert, root / "tokens", out, 1, 2, splits_of(get_task(task)), EXTRACT, COMPUTE,
+                      attrs_of(task), threads=1)  # fmt: skip
+    planned = int(re.search(r"planned feature bytes for this shard: ([\d,]+)", caplog.text).group(1).replace(",", ""))
+    stored = 0
+    for path in out.glob("*.h5"):
+        with h5py.File(path) as f:
+            stored += sum(d.nbytes for d in (f[n] for n in f) if isinstance(d, h5py.Dataset) and d.dtype == np.float16)
+    assert planned == stored > 0
