@@ -208,6 +208,57 @@ def test_a_missing_file_is_named(bundle, tmp_path):
         load_bundle(copy)
 
 
+def _first_head(index: dict, task: str) -> str:
+    return next(iter(index["tasks"][task]["heads"]))
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda i: i["tasks"]["stsb"].update(picked="nope"), r"tasks.stsb: picked head 'nope' is not among its heads"),
+        (lambda i: i["tasks"]["stsb"].update(heads={}), r"tasks.stsb: no heads"),
+        (lambda i: i["tasks"]["stsb"].update(kind="ranking"), r"tasks.stsb: kind 'ranking'"),
+        (lambda i: i["tasks"]["mrpc"].update(label_names=["same"]), r"a classification task without label_names"),
+        (lambda i: i["tasks"]["squad2"].update(doc_stride=None), r"a span task needs doc_stride, n_best and max"),
+        (
+            lambda i: i["tasks"]["squad2"]["heads"][_first_head(i, "squad2")].update(null_threshold=None),
+            r"tasks.squad2: a span head without null_threshold",
+        ),
+        (
+            lambda i: i["tasks"]["mrpc"]["heads"][_first_head(i, "mrpc")].update(ensemble={"head": "x", "how": "mean"}),
+            r"an ensemble of a head the task does not have",
+        ),
+        (lambda i: i.update(format=99), r"bundle.json: format 99, this version reads format"),
+        (lambda i: i.update(precision="fp8"), r"bundle.json: precision 'fp8', expected one of"),
+        (lambda i: i.update(backend="tensorrt"), r"bundle.json: backend 'tensorrt', expected one of"),
+        (lambda i: i.update(tasks={}), r"bundle.json: no tasks$"),
+        (lambda i: i.update(task_model="mrpc"), r"task_model 'mrpc': a bundle with the task model has that one task"),
+        (
+            lambda i: i["tasks"]["mrpc"]["heads"][_first_head(i, "mrpc")].update(
+                ensemble={"head": _first_head(i, "mrpc"), "how": "mean"}
+            ),
+            r"bundle.json: ensemble heads need the task's model \(task_model\)$",
+        ),
+    ],
+)
+def test_a_bundle_index_edited_out_of_shape_is_refused_naming_what(bundle, tmp_path, edit, message):
+    """Each check of a bundle's index, met with the one thing it refuses (a bundle.json edited by
+    hand, or written by another bertvision): a BundleError naming the file and what is wrong."""
+    copy = tmp_path / "bundle"
+    shutil.copytree(bundle.root, copy)
+    index = json.loads((copy / "bundle.json").read_text())
+    edit(index)
+    (copy / "bundle.json").write_text(json.dumps(index))
+    with pytest.raises(BundleError, match=message):
+        load_bundle(copy)
+
+
+def test_a_bundle_path_that_is_not_there_is_named(tmp_path):
+    missing = tmp_path / "nowhere"
+    with pytest.raises(BundleError, match=f"^{missing}: no such bundle directory$"):
+        load_bundle(bundle_paths([missing])[0])
+
+
 def test_a_head_type_this_bertvision_lacks_is_named_in_one_line(bundle, tmp_path, capsys):
     """A bundle made where a head type of one's own is registered, served by a bertvision without it."""
     from bertvision.commands.main import main
