@@ -255,6 +255,7 @@ def test_the_heads_learn_the_planted_signal_and_load_back_with_their_statistics(
         assert record["metrics"]["dev"]["accuracy"] > floor, (name, record["metrics"])
         head = load_head(run, layers, hidden, 2)
         assert not head.training and record["parameters"] == count_parameters(build_head(spec, layers, hidden, 2))
+        assert record["pair"] is None  # a single-text task: no pair form to read
         if spec["type"] == "xception":
             bn = head.head.entry[1]
             assert int(bn.num_batches_tracked) > 0 and not torch.allclose(

@@ -6,6 +6,7 @@ distinct text encoded once beside joint pairs)."""
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import pandas as pd
@@ -382,10 +383,16 @@ def test_selection_picks_the_pair_form_that_carries_the_signal(tiny_bert, tmp_pa
     heads = {"joint": {"type": "lp", "reads": "mean"}, "apart": {"type": "lp", "reads": "mean", "pair": "apart"}}
     training = HEAD_SETTINGS.replace(learning_rate=1e-2, max_epochs=20)
     runtime = HeadRuntimeSettings(device="cpu", verify="sha256")
+    started = time.perf_counter()
     train_heads(task, with_training(heads, training), runtime, tmp_path / "features" / "manifest.json", [1, 2],
                 tmp_path / "heads", threads=1)  # fmt: skip
+    wall = time.perf_counter() - started
     records = [json.loads(p.read_text()) for p in sorted((tmp_path / "heads").glob("*/seed*/metrics.json"))]
     assert {(r["head"], r["pair"]) for r in records} == {("joint", "joint"), ("apart", "apart")}
+    # the job's seconds shared out once: its runs' seconds add up to no more than the job took
+    assert sum(r["seconds"] for r in records) <= wall and all(r["runs_together"] == 4 for r in records)
+    for r in records:
+        assert r["parameter_percent"] == pytest.approx(100 * r["parameters"] / r["encoder_parameters"])
     dev = {r["head"]: r["metrics"]["dev"]["accuracy"] for r in records if r["seed"] == 1}
     assert best(head_candidates(task, records)).name == "apart", [(r["head"], r["metrics"]) for r in records]
     assert dev["apart"] > 0.9 and dev["apart"] > dev["joint"] + 0.1, dev
