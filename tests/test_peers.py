@@ -18,7 +18,7 @@ import torch
 
 from bertvision.config.settings import PeerSettings
 from bertvision.jobs import Job, peer_job
-from bertvision.layout import PEER_FILE, PEER_METRICS
+from bertvision.layout import PEER_FILE, PEER_METRICS, PEER_PREDICTIONS
 from bertvision.peers import embedding as emb
 from bertvision.peers.pooling import MEAN_FALLBACK, Pooling, declared_pooling, pool
 from bertvision.registry.peers import applicable, inapplicable
@@ -588,3 +588,28 @@ def test_a_layout_normalizes_without_pooling_declares_no_mode_or_a_module_not_ru
         projected = declared_pooling(str(dense))
     assert (projected.modes, projected.normalize) == (("cls",), True)
     assert "modules Dense are not applied" in caplog.text
+
+
+def test_a_peer_jobs_record_holds_its_choice_and_its_selection_score(tiny_bert, tmp_path):
+    """``run_peer``'s record: the peer, its seed, the choice it made on selection and the score it
+    made it on (the selection split's, never dev's), beside its predictions of every scored split."""
+    from bertvision.config.settings import FinetuneCompute
+    from bertvision.layout import split_file
+    from bertvision.stages.peer import run_peer
+
+    task = get_task("stsb")
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for split, frame in {"train": stsb_rows(30), "selection": stsb_rows(10, 30), "dev": stsb_rows(10, 40)}.items():
+        frame.to_parquet(split_file(raw, split))
+    linear = settings_of(tiny_bert, {"method": "embedding", "regularization": [0.1, 1.0], "batch_size": 8,
+                                     "max_length": 64, "backend": "torch"})  # fmt: skip
+    out = tmp_path / "peer"
+    run_peer(task, "tiny", linear, FinetuneCompute(device="cpu", precision="fp32"), tmp_path, raw, out, 0, threads=1)
+    record = json.loads((out / PEER_METRICS).read_text())
+    assert (record["task"], record["model"], record["peer"], record["seed"]) == ("stsb", "tiny", "embedding", 0)
+    assert record["selection_score"] == record["metrics"]["selection"]["pearson"] != record["metrics"]["dev"]["pearson"]
+    best = max(record["tried"], key=lambda t: t["selection"])
+    assert record["chosen"] == {"features": best["features"], "regularization": best["regularization"]}
+    predictions = pd.read_parquet(out / PEER_PREDICTIONS)
+    assert set(predictions["split"]) == {"selection", "dev"}
