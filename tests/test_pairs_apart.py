@@ -113,6 +113,7 @@ def test_the_states_of_a_pair_are_its_texts_encoded_alone(tokens_apart, tiny_ber
     layers, hidden = manifest["layers"], manifest["hidden"]
     apart_reads = [states_name(r, "apart") for r in READS]
     assert manifest["pair_forms"] == pair_forms and manifest["reads"][-len(apart_reads) :] == apart_reads
+    assert manifest["source"]["pair_forms"] == pair_forms  # a stream source's key, as the shards were made
 
     df = pd.read_parquet(split_file(raw, "dev"))
     split = TokenizedSplit.read(split_file(tokens, "dev"))
@@ -444,3 +445,22 @@ def test_the_tokenize_record_counts_the_pairs_cut_at_max_length(tmp_path, tiny_b
         split: sum(n >= max_length for n in lengths) for split, lengths in uncut.items()
     }
     assert 0 < sum(record["at_max_length"] for record in stats.values()) < sum(map(len, uncut.values()))
+
+
+def test_an_extraction_refuses_what_its_settings_cannot_make(tokens_apart, tiny_bert, tmp_path):
+    """BERT's outputs come from the joint pair, which an apart-only extraction does not run; a
+    span task's features are its tokens, never [CLS] rows alone."""
+    from bertvision.features.extractors import feature_level
+    from bertvision.stages.extract import extract_shard
+
+    _, tokens = tokens_apart
+    attrs = {"model": "tiny", "task": "stsb", "checkpoint": "0", "ft_seed": 1, "label_kind": "regression",
+             "pair_forms": ["apart"]}  # fmt: skip
+    with pytest.raises(ValueError, match="a pair encoded apart is not BERT's input"):
+        extract_shard(tiny_bert, tokens, tmp_path / "shard-0-of-1", 0, 1, ["dev"],
+                      ExtractSettings(batch_size=4, block_rows=5, block_tokens=256),
+                      ExtractCompute(device="cpu", precision="fp32", backend="torch"), attrs, keep_bert_logits=True,
+                      threads=1)  # fmt: skip
+    assert feature_level({"label_kind": "span"}) == "tokens"
+    with pytest.raises(ValueError, match="features 'cls' for a span task"):
+        feature_level({"label_kind": "span", "features": "cls"})
