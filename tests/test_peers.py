@@ -427,6 +427,11 @@ def test_texts_are_batched_by_their_token_counts_each_distinct_text_once(tiny_be
     assert sorted(counts, key=len) == ["it is a", "a b c d e f", "g h i j k l", "photosynthesis"]
     encoded = emb.encode_texts(str(tiny_bert), texts, 64, 2)
     assert encoded.real_tokens == encoded.padded_tokens == 5 + 5 + 8 + 8
+    # in the order of their characters two batches would each pad a 5-token text to 8
+    interleaved = emb.encode_texts(str(tiny_bert), ["a b c d e f", "it is a", "m n o p q r", "photosynthesis"], 64, 2)
+    assert interleaved.real_tokens == interleaved.padded_tokens == 5 + 5 + 8 + 8
+    padded = emb.encode_texts(str(tiny_bert), ["it is a", "m n o p q r"], 64, 2)  # one batch: 5 tokens padded to 8
+    assert (padded.real_tokens, padded.padded_tokens) == (5 + 8, 8 + 8)
     model = AutoModel.from_pretrained(tiny_bert).eval()
     with torch.inference_mode():
         alone = [model(**tokenizer(t, return_tensors="pt")).last_hidden_state[0].mean(0).numpy() for t in texts]
