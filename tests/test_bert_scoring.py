@@ -150,3 +150,42 @@ def test_outputs_missing_rows_fail_clearly(tiny_bert, tmp_path):
     with pytest.raises(FeatureError, match=r"bert_logits.npz: BERT's outputs on selection cover \d+ rows over 1"):
         score_bert(spec, settings.finetune_compute(), own,
                    root / "tokens" / "mrpc", root / "raw" / "mrpc", shard_dirs=shards[:1])  # fmt: skip
+
+
+def test_bert_outputs_kept_per_shard_join_in_shard_order(tmp_path):
+    """Each shard keeps BERT's outputs on its rows (a window's over its real tokens only); scoring
+    joins them in shard order: (N, C) for an example task, one (T, 2) array per window for a span
+    task; shards that cover fewer rows than the split fail naming the file."""
+    import torch
+
+    from bertvision.data.tokenized import TokenizedSplit
+    from bertvision.errors import FeatureError
+    from bertvision.features.bert_outputs import HeadOutputs, joined_outputs, save
+
+    windows = TokenizedSplit(pd.DataFrame({
+        "input_ids": [[1] * n for n in (3, 5, 4)], "length": [3, 5, 4], "example": [0, 0, 1],
+        "start": [0, 1, 0], "end": [0, 2, 0], "offsets": [[0, 0] * n for n in (3, 5, 4)],
+    }))  # fmt: skip
+    regression = TokenizedSplit(pd.DataFrame({"input_ids": [[1]] * 3, "length": [1] * 3, "idx": [0, 1, 2],
+                                              "label": [0.5, 1.0, 2.0]}))  # fmt: skip
+    for kind, split, per_batch in (
+        ("span", windows, torch.randn(3, 5, 2)),
+        ("regression", regression, torch.randn(3, 1)),
+    ):
+        shards = [tmp_path / kind / f"shard-{i}" for i in range(2)]
+        for shard, (start, end) in zip(shards, ((0, 2), (2, 3))):
+            kept = HeadOutputs(split, start, end)
+            kept.keep(np.arange(start, end), per_batch[start:end])
+            shard.mkdir(parents=True)
+            save(shard, {"dev": kept}, {"dev": 1.0}, "fp32")
+        joined = joined_outputs(shards, {"dev": split}, kind)["dev"]
+        if kind == "span":
+            assert [w.shape for w in joined] == [(3, 2), (5, 2), (4, 2)]
+            for window, want in zip(joined, per_batch):
+                np.testing.assert_array_equal(window, want[: len(window)].numpy())
+        else:
+            np.testing.assert_array_equal(joined, per_batch.numpy())
+        with pytest.raises(
+            FeatureError, match=r"BERT's outputs on dev cover 2 rows over 1 shard\(s\); the split has 3"
+        ):
+            joined_outputs(shards[:1], {"dev": split}, kind)
