@@ -358,6 +358,32 @@ def test_a_job_killed_as_soon_as_it_is_forked_is_named_and_not_run_again(pool, t
         assert f"the job's process (pid {child}) was killed by SIGUSR1" in client.stderr.read()
 
 
+def test_a_job_sent_sigterm_as_soon_as_it_is_forked_ends_by_it_and_the_pool_serves_on(pool, tmp_path):
+    """A SIGTERM that reaches a child before it has set up its job (the client relays Snakemake's as
+    soon as it knows the pid) ends it as SIGTERM ends a process. It ran the pool's own handler
+    instead, an exit that unwound the child through the pool's serving loop: the child removed the
+    pool's socket, or hung in the interpreter's exit holding its client's connection (in CI)."""
+    handle, socket_path, _ = pool
+    env = {**os.environ, SOCKET_ENV: socket_path, "OMP_NUM_THREADS": "1"}
+    for attempt in range(8):
+        fifo = tmp_path / f"config{attempt}.fifo"
+        os.mkfifo(fifo)
+        before = children(handle.process)
+        client = subprocess.Popen(
+            [*BERTVISION, "validate-config", str(fifo)], env=env, stderr=subprocess.PIPE, text=True
+        )
+        deadline = time.monotonic() + 30
+        while not (forked := children(handle.process) - before):
+            assert time.monotonic() < deadline, "no job was forked"
+        (child,) = forked
+        os.kill(child, signal.SIGTERM)
+        try:
+            assert client.wait(timeout=30) == 128 + signal.SIGTERM, client.stderr.read()
+        finally:
+            client.kill()
+        assert gone(child) and Path(socket_path).exists(), attempt
+
+
 def test_a_job_after_the_packages_code_changed_runs_it_on_its_own(pool, tiny_bert, tmp_path):
     """An edit mid-run (a pip install, another branch): the pool's imports are the old code."""
     _, socket_path, log = pool

@@ -74,6 +74,9 @@ OWN_PROCESS_COMMANDS = ("serve", "warm-pool")
 _HEADER = struct.Struct("!I")
 
 
+RELAYED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # a client passes these on to its job
+
+
 def _import_time_env(env: dict) -> dict:
     return {k: v for k, v in env.items() if k.startswith(IMPORT_TIME_PREFIXES) and k not in THREAD_VARIABLES}
 
@@ -107,8 +110,7 @@ def run_in_pool(argv: list[str]) -> int | None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(job["pid"], signum)
 
-    relayed = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-    previous = {signum: signal.signal(signum, relay) for signum in relayed}
+    previous = {signum: signal.signal(signum, relay) for signum in RELAYED_SIGNALS}
     with conn:
         try:
             sent = socket.send_fds(conn, [message], [0, 1, 2])
@@ -254,16 +256,26 @@ def _answer(
         # SIGCHLD held until the child's pid is sent and its connection kept: a child that a signal
         # kills at once is reported after its pid, never instead of it (the client would take a
         # report with no pid for a refusal and run the job again itself). The child waits for the
-        # pid to be sent, so that its own exit status comes after it too.
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+        # pid to be sent, so that its own exit status comes after it too. The relayed signals are
+        # held over the fork as well: one that reached the child before it dropped the pool's
+        # handlers ran them (SIGTERM's exit unwound the child through this loop, which removed the
+        # pool's socket, or hung in the interpreter's exit holding its client's connection).
+        held = {signal.SIGCHLD, *RELAYED_SIGNALS}
+        signal.pthread_sigmask(signal.SIG_BLOCK, held)
         pid_sent, may_start = os.pipe()
         try:
             pid = os.fork()
             if pid == 0:  # the child never returns from here
-                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
-                os.close(may_start)
-                os.read(pid_sent, 1)
-                os.close(pid_sent)
+                try:
+                    for signum in held:
+                        signal.signal(signum, signal.SIG_DFL)
+                    # a signal sent to it already acts now, as on any process
+                    signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
+                    os.close(may_start)
+                    os.read(pid_sent, 1)
+                    os.close(pid_sent)
+                except BaseException:  # noqa: BLE001 - nothing of the child may return into the pool's loop
+                    os._exit(1)
                 _run_child(conn, listener, fds, request, set_by_imports, main)
             with contextlib.suppress(OSError):  # a client gone: its job ends on the closed connection
                 conn.sendall((json.dumps({"pid": pid}) + "\n").encode())
@@ -271,7 +283,7 @@ def _answer(
         finally:
             os.close(pid_sent)
             os.close(may_start)
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
         return 1
     finally:
         for fd in fds:
@@ -284,8 +296,6 @@ def _run_child(
     code = 1
     try:
         listener.close()
-        for signum in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            signal.signal(signum, signal.SIG_DFL)
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
         os.chdir(request["cwd"])
