@@ -213,7 +213,7 @@ def test_the_config_accepts_the_heads_and_rejects_unknown_options():
         "pair": "joint",
     }
     bad = [
-        ({"type": "cnn", "kernal": 5}, r"heads.models.x: Additional properties are not allowed \('kernal' was"),
+        ({"type": "cnn", "kernal": 5}, r"heads.models.x: 'kernal' is not a key here: did you mean 'kernel'\?"),
         ({"type": "xception", "pool": "max"}, r"heads.models.x.pool: 'max' is not one of \['none', 'lp', 'mean'\]"),
         ({"type": "cnn", "channels": 0}, r"heads.models.x.channels: 0 is less than the minimum of 1"),
     ]
