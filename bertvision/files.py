@@ -100,12 +100,12 @@ def sha256_file(path: Path, block: int = 1 << 22) -> str:
 
 
 def no_such_file(path) -> str:
-    """The line for a missing ``path``, naming the working directory a relative one was looked for
-    in: a config's paths are read from the run's working directory (``snakemake --directory``
-    moves it), not from the config file's."""
+    """The line for a missing ``path`` (or a folder where a file belongs), naming the working
+    directory a relative one was looked for in: a config's paths are read from the run's working
+    directory (``snakemake --directory`` moves it), not from the config file's."""
     path = Path(path)
     where = "" if path.is_absolute() else f" (relative to the working directory {Path.cwd()})"
-    return f"{path}: no such file{where}"
+    return f"{path}: a folder, not a file{where}" if os.path.isdir(path) else f"{path}: no such file{where}"
 
 
 def disk_full(err: BaseException) -> bool:

@@ -275,6 +275,7 @@ def test_a_file_name_no_file_can_have_is_refused_by_its_key(tmp_path):
         ({"train": long}, r"tasks.review-sentiment.files.train: x{77}\.\.\.: File name too long$"),
         ({"train": "a\0b"}, r"tasks.review-sentiment.files.train: a\\0b: embedded null byte$"),
         ({"dev": long}, r"tasks.review-sentiment.files.dev: x+: no such file"),
+        ({"dev": "resources"}, r"tasks.review-sentiment.files.dev: resources: a folder, not a file \(relative to"),
     ):
         changed = copy.deepcopy(config)
         changed["tasks"]["review-sentiment"]["files"].update(files)
