@@ -129,3 +129,14 @@ def test_a_regression_starts_at_its_training_labels_mean(tiny_bert, tmp_path):
     labels = TokenizedSplit.read(split_file(root / "tokens", "train")).labels
     bias = load_file(root / "ft" / "ckpt-0" / "model.safetensors")["classifier.bias"]
     assert 1.0 < labels.mean() < 4.0 and bias.item() == pytest.approx(float(np.mean(labels)), abs=1e-6)
+
+
+def test_settings_without_an_optimizer_train_nothing_so_name_checkpoint_0_only(tokens, tiny_bert, tmp_path):
+    """The untouched encoder's settings (no optimizer) given for a checkpoint that trains is a
+    mistake of the caller's, refused before anything is written."""
+    settings = settings_with(tiny_bert, [0, 0.5])
+    untouched = settings.finetune("tiny", "mrpc", Checkpoint(0))
+    with pytest.raises(ValueError, match="checkpoint 0.5 trains: its settings need the optimizer's"):
+        finetune(get_task("mrpc"), "tiny", untouched, settings.finetune_compute(), tokens / "tokens", tmp_path, 1,
+                 Checkpoint(0.5), threads=1)  # fmt: skip
+    assert not list(tmp_path.iterdir())
