@@ -96,9 +96,8 @@ def test_tampered_shard_is_rejected(feature_dir):
         FeatureSet.open(root / "manifest.json", "train")
 
 
-def test_fletcher32_catches_corrupted_chunk_without_manifest_check(feature_dir):
-    root, _, _ = feature_dir
-    path = root / "shard-0-of-3" / "train.h5"
+def corrupt_first_chunk(path: Path) -> None:
+    """Flip a byte inside the first chunk of a shard's [CLS] states (its checksum then fails)."""
     import h5py
 
     with h5py.File(path, "r") as f:
@@ -106,6 +105,11 @@ def test_fletcher32_catches_corrupted_chunk_without_manifest_check(feature_dir):
     raw = bytearray(path.read_bytes())
     raw[offset + 3] ^= 0xFF
     path.write_bytes(bytes(raw))
+
+
+def test_fletcher32_catches_corrupted_chunk_without_manifest_check(feature_dir):
+    root, _, _ = feature_dir
+    corrupt_first_chunk(root / "shard-0-of-3" / "train.h5")
     fs = FeatureSet.open(root / "manifest.json", "train", verify="none")
     with pytest.raises(FeatureError, match="unreadable HDF5 shard"):
         fs.read_all()
@@ -216,15 +220,8 @@ def test_killed_extraction_leaves_nothing_a_rerun_accepts(tmp_path, tiny_bert):
 def test_a_shard_unreadable_mid_epoch_ends_the_stream_in_its_error(feature_dir):
     """The background reader's error reaches the trainer: an epoch over a shard whose chunk is
     corrupt (read unverified) raises, never ends early as if the split were shorter."""
-    import h5py
-
     root, _, _ = feature_dir
-    path = root / "shard-1-of-3" / "train.h5"
-    with h5py.File(path, "r") as f:
-        offset = f["cls"].id.get_chunk_info(0).byte_offset
-    raw = bytearray(path.read_bytes())
-    raw[offset + 3] ^= 0xFF
-    path.write_bytes(bytes(raw))
+    corrupt_first_chunk(root / "shard-1-of-3" / "train.h5")
     fs = FeatureSet.open(root / "manifest.json", "train", verify="none")
     with pytest.raises(FeatureError, match="shard-1-of-3/train.h5: unreadable HDF5 shard"):
         for _ in BatchStream(fs, batch_size=4, seed=1, buffer_rows=10, block_rows=6):

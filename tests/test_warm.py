@@ -333,10 +333,15 @@ def test_a_job_killed_by_a_signal_is_named_by_it(pool, tmp_path):
     assert f"the job's process (pid {child}) was killed by SIGUSR1" in client.stderr.read()
 
 
-def test_a_job_killed_as_soon_as_it_is_forked_is_named_and_not_run_again(pool, tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGUSR1, signal.SIGTERM])
+def test_a_job_signalled_as_soon_as_it_is_forked_ends_by_it_and_the_pool_serves_on(pool, tmp_path, signum):
     """Killed before it set itself up (here while it applies the thread counts of its
     environment): the pool's report of the kill used to reach the client before any pid, which
-    took it for a refusal and ran the job again itself (blocked on the FIFO, in CI)."""
+    took it for a refusal and ran the job again itself (blocked on the FIFO, in CI). A SIGTERM
+    (the client relays Snakemake's as soon as it knows the pid) ran the pool's own handler
+    instead, an exit that unwound the child through the pool's serving loop and hung in the
+    interpreter's exit holding its client's connection (in CI). Each ends the job as it ends a
+    process, named to the client, the pool serving on."""
     handle, socket_path, _ = pool
     env = {**os.environ, SOCKET_ENV: socket_path, "OMP_NUM_THREADS": "1"}
     for attempt in range(8):
@@ -350,37 +355,13 @@ def test_a_job_killed_as_soon_as_it_is_forked_is_named_and_not_run_again(pool, t
         while not (forked := children(handle.process) - before):
             assert time.monotonic() < deadline, "no job was forked"
         (child,) = forked
-        os.kill(child, signal.SIGUSR1)
+        os.kill(child, signum)
         try:
-            assert client.wait(timeout=30) == 128 + signal.SIGUSR1
+            assert client.wait(timeout=30) == 128 + signum
         finally:
             client.kill()
-        assert f"the job's process (pid {child}) was killed by SIGUSR1" in client.stderr.read()
-
-
-def test_a_job_sent_sigterm_as_soon_as_it_is_forked_ends_by_it_and_the_pool_serves_on(pool, tmp_path):
-    """A SIGTERM that reaches a child before it has set up its job (the client relays Snakemake's as
-    soon as it knows the pid) ends it as SIGTERM ends a process. It ran the pool's own handler
-    instead, an exit that unwound the child through the pool's serving loop: the child removed the
-    pool's socket, or hung in the interpreter's exit holding its client's connection (in CI)."""
-    handle, socket_path, _ = pool
-    env = {**os.environ, SOCKET_ENV: socket_path, "OMP_NUM_THREADS": "1"}
-    for attempt in range(8):
-        fifo = tmp_path / f"config{attempt}.fifo"
-        os.mkfifo(fifo)
-        before = children(handle.process)
-        client = subprocess.Popen(
-            [*BERTVISION, "validate-config", str(fifo)], env=env, stderr=subprocess.PIPE, text=True
-        )
-        deadline = time.monotonic() + 30
-        while not (forked := children(handle.process) - before):
-            assert time.monotonic() < deadline, "no job was forked"
-        (child,) = forked
-        os.kill(child, signal.SIGTERM)
-        try:
-            assert client.wait(timeout=30) == 128 + signal.SIGTERM, client.stderr.read()
-        finally:
-            client.kill()
+        name = signal.Signals(signum).name
+        assert f"the job's process (pid {child}) was killed by {name}" in client.stderr.read()
         assert gone(child) and Path(socket_path).exists(), attempt
 
 
