@@ -201,7 +201,18 @@ def test_the_stream_source_round_trips_through_the_command_line():
 
     source = stream_source("squad2", Path("/x"), "/ckpt")
     assert feature_source(source.to_json()) == source and source.level == "tokens"
+    assert feature_source(f"  {source.to_json()}") == source  # as a shell line may pass it
     assert str(feature_source("features/m/t/ft1/ckpt-1/manifest.json")).endswith("manifest.json")
+
+
+def test_a_streamed_split_holds_in_memory_what_the_stored_one_holds(prepared):
+    """``held_bytes``, what a streamed split's states take held in memory (float16), decides
+    whether it is computed once or at every read: the bytes of the stored split's token states."""
+    task, root, tiny_bert = prepared
+    for split in ("train", "dev"):
+        stored = FeatureSet.open(root / "features" / "manifest.json", split).read_windows()
+        streamed = open_split(stream_source(task, root, tiny_bert), split)
+        assert streamed.held_bytes() == stored.states.nbytes > 0, split
 
 
 def test_a_streamed_view_of_some_windows_computes_those_rows(prepared):
