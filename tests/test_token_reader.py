@@ -319,3 +319,17 @@ def test_a_split_four_times_the_bound_trains_within_a_small_multiple_of_it(tmp_p
     assert held_peak > split_mib
     for name in ("lazy", "held"):
         assert records[name]["metrics"]["dev"]["accuracy"] > 0.9, records[name]["metrics"]
+
+
+def test_a_token_shard_refuses_mean_states_it_was_not_made_to_store_or_misses_ones_it_was(tmp_path):
+    """Mean states given to a shard made without them, or missing where it stores them, are a
+    caller's mistake refused at once, not a shard whose mean rows are left zero."""
+    attrs = {"model": "m", "task": "mrpc", "checkpoint": "1", "ft_seed": 1, "split": "dev",
+             "label_kind": "classification", "encoder_parameters": 10, "features": "tokens"}  # fmt: skip
+    lengths, states = np.array([2, 3]), np.zeros((5, 2, 4), np.float32)
+    for store_mean, mean in ((False, np.zeros((2, 2, 4))), (True, None)):
+        with pytest.raises(ValueError, match=f"mean states given {mean is not None}, stored {store_mean}"):
+            with TokenShardWriter(tmp_path / f"{store_mean}.h5", lengths, 2, 4, attrs, label_shape=(),
+                                  store_mean=store_mean, char_offsets=False) as w:  # fmt: skip
+                w.write_windows(0, states, None, np.zeros(2), np.arange(2), mean=mean)
+        assert not (tmp_path / f"{store_mean}.h5").exists()
