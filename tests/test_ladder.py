@@ -10,6 +10,7 @@ import types
 import numpy as np
 import pytest
 import torch
+import transformers
 
 from bertvision.config.schema import validate_config
 from bertvision.errors import ConfigError
@@ -147,6 +148,10 @@ def test_at_full_width_each_block_attends_exactly_as_its_encoder_layer(tmp_path)
     """reduction 1 and the encoder's heads: nothing is pruned, so a side block's attention must
     compute what the encoder layer it was cut from computes (same heads, order and scale)."""
     model = load_encoder(str(make_tiny_bert(tmp_path / "bert", layers=2, hidden=32))).eval()
+    with torch.no_grad():  # a fresh model's norms are all ones and zeros: any norm copied would match
+        for norm in (m for m in model.modules() if isinstance(m, torch.nn.LayerNorm)):
+            norm.weight.normal_()
+            norm.bias.normal_()
     head = build_head(
         {"type": "ladder", "reduction": 1, "attention_heads": 2, "blocks": 3, "init": "encoder"}, 3, 32, 2
     )
@@ -163,7 +168,27 @@ def test_at_full_width_each_block_attends_exactly_as_its_encoder_layer(tmp_path)
         assert torch.allclose(side, expected, atol=1e-5)
         assert torch.equal(block.norm2.weight, layer.attention.output.LayerNorm.weight)
     assert torch.equal(head.blocks[0].norm1.weight, model.embeddings.LayerNorm.weight)
+    assert torch.equal(head.blocks[0].norm1.bias, model.embeddings.LayerNorm.bias)
     assert torch.equal(head.blocks[1].norm1.weight, model.encoder.layer[0].output.LayerNorm.weight)
+    assert torch.equal(head.norm.weight, model.encoder.layer[1].output.LayerNorm.weight)
+
+
+def test_an_encoder_whose_embeddings_are_projected_after_their_norm_starts_layer_0s_input_norm_fresh():
+    """ELECTRA-small's embeddings are normed at their own width and then projected to the hidden
+    width: no norm describes the first layer's input, so a block cut from layer 0 starts with
+    LayerNorm's ones and zeros (it indexed the narrower norm and failed)."""
+    config = transformers.ElectraConfig(
+        vocab_size=100, embedding_size=16, hidden_size=32, num_hidden_layers=2, num_attention_heads=2
+    )
+    model = transformers.ElectraModel(config).eval()
+    layers = encoder_layers(model)
+    assert [tuple(t.shape) for t in layers[0]["norm_in"]] == [(32,), (32,)]
+    assert layers[0]["norm_in"][0].eq(1).all() and not layers[0]["norm_in"][1].any()
+    assert torch.equal(layers[1]["norm_in"][0], model.encoder.layer[0].output.LayerNorm.weight)
+    spec = {"type": "ladder", "reduction": 4, "attention_heads": 2, "blocks": 3, "init": "encoder"}
+    head = build_head(spec, 3, 32, 2)
+    head.init_from_encoder(layers)
+    assert head.source_layers(2)[0] == 0 and head.blocks[0].norm1.weight.eq(1).all()
 
 
 def test_pruned_ladders_select_one_set_of_dimensions_and_padding_still_never_matters(tmp_path):

@@ -141,10 +141,14 @@ _LAYER_NAMES = {
 def encoder_layers(model) -> list[dict]:
     """Every transformer layer of a bare (post-norm) encoder as plain tensors: ``q``, ``k``,
     ``v``, ``out``, ``ff_in``, ``ff_out`` (each ``(weight, bias)``, weights (out, in)), the norm
-    on the layer's input ``norm_in`` (the embeddings' or the previous layer's output norm), the
-    norm between attention and feed-forward ``norm_mid``, its output norm ``norm_out``, and
+    on the layer's input ``norm_in`` (the embeddings' or the previous layer's output norm; where
+    the embeddings are projected to the hidden width after their norm, as ELECTRA-small's are,
+    no norm sits on the first layer's input, and its ``norm_in`` is LayerNorm's own start: ones,
+    zeros), the norm between attention and feed-forward ``norm_mid``, its output norm ``norm_out``, and
     ``heads``. Architectures laid out otherwise (DeBERTa's disentangled attention) are refused."""
     from operator import attrgetter
+
+    import torch
 
     for path, attention, norm_mid, feed_forward, norm_out in _LAYER_NAMES.values():
         try:
@@ -158,6 +162,8 @@ def encoder_layers(model) -> list[dict]:
         def pair(module):
             return module.weight.detach().float(), module.bias.detach().float()
 
+        hidden = int(model.config.hidden_size)
+        input_norm = pair(norm_in) if norm_in.weight.shape[0] == hidden else (torch.ones(hidden), torch.zeros(hidden))
         read = []
         for layer in layers:
             q, k, v, out = (pair(attrgetter(name)(layer)) for name in attention)
@@ -165,13 +171,13 @@ def encoder_layers(model) -> list[dict]:
             read.append(
                 {
                     **{"q": q, "k": k, "v": v, "out": out, "ff_in": ff_in, "ff_out": ff_out},
-                    "norm_in": pair(norm_in),
+                    "norm_in": input_norm,
                     "norm_mid": pair(attrgetter(norm_mid)(layer)),
                     "norm_out": pair(attrgetter(norm_out)(layer)),
                     "heads": int(model.config.num_attention_heads),
                 }
             )
-            norm_in = attrgetter(norm_out)(layer)
+            input_norm = pair(attrgetter(norm_out)(layer))
         return read
     raise UnsupportedEncoderError(
         f"{type(model).__name__}: its layers are not laid out as BERT's or DistilBERT's; "
