@@ -165,7 +165,7 @@ def test_a_standardized_cosine_head_scores_a_pair_the_same_either_way_round():
     torch.manual_seed(0)
     u, v = torch.randn(64, 3, 8) * 2 + 1, torch.randn(64, 3, 8) * 0.5 - 1
     train = pair_features(u, v)
-    moments = (train.mean(0), train.std(0))
+    moments = (train.mean(0), train.std(0, correction=0))
     for spec in ({"type": "cosine"}, {"type": "cosine", "residual": 4}):
         head = standardized(build_head(spec, layers=3, hidden=len(PAIR_PARTS) * 8, outputs=1), moments)
         with torch.no_grad():
@@ -177,6 +177,28 @@ def test_a_standardized_cosine_head_scores_a_pair_the_same_either_way_round():
         torch.testing.assert_close(head.mean[:, :8], pooled, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(head.mean[:, 8:16], pooled, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(head.mean[:, 16:], moments[0][:, 16:])
+        pooled_std = torch.cat([u, v]).std(0, correction=0)  # the means' spread included
+        torch.testing.assert_close(1 / head.inv_std[:, 8:16], pooled_std, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(1 / head.inv_std[:, 16:], moments[1][:, 16:])
+
+
+def test_a_cosine_head_fitted_to_a_batch_answers_its_labels_on_their_own_scale():
+    """``fit_output`` reads a batch as the head will (the input standardized, the labels in standard
+    units) and the wrapper turns answers back to the labels' scale: labels that are a line of the
+    head's own cosine, with a mean of 10 and a spread of 3, are answered exactly from the start."""
+    from bertvision.features.encode import pair_features
+    from bertvision.models.heads import build_head, fit_output, standardized
+
+    torch.manual_seed(0)
+    x = pair_features(torch.randn(64, 3, 8) * 2 + 1, torch.randn(64, 3, 8) * 0.5 - 1)
+    head = build_head({"type": "cosine"}, layers=3, hidden=len(PAIR_PARTS) * 8, outputs=1)
+    head = standardized(head, (x.mean(0), x.std(0)), (torch.tensor(10.0), torch.tensor(3.0)))
+    with torch.no_grad():
+        head.head.layer_logits.normal_()
+        cosine = head.head.cosine(head.standardize_input(x))[:, 0]
+        labels = 10 + 3 * (cosine - cosine.mean()) / cosine.std(correction=0)
+        fit_output(head, x, labels, 1)
+        torch.testing.assert_close(head(x)[:, 0], labels, atol=1e-4, rtol=1e-4)
 
 
 def test_a_cosine_head_saved_with_each_sides_own_moments_loads_as_saved_and_says_so(tmp_path, caplog):
