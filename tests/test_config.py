@@ -171,6 +171,19 @@ def test_task_overrides_merge_over_global_settings():
             lambda c: c.update({"heads": {"models": {"x": {"type": "adapter", "width": 0}}}}),
             r"heads.models.x.width: 0 is less than the minimum of 1",
         ),
+        # a head option's bounds come from the registry: past them, the job divided by zero or failed
+        (
+            lambda c: c.update({"heads": {"models": {"x": {"type": "ladder", "attention_heads": 0}}}}),
+            r"heads.models.x.attention_heads: 0 is less than the minimum of 1",
+        ),
+        (
+            lambda c: c.update({"heads": {"models": {"x": {"type": "cnn", "kernel": 0}}}}),
+            r"heads.models.x.kernel: 0 is less than the minimum of 1",
+        ),
+        (
+            lambda c: c.update({"heads": {"models": {"x": {"type": "lp", "dropout": 1.5}}}}),
+            r"heads.models.x.dropout: 1.5 is greater than the maximum of 1",
+        ),
         (lambda c: c.update({"data": {"selection_fraction": 1.5}}), r"data.selection_fraction: 1.5 is greater"),
         # numpy's generator takes no negative seed: the download failed with a traceback
         (lambda c: c.update({"data": {"seed": -1}}), r"data.seed: -1 is less than the minimum of 0"),

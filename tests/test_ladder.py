@@ -99,6 +99,8 @@ def test_blocks_and_top_layers_shape_the_ladder():
     assert head.first_layer == 3 and head.down_weight.shape == (4, 384, 48)
     assert head.merge_before == [2, 3, 4] and len(head.blocks) == 3
     assert len(build_head({"type": "ladder", "blocks": 0}, 7, 384, 2).blocks) == 0
+    narrow = build_head({"type": "ladder", "reduction": 64, "attention_heads": 1}, 3, 32, 2)  # one side dimension
+    assert narrow.down_weight.shape == (3, 32, 1) and narrow(*padded_batch([2, 3], layers=3, hidden=32)).shape == (2, 2)
     with pytest.raises(ValueError, match="side width 48 .* not divisible by attention_heads 5"):
         build_head({"type": "ladder", "attention_heads": 5}, 7, 384, 2)
 
