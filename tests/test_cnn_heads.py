@@ -73,6 +73,37 @@ def test_cnn_parameter_count(pool, adapter, kernel, channels, dilation):
     front = (L + 1 if pool == "lp" else 0) + (H * adapter + adapter)
     assert count_parameters(head) == front + inputs * kernel * channels + channels + channels * width * C + C
     assert head(torch.randn(5, L, H)).shape == (5, C)  # 'same' padding keeps the width, even kernels too
+    assert head.conv.dilation == (dilation,)
+
+
+@pytest.mark.parametrize("head_type", ["cnn", "xception"])
+def test_the_layer_pools_read_every_layer_and_lps_scale_multiplies_the_mix(head_type):
+    """``pool: mean`` and ``lp`` at its even start see the layers' mean: the layers in another order
+    give the same output; ``lp``'s scale multiplies the mix before the adapter."""
+    torch.manual_seed(0)
+    L, H = 4, 64
+    x = torch.randn(6, L, H)
+    shuffled = x.roll(1, dims=1)  # every layer moved
+    for pool in ("mean", "lp"):
+        head = build_head({"type": head_type, "pool": pool, "adapter_width": 16}, L, H, 2).eval()
+        with torch.no_grad():
+            torch.testing.assert_close(head(x), head(shuffled))
+            assert not torch.allclose(head(x), head(x * torch.linspace(0.2, 1.8, L)[:, None]))
+    head = build_head({"type": head_type, "pool": "lp", "adapter_width": 16}, L, H, 2).eval()
+    with torch.no_grad():
+        unscaled = head(2 * x)
+        head.front.gamma.fill_(2.0)
+        torch.testing.assert_close(head(x), unscaled)
+
+
+def test_xceptions_cls_residual_appends_the_last_layers_state():
+    head = build_head({"type": "xception", "cls_residual": True}, 4, 64, 1).eval()
+    x = torch.randn(3, 4, 64)
+    with torch.no_grad():
+        head.classifier.weight.zero_()
+        head.classifier.weight[0, -64:] = 1.0
+        head.classifier.bias.zero_()
+        torch.testing.assert_close(head(x)[:, 0], x[:, -1].sum(dim=1))
 
 
 def test_cnn_default_size_on_minilm():

@@ -62,12 +62,32 @@ def test_adapter_matches_original_paper_size():
 
 
 def test_independent_adapter_uses_one_projection_per_layer():
-    head = adapter(3, 8, 2, width=4, shared=False)
-    x = torch.randn(5, 3, 8)
-    z = torch.einsum("blh,lha->bla", x, head.weight) + head.bias
-    for layer in range(3):
-        expected = x[:, layer] @ head.weight[layer] + head.bias[layer]
-        assert torch.allclose(z[:, layer], expected, atol=1e-6)
+    """With every projection but layer 0's zero, only layer 0's states reach the output."""
+    head = adapter(3, 8, 2, width=4, shared=False).eval()
+    with torch.no_grad():
+        head.weight[1:] = 0.0
+        head.bias[1:] = 0.0
+        x = torch.randn(5, 3, 8)
+        other_layers = torch.cat([x[:, :1], torch.randn(5, 2, 8)], dim=1)
+        assert torch.equal(head(x), head(other_layers))
+        assert not torch.allclose(head(x), head(torch.cat([torch.randn(5, 1, 8), x[:, 1:]], dim=1)))
+
+
+PER_EXAMPLE_WITH_DROPOUT = [
+    name for name, t in HEAD_TYPES.items() if "dropout" in t.options and not t.token_level and not t.sequence
+]
+
+
+@pytest.mark.parametrize("name", PER_EXAMPLE_WITH_DROPOUT)
+def test_a_heads_dropout_is_live_in_training_and_off_in_evaluation(name):
+    torch.manual_seed(0)
+    head = build_head({"type": name, "dropout": 0.5}, 3, 64, 2)
+    with torch.no_grad():
+        for parameter in head.parameters():  # the cosine head's output layer starts at zero
+            parameter.normal_()
+        x = torch.randn(16, 3, 64)
+        assert not torch.allclose(head.train()(x), head(x))
+        assert torch.equal(head.eval()(x), head(x))
 
 
 def test_skip_concatenates_last_layer():
