@@ -541,6 +541,10 @@ def test_a_model_folder_of_pickle_weights_is_refused_by_its_key(tiny_bert, tmp_p
         ConfigError, match=rf"backbones.m.pretrained: {folder}: holds only pickle weights \(pytorch_model.bin\)"
     ):
         WorkflowSettings(validate_config(config))
+    # sharded safetensors (an index and its parts) are safetensors
+    (folder / "pytorch_model.bin").rename(folder / "model-00001-of-00001.safetensors")
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {}}))
+    WorkflowSettings(validate_config(config))
 
 
 def test_a_model_folder_without_a_tokenizer_is_refused_by_its_key(tiny_bert, tmp_path):
@@ -581,6 +585,10 @@ def test_a_hub_id_is_not_a_missing_folder():
     for ref in ("bert-base-uncased", "google/electra-small-discriminator"):
         config = minimal()
         config["backbones"]["m"]["pretrained"] = ref
+        WorkflowSettings(validate_config(config))
+    # a path of more than two parts is no hub id: a typo is named, not sent to the hub
+    config["backbones"]["m"]["pretrained"] = "models/minilm/v2"
+    with pytest.raises(ConfigError, match=r"backbones.m.pretrained: models/minilm/v2: no such local directory"):
         WorkflowSettings(validate_config(config))
 
 
@@ -920,6 +928,8 @@ def test_a_max_length_past_the_encoders_positions_is_refused_by_its_key(tmp_path
     tokenizer_config = json.loads((roberta / "tokenizer_config.json").read_text())
     (roberta / "tokenizer_config.json").write_text(json.dumps({**tokenizer_config, "model_max_length": 512}))
     assert position_limit(str(roberta)) == 512
+    (roberta / "tokenizer_config.json").write_text(json.dumps({**tokenizer_config, "model_max_length": 128}))
+    assert position_limit(str(roberta)) == 128  # a tokenizer that takes fewer tokens than the positions
     # a tokenizer that declares no real bound (converted checkpoints): the positions after the
     # padding id are the limit, and the model takes exactly that many tokens
     (roberta / "tokenizer_config.json").write_text(json.dumps({**tokenizer_config, "model_max_length": 10**30}))

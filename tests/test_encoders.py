@@ -326,3 +326,13 @@ def test_a_vocabulary_that_marks_a_words_start_gives_probe_texts_without_the_mar
         model = models.Unigram([(p, -1.0) for p in pieces], unk_id=2)
     texts = probe_texts(PreTrainedTokenizerFast(tokenizer_object=Tokenizer(model)))
     assert {w for t in texts for w in t.split()} <= set(words) and len({w for t in texts for w in t.split()}) > 1
+
+
+def test_the_recorded_encoder_size_leaves_out_the_pooler_whichever_model_computed_the_states(tiny_bert):
+    from bertvision.models.encoder_io import bare_encoder_parameter_count, load_encoder, load_task_model
+
+    bare = load_encoder(str(tiny_bert))
+    size = sum(p.numel() for p in bare.parameters())
+    assert bare_encoder_parameter_count(bare) == size
+    for kind in ("classification", "span"):
+        assert bare_encoder_parameter_count(load_task_model(str(tiny_bert), kind)) == size
