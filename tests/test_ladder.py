@@ -105,6 +105,20 @@ def test_blocks_and_top_layers_shape_the_ladder():
         build_head({"type": "ladder", "attention_heads": 5}, 7, 384, 2)
 
 
+@pytest.mark.parametrize("options", [{"blocks": 0}, {"blocks": 0, "top_layers": 2}, {"blocks": 2, "top_layers": 3}])
+def test_gates_shut_on_the_stream_leave_only_the_top_layer(options):
+    """Each gate mixes its ladder into the stream (g * ladder + (1 - g) * stream): with every gate
+    at 1 the stream is the top layer's ladder from its merge on, whatever the layers below hold."""
+    head = randomized_ladder(layers=5, **options)
+    with torch.no_grad():
+        head.gate_logits.fill_(50.0)
+        x, mask = padded_batch([3, 4], layers=5)
+        lower_changed = torch.cat([torch.randn_like(x[:, :, :-1]), x[:, :, -1:]], dim=2)
+        top_changed = torch.cat([x[:, :, :-1], torch.randn_like(x[:, :, -1:])], dim=2)
+        torch.testing.assert_close(head(x, mask), head(lower_changed, mask))
+        assert not torch.allclose(head(x, mask), head(top_changed, mask))
+
+
 def test_parameters_as_reported():
     """MiniLM-L6 (7 states of 384) with the defaults: side width d = 384 / 8 = 48;
     ladders 7 * (384 * 48 + 48) = 129,360; gates 7; two side blocks of 8d^2 + 11d = 18,960
