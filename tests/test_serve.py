@@ -12,6 +12,7 @@ import json
 import logging
 import shutil
 import socket
+import struct
 import threading
 import time
 
@@ -1035,6 +1036,44 @@ V2_BAD = [
         413,
         "inputs",
     ),
+    # each of these was a 500 or a silent 200 had its check gone
+    ("mrpc", [text_tensor("text_a", ["a"])], 400, "body"),
+    ("mrpc", {"inputs": [1]}, 400, "inputs[0]"),
+    ("mrpc", {"inputs": [text_tensor("text_a", [1]), text_tensor("text_b", ["b"])]}, 400, "inputs.text_a"),
+    (
+        "mrpc",
+        {"inputs": [text_tensor("text_a", ["a"]), text_tensor("text_b", ["b"])], "parameters": {"head": 5}},
+        400,
+        "parameters.head",
+    ),
+    ("mrpc", {"inputs": [text_tensor("text_a", ["a"]), text_tensor("text_a", ["b"])]}, 400, "inputs[1].name"),
+    (
+        "mrpc",
+        {"inputs": [text_tensor("text_a", ["a"], shape=[1, 1, 1]), text_tensor("text_b", ["b"])]},
+        400,
+        "inputs.text_a.shape",
+    ),
+    (
+        "mrpc",
+        {"inputs": [text_tensor("text_a", ["a", "b"], shape=[1, 2]), text_tensor("text_b", ["b"])]},
+        400,
+        "inputs.text_a.shape",
+    ),
+    (
+        "mrpc",
+        {"inputs": [text_tensor("text_a", [["a", "b"], []], shape=[2, 1]), text_tensor("text_b", ["b", "c"])]},
+        400,
+        "inputs.text_a.data",
+    ),
+    (
+        "mrpc",
+        {
+            "inputs": [text_tensor("text_a", ["a"]), text_tensor("text_b", ["b"])],
+            "outputs": [{"name": "label", "parameters": "x"}],
+        },
+        400,
+        "outputs[0].parameters",
+    ),
 ]
 
 
@@ -1108,6 +1147,26 @@ def test_binary_bytes_no_tensor_declares_are_refused(server):
     assert body(b"").status_code == 200
     response = body(b"GARBAGE")
     assert response.status_code == 400 and response.json()["field"] == "inputs", response.text
+
+
+@pytest.mark.parametrize(
+    "text_a, header_extra, field, problem",
+    [
+        (struct.pack("<I", 4) + b"caf\xe9", 0, "inputs.text_a", "not UTF-8 text"),
+        (struct.pack("<I", 1) + b"a" + b"\x01\x00", 0, "inputs.text_a", "ends inside an element's length"),
+        (struct.pack("<I", 1) + b"a", 100, "Inference-Header-Content-Length", "but the body has"),
+    ],
+    ids=["latin-1", "cut-length", "header-past-body"],
+)
+def test_a_binary_tensor_that_cannot_be_read_is_a_400_naming_it(server, text_a, header_extra, field, problem):
+    text_b = struct.pack("<I", 1) + b"b"
+    inputs = [{"name": n, "datatype": "BYTES", "shape": [1], "parameters": {"binary_data_size": len(e)}}
+              for n, e in (("text_a", text_a), ("text_b", text_b))]  # fmt: skip
+    header = json.dumps({"inputs": inputs}).encode()
+    headers = {"Inference-Header-Content-Length": str(len(header) + header_extra)}
+    response = server.client.post("/v2/models/mrpc/infer", content=header + text_a + text_b, headers=headers)
+    assert response.status_code == 400, response.text
+    assert response.json()["field"] == field and problem in response.json()["error"], response.text
 
 
 def test_a_binary_element_whose_length_runs_past_its_tensor_is_refused_not_cut(server):
