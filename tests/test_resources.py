@@ -42,6 +42,9 @@ def test_finetune_request_scales_with_model_length_batch_data_and_attempt():
     retry = finetune_request(BASE, **{**args, "attempt": 2})
     assert retry["mem_mb"] > base["mem_mb"] and retry["runtime"] == 2 * base["runtime"]
     assert finetune_request(BASE, **{**args, "gpus": 1})["runtime"] < base["runtime"]
+    # torchrun runs a process per GPU, each loading the weights: four ranks asked what one did
+    one_rank = finetune_request(BASE, **{**args, "gpus": 1})["mem_mb"]
+    assert finetune_request(BASE, **{**args, "gpus": 4})["mem_mb"] == 4 * one_rank
 
 
 def test_jobs_that_train_nothing_ask_for_the_weights_they_load_not_for_training():

@@ -117,7 +117,8 @@ def finetune_request(
     """Host memory: on CPU, weights, gradients, two AdamW moments and a copy of the best
     weights (20 B/parameter) plus the activations of one micro-batch (attempt n splits batches
     into 2^(n-1)) that autograd keeps for the backward; with GPUs those live on the device and
-    the host holds the weights while loading and saving checkpoints."""
+    the host holds the weights while loading and saving checkpoints, in each of torchrun's
+    processes (one per GPU), each with its own interpreter."""
     micro = math.ceil(min(batch_size, rows) / 2 ** (attempt - 1))
     per_token = ACTIVATION_FLOATS * shape.hidden + ATTENTION_FLOATS * shape.attention_heads * max_length
     activations = micro * max_length * shape.layers * per_token * 4
@@ -125,7 +126,7 @@ def finetune_request(
     host = 8 * shape.parameters if gpus else 20 * shape.parameters + activations
     tokens = rows * (epochs + EVAL_SHARE * (1 + epochs)) * max_length * MEAN_FILL
     return {
-        "mem_mb": attempt * _mb(host),
+        "mem_mb": attempt * max(gpus, 1) * _mb(host),
         "runtime": _minutes(6 * shape.parameters * tokens, "gpu" if gpus else "cpu", attempt),
     }
 
