@@ -188,8 +188,11 @@ def heads_request(
     gpus: int = 0,
     batch_size: int = 32,
     training: bool = True,
+    train_fraction: float = 1.0,
 ) -> dict:
-    """[CLS] features: the training features as float32 (at most ``in_memory_max_mb``; larger
+    """``rows``: the train split's; a data-fraction job (``train_fraction``) trains on its share
+    but reads the held-out splits whole, and token-level states of every row while they fit.
+    [CLS] features: the training features as float32 (at most ``in_memory_max_mb``; larger
     ones stream) twice (the data and the next epoch's shuffled copy), plus the held-out splits.
     Stored token-level features: every split as float16 while they fit in ``in_memory_max_mb``,
     else what fits plus a reader's buffers of that bound (``features.token_reader``), and the
@@ -201,12 +204,13 @@ def heads_request(
     splits. ``gpus``: the job trains (and streams) on a GPU."""
     per_row = (shape.layers + 1) * shape.hidden * 4 * (max_length * MEAN_FILL if token_level else 1)
     bound = in_memory_max_mb * 2**20
-    held = min(bound, rows * per_row)
-    work = n_runs * max_epochs * rows * per_row * 64  # ~ an adapter of width 64 per float, forward + backward
+    trained = math.ceil(rows * train_fraction)
+    held = min(bound, trained * per_row)
+    work = n_runs * max_epochs * trained * per_row * 64  # ~ an adapter of width 64 per float, forward + backward
     device = "gpu" if gpus else "cpu"
     if token_level and not streamed:
         stored = (1 + EVAL_SHARE) * rows * per_row / 2  # float16
-        windows = WINDOWS_PER_ROW * rows
+        windows = WINDOWS_PER_ROW * trained
         batch_rows = min(batch_size, windows)
         in_flight = min(TRAINING_BATCHES_HELD, math.ceil(windows / batch_size) + 2) if training else 1
         batches = in_flight * batch_rows * max_length * (shape.layers + 1) * shape.hidden * 4
@@ -217,8 +221,8 @@ def heads_request(
             "mem_mb": attempt * _mb(2 * held + EVAL_SHARE * rows * per_row),
             "runtime": _minutes(work, device, attempt),
         }
-    encoder_tokens = rows * (max_epochs + 1 + EVAL_SHARE) * max_length * MEAN_FILL
-    batch_states = min(64, WINDOWS_PER_ROW * rows) * max_length * (shape.layers + 1) * shape.hidden * 4 * 2
+    encoder_tokens = (trained * (max_epochs + 1) + rows * EVAL_SHARE) * max_length * MEAN_FILL
+    batch_states = min(64, WINDOWS_PER_ROW * trained) * max_length * (shape.layers + 1) * shape.hidden * 4 * 2
     return {
         # the encoder's weights twice: loaded from a checkpoint while the model is built
         "mem_mb": attempt * _mb(8 * shape.parameters + batch_states + min(held, EVAL_SHARE * rows * per_row)),

@@ -5,8 +5,6 @@ resource (``rules/common.smk`` ``request``); the estimates themselves are
 
 from __future__ import annotations
 
-import math
-
 from bertvision.config.workflow import WorkflowSettings
 from bertvision.layout import Checkpoint
 from bertvision.plan import estimates as estimate
@@ -114,9 +112,9 @@ class RuleRequests:
 
     def _heads(self, wildcards, attempt: int, runs: dict | None, gpus: int, training: bool) -> dict:
         task = wildcards.task
-        rows = math.ceil(self.s.train_rows(task) * float(getattr(wildcards, "train_fraction", 1)))
         return estimate.heads_request(
-            self.shape(wildcards.model), rows, self.s.max_length(task), self.s.feature_level(task) == "tokens",
-            attempt=attempt, streamed=not self.s.store(task), gpus=gpus, training=training,
+            self.shape(wildcards.model), self.s.train_rows(task), self.s.max_length(task),
+            self.s.feature_level(task) == "tokens", attempt=attempt, streamed=not self.s.store(task), gpus=gpus,
+            training=training, train_fraction=float(getattr(wildcards, "train_fraction", 1)),
             **self.s.head_job_terms(task, runs),
         )  # fmt: skip
