@@ -3,6 +3,7 @@ the batch, the data and the attempt."""
 
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 
@@ -115,7 +116,7 @@ def test_head_jobs_are_sized_by_each_heads_own_settings():
     assert both["max_epochs"] == 30 and both["batch_size"] == 64 and both["in_memory_max_mb"] == 4096
     assert both["n_runs"] == pytest.approx(2 + 2 * 3 / 30)  # the short head's trainings weigh a tenth
     alone = settings.head_job_terms("mrpc", {"short": 2})
-    assert alone == {"n_runs": 2, "max_epochs": 3, "batch_size": 64, "in_memory_max_mb": 4096}
+    assert alone == {"n_runs": 2, "max_epochs": 3, "batch_size": 64, "in_memory_max_mb": 4096, "reads_encoder": False}
     # a job that only applies trained heads: one training with the task's settings
     assert settings.head_job_terms("mrpc") == {
         "n_runs": 1,
@@ -329,6 +330,25 @@ def test_each_training_job_is_sized_by_the_work_it_does():
         gpus=0,
     )
     assert tokens.heads(share, 1, {"lp": 3})["mem_mb"] == tokens.heads(job, 1, {"lp": 3})["mem_mb"]
+
+
+def test_a_head_job_whose_ladder_starts_from_the_encoder_asks_for_its_weights_too():
+    """``init: encoder`` loads the checkpoint's encoder and keeps its layers as float32 (1,273 MiB
+    at bert-large), which the request left out."""
+    from bertvision.plan.requests import RuleRequests
+    from tests.conftest import workflow_settings
+
+    def request(init):
+        settings = workflow_settings(
+            backbones={"m": {"pretrained": "random:bert-large"}},
+            data={"source": "hub"},
+            tasks={"mrpc": {"token_features": True}},
+            heads={"models": {"side": {"type": "ladder", "init": init}}},
+        )
+        job = SimpleNamespace(model="m", task="mrpc", ftseed="1", checkpoint="1")
+        return RuleRequests(settings, gpus=0).heads(job, 1, {"side": 3})["mem_mb"]
+
+    assert request("encoder") >= request("random") + 4 * LARGE.parameters / 2**20
 
 
 def test_a_data_fraction_head_job_asks_for_what_it_reads_not_only_its_share():

@@ -368,8 +368,9 @@ class WorkflowSettings(SharedEncoderSettings, ComparisonSettings):
         arguments), from the final settings of its heads; ``trainings``: head name -> how often
         the job trains it (its seeds, or a search worker's trials). The job's epochs are its
         longest head's ``max_epochs`` (streamed heads train in lockstep); ``n_runs`` weights each
-        training by its type's cost and its share of those epochs. None: a job that applies
-        trained heads, sized as one training with the task's settings."""
+        training by its type's cost and its share of those epochs; ``reads_encoder``: a head starts
+        from the encoder's own layers, which the job holds. None: a job that applies trained
+        heads, sized as one training with the task's settings."""
         if trainings is None:
             own = self.head_training(task)
             keys = ("max_epochs", "batch_size", "in_memory_max_mb")
@@ -383,6 +384,7 @@ class WorkflowSettings(SharedEncoderSettings, ComparisonSettings):
             "max_epochs": epochs,
             "batch_size": max(head.training.batch_size for head in heads.values()),
             "in_memory_max_mb": HeadSettings.memory_mb(heads.values()),
+            "reads_encoder": any(self.task_heads(task).get(name, {}).get("init") == "encoder" for name in trainings),
         }
 
     def head_runtime(self, gpus: int = 0) -> HeadRuntimeSettings:

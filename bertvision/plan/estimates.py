@@ -189,6 +189,7 @@ def heads_request(
     batch_size: int = 32,
     training: bool = True,
     train_fraction: float = 1.0,
+    reads_encoder: bool = False,
 ) -> dict:
     """``rows``: the train split's; a data-fraction job (``train_fraction``) trains on its share
     but reads the held-out splits whole, and token-level states of every row while they fit.
@@ -201,13 +202,15 @@ def heads_request(
     ``training`` False). ``streamed`` (``store: false``): no training features are held; instead
     the frozen encoder (its weights and one batch's states) runs a forward pass over the
     training rows every epoch, once more for the input statistics, and once over the held-out
-    splits. ``gpus``: the job trains (and streams) on a GPU."""
+    splits. ``gpus``: the job trains (and streams) on a GPU. ``reads_encoder``: a head starts
+    from the encoder's layers (ladder ``init: encoder``), which the job loads and keeps as float32."""
     per_row = (shape.layers + 1) * shape.hidden * 4 * (max_length * MEAN_FILL if token_level else 1)
     bound = in_memory_max_mb * 2**20
     trained = math.ceil(rows * train_fraction)
     held = min(bound, trained * per_row)
     work = n_runs * max_epochs * trained * per_row * 64  # ~ an adapter of width 64 per float, forward + backward
     device = "gpu" if gpus else "cpu"
+    encoder = 4 * shape.parameters if reads_encoder else 0
     if token_level and not streamed:
         stored = (1 + EVAL_SHARE) * rows * per_row / 2  # float16
         windows = WINDOWS_PER_ROW * trained
@@ -215,17 +218,20 @@ def heads_request(
         in_flight = min(TRAINING_BATCHES_HELD, math.ceil(windows / batch_size) + 2) if training else 1
         batches = in_flight * batch_rows * max_length * (shape.layers + 1) * shape.hidden * 4
         buffers = max(bound, batches) if stored > bound else batches
-        return {"mem_mb": attempt * _mb(min(stored, bound) + buffers), "runtime": _minutes(work, device, attempt)}
+        return {
+            "mem_mb": attempt * _mb(encoder + min(stored, bound) + buffers),
+            "runtime": _minutes(work, device, attempt),
+        }
     if not streamed:
         return {
-            "mem_mb": attempt * _mb(2 * held + EVAL_SHARE * rows * per_row),
+            "mem_mb": attempt * _mb(encoder + 2 * held + EVAL_SHARE * rows * per_row),
             "runtime": _minutes(work, device, attempt),
         }
     encoder_tokens = (trained * (max_epochs + 1) + rows * EVAL_SHARE) * max_length * MEAN_FILL
     batch_states = min(64, WINDOWS_PER_ROW * trained) * max_length * (shape.layers + 1) * shape.hidden * 4 * 2
     return {
         # the encoder's weights twice: loaded from a checkpoint while the model is built
-        "mem_mb": attempt * _mb(8 * shape.parameters + batch_states + min(held, EVAL_SHARE * rows * per_row)),
+        "mem_mb": attempt * _mb(encoder + 8 * shape.parameters + batch_states + min(held, EVAL_SHARE * rows * per_row)),
         "runtime": attempt
         * max(
             MIN_MINUTES,
