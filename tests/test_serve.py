@@ -749,13 +749,68 @@ def test_a_failing_request_fails_alone_and_the_worker_keeps_running():
             later = await batcher.submit([TextItem(("c",), {})], [])
         finally:
             await batcher.stop()
-        return results, later
+        return results, later, batcher.stats
 
-    results, later = asyncio.run(scenario())
+    results, later, stats = asyncio.run(scenario())
     assert results[0] == (["answer a"], []) and results[2] == (["answer b"], [])
     assert isinstance(results[1], BatchFailed) and "ValueError: boom" in str(results[1])
     assert later == (["answer c"], [])
     assert calls[0] == 3  # one batch first, then one by one
+    assert stats.failed == 1 and stats.requests == 4
+
+
+def answer_each(texts, questions):
+    return [f"t:{t.texts[0]}" for t in texts], [f"q:{q.question}" for q in questions]
+
+
+def test_a_batch_fills_to_its_bound_and_each_request_gets_its_own_answers():
+    """Requests of texts and questions share batches of at most five inputs; the bound is
+    reached exactly when the requests fill it, one that does not fit waits for the next batch,
+    and each request gets exactly its own answers."""
+    from bertvision.serving.batching import Batcher
+    from bertvision.serving.items import QuestionItem, TextItem
+
+    batches = []
+
+    def request(name, texts, questions):
+        return (
+            [TextItem((f"{name}{i}",), {}) for i in range(texts)],
+            [QuestionItem(f"{name}{i}?", "c", {}) for i in range(questions)],
+        )
+
+    sizes = {"a": (2, 1), "b": (1, 2), "c": (2, 0), "d": (0, 2), "e": (1, 0)}
+
+    async def scenario():
+        batcher = Batcher(answer_each, max_batch_size=5, max_wait_ms=200, observer=lambda *b: batches.append(b[:2]))
+        await batcher.start()
+        try:
+            asks = [batcher.submit(*request(name, *n)) for name, n in sizes.items()]
+            return await asyncio.wait_for(asyncio.gather(*asks), 10)
+        finally:
+            await batcher.stop()
+
+    answers = asyncio.run(scenario())
+    for (name, (texts, questions)), got in zip(sizes.items(), answers, strict=True):
+        assert got == ([f"t:{name}{i}" for i in range(texts)], [f"q:{name}{i}?" for i in range(questions)])
+    assert batches == [(1, 3), (2, 5), (2, 3)]  # (requests, inputs): a (b did not fit beside it), b + c, d + e
+
+
+def test_stopping_answers_a_request_the_worker_holds_while_it_waits_for_more():
+    """A request the worker has taken from the queue, waiting up to max_wait_ms for others to
+    join its batch, is neither queued nor running: stop() took the worker for idle, cancelled it
+    and the request was never answered."""
+    from bertvision.serving.batching import Batcher
+    from bertvision.serving.items import TextItem
+
+    async def scenario():
+        batcher = Batcher(answer_each, max_batch_size=8, max_wait_ms=500)
+        await batcher.start()
+        ask = asyncio.ensure_future(batcher.submit([TextItem(("a",), {})], []))
+        await asyncio.sleep(0.1)  # the worker has it, and waits for more
+        await batcher.stop(drain_seconds=5)
+        return await asyncio.wait_for(ask, 2)
+
+    assert asyncio.run(scenario()) == (["t:a"], [])
 
 
 # --- the command line ------------------------------------------------------------------------------

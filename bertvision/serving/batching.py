@@ -73,7 +73,7 @@ class Batcher:
             raise ValueError("max_batch_size must be at least 1")
         self.run, self.max_batch_size, self.max_wait = run, max_batch_size, max(0.0, max_wait_ms) / 1000
         self.max_queued, self.observer = max_queued, observer
-        self._busy = False
+        self._busy = False  # a batch is being gathered or run: its requests are neither queued nor answered
         self.stats = BatchStats()
         self._queue: asyncio.Queue[QueuedRequest] | None = None
         self._held: QueuedRequest | None = None  # taken from the queue but left for the next batch (it did not fit)
@@ -115,7 +115,10 @@ class Batcher:
         while True:
             try:
                 jobs = await self._collect()
-                await self._run(jobs)
+                try:
+                    await self._run(jobs)
+                finally:
+                    self._busy = False
             except asyncio.CancelledError:
                 raise
             except Exception:  # a bug here must not stop the service
@@ -123,7 +126,7 @@ class Batcher:
 
     async def _collect(self) -> list[QueuedRequest]:
         first = self._held or await self._queue.get()
-        self._held = None
+        self._held, self._busy = None, True
         jobs, size = [first], first.size
         deadline = time.monotonic() + self.max_wait
         while size < self.max_batch_size:
@@ -151,7 +154,6 @@ class Batcher:
         texts = [t for job in jobs for t in job.texts]
         questions = [q for job in jobs for q in job.questions]
         t0 = time.perf_counter()
-        self._busy = True
         try:
             text_results, question_results = await asyncio.to_thread(self.run, texts, questions)
         except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
@@ -182,8 +184,6 @@ class Batcher:
                     )
                 )
             return
-        finally:
-            self._busy = False
         seconds = time.perf_counter() - t0
         self.stats.record(len(jobs))
         if self.observer is not None:
