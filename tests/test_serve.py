@@ -962,6 +962,34 @@ def test_the_protocol_client_gets_the_native_apis_answers(server, bundle, binary
     assert np.allclose(answerable.as_numpy("logits"), want, atol=1e-6)
 
 
+def test_a_json_protocol_answer_echoes_the_id_and_types_each_output_as_the_protocol_says(server, bundle):
+    from bertvision.serving.v2 import MODEL_VERSION
+
+    pairs = [PAIR, ["The cat sat.", "Stocks fell."]]
+    inputs = [text_tensor("text_a", [p[0] for p in pairs]), text_tensor("text_b", [p[1] for p in pairs])]
+    answer = v2_post(server, "mrpc", {"id": "r1", "inputs": inputs}).json()
+    assert (answer["id"], answer["model_name"], answer["model_version"]) == ("r1", "mrpc", MODEL_VERSION)
+    types = {"label": "BYTES", "label_id": "INT64", "probabilities": "FP32", "logits": "FP32"}
+    assert {o["name"]: o["datatype"] for o in answer["outputs"]} == types
+    declared = server.client.get("/v2/models/mrpc").json()["outputs"]
+    assert {t["name"]: (t["datatype"], t["shape"]) for t in declared} == {
+        name: (datatype, [-1] if name.startswith("label") else [-1, 2]) for name, datatype in types.items()
+    }
+    outputs = {o["name"]: o for o in answer["outputs"]}
+    native = post(server, {"texts": pairs, "tasks": ["mrpc"]}).json()["predictions"]
+    names = bundle.tasks["mrpc"].label_names
+    assert outputs["label_id"]["data"] == [names.index(p["mrpc"]["label"]) for p in native]
+    assert outputs["probabilities"]["shape"] == [2, 2] and outputs["label"]["shape"] == [2]
+    qa = {"inputs": [text_tensor("question", ["Who plays?"]), text_tensor("context", ["A man plays the guitar."])]}
+    answer = v2_post(server, "squad2", qa).json()
+    assert "id" not in answer
+    assert {o["name"]: o["datatype"] for o in answer["outputs"]} == {
+        "answer": "BYTES",
+        "has_answer": "BOOL",
+        "score_diff": "FP32",
+    }
+
+
 def v2_post(server, task, body, **kw):
     return server.client.post(f"/v2/models/{task}/infer", json=body, **kw)
 
