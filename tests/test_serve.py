@@ -568,6 +568,10 @@ BAD = [
     ({"qa": [{"question": "\u0301", "context": "Somebody did."}]}, 422, "qa[0].question"),
     # the replacement character (what a client decoding with errors="replace" sends): BERT's tokenizer drops it
     ({"texts": [["\ufffd\ufffd", "b"]]}, 422, "texts[0][0]"),
+    # inputs beside the ones the tasks asked take: they were answered with nothing
+    ({"texts": [PAIR], "qa": [{"question": "Who?", "context": "Somebody."}], "tasks": ["squad2"]}, 422, "texts"),
+    ({"texts": [PAIR], "qa": [{"question": "Who?", "context": "Somebody."}], "tasks": ["mrpc"]}, 422, "qa"),
+    ({"texts": [], "qa": [{"question": "Who?", "context": "Somebody."}]}, 422, "texts"),
 ]
 
 
