@@ -1406,6 +1406,31 @@ def test_shutdown_answers_every_queued_request(bundle):
     assert results == [200] * 6
 
 
+def test_a_model_that_fails_on_a_request_is_a_500_naming_its_error_in_each_api(bundle):
+    """Not the client's fault: a 500 with the model's error, in each API's own error form."""
+    from bertvision.serving.app import ServeSettings, create_app
+    from bertvision.serving.engine import Engine
+
+    engine = Engine(bundle.root, "cpu")
+    answer, failing = engine.predict, threading.Event()
+
+    def predict(texts, questions):
+        if failing.is_set():  # from after the start-up's warm-up pass
+            raise RuntimeError("CUDA out of memory")
+        return answer(texts, questions)
+
+    engine.predict = predict
+    with Server(create_app(bundle.root, ServeSettings(device="cpu"), engine=engine)) as running:
+        failing.set()
+        native = httpx.post(f"{running.url}/predict", json={"texts": [PAIR]}, timeout=60)
+        inputs = [text_tensor("text_a", [PAIR[0]]), text_tensor("text_b", [PAIR[1]])]
+        v2 = httpx.post(f"{running.url}/v2/models/mrpc/infer", json={"inputs": inputs}, timeout=60)
+        failing.clear()
+        assert httpx.post(f"{running.url}/predict", json={"texts": [PAIR]}, timeout=60).status_code == 200
+    assert native.status_code == 500 and "RuntimeError: CUDA out of memory" in native.json()["detail"], native.text
+    assert v2.status_code == 500 and "RuntimeError: CUDA out of memory" in v2.json()["error"], v2.text
+
+
 def test_the_serve_command_logs_json_access_lines_and_stops_cleanly_on_sigterm(bundle):
     import signal
     import subprocess
@@ -2024,6 +2049,11 @@ def test_a_request_at_each_limit_is_answered_and_questions_count_toward_the_inpu
     question = {"question": "Who sat?", "context": "The cat sat."}
     too_many = post(server, {"qa": [question] * (MAX_TEXTS + 1)})
     assert too_many.status_code == 413 and too_many.json()["field"] == "qa", too_many.text
+    body = json.dumps({"texts": [PAIR], "tasks": ["mrpc"]}).encode()
+    headers = {"content-type": "application/json"}
+    for padding, status in ((MAX_BODY - len(body), 200), (MAX_BODY - len(body) + 1, 413)):  # bytes: the body limit
+        response = server.client.post("/predict", content=body + b" " * padding, headers=headers)
+        assert response.status_code == status, response.text
 
 
 def test_an_input_the_native_api_answers_with_422_is_a_400_under_v2(server):
