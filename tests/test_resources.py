@@ -363,3 +363,34 @@ def test_a_data_fraction_head_job_asks_for_what_it_reads_not_only_its_share():
     assert alone["mem_mb"] < cls[0.1]["mem_mb"] < cls[1.0]["mem_mb"]
     streamed = {f: heads_request(BASE, token_level=True, streamed=True, train_fraction=f, **args) for f in (1.0, 0.1)}
     assert streamed[0.1]["runtime"] < streamed[1.0]["runtime"]
+
+
+def test_each_rules_request_reads_the_settings_that_size_its_job():
+    """Each setting that changes what a job holds or how long it runs reaches its request."""
+    from bertvision.plan.requests import RuleRequests
+    from tests.conftest import workflow_settings
+
+    def requests(tasks=None, gpus=0, **sections):
+        base = {"backbones": {"m": {"pretrained": "random:bert-base"}}, "data": {"source": "hub"}}
+        return RuleRequests(workflow_settings(**base, tasks=tasks or {"qqp": None}, **sections), gpus=gpus)
+
+    def job(task="qqp", checkpoint="1", **extra):
+        return SimpleNamespace(model="m", task=task, ftseed="1", checkpoint=checkpoint, **extra)
+
+    plain, tokens = requests(), requests({"qqp": {"token_features": True}})
+    assert tokens.extract(job(), 1)["mem_mb"] > plain.extract(job(), 1)["mem_mb"]
+    apart = requests({"stsb": None}, heads={"models": {"lp": {"type": "lp"}, "cos": {"type": "cosine"}}})
+    joint = requests({"stsb": None}, heads={"models": {"lp": {"type": "lp"}}})
+    assert apart.extract(job("stsb"), 1)["runtime"] > joint.extract(job("stsb"), 1)["runtime"]
+    # checkpoint 0 trains nothing: it loads the weights
+    assert plain.finetune(job(checkpoint="0"), 1)["mem_mb"] < plain.finetune(job(), 1)["mem_mb"]
+    assert requests(gpus=1).embed(job(), 1)["runtime"] < plain.embed(job(), 1)["runtime"]
+    one, two = (requests(peers={"lora": {"learning_rates": rates}}) for rates in ([1e-3], [1e-3, 5e-3]))
+    assert two.peer(job(peer="lora"), 1)["runtime"] > one.peer(job(peer="lora"), 1)["runtime"]
+    short, long = (requests(baseline={"epochs": e}) for e in (1, 6))
+    assert long.baseline(job(), 1)["runtime"] > short.baseline(job(), 1)["runtime"]
+    narrow, wide = (requests({"qqp": {"max_length": n}}) for n in (64, 512))
+    assert wide.data(job(), 1, tokens=True)["mem_mb"] > narrow.data(job(), 1, tokens=True)["mem_mb"]
+    # streamed states: the encoder's weights and passes, not the stored states (13,100 MB against 5,000)
+    streamed = requests({"qqp": {"store": False}}, gpus=1)
+    assert streamed.heads(job(), 1, {"lp": 3})["mem_mb"] < requests(gpus=1).heads(job(), 1, {"lp": 3})["mem_mb"]
