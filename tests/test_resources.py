@@ -15,6 +15,7 @@ from bertvision.plan.estimates import (
     extract_request,
     finetune_request,
     heads_request,
+    linear_peer_request,
     loading_request,
 )
 from tests.conftest import REPO
@@ -394,3 +395,23 @@ def test_each_rules_request_reads_the_settings_that_size_its_job():
     # streamed states: the encoder's weights and passes, not the stored states (13,100 MB against 5,000)
     streamed = requests({"qqp": {"store": False}}, gpus=1)
     assert streamed.heads(job(), 1, {"lp": 3})["mem_mb"] < requests(gpus=1).heads(job(), 1, {"lp": 3})["mem_mb"]
+
+
+def test_the_estimates_at_bert_large_are_the_figures_the_results_record():
+    """Every constant and term of the estimates pinned at BERT-large's shape (the relative tests
+    above pass for many wrong constants: a halved floor, a third of the compute): a change here
+    is a change to what docs/results/paper-requests.md records, to be rerun with it."""
+    assert LARGE.parameters == 333_770_752
+    assert loading_request(LARGE, 2) == {"mem_mb": 11200, "runtime": 30}
+    assert linear_peer_request(60000, 1024, 2, 1) == {"mem_mb": 6200, "runtime": 30}
+    assert encoding_request(LARGE, 64, 128, 60000, 0, 1) == {"mem_mb": 3500, "runtime": 7075}
+    assert finetune_request(LARGE, 32, 128, 60000, 3.0, 0, 1) == {"mem_mb": 20200, "runtime": 66443}
+    assert finetune_request(LARGE, 32, 128, 60000, 3.0, 1, 2) == {"mem_mb": 8200, "runtime": 168}
+    assert extract_request(LARGE, 64, 1024, 65536, 128, 60000, 2, False, 0, 1) == {"mem_mb": 5100, "runtime": 3539}
+    tokens = extract_request(LARGE, 64, 1024, 65536, 384, 130000, 4, True, 1, 1, apart=True)
+    assert tokens == {"mem_mb": 43100, "runtime": 279}
+    assert heads_request(LARGE, 60000, 128, False, 4096, 6, 20, 1) == {"mem_mb": 11900, "runtime": 95}
+    assert heads_request(LARGE, 130000, 384, True, 4096, 6, 2, 1) == {"mem_mb": 17500, "runtime": 4712}
+    streamed = heads_request(LARGE, 130000, 384, True, 4096, 6, 2, 2, streamed=True, gpus=1)
+    assert streamed == {"mem_mb": 29600, "runtime": 328}
+    assert heads_request(LARGE, 500, 128, False, 4096, 1, 2, 1) == {"mem_mb": 1200, "runtime": 10}
