@@ -46,8 +46,9 @@ def test_auto_precision_is_what_the_hardware_runs_fast(device_type, cuda_bf16, c
     for explicit in ("fp32", "bf16", "fp16"):  # an explicit precision is kept, whatever the hardware
         assert choose_precision(explicit, device_type, cuda_bf16, cpu_bf16) == explicit
     assert choose_precision("auto", device_type, cuda_bf16, cpu_bf16, forced="fp32") == "fp32"
-    with pytest.raises(ValueError, match=AUTO_PRECISION_ENV):
-        choose_precision("auto", device_type, cuda_bf16, cpu_bf16, forced="int8")
+    for forced in ("int8", "auto"):  # a forced precision is one to compute in, not another choice
+        with pytest.raises(ValueError, match=AUTO_PRECISION_ENV):
+            choose_precision("auto", device_type, cuda_bf16, cpu_bf16, forced=forced)
     with pytest.raises(ValueError, match="expected one of"):
         choose_precision("half", device_type, cuda_bf16, cpu_bf16)
 

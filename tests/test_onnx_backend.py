@@ -241,6 +241,10 @@ def test_auto_takes_onnx_only_where_it_measures_clearly_faster_and_measures_once
     monkeypatch.setattr(backend_module, "forward_seconds", timed(1.0, 1.01 / AUTO_MARGIN))  # within the margin
     chosen = with_backend(model, "auto", threads=1)
     assert chosen is model and backend_of(chosen) == "torch"
+    # 5% is within the noise the two forwards showed on one machine (8%): not clearly faster
+    monkeypatch.setenv(precision_probe.CACHE_ENV, str(tmp_path / "noise.json"))
+    monkeypatch.setattr(backend_module, "forward_seconds", timed(1.0, 0.95))
+    assert backend_of(with_backend(model, "auto", threads=1)) == "torch"
 
     # PyTorch is timed in the precision its passes will take (bf16 autocast, where auto resolves to
     # it), ONNX Runtime in fp32; each precision is measured and cached apart

@@ -20,7 +20,7 @@ from bertvision.models.backbone import check_pretrained, load_pretrained, load_t
 from bertvision.models.random_encoder import NAMED_SHAPES, RandomShape, parse_random
 from bertvision.plan.estimates import HEAD_GPU_MINUTES, EncoderShape
 from bertvision.reporting.request_usage import planned_jobs, requests_table
-from bertvision.runtime.usage import log_usage, read_usage
+from bertvision.runtime.usage import JobUsage, log_usage, read_usage
 from tests.conftest import REPO, job_counts, snakemake, snakemake_command, workflow_settings
 
 SMOKE = REPO / "configs" / "paper-shape-smoke.yaml"
@@ -114,6 +114,11 @@ def test_every_command_ends_its_log_with_its_usage(tmp_path, caplog):
     assert read.peak_mib == pytest.approx(logged.peak_mib, abs=1)
     assert read.cpu_seconds == pytest.approx(logged.cpu_seconds, abs=0.1)
     assert read_usage(tmp_path / "missing.log") is None
+    # a job forked from the warm pool logs the pool's line first, then its own: the last one counts
+    log.write_text(
+        "forked from the warm pool: peak memory 900 MiB, cpu 1.0 s\njob usage: peak memory 1200 MiB, cpu 3.5 s\n"
+    )
+    assert read_usage(log) == JobUsage(1200.0, 3.5)
 
     settings = workflow_settings().download("rte").replace(train_size=20, eval_size=20).to_json()
     job = ["download", "--task", "rte", "--settings", settings, "--out-dir", str(tmp_path / "raw")]

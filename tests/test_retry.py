@@ -251,3 +251,12 @@ def test_span_micro_batches_give_the_same_update_as_one_batch(tiny_bert, tmp_pat
             if k not in SHIFT_ONLY
         )
         assert worst < 1e-5, (micro, worst)
+
+
+def test_the_simulated_out_of_memory_error_comes_above_its_limit_only(monkeypatch):
+    from bertvision.runtime.device import check_simulated_oom
+
+    monkeypatch.setenv(SIMULATE_OOM_ENV, "4")
+    check_simulated_oom(4)  # a batch of the limit fits, as the retry tests' halved batches must
+    with pytest.raises(torch.OutOfMemoryError, match="a batch of 5 rows"):
+        check_simulated_oom(5)
