@@ -994,6 +994,21 @@ def test_a_json_protocol_answer_echoes_the_id_and_types_each_output_as_the_proto
     }
 
 
+def test_a_question_with_no_valid_span_has_a_score_diff_of_null_in_json(bundle):
+    """FP32 NaN where no span is valid: JSON has no NaN, so null (a strict encoder refused NaN)."""
+    from types import SimpleNamespace
+
+    from bertvision.serving.v2 import infer_response
+
+    results = [
+        SimpleNamespace(answer="", has_answer=False, score_diff=None),
+        SimpleNamespace(answer="Jane", has_answer=True, score_diff=1.5),
+    ]
+    response = infer_response(bundle.tasks["squad2"], {}, ["score_diff"], results)
+    assert response["outputs"][0]["data"] == [None, 1.5]
+    json.dumps(response, allow_nan=False)
+
+
 def v2_post(server, task, body, **kw):
     return server.client.post(f"/v2/models/{task}/infer", json=body, **kw)
 
