@@ -195,7 +195,17 @@ def test_study_name_changes_with_settings_and_features(tmp_path):
     assert name != study_name("x", ADAPTER, SETTINGS, SEARCH, other)
     # another count of trials or workers is another study: resumed, it would hold other trials than
     # that count's, and its cost would be the last job's alone
-    for changed in ({"trials": SEARCH.trials + 2}, {"workers": SEARCH.workers + 1}, {"startup_trials": 1}):
+    # and every other search setting: the head seed every trial trains with among them
+    changes = (
+        {"trials": SEARCH.trials + 2},
+        {"workers": SEARCH.workers + 1},
+        {"startup_trials": 1},
+        {"head_seed": SEARCH.head_seed + 1},
+        {"seed": SEARCH.seed + 1},
+        {"pruner": {"type": "none"}},
+        {"space": {"learning_rate": {"low": 1e-4, "high": 1e-2, "log": True}}},
+    )
+    for changed in changes:
         assert name != study_name("x", ADAPTER, SETTINGS, SEARCH.replace(**changed), manifest), changed
 
 

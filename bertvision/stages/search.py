@@ -48,11 +48,11 @@ def study_name(
     re-extracted features start a new study while a rerun of the same one (a killed job's)
     resumes it. The trials and workers are in it too: a study resumed under another count ran
     other trials than that count's (a lower count kept its extra trials, more workers drew their
-    own), and its cost would be counted from the last job alone."""
+    own), and its cost would be counted from the last job alone. Every search setting is in it:
+    the head seed too, which every trial trains with (without it a changed heads.seeds resumed
+    the finished study, its trials trained with the old seed)."""
     digest = hashlib.sha256()
-    what = [spec, settings.to_dict(), search.space, search.pruner, search.seed, search.trials, search.workers,
-            search.startup_trials]  # fmt: skip
-    digest.update(json.dumps(what, sort_keys=True).encode())
+    digest.update(json.dumps([spec, settings.to_dict(), search.to_dict()], sort_keys=True).encode())
     if isinstance(manifest, StreamSource):  # streamed: the source and its checkpoint's weights file
         weights = Path(manifest.checkpoint) / "model.safetensors"
         digest.update(manifest.to_json().encode())
