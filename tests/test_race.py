@@ -177,6 +177,37 @@ def test_a_checkpoint_where_no_head_scored_stops_and_writes_plain_json(tmp_path)
     assert "Infinity" not in (out / "x.json").read_text() and "NaN" not in (out / "x.json").read_text()
 
 
+def test_the_race_at_its_edges(tmp_path):
+    """A gain exactly at min_gain stops; the spread rule reaches one standard error, not two; the
+    gain is over the best so far, not over the checkpoint before; a checkpoint after one where no
+    head scored goes on with a score; a run whose only checkpoint is its last does not go on."""
+    out = tmp_path / "race"
+
+    def decide(name, scores, previous=None, race=RACE, last=False):
+        fraction = {"0": 0, "0.3": 0.3, "1": 1}[name.split("-")[0]]
+        dirs = checkpoint_heads(tmp_path / name, name, scores)
+        before = out / f"{previous}.json" if previous else None
+        return decide_checkpoint(
+            TASK, "m", Checkpoint(fraction), dirs, race, out / f"{name}.json", previous_decision=before, last=last
+        )
+
+    quarter = RACE.model_copy(update={"min_gain": 0.25})  # 0.5 -> 0.75: a gain of exactly 0.25, in binary too
+    decide("0-exact", [{"lp": [0.5]}], race=quarter)
+    for rule in ("gain", "spread"):
+        rule_race = quarter.model_copy(update={"checkpoint_rule": rule})
+        assert not decide(f"0.3-exact-{rule}", [{"lp": [0.75]}], "0-exact", rule_race)["go_on"]
+    decide("0-se", [{"lp": [0.70]}])
+    one_error = decide("0.3-se", [{"lp": [0.700, 0.708]}], "0-se")  # +0.004 ± 0.004: 0.008 < 0.01 < 0.012
+    assert not one_error["go_on"] and "below 0.01" in one_error["why"]
+    decide("0-drop", [{"lp": [0.80]}])
+    assert decide("0.3-drop", [{"lp": [0.70]}, {"lp": [0.86]}], "0-drop")["go_on"]  # -0.02 ± 0.08: within noise
+    recovered = decide("1-drop", [{"lp": [0.795]}], "0.3-drop")  # +0.015 over 0.78, but -0.005 under 0.80
+    assert not recovered["go_on"] and recovered["best_before"] == 0.80
+    decide("0-none", [{"lp": [float("nan")]}])
+    assert decide("0.3-none", [{"lp": [0.70]}], "0-none")["go_on"]
+    assert not decide("0-last", [{"lp": [0.70]}], last=True)["go_on"]
+
+
 def test_min_gain_is_a_share_of_the_metric_scale(tmp_path):
     """SQuAD's F1 runs to 100: a min_gain of 0.01 is one point there."""
     squad = get_task("squad2")
