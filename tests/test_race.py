@@ -2,6 +2,7 @@
 worked on planted head records."""
 
 import json
+import math
 
 import pandas as pd
 import pytest
@@ -357,6 +358,9 @@ def test_the_ranking_rules_one_by_one():
     # single runs measure no noise: an earlier checkpoint's equal score is within it (the bound is <=)
     tie = [Candidate("late", 0.8, 5, 1.0), Candidate("early", 0.8, 50, 0.0)]
     assert [c.name for c in ranked(tie)] == ["early", "late"]
+    # at equal scores a candidate whose size is not known comes after one whose size is (a peer's record without it)
+    unknown = [Candidate("a-unknown", 0.8, math.nan), Candidate("b-large", 0.8, 10**9)]
+    assert [c.name for c in ranked(unknown)] == ["b-large", "a-unknown"]
 
 
 def test_a_bundle_serves_each_heads_best_seed_on_selection_with_its_own_scores(tmp_path):
