@@ -259,6 +259,32 @@ def test_the_first_fine_tuning_seeds_race_decides_what_the_others_train(tmp_path
     assert top is not None and top.name == "lp" and top.runs == 4
 
 
+def test_a_later_seeds_job_trains_every_head_the_first_kept_without_racing_them_again(tmp_path):
+    """Two of four heads survive the first seed's race; the second seed's job trains both with
+    every head seed to the end. Raced again there, one was cut short on its own first head seed,
+    and its record, marked decided by the first job, was a candidate."""
+    from bertvision.config.settings import RaceSettings
+    from bertvision.layout import head_metrics_files
+    from bertvision.reporting.results import raced_out
+
+    manifest = planted_features(tmp_path / "features", n_shards=1)
+    settings = SETTINGS.replace(max_epochs=6, patience=6)
+    heads = with_training(
+        {"lp": HEADS["lp"], "ap": HEADS["ap"], "stuck": HEADS["adapter"], "stuck2": HEADS["adapter"]}, settings
+    )
+    for name in ("stuck", "stuck2"):
+        heads[name] = heads[name].replace(training=settings.replace(learning_rate=1e-9))
+    race = RaceSettings(protocol="racing", rungs=(2,), keep=0.5, min_gain=0.005, checkpoint_rule="spread")
+    first, second = tmp_path / "ft1", tmp_path / "ft2"
+    train_heads(get_task("sst2"), heads, RUNTIME, manifest, [1, 2], first, threads=1, race=race)
+    firsts = [json.loads(path.read_text()) for path in head_metrics_files([first])]
+    kept = {r["head"] for r in firsts if not raced_out(r)}
+    train_heads(get_task("sst2"), heads, RUNTIME, manifest, [1, 2], second, threads=1, race=race, survivors_from=first)
+    records = [json.loads(p.read_text()) for p in head_metrics_files([second])]
+    assert {(r["head"], r["seed"]) for r in records} == {(h, s) for h in kept for s in (1, 2)}
+    assert len(kept) == 2 and all(len(r["history"]) == 6 for r in records)
+
+
 def test_a_head_stopped_by_a_race_is_never_picked():
     import pandas as pd
 
