@@ -262,3 +262,38 @@ def test_successive_halving_stops_the_trials_that_trail():
     assert states[0] == optuna.trial.TrialState.COMPLETE and epochs_run[0] == 8
     assert states.count(optuna.trial.TrialState.PRUNED) >= 4
     assert sum(epochs_run.values()) < 8 * 8 / 2  # less than half the grid's epochs
+
+
+def test_a_trials_value_is_its_best_epochs_selection_score_trained_with_the_head_seed(tmp_path):
+    """The final head trains the best trial's parameters with heads.seeds' first seed: the search's
+    value must be what that head scores on selection at its best epoch, not another seed's (the
+    sampler's) or its last epoch's."""
+    from bertvision.stages.search import build_pruner, run_worker
+
+    assert isinstance(
+        build_pruner({"type": "median", "startup_trials": 1, "warmup_epochs": 1}), optuna.pruners.MedianPruner
+    )
+    manifest = planted_features(tmp_path / "features", n_shards=1, signal_in="mean")  # [CLS]: noise to fit
+    one = SEARCH.replace(trials=1, workers=1, startup_trials=1, seed=5, head_seed=1, pruner={"type": "none"})
+    space = {**one.space, "max_epochs": {"low": 6, "high": 6}, "learning_rate": {"low": 0.05, "high": 0.05}}
+    one = one.replace(space=space)
+    head = HeadSettings(spec=ADAPTER, training=SETTINGS.replace(patience=6))
+    out = tmp_path / "worker.json"
+    journal = tmp_path / "s.journal"
+    run_worker(get_task("sst2"), STUDY, head, RUNTIME, one, manifest, manifest.parent, str(journal), 0, out, threads=1)
+    [trial] = json.loads(out.read_text())["trials"]
+    best = {"study": "s", "storage": "x", "space": space, "best_value": trial["value"], "trials": {"COMPLETE": 1},
+            "best_params": trial["params"]}  # fmt: skip
+    (tmp_path / "best.json").write_text(json.dumps(best))
+    heads = {"adapter": head.replace(training=SETTINGS.replace(patience=6))}
+    train_heads(get_task("sst2"), heads, RUNTIME, manifest, [1], tmp_path / "heads", threads=1,
+                searched={"adapter": tmp_path / "best.json"})  # fmt: skip
+    record = json.loads((tmp_path / "heads" / "adapter" / "seed1" / "metrics.json").read_text())
+    metric = get_task("sst2").primary_metric
+    scores = [epoch["selection"][metric] for epoch in record["history"]]
+    assert trial["value"] == pytest.approx(record["metrics"]["selection"][metric]) == pytest.approx(max(scores))
+    assert scores[-1] != max(scores), "the planted run must peak before its last epoch to tell best from last"
+    # every epoch the trial reported to its pruner is that head's selection score at that epoch
+    study = optuna.load_study(study_name=json.loads(out.read_text())["study"], storage=open_storage(str(journal)))
+    reported = study.trials[0].intermediate_values
+    assert [reported[epoch] for epoch in sorted(reported)] == pytest.approx(scores)
