@@ -320,15 +320,15 @@ class ScriptedSelection:
 
 
 @pytest.mark.parametrize(
-    "scores, best_epoch, epochs",
+    "scores, best_epoch, epochs, reported",
     [
-        ([0.5, 0.6, 0.55, 0.7, 0.65, 0.6, 0.9, 0.9], 4, 6),  # worse twice in a row after epoch 4: stopped at 6
-        ([0.5, 0.6, 0.55, 0.7, 0.65, 0.8, 0.7, 0.75], 6, 8),  # never worse twice in a row: every epoch
-        ([0.5, 0.6, 0.6, 0.6, 0.9, 0.9, 0.9, 0.9], 2, 4),  # a tie is no better: the first of equals kept
+        ([0.5, 0.6, 0.55, 0.7, 0.65, 0.6, 0.9, 0.9], 4, 6, 5),  # worse twice in a row after epoch 4: stopped at 6
+        ([0.5, 0.6, 0.55, 0.7, 0.65, 0.8, 0.7, 0.75], 6, 8, 7),  # every epoch, the last its second worse one
+        ([0.5, 0.6, 0.6, 0.6, 0.9, 0.9, 0.9, 0.9], 2, 4, 3),  # a tie is no better: the first of equals kept
     ],
 )
 def test_the_best_selection_epoch_is_kept_and_patience_counts_worse_epochs_in_a_row(
-    tmp_path, scores, best_epoch, epochs
+    tmp_path, scores, best_epoch, epochs, reported
 ):
     """Mutants of training/loop.py that kept the last epoch, counted every worse epoch, or never
     stopped passed every test: each would change a head's reported dev score."""
@@ -339,9 +339,13 @@ def test_the_best_selection_epoch_is_kept_and_patience_counts_worse_epochs_in_a_
     manifest = planted_features(tmp_path / "features", n_shards=1)
     scripted = ScriptedSelection(Problems(task, manifest, RUNTIME, 4096).get(spec), scores)
     settings = SETTINGS.replace(max_epochs=len(scores), patience=2)
-    head, best, history, _ = train_one(task, spec, settings, scripted, seed=1, device=torch.device("cpu"))
+    told = []  # what a search trial tells its pruner: not the epoch its patience ran out on (a worse one)
+    head, best, history, _ = train_one(
+        task, spec, settings, scripted, seed=1, device=torch.device("cpu"), on_epoch=lambda *e: told.append(e)
+    )
     assert [h["epoch"] for h in history] == list(range(1, epochs + 1))
     assert best["epoch"] == best_epoch and best["score"] == scores[best_epoch - 1]
+    assert told == [(e, scores[e - 1]) for e in range(1, reported + 1)]
     kept = head.state_dict()
     assert all(torch.equal(kept[k], v) for k, v in scripted.states[best_epoch - 1].items())
     if best_epoch != epochs:  # the head returned is not the last epoch's
