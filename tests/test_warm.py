@@ -271,6 +271,9 @@ def preload():
     import numpy  # starts its BLAS pool, one thread per core
 
 def main(argv):
+    if argv[:1] == ["os-exit"]:  # as main does after a disk-full error: no exit status sent
+        print("the disk filled up", file=sys.stderr, flush=True)
+        os._exit(int(argv[1]))
     from threadpoolctl import threadpool_info
     umask = os.umask(0)
     blas = sorted({p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"})
@@ -323,6 +326,16 @@ def test_a_forked_job_is_its_own_process_and_the_installs_code(probe_pool):
     child = json.loads(proc.stdout)
     assert child["umask"] == 0o077 and child["nice"] == os.nice(0) + 3 and child["blas"] == [1], child
     assert Path(child["bertvision"]).parent == REPO / "bertvision"
+
+
+def test_a_job_that_ends_its_process_itself_exits_with_its_status(probe_pool):
+    """A child that ends by os._exit (main does after a disk-full error, whose file HDF5 cannot close)
+    sends no exit status: its client exited 1 saying a signal had killed it, the out-of-memory killer
+    maybe."""
+    socket_path, work = probe_pool
+    proc = subprocess.run([*BERTVISION, "os-exit", "2"], env={**os.environ, SOCKET_ENV: socket_path},
+                          cwd=work.parent, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 2 and "the disk filled up" in proc.stderr and "signal" not in proc.stderr, proc.stderr
 
 
 def test_a_job_killed_by_a_signal_is_named_by_it(pool, tmp_path):

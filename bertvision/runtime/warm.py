@@ -197,8 +197,9 @@ def serve_pool(socket_path: str, preload: Callable[[], None], main: Callable[[li
         print(f"warm pool: {forked} jobs forked; exiting", file=sys.stderr, flush=True)
 
 
-# each running child's connection to its client, over which a child that a signal killed (it sent
-# no exit status) is reported by the pool
+# each running child's connection to its client, over which a child that sent no exit status (a
+# signal killed it, or it ended by os._exit) is reported by the pool; a second report after the
+# child's own is never read (its client reads one)
 _CHILDREN: dict[int, socket.socket] = {}
 
 
@@ -210,9 +211,9 @@ def _reap(_signum, _frame) -> None:
                 return
             conn = _CHILDREN.pop(pid, None)
             if conn is not None:
+                ended = {"signal": os.WTERMSIG(status)} if os.WIFSIGNALED(status) else {"exit": os.WEXITSTATUS(status)}
                 with conn, contextlib.suppress(OSError):
-                    if os.WIFSIGNALED(status):
-                        conn.sendall((json.dumps({"signal": os.WTERMSIG(status)}) + "\n").encode())
+                    conn.sendall((json.dumps(ended) + "\n").encode())
     except ChildProcessError:
         pass
 
