@@ -37,6 +37,7 @@ def planted_stage(
     scored_splits: tuple[str, ...] = (),
     train_fraction: float = 1.0,
     last: bool = False,
+    encoders: list[dict] = (),
 ):
     return locals()
 
@@ -96,6 +97,11 @@ def test_a_list_flag_may_be_given_empty_but_must_be_given():
         ("--heads", "[1]", "--heads: expected a JSON object of name -> HeadSettings"),
         ("--checkpoint", "half", "--checkpoint: expected an epoch fraction, got 'half'"),
         ("--attrs", "{x", "--attrs: not valid JSON"),
+        # JSON of another shape than the parameter's, or records that are not its records: tracebacks
+        ("--attrs", "[1]", "--attrs: expected a JSON object, got '[1]'"),
+        ("--runs", '{"model": "m"}', "--runs: expected a JSON list"),
+        ("--runs", '[{"model": "m"}]', "--runs: not a list of Run records (missing key 'task')"),
+        ("--runs", '[{"model": "m", "task": "mrpc", "ftseed": 1, "checkpoint": "half"}]', "--runs: not a list of Run"),
     ],
 )
 def test_a_bad_value_is_one_error_naming_its_flag(flag, value, message):
@@ -104,6 +110,12 @@ def test_a_bad_value_is_one_error_naming_its_flag(flag, value, message):
     with pytest.raises(SettingsError) as err:
         parse(*argv)
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_list_of_objects_refuses_other_items_by_its_flag():
+    assert parse(*REQUIRED, "--encoders", '[{"name": "a"}]')["encoders"] == [{"name": "a"}]
+    with pytest.raises(SettingsError, match="--encoders: expected each item a JSON object"):
+        parse(*REQUIRED, "--encoders", "[1]")
 
 
 def test_a_bad_name_path_pair_names_its_flag():

@@ -130,6 +130,38 @@ def to_json(text: str, flag: str) -> Any:
         raise SettingsError(f"{flag}: not valid JSON ({err})") from None
 
 
+def json_of(kind: Any) -> Callable[[str, str], Any]:
+    """JSON of the shape ``kind`` (a dict or list, or one of dicts) names: another shape is one line,
+    not a traceback where the stage first reads it."""
+    origin, args = typing.get_origin(kind) or kind, typing.get_args(kind)
+    element = typing.get_origin(args[-1]) or args[-1] if args else None
+
+    def convert(text: str, flag: str) -> Any:
+        value = to_json(text, flag)
+        if not isinstance(value, origin):
+            raise SettingsError(f"{flag}: expected a JSON {'object' if origin is dict else 'list'}, got {text!r}")
+        items = value.values() if origin is dict else value
+        if element in (dict, list) and not all(isinstance(item, element) for item in items):
+            raise SettingsError(f"{flag}: expected each item a JSON {'object' if element is dict else 'list'}")
+        return value
+
+    return convert
+
+
+def records_of(cls: type) -> Callable[[str, str], list]:
+    """A JSON list of ``cls`` records (``cls.from_json``), each checked as it is read."""
+
+    def convert(text: str, flag: str) -> list:
+        records = json_of(list)(text, flag)
+        try:
+            return [cls.from_json(record) for record in records]
+        except (KeyError, TypeError, ValueError, AttributeError) as err:
+            problem = f"missing key {err}" if isinstance(err, KeyError) else str(err)
+            raise SettingsError(f"{flag}: not a list of {cls.__name__} records ({problem})") from None
+
+    return convert
+
+
 def name_path(text: str, flag: str) -> tuple[str, Path]:
     name, sep, path = text.partition("=")
     if not sep or not name or not path:
@@ -266,14 +298,13 @@ def flag_of(name: str, kind: Any, default: Any = inspect.Parameter.empty) -> Fla
     if kind in (dict[str, Path], list[tuple[str, Path]]):
         return Flag(name, {"metavar": "NAME=PATH", **many}, name_path, default, as_dict=origin is dict)
     if origin is list and hasattr(args[0], "from_json"):
-        records = lambda text, flag: [args[0].from_json(r) for r in to_json(text, flag)]  # noqa: E731
-        return Flag(name, {"metavar": "JSON"}, records, default)
+        return Flag(name, {"metavar": "JSON"}, records_of(args[0]), default)
     if dataclasses.is_dataclass(kind):
         hints, instance = typing.get_type_hints(kind), kind() if default is inspect.Parameter.empty else default
         fields = tuple(flag_of(f.name, hints[f.name], getattr(instance, f.name)) for f in dataclasses.fields(kind))
         return Flag(name, {}, default=default, fields=fields, cls=kind)
     if kind in (dict, list) or origin in (dict, list):
-        return Flag(name, {"metavar": "JSON"}, to_json, default)
+        return Flag(name, {"metavar": "JSON"}, json_of(kind), default)
     raise TypeError(f"{name}: no command-line form for {kind!r}")
 
 
