@@ -468,3 +468,26 @@ def test_validate_config_notes_a_hub_backbone_it_would_download(tmp_path):
         note = f"note: backbones.bb.pretrained: {ref} is not in this machine's Hugging Face cache; the run downloads it"
         assert (note in proc.stdout) is noted, proc.stdout
         assert ("heads.models' shapes and the tasks' max_length are not checked" in proc.stdout) is noted
+
+
+def test_a_path_that_is_not_what_the_command_needs_is_one_line_naming_it(tmp_path, monkeypatch, capsys):
+    """Missing, a folder where a file belongs, a file where a folder belongs: one line and status 2
+    (a folder or a file in the way ended in a traceback, status 1), checked in this process."""
+    from bertvision.commands.main import main
+    from bertvision.errors import SettingsError
+    from bertvision.runtime.device import set_threads
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a-folder").mkdir()
+    (tmp_path / "a-file").write_text("")
+    cases = [
+        (["search-best", "--worker-records", "nope.json", "--out", "x"], "nope.json: no such file or directory"),
+        (["search-best", "--worker-records", "a-folder", "--out", "x"], "a-folder: is a directory"),
+        (["experiment-tables", "--out-dir", "a-file"], "a-file: file exists"),
+    ]
+    for argv, line in cases:
+        capsys.readouterr()
+        assert main(argv) == 2
+        assert capsys.readouterr().err.splitlines()[-1] == f"bertvision {argv[0]}: error: {line}"
+    with pytest.raises(SettingsError, match=r"^threads: -1; give a count of at least 1"):
+        set_threads(-1)

@@ -37,6 +37,9 @@ def list_commands(argv: list[str]) -> None:
     parser.parse_args(argv)
 
 
+PATH_ERRORS = (FileNotFoundError, IsADirectoryError, NotADirectoryError, FileExistsError, PermissionError)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] not in COMMANDS:
@@ -58,9 +61,9 @@ def main(argv: list[str] | None = None) -> int:
             sys.stderr.flush()
             os._exit(USAGE_ERROR)
         return USAGE_ERROR
-    except FileNotFoundError as err:  # an input the command was pointed at is not there
-        missing = err.filename or str(err)
-        print(f"bertvision {name}: error: {missing}: no such file or directory", file=sys.stderr)
+    except PATH_ERRORS as err:  # a path the command was pointed at is not there, or not what it needs
+        problem = "no such file or directory" if isinstance(err, FileNotFoundError) else err.strerror.lower()
+        print(f"bertvision {name}: error: {err.filename or err}: {problem}", file=sys.stderr)
         return USAGE_ERROR
     return 0
 

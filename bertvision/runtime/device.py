@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from bertvision.errors import DeviceError
+from bertvision.errors import DeviceError, SettingsError
 from bertvision.runtime.precision import AUTO_PRECISION_ENV, choose_precision, cpu_flags
 
 log = logging.getLogger(__name__)
@@ -84,6 +84,9 @@ def autocast(device: torch.device, precision: str):
 
 
 def set_threads(threads: int | None) -> None:
+    """``threads`` torch threads; None or 0: torch's own count."""
+    if threads is not None and threads < 0:
+        raise SettingsError(f"threads: {threads}; give a count of at least 1 (or none: torch's own)")
     if threads:
         torch.set_num_threads(int(threads))
 
