@@ -269,16 +269,24 @@ from bertvision.runtime.warm import serve_pool
 
 def preload():
     import numpy  # starts its BLAS pool, one thread per core
+    import tempfile
+    tempfile.gettempdir()  # cached, as torch's imports leave it
+    os.environ["SET_BY_IMPORTS"] = "the pool's"  # as an import may set a variable (a cache folder)
 
 def main(argv):
     if argv[:1] == ["os-exit"]:  # as main does after a disk-full error: no exit status sent
         print("the disk filled up", file=sys.stderr, flush=True)
         os._exit(int(argv[1]))
+    if argv[:1] == ["sys-exit"]:
+        sys.exit("a message, as argparse's error() or sys.exit(text) leave")
+    import tempfile
     from threadpoolctl import threadpool_info
     umask = os.umask(0)
     blas = sorted({p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"})
     where = __import__("bertvision").__file__
-    print(json.dumps({"umask": umask, "nice": os.nice(0), "blas": blas, "bertvision": where}))
+    seen = {"pool_only": os.environ.get("POOL_ONLY"), "tmp": tempfile.gettempdir(),
+            "set_by_imports": os.environ.get("SET_BY_IMPORTS")}
+    print(json.dumps({"umask": umask, "nice": os.nice(0), "blas": blas, "bertvision": where, **seen}))
     return 0
 
 serve_pool(sys.argv[1], preload, main)
@@ -297,6 +305,7 @@ def probe_pool(tmp_path, monkeypatch):
         "raise ImportError('the working directory ran, not the install')\n"
     )
     monkeypatch.chdir(work)
+    monkeypatch.setenv("POOL_ONLY", "the pool's")  # in the pool's environment, in no job's
     handle = start_pool("probe_pool", [], tmp_path / "pool.log")
     socket_path = os.environ.pop(SOCKET_ENV)
     deadline = time.monotonic() + 60
@@ -317,14 +326,23 @@ def test_a_forked_job_is_its_own_process_and_the_installs_code(probe_pool):
         os.umask(0o077)
         os.nice(3)
 
+    job_env = {k: v for k, v in os.environ.items() if k != "POOL_ONLY"}
+    (work.parent / "job-tmp").mkdir()
     proc = subprocess.run(
-        [*BERTVISION, "anything"], env={**os.environ, SOCKET_ENV: socket_path, "OPENBLAS_NUM_THREADS": "1",
-                                        "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"},
+        [*BERTVISION, "anything"], env={**job_env, SOCKET_ENV: socket_path, "OPENBLAS_NUM_THREADS": "1",
+                                        "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+                                        "TMPDIR": str(work.parent / "job-tmp"), "SET_BY_IMPORTS": "the job's"},
         cwd=work.parent, capture_output=True, text=True, timeout=60, preexec_fn=as_a_job,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr  # "anything" is no command: only the probe pool's child answers it
     child = json.loads(proc.stdout)
     assert child["umask"] == 0o077 and child["nice"] == os.nice(0) + 3 and child["blas"] == [1], child
+    # the job's environment, not the pool's: no variable of the pool's alone, the job's temporary folder
+    assert child["pool_only"] is None and child["tmp"] == str(work.parent / "job-tmp"), child
+    assert child["set_by_imports"] == "the job's", child  # the job's value over the one the imports set
+    stopped = subprocess.run([*BERTVISION, "sys-exit"], env={**job_env, SOCKET_ENV: socket_path}, cwd=work.parent,
+                             capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert stopped.returncode == 1 and "a message, as argparse" in stopped.stderr, stopped.stderr
     assert Path(child["bertvision"]).parent == REPO / "bertvision"
 
 
