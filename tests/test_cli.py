@@ -491,3 +491,12 @@ def test_a_path_that_is_not_what_the_command_needs_is_one_line_naming_it(tmp_pat
         assert capsys.readouterr().err.splitlines()[-1] == f"bertvision {argv[0]}: error: {line}"
     with pytest.raises(SettingsError, match=r"^threads: -1; give a count of at least 1"):
         set_threads(-1)
+
+
+@pytest.mark.parametrize("argv", [[], ["nosuch"], ["--nosuch"]])
+def test_no_command_or_an_unknown_one_is_a_usage_error_listing_the_commands(argv, capsys):
+    from bertvision.commands.main import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    assert stop.value.code == 2 and "download,tokenize" in capsys.readouterr().err

@@ -119,10 +119,14 @@ def test_a_list_of_objects_refuses_other_items_by_its_flag():
 
 
 def test_a_bad_name_path_pair_names_its_flag():
+    for bad in ("no-equals-sign", "mrpc=", "=tok/mrpc"):  # a name and a path each: "mrpc=" read as "."
+        argv = list(REQUIRED)
+        argv[argv.index("--tokens-dirs") + 1] = bad
+        with pytest.raises(SettingsError, match=f"--tokens-dirs: expected NAME=PATH, got '{bad}'"):
+            parse(*argv)
     argv = list(REQUIRED)
-    argv[argv.index("--tokens-dirs") + 1] = "no-equals-sign"
-    with pytest.raises(SettingsError, match="--tokens-dirs: expected NAME=PATH, got 'no-equals-sign'"):
-        parse(*argv)
+    argv[argv.index("--tokens-dirs") + 1] = "mrpc=runs/lr=0.1/tok"  # a path may hold "=", a name not
+    assert parse(*argv)["tokens_dirs"]["mrpc"] == Path("runs/lr=0.1/tok")
 
 
 def test_literal_choices_and_the_settings_keys_are_in_the_help():
