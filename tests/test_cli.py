@@ -231,10 +231,13 @@ def test_a_key_given_twice_in_the_workflows_config_file_is_named_by_its_line(tmp
 
 
 def test_validate_config_names_each_bad_key(tmp_path):
-    (tmp_path / "c.yaml").write_text("backbones: {m: {pretrained: ./nope/model}}\ntasks: {mrpc: {train_sise: 3}}\n")
+    (tmp_path / "c.yaml").write_text(
+        "backbones: {m: {pretrained: ./nope/model}}\ntasks: {mrpc: {train_sise: 3}, sst2: {max_lenght: 8}}\n"
+    )
     proc = bertvision("validate-config", str(tmp_path / "c.yaml"))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "tasks.mrpc: 'train_sise' is not a key here: did you mean 'train_size'?" in proc.stderr
+    assert "tasks.sst2: 'max_lenght' is not a key here: did you mean 'max_length'?" in proc.stderr  # each one
     (tmp_path / "c.yaml").write_text("backbones: {m: {pretrained: ./nope/model}}\ntasks: {mrpc: null}\n")
     line = one_error_line(bertvision("validate-config", str(tmp_path / "c.yaml")))
     assert "c.yaml: backbones.m.pretrained: ./nope/model: no such local directory" in line
