@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import logging
 import re
 import subprocess
 import sys
@@ -503,3 +504,12 @@ def test_no_command_or_an_unknown_one_is_a_usage_error_listing_the_commands(argv
     with pytest.raises(SystemExit) as stop:
         main(argv)
     assert stop.value.code == 2 and "download,tokenize" in capsys.readouterr().err
+
+
+def test_a_command_a_person_runs_logs_no_jobs_usage_line(caplog, capsys):
+    """The usage line ends a pipeline job's log (requests_vs_measured reads it), not a person's screen."""
+    from bertvision.commands.main import main
+
+    with caplog.at_level(logging.INFO):
+        assert main(["config-keys"]) == 0
+    assert "| key |" in capsys.readouterr().out and "job usage" not in caplog.text
