@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
             os._exit(USAGE_ERROR)
         return USAGE_ERROR
     except PATH_ERRORS as err:  # a path the command was pointed at is not there, or not what it needs
-        problem = "no such file or directory" if isinstance(err, FileNotFoundError) else err.strerror.lower()
+        problem = "no such file or directory" if isinstance(err, FileNotFoundError) else str(err.strerror).lower()
         print(f"bertvision {name}: error: {err.filename or err}: {problem}", file=sys.stderr)
         return USAGE_ERROR
     return 0

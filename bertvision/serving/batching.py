@@ -114,9 +114,8 @@ class Batcher:
     async def _loop(self) -> None:
         while True:
             try:
-                jobs = await self._collect()
                 try:
-                    await self._run(jobs)
+                    await self._run(await self._collect())
                 finally:
                     self._busy = False
             except asyncio.CancelledError:
