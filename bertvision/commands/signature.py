@@ -134,7 +134,7 @@ def json_of(kind: Any) -> Callable[[str, str], Any]:
     """JSON of the shape ``kind`` (a dict or list, or one of dicts) names: another shape is one line,
     not a traceback where the stage first reads it."""
     origin, args = typing.get_origin(kind) or kind, typing.get_args(kind)
-    element = typing.get_origin(args[-1]) or args[-1] if args else None
+    element = (typing.get_origin(args[-1]) or args[-1]) if args else None
 
     def convert(text: str, flag: str) -> Any:
         value = to_json(text, flag)

@@ -238,10 +238,11 @@ class WorkflowSettings(SharedEncoderSettings, ComparisonSettings):
         apart = self.why_not_apart(task) is None
         return {n: dict(models[n]) for n in names if trains_on(models[n], kind, features, apart)}
 
-    def heads_read_encoder(self, task: str) -> bool:
-        """Some head of ``task`` starts from the encoder's own layers (ladder ``init: encoder``):
-        its job reads the checkpoint's weights as well as the states."""
-        return any(spec.get("init") == "encoder" for spec in self.task_heads(task).values())
+    def heads_read_encoder(self, task: str, names=None) -> bool:
+        """Some head of ``task`` (of ``names``, when given) starts from the encoder's own layers
+        (ladder ``init: encoder``): its job reads the checkpoint's weights as well as the states."""
+        heads = self.task_heads(task)
+        return any(heads[n].get("init") == "encoder" for n in (heads if names is None else names) if n in heads)
 
     def search_heads(self, task: str) -> list[str]:
         return list(self.task_overrides(task).get("search_heads") or [])
@@ -384,7 +385,7 @@ class WorkflowSettings(SharedEncoderSettings, ComparisonSettings):
             "max_epochs": epochs,
             "batch_size": max(head.training.batch_size for head in heads.values()),
             "in_memory_max_mb": HeadSettings.memory_mb(heads.values()),
-            "reads_encoder": any(self.task_heads(task).get(name, {}).get("init") == "encoder" for name in trainings),
+            "reads_encoder": self.heads_read_encoder(task, trainings),
         }
 
     def head_runtime(self, gpus: int = 0) -> HeadRuntimeSettings:
