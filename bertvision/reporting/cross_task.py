@@ -68,31 +68,32 @@ def head_runs_on_encoders(
     epochs: dict[str, float],
 ) -> pd.DataFrame:
     """One row per trained head run on a shared encoder's states (``heads``: task -> the head
-    names the shared mode trains for it)."""
+    names the shared mode trains for it); a heads directory that several fine-tuning seeds share
+    (the untouched encoder's, held under the first seed) is read once."""
     rows = []
     for model in models:
         for enc in encoders:
-            for seed in ft_seeds:
-                for task_name, names in heads.items():
-                    task = get_task(task_name)
-                    for path in head_metrics_files([Path(enc.heads_dir(model, seed, task_name))]):
-                        r = read_json(path)
-                        if r["head"] not in names:
-                            continue
-                        rows.append(
-                            {
-                                "backbone": model,
-                                "task": task_name,
-                                "encoder": enc.name,
-                                "role": role(enc, task_name),
-                                "trained_on": trained_on(enc, epochs),
-                                "head": r["head"],
-                                "selection": task.primary_score(r["metrics"], "selection"),
-                                "dev": task.headline(r["metrics"]),
-                                "parameters": r["parameters"],
-                                "raced_out": raced_out(r),
-                            }
-                        )
+            for task_name, names in heads.items():
+                task = get_task(task_name)
+                dirs = dict.fromkeys(Path(enc.heads_dir(model, seed, task_name)) for seed in ft_seeds)
+                for path in head_metrics_files(list(dirs)):
+                    r = read_json(path)
+                    if r["head"] not in names:
+                        continue
+                    rows.append(
+                        {
+                            "backbone": model,
+                            "task": task_name,
+                            "encoder": enc.name,
+                            "role": role(enc, task_name),
+                            "trained_on": trained_on(enc, epochs),
+                            "head": r["head"],
+                            "selection": task.primary_score(r["metrics"], "selection"),
+                            "dev": task.headline(r["metrics"]),
+                            "parameters": r["parameters"],
+                            "raced_out": raced_out(r),
+                        }
+                    )
     return pd.DataFrame(rows)
 
 
