@@ -494,6 +494,6 @@ def test_a_head_applied_across_tasks_answers_in_the_target_tasks_label_order():
     target = dataclasses.replace(base, name="b", label_meanings=("good", "bad", "fine"))
     assert target.shares_labels_with(source) and target.label_order_from(source) == [2, 0, 1]
     head, x = torch.nn.Linear(4, 3), torch.randn(5, 4)
-    relabeled = RelabeledHead(head, target.label_order_from(source))
+    relabeled = RelabeledHead(head, source=source, target=target)
     torch.testing.assert_close(relabeled(x), head(x)[:, [2, 0, 1]])
     assert not target.shares_labels_with(dataclasses.replace(source, label_meanings=("bad", "fine", "great")))

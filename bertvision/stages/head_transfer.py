@@ -25,12 +25,13 @@ log = logging.getLogger(__name__)
 
 
 class RelabeledHead(nn.Module):
-    """``head``'s outputs reordered into the target task's label order."""
+    """``head`` (trained on ``source``) answering in ``target``'s label order: each output of a
+    target label id is the head's output for the source label that means the same."""
 
-    def __init__(self, head: nn.Module, order: list[int]):
+    def __init__(self, head: nn.Module, *, source: TaskSpec, target: TaskSpec):
         super().__init__()
         self.head = head
-        self.register_buffer("order", torch.as_tensor(order, dtype=torch.long))
+        self.register_buffer("order", torch.as_tensor(target.label_order_from(source), dtype=torch.long))
 
     def forward(self, x: torch.Tensor, *args) -> torch.Tensor:
         return self.head(x, *args).index_select(-1, self.order)
@@ -56,7 +57,6 @@ def apply_heads_across_tasks(
         )
     set_threads(threads)
     problems = Problems(target, manifest, runtime, in_memory_max_mb, raw_dir)
-    order = target.label_order_from(source)
     records = []
     for run in head_runs(head_dir):
         record = read_json(run / HEAD_METRICS)
@@ -65,7 +65,7 @@ def apply_heads_across_tasks(
         problem = problems.get(record["head_spec"])
         layers, hidden = problem.shape
         head = load_head(run, layers, hidden, source.num_labels)
-        model = RelabeledHead(head, order).to(problems.device).eval()
+        model = RelabeledHead(head, source=source, target=target).to(problems.device).eval()
         metrics, _, _ = problem.evaluate(model, None)
         records.append(
             {
