@@ -294,6 +294,13 @@ def test_a_file_name_no_file_can_have_is_refused_by_its_key(tmp_path):
         changed["tasks"]["review-sentiment"]["files"].update(files)
         with pytest.raises(ConfigError, match=message):
             WorkflowSettings(validate_config(changed), source="x")
+    latin1 = tmp_path / "train.csv"
+    latin1.write_bytes("text,label\ncaf\u00e9,pos\n".encode("latin-1"))
+    changed = copy.deepcopy(config)
+    changed["tasks"]["review-sentiment"]["files"]["train"] = str(latin1)
+    with pytest.raises(ConfigError) as err:  # the file's own error names it, once
+        WorkflowSettings(validate_config(changed), source="x")
+    assert str(err.value).startswith(f"x: tasks.review-sentiment.files.train: {latin1}: line 2, byte 4: not UTF-8")
     changed = copy.deepcopy(config)
     changed["backbones"] = {"m": {"pretrained": long}}
     with pytest.raises(ConfigError, match=r"backbones.m.pretrained: x+"):

@@ -14,7 +14,7 @@ import yaml
 
 from bertvision import layout as L
 from bertvision.data.glue_files import locate, parse_split
-from bertvision.data.squad_files import read_json
+from bertvision.data.table_files import read_json_document
 from bertvision.registry.tasks import get_task
 from tests.conftest import REPO, SHIPPED_GLUE, job_counts, snakemake
 from tests.test_own_task_hub import hub_block, mrpc_repo
@@ -61,7 +61,7 @@ def write_own_files(root) -> dict:
         root / "score-test.parquet"
     )
     # a question task of one's own: SQuAD 2.0-format files, a few of the shipped file's articles each
-    articles = read_json(REPO / "resources/squad2/dev-v2.0.json.gz")["data"]
+    articles = read_json_document(REPO / "resources/squad2/dev-v2.0.json.gz")[0]["data"]
     for split, part in (("train", articles[:4]), ("dev", articles[4:6])):
         (root / f"faq-{split}.json").write_text(json.dumps({"version": "v2.0", "data": part}))
     files = lambda name, suffix: {s: str(root / f"{name}-{s}.{suffix}") for s in ("train", "dev")}  # noqa: E731

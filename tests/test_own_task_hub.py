@@ -13,7 +13,8 @@ import pytest
 
 from bertvision.config.declared_tasks import declared_task
 from bertvision.data.glue_files import locate, parse_split
-from bertvision.data.squad_files import parse_squad, read_json
+from bertvision.data.squad_files import parse_squad
+from bertvision.data.table_files import read_json_document
 from bertvision.errors import ConfigError, DataFormatError
 from bertvision.registry.task_spec import TaskSpec
 from bertvision.registry.tasks import declared_json, get_task
@@ -187,7 +188,7 @@ def test_a_regression_hub_task(tmp_path):
 
 def test_a_span_hub_task_downloads_as_its_squad_files_do(tmp_path):
     """A squad_v2-shaped dataset (answers as {text, answer_start}) and the same articles' SQuAD 2.0 files."""
-    articles = read_json(REPO / "resources/squad2/dev-v2.0.json.gz")["data"]
+    articles = read_json_document(REPO / "resources/squad2/dev-v2.0.json.gz")[0]["data"]
     files, splits = {}, {}
     for ours, theirs, part in (("train", "train", articles[:6]), ("dev", "validation", articles[6:7])):
         files[ours] = tmp_path / f"faq-{ours}.json"

@@ -325,6 +325,25 @@ def test_span_records_carry_what_abstaining_everywhere_scores(dev):
         ({"data": [{"title": "t", "paragraphs": [{"context": "abc", "qas": [
             {"id": "q1", "question": "q", "is_impossible": False, "answers": []}]}]}]},
          "question q1: answerable but has no answers"),
+        ({"data": [{"title": "t", "paragraphs": [{"context": "abc", "qas": [
+            {"id": "q1", "question": "q", "answers": []}, {"id": ["q2"], "question": "r", "answers": []}]}]}]},
+         "data[0].paragraphs[0].qas[1]: field 'id' is not a string or an integer, got ['q2']"),
+        ({"data": [{"title": "t", "paragraphs": [{"context": "abc", "qas": [
+            {"id": True, "question": "q", "answers": []}]}]}]},
+         "data[0].paragraphs[0].qas[0]: field 'id' is not a string or an integer, got True"),
+        ({"data": [{"title": "t", "paragraphs": [{"context": "abc", "qas": [
+            {"id": "q1", "question": "q", "answers": [{"text": "b", "answer_start": True}]}]}]}]},
+         "question q1: field 'answer_start' is not an integer, got True"),
+        ({"data": [{"title": "t", "paragraphs": [{"context": "abc", "qas": [
+            {"id": "q1", "question": "q", "is_impossible": "false", "answers": []}]}]}]},
+         "question q1: field 'is_impossible' is not true or false, got 'false'"),
+        ({"data": [{"title": "t", "paragraphs": [{"context": "abc", "qas": [
+            {"id": "q1", "question": "q", "answers": [{"text": "", "answer_start": 0}]}]}]}]},
+         "question q1: answer '' holds no text"),
+        ('{"data": [{"title": "t", "paragraphs": [{"context": "abc", "qas": [{"id": "a", "question": "q"}],'
+         ' "qas": [{"id": "b", "question": "r"}]}]}]}', "key 'qas' given twice in one object"),
+        (b"\xef\xbb\xbf" + "{\"data\": [{\"title\": \"caf\u00e9\"}]}".encode("latin-1"),
+         "line 1, byte 28: not UTF-8 text"),  # the BOM's 3 bytes and 24 characters before the é
     ],
 )  # fmt: skip
 def test_a_file_not_in_squads_layout_is_one_line_naming_the_place(tmp_path, content, message):
@@ -333,10 +352,27 @@ def test_a_file_not_in_squads_layout_is_one_line_naming_the_place(tmp_path, cont
     from bertvision.errors import DataFormatError
 
     path = tmp_path / "faq.json"
-    path.write_text(content if isinstance(content, str) else json.dumps(content))
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content if isinstance(content, str) else json.dumps(content))
     with pytest.raises(DataFormatError) as err:
         parse_squad(path)
     assert str(err.value).startswith(f"{path}: {message}") and len(str(err.value).splitlines()) == 1
+
+
+def test_a_squad_file_may_start_with_a_byte_order_mark_and_number_its_questions(tmp_path):
+    """As the table files may: a BOM was refused as undecodable JSON, and an integer id beside a
+    string one ended the download in a traceback (the ids are strings, as the hub's are)."""
+    import json
+
+    doc = {"data": [{"title": "t", "paragraphs": [{"context": "abc", "qas": [
+        {"id": 7, "question": "q", "answers": [{"text": "b", "answer_start": 1}]},
+        {"id": "q2", "question": "r", "answers": []}]}]}]}  # fmt: skip
+    path = tmp_path / "faq.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(doc).encode())
+    questions = parse_squad(path)
+    assert questions["id"].tolist() == ["7", "q2"] and questions["is_impossible"].tolist() == [False, True]
 
 
 def test_questions_from_the_hub_are_checked_as_a_files_are(dev):

@@ -303,6 +303,38 @@ def test_blank_lines_may_end_a_csv(tmp_path):
     assert refused(read_table, path) == f"{path}: line 3: a blank line, expected 3 fields"
 
 
+def test_a_line_of_spaces_in_a_one_column_file_is_refused_by_its_line(tmp_path):
+    """pandas reads it as a blank line, the csv module as a record: the two counts disagreed, and the
+    message named no line."""
+    for text, line in (("sentence\na\n  \nb\n", 3), ("sentence\na\n\t\nb\n", 3), ("sentence\na\nb\n \n", 4)):
+        path = write(tmp_path / "test.csv", text)
+        assert refused(read_table, path) == f"{path}: line {line}: only spaces, no text"
+
+
+def test_a_header_repeated_in_the_rows_is_refused_by_its_line(tmp_path):
+    """Two files joined by cat: the second's header became a row whose label, "stars", a class."""
+    path = write(tmp_path / "train.csv", "title,body,stars\nA,B,ok\ntitle,body,stars\nC,D,bad\n")
+    assert refused(read_table, path) == f"{path}: line 3: the header again (files joined with theirs?)"
+
+
+def test_an_unlabelled_json_lines_file_of_no_bytes_holds_no_row(tmp_path):
+    df = read_reviews(write(tmp_path / "test.jsonl", ""), split="test", label=None)
+    assert len(df) == 0
+    assert refused(read_reviews, write(tmp_path / "train.jsonl", "")) == f"{tmp_path / 'train.jsonl'}: empty file"
+
+
+def test_a_label_is_one_class_whatever_its_unicode_form_or_json_type(tmp_path):
+    """JSON's true and the text "true" were two classes, and "négatif" composed and decomposed two
+    (the message for one of them, an unknown label, showed two strings that look the same)."""
+    path = write(tmp_path / "train.jsonl", '{"s": "a", "y": true}\n{"s": "b", "y": "true"}\n{"s": "c", "y": false}\n')
+    assert labels_in(path, "y") == ("false", "true")
+    composed, decomposed = "n\u00e9gatif", "ne\u0301gatif"
+    path = write(tmp_path / "train.csv", f"s,y\na,{composed}\nb,{decomposed}\nc,positif\n")
+    assert labels_in(path, "y") == (composed, "positif")
+    df = read_task_file(path, "train", ("s",), ("sentence",), "y", "classification", (composed, "positif"))
+    assert df["label"].tolist() == [0, 0, 1]
+
+
 def test_duplicate_column_names(tmp_path):
     path = write(tmp_path / "train.csv", "title,body,title,stars\nA,B,C,ok\n")
     assert refused(read_table, path) == (

@@ -164,11 +164,11 @@ def _file_facts(where: str, block: dict) -> tuple[int, tuple[str, ...]]:
         facts = _train_facts(str(train), os.stat(train).st_mtime_ns, kind, wanted_labels)
     except FileNotFoundError:
         raise ConfigError(f"{where}.files.train: {no_such_file(train)}") from None
+    except BertvisionError as err:  # its message names the file
+        raise ConfigError(f"{where}.files.train: {err}") from None
     except (OSError, ValueError) as err:  # a name no file can have: too long, or holding a NUL
         name = str(train).replace("\0", "\\0") if len(str(train)) <= 80 else f"{str(train)[:77]}..."
         raise ConfigError(f"{where}.files.train: {name}: {getattr(err, 'strerror', None) or err}") from None
-    except BertvisionError as err:
-        raise ConfigError(f"{where}.files.train: {err}") from None
     for split, path in block["files"].items():
         if not os.path.isfile(path):
             raise ConfigError(f"{where}.files.{split}: {no_such_file(Path(path))}")

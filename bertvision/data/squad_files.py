@@ -8,17 +8,22 @@ context is an error naming the file and the question id.
 
 from __future__ import annotations
 
-import gzip
-import json
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from bertvision.data.table_files import read_json_document
 from bertvision.data.text import readable
 from bertvision.errors import DataFormatError, MissingError
 
-KINDS = {str: "a string", int: "an integer", list: "a list", object: "a value"}
+KINDS = {
+    str: "a string",
+    int: "an integer",
+    list: "a list",
+    bool: "true or false",
+    (str, int): "a string or an integer",
+}
 COLUMNS = ["idx", "id", "title", "context", "question", "answer_texts", "answer_starts", "is_impossible"]
 
 
@@ -32,13 +37,15 @@ def locate(squad_dir: Path, files: dict[str, str], split: str) -> Path:
 
 def check_questions(df: pd.DataFrame, source: str) -> pd.DataFrame:
     """``df``, every question as training and scoring need it: a question and a context with text,
-    each answer where its start says, no question id twice; else a DataFormatError naming
+    each answer a text where its start says, no question id twice; else a DataFormatError naming
     ``source`` (a file, a hub split) and the question."""
     for row in df.itertuples(index=False):
         where = f"{source}: question {row.id}"
         if not readable(row.question) or not readable(row.context):
             raise DataFormatError(f"{where}: empty {'question' if not readable(row.question) else 'context'}")
         for text, start in zip(row.answer_texts, row.answer_starts):
+            if not readable(text):  # a span of no token: its start and end would be one token
+                raise DataFormatError(f"{where}: answer {text!r} holds no text")
             if row.context[start : start + len(text)] != text:
                 raise DataFormatError(f"{where}: answer {text!r} is not at character {start} of its context")
     if df["id"].duplicated().any():
@@ -64,28 +71,22 @@ def from_hub_records(df: pd.DataFrame, source: str) -> pd.DataFrame:
     return check_questions(out[COLUMNS], source)
 
 
-def read_json(path: Path) -> dict:
-    opener = gzip.open if Path(path).suffix == ".gz" else open
-    try:
-        with opener(path, "rt", encoding="utf-8") as fh:
-            return json.load(fh)
-    except json.JSONDecodeError as err:
-        raise DataFormatError(f"{path}: line {err.lineno}: undecodable JSON ({err.msg}, column {err.colno})") from None
-    except (UnicodeDecodeError, gzip.BadGzipFile, EOFError) as err:
-        raise DataFormatError(f"{path}: not a UTF-8 JSON file ({err})") from None
-
-
-def _field(record, key: str, path: Path, where: str, kind: type = object):
-    """``record[key]``, which must be a ``kind``; else a DataFormatError naming the file and the place."""
+def _field(record, key: str, path: Path, where: str, kind: type | tuple[type, ...]):
+    """``record[key]``, which must be a ``kind`` (a bool is no integer); else a DataFormatError
+    naming the file and the place."""
     if not isinstance(record, dict) or key not in record:
         raise DataFormatError(f"{path}: {where}: no field {key!r} (a SQuAD 2.0 file's layout: data > paragraphs > qas)")
-    if not isinstance(record[key], kind):
-        raise DataFormatError(f"{path}: {where}: field {key!r} is not {KINDS[kind]}, got {record[key]!r}")
-    return record[key]
+    value = record[key]
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+        raise DataFormatError(f"{path}: {where}: field {key!r} is not {KINDS[kind]}, got {value!r}")
+    return value
 
 
 def parse_squad(path: Path) -> pd.DataFrame:
-    doc = read_json(path)
+    try:
+        doc = read_json_document(path)[0]
+    except (OSError, EOFError) as err:  # a bad gzip file
+        raise DataFormatError(f"{path}: cannot be read as SQuAD JSON: {err}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("data"), list):
         raise DataFormatError(f"{path}: no top-level 'data' list (not a SQuAD file)")
     rows = []
@@ -95,12 +96,12 @@ def parse_squad(path: Path) -> pd.DataFrame:
             where = f"data[{a}].paragraphs[{p}]"
             context = _field(paragraph, "context", path, where, str)
             for q, qa in enumerate(_field(paragraph, "qas", path, where, list)):
-                qid = _field(qa, "id", path, f"{where}.qas[{q}]")
+                qid = str(_field(qa, "id", path, f"{where}.qas[{q}]", (str, int)))  # the hub's ids are strings
                 question = f"question {qid}"
                 answers = _field(qa, "answers", path, question, list) if "answers" in qa else []
                 texts = [_field(x, "text", path, question, str) for x in answers]
                 starts = [_field(x, "answer_start", path, question, int) for x in answers]
-                impossible = bool(qa.get("is_impossible", not texts))
+                impossible = _field(qa, "is_impossible", path, question, bool) if "is_impossible" in qa else not texts
                 if impossible and texts:
                     raise DataFormatError(f"{path}: {question}: is_impossible but has answers")
                 if not impossible and not texts:

@@ -52,7 +52,7 @@ def read_located(path: Path, rows_needed: bool = True) -> tuple[pd.DataFrame, Ca
     fmt = file_format(path)
     if not path.is_file():
         raise MissingError(no_such_file(path))
-    if path.stat().st_size == 0:
+    if path.stat().st_size == 0 and (rows_needed or fmt != "jsonl"):  # no line: JSON Lines' batch of no rows
         raise DataFormatError(f"{path}: empty file")
     try:
         if fmt in _SEPARATORS:
@@ -177,6 +177,10 @@ def _scan_csv(path: Path, sep: str, quoting: int) -> tuple[list[int], bool]:
                     raise DataFormatError(
                         f"{path}: line {start}: {len(record)} field(s), expected {len(header)} fields"
                     )
+                elif len(header) == 1 and not record[0].strip():  # pandas reads it as a blank line
+                    raise DataFormatError(f"{path}: line {start}: only spaces, no text")
+                elif record == header:
+                    raise DataFormatError(f"{path}: line {start}: the header again (files joined with theirs?)")
                 else:
                     starts.append(start)
                     spans_lines = spans_lines or reader.line_num > start
@@ -256,17 +260,28 @@ def _object_once(pairs: list[tuple[str, object]]) -> dict:
     return record
 
 
-def _read_json(path: Path) -> pd.DataFrame:
-    with _open_text(path) as fh:
-        text = fh.read()
+def read_json_document(path: Path) -> tuple[object, str]:
+    """A JSON file's value (each object's keys once) and its text, read as the table files are
+    (UTF-8, a byte-order mark allowed, gzip by the suffix); else a DataFormatError naming the file
+    and the place."""
+    try:
+        with _open_text(path) as fh:
+            text = fh.read()
+    except UnicodeDecodeError as exc:
+        place = _first_undecodable(path) or "a byte"
+        raise DataFormatError(f"{path}: {place}: not UTF-8 text ({exc.reason}); save the file as UTF-8") from None
     if not text.strip():
         raise DataFormatError(f"{path}: empty file")
     try:
-        data = json.loads(text, object_pairs_hook=_object_once)
+        return json.loads(text, object_pairs_hook=_object_once), text
     except json.JSONDecodeError as exc:
         raise DataFormatError(f"{path}: line {exc.lineno}: undecodable JSON ({exc.msg}, column {exc.colno})") from None
     except _RepeatedKey as exc:
         raise DataFormatError(f"{path}: key {exc.args[0]!r} given twice in one object") from None
+
+
+def _read_json(path: Path) -> pd.DataFrame:
+    data, text = read_json_document(path)
     if isinstance(data, dict) and isinstance(data.get("data"), list):
         data = data["data"]
     if not isinstance(data, list):

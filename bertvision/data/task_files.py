@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
@@ -230,11 +231,14 @@ def _check_label_values(raw: pd.Series, source: str, where: Callable[[int], str]
 
 
 def label_text(value) -> str | None:
-    """A label's string form, so that one number is one label whatever wrote it: 1 and 1.0 (JSON,
+    """A label's string form, so that one label is one class whatever wrote it: 1 and 1.0 (JSON,
     Parquet, YAML) and "1" and "1.0" (CSV) are "1", 2.5 and "2.50" are "2.5"; an integer's text
-    stays as written ("007"), any other text too; None if missing."""
+    stays as written ("007"), any other text too, in Unicode's composed form (NFC: one spelling of
+    "é"); a bool as JSON writes it ("true"); None if missing."""
+    if isinstance(value, bool | np.bool_):
+        return "true" if value else "false"
     if isinstance(value, str):
-        text = value.strip()
+        text = unicodedata.normalize("NFC", value.strip())
         if _INTEGER.fullmatch(text) or not _DECIMAL.fullmatch(text) or not math.isfinite(float(text)):
             return text
         value = float(text)  # a number written with a point or an exponent, read as JSON's would be
