@@ -209,6 +209,29 @@ def test_study_name_changes_with_settings_and_features(tmp_path):
         assert name != study_name("x", ADAPTER, SETTINGS, SEARCH.replace(**changed), manifest), changed
 
 
+def test_a_streamed_study_is_named_by_the_contents_of_its_weights_and_token_ids(tmp_path):
+    """New data or a new fine-tuning run rewrites the same paths with files of the same size (the
+    checkpoint-0 weights of another data seed are byte for byte the same size): the study's name
+    read the paths and the weights' size, and the rerun worker resumed the finished study of the
+    old states, training nothing."""
+    from bertvision.features.source import StreamSource
+    from tests.test_streaming import COMPUTE, EXTRACT
+
+    checkpoint, tokens = tmp_path / "ckpt", tmp_path / "tokens"
+    checkpoint.mkdir(), tokens.mkdir()
+    (checkpoint / "model.safetensors").write_bytes(b"weights-a")
+    (checkpoint / "config.json").write_text("{}")
+    (tokens / "train.parquet").write_bytes(b"tokens-a")
+    source = StreamSource(str(checkpoint), str(tokens), EXTRACT, COMPUTE, {"task": "sst2"})
+    name = study_name("x", ADAPTER, SETTINGS, SEARCH, source)
+    assert name == study_name("x", ADAPTER, SETTINGS, SEARCH, source)
+    (checkpoint / "model.safetensors").write_bytes(b"weights-b")
+    renamed = study_name("x", ADAPTER, SETTINGS, SEARCH, source)
+    assert renamed != name
+    (tokens / "train.parquet").write_bytes(b"tokens-b")
+    assert study_name("x", ADAPTER, SETTINGS, SEARCH, source) not in (name, renamed)
+
+
 def test_data_fraction_subsets_are_nested_and_train_on_that_share(tmp_path):
     small, large = nested_subset(1000, 0.1), nested_subset(1000, 0.3)
     assert len(small) == 100 and len(large) == 300 and set(small) <= set(large)

@@ -19,7 +19,7 @@ import optuna
 
 from bertvision.config.settings import HeadRuntimeSettings, HeadSettings, HeadTrainingSettings, SearchSettings
 from bertvision.features.source import StreamSource
-from bertvision.files import atomic_write_json, read_json
+from bertvision.files import atomic_write_json, read_json, sha256_file
 from bertvision.layout import STUDY_LABEL
 from bertvision.registry.heads import searchable_parameters
 from bertvision.registry.task_spec import TaskSpec
@@ -50,13 +50,17 @@ def study_name(
     other trials than that count's (a lower count kept its extra trials, more workers drew their
     own), and its cost would be counted from the last job alone. Every search setting is in it:
     the head seed too, which every trial trains with (without it a changed heads.seeds resumed
-    the finished study, its trials trained with the old seed)."""
+    the finished study, its trials trained with the old seed). Streamed states are named by the
+    contents of what they are computed from, the encoder's weights and the token ids, as stored
+    ones are by their manifest's shard digests: paths and sizes stay the same when new data or a
+    new fine-tuning run rewrites them, and the finished study of the old ones was resumed."""
     digest = hashlib.sha256()
     digest.update(json.dumps([spec, settings.to_dict(), search.to_dict()], sort_keys=True).encode())
-    if isinstance(manifest, StreamSource):  # streamed: the source and its checkpoint's weights file
-        weights = Path(manifest.checkpoint) / "model.safetensors"
+    if isinstance(manifest, StreamSource):
         digest.update(manifest.to_json().encode())
-        digest.update(str(weights.stat().st_size if weights.exists() else 0).encode())
+        encoder = [Path(manifest.checkpoint) / name for name in ("model.safetensors", "config.json")]
+        for path in [*encoder, *sorted(p for p in Path(manifest.tokens_dir).iterdir() if p.is_file())]:
+            digest.update(f"{path.name}:{sha256_file(path) if path.exists() else None}".encode())
     else:
         digest.update(Path(manifest).read_bytes())
     return f"{label}-{digest.hexdigest()[:12]}"
