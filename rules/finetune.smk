@@ -10,7 +10,7 @@ rule finetune:
         expand(L.CHECKPOINT_FILE, file=L.CHECKPOINT_FILES, allow_missing=True),
     params:
         settings=lambda wc: as_json(S.finetune(wc.model, wc.task, L.Checkpoint.named(wc.checkpoint))),
-        compute=as_json(S.finetune_compute()),
+        compute=lambda wc: as_json(S.finetune_compute(L.Checkpoint.named(wc.checkpoint))),
         out_dir=L.FINETUNE_DIR,
         previous=get_previous_flag,
         bertvision=get_launcher,

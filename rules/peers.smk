@@ -9,7 +9,7 @@ rule embed:
         L.EMBEDDINGS,
     params:
         settings=lambda wc: as_json(S.embedding(wc.model, wc.task)),
-        compute=as_json(S.finetune_compute()),
+        compute=as_json(S.embedding_compute()),
     log:
         L.log("embed"),
     benchmark:
@@ -35,7 +35,7 @@ rule peer:
         expand(L.PEER_FILE, file=L.PEER_FILES, allow_missing=True),
     params:
         settings=lambda wc: as_json(S.peer(wc.model, wc.task, wc.peer)),
-        compute=as_json(S.finetune_compute()),
+        compute=lambda wc: as_json(S.peer_compute(wc.peer)),
         out_dir=L.PEER_DIR,
         embeddings=lambda wc, input: f"--embeddings {shlex.quote(input.embeddings)}" if input.embeddings else "",
     log:

@@ -562,16 +562,23 @@ def test_a_later_checkpoint_runs_only_its_own_jobs(workflow_run, tmp_path):
     )
 
 
-def test_a_fine_tuning_change_leaves_the_untouched_encoders_jobs_alone(workflow_run, tmp_path):
-    """Checkpoint 0 trains nothing: a new fine-tuning learning rate reruns the fine-tuned
-    checkpoints and full fine-tuning, never checkpoint 0's fine-tuning, states or heads."""
+@pytest.mark.parametrize("change", [{"settings": {"learning_rate": 5e-4}}, {"precision": "fp32"}])
+def test_a_fine_tuning_change_leaves_the_untouched_encoders_jobs_alone(workflow_run, tmp_path, change):
+    """Checkpoint 0 trains nothing: a new fine-tuning learning rate or precision reruns the
+    fine-tuned checkpoints and full fine-tuning, never checkpoint 0's fine-tuning, states or heads
+    (a new precision reran them all), nor the embeddings, computed in fp32, nor a peer fitted on
+    them."""
     workdir, config = workflow_run
-    config["finetune"]["settings"]["learning_rate"] = 5e-4
-    (tmp_path / "config-lr.yaml").write_text(yaml.safe_dump(config))
-    plan = snakemake(workdir, "-n", "--configfile", str(tmp_path / "config-lr.yaml")).stdout
+    changed = copy.deepcopy(config)
+    for key, value in change.items():
+        changed["finetune"][key] = {**changed["finetune"].get(key, {}), **value} if key == "settings" else value
+    (tmp_path / "config-ft.yaml").write_text(yaml.safe_dump(changed))
+    plan = snakemake(workdir, "-n", "--configfile", str(tmp_path / "config-ft.yaml")).stdout
     jobs = set(re.findall(r"^(?:local)?rule (\w+):\n(?:    .*\n)*?    wildcards: .*checkpoint=([0-9.]+)", plan, re.M))
     assert ("finetune", "1") in jobs and job_counts(plan)["baseline"] > 0
     assert {rule for rule, c in jobs if c == "0"} <= {"race_checkpoint"}, jobs
+    peers = set(re.findall(r"^(?:local)?rule peer:\n(?:    .*\n)*?    wildcards: .*peer=(\w+)", plan, re.M))
+    assert "embed" not in job_counts(plan) and peers <= {"lora", "bitfit"}, peers
 
 
 def test_a_new_scoring_batch_reruns_only_the_jobs_that_score_with_it(workflow_run, tmp_path):

@@ -5,7 +5,7 @@ lookups these use (``layered``, ``pretrained``, ``max_length``, ``task_overrides
 
 from __future__ import annotations
 
-from bertvision.config.settings import BaselineSettings, CurveSettings, PeerSettings
+from bertvision.config.settings import NO_DEVICE, BaselineSettings, CurveSettings, FinetuneCompute, PeerSettings
 from bertvision.registry.peers import applicable, get_peer
 from bertvision.registry.tasks import get_task
 
@@ -63,6 +63,16 @@ class ComparisonSettings:
             {"backbone": self.pretrained(model), "optimizer": optimizer, "method": method},
             f"{self.source}: peers.{peer}",
         )
+
+    def peer_compute(self, peer: str) -> FinetuneCompute:
+        """Where a peer runs: fine-tuning's device and precision, but one that fits on the
+        embeddings runs no model (``NO_DEVICE``), so a change to those reruns it not."""
+        return NO_DEVICE if get_peer(peer).reads_embeddings else self.finetune_compute()
+
+    def embedding_compute(self) -> FinetuneCompute:
+        """The embeddings' device; they are computed in fp32 whatever ``finetune.precision`` says
+        (``stages.peer``), so a change to it reruns none."""
+        return self.finetune_compute().replace(precision="fp32")
 
     def embedding(self, model: str, task: str) -> PeerSettings:
         """The encoding the peers that train no encoder share (rule embed): the cosine's settings,

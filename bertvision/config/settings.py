@@ -73,6 +73,11 @@ class FinetuneCompute(StageSettings):
     precision: str = setting("finetune.precision")
 
 
+# what a job that runs no model on a device is given for fine-tuning's compute settings (checkpoint
+# 0, a peer fitted on the embeddings), so that a change to finetune.device or .precision reruns it not
+NO_DEVICE = FinetuneCompute(device="cpu", precision="fp32")
+
+
 class ExtractCompute(StageSettings):
     """Where extraction runs, in which precision and on which runtime."""
 

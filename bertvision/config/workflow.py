@@ -13,6 +13,7 @@ from bertvision.config.comparison_settings import ComparisonSettings
 from bertvision.config.declared_tasks import OWN_TASK_KEYS, declared_task, is_declaration
 from bertvision.config.schema import read_config, schema_default, validate_config
 from bertvision.config.settings import (
+    NO_DEVICE,
     BertScoringSettings,
     DownloadSettings,
     ExtractCompute,
@@ -333,7 +334,11 @@ class WorkflowSettings(SharedEncoderSettings, ComparisonSettings):
     def bert_scoring(self, task: str) -> BertScoringSettings:
         return BertScoringSettings.pick(self.layered("finetune.settings", task), self.source)
 
-    def finetune_compute(self) -> FinetuneCompute:
+    def finetune_compute(self, checkpoint: Checkpoint | None = None) -> FinetuneCompute:
+        """``finetune.device`` and ``.precision``; at ``checkpoint`` 0, which only initialises the
+        task model, ``NO_DEVICE``: a change to those keys reruns no job of the untouched encoder."""
+        if checkpoint is not None and checkpoint.fraction == 0:
+            return NO_DEVICE
         return FinetuneCompute.pick(self.config["finetune"], self.source)
 
     def extract(self) -> ExtractSettings:
