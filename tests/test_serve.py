@@ -507,8 +507,16 @@ def test_a_batch_cut_into_chunks_gives_the_same_answers(run, bundle):
     asked = [QuestionItem(q, c, {"squad2": "lp"}) for q, c in zip(questions["question"], questions["context"])]
     whole = Engine(bundle, "cpu", max_chunk_rows=0)
     chunked = Engine(bundle, "cpu", max_batch_tokens=300)
+    shapes = []
+    chunked.encoder.register_forward_pre_hook(
+        lambda module, args, kwargs: shapes.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True
+    )
     (texts_a, spans_a), (texts_b, spans_b) = whole.predict(texts, asked), chunked.predict(texts, asked)
     assert whole.encoder_passes == 1 and chunked.encoder_passes > 5
+    # padded to a multiple of pad_multiple, each call within the bound (chunks were cut by the
+    # lengths before that padding: 6 rows padded from 50 tokens to 56 made 336)
+    assert chunked.pad_multiple > 1 and all(w % chunked.pad_multiple == 0 for _, w in shapes)
+    assert max(rows * width for rows, width in shapes) <= 300, shapes
     # The chunks are padded to their own longest sequence, the whole batch to its: the states
     # agree up to float16 rounding (tests/rounding.py), and so do the answers, within its bounds.
     for task, head in (("mrpc", "tok"), ("stsb", "lp")):

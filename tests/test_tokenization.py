@@ -47,6 +47,18 @@ def test_a_batch_padded_to_a_multiple_keeps_its_tokens_and_masks_the_rest():
     assert padded["attention_mask"].sum(1).tolist() == [5, 33, 12]
 
 
+def test_length_batches_bound_the_tokens_of_batches_padded_to_a_multiple():
+    import numpy as np
+
+    from bertvision.data.tokenized import length_batches
+
+    lengths = np.array([5, 9, 5, 5, 5])
+    by_eights = length_batches(lengths, 24, multiple_of=8)  # 3 rows x 8, 1 x 8, 1 x 16
+    assert [b.tolist() for b in by_eights] == [[0, 2, 3], [4], [1]]
+    assert [b.tolist() for b in length_batches(lengths, 24)] == [[0, 2, 3, 4], [1]]  # 4 x 5 tokens
+    assert [b.tolist() for b in length_batches(lengths, 100, max_rows=2)] == [[0, 2], [3, 4], [1]]
+
+
 def test_a_local_backbones_weights_replaced_in_place_rerun_its_jobs(tiny_bert, tmp_path):
     """A backbone given as a local folder: its files are the tokenize and embed jobs' inputs, so
     that weights saved anew at the same path rerun every job after them (the folder's path alone

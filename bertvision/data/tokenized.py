@@ -65,10 +65,14 @@ def shuffled_batches(lengths: np.ndarray, batch_size: int, rng: np.random.Genera
     return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
 
 
-def length_batches(lengths: np.ndarray, max_tokens: int, max_rows: int | None = None) -> list[np.ndarray]:
-    """Rows sorted by length, cut into batches of at most ``max_tokens`` padded tokens and
-    ``max_rows`` rows (at least one row each)."""
+def length_batches(
+    lengths: np.ndarray, max_tokens: int, max_rows: int | None = None, multiple_of: int = 1
+) -> list[np.ndarray]:
+    """Rows sorted by length, cut into batches of at most ``max_tokens`` padded tokens (each batch
+    padded to a multiple of ``multiple_of``, as ``collate`` pads it) and ``max_rows`` rows (at least
+    one row each)."""
     order = np.argsort(lengths, kind="stable")
+    lengths = -(-np.asarray(lengths) // multiple_of) * multiple_of
     max_rows = len(order) if max_rows is None else max_rows
     batches, i = [], 0
     while i < len(order):

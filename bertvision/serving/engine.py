@@ -250,7 +250,7 @@ class Engine:
         states = {reads: np.empty((len(split), self.bundle.layers, self.bundle.hidden), np.float16) for reads in READS}
         bert: dict[int, np.ndarray] = {}
         outputs: dict[tuple[str, str], dict[int, np.ndarray]] = {}
-        for rows in length_batches(split.lengths, self.max_batch_tokens, self.max_chunk_rows):
+        for rows in length_batches(split.lengths, self.max_batch_tokens, self.max_chunk_rows, self.pad_multiple):
             batch = to_device(collate(split, rows, self.pad_id, multiple_of=self.pad_multiple), self.device)
             with torch.inference_mode():
                 with autocast(self.device, self.precision):
