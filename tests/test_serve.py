@@ -7,6 +7,7 @@ bad input is a 4xx naming the field; concurrent requests share encoder passes.""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import http.client
 import json
 import logging
@@ -204,9 +205,38 @@ def test_a_missing_file_is_named(bundle, tmp_path):
     (copy / "heads" / "stsb" / "lp" / "head.safetensors").unlink()
     with pytest.raises(BundleError, match=r"heads/stsb/lp/head.safetensors: missing from the bundle"):
         load_bundle(copy)
-    (copy / "bundle.json").unlink()
-    with pytest.raises(BundleError, match=r"bundle.json: missing from the bundle"):
-        load_bundle(copy)
+    for gone in ("heads/mrpc/lp/metrics.json", "encoder/tokenizer.json", "bundle.json"):
+        (copy / gone).unlink()
+        with pytest.raises(BundleError, match=rf"{gone}: missing from the bundle"):
+            load_bundle(copy)
+        if gone != "bundle.json":
+            shutil.copy(bundle.root / gone, copy / gone)
+
+
+def test_an_answer_from_extreme_outputs_is_json(bundle):
+    """Logits far apart give probabilities 1 and 0 (exp of 1000 overflows unless shifted by the
+    largest); an output that is not finite is null, never inf or nan, which JSON has not."""
+    from bertvision.serving.answers import example_result
+
+    mrpc, stsb = bundle.tasks["mrpc"], bundle.tasks["stsb"]
+    result = example_result(mrpc, "lp", np.array([1000.0, 0.0], dtype=np.float32))
+    assert list(result.probabilities.values()) == [1.0, 0.0] and result.label_id == 0
+    score = example_result(stsb, "lp", np.array([np.inf], dtype=np.float32))
+    assert score.score is None and score.outputs == [None]
+    json.dumps(dataclasses.asdict(score), allow_nan=False)
+
+
+def test_a_bundle_is_written_from_each_trained_head_once_and_of_its_own_task(run, tiny_bert, tmp_path):
+    def written(tasks):
+        return write_bundle(tmp_path / "b", run / "ft" / "ckpt-1", str(tiny_bert), tasks, {}, "fp32")
+
+    twice = {"mrpc": {"heads_dirs": [run / "heads" / "mrpc"] * 2, "max_length": 64}}
+    with pytest.raises(BundleError, match=r"mrpc: head \w+ seed \d is in both .*; give each trained head once"):
+        written(twice)
+    other = {"mrpc": {"heads_dirs": [run / "heads" / "stsb"], "max_length": 64}}
+    with pytest.raises(BundleError, match=r"metrics.json: a head of task 'stsb', given for mrpc"):
+        written(other)
+    assert not (tmp_path / "b").exists()
 
 
 def _first_head(index: dict, task: str) -> str:
