@@ -226,6 +226,23 @@ def test_an_answer_from_extreme_outputs_is_json(bundle):
     json.dumps(dataclasses.asdict(score), allow_nan=False)
 
 
+def test_a_span_at_its_heads_null_threshold_is_no_answer(bundle):
+    """As the evaluation cuts (``apply_threshold``: answered above the threshold): a span scoring
+    exactly the threshold is abstained on, its has_answer false with it."""
+    from bertvision.serving.answers import span_answer
+
+    offsets = np.array([[0, 0], [0, 3], [4, 7], [8, 11]])  # [CLS], then "the cat sat"
+    logits = np.array([0.0, 0.0, 3.0, 0.0])
+    window = (logits, logits, offsets)  # the best span "cat" scores 6 over the null's 0
+    squad = bundle.tasks["squad2"]
+    for threshold, answer in ((6.0, ""), (5.5, "cat")):
+        head = dataclasses.replace(squad.heads["lp"], null_threshold=threshold)
+        task = dataclasses.replace(squad, heads={**squad.heads, "lp": head})
+        result = span_answer(task, "lp", "the cat sat", [window])
+        assert (result.answer, result.has_answer, result.best_span) == (answer, bool(answer), "cat")
+        assert result.score_diff == 6.0
+
+
 def test_a_bundle_is_written_from_each_trained_head_once_and_of_its_own_task(run, tiny_bert, tmp_path):
     def written(tasks):
         return write_bundle(tmp_path / "b", run / "ft" / "ckpt-1", str(tiny_bert), tasks, {}, "fp32")
