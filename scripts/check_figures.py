@@ -26,9 +26,10 @@ from bertvision.script_support import run_script
 REPO = Path(__file__).resolve().parent.parent
 DOCUMENTS = ("README.md", "docs/*.md")
 RESULTS = "docs/results"
-# decimals only (whole numbers in the docs are mostly settings: sizes, seeds, limits); not in a
-# path or address (arxiv.org/abs/2202.12210) nor a version (9.27.1)
-NUMBER = re.compile(r"(?<![\w.,/])(?:\d{1,3}(?:,\d{3})+|\d+)\.\d+(?![\d]|\.\d)(?:×|x\b)?")
+# decimals only (whole numbers in the docs are mostly settings: sizes, seeds, limits), with a sign
+# where written (-1.7, +2.8), or none before the point (.5337); not in a path or address
+# (arxiv.org/abs/2202.12210) nor a version (9.27.1)
+NUMBER = re.compile(r"(?<![\w.,/])[-−+]?(?:\d{1,3}(?:,\d{3})+|\d+)?\.\d+(?![\d]|\.\d)(?:×|x\b)?")
 SPREAD = re.compile(rf"{NUMBER.pattern} ± {NUMBER.pattern}")
 # an interval's two ends with their signs (-0.2 to +2.1), as the summaries write a bootstrap's
 INTERVAL = re.compile(rf"[+-]{NUMBER.pattern} to [+-]{NUMBER.pattern}")
@@ -151,14 +152,22 @@ def cited(text: str, results: Path) -> tuple[set[str], set[str]]:
 
 
 def holds(body: str, figure: str) -> bool:
-    """``figure`` in ``body`` as a whole number; a ratio's sign (0.57× or 0.57x) must be there too."""
-    plain = re.sub("[×x]$", "[×x]", re.escape(THOUSANDS.sub("", figure)))
-    return re.search(rf"(?<![\d.]){plain}(?!\d)", body) is not None
+    """``figure`` in ``body`` as a whole number; a ratio's sign (0.57× or 0.57x) must be there too,
+    and a figure's own sign: a minus found with one, a plus not with a minus (an unsigned figure, a
+    difference's size, may be either); a figure written without its leading zero (.53, as the
+    original paper writes) found with or without it."""
+    sign, digits = re.fullmatch(r"([-−+]?)(.*)", figure, re.S).groups()
+    plain = re.sub("[×x]$", "[×x]", re.escape(THOUSANDS.sub("", digits)))
+    plain = re.sub(r"^0?\\\.", r"0?\\.", plain)  # .53 and 0.53 are one figure
+    before = {"": r"(?<![\d.])", "+": r"(?<![\d.\-−])", "-": "[-−]", "−": "[-−]"}[sign]
+    return re.search(rf"{before}{plain}(?!\d)", body) is not None
 
 
 @functools.cache
 def normalized(path: Path) -> str:
-    return "" if path.suffix == ".png" else THOUSANDS.sub("", path.read_text(errors="ignore"))
+    if path.suffix in (".png", ".csv"):  # a CSV's commas part its fields: 0.912,100 is two numbers
+        return "" if path.suffix == ".png" else path.read_text(errors="ignore")
+    return THOUSANDS.sub("", path.read_text(errors="ignore"))
 
 
 def problems_in(document: Path, results: Path) -> list[str]:

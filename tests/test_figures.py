@@ -58,6 +58,22 @@ def test_a_figure_counts_only_in_the_files_its_own_sentence_names(tmp_path):
     ]
 
 
+def test_a_figure_is_held_whole_with_its_sign_and_as_the_paper_writes_it(tmp_path):
+    """A figure without its leading zero (.5337, the original paper's) was not read as a figure, a
+    sign not checked, and a CSV's commas between fields were taken for thousands (0.912,100 read
+    as 0.912100)."""
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "run.md").write_text("paper .5337; ours 0.6000, -1.7, +2.8, 0.9123, 10.5, 1.29× and 1.5\n")
+    (results / "run.csv").write_text("score,rows\n0.912,100\n3.1,415\n")
+    doc = tmp_path / "doc.md"
+    held = ".5337, .6000, 0.5337, -1.7, −1.7, 1.7, 2.8, +2.8, 1.29×, 1.29x, 1.5"
+    wrong = ".5338, +1.7, -2.8, 0.912, 0.5, 1.5×"
+    doc.write_text(f"{held} (`run.md`)\n\n{wrong} (`run.md`)\n\n0.912 but not 3.1415 (`run.csv`)\n")
+    problems = [p.split(":", 2)[2].strip() for p in checker().missing_figures([doc], results)]
+    assert problems == [f"{f} is not in run.md" for f in wrong.split(", ")] + ["3.1415 is not in run.csv"]
+
+
 def readme_with(tmp_path, line_number: int, figure: str, changed: str):
     lines = (REPO / "README.md").read_text().splitlines(keepends=True)
     lines[line_number - 1] = lines[line_number - 1].replace(figure, changed, 1)
