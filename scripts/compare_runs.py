@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import filecmp
 import json
-import re
+import math
 from pathlib import Path
 
 import numpy as np
@@ -24,12 +24,25 @@ from safetensors.numpy import load_file
 
 from bertvision.script_support import ScriptError, run_directory, run_script
 
-TIMING = re.compile(r"second|time|wait_share|_s$|_s_|elapsed|wall|cpu|rss|memory|mib|started|finished|date", re.I)
-COST_COLUMNS = re.compile(r"cost|whole|own|ratio|×|front", re.I)  # on_front: the cost-score front
+# a timing field by the words of its name (train_seconds, wall_s, max_rss_mb, data_wait_share, started),
+# whole words: a substring would also leave out best.candidate ("date") or a text column "sentiment"
+TIMING_WORDS = {"seconds", "s", "time", "times", "elapsed", "wall", "cpu", "rss", "memory", "mib", "wait", "started",
+                "finished", "date"}  # fmt: skip
+COST_WORDS = {"cost", "whole", "front"}  # cost_ratio, whole_cost_ratio, on_front: the cost-score front
+# files of another library, whose keys are not ours (a tokenizer's vocabulary holds "time" and "date")
+BYTES_ONLY = ("tokenizer", "special_tokens_map", "vocab")
 # Snakemake's records, the job logs and benchmark files, the plots' pixels, the study journals
 # (the order in which parallel workers took their trials)
 SKIPPED = (".git", ".venv", ".snakemake", "logs", "benchmarks")
 SKIPPED_SUFFIXES = (".png", ".journal", ".md", ".yaml")
+
+
+def words(name) -> set[str]:
+    return set(str(name).lower().split("_"))
+
+
+def is_timing(name) -> bool:
+    return bool(words(name) & TIMING_WORDS)
 
 
 def files(root: Path) -> set[Path]:
@@ -40,7 +53,7 @@ def json_differences(before, after, where: str = "") -> list[str]:
     if isinstance(before, dict) and isinstance(after, dict):
         found = []
         for key in sorted(set(before) | set(after), key=str):
-            if TIMING.search(str(key)) or key == "best_trial":
+            if is_timing(key) or key == "best_trial":
                 continue
             if key not in before or key not in after:
                 found.append(f"{where}.{key}: only in {'after' if key in after else 'before'}")
@@ -50,9 +63,19 @@ def json_differences(before, after, where: str = "") -> list[str]:
     if isinstance(before, (list, tuple)) and isinstance(after, (list, tuple)) and len(before) == len(after):
         return [d for i, (b, a) in enumerate(zip(before, after)) for d in json_differences(b, a, f"{where}[{i}]")]
     if isinstance(before, (np.ndarray, torch.Tensor)) or isinstance(after, (np.ndarray, torch.Tensor)):
-        same = type(before) is type(after) and before.shape == after.shape and bool((before == after).all())
-        return [] if same else [f"{where}: arrays differ"]
+        return [] if same_arrays(before, after) else [f"{where}: arrays differ"]
+    if isinstance(before, float) and isinstance(after, float) and math.isnan(before) and math.isnan(after):
+        return []
     return [] if before == after else [f"{where}: {str(before)[:80]} vs {str(after)[:80]}"]
+
+
+def same_arrays(before, after) -> bool:
+    return (
+        type(before) is type(after)
+        and before.shape == after.shape
+        and before.dtype == after.dtype
+        and bool((before == after).all())
+    )
 
 
 def array_value(array: np.ndarray):
@@ -66,11 +89,13 @@ def array_value(array: np.ndarray):
 
 
 def differences(before: Path, after: Path) -> list[str]:
+    if before.name.startswith(BYTES_ONLY):
+        return ["bytes differ"]
     if before.suffix == ".json":
         return json_differences(json.loads(before.read_text()), json.loads(after.read_text()))
     if before.suffix == ".safetensors":
         b, a = load_file(before), load_file(after)
-        return [] if b.keys() == a.keys() and all((b[k] == a[k]).all() for k in b) else ["tensors differ"]
+        return [] if b.keys() == a.keys() and all(same_arrays(b[k], a[k]) for k in b) else ["tensors differ"]
     if before.suffix == ".npz":
         with np.load(before) as b, np.load(after) as a:
             return json_differences({k: array_value(b[k]) for k in b.files}, {k: array_value(a[k]) for k in a.files})
@@ -80,7 +105,7 @@ def differences(before: Path, after: Path) -> list[str]:
         b, a = pd.read_csv(before), pd.read_csv(after)
         if list(b.columns) != list(a.columns) or b.shape != a.shape:
             return ["columns or rows differ"]
-        kept = [c for c in b.columns if not TIMING.search(c) and not COST_COLUMNS.search(c)]
+        kept = [c for c in b.columns if not is_timing(c) and not words(c) & COST_WORDS and "×" not in c]
         b, a = (t[kept].sort_values(kept, key=lambda c: c.astype(str)).reset_index(drop=True) for t in (b, a))
         changed = b.compare(a)
         return [] if changed.empty else [changed.to_string()[:2000]]

@@ -217,3 +217,32 @@ def test_the_gpu_checks_failed_dry_run_shows_why(tmp_path):
     assert proc.returncode != 0
     assert "gpu_check: the workflow's dry run failed" in proc.stderr and "No module named snakemake" in proc.stderr
     assert not (tmp_path / "out.md").exists()
+
+
+def test_compare_runs_leaves_out_timings_only(tmp_path):
+    """Timing fields were matched as substrings: a race decision's best.candidate ("date") and a
+    table's diff_vs_own ("own") were left out, tensors of another shape or dtype compared equal by
+    broadcasting, and a NaN metric differed from itself."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    def run(name, candidate, seconds, diff, cost, weights):
+        root = tmp_path / name / "results"
+        root.mkdir(parents=True)
+        record = {"best": {"candidate": candidate}, "train_seconds": seconds, "pearson": float("nan")}
+        (root / "decision.json").write_text(json.dumps(record))
+        table = {"head": ["lp"], "diff_vs_own": [diff], "cost_ratio": [cost], "head_s": [seconds]}
+        pd.DataFrame(table).to_csv(root / "summary.csv", index=False)
+        save_file({"w": weights}, str(root / "head.safetensors"))
+        return tmp_path / name
+
+    one = np.ones(1, np.float32)
+    before = run("before", "lp", 1.0, 1.0, 0.5, one)
+    assert script("compare_runs.py", before, run("timings", "lp", 2.0, 1.0, 0.7, one)).returncode == 0
+    after = run("after", "ap", 1.0, -3.0, 0.5, np.ones(4, np.float16))
+    proc = script("compare_runs.py", before, after)
+    assert proc.returncode == 1
+    found = proc.stdout.splitlines()
+    assert "results/decision.json: .best.candidate: lp vs ap" in found
+    assert "results/head.safetensors: tensors differ" in found
+    assert any("diff_vs_own" in line for line in found) and not any("cost_ratio" in line for line in found)
