@@ -19,6 +19,7 @@ configs/cpu-glue.yaml, one task each): their job-seconds are summed and their ta
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -46,10 +47,19 @@ PICKED = "BERTVision (picked)"
 RUN_PIECES = ("benchmarks/*/*", table("timing", "csv"), table("cost", "csv"), table("summary", "csv"), picks_record())
 
 
+def copied_by_retable(path: Path) -> bool:
+    """A benchmark file named before c55c270 (``ckpt0.3``) that scripts/retable.py copied under
+    today's name (``ckpt-0.3``): the job's seconds are counted from the copy."""
+    today = path.with_name(re.sub(r"(?<=-)ckpt(?=\d)", "ckpt-", path.name))
+    return today != path and today.exists()
+
+
 def job_seconds(workdirs: list[Path]) -> pd.Series:
-    """Rule -> seconds summed over its jobs' benchmark files (benchmarks/RULE/...) in every run."""
+    """Rule -> seconds summed over its jobs' benchmark files (benchmarks/RULE/...) in every run,
+    each job's once."""
     rows = []
-    for workdir, path in ((w, p) for w in workdirs for p in sorted((w / "benchmarks").rglob("*.tsv"))):
+    every = ((w, p) for w in workdirs for p in sorted((w / "benchmarks").rglob("*.tsv")) if not copied_by_retable(p))
+    for workdir, path in every:
         rule = path.relative_to(workdir / "benchmarks").parts[0].removesuffix(".tsv")
         rows.append((rule, float(pd.read_csv(path, sep="\t")["s"].iloc[0])))
     return pd.DataFrame(rows, columns=["rule", "seconds"]).groupby("rule")["seconds"].sum()

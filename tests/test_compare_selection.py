@@ -132,3 +132,18 @@ def test_picks_without_dev_predictions_agree_by_their_ranges(tmp_path):
     out = compare(*runs)
     assert "| mrpc | ap @1, 0.800 ± 0.010, 1.20x | lp @0, 0.700 ± 0.010, 0.60x | — | no |" in out
     assert "| sst2 | lp @1, 0.500 ± 0.020, 2.00x | lp @0, 0.600 ± 0.020, 0.90x | — | no |" in out
+
+
+def test_a_benchmark_file_retable_copied_under_todays_name_counts_once(tmp_path):
+    """scripts/retable.py copies a benchmark file named before c55c270 (ckpt0.3) under today's name
+    (ckpt-0.3) and keeps the old one: both were counted, the job's seconds twice."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("compare_selection", ROOT / "scripts" / "compare_selection.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    folder = tmp_path / "benchmarks" / "finetune"
+    folder.mkdir(parents=True)
+    for name in ("m-sst2-ft1-ckpt0.3.tsv", "m-sst2-ft1-ckpt-0.3.tsv", "m-sst2-ft1-ckpt1.tsv"):
+        (folder / name).write_text("s\th:m:s\n100\t0:01:40\n")
+    assert module.job_seconds([tmp_path]).to_dict() == {"finetune": 200.0}  # the old-named ckpt1 has no copy
