@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from bertvision.errors import DataFormatError
+
 NO_ROOM = (errno.ENOSPC, errno.EDQUOT)  # a write found the disk full, or the user's quota spent
 
 
@@ -88,7 +90,12 @@ def atomic_write_json(obj, path: Path) -> None:
 
 
 def read_json(path: Path):
-    return json.loads(Path(path).read_text())
+    """A JSON record; one that is cut short or garbled (a job killed while another tool wrote it)
+    is a DataFormatError naming the file and the line."""
+    try:
+        return json.loads(Path(path).read_text())
+    except json.JSONDecodeError as err:
+        raise DataFormatError(f"{path}: line {err.lineno}: not valid JSON ({err.msg})") from None
 
 
 def sha256_file(path: Path, block: int = 1 << 22) -> str:

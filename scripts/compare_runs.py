@@ -22,6 +22,7 @@ import pandas as pd
 import torch
 from safetensors.numpy import load_file
 
+from bertvision.files import read_json
 from bertvision.script_support import ScriptError, run_directory, run_script
 
 # a timing field by the words of its name (train_seconds, wall_s, max_rss_mb, data_wait_share, started),
@@ -92,7 +93,7 @@ def differences(before: Path, after: Path) -> list[str]:
     if before.name.startswith(BYTES_ONLY):
         return ["bytes differ"]
     if before.suffix == ".json":
-        return json_differences(json.loads(before.read_text()), json.loads(after.read_text()))
+        return json_differences(read_json(before), read_json(after))
     if before.suffix == ".safetensors":
         b, a = load_file(before), load_file(after)
         return [] if b.keys() == a.keys() and all(same_arrays(b[k], a[k]) for k in b) else ["tensors differ"]

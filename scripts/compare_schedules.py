@@ -16,12 +16,12 @@ is printed).
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from bertvision.files import read_json
 from bertvision.reporting.results import raced_out
 from bertvision.script_support import add_config_argument, declare_config_tasks, known_task, run_directory, run_script
 
@@ -33,7 +33,7 @@ def records(run_dir: Path) -> tuple[pd.DataFrame, int]:
     count of head runs left out, those the race stopped early."""
     rows, left_out = [], 0
     for path in sorted(run_dir.glob(HEAD_RECORDS)):
-        r = json.loads(path.read_text())
+        r = read_json(path)
         if raced_out(r):
             left_out += 1
             continue
@@ -49,7 +49,7 @@ def records(run_dir: Path) -> tuple[pd.DataFrame, int]:
             }
         )
     for path in sorted((run_dir / "models").glob("*/*/ft*/ckpt-*/eval_metrics.json")):
-        r = json.loads(path.read_text())
+        r = read_json(path)
         r.setdefault("checkpoint", r.get("epoch_fraction"))  # a record written before the one spelling
         if float(r["checkpoint"]) == 0:
             continue

@@ -17,12 +17,12 @@ Head runs the race stopped early (``reporting.results.raced_out``) are left out 
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from bertvision.files import read_json
 from bertvision.layout import HEADS_DIR, head_metrics_files
 from bertvision.reporting.results import raced_out, repeats_frozen_run
 from bertvision.script_support import (
@@ -43,7 +43,7 @@ def head_records(run_dir: Path, runs: set) -> tuple[pd.DataFrame, int]:
     """The head records of the runs the tables cover (``runs``: (task, ft seed, checkpoint)) but
     those the race stopped early, and how many of those were left out."""
     rows, frozen_seen, left_out = [], set(), 0
-    records = [json.loads(p.read_text()) for p in head_metrics_files(sorted(run_dir.glob(EVERY_HEADS_DIR)))]
+    records = [read_json(p) for p in head_metrics_files(sorted(run_dir.glob(EVERY_HEADS_DIR)))]
     for r in sorted(records, key=lambda r: int(r["source"]["ft_seed"])):
         if (r["task"], int(r["source"]["ft_seed"]), float(r["source"]["checkpoint"])) not in runs:
             continue

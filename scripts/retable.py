@@ -32,6 +32,7 @@ import shutil
 from pathlib import Path
 
 from bertvision import layout as L
+from bertvision.files import read_json
 from bertvision.jobs import Job
 from bertvision.layout import Checkpoint, Run
 from bertvision.registry.peers import PEERS
@@ -53,7 +54,7 @@ def current_record(path: Path, copies: Path) -> Path:
     before: a race decision's ``best.head`` (which named a candidate, head or ensemble) becomes
     ``best.candidate``; a training or BERT record's float ``epoch_fraction`` and a search worker
     record's ``keys.frac`` become ``checkpoint`` (the checkpoint's name)."""
-    d = json.loads(path.read_text())
+    d = read_json(path)
     best, keys = d.get("best") or {}, d.get("keys") or {}
     if "head" not in best and "epoch_fraction" not in d and "frac" not in keys:
         return path
@@ -84,7 +85,7 @@ def current_benchmark_names(benchmarks: Path) -> None:
 
 def extraction_shards(manifests: list[Path]) -> int:
     """Extraction jobs per checkpoint: each job writes one shard of every split."""
-    counts = {len(split["shards"]) for m in manifests for split in json.loads(m.read_text())["splits"].values()}
+    counts = {len(split["shards"]) for m in manifests for split in read_json(m)["splits"].values()}
     if len(counts) > 1:
         raise ScriptError(f"the runs' feature manifests disagree on the number of shards: {sorted(counts)}")
     return counts.pop() if counts else 1
@@ -99,11 +100,11 @@ def rebuild(workdir: Path, out_dir: Path, heads: list[str] | None) -> None:
     decisions = [current_record(path, records) for path in sorted(Path("race").glob("*/*/*.json"))]
     reached: dict[tuple, set] = {}
     for path in decisions:
-        d = json.loads(path.read_text())
+        d = read_json(path)
         reached.setdefault((d["model"], d["task"]), set()).add(d["checkpoint"])
     runs, bert, head_dirs, manifests, workers = [], [], [], [], []
     for record_file in sorted(Path().glob(EVERY_TRAIN_RECORD)):
-        trained = json.loads(current_record(record_file, records).read_text())  # its keys, from its own record
+        trained = read_json(current_record(record_file, records))  # its keys, from its own record
         known_task(trained["task"])
         checkpoint = Checkpoint.named(trained["checkpoint"])
         keys = {"model": trained["model"], "task": trained["task"], "ftseed": trained["seed"], "checkpoint": checkpoint}
@@ -118,7 +119,7 @@ def rebuild(workdir: Path, out_dir: Path, heads: list[str] | None) -> None:
         record = record if record.exists() else record_file.parent / L.BERT_METRICS  # older runs: at 0
         bert.append(current_record(record, records))
         scoring = Path(Job("score_bert", run.keys).benchmark)
-        if checkpoint.fraction > 0 and not scoring.exists() and "scored_from" not in json.loads(bert[-1].read_text()):
+        if checkpoint.fraction > 0 and not scoring.exists() and "scored_from" not in read_json(bert[-1]):
             scoring.parent.mkdir(parents=True, exist_ok=True)
             scoring.write_text("s\th:m:s\tmax_rss\n0.0\t0:00:00\t0.0\n")  # scored in the finetune job
         head_dirs.append(heads_dir)
@@ -130,11 +131,11 @@ def rebuild(workdir: Path, out_dir: Path, heads: list[str] | None) -> None:
     if not runs:
         raise ScriptError(f"{workdir}: no fine-tuning checkpoint with a heads directory (heads/)")
     if heads is None:
-        heads = list(dict.fromkeys(json.loads(path.read_text())["head"] for path in L.head_metrics_files(head_dirs)))
+        heads = list(dict.fromkeys(read_json(path)["head"] for path in L.head_metrics_files(head_dirs)))
     baselines = sorted(Path("baselines").glob("*/*/seed*/metrics.json"))
     shards = extraction_shards(manifests)
     every_peer = L.PEER_FILE.format(model="*", task="*", peer="*", seed="*", file=L.PEER_METRICS)
-    peer_records = {path: json.loads(path.read_text()) for path in Path().glob(every_peer)}
+    peer_records = {path: read_json(path) for path in Path().glob(every_peer)}
     peer_metrics = sorted(peer_records, key=lambda path: list(PEERS).index(peer_records[path]["peer"]))
     ran: dict[str, dict] = {}  # the peers that ran (the config may name more, which did not apply)
     for path in peer_metrics:

@@ -194,6 +194,25 @@ def test_bad_input_is_one_line_and_exit_status_2(name, args, own_task_run, tmp_p
     assert not places["missing"].exists()  # nothing made where the run should have been
 
 
+def test_a_record_cut_short_is_one_line_naming_it(own_task_run, tmp_path):
+    """A head record cut short (a job killed while it was copied) ended the scripts that read it in
+    a JSONDecodeError's traceback."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(own_task_run, run)
+    record = sorted(run.rglob("metrics.json"))[0]
+    record.write_text(record.read_text()[:40])
+    config = ("--config", run / "config.yaml")
+    for name, args in (
+        ("head_scores.py", (run, "--model", "m", "--tasks", TASK, *config)),
+        ("compare_schedules.py", (run, run, "--labels", "a", "b", *config)),
+    ):
+        proc = script(name, *args)
+        assert_one_line_error(proc, name)
+        assert f"{record}: line " in proc.stderr and "not valid JSON" in proc.stderr, proc.stderr
+
+
 def test_one_repeat_of_the_startup_benchmark_has_no_spread():
     line = load_script("benchmark_startup.py").described
     assert line("cold", [2.0, 4.0]) == f"{'cold':<28}   3.00 s ± 1.41 (n=2)"
