@@ -76,6 +76,14 @@ def declare_config_tasks(config_files: list[Path] | None, run_dir: Path):
         return WorkflowSettings.from_files(paths)
 
 
+def one_backbone(records: list[dict], run_dir: Path) -> None:
+    """A ScriptError where ``records`` (head records, by ``source.model``) come from several
+    backbones: the scripts that call this key their tables by task, checkpoint and head alone."""
+    found = sorted({r["source"]["model"] for r in records})
+    if len(found) > 1:
+        raise ScriptError(f"{run_dir}: head records of several backbones ({', '.join(found)}); give one backbone's run")
+
+
 def known_task(name: str) -> TaskSpec:
     """The task ``name``; one the registry does not hold (a config's own task) says to pass --config."""
     try:

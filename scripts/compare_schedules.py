@@ -23,7 +23,14 @@ import pandas as pd
 
 from bertvision.files import read_json
 from bertvision.reporting.results import raced_out
-from bertvision.script_support import add_config_argument, declare_config_tasks, known_task, run_directory, run_script
+from bertvision.script_support import (
+    add_config_argument,
+    declare_config_tasks,
+    known_task,
+    one_backbone,
+    run_directory,
+    run_script,
+)
 
 HEAD_RECORDS = "heads/*/*/ft*/ckpt-*/*/seed*/metrics.json"
 
@@ -32,8 +39,9 @@ def records(run_dir: Path) -> tuple[pd.DataFrame, int]:
     """One row per head run and per BERT checkpoint (checkpoints > 0), with its keys; and the
     count of head runs left out, those the race stopped early."""
     rows, left_out = [], 0
-    for path in sorted(run_dir.glob(HEAD_RECORDS)):
-        r = read_json(path)
+    heads = [read_json(path) for path in sorted(run_dir.glob(HEAD_RECORDS))]
+    one_backbone(heads, run_dir)
+    for r in heads:
         if raced_out(r):
             left_out += 1
             continue

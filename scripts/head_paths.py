@@ -30,6 +30,7 @@ from bertvision.script_support import (
     add_config_argument,
     declare_config_tasks,
     known_task,
+    one_backbone,
     run_directory,
     run_script,
 )
@@ -44,6 +45,7 @@ def head_records(run_dir: Path, runs: set) -> tuple[pd.DataFrame, int]:
     those the race stopped early, and how many of those were left out."""
     rows, frozen_seen, left_out = [], set(), 0
     records = [read_json(p) for p in head_metrics_files(sorted(run_dir.glob(EVERY_HEADS_DIR)))]
+    one_backbone(records, run_dir)
     for r in sorted(records, key=lambda r: int(r["source"]["ft_seed"])):
         if (r["task"], int(r["source"]["ft_seed"]), float(r["source"]["checkpoint"])) not in runs:
             continue

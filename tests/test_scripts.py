@@ -213,6 +213,21 @@ def test_a_record_cut_short_is_one_line_naming_it(own_task_run, tmp_path):
         assert f"{record}: line " in proc.stderr and "not valid JSON" in proc.stderr, proc.stderr
 
 
+def test_a_run_of_two_backbones_is_refused_by_the_scripts_that_key_by_task(own_task_run, tmp_path):
+    """compare_schedules and head_paths group head records by task, checkpoint and head: a run of
+    two backbones was averaged over both."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(own_task_run, run)
+    record = sorted(run.rglob("metrics.json"))[0]
+    other = json.loads(record.read_text())
+    other["source"]["model"] = "other"
+    record.write_text(json.dumps(other))
+    proc = script("compare_schedules.py", run, run, "--config", run / "config.yaml")
+    assert_one_line_error(proc, "compare_schedules.py", "several backbones (m, other)")
+
+
 def test_one_repeat_of_the_startup_benchmark_has_no_spread():
     line = load_script("benchmark_startup.py").described
     assert line("cold", [2.0, 4.0]) == f"{'cold':<28}   3.00 s ± 1.41 (n=2)"
