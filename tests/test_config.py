@@ -23,6 +23,7 @@ from bertvision.layout import Checkpoint
 from bertvision.registry.heads import HEAD_TYPES, searchable_parameters
 from bertvision.registry.tasks import TASKS
 from tests.conftest import REPO
+from tests.tiny_bert import DEFAULT_BACKBONE
 
 SHIPPED = [REPO / "config.yaml", *sorted((REPO / "configs").glob("*.yaml"))]
 
@@ -397,6 +398,10 @@ def test_a_settings_block_written_in_part_shows_every_default(tmp_path, capsys):
         (
             lambda c: c.update({"experiments": {"data_fraction": {"tasks": ["mrpc"], "heads": []}}}),
             r"experiments.data_fraction.heads: \[\] should be non-empty",
+        ),
+        (  # [] dropped the experiment without a word (null is every checkpoint)
+            lambda c: c.update({"experiments": {"data_fraction": {"tasks": ["mrpc"], "checkpoints": []}}}),
+            r"experiments.data_fraction.checkpoints: \[\] should be non-empty",
         ),
         (
             lambda c: c.update({"experiments": {"data_fraction": {"tasks": ["mrpc"], "checkpoints": [2]}}}),
@@ -801,6 +806,24 @@ def test_run_tasks_runs_a_share_of_the_tasks_with_their_settings():
     }
     with pytest.raises(ConfigError, match=r"run_tasks: shared.mixtures.mix trains on rte, which run_tasks leaves out"):
         WorkflowSettings(validate_config({**mixed, "run_tasks": ["mrpc"]}))
+    serving = {**copy.deepcopy(base), "shared": {"tasks": ["mrpc", "rte"], "checkpoint": 1.0, "serve": "rte"}}
+    assert WorkflowSettings(validate_config(copy.deepcopy(serving))).config["shared"]["serve"] == "rte"
+    # rte's encoder is not trained by this run: it serves the default (a config error before)
+    assert WorkflowSettings(validate_config({**serving, "run_tasks": ["mrpc"]})).config["shared"]["serve"] is None
+
+
+def test_a_shared_task_may_not_take_an_encoders_name(tmp_path):
+    """A task of one's own named frozen replaced the untouched encoder among the shared ones; one
+    named picked had its bundle's path taken by the picked bundles'."""
+    own = {"files": {"train": str(REPO / "resources/reviews/reviews-train.csv"),
+                     "dev": str(REPO / "resources/reviews/reviews-dev.csv")},
+           "text": "sentence", "label": "site", "kind": "classification"}  # fmt: skip
+    for name in ("frozen", "picked"):
+        config = {"backbones": {"m": {"pretrained": DEFAULT_BACKBONE}}, "tasks": {"sst2": None, name: own},
+                  "shared": {"tasks": ["sst2", name], "checkpoint": 0.3},
+                  "finetune": {"epoch_fractions": [0, 0.3]}}  # fmt: skip
+        with pytest.raises(ConfigError, match=rf"shared.tasks: \['{name}'\]: the name is taken"):
+            WorkflowSettings(validate_config(config))
 
 
 # A stage settings field holds its config key's value as the schema types it; these differ on purpose.

@@ -224,6 +224,12 @@ def shared_problems(workflow, broken: set) -> list[str]:
             "table scores one row per example, so answerability tasks are not shared (the run's picked "
             "bundles serve them)"
         )
+    taken = [t for t in workflow.shared_tasks if t in ("frozen", "picked")]
+    if taken:
+        problems.append(
+            f"shared.tasks: {taken}: the name is taken (frozen names the untouched encoder, bundles/MODEL/picked "
+            "holds the picked bundles); give the task another name"
+        )
     for name, mixture in shared["mixtures"].items():
         missing = [t for t in mixture["tasks"] if t not in workflow.tasks]
         if missing:

@@ -46,7 +46,8 @@ def load_workflow_config(path: Path) -> dict:
 
 def only_run_tasks(config: dict, source: str) -> dict:
     """A validated ``config`` cut to its ``run_tasks`` (unchanged when null): its tasks, the
-    experiments' and the shared encoders' task lists keep only those; a name outside ``tasks``,
+    experiments' and the shared encoders' task lists keep only those (``shared.serve`` naming a task
+    left out takes its default); a name outside ``tasks``,
     or a mixture that trains on a task left out, is a ConfigError."""
     wanted = config.get("run_tasks")
     if wanted is None:
@@ -67,6 +68,8 @@ def only_run_tasks(config: dict, source: str) -> dict:
     for experiment in cut["experiments"].values():
         experiment["tasks"] = [t for t in experiment["tasks"] if t in wanted]
     cut["shared"]["tasks"] = [t for t in cut["shared"]["tasks"] if t in wanted]
+    if cut["shared"]["serve"] in configured and cut["shared"]["serve"] not in wanted:
+        cut["shared"]["serve"] = None  # a task's encoder this run does not train: the default's instead
     return cut
 
 
