@@ -1783,6 +1783,12 @@ def test_picked_bundles_serve_the_pick_record_and_name_what_they_cannot(run, tin
     with pytest.raises(BundleError, match=r"mrpc: no checkpoint 1 of fine-tuning seed 2 among the run's heads"):
         write_picked_bundles(tmp_path / "p5", other_seed, "tiny", runs, str(tiny_bert), settings, {}, "fp32")
     assert not any((tmp_path / p).exists() for p in ("p1", "p2", "p3", "p4", "p5"))
+    from bertvision.reporting.picks import Pick, read_picks, write_picks
+
+    both = tmp_path / "two-backbones.json"  # another backbone's picks after tiny's: served for it alone
+    write_picks([*read_picks(picks), Pick("other", "mrpc", one, "cnn", "cnn", None, 1, 0.9, 0.9)], both)
+    index = write_picked_bundles(tmp_path / "p6", both, "tiny", runs, str(tiny_bert), settings, {}, "fp32")
+    assert index["picks"]["mrpc"]["model"] == "tok"
 
     (out / "bundles.json").write_text("{not json")
     with pytest.raises(BundleError, match=r"picked/bundles.json: not a bundle set index"):
