@@ -133,6 +133,19 @@ def test_manifest_refuses_a_gap(tmp_path):
         write_manifest([tmp_path / "shard-1-of-2"], tmp_path / "manifest.json", ["train"])
 
 
+def test_shards_given_in_any_order_are_read_in_row_order(tmp_path):
+    """By their first row, not by their names (shard-10 sorts before shard-2), nor as given."""
+    rng = np.random.default_rng(1)
+    data, labels = rng.normal(size=(12, 2, 4)).astype(np.float16), rng.integers(0, 3, 12)
+    write_split(tmp_path, "train", data, labels, n_shards=3)
+    shards = [tmp_path / f"shard-{i}-of-3" for i in (2, 0, 1)]
+    write_manifest(shards, tmp_path / "manifest.json", ["train"])
+    features = FeatureSet.open(tmp_path / "manifest.json", "train")
+    x, y, idx = features.read_all()
+    assert np.array_equal(x, data) and np.array_equal(y, labels) and np.array_equal(idx, np.arange(12) + 100)
+    assert np.array_equal(features.labels(), labels)
+
+
 def test_missing_manifest_is_a_clear_error(tmp_path):
     with pytest.raises(FeatureError, match="no manifest; the extraction did not finish"):
         FeatureSet.open(tmp_path / "manifest.json", "train")

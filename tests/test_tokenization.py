@@ -57,6 +57,7 @@ def test_length_batches_bound_the_tokens_of_batches_padded_to_a_multiple():
     assert [b.tolist() for b in by_eights] == [[0, 2, 3], [4], [1]]
     assert [b.tolist() for b in length_batches(lengths, 24)] == [[0, 2, 3, 4], [1]]  # 4 x 5 tokens
     assert [b.tolist() for b in length_batches(lengths, 100, max_rows=2)] == [[0, 2], [3, 4], [1]]
+    assert [b.tolist() for b in length_batches(np.array([4, 4]), 8)] == [[0, 1]]  # exactly the bound fits
 
 
 def test_a_local_backbones_weights_replaced_in_place_rerun_its_jobs(tiny_bert, tmp_path):
