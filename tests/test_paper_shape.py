@@ -152,6 +152,31 @@ def test_the_dry_run_lists_every_job_with_its_request(tmp_path):
     assert set(table["verdict"]) == {"not run"}
 
 
+def test_each_request_is_judged_against_the_peak_and_seconds_its_job_measured(tmp_path):
+    """A peak Snakemake never sampled (max_rss "-" or 0, a job that ended first) read as "ok", or
+    failed the table; the other verdicts worked by hand (MiB and minutes against a peak and seconds)."""
+    from bertvision.reporting.request_usage import PlannedJob
+
+    cases = {  # name -> (seconds, max_rss, request MiB, runtime min, verdict)
+        "fits": (120.0, "3000.00", 8000, 30, "ok"),
+        "over": (12.0, "1500.00", 1000, 30, "OVER"),
+        "slow": (1900.0, "3000.00", 8000, 30, "over runtime"),
+        "idle": (12.0, "1000.00", 8000, 30, "wasteful"),
+        "unsampled": (12.0, "-", 8000, 30, "peak not measured"),
+        "zero": (12.0, "0.00", 8000, 30, "peak not measured"),
+    }
+    jobs = []
+    for name, (seconds, rss, mem, minutes, _) in cases.items():
+        (tmp_path / f"{name}.tsv").write_text(f"s\th:m:s\tmax_rss\tmax_vms\n{seconds}\t0:00:00\t{rss}\t-\n")
+        jobs.append(PlannedJob("extract", name, None, f"{name}.tsv", mem, minutes))
+    jobs.append(PlannedJob("extract", "gone", None, "gone.tsv", 8000, 30))
+    table = requests_table(jobs, tmp_path)
+    assert dict(zip(table["job"], table["verdict"])) == {
+        **{name: case[-1] for name, case in cases.items()},
+        "gone": "not run",
+    }
+
+
 @pytest.mark.slow  # over 10 s on 2 cores (processes, a workflow's plan): make test-all, CI
 def test_paper_scale_head_jobs_take_a_gpu_where_a_cpu_would_take_hours(tmp_path):
     """The paper config's dry run: heads on BERT-large's MNLI states (CNN heads included) and

@@ -6,6 +6,7 @@ above ``WASTE_FLOOR_MIB``)."""
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,10 +89,14 @@ def requests_table(jobs: list[PlannedJob], workdir: Path) -> pd.DataFrame:
         if job.mem_mib is None:
             continue
         m = measured(job, workdir)
-        ratio = job.mem_mib / m["peak_mib"] if m["peak_mib"] else None
-        if m["peak_mib"] is None:
+        peak = m["peak_mib"]
+        unmeasured = peak is None or math.isnan(peak) or peak <= 0  # a job ended before its first sample
+        ratio = None if unmeasured else job.mem_mib / peak
+        if m["seconds"] is None:
             verdict = "not run"
-        elif m["peak_mib"] > job.mem_mib:
+        elif unmeasured:
+            verdict = "peak not measured"
+        elif peak > job.mem_mib:
             verdict = "OVER"
         elif job.runtime_min and m["seconds"] and m["seconds"] > 60 * job.runtime_min:
             verdict = "over runtime"
