@@ -358,6 +358,10 @@ def test_the_ranking_rules_one_by_one():
     # single runs measure no noise: an earlier checkpoint's equal score is within it (the bound is <=)
     tie = [Candidate("late", 0.8, 5, 1.0), Candidate("early", 0.8, 50, 0.0)]
     assert [c.name for c in ranked(tie)] == ["early", "late"]
+    # equal score and size: the earlier checkpoint first, and the noise is its (none here), not the later one's
+    same = [Candidate("lp", 0.70, 10, 0.0), Candidate("ap", 0.80, 10, 0.3, runs=2, std=0.0),
+            Candidate("ap", 0.80, 10, 1.0, runs=2, std=0.3)]  # fmt: skip
+    assert ranked(same)[0].checkpoint == 0.3
     # at equal scores a candidate whose size is not known comes after one whose size is (a peer's record without it)
     unknown = [Candidate("a-unknown", 0.8, math.nan), Candidate("b-large", 0.8, 10**9)]
     assert [c.name for c in ranked(unknown)] == ["b-large", "a-unknown"]
