@@ -18,6 +18,7 @@ from bertvision.reporting.candidates import FULL_FT, candidate_runs
 from bertvision.reporting.choice import choose_picks
 from bertvision.reporting.costs import cost_markdown, cost_table
 from bertvision.reporting.experiments import search_markdown, search_table
+from bertvision.reporting.markdown import write_csv
 from bertvision.reporting.results import long_records, result_tables
 from bertvision.reporting.summary import summary_table
 from bertvision.reporting.summary_page import summary_markdown
@@ -713,3 +714,13 @@ def test_the_data_fraction_table_from_hand_written_records(tmp_path):
     page = data_fraction_markdown(table)
     assert "| model | 0.1 (10) | 0.5 (50) | 1 (100) |" in page
     assert "| BERT |  |  | 0.850 |" in page
+
+
+def test_a_tables_whole_numbers_read_back_as_written(tmp_path):
+    """A byte count held as a float (a mean over seeds) was written to 6 significant digits:
+    1,023,648 feature bytes read back as 1,023,650 beside a manifest's exact count."""
+    frame = pd.DataFrame({"feature_bytes": [1_023_648.0, np.nan], "score": [0.094280904, 2.0 / 3]})
+    write_csv(frame, tmp_path / "t.csv")
+    back = pd.read_csv(tmp_path / "t.csv")
+    assert back["feature_bytes"][0] == 1_023_648 and np.isnan(back["feature_bytes"][1])
+    assert list(back["score"]) == [0.0942809, 0.666667]

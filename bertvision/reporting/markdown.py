@@ -52,6 +52,12 @@ def markdown_page(markdown: str, title: str) -> str:
     )
 
 
+def _csv_float(value: float) -> str:
+    """6 significant digits, but a whole number whole: a byte or row count held as a float (a mean
+    over seeds, or beside a NaN) read back as written (1,023,648 bytes were 1.02365e+06)."""
+    return f"{value:.0f}" if float(value).is_integer() and abs(value) < 1e15 else f"{value:.6g}"
+
+
 def write_csv(df: pd.DataFrame, path: Path) -> None:
     with atomic_path(path) as tmp:
-        df.to_csv(tmp, index=False, float_format="%.6g")
+        df.to_csv(tmp, index=False, float_format=_csv_float)
