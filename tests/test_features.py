@@ -96,12 +96,13 @@ def test_tampered_shard_is_rejected(feature_dir):
         FeatureSet.open(root / "manifest.json", "train")
 
 
-def corrupt_first_chunk(path: Path) -> None:
-    """Flip a byte inside the first chunk of a shard's [CLS] states (its checksum then fails)."""
+def corrupt_first_chunk(path: Path, dataset: str = "cls") -> None:
+    """Flip a byte inside the first chunk of a shard's [CLS] states, or of another dataset (its
+    checksum then fails)."""
     import h5py
 
     with h5py.File(path, "r") as f:
-        offset = f["cls"].id.get_chunk_info(0).byte_offset
+        offset = f[dataset].id.get_chunk_info(0).byte_offset
     raw = bytearray(path.read_bytes())
     raw[offset + 3] ^= 0xFF
     path.write_bytes(bytes(raw))
@@ -113,6 +114,16 @@ def test_fletcher32_catches_corrupted_chunk_without_manifest_check(feature_dir):
     fs = FeatureSet.open(root / "manifest.json", "train", verify="none")
     with pytest.raises(FeatureError, match="unreadable HDF5 shard"):
         fs.read_all()
+
+
+@pytest.mark.parametrize("verify", ["size", "none"])
+def test_a_corrupted_label_is_caught_without_the_digest(feature_dir, verify):
+    """Labels and row ids had no checksum: with verify size or none a flipped bit in a label was
+    read as another label."""
+    root, _, _ = feature_dir
+    corrupt_first_chunk(root / "shard-0-of-3" / "train.h5", "labels")
+    with pytest.raises(FeatureError, match="unreadable HDF5 shard"):
+        FeatureSet.open(root / "manifest.json", "train", verify=verify).read_all()
 
 
 def test_manifest_refuses_a_gap(tmp_path):

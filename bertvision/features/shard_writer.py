@@ -50,8 +50,8 @@ class ShardWriter:
         'mean', and a pair's apart forms) and its width per layer."""
         with self._opened(path):
             self.per_example = {name: self._example_states(name, n_rows, layers, w) for name, w in widths.items()}
-            self.labels = self.file.create_dataset("labels", shape=(n_rows,), dtype=label_dtype)
-            self.idx = self.file.create_dataset("idx", shape=(n_rows,), dtype="int64")
+            self.labels = self._checked("labels", (n_rows,), label_dtype)
+            self.idx = self._checked("idx", (n_rows,), "int64")
             self._set_attrs(attrs)
         self.n_rows = n_rows
         self.rows_written = 0
@@ -62,6 +62,12 @@ class ShardWriter:
         rows = chunk_rows(n_rows, layers * hidden * 2)
         chunked = {"chunks": (rows, layers, hidden), "fletcher32": True} if n_rows else {}
         return self.file.create_dataset(name, shape=(n_rows, layers, hidden), dtype="float16", **chunked)
+
+    def _checked(self, name: str, shape: tuple, dtype, data=None):
+        """A small dataset (labels, row ids, offsets) with fletcher32 checksums too: verify: size or
+        none reads no digest, and a flipped bit in a label or an offset would be read silently."""
+        checked = {"chunks": True, "fletcher32": True} if shape[0] else {}
+        return self.file.create_dataset(name, shape=shape, dtype=dtype, data=data, **checked)
 
     @contextlib.contextmanager
     def _opened(self, path: Path):
@@ -163,18 +169,16 @@ class TokenShardWriter(ShardWriter):
             self.states = self.file.create_dataset(
                 "states", shape=(n_tokens, layers, hidden), dtype="float16", **chunked
             )
-            self.char_offsets = (
-                self.file.create_dataset("char_offsets", shape=(n_tokens, 2), dtype="int32") if char_offsets else None
-            )
+            self.char_offsets = self._checked("char_offsets", (n_tokens, 2), "int32") if char_offsets else None
             n = len(window_lengths)
             self.cls = self._example_states("cls", n, layers, hidden) if store_cls else None
             self.mean = self._example_states("mean", n, layers, hidden) if store_mean else None
             self.more = {name: self._example_states(name, n, layers, w) for name, w in (more_states or {}).items()}
             offsets = np.concatenate([[0], np.cumsum(window_lengths)]).astype(np.int64)
-            self.file.create_dataset("window_offsets", data=offsets)
+            self._checked("window_offsets", offsets.shape, offsets.dtype, offsets)
             self.window_offsets = offsets
-            self.labels = self.file.create_dataset("labels", shape=(n, *label_shape), dtype=label_dtype)
-            self.idx = self.file.create_dataset("idx", shape=(len(window_lengths),), dtype="int64")
+            self.labels = self._checked("labels", (n, *label_shape), label_dtype)
+            self.idx = self._checked("idx", (len(window_lengths),), "int64")
             self._set_attrs(attrs)
         self.n_rows = len(window_lengths)
         self.rows_written = 0
