@@ -221,7 +221,7 @@ def test_one_number_is_one_label_whatever_format_wrote_it(tmp_path):
 
 def test_labels_in_refuses_an_empty_label_and_a_missing_column(tmp_path):
     path = write(tmp_path / "train.csv", "s,y\na,ok\nb,\n")
-    assert refused(labels_in, path, "y") == f"{path}: line 3: column 'y': empty label"
+    assert refused(labels_in, path, "y") == f"{path}: line 3: column 'y': missing or empty label"
     assert (
         refused(labels_in, path, "stars") == f"{path}: line 1: missing column(s) ['stars']; columns found: ['s', 'y']"
     )
@@ -463,14 +463,17 @@ def test_dev_label_outside_labels(tmp_path):
     )
 
 
-def test_a_missing_label_in_any_split_is_an_empty_label(tmp_path):
-    """As train's is (``labels_in``): a null in JSON, an empty field in a CSV."""
+def test_a_missing_label_in_any_split_is_refused_by_line(tmp_path):
+    """As train's is (``labels_in``): a null or no key in JSON, an empty field in a CSV."""
     path = write(tmp_path / "dev.jsonl", '{"s": "a", "y": 1}\n{"s": "b", "y": null}\n')
     message = refused(read_task_file, path, "dev", ("s",), ("sentence",), "y", "classification", ("0", "1"))
-    assert message == f"{path}: line 2: column 'y': empty label"
+    assert message == f"{path}: line 2: column 'y': missing or empty label"
+    path = write(tmp_path / "dev.jsonl", '{"s": "a", "y": 1}\n{"s": "b", "y": 0}\n{"s": "c"}\n')
+    message = refused(read_task_file, path, "dev", ("s",), ("sentence",), "y", "classification", ("0", "1"))
+    assert message == f"{path}: line 3: column 'y': missing or empty label"
     path = write(tmp_path / "dev.csv", "s,y\na,1\nb, \n")
     message = refused(read_task_file, path, "dev", ("s",), ("sentence",), "y", "classification", ("0", "1"))
-    assert message == f"{path}: line 3: column 'y': empty label"
+    assert message == f"{path}: line 3: column 'y': missing or empty label"
 
 
 @pytest.mark.parametrize("marker", ["NA", "n/a", "NaN", "null", "#N/A"])
@@ -586,7 +589,7 @@ def test_text_after_a_closing_quote_is_malformed(tmp_path):
 def test_labels_in_refuses_a_null_parquet_label(tmp_path):
     path = tmp_path / "train.parquet"
     pd.DataFrame({"s": ["a", "b"], "y": pd.array([1, None], dtype="Int64")}).to_parquet(path)
-    assert refused(labels_in, path, "y") == f"{path}: row 1: column 'y': empty label"
+    assert refused(labels_in, path, "y") == f"{path}: row 1: column 'y': missing or empty label"
 
 
 @pytest.mark.parametrize("cell", ["\u200b", "\ufeff", "\u0301"], ids=["zero-width", "bom", "combining"])

@@ -42,7 +42,7 @@ def labels_in(path: Path, label_column: str) -> tuple[str, ...]:
     found = [label_text(value) for value in frame[label_column]]
     empty = next((row for row, text in enumerate(found) if not text), None)
     if empty is not None:
-        raise _cell_error(str(path), where(empty), label_column, "empty label")
+        raise _cell_error(str(path), where(empty), label_column, "missing or empty label")
     marker = next((row for row, text in enumerate(found) if text.lower() in MISSING_MARKERS), None)
     if marker is not None:  # else it would become a class of its own, without a word
         problem = (
@@ -199,7 +199,7 @@ def _label_ids(
     found = [ids.get(label_text(value)) for value in raw]
     bad = _first(found, lambda v: v is not None)
     if bad is not None and not label_text(raw.iloc[bad]):
-        raise _cell_error(source, where(bad), column, "empty label")
+        raise _cell_error(source, where(bad), column, "missing or empty label")
     if bad is not None:
         allowed = [str(label) for label in labels]
         problem = f"unknown label {_shown(raw.iloc[bad])} in {split}; expected one of {allowed}"
