@@ -10,6 +10,7 @@ its keys (Snakemake's benchmark files), its path is built from a record that doe
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -35,6 +36,7 @@ ROOTS = (
     "logs",
     "benchmarks",
 )
+BENCHMARKS_DIR = "benchmarks"  # Snakemake's benchmark file of every job (``benchmark``)
 
 RAW_DIR = "data/raw/{task}"  # {split}.parquet: the canonical rows of each split, and ROWS_RECORD
 # Each split's row count and how many of its rows repeat a train row's texts (the summary says so).
@@ -183,7 +185,25 @@ def log(rule: str) -> str:
 
 def benchmark(rule: str) -> str:
     """The benchmark file pattern of a rule (a rule with no wildcards: ``benchmarks/{rule}.tsv``)."""
-    return _job_file("benchmarks", rule, "tsv") if rule in JOB_KEYS else f"benchmarks/{rule}.tsv"
+    return _job_file(BENCHMARKS_DIR, rule, "tsv") if rule in JOB_KEYS else f"{BENCHMARKS_DIR}/{rule}.tsv"
+
+
+def benchmark_files(workdir: Path) -> list[tuple[str, Path]]:
+    """Every benchmark file of a working directory with the rule whose jobs it measured (``benchmark``
+    names a rule's folder or file after it), in a stable order."""
+    root = Path(workdir) / BENCHMARKS_DIR
+    return [(path.relative_to(root).parts[0].removesuffix(".tsv"), path) for path in sorted(root.rglob("*.tsv"))]
+
+
+# Benchmark files named before c55c270 spelled a checkpoint ``ckpt0.3``; today's spell it ``ckpt-0.3``.
+_CHECKPOINT_BEFORE_ONE_SPELLING = re.compile(r"(?<=-)ckpt(?=\d)")
+
+
+def current_benchmark_name(path: Path) -> Path:
+    """The benchmark file at ``path`` under today's name: one named before c55c270 (``ckpt0.3``) under
+    ``ckpt-0.3`` (``CHECKPOINT_SUBDIR``), the copy scripts/retable.py makes of it; any other, ``path``."""
+    today = CHECKPOINT_SUBDIR.format(checkpoint="")
+    return Path(path).with_name(_CHECKPOINT_BEFORE_ONE_SPELLING.sub(today, Path(path).name))
 
 
 def table(name: str, ext: str, tables_dir: str = TABLES_DIR) -> str:

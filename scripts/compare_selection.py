@@ -19,7 +19,6 @@ configs/cpu-glue.yaml, one task each): their job-seconds are summed and their ta
 from __future__ import annotations
 
 import argparse
-import re
 from pathlib import Path
 
 import pandas as pd
@@ -29,7 +28,9 @@ from bertvision.files import read_json
 from bertvision.layout import (
     HEAD_PREDICTIONS,
     HEADS_DIR,
+    benchmark_files,
     beside,
+    current_benchmark_name,
     head_metrics_files,
     picks_record,
     source_checkpoint,
@@ -50,7 +51,7 @@ RUN_PIECES = ("benchmarks/*/*", table("timing", "csv"), table("cost", "csv"), ta
 def copied_by_retable(path: Path) -> bool:
     """A benchmark file named before c55c270 (``ckpt0.3``) that scripts/retable.py copied under
     today's name (``ckpt-0.3``): the job's seconds are counted from the copy."""
-    today = path.with_name(re.sub(r"(?<=-)ckpt(?=\d)", "ckpt-", path.name))
+    today = current_benchmark_name(path)
     return today != path and today.exists()
 
 
@@ -58,9 +59,8 @@ def job_seconds(workdirs: list[Path]) -> pd.Series:
     """Rule -> seconds summed over its jobs' benchmark files (benchmarks/RULE/...) in every run,
     each job's once."""
     rows = []
-    every = ((w, p) for w in workdirs for p in sorted((w / "benchmarks").rglob("*.tsv")) if not copied_by_retable(p))
-    for workdir, path in every:
-        rule = path.relative_to(workdir / "benchmarks").parts[0].removesuffix(".tsv")
+    every = ((rule, p) for w in workdirs for rule, p in benchmark_files(w) if not copied_by_retable(p))
+    for rule, path in every:
         rows.append((rule, float(pd.read_csv(path, sep="\t")["s"].iloc[0])))
     return pd.DataFrame(rows, columns=["rule", "seconds"]).groupby("rule")["seconds"].sum()
 

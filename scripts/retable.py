@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 from pathlib import Path
 
@@ -74,12 +73,12 @@ def current_record(path: Path, copies: Path) -> Path:
     return copy
 
 
-def current_benchmark_names(benchmarks: Path) -> None:
+def current_benchmark_names(workdir: Path) -> None:
     """Benchmark files named before c55c270 spelled a checkpoint ``ckpt0.3``; today's reporting looks
-    for ``ckpt-0.3``: each such file gets a copy under today's name."""
-    for old in benchmarks.rglob("*ckpt[0-9]*.tsv"):
-        new = old.with_name(re.sub(r"(?<=-)ckpt(?=\d)", "ckpt-", old.name))
-        if not new.exists():
+    for ``ckpt-0.3``: each such file gets a copy under today's name (``layout.current_benchmark_name``)."""
+    for _, old in L.benchmark_files(workdir):
+        new = L.current_benchmark_name(old)
+        if new != old and not new.exists():
             shutil.copyfile(old, new)
 
 
@@ -95,7 +94,7 @@ def rebuild(workdir: Path, out_dir: Path, heads: list[str] | None) -> None:
     """The tables of the run in ``workdir`` under ``out_dir``; ``heads``: their order (None: the
     order the run's head records name them in)."""
     os.chdir(workdir)  # benchmark and log paths are relative to the working directory
-    current_benchmark_names(Path("benchmarks"))
+    current_benchmark_names(Path())
     records = out_dir / "records"
     decisions = [current_record(path, records) for path in sorted(Path("race").glob("*/*/*.json"))]
     reached: dict[tuple, set] = {}
