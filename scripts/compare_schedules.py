@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from bertvision.files import read_json
+from bertvision.layout import BERT_METRICS, CHECKPOINT_FILE, HEADS_DIR, head_metrics_pattern
 from bertvision.reporting.results import raced_out
 from bertvision.script_support import (
     add_config_argument,
@@ -32,7 +33,9 @@ from bertvision.script_support import (
     run_script,
 )
 
-HEAD_RECORDS = "heads/*/*/ft*/ckpt-*/*/seed*/metrics.json"
+EVERY_RUN = {"model": "*", "task": "*", "ftseed": "*", "checkpoint": "*"}
+HEAD_RECORDS = head_metrics_pattern(HEADS_DIR.format(**EVERY_RUN))
+BERT_RECORDS = CHECKPOINT_FILE.format(**EVERY_RUN, file=BERT_METRICS)
 
 
 def records(run_dir: Path) -> tuple[pd.DataFrame, int]:
@@ -56,7 +59,7 @@ def records(run_dir: Path) -> tuple[pd.DataFrame, int]:
                 "dev": task.headline(r["metrics"]),
             }
         )
-    for path in sorted((run_dir / "models").glob("*/*/ft*/ckpt-*/eval_metrics.json")):
+    for path in sorted(run_dir.glob(BERT_RECORDS)):
         r = read_json(path)
         r.setdefault("checkpoint", r.get("epoch_fraction"))  # a record written before the one spelling
         if float(r["checkpoint"]) == 0:

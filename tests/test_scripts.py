@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from bertvision.layout import BERT_METRICS, CHECKPOINT_FILE, Checkpoint
 from tests.conftest import REPO
 
 SCRIPTS = sorted(p.name for p in (REPO / "scripts").glob("*.py"))
@@ -134,6 +135,33 @@ def test_compare_schedules_counts_ties_apart_and_leaves_raced_out_runs_out(own_t
     assert "left out: 1 of a's, 1 of b's" in out
     assert f"{TASK} @ 0: tie" in out
     assert f"| {TASK} | 0 | ap | 0.6000 | 0.6000 |" in out  # the stopped run's 0.10 is not in the mean
+
+
+def test_compare_schedules_reads_berts_records_where_layout_puts_them(own_task_run, tmp_path):
+    """BERT's own head at every checkpoint but 0, from its records in the fine-tuning run's checkpoint
+    directories (one written before the checkpoint's one spelling: ``epoch_fraction``)."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(own_task_run, run)
+    # (ft seed, checkpoint) -> (selection, dev); checkpoint 0 is not scored, its record (0.99) left out
+    scores = {(1, "0"): (0.99, 0.99), (1, "0.3"): (0.70, 0.60), (2, "0.3"): (0.74, 0.64), (1, "1"): (0.50, 0.40)}
+    for (ft, checkpoint), (selection, dev) in scores.items():
+        keys = {"checkpoint": checkpoint} if checkpoint != "1" else {"epoch_fraction": 1.0}
+        metrics = {
+            split: {"f1_macro": score, "accuracy": score} for split, score in (("selection", selection), ("dev", dev))
+        }
+        record = {"task": TASK, "seed": ft, "metrics": metrics, **keys}
+        path = run / CHECKPOINT_FILE.format(
+            model="m", task=TASK, ftseed=ft, checkpoint=Checkpoint.named(checkpoint), file=BERT_METRICS
+        )
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps(record))
+    out = script("compare_schedules.py", run, run, "--labels", "a", "b", "--config", run / "config.yaml").stdout
+    assert f"| {TASK} | 0.3 | BERT | 0.7200 | 0.7200 | +0.0000 | 0.620 ± 0.028 | 0.620 ± 0.028 | 2/2 |" in out
+    assert f"| {TASK} | 1 | BERT | 0.5000 | 0.5000 | +0.0000 | 0.400 ± 0.000 | 0.400 ± 0.000 | 1/1 |" in out
+    assert f"| {TASK} | 0 | BERT |" not in out
+    assert "6 tied" in out  # the heads' cells alone
 
 
 def test_head_paths_leaves_raced_out_runs_out(own_task_run, tmp_path):
