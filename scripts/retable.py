@@ -96,7 +96,8 @@ def rebuild(workdir: Path, out_dir: Path, heads: list[str] | None) -> None:
     os.chdir(workdir)  # benchmark and log paths are relative to the working directory
     current_benchmark_names(Path())
     records = out_dir / "records"
-    decisions = [current_record(path, records) for path in sorted(Path("race").glob("*/*/*.json"))]
+    every_decision = L.RACE_DECISION.format(model="*", task="*", checkpoint="*")
+    decisions = [current_record(path, records) for path in sorted(Path().glob(every_decision))]
     reached: dict[tuple, set] = {}
     for path in decisions:
         d = read_json(path)
@@ -131,7 +132,7 @@ def rebuild(workdir: Path, out_dir: Path, heads: list[str] | None) -> None:
         raise ScriptError(f"{workdir}: no fine-tuning checkpoint with a heads directory (heads/)")
     if heads is None:
         heads = list(dict.fromkeys(read_json(path)["head"] for path in L.head_metrics_files(head_dirs)))
-    baselines = sorted(Path("baselines").glob("*/*/seed*/metrics.json"))
+    baselines = sorted(Path().glob(L.BASELINE_FILE.format(model="*", task="*", seed="*", file=L.BASELINE_METRICS)))
     shards = extraction_shards(manifests)
     every_peer = L.PEER_FILE.format(model="*", task="*", peer="*", seed="*", file=L.PEER_METRICS)
     peer_records = {path: read_json(path) for path in Path().glob(every_peer)}
