@@ -17,7 +17,7 @@ from pathlib import Path
 from bertvision.config.settings import HeadSettings
 from bertvision.features.source import StreamSource
 from bertvision.files import read_json
-from bertvision.layout import CHECKPOINT_DIR, RAW_DIR, TOKENS_DIR, Run
+from bertvision.layout import CHECKPOINT_DIR, HEAD_METRICS, RAW_DIR, TOKENS_DIR, Run, head_run_dir
 from bertvision.models.backbone import resolve_pretrained
 from bertvision.script_support import (
     checkpoint_argument,
@@ -97,7 +97,7 @@ def main() -> None:
     )
     print(f"{task} ft{ftseed} checkpoint {checkpoint}: {time.time() - t0:.0f} s")
     for name in heads:
-        r = read_json(out / name / "seed1" / "metrics.json")
+        r = read_json(head_run_dir(out, name, 1) / HEAD_METRICS)
         sel = [round(h["selection"][spec.primary_metric], 3) for h in r["history"]]
         print(f"{name:14s} params {r['parameters']:7d} best epoch {r['best_epoch']:2d} selection {max(sel):.3f} "
               f"curve {sel}")  # fmt: skip
