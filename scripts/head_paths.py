@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from bertvision import layout as L
 from bertvision.files import read_json
 from bertvision.layout import HEADS_DIR, head_metrics_files
 from bertvision.reporting.results import raced_out, repeats_frozen_run
@@ -85,18 +86,19 @@ def path_cell(configs: pd.DataFrame, key: tuple, seconds: float, full: pd.Series
 
 
 def table(run_dir: Path, new: str, tables: Path | None = None) -> str:
-    tables = tables or run_dir / "results" / "tables"
-    for name in ("summary.csv", "cost.csv"):
-        if not (tables / name).is_file():
-            raise ScriptError(f"{tables / name}: no such file (the run's tables: --tables)")
+    tables = tables or run_dir / L.TABLES_DIR
+    summary_file, cost_file = (Path(L.table(name, "csv", str(tables))) for name in ("summary", "cost"))
+    for path in (summary_file, cost_file):
+        if not path.is_file():
+            raise ScriptError(f"{path}: no such file (the run's tables: --tables)")
     old_spelling = {"epoch_fraction": "checkpoint"}  # tables written before the checkpoint's one spelling
-    summary = pd.read_csv(tables / "summary.csv").rename(columns=old_spelling)
-    costs = pd.read_csv(tables / "cost.csv").rename(columns=old_spelling)
+    summary = pd.read_csv(summary_file).rename(columns=old_spelling)
+    costs = pd.read_csv(cost_file).rename(columns=old_spelling)
     costs["path_s"] = costs["finetune_s"] + costs["extract_s"] + costs["head_s"] * costs["n"]
     path_s = costs.groupby(["task", "checkpoint", "model"])["path_s"].mean()
     heads, left_out = head_records(run_dir, set(zip(costs["task"], costs["ft_seed"], costs["checkpoint"])))
     if heads.empty:
-        raise ScriptError(f"{run_dir}: no head records of the runs {tables / 'cost.csv'} covers")
+        raise ScriptError(f"{run_dir}: no head records of the runs {cost_file} covers")
     lines = [
         "| task | metric | full FT (whole s) | best existing head (selection) | "
         f"{new} at 0 | {new} at 0.3 | {new} at 1 | goal met by |",

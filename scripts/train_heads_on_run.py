@@ -20,7 +20,7 @@ from bertvision.config.schema import validate_config
 from bertvision.config.settings import HeadRuntimeSettings
 from bertvision.config.workflow import WorkflowSettings, load_workflow_config
 from bertvision.files import read_json
-from bertvision.layout import FEATURES_DIR, HEAD_METRICS, RAW_DIR, Run, head_runs
+from bertvision.layout import HEAD_METRICS, MANIFEST, RAW_DIR, Run, head_runs
 from bertvision.script_support import ScriptError, checkpoint_argument, known_task, run_directory, run_script
 from bertvision.stages.train_heads import train_heads
 
@@ -60,7 +60,7 @@ def main() -> None:
             f"({', '.join(trained)})"
         )
     heads = {name: head for name, head in trained.items() if name in args.heads}
-    manifest = args.run_dir / run.format(FEATURES_DIR) / "manifest.json"
+    manifest = args.run_dir / run.format(MANIFEST)
     if not manifest.is_file():
         raise ScriptError(f"{manifest}: no such file (the run's stored states of that task, seed and checkpoint)")
     metric = task.primary_metric
