@@ -40,7 +40,7 @@ from bertvision.config.schema import validate_config
 from bertvision.config.settings import ExtractCompute
 from bertvision.config.workflow import WorkflowSettings
 from bertvision.features.store import read_shard
-from bertvision.layout import Checkpoint, Run, split_file
+from bertvision.layout import PICKED_BUNDLES_DIR, RAW_DIR, TOKENS_DIR, Checkpoint, Run, shard_file, split_file
 from bertvision.models.backbone import resolve_pretrained
 from bertvision.models.encoder_io import load_encoder
 from bertvision.registry.tasks import get_task
@@ -193,7 +193,7 @@ def extraction(run_dir: Path, config: dict, threads: int) -> list[dict]:
     settings = WorkflowSettings(validate_config(config, source="config.yaml"), source="config.yaml")
     task = "sst2"
     run = Run(next(iter(config["backbones"])), task, 1, Checkpoint(0))
-    tokens = run_dir / "data" / "tokens" / run.model / task
+    tokens = run_dir / run.format(TOKENS_DIR)
     backbone = str(resolve_pretrained(config["backbones"][run.model]["pretrained"]))
     splits = ["train", "selection", "dev"]
     rows, stored = [], {}
@@ -214,7 +214,7 @@ def extraction(run_dir: Path, config: dict, threads: int) -> list[dict]:
             rows.append({"backend": backend, "sequences": n, "seconds": seconds, "seq_s": n / seconds})
             for reads in ("cls", "mean"):
                 stored[backend][reads] = np.concatenate(
-                    [read_shard(out / f"{s}.h5", reads)[0].astype(np.float32) for s in splits]
+                    [read_shard(shard_file(out, s), reads)[0].astype(np.float32) for s in splits]
                 )
         for row in rows:
             row["max_diff"] = max(
@@ -225,20 +225,21 @@ def extraction(run_dir: Path, config: dict, threads: int) -> list[dict]:
     return rows
 
 
-def dev_items(raw: Path, task_name: str) -> tuple[list[tuple], np.ndarray]:
+def dev_items(run_dir: Path, task_name: str) -> tuple[list[tuple], np.ndarray]:
+    """A task's dev rows in a run: each row's texts, and the labels."""
     task = get_task(task_name)
-    dev = pd.read_parquet(split_file(raw / task_name, "dev"))
+    dev = pd.read_parquet(split_file(run_dir / RAW_DIR.format(task=task_name), "dev"))
     return [tuple(str(row[f]) for f in task.text_fields) for _, row in dev.iterrows()], dev["label"].to_numpy()
 
 
-def served_scores(bundles: Path, raw: Path, threads: int) -> list[dict]:
+def served_scores(bundles: Path, run_dir: Path, threads: int) -> list[dict]:
     rows = []
     for backend in BACKENDS:
         row = {"backend": backend}
         for path in bundle_paths([bundles]):
             engine = Engine(load_bundle(path), "cpu", threads=threads, backend=backend)
             for name, entry in engine.tasks.items():
-                texts, labels = dev_items(raw, name)
+                texts, labels = dev_items(run_dir, name)
                 results = []
                 for start in range(0, len(texts), 64):
                     items = [TextItem(t, {name: entry.picked}) for t in texts[start : start + 64]]
@@ -256,11 +257,11 @@ def served_scores(bundles: Path, raw: Path, threads: int) -> list[dict]:
 ONE_CALL_PER_BATCH = ("--max-chunk-rows", "0", "--pad-multiple", "32")
 
 
-def served_rate(bundles: Path, raw: Path, args, *flags: str) -> dict:
+def served_rate(bundles: Path, run_dir: Path, args, *flags: str) -> dict:
     """Requests per second at ``args.concurrency`` clients, each request a distinct SST-2 dev
     sentence and STS-B dev pair, from a server started with ``flags``."""
-    sentences, _ = dev_items(raw, "sst2")
-    pairs, _ = dev_items(raw, "stsb")
+    sentences, _ = dev_items(run_dir, "sst2")
+    pairs, _ = dev_items(run_dir, "stsb")
     bodies = [{"texts": [s[0], list(p)]} for s, p in zip(sentences, pairs)]
     proc, url = start_server(bundles, 1, args, "--device", "cpu", *flags)
     try:
@@ -270,20 +271,23 @@ def served_rate(bundles: Path, raw: Path, args, *flags: str) -> dict:
         proc.wait()
 
 
-def service(bundles: Path, raw: Path, args) -> list[dict]:
+def service(bundles: Path, run_dir: Path, args) -> list[dict]:
     """Each backend with the service's defaults, and PyTorch as it served before (the baseline)."""
-    before = {"backend": "torch, one call per batch (before)", **served_rate(bundles, raw, args, *ONE_CALL_PER_BATCH)}
+    before = {
+        "backend": "torch, one call per batch (before)",
+        **served_rate(bundles, run_dir, args, *ONE_CALL_PER_BATCH),
+    }
     return [before] + [
-        {"backend": backend, **served_rate(bundles, raw, args, "--backend", backend)} for backend in BACKENDS
+        {"backend": backend, **served_rate(bundles, run_dir, args, "--backend", backend)} for backend in BACKENDS
     ]
 
 
-def chunk_settings(bundles: Path, raw: Path, args) -> list[dict]:
+def chunk_settings(bundles: Path, run_dir: Path, args) -> list[dict]:
     """The service's requests per second over rows per forward call x width multiple, per backend."""
     grid = [(0, 32), (32, 32), (16, 32), (16, 16), (16, 8), (8, 8)]
     return [
         {"backend": backend, "rows": rows, "multiple": multiple,
-         **served_rate(bundles, raw, args, "--backend", backend, "--max-chunk-rows", str(rows),
+         **served_rate(bundles, run_dir, args, "--backend", backend, "--max-chunk-rows", str(rows),
                        "--pad-multiple", str(multiple))}
         for backend in ("torch", "onnx-int8")
         for rows, multiple in grid
@@ -315,9 +319,8 @@ def main() -> None:
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     config = yaml.safe_load((args.run_dir / "config.yaml").read_text())
-    raw = args.run_dir / "data" / "raw"
-    bundles = args.run_dir / "bundles" / next(iter(config["backbones"])) / "picked"
-    sentences, _ = dev_items(raw, "sst2")
+    bundles = args.run_dir / PICKED_BUNDLES_DIR.format(model=next(iter(config["backbones"])))
+    sentences, _ = dev_items(args.run_dir, "sst2")
     backbone = config["backbones"][next(iter(config["backbones"]))]["pretrained"]
 
     if "forward" in args.parts:
@@ -325,13 +328,13 @@ def main() -> None:
     if "extraction" in args.parts:
         extracted = extraction(args.run_dir, config, args.threads)
     if "service" in args.parts:
-        served = service(bundles, raw, args)
+        served = service(bundles, args.run_dir, args)
     if "scores" in args.parts:
-        scores = served_scores(bundles, raw, args.threads)
+        scores = served_scores(bundles, args.run_dir, args.threads)
     if "fidelity" in args.parts:
         fidelity = quantization_fidelity(backbone, [s[0] for s in sentences[:256]], args.threads)
     if "chunks" in args.parts:
-        chunks = chunk_settings(bundles, raw, args)
+        chunks = chunk_settings(bundles, args.run_dir, args)
     if "attention" in args.parts:
         attention = export_attention(backbone, [s[0] for s in sentences[: args.rows]], args.repeats, args.threads)
 
