@@ -296,3 +296,26 @@ def test_a_shard_out_of_range_or_written_in_part_is_refused(tmp_path):
         with ShardWriter(tmp_path / "x.h5", 10, 2, {"cls": 3}, "int64", {**ATTRS, "split": "train"}) as w:
             w.write_block(0, {"cls": np.zeros((5, 2, 3))}, np.zeros(5), np.zeros(5))
     assert not (tmp_path / "x.h5").exists()
+
+
+@pytest.mark.parametrize("change", ["truncated", "extended"])
+def test_verify_size_alone_refuses_a_shard_whose_size_is_not_the_manifests(feature_dir, change):
+    """``heads.verify: size`` reads no shard's bytes: it refuses one whose size is not the
+    manifest's (cut short, or grown); a same-size change is sha256's to find; ``none`` only asks that
+    the files exist."""
+    root, _, _ = feature_dir
+    path = root / "shard-1-of-3" / "train.h5"
+    raw = path.read_bytes()
+    path.write_bytes(raw[:-100] if change == "truncated" else raw + b"\0" * 100)
+    now = len(raw) + (100 if change == "extended" else -100)
+    said = rf"shard-1-of-3/train.h5: {now} bytes, the manifest says {len(raw)} \(truncated or replaced\)"
+    with pytest.raises(FeatureError, match=said):
+        FeatureSet.open(root / "manifest.json", "train", verify="size")
+    assert FeatureSet.open(root / "manifest.json", "train", verify="none").n_examples == 50
+    assert FeatureSet.open(root / "manifest.json", "dev", verify="size").n_examples == 7  # its own shards
+    flipped = bytearray(raw)
+    flipped[len(raw) // 2] ^= 0xFF
+    path.write_bytes(bytes(flipped))
+    assert FeatureSet.open(root / "manifest.json", "train", verify="size").n_examples == 50
+    with pytest.raises(FeatureError, match="sha256 differs"):
+        FeatureSet.open(root / "manifest.json", "train", verify="sha256")
