@@ -333,3 +333,22 @@ def test_a_token_shard_refuses_mean_states_it_was_not_made_to_store_or_misses_on
                                   store_mean=store_mean, char_offsets=False) as w:  # fmt: skip
                 w.write_windows(0, states, None, np.zeros(2), np.arange(2), mean=mean)
         assert not (tmp_path / f"{store_mean}.h5").exists()
+
+
+@pytest.mark.parametrize("view", ["in memory", "lazy"])
+def test_padded_batches_are_float32_holding_the_stored_float16_states(tmp_path, view):
+    """``padded`` gives the heads float32 (the stored float16 states, exactly, zeros past each
+    window's end), from the in-memory view and the lazy one alike."""
+    manifest = write_token_features(tmp_path, {"train": 12}, layers=3, hidden=4, n_shards=2)
+    features = FeatureSet.open(manifest, "train")
+    held = features.read_windows()
+    assert held.states.dtype == np.float16
+    rows = np.array([7, 0, 11, 6])  # unsorted, across both shards
+    x, mask, y = (held if view == "in memory" else StoredWindows.open(features, in_memory_max_mb=1)).padded(rows)
+    assert x.dtype == torch.float32 and mask.dtype == torch.bool
+    assert x.shape == (4, int(held.lengths[rows].max()), 3, 4)
+    for j, i in enumerate(rows):
+        n = int(held.lengths[i])
+        assert torch.equal(x[j, :n], torch.from_numpy(held.states[held.window(i)].astype(np.float32)))
+        assert not x[j, n:].any() and int(mask[j].sum()) == n and bool(mask[j, :n].all())
+    assert torch.equal(y, torch.from_numpy(held.labels[rows]))
