@@ -38,7 +38,7 @@ class Records:
             pd.DataFrame({"split": ["dev", "dev"], "prediction": [0, 1]}).to_parquet(path.with_name(predictions))
         return path
 
-    def bert_at(self, task, checkpoint, dev, seconds, extra=None):
+    def bert_at(self, task, checkpoint, dev, seconds, extra=None, selection=None):
         record = {
             "model": "tiny",
             "task": task,
@@ -49,7 +49,7 @@ class Records:
             "encoder_parameters": 1000,
             "device": "cpu",
         }
-        record["metrics"]["selection"] = dict(record["metrics"]["dev"])
+        record["metrics"]["selection"] = dict(selection or record["metrics"]["dev"])
         self.bert.append(
             self._write(self.root / f"bert/{task}/{checkpoint}/eval_metrics.json", record, BERT_PREDICTIONS)
         )
@@ -724,3 +724,53 @@ def test_a_tables_whole_numbers_read_back_as_written(tmp_path):
     back = pd.read_csv(tmp_path / "t.csv")
     assert back["feature_bytes"][0] == 1_023_648 and np.isnan(back["feature_bytes"][1])
     assert list(back["score"]) == [0.0942809, 0.666667]
+
+
+def test_berts_pick_in_the_cost_table_is_its_checkpoint_best_on_selection_not_on_dev(tmp_path):
+    """BERT's own head that the cost table sets each head against: its checkpoint with the best
+    selection score, 0.3 epochs (selection 0.72, dev 0.60), not 1 epoch (the best on dev, 0.80, and
+    the last) nor the untouched encoder's (listed first)."""
+    r = Records(tmp_path)
+    r.bert_at("mrpc", 0.0, {"accuracy": 0.5, "f1": 0.5}, 0.0, selection={"accuracy": 0.5, "f1": 0.5})
+    r.bert_at("mrpc", 1.0, {"accuracy": 0.8, "f1": 0.8}, 20.0, selection={"accuracy": 0.66, "f1": 0.66})
+    r.bert_at("mrpc", 0.3, {"accuracy": 0.6, "f1": 0.6}, 7.0, selection={"accuracy": 0.72, "f1": 0.72})
+    r.head("mrpc", 1.0, "lp", 1, {"accuracy": 0.7, "f1": 0.7}, 5.0)
+    row = cost_table(r.bert, r.heads, [], []).iloc[0]
+    assert row["bert_pick_checkpoint"] == 0.3
+    assert row["bert_pick_score"] == pytest.approx(0.6) and row["bert_pick_finetune_s"] == 7.0
+    assert row["bert_score"] == pytest.approx(0.8)  # BERT at the head's own checkpoint, beside it
+    md = cost_markdown(cost_table(r.bert, r.heads, [], []))
+    assert "BERT's pick: 0.600 at 0.3 epochs, 7.0 s of fine-tuning" in md
+
+
+def test_the_timing_table_sums_a_stages_seconds_and_takes_its_largest_peak_read_from_the_log_first(
+    tmp_path, monkeypatch
+):
+    """Per task and stage: the jobs' wall seconds summed (the benchmark files'), and the largest of
+    their peaks, each job's from the usage line its log ends with (exact), else, a log without one,
+    from its benchmark file's sampled max_rss (a job forked from the warm pool samples 17 MB there)."""
+    from bertvision.jobs import Job
+    from bertvision.layout import Checkpoint
+    from bertvision.reporting.timing import timing_markdown, timing_table
+
+    monkeypatch.chdir(tmp_path)
+    run = {"task": "mrpc", "model": "tiny", "ftseed": 1, "checkpoint": Checkpoint(1)}
+    # job, its wall seconds, its benchmark file's max_rss, its log's usage line's peak (None: no line)
+    walls = [
+        (Job("extract", {**run, "shard": 0}), 3.0, 250.0, None),
+        (Job("extract", {**run, "shard": 1}), 4.0, 17.0, 900),
+        (Job("extract", {**run, "shard": 2}), 5.0, 400.0, None),
+        (Job("finetune", run), 20.0, 17.0, 1500),
+    ]
+    for job, seconds, max_rss, peak in walls:
+        for path in (Path(job.benchmark), Path(job.log)):
+            path.parent.mkdir(parents=True, exist_ok=True)
+        Path(job.benchmark).write_text(f"s\th:m:s\tmax_rss\n{seconds}\t0:00:05\t{max_rss}\n")
+        usage = f"job usage: peak memory {peak} MiB, cpu 1.0 s\n" if peak else ""
+        Path(job.log).write_text("INFO started\n" + usage)
+    table = timing_table([job for job, *_ in walls]).set_index("stage")
+    assert table.loc["extract", "jobs"] == 3 and table.loc["finetune", "jobs"] == 1
+    assert table.loc["extract", "seconds"] == pytest.approx(3 + 4 + 5)
+    assert table.loc["extract", "max_rss_mb"] == 900  # shard 1's log; the benchmark files' largest is 400
+    assert table.loc["finetune", "seconds"] == 20 and table.loc["finetune", "max_rss_mb"] == 1500
+    assert "| mrpc | 20.0 | 12.0 | 32.0 |" in timing_markdown(table.reset_index())
