@@ -91,10 +91,11 @@ def scores(accuracy: float) -> dict:
 
 
 class HandWorked:
-    """The record set, written under the current directory (benchmark paths are relative)."""
+    """The record set, written under the current directory (benchmark paths are relative);
+    ``searched``: the heads an optuna study chose (each by its two workers and its search_best job)."""
 
-    def __init__(self, root: Path):
-        self.root = root
+    def __init__(self, root: Path, searched: tuple[str, ...] = ("ap",)):
+        self.root, self.searched = root, searched
         # checkpoint 0 (the untouched encoder) is one run, under the first fine-tuning seed, as S.runs gives it
         self.runs = list(
             dict.fromkeys(
@@ -155,7 +156,7 @@ class HandWorked:
         heads_dir = self.root / run.format(HEADS_DIR)
         self.head_dirs.append(heads_dir)
         for head, seeds in HEAD_SECONDS.items():
-            searched = head == "ap"
+            searched = head in self.searched
             for seed, seconds in seeds.items():
                 record = {
                     "task": TASK,
@@ -176,12 +177,13 @@ class HandWorked:
                 }
                 out = head_run_dir(heads_dir, head, seed)
                 write_predictions(write_json(out / HEAD_METRICS, record).with_name(HEAD_PREDICTIONS))
-        keys = {"model": MODEL, "task": TASK, "ftseed": str(ft), "checkpoint": checkpoint, "head": "ap"}
-        for worker, seconds in SEARCH_WORKER_SECONDS.items():
-            record = {"study": "s", "storage": "j", "worker": worker, "keys": keys, "space": {}, "trials": []}
-            self.workers.append(write_json(self.root / SEARCH_WORKER.format(**keys, worker=worker), record))
-            write_benchmark(Job("search_worker", {**keys, "worker": worker}), seconds)
-        write_benchmark(Job("search_best", keys), SEARCH_BEST_JOB)
+        for head in self.searched:
+            keys = {"model": MODEL, "task": TASK, "ftseed": str(ft), "checkpoint": checkpoint, "head": head}
+            for worker, seconds in SEARCH_WORKER_SECONDS.items():
+                record = {"study": "s", "storage": "j", "worker": worker, "keys": keys, "space": {}, "trials": []}
+                self.workers.append(write_json(self.root / SEARCH_WORKER.format(**keys, worker=worker), record))
+                write_benchmark(Job("search_worker", {**keys, "worker": worker}), seconds)
+            write_benchmark(Job("search_best", keys), SEARCH_BEST_JOB)
 
     def _baseline(self, seed: int, kept: int, per_epoch: float) -> None:
         history = [
@@ -464,3 +466,79 @@ def test_a_job_that_ran_without_its_benchmark_file_is_unknown_not_free(tmp_path,
     spent = JobSeconds([timed, untimed])
     assert spent.of("baseline", MODEL, TASK, 1) == pytest.approx(30.0)
     assert np.isnan(spent.of("baseline", MODEL, TASK, 2))
+
+
+def test_a_checkpoints_whole_cost_counts_every_searched_heads_study(tmp_path, monkeypatch):
+    """ap and lp both searched, each by its two workers and its search_best job (5 + 6 + 1 = 12 s) on
+    every checkpoint: a checkpoint's whole cost, and a pick's over every checkpoint, count both
+    studies (counting one of them passed every test where only ap was searched)."""
+    monkeypatch.chdir(tmp_path)
+    r = HandWorked(Path("."), searched=("ap", "lp"))
+    out = tmp_path / "results" / "tables"
+    build_tables(r.bert, r.head_dirs, r.manifests, r.runs, SHARDS, ["lp", "ap"], out, r.baselines, r.workers)
+    costs = pd.read_csv(out / "cost.csv").set_index(["ft_seed", "checkpoint", "model"])
+    assert costs.loc[(1, 0.3, "ap"), "search_s"] == pytest.approx(12) == costs.loc[(1, 0.3, "lp"), "search_s"]
+    # seed 1 at 0.3: fine-tuning jobs 2 + 7 + BERT's scoring 1.5 + extraction 3 + 3 + manifest 0.5 +
+    # head job 9 + both studies 2 × 12
+    assert costs.loc[(1, 0.3, "lp"), "checkpoint_whole_s"] == pytest.approx(9 + 1.5 + 6 + 0.5 + 9 + 2 * 12)
+    # over every checkpoint: ap alone's 98.25 and 104.25 plus lp's studies at 0.3 and 1 (2 × 12) and
+    # its half of checkpoint 0's (12 / 2)
+    assert set(costs.loc[1, "selection_whole_s"]) == {98.25 + 30} and set(costs.loc[2, "selection_whole_s"]) == {
+        104.25 + 30
+    }
+    summary = pd.read_csv(out / "summary.csv").set_index("row")
+    assert summary.loc["BERTVision (picked)", "whole_seconds"] == pytest.approx(101.25 + 30)
+    # the frozen encoder's best head chose among checkpoint 0's heads: both of its studies
+    assert summary.loc["frozen encoder (best head)", "whole_seconds"] == pytest.approx(2 + 7 + 0.5 + 9 + 2 * 12)
+
+
+def test_the_methods_table_costs_a_candidate_its_own_jobs_with_its_search_and_bert_its_whole_jobs(tables):
+    """One BERTVision candidate costs the jobs it needs alone: fine-tuning to its checkpoint with
+    BERT's scoring, the checkpoint's extraction and manifest, its search if it was searched, and its
+    own seconds; BERT at a checkpoint, its whole jobs (as in the summary)."""
+    methods = pd.read_csv(tables / "methods.csv").set_index(["model", "checkpoint"])
+    # at 0.3, per fine-tuning seed: (2 + 7 + 1.5) + (3 + 3 + 0.5) = 17 and (2 + 9 + 1.5) + (3 + 4 + 0.5) = 20
+    seed1, seed2 = 17.0, 20.0
+    # ap, searched (5 + 6 + 1), head seeds' own 2 and 3 s: 31, 32, 34, 35
+    ap = [seed + 12 + own for seed in (seed1, seed2) for own in (2.0, 3.0)]
+    assert methods.loc[("ap", 0.3), "cost_seconds"] == pytest.approx(np.mean(ap))
+    assert methods.loc[("ap", 0.3), "cost_seconds_std"] == pytest.approx(np.std(ap, ddof=1), rel=1e-5)
+    # lp, not searched: 18, 19, 21, 22
+    assert methods.loc[("lp", 0.3), "cost_seconds"] == pytest.approx(np.mean([18, 19, 21, 22]))
+    # BERT at 0.3: its fine-tuning jobs, scoring job and share of the extraction's pass, 13 and 15
+    assert methods.loc[("BERT", 0.3), "cost_seconds"] == pytest.approx(14.0)
+    assert methods.loc[("BERT", 1.0), "cost_seconds"] == pytest.approx(np.mean([24 + 1.5 + 2.5, 28 + 1.5 + 2.5]))
+
+
+def test_a_seeds_fine_tuning_job_without_its_time_leaves_a_mean_over_seeds_that_needs_it_unknown(tmp_path, monkeypatch):
+    """Fine-tuning seed 2's job to 1 epoch ran without its benchmark file. Whatever needed it is
+    unknown for that seed (``JobSeconds``: never 0 s), and so is a mean over the fine-tuning seeds
+    (never the other seed's figure alone, a cheaper partial mean): the pick's whole cost over every
+    checkpoint, BERT's at 1 epoch and the methods table's cost of a candidate at 1 epoch. What did not
+    need it keeps its figures."""
+    from bertvision.layout import head_metrics_files
+    from bertvision.reporting.methods import method_table
+    from bertvision.reporting.whole_cost import search_jobs
+
+    monkeypatch.chdir(tmp_path)
+    r = HandWorked(Path("."))
+    jobs = timing_jobs(r.runs, SHARDS, tuple(baseline_job(MODEL, TASK, s) for s in (1, 2)))
+    (untimed,) = [
+        j for j in jobs if j.rule == "finetune" and j.keys["ftseed"] == 2 and j.keys["checkpoint"] == Checkpoint(1)
+    ]
+    Path(untimed.benchmark).unlink()
+    spent = jobs + search_jobs(json.loads(Path(p).read_text()) for p in r.workers)
+    runs = candidate_runs(r.baselines, r.bert, head_metrics_files(r.head_dirs), r.manifests, spent)
+    summary = summary_table(runs, choose_picks(runs))
+    rows = summary.set_index("row")
+    picked = rows.loc["BERTVision (picked)"]
+    assert (picked["model"], picked["checkpoint"]) == ("ap", 0.3)
+    assert np.isnan(picked["whole_seconds"])  # seed 1 alone: 98.25
+    assert rows.loc["BERTVision within a budget", "whole_seconds"] == pytest.approx((52.25 + 55.25) / 2)
+    bert = summary[summary["row"] == "BERT at a checkpoint"].set_index("checkpoint")
+    assert np.isnan(bert.loc[1.0, "whole_seconds"])  # seed 1 alone: 24 + 1.5 + 2.5
+    assert bert.loc[0.3, "whole_seconds"] == pytest.approx(14.0)
+    methods = method_table(runs).set_index(["model", "checkpoint"])
+    assert np.isnan(methods.loc[("ap", 1.0), "cost_seconds"])  # seed 1's runs alone
+    assert not methods.loc[("ap", 1.0), "on_front"]
+    assert methods.loc[("ap", 0.3), "cost_seconds"] == pytest.approx(33.0)
