@@ -514,6 +514,121 @@ def test_a_pair_encoded_apart_encodes_each_distinct_text_once_beside_the_joint_p
     np.testing.assert_allclose(mixed[1]["rte"].outputs, together[1]["rte"].outputs, rtol=1e-4, atol=1e-4)
 
 
+# --- the engine's bookkeeping: each item gets its own answers, in its own order ------------------
+@pytest.fixture(scope="module")
+def engine(bundle):
+    from bertvision.serving.engine import Engine
+
+    return Engine(bundle, "cpu")
+
+
+def assert_same_answers(got: dict, want: dict) -> None:
+    """One item's answers from a mixed batch and from the item asked alone: the same tasks in the
+    same order, each from the same head, equal up to what another batch's padding moves."""
+    assert list(got) == list(want)
+    for task, answer in got.items():
+        assert answer.head == want[task].head, task
+        if hasattr(answer, "best_span"):
+            assert answer.best_span == want[task].best_span, task
+            assert answer.score_diff == pytest.approx(want[task].score_diff, rel=1e-4, abs=1e-4), task
+        else:
+            np.testing.assert_allclose(answer.outputs, want[task].outputs, rtol=1e-4, atol=1e-4, err_msg=task)
+
+
+def asked_alone(engine, texts=(), questions=()) -> tuple[list, list]:
+    """Each item's answers, asked in a batch of its own."""
+    return (
+        [engine.predict([item])[0][0] for item in texts],
+        [engine.predict([], [item])[1][0] for item in questions],
+    )
+
+
+def test_question_tasks_of_two_window_settings_in_one_batch_read_each_its_own_questions(run, tiny_bert, tmp_path):
+    """Two question tasks cut into windows of different strides (two window groups), each asked
+    by some of a batch's questions: every question is answered from its own windows, as alone."""
+    from bertvision.serving.engine import Engine
+    from bertvision.serving.items import QuestionItem
+
+    tasks = bundle_tasks(run)
+    tasks = {"squad2": tasks["squad2"], "squad2-answerable": {**tasks["squad2-answerable"], "doc_stride": 48}}
+    meta = {"backbone": "tiny", "encoder": "ft1/ckpt-1", "ft_seed": 1}
+    engine = Engine(
+        write_bundle(tmp_path / "bundle", run / "ft" / "ckpt-1", str(tiny_bert), tasks, meta, "fp32"), "cpu"
+    )
+    questions = [
+        QuestionItem("Who plays?", "A man plays the guitar in the park.", {"squad2": "lp"}),
+        QuestionItem("What fell?", "Stocks fell sharply on Monday morning.", {"squad2-answerable": "tok"}),
+        QuestionItem(
+            "Where sat the cat?", "The cat sat on the mat by the door.", {"squad2": "lp", "squad2-answerable": "lp"}
+        ),
+        QuestionItem("Who sang?", "A woman sang a song to the crowd.", {"squad2-answerable": "lp"}),
+        QuestionItem("What rose?", "Prices rose again in the spring.", {"squad2": "lp"}),
+    ]
+    _, together = engine.predict([], questions)
+    assert engine.encoder_passes == 1
+    for got, want in zip(together, asked_alone(engine, questions=questions)[1]):
+        assert_same_answers(got, want)
+
+
+def test_each_item_gets_the_head_it_names_when_a_batch_asks_one_task_with_several_heads(engine):
+    """Items naming different heads of one task (per-example, mean-reading and token heads; a
+    windowed task's [CLS] and token heads), in one batch: each its own head's answer, as alone."""
+    from bertvision.serving.items import QuestionItem, TextItem
+
+    texts = [
+        TextItem(tuple(PAIR), {"mrpc": "lp"}),
+        TextItem(("The cat sat.", "Stocks fell."), {"mrpc": "lpm"}),
+        TextItem(tuple(PAIR), {"mrpc": "tok"}),
+        TextItem(("Stocks fell.", "The cat sat."), {"mrpc": "lp"}),
+    ]
+    questions = [
+        QuestionItem("Who plays?", "A man plays the guitar in the park.", {"squad2-answerable": "lp"}),
+        QuestionItem("What fell?", "Stocks fell sharply on Monday morning.", {"squad2-answerable": "tok"}),
+        QuestionItem("Who plays?", "A man plays the guitar in the park.", {"squad2-answerable": "tok"}),
+    ]
+    passes = engine.encoder_passes
+    together = engine.predict(texts, questions)
+    assert engine.encoder_passes == passes + 1
+    assert [t["mrpc"].head for t in together[0]] == ["lp", "lpm", "tok", "lp"]
+    assert [q["squad2-answerable"].head for q in together[1]] == ["lp", "tok", "tok"]
+    for got, want in zip(together[0] + together[1], sum(asked_alone(engine, texts, questions), [])):
+        assert_same_answers(got, want)
+
+
+def test_each_items_answers_come_in_the_order_it_asked_its_tasks(engine):
+    from bertvision.serving.items import QuestionItem, TextItem
+
+    texts = [TextItem(tuple(PAIR), {"stsb": "lp", "mrpc": "lp"}), TextItem(tuple(PAIR), {"mrpc": "lp", "stsb": "lp"})]
+    question = ("Who plays?", "A man plays the guitar in the park.")
+    questions = [
+        QuestionItem(*question, {"squad2-answerable": "lp", "squad2": "lp"}),
+        QuestionItem(*question, {"squad2": "lp", "squad2-answerable": "lp"}),
+    ]
+    answers, spans = engine.predict(texts, questions)
+    assert [list(a) for a in answers] == [["stsb", "mrpc"], ["mrpc", "stsb"]]
+    assert [list(s) for s in spans] == [["squad2-answerable", "squad2"], ["squad2", "squad2-answerable"]]
+    assert answers[0]["mrpc"] == answers[1]["mrpc"] and spans[0]["squad2"] == spans[1]["squad2"]
+
+
+def test_a_text_alone_with_the_ids_of_a_pair_is_not_encoded_as_that_pair(engine):
+    """One side of a pair read apart (rte's cos: one text, every token type 0) whose token ids
+    are those of another item's pair read joint (mrpc: the second text's token type 1): two
+    sequences, each encoded with its own token types, each answer as alone."""
+    from bertvision.serving.items import TextItem
+
+    a, b = "A man plays.", "Stocks fell."
+    joint = engine.tokenizer(a, b)
+    alone = engine.tokenizer(f"{a} [SEP] {b}")
+    assert joint["input_ids"] == alone["input_ids"] and joint["token_type_ids"] != alone["token_type_ids"]
+    texts = [TextItem((a, b), {"mrpc": "lp"}), TextItem((f"{a} [SEP] {b}", "The cat sat."), {"rte": "cos"})]
+    encoded = engine.sequences_encoded
+    together, _ = engine.predict(texts)
+    encoded = engine.sequences_encoded - encoded
+    for got, want in zip(together, asked_alone(engine, texts)[0]):
+        assert_same_answers(got, want)
+    assert encoded == 3  # the joint pair, and the two texts of the pair read apart
+
+
 def test_tasks_and_health(server, bundle):
     tasks = server.client.get("/tasks").json()
     assert set(tasks["tasks"]) == set(TASKS) and tasks["encoders"][0]["precision"] == "fp32"
