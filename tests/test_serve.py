@@ -267,6 +267,11 @@ def _first_head(index: dict, task: str) -> str:
         (lambda i: i["tasks"]["stsb"].update(heads={}), r"tasks.stsb: no heads"),
         (lambda i: i["tasks"]["stsb"].update(kind="ranking"), r"tasks.stsb: kind 'ranking'"),
         (lambda i: i["tasks"]["mrpc"].update(label_names=["same"]), r"a classification task without label_names"),
+        (lambda i: i["tasks"]["stsb"].update(doc_stride=32), r"tasks.stsb: a regression task over context windows$"),
+        (
+            lambda i: i["tasks"]["squad2-answerable"].update(label_names=["yes", "no", "maybe"]),
+            r"tasks.squad2-answerable: a windowed classification task has two labels",
+        ),
         (lambda i: i["tasks"]["squad2"].update(doc_stride=None), r"a span task needs doc_stride, n_best and max"),
         (
             lambda i: i["tasks"]["squad2"]["heads"][_first_head(i, "squad2")].update(null_threshold=None),
@@ -305,6 +310,16 @@ def test_a_bundle_path_that_is_not_there_is_named(tmp_path):
     missing = tmp_path / "nowhere"
     with pytest.raises(BundleError, match=f"^{missing}: no such bundle directory$"):
         load_bundle(bundle_paths([missing])[0])
+
+
+def test_a_directory_with_a_bundle_index_and_a_set_index_is_read_as_the_bundle(bundle, tmp_path):
+    """A bundle directory that also holds a bundles.json (a set index left beside it) is that
+    bundle, not the set the stray index lists."""
+    copy = tmp_path / "bundle"
+    shutil.copytree(bundle.root, copy)
+    (copy / "bundles.json").write_text(json.dumps({"bundles": {"other": {"path": "elsewhere"}}}))
+    assert bundle_paths([copy]) == [copy]
+    assert set(load_bundle(bundle_paths([copy])[0]).tasks) == set(bundle.tasks)
 
 
 def test_a_head_type_this_bertvision_lacks_is_named_in_one_line(bundle, tmp_path, capsys):
