@@ -322,6 +322,30 @@ def test_a_directory_with_a_bundle_index_and_a_set_index_is_read_as_the_bundle(b
     assert set(load_bundle(bundle_paths([copy])[0]).tasks) == set(bundle.tasks)
 
 
+def test_a_bundle_that_would_serve_an_ensemble_beside_other_tasks_is_refused_before_it_is_written(
+    run, tiny_bert, tmp_path
+):
+    tasks = bundle_tasks(run)
+    tasks = {"mrpc": {**tasks["mrpc"], "ensemble": {"head": "lp", "how": "mean"}}, "stsb": tasks["stsb"]}
+    meta = {"backbone": "tiny", "encoder": "ft1/ckpt-1", "ft_seed": 1}
+    out = tmp_path / "bundle"
+    with pytest.raises(BundleError, match=r"^mrpc: a head \+ BERT ensemble is served from a bundle of its task alone$"):
+        write_bundle(out, run / "ft" / "ckpt-1", str(tiny_bert), tasks, meta, "fp32")
+    assert not out.exists()
+
+
+def test_an_ensemble_of_a_head_that_reads_a_pair_apart_is_refused(run, tiny_bert, tmp_path):
+    """BERT reads a pair as one sequence: its outputs are not combined with a head reading each text alone."""
+    tasks = {"rte": {**bundle_tasks(run)["rte"], "ensemble": {"head": "lpa", "how": "mean"}}}
+    meta = {"backbone": "tiny", "encoder": "ft1/ckpt-1", "ft_seed": 1}
+    out = tmp_path / "bundle"
+    with pytest.raises(
+        BundleError, match=r"^rte: a head \+ BERT ensemble is not served for a head that reads a pair apart"
+    ):
+        write_bundle(out, run / "ft" / "ckpt-1", str(tiny_bert), tasks, meta, "fp32")
+    assert not out.exists()
+
+
 def test_a_head_type_this_bertvision_lacks_is_named_in_one_line(bundle, tmp_path, capsys):
     """A bundle made where a head type of one's own is registered, served by a bertvision without it."""
     from bertvision.commands.main import main
