@@ -882,6 +882,27 @@ def test_a_body_that_is_not_json_or_empty_says_where_and_what(server):
     )
 
 
+def test_a_lone_surrogate_in_a_key_or_an_echoed_id_is_a_4xx_naming_it(server):
+    """JSON may escape a lone surrogate (``"\\ud800"``) where no text check looks: in a heads key
+    the refusal naming it could not be encoded (a 500, the connection dropped); as a v2 ``id`` the
+    model ran and the answer echoing it could not be encoded (a 500)."""
+    response = server.client.post(
+        "/predict",
+        content=rb'{"texts": [["a", "b"]], "heads": {"\ud800": "lp"}}',
+        headers={"content-type": "application/json"},
+    )
+    assert response.status_code == 422, response.text
+    assert response.json()["field"] == "heads.\\ud800", response.text
+    assert response.json()["detail"].startswith("heads.\\ud800: unknown task '\\ud800'"), response.text
+    pair = rb'[{"name": "text_a", "datatype": "BYTES", "shape": [1], "data": ["a"]}, ' + (
+        rb'{"name": "text_b", "datatype": "BYTES", "shape": [1], "data": ["b"]}]'
+    )
+    response = server.client.post("/v2/models/mrpc/infer", content=rb'{"id": "\ud800", "inputs": ' + pair + b"}")
+    assert response.status_code == 400, response.text
+    assert response.json() == {"error": "id: not valid Unicode (a lone surrogate)", "field": "id"}
+    assert server.client.get("/health").status_code == 200
+
+
 def test_a_malformed_content_length_is_a_400(server):
     host, port = server.url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=10) as sock:

@@ -49,7 +49,7 @@ from bertvision.serving.requests import PredictRequest, PredictResponse, QAInput
 from bertvision.serving.server import BUNDLE_ENV, SETTINGS_ENV
 from bertvision.serving.service import Service
 from bertvision.serving.settings import ServeSettings
-from bertvision.serving.v2 import READ, is_protocol_path, v2_router
+from bertvision.serving.v2 import READ, is_protocol_path, printable, v2_router
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +123,7 @@ class BodyLimit:
 
 def error(status: int, field: str | None, message: str, path: str = "", headers=None) -> JSONResponse:
     """An error answer in the form of the API ``path`` belongs to: the protocol's under ``/v2``."""
+    field, message = (printable(field) if field else field), printable(message)
     text = f"{field}: {message}" if field else message
     key = "error" if is_protocol_path(path) else "detail"
     return JSONResponse({key: text, **({"field": field} if field else {})}, status_code=status, headers=headers)
@@ -161,7 +162,7 @@ def validation_error(request: Request, err: RequestValidationError) -> JSONRespo
         if e.get("type") == "extra_forbidden":  # the body's own keys, or a qa item's (qa[0].answer)
             model = QAInput if "qa" in e["loc"][1:2] else PredictRequest
             message = f"not a field here; it takes {', '.join(model.model_fields)}"
-        problems.append({"field": where, "message": message})
+        problems.append({"field": printable(where), "message": printable(message)})
     detail = "; ".join(f"{p['field']}: {p['message']}" for p in problems) or "invalid request"
     return JSONResponse(
         {"detail": detail, "field": problems[0]["field"] if problems else "body", "errors": problems}, status_code=422

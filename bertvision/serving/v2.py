@@ -89,9 +89,16 @@ class ProtocolError(RequestError):
         super().__init__(field, message, status)
 
 
+def printable(text: str) -> str:
+    """``text`` as UTF-8 can carry it: a lone surrogate (JSON may hold ``"\\ud800"``, as a key too)
+    written as its escape, so that an answer naming it can be sent (encoding it failed: a 500)."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def v2_error(err: RequestError) -> JSONResponse:
     status = 400 if err.status == 422 else err.status
-    return JSONResponse({"error": f"{err.field}: {err.message}", "field": err.field}, status_code=status)
+    field = printable(err.field)
+    return JSONResponse({"error": f"{field}: {printable(err.message)}", "field": field}, status_code=status)
 
 
 def is_protocol_path(path: str) -> bool:
@@ -428,6 +435,8 @@ def v2_router(service: Service, submit, settings: ServeSettings, is_ready) -> AP
         request, tail = split_body(await http.body(), http.headers.get(HEADER_LENGTH))
         if not isinstance(request.get("id", ""), str):
             raise ProtocolError("id", f"a request's id is a string, not {request['id']!r}")
+        if printable(request.get("id", "")) != request.get("id", ""):  # echoed in the answer, which UTF-8 cannot carry
+            raise ProtocolError("id", "not valid Unicode (a lone surrogate)")
         head = _object(request.get("parameters"), "parameters").get("head")
         if head is not None and not isinstance(head, str):
             raise ProtocolError("parameters.head", "a head's name (a string)")
