@@ -903,6 +903,21 @@ def test_a_lone_surrogate_in_a_key_or_an_echoed_id_is_a_4xx_naming_it(server):
     assert server.client.get("/health").status_code == 200
 
 
+def test_json_no_parser_reads_says_why_in_each_api(server):
+    """Nested 10,000 deep, or an integer of 5,000 digits: the native API said only "there was an
+    error parsing the body", the protocol's told the client to call sys.set_int_max_str_digits()."""
+    deep, long_number = b"[" * 10_000 + b"]" * 10_000, b"9" * 5000
+    native = "body: a JSON object (content-type: application/json) with texts and/or qa; not JSON "
+    for path, prefix in (("/predict", native), ("/v2/models/mrpc/infer", "body: not JSON ")):
+        for content, why in (
+            (b'{"texts": ' + deep + b"}", "(nested too deeply)"),
+            (b'{"texts": [' + long_number + b"]}", "(a number of 5000 digits, at most 4300)"),
+        ):
+            response = server.client.post(path, content=content, headers={"content-type": "application/json"})
+            assert response.status_code == 400 and response.json()["field"] == "body", response.text
+            assert response.json()["detail" if path == "/predict" else "error"] == prefix + why, response.text
+
+
 def test_a_malformed_content_length_is_a_400(server):
     host, port = server.url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=10) as sock:

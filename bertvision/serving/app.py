@@ -49,7 +49,7 @@ from bertvision.serving.requests import PredictRequest, PredictResponse, QAInput
 from bertvision.serving.server import BUNDLE_ENV, SETTINGS_ENV
 from bertvision.serving.service import Service
 from bertvision.serving.settings import ServeSettings
-from bertvision.serving.v2 import READ, is_protocol_path, printable, v2_router
+from bertvision.serving.v2 import READ, is_protocol_path, printable, unreadable_json, v2_router
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +176,9 @@ def http_error(http: Request, err: HTTPException) -> Response:
         undecodable = err.__cause__
         problem = f"not UTF-8 text (byte {undecodable.start + 1}: {undecodable.reason}); send the JSON in UTF-8"
         return error(400, "body", problem, http.url.path)
-    if err.status_code == 400:  # FastAPI could not read the body (nested too deeply, say)
+    if err.status_code == 400 and err.__cause__ is not None:  # FastAPI could not read the body's JSON
+        return error(400, "body", f"{NOT_AN_OBJECT}; not JSON ({unreadable_json(err.__cause__)})", http.url.path)
+    if err.status_code == 400:
         return error(400, "body", f"{NOT_AN_OBJECT}; {str(err.detail).lower()}", http.url.path)
     return error(err.status_code, None, str(err.detail), http.url.path, err.headers)
 

@@ -29,6 +29,7 @@ import json
 import math
 import re
 import struct
+import sys
 from dataclasses import dataclass
 
 from fastapi import APIRouter, Request
@@ -121,11 +122,25 @@ def split_body(body: bytes, header_length: str | None) -> tuple[dict, bytes]:
     try:
         request = json.loads(json_part)
     except (ValueError, RecursionError) as err:  # ValueError: not JSON, or not UTF-8 text
-        problem = "nested too deeply" if isinstance(err, RecursionError) else err
-        raise ProtocolError("body", f"not JSON ({problem})") from None
+        raise ProtocolError("body", f"not JSON ({unreadable_json(err)})") from None
     if not isinstance(request, dict):
         raise ProtocolError("body", "the request is a JSON object with `inputs`")
     return request, tail
+
+
+_LONG_NUMBER = re.compile(r"integer string conversion: value has (\d+) digits")
+
+
+def unreadable_json(err: Exception) -> str:
+    """Why a parser could not read a body, in the client's terms (either API): nesting past the
+    parser's depth, or an integer past Python's digit limit (its message told the client to call
+    ``sys.set_int_max_str_digits()``; FastAPI's said only "There was an error parsing the body")."""
+    if isinstance(err, RecursionError):
+        return "nested too deeply"
+    long_number = _LONG_NUMBER.search(str(err))
+    if long_number:
+        return f"a number of {long_number.group(1)} digits, at most {sys.get_int_max_str_digits()}"
+    return str(err)
 
 
 def _elements(data, shape: list[int], field: str) -> list:
