@@ -918,6 +918,26 @@ def test_json_no_parser_reads_says_why_in_each_api(server):
             assert response.json()["detail" if path == "/predict" else "error"] == prefix + why, response.text
 
 
+def test_a_wrong_method_or_path_is_refused_naming_what_the_route_takes(server):
+    """A method a route does not take said "Method Not Allowed", a path no route has "Not Found",
+    naming neither the method nor the path."""
+    for method, path, takes in (("GET", "/predict", "POST"), ("POST", "/health", "GET, HEAD"),
+                                ("DELETE", "/v2/models/mrpc/infer", "POST")):  # fmt: skip
+        response = server.client.request(method, path)
+        assert response.status_code == 405, response.text
+        key = "error" if path.startswith("/v2") else "detail"
+        assert response.json() == {key: f"method: {method} is not taken by {path}; it takes {takes}", "field": "method"}
+        assert sorted(m.strip() for m in response.headers["allow"].split(",")) == takes.split(", ")
+    response = server.client.get("/v2/repository/index")
+    assert response.status_code == 404, response.text
+    assert response.json() == {
+        "error": "path: no route /v2/repository/index; GET /v2/models lists the models",
+        "field": "path",
+    }
+    response = server.client.post("/predicts", json={})
+    assert response.json() == {"detail": "path: no route /predicts; GET /docs lists the routes", "field": "path"}
+
+
 def test_a_malformed_content_length_is_a_400(server):
     host, port = server.url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=10) as sock:

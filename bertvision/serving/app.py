@@ -180,6 +180,13 @@ def http_error(http: Request, err: HTTPException) -> Response:
         return error(400, "body", f"{NOT_AN_OBJECT}; not JSON ({unreadable_json(err.__cause__)})", http.url.path)
     if err.status_code == 400:
         return error(400, "body", f"{NOT_AN_OBJECT}; {str(err.detail).lower()}", http.url.path)
+    if err.status_code == 405:  # it said "Method Not Allowed" alone
+        allowed = sorted(m.strip() for m in (err.headers or {}).get("Allow", "").split(",") if m.strip())
+        problem = f"{http.method} is not taken by {http.url.path}; it takes {', '.join(allowed) or 'no method'}"
+        return error(405, "method", problem, http.url.path, err.headers)
+    if err.status_code == 404 and err.detail == "Not Found":  # no route matched: it said "Not Found" alone
+        where = "GET /v2/models lists the models" if is_protocol_path(http.url.path) else "GET /docs lists the routes"
+        return error(404, "path", f"no route {http.url.path}; {where}", http.url.path, err.headers)
     return error(err.status_code, None, str(err.detail), http.url.path, err.headers)
 
 
