@@ -270,17 +270,19 @@ def head_run_dir(heads_dir: Path, head: str, seed: int) -> Path:
     return Path(heads_dir) / HEAD_RUN.format(head=head, seed=seed)
 
 
-_EVERY_HEAD_METRICS = f"{HEAD_RUN.format(head='*', seed='*')}/{HEAD_METRICS}"  # inside a heads directory
+def _every_head_metrics() -> str:
+    """The glob pattern of every trained head's metrics record, inside a heads directory."""
+    return f"{HEAD_RUN.format(head='*', seed='*')}/{HEAD_METRICS}"
 
 
 def head_metrics_pattern(heads_dir: str) -> str:
     """The glob pattern of every trained head's metrics record in ``heads_dir`` (a path or a pattern)."""
-    return f"{heads_dir}/{_EVERY_HEAD_METRICS}"
+    return f"{heads_dir}/{_every_head_metrics()}"
 
 
 def head_runs(heads_dir: Path) -> list[Path]:
     """Every trained head (its run directory) in a heads directory, in a stable order."""
-    return sorted(p.parent for p in Path(heads_dir).glob(_EVERY_HEAD_METRICS))
+    return sorted(p.parent for p in Path(heads_dir).glob(_every_head_metrics()))
 
 
 def head_metrics_files(heads_dirs: list[Path]) -> list[Path]:
