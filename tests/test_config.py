@@ -900,6 +900,20 @@ def test_the_config_keys_reference_is_the_schemas():
     assert current == keys_markdown(), "stale: bertvision config-keys > docs/reference/config-keys.md"
 
 
+def test_the_config_keys_reference_lists_a_heads_own_training_keys():
+    """heads.models.<head>.training (a head's own settings, over heads.training and the task's:
+    docs/configuration.md) validates, so the reference of every key lists its keys too, as it
+    lists tasks.<task>.head_training's: no default of their own (the layers below apply)."""
+    from bertvision.config.reference import key_rows
+
+    rows = {key: (kind, default) for key, kind, default, _ in key_rows()}
+    validate_config({**yaml.safe_load((REPO / "config.yaml").read_text()),
+                     "heads": {"models": {"lp": {"type": "lp", "training": {"max_epochs": 3}}}}})  # fmt: skip
+    assert rows["heads.models.<head>.training.max_epochs"] == ("integer", "")
+    training = {key for key in rows if key.startswith("heads.training.")}
+    assert {key.replace("heads.models.<head>.", "heads.") for key in rows if ".<head>.training." in key} == training
+
+
 def test_a_number_written_as_yaml_or_snakemake_config_text_is_read_as_the_number_its_key_asks_for():
     """PyYAML reads `5e-5` (no dot) as a string, and Snakemake's --config every value inside a list
     or mapping: each is read as the number, bool or null its key's schema asks for; a key that

@@ -26,21 +26,25 @@ def rows_below(node: dict, key: str, root: dict) -> list[tuple[str, str, str, st
             row
             for name, sub in node["properties"].items()
             for row in rows_below(sub, f"{key}.{name}".lstrip("."), root)
-        ] + per_type_rows(node, key)
+        ] + per_type_rows(node, key, root)
     entry = node.get("additionalProperties")
     if isinstance(entry, dict) and "properties" in resolve(entry, root):
         return rows_below(entry, f"{key}.{MAP_KEYS.get(key, '<name>')}", root)
     return [(key, type_text(node), default_text(key), " ".join(node.get("description", "").split()))]
 
 
-def per_type_rows(node: dict, key: str) -> list[tuple[str, str, str, str]]:
+def per_type_rows(node: dict, key: str, root: dict) -> list[tuple[str, str, str, str]]:
     """The options a node allows for one value of its ``type`` only (``allOf: [{if: type X, then:
-    ...}]``, a head's options by head type): a row per option and form, naming the types that take it."""
+    ...}]``, a head's options by head type): a row per option and form, naming the types that take it;
+    then the keys of a settings block that every type takes (``$ref``: a head's own ``training``), once."""
     forms: dict[tuple, list[str]] = {}  # (option, type, default, description) -> the types that take it
+    blocks: dict[str, dict] = {}  # a settings block every type takes (a head's own `training`): its keys once
     for clause in node.get("allOf", []):
         kind = clause.get("if", {}).get("properties", {}).get("type", {}).get("const")
         for name, sub in clause.get("then", {}).get("properties", {}).items():
-            if kind is not None and name not in node["properties"] and "$ref" not in sub:
+            if kind is not None and name not in node["properties"] and "$ref" in sub:
+                blocks.setdefault(name, sub)
+            elif kind is not None and name not in node["properties"]:
                 form = (
                     name,
                     type_text(sub),
@@ -51,7 +55,7 @@ def per_type_rows(node: dict, key: str) -> list[tuple[str, str, str, str]]:
     return [
         (f"{key}.{name}", kind, f"`{default}`", f"({', '.join(types)}) {text}")
         for (name, kind, default, text), types in forms.items()
-    ]
+    ] + [row for name, sub in blocks.items() for row in rows_below(sub, f"{key}.{name}", root)]
 
 
 def type_text(node: dict) -> str:
