@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shutil
+from collections import Counter
 from pathlib import Path
 
 import pandas as pd
@@ -87,6 +88,18 @@ def atomic_write_parquet(df: pd.DataFrame, path: Path) -> None:
 def atomic_write_json(obj, path: Path) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+class RepeatedKey(ValueError):
+    """A JSON object that gives a key twice (json keeps the last one silently)."""
+
+
+def object_once(pairs: list[tuple[str, object]]) -> dict:
+    """``json.loads``' ``object_pairs_hook`` that refuses a key given twice (RepeatedKey: the key)."""
+    record = dict(pairs)
+    if len(record) != len(pairs):
+        raise RepeatedKey(next(key for key, n in Counter(key for key, _ in pairs).items() if n > 1))
+    return record
 
 
 def read_json(path: Path):

@@ -2347,3 +2347,16 @@ def test_an_input_the_native_api_answers_with_422_is_a_400_under_v2(server):
     body = {"inputs": [text_tensor("text_a", ["\u200b"]), text_tensor("text_b", ["b"])]}
     response = v2_post(server, "mrpc", body)
     assert response.status_code == 400 and response.json()["field"] == "inputs.text_a[0]", response.text
+
+
+def test_a_key_given_twice_in_a_body_is_refused_in_each_api(server):
+    """json keeps the last of two equal keys silently: {"texts": [a], "texts": [b]} answered b alone."""
+    for path, content, expected in (
+        ("/predict", b'{"texts": [["a", "b"]], "texts": [["c", "d"]], "tasks": ["mrpc"]}', "'texts'"),
+        ("/predict", b'{"qa": [{"question": "q", "question": "r", "context": "c"}]}', "'question'"),
+        ("/v2/models/mrpc/infer", b'{"inputs": [], "inputs": []}', "'inputs'"),
+    ):
+        response = server.client.post(path, content=content, headers={"content-type": "application/json"})
+        assert response.status_code == 400 and response.json()["field"] == "body", response.text
+        message = response.json()["detail" if path == "/predict" else "error"]
+        assert message.endswith(f"key {expected} given twice in one object; give each key once"), message

@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 from bertvision.errors import DataFormatError, MissingError
-from bertvision.files import no_such_file
+from bertvision.files import RepeatedKey, no_such_file, object_once
 
 FORMATS = ("csv", "tsv", "jsonl", "json", "parquet")
 _SUFFIXES = (".csv", ".csv.gz", ".tsv", ".tsv.gz", ".jsonl", ".jsonl.gz", ".json", ".json.gz", ".parquet")
@@ -215,12 +215,12 @@ def _scan_jsonl(path: Path) -> tuple[list[int], list[dict]]:
             if not line.strip():
                 continue
             try:
-                value = json.loads(line, object_pairs_hook=_object_once)
+                value = json.loads(line, object_pairs_hook=object_once)
             except json.JSONDecodeError as exc:
                 raise DataFormatError(
                     f"{path}: line {lineno}: undecodable JSON ({exc.msg}, column {exc.colno})"
                 ) from None
-            except _RepeatedKey as exc:
+            except RepeatedKey as exc:
                 raise DataFormatError(f"{path}: line {lineno}: key {exc.args[0]!r} given twice in one object") from None
             if not isinstance(value, dict):
                 raise DataFormatError(f"{path}: line {lineno}: expected a JSON object, got {type(value).__name__}")
@@ -249,17 +249,6 @@ def _check_unicode(path: Path, place: str, record: dict, text: str | None = None
             ) from None
 
 
-class _RepeatedKey(ValueError):
-    """A JSON object that gives a key twice (json keeps the last one silently)."""
-
-
-def _object_once(pairs: list[tuple[str, object]]) -> dict:
-    record = dict(pairs)
-    if len(record) != len(pairs):
-        raise _RepeatedKey(next(key for key, n in Counter(key for key, _ in pairs).items() if n > 1))
-    return record
-
-
 def read_json_document(path: Path) -> tuple[object, str]:
     """A JSON file's value (each object's keys once) and its text, read as the table files are
     (UTF-8, a byte-order mark allowed, gzip by the suffix); else a DataFormatError naming the file
@@ -273,10 +262,10 @@ def read_json_document(path: Path) -> tuple[object, str]:
     if not text.strip():
         raise DataFormatError(f"{path}: empty file")
     try:
-        return json.loads(text, object_pairs_hook=_object_once), text
+        return json.loads(text, object_pairs_hook=object_once), text
     except json.JSONDecodeError as exc:
         raise DataFormatError(f"{path}: line {exc.lineno}: undecodable JSON ({exc.msg}, column {exc.colno})") from None
-    except _RepeatedKey as exc:
+    except RepeatedKey as exc:
         raise DataFormatError(f"{path}: key {exc.args[0]!r} given twice in one object") from None
 
 

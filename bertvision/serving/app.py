@@ -27,6 +27,7 @@ worker process builds its own).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 from contextlib import asynccontextmanager
@@ -36,8 +37,10 @@ from pathlib import Path
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 
+from bertvision.files import object_once
 from bertvision.serving.batching import BatchFailed, Overloaded
 from bertvision.serving.bundle import bundle_paths as bundle_paths_of
 from bertvision.serving.client_gone import CLIENT_CLOSED, ClientGone, unless_client_gone
@@ -49,7 +52,7 @@ from bertvision.serving.requests import PredictRequest, PredictResponse, QAInput
 from bertvision.serving.server import BUNDLE_ENV, SETTINGS_ENV
 from bertvision.serving.service import Service
 from bertvision.serving.settings import ServeSettings
-from bertvision.serving.v2 import READ, is_protocol_path, printable, unreadable_json, v2_router
+from bertvision.serving.v2 import READ, is_protocol_path, printable, unreadable_body, v2_router
 
 log = logging.getLogger(__name__)
 
@@ -169,6 +172,28 @@ def validation_error(request: Request, err: RequestValidationError) -> JSONRespo
     )
 
 
+class KeysOnceRequest(Request):
+    """A request whose JSON body gives each key of an object once: json keeps the last of two
+    silently, so ``{"texts": [...], "texts": [...]}`` would answer the second list alone."""
+
+    async def json(self):
+        if not hasattr(self, "_json"):
+            self._json = json.loads(await self.body(), object_pairs_hook=object_once)
+        return self._json
+
+
+class KeysOnceRoute(APIRoute):
+    """FastAPI's route reading its body through ``KeysOnceRequest``."""
+
+    def get_route_handler(self):
+        handler = super().get_route_handler()
+
+        async def keys_once(request: Request) -> Response:
+            return await handler(KeysOnceRequest(request.scope, request.receive))
+
+        return keys_once
+
+
 def http_error(http: Request, err: HTTPException) -> Response:
     """Starlette's own refusals (no such path, a method a path does not take, a body it could not
     parse) in the form of the API the path belongs to."""
@@ -177,7 +202,7 @@ def http_error(http: Request, err: HTTPException) -> Response:
         problem = f"not UTF-8 text (byte {undecodable.start + 1}: {undecodable.reason}); send the JSON in UTF-8"
         return error(400, "body", problem, http.url.path)
     if err.status_code == 400 and err.__cause__ is not None:  # FastAPI could not read the body's JSON
-        return error(400, "body", f"{NOT_AN_OBJECT}; not JSON ({unreadable_json(err.__cause__)})", http.url.path)
+        return error(400, "body", f"{NOT_AN_OBJECT}; {unreadable_body(err.__cause__)}", http.url.path)
     if err.status_code == 400:
         return error(400, "body", f"{NOT_AN_OBJECT}; {str(err.detail).lower()}", http.url.path)
     if err.status_code == 405:  # it said "Method Not Allowed" alone
@@ -300,6 +325,7 @@ def create_app(
         ),
     )
     app.state.service, app.state.settings, app.state.metrics = service, settings, metrics
+    app.router.route_class = KeysOnceRoute  # the routes below, /predict's body
     v2 = v2_router(service, service.submit, settings, is_ready)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     # the app's routes as they will be (a live list: the routes below are added after) and the
