@@ -103,3 +103,16 @@ def test_a_head_that_fits_its_output_fits_it_on_its_first_batch_only(tmp_path):
     counting = CountingFits(Problems(task, pairs, RUNTIME, 4096).get(spec))
     train_one(task, spec, SETTINGS.replace(max_epochs=2, patience=4), counting, 1, CPU)
     assert counting.fits == 1
+
+
+def test_a_standardized_head_reads_its_input_in_training_units_and_answers_in_the_labels():
+    """A mutant that added the labels' mean but dropped their std passed (the heads learned the
+    scale back): a regression's output is the core head's in standard units of the labels."""
+    from bertvision.models.heads import build_head, standardized
+
+    torch.manual_seed(0)
+    core = build_head({"type": "mean"}, 3, 4, 1).eval()
+    x, mean, std = torch.randn(5, 3, 4), torch.randn(3, 4), torch.rand(3, 4) + 0.5
+    head = standardized(core, (mean, std), (2.0, 3.0)).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(head(x), core((x - mean) / std) * 3.0 + 2.0)
