@@ -116,3 +116,20 @@ def test_a_standardized_head_reads_its_input_in_training_units_and_answers_in_th
     head = standardized(core, (mean, std), (2.0, 3.0)).eval()
     with torch.no_grad():
         torch.testing.assert_close(head(x), core((x - mean) / std) * 3.0 + 2.0)
+
+
+def test_the_span_loss_is_the_mean_of_the_start_and_end_cross_entropies_over_real_tokens():
+    """A mutant that scored the end logits against the start positions passed."""
+    from bertvision.models.heads import build_head
+    from bertvision.training.span import SpanProblem
+
+    torch.manual_seed(0)
+    span = SpanProblem.__new__(SpanProblem)  # the loss reads only the device
+    span.device = CPU
+    head = build_head({"type": "lp"}, 3, 4, 2)
+    x, mask = torch.randn(2, 5, 3, 4), torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], dtype=torch.bool)
+    y = torch.tensor([[1, 3], [0, 2]])
+    logits = head(x).masked_fill(~mask[..., None], -1e4)
+    ce = torch.nn.functional.cross_entropy
+    want = (ce(logits[..., 0], y[:, 0]) + ce(logits[..., 1], y[:, 1])) / 2
+    torch.testing.assert_close(span.loss(head, (x, mask, y)), want)
