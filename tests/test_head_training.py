@@ -1,6 +1,6 @@
-"""Head training checks that a mutation audit of training/ and models/ found missing: each test
-fails on a mutant that every other test let through (the schedule, the batch order's seed, the
-split an epoch is chosen on, the training moments, an epoch's rows)."""
+"""Head training: the schedule, the batch order's seed, the split an epoch is chosen on, the
+training moments, an epoch's rows, a head's output fit and scaling, the span loss (each test written
+to fail on a mutant that every other test let through)."""
 
 import numpy as np
 import pytest
