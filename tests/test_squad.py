@@ -295,6 +295,26 @@ def test_span_records_carry_what_abstaining_everywhere_scores(dev):
         assert metrics[split]["constant_score"] == pytest.approx(100 * float(questions["is_impossible"].mean()))
 
 
+def test_the_null_threshold_every_split_is_scored_at_is_tuned_on_selection(dev):
+    """Dev is only reported: a mutant tuning the threshold on dev's own questions passed every test."""
+    from bertvision.data.tokenized import TokenizedSplit
+    from bertvision.evaluation.span_eval import candidates, evaluate_span
+    from bertvision.registry.tasks import get_task
+
+    task, tok = get_task("squad2"), load_tokenizer(DEFAULT_BACKBONE)
+    parts = {"selection": dev.iloc[:30].reset_index(drop=True), "dev": dev.iloc[30:70].reset_index(drop=True)}
+    windows = {s: TokenizedSplit(build_windows(q, tok, 128, 64)) for s, q in parts.items()}
+    rng = np.random.default_rng(1)
+    logits = {s: [rng.normal(size=(n, 2)).astype(np.float32) for n in w.lengths] for s, w in windows.items()}
+    tuned = {
+        s: tune_threshold(candidates(logits[s], windows[s], q, task), q["answer_texts"].tolist())
+        for s, q in parts.items()
+    }
+    assert tuned["selection"] != tuned["dev"]  # the two splits call for different thresholds
+    metrics, _ = evaluate_span(task, logits, windows, parts)
+    assert metrics["selection"]["null_threshold"] == metrics["dev"]["null_threshold"] == tuned["selection"]
+
+
 @pytest.mark.parametrize(
     "content, message",
     [
