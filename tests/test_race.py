@@ -391,3 +391,22 @@ def test_a_bundle_serves_each_heads_best_seed_on_selection_with_its_own_scores(t
     assert served["ap"]["seed"] == 2 and served["cnn"]["mean_selection_score"] is None
     assert served["ap"]["eval_metrics"] == {"dev": {TASK.primary_metric: 1.0}}
     assert served["ap + BERT (mean)"]["eval_metrics"] == {"dev": {TASK.primary_metric: 0.9}}
+
+
+def test_a_mean_one_selection_row_better_is_no_tie_though_it_rounds_alike(tmp_path):
+    """Three head seeds on a 500-row selection split: ap gets 376, 376 and 377 rows right (mean
+    0.75267), lp 376, 377 and 377 (0.75333), one row more in all. Both round to 0.753 at three
+    digits, where the tie would go to ap by name; lp is better and ranks first in the race and the
+    pick (a mutant rounding scores to three digits passed every test)."""
+    dirs = checkpoint_heads(tmp_path, "0", [{"ap": [0.752, 0.752, 0.754], "lp": [0.752, 0.754, 0.754]}])
+    best = best_candidate(TASK, dirs)
+    assert (best["candidate"], best["selection"]) == ("lp", pytest.approx(1130 / 1500))
+    configs = pd.DataFrame(
+        {
+            "model": ["ap", "lp"],
+            "selection_mean": [1129 / 1500, 1130 / 1500],
+            "trainable_params": [1_000, 1_000],
+            "checkpoint": [0.0, 0.0],
+        }
+    )
+    assert pick(configs)["model"] == "lp"
