@@ -618,3 +618,34 @@ def test_a_peer_jobs_record_holds_its_choice_and_its_selection_score(tiny_bert, 
     assert record["chosen"] == {"features": best["features"], "regularization": best["regularization"]}
     predictions = pd.read_parquet(out / PEER_PREDICTIONS)
     assert set(predictions["split"]) == {"selection", "dev"}
+
+
+def test_the_verdicts_bounds_hold_their_edges():
+    """Each of the verdict's bounds at its edge, in binary-exact numbers (mutants making each strict
+    passed every test): the best score anywhere exactly the learning bar above the constant (0.5 +
+    0.02) learned nothing; the pick 0.875 ± 0.0625 against full fine-tuning's 0.75 ± 0.0625 has
+    ranges that touch, so it is within noise; beyond the seeds' spread, a bootstrap interval whose
+    low end is exactly 0 (a paired percentile lands on 0 where the sides differ on few rows) holds
+    no difference."""
+    from bertvision.reporting.verdict import verdict
+
+    at_bar = verdict_block(0.52, 0.01, peer_selection=0.85)
+    at_bar["dev_mean"], at_bar["best_dev_any"] = 0.52, 0.52
+    assert "**no model learned this task**: no model tried" in verdict(at_bar)
+    at_bar["best_dev_any"] = 0.5201
+    assert "no model learned" not in verdict(at_bar)
+
+    touching = verdict_block(0.875, 0.0625, peer_selection=0.82)
+    touching.loc[touching["row"] == "full fine-tuning", ["dev_mean", "dev_std"]] = [0.75, 0.0625]
+    assert (
+        "Against full fine-tuning: **within noise of full fine-tuning** (+12.5 points; the two mean ± std ranges "
+        "overlap)" in verdict(touching)
+    )
+
+    zero_low = verdict_block(0.82, 0.001, peer_selection=0.82)  # +2.0 points on full fine-tuning, beyond 0.011
+    picked = zero_low["row"] == "BERTVision (picked)"
+    zero_low.loc[picked, ["score_diff_low", "score_diff_high", "dev_rows"]] = [0.0, 0.05, 400]
+    assert (
+        "Against full fine-tuning: **within noise of full fine-tuning** (+2.0 points, beyond the seeds' spread, "
+        "2.0 of its std, but a 95% paired bootstrap over dev's 400 rows gives +0.0 to +5.0 points)" in verdict(zero_low)
+    )
