@@ -540,3 +540,55 @@ def test_the_extraction_keeps_a_span_models_start_and_end_logits_in_that_order(t
     assert len(hidden_states) == model.config.num_hidden_layers + 1 and head.shape == (1, 6, 2)
     torch.testing.assert_close(head[..., 0], out.start_logits)
     torch.testing.assert_close(head[..., 1], out.end_logits)
+
+
+def test_windows_cut_the_context_in_order_behind_the_whole_question(dev):
+    """Each window is [CLS] question [SEP] a slice of the context [SEP], the question never cut
+    (the longest dev questions at a max_length that leaves them just the stride and a few tokens),
+    type ids 0 then 1, offsets only on the context side; the slices start at the context's first
+    token, each repeats exactly ``stride`` tokens of the one before, and the last ends the context;
+    windows are numbered from 0. A window's answer is its own token span where the gold answer
+    lies wholly inside its context slice, else [CLS]."""
+    tok = load_tokenizer(DEFAULT_BACKBONE)
+    lengths = np.array(
+        [len(ids) for ids in tok([q.lstrip() for q in dev["question"]], add_special_tokens=False)["input_ids"]]
+    )
+    sample = dev.iloc[np.argsort(-lengths, kind="stable")[:40]].reset_index(drop=True)
+    stride = 8
+    max_length = int(lengths.max()) + tok.num_special_tokens_to_add(pair=True) + stride + 4
+    windows = build_windows(sample, tok, max_length, stride)
+    assert windows["length"].max() <= max_length and windows.groupby("example").size().max() >= 3
+    cut_answers = 0
+    for example, rows in windows.groupby("example", sort=False):
+        question = tok(sample["question"][example].lstrip(), add_special_tokens=False)["input_ids"]
+        context_text = sample["context"][example]
+        context = tok(context_text, add_special_tokens=False, return_offsets_mapping=True)
+        head = [tok.cls_token_id, *question, tok.sep_token_id]
+        assert rows["window"].tolist() == list(range(len(rows)))
+        begin = 0
+        for n, (_, w) in enumerate(rows.iterrows()):
+            ids, types, offsets = list(w["input_ids"]), list(w["token_type_ids"]), w["offsets"].reshape(-1, 2)
+            assert ids[: len(head)] == head and ids[-1] == tok.sep_token_id
+            piece = ids[len(head) : -1]
+            end = begin + len(piece)
+            assert piece == context["input_ids"][begin:end]
+            assert types == [0] * len(head) + [1] * (len(piece) + 1)
+            assert (offsets[: len(head)] == -1).all() and (offsets[-1] == -1).all()
+            assert offsets[len(head) : -1].tolist() == [list(o) for o in context["offset_mapping"][begin:end]]
+            last = n == len(rows) - 1
+            assert (end == len(context["input_ids"])) if last else (len(ids) == max_length)
+            begin = end - stride
+            if sample["is_impossible"][example]:
+                assert (w["start"], w["end"]) == (0, 0)
+                continue
+            a = int(sample["answer_starts"][example][0])
+            b = a + len(sample["answer_texts"][example][0])
+            inside = offsets[len(head), 0] <= a and b <= offsets[-2, 1]
+            cut_answers += not inside and a < offsets[-2, 1] and offsets[len(head), 0] < b
+            if not inside:
+                assert (w["start"], w["end"]) == (0, 0)
+            else:
+                assert len(head) <= w["start"] <= w["end"] < len(ids) - 1
+                span = context_text[offsets[w["start"], 0] : offsets[w["end"], 1]]
+                assert sample["answer_texts"][example][0] in span
+    assert cut_answers > 0  # some answers straddle a window's edge: those windows say no answer
