@@ -592,3 +592,44 @@ def test_windows_cut_the_context_in_order_behind_the_whole_question(dev):
                 span = context_text[offsets[w["start"], 0] : offsets[w["end"], 1]]
                 assert sample["answer_texts"][example][0] in span
     assert cut_answers > 0  # some answers straddle a window's edge: those windows say no answer
+
+
+def test_the_best_span_is_taken_over_all_of_a_questions_windows(dev):
+    """A real question whose answer lies only in a later window: logits that point at it there,
+    weaker ones elsewhere, decode to the gold answer, whichever window holds it."""
+    tok = load_tokenizer(DEFAULT_BACKBONE)
+    sample = dev[~dev["is_impossible"]].iloc[:300].reset_index(drop=True)
+    windows = build_windows(sample, tok, 96, 32)
+    first = windows[windows["start"] > 0].groupby("example")["window"].min()
+    example = int(first[first >= 1].index[0])
+    rows = windows[windows["example"] == example]
+    decoded = []
+    for _, w in rows.iterrows():
+        start, end = np.zeros(w["length"]), np.zeros(w["length"])
+        offsets = w["offsets"].reshape(-1, 2)
+        if w["start"] > 0:
+            start[w["start"]], end[w["end"]] = 8.0, 8.0
+        else:  # a weaker span on the window's first context token
+            token = int(np.flatnonzero(offsets[:, 0] >= 0)[0])
+            start[token], end[token] = 3.0, 3.0
+        decoded.append((start, end, offsets))
+    context = sample["context"][example]
+    c = decode_question(decoded, context)
+    answer = sample["answer_texts"][example][0]
+    assert answer in c.text and len(c.text) <= len(answer) + 5 and c.score_diff == pytest.approx(16.0)
+
+
+def test_n_best_start_and_end_candidates_each_are_searched(dev):
+    """On a real window: the top start and top end make no valid span, the second of each does;
+    with n_best=2 that span is the answer, with n_best=1 there is none."""
+    tok = load_tokenizer(DEFAULT_BACKBONE)
+    w = build_windows(dev.iloc[:1].reset_index(drop=True), tok, 384, 128).iloc[0]
+    offsets = w["offsets"].reshape(-1, 2)
+    c0 = int(np.flatnonzero(offsets[:, 0] >= 0)[0])
+    start, end = np.zeros(w["length"]), np.zeros(w["length"])
+    start[c0 + 2], end[c0 + 1] = 10.0, 10.0  # end before start
+    start[c0 + 3], end[c0 + 5] = 5.0, 5.0
+    context = dev["context"][0]
+    c = decode_question([(start, end, offsets)], context, n_best=2)
+    assert c.text == context[offsets[c0 + 2, 0] : offsets[c0 + 5, 1]] and c.score_diff == pytest.approx(15.0)
+    assert decode_question([(start, end, offsets)], context, n_best=1).text == ""
