@@ -633,3 +633,30 @@ def test_n_best_start_and_end_candidates_each_are_searched(dev):
     c = decode_question([(start, end, offsets)], context, n_best=2)
     assert c.text == context[offsets[c0 + 2, 0] : offsets[c0 + 5, 1]] and c.score_diff == pytest.approx(15.0)
     assert decode_question([(start, end, offsets)], context, n_best=1).text == ""
+
+
+def test_each_question_is_decoded_from_all_of_its_windows(dev):
+    """``candidates`` on real windows of 300 answerable dev questions, logits pointing at each
+    window's gold span (weaker ones at the first context token of the windows without it): every
+    question, those whose answer only a later window holds among them, decodes to its answer."""
+    from bertvision.data.tokenized import TokenizedSplit
+    from bertvision.evaluation.span_eval import candidates
+    from bertvision.registry.tasks import get_task
+
+    tok = load_tokenizer(DEFAULT_BACKBONE)
+    sample = dev[~dev["is_impossible"]].iloc[:300].reset_index(drop=True)
+    windows = build_windows(sample, tok, 96, 32)
+    logits = []
+    for _, w in windows.iterrows():
+        both = np.zeros((w["length"], 2))
+        if w["start"] > 0:
+            both[w["start"], 0], both[w["end"], 1] = 8.0, 8.0
+        else:
+            token = int(np.flatnonzero(w["offsets"].reshape(-1, 2)[:, 0] >= 0)[0])
+            both[token] = 3.0
+        logits.append(both)
+    found = candidates(logits, TokenizedSplit(windows), sample, get_task("squad2"))
+    later = windows[windows["start"] > 0].groupby("example")["window"].min()
+    assert (later >= 1).sum() >= 10  # questions whose first windows do not hold the answer
+    for row, c in enumerate(found):
+        assert sample["answer_texts"][row][0] in c.text, sample["id"][row]
