@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import json
 import math
+from types import SimpleNamespace
 
 import pytest
+import torch
 
 import bertvision.training.encoder as encoder_training
 from bertvision.registry.tasks import get_task
+from bertvision.runtime.distributed import Ranks
 from bertvision.stages.baseline import full_finetune
 from bertvision.stages.finetune_mixture import finetune_mixture
 from tests.conftest import workflow_settings
@@ -92,3 +95,17 @@ def test_a_half_epoch_mixture_takes_half_of_every_tasks_batches(tiny_bert, mixtu
     assert record["steps"] == math.ceil(0.5 * 19) == len(order)
     steps = {t: record["tasks"][t]["steps"] for t in record["tasks"]}
     assert 0 < steps["mrpc"] < steps["stsb"], steps  # drawn from both, about in proportion (7 : 12 batches)
+
+
+def test_the_encoders_learning_rate_warms_up_over_its_share_of_the_steps_then_decays_to_zero():
+    """warmup_ratio reaches the encoder's schedule (a mutant leaving it out passed every test: the
+    schedule's own test builds it by hand, and the DDP tests run the same code on both sides)."""
+    settings = SimpleNamespace(learning_rate=1e-3, weight_decay=0.01, warmup_ratio=0.25)
+    model = {"t": torch.nn.Linear(2, 2)}
+    state = encoder_training.optimizer_step_state(model, settings, 8, torch.device("cpu"), "fp32", Ranks())
+    rates = []
+    for _ in range(8):
+        rates.append(state.optimizer.param_groups[0]["lr"])
+        state.optimizer.step()
+        state.scheduler.step()
+    assert rates == pytest.approx([1e-3 * m for m in (0, 1 / 2, 1, 5 / 6, 4 / 6, 3 / 6, 2 / 6, 1 / 6)])
