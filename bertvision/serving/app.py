@@ -27,7 +27,6 @@ worker process builds its own).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 from contextlib import asynccontextmanager
@@ -40,19 +39,19 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 
-from bertvision.files import object_once
 from bertvision.serving.batching import BatchFailed, Overloaded
 from bertvision.serving.bundle import bundle_paths as bundle_paths_of
 from bertvision.serving.client_gone import CLIENT_CLOSED, ClientGone, unless_client_gone
 from bertvision.serving.docs_page import install_docs
 from bertvision.serving.engine import Engine
 from bertvision.serving.items import QuestionItem, RequestError, TextItem
+from bertvision.serving.json_body import loads_keys_once, printable, unreadable_body
 from bertvision.serving.metrics import Observed, ServiceMetrics
 from bertvision.serving.requests import PredictRequest, PredictResponse, QAInput, build_items, request_examples
 from bertvision.serving.server import BUNDLE_ENV, SETTINGS_ENV
 from bertvision.serving.service import Service
 from bertvision.serving.settings import ServeSettings
-from bertvision.serving.v2 import READ, is_protocol_path, printable, unreadable_body, v2_router
+from bertvision.serving.v2 import READ, is_protocol_path, v2_router
 
 log = logging.getLogger(__name__)
 
@@ -173,12 +172,11 @@ def validation_error(request: Request, err: RequestValidationError) -> JSONRespo
 
 
 class KeysOnceRequest(Request):
-    """A request whose JSON body gives each key of an object once: json keeps the last of two
-    silently, so ``{"texts": [...], "texts": [...]}`` would answer the second list alone."""
+    """A request whose JSON body gives each key of an object once (``loads_keys_once``)."""
 
     async def json(self):
         if not hasattr(self, "_json"):
-            self._json = json.loads(await self.body(), object_pairs_hook=object_once)
+            self._json = loads_keys_once(await self.body())
         return self._json
 
 

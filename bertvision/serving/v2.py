@@ -25,22 +25,20 @@ success has this form, a 5xx too."""
 from __future__ import annotations
 
 import functools
-import json
 import math
 import re
 import struct
-import sys
 from dataclasses import dataclass
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from bertvision import __version__
-from bertvision.files import RepeatedKey, object_once
 from bertvision.serving.batching import Overloaded
 from bertvision.serving.bundle import TaskEntry
 from bertvision.serving.client_gone import unless_client_gone
 from bertvision.serving.items import RequestError
+from bertvision.serving.json_body import loads_keys_once, printable, unreadable_body
 from bertvision.serving.requests import PredictRequest, QAInput, build_items
 from bertvision.serving.service import Service
 from bertvision.serving.settings import ServeSettings
@@ -91,12 +89,6 @@ class ProtocolError(RequestError):
         super().__init__(field, message, status)
 
 
-def printable(text: str) -> str:
-    """``text`` as UTF-8 can carry it: a lone surrogate (JSON may hold ``"\\ud800"``, as a key too)
-    written as its escape, so that an answer naming it can be sent (encoding it failed: a 500)."""
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
 def v2_error(err: RequestError) -> JSONResponse:
     status = 400 if err.status == 422 else err.status
     field = printable(err.field)
@@ -121,30 +113,12 @@ def split_body(body: bytes, header_length: str | None) -> tuple[dict, bytes]:
             raise ProtocolError("Inference-Header-Content-Length", f"{n}, but the body has {len(body)} bytes")
         json_part, tail = body[:n], body[n:]
     try:
-        request = json.loads(json_part, object_pairs_hook=object_once)
+        request = loads_keys_once(json_part)
     except (ValueError, RecursionError) as err:  # ValueError: not JSON, or not UTF-8 text, or a key twice
         raise ProtocolError("body", unreadable_body(err)) from None
     if not isinstance(request, dict):
         raise ProtocolError("body", "the request is a JSON object with `inputs`")
     return request, tail
-
-
-_LONG_NUMBER = re.compile(r"integer string conversion: value has (\d+) digits")
-
-
-def unreadable_body(err: Exception) -> str:
-    """Why a parser could not read a body, in the client's terms (either API): a key given twice in
-    one object (json keeps the last silently: what came first would be lost), nesting past the
-    parser's depth, or an integer past Python's digit limit (its message told the client to call
-    ``sys.set_int_max_str_digits()``; FastAPI's said only "There was an error parsing the body")."""
-    if isinstance(err, RepeatedKey):
-        return f"key {err.args[0]!r} given twice in one object; give each key once"
-    if isinstance(err, RecursionError):
-        return "not JSON (nested too deeply)"
-    long_number = _LONG_NUMBER.search(str(err))
-    if long_number:
-        return f"not JSON (a number of {long_number.group(1)} digits, at most {sys.get_int_max_str_digits()})"
-    return f"not JSON ({err})"
 
 
 def _elements(data, shape: list[int], field: str) -> list:
