@@ -23,7 +23,6 @@ import pandas as pd
 from bertvision.errors import DataFormatError, MissingError
 from bertvision.files import RepeatedKey, no_such_file, object_once
 
-FORMATS = ("csv", "tsv", "jsonl", "json", "parquet")
 _SUFFIXES = (".csv", ".csv.gz", ".tsv", ".tsv.gz", ".jsonl", ".jsonl.gz", ".json", ".json.gz", ".parquet")
 _SEPARATORS = {"csv": ",", "tsv": "\t"}
 _SEPARATOR_HINT = "a .csv file is read as comma-separated and a .tsv file as tab-separated"
