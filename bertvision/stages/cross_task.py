@@ -21,10 +21,6 @@ from bertvision.reporting.markdown import write_csv, write_text
 TABLE_NAME = "cross_task"
 
 
-def shared_encoder(data: dict) -> SharedEncoder:
-    return SharedEncoder.from_json(data)
-
-
 def build_cross_task(
     encoders: list[dict],
     models: list[str],
@@ -39,7 +35,7 @@ def build_cross_task(
     them; ``epochs``: mixture name -> its epochs."""
     runs = pd.concat(
         [
-            head_runs_on_encoders([shared_encoder(e) for e in encoders], models, ft_seeds, task_heads, epochs),
+            head_runs_on_encoders([SharedEncoder.from_json(e) for e in encoders], models, ft_seeds, task_heads, epochs),
             heads_applied_as_is(transfer_files),
         ],
         ignore_index=True,
