@@ -39,9 +39,8 @@ def _dev_rows(runs: Sequence, split: str) -> list[pd.DataFrame] | None:
     return frames
 
 
-def paired_interval(task, a: Sequence, b: Sequence | None, resamples: int = RESAMPLES,
-                    seed: int = 0) -> tuple[float, float, int] | None:  # fmt: skip
-    """The ``LEVEL`` percentile interval of (method ``a``'s score - method ``b``'s) over ``resamples``
+def paired_interval(task, a: Sequence, b: Sequence | None) -> tuple[float, float, int] | None:
+    """The ``LEVEL`` percentile interval of (method ``a``'s score - method ``b``'s) over ``RESAMPLES``
     bootstrap draws of the reported split's rows, in the metric's units, and the rows drawn from;
     ``b`` None: of ``a``'s score alone. ``a``, ``b``: each run's (eval predictions file, column).
     None where it cannot be computed: a run without predictions, a metric scored over windows or
@@ -60,9 +59,9 @@ def paired_interval(task, a: Sequence, b: Sequence | None, resamples: int = RESA
     gold = runs_a[0]["label"].to_numpy()
     preds_a = [r["prediction"].to_numpy() for r in runs_a]
     preds_b = [r["prediction"].to_numpy() for r in runs_b]
-    rng = np.random.default_rng(seed)
-    diffs = np.empty(resamples)
-    for i in range(resamples):
+    rng = np.random.default_rng(0)
+    diffs = np.empty(RESAMPLES)
+    for i in range(RESAMPLES):
         rows = rng.integers(0, len(idx), len(idx))
         g = gold[rows]
         other = np.mean([metric.compute(p[rows], g) for p in preds_b]) if preds_b else 0.0
