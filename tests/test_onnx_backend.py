@@ -17,7 +17,7 @@ from bertvision.config.settings import ExtractCompute, ExtractSettings
 from bertvision.errors import ConfigError
 from bertvision.features.store import read_shard, write_manifest
 from bertvision.models.encoder_io import load_encoder, load_task_model
-from bertvision.models.onnx_encoder import EXPORT_ATTENTION, OnnxEncoder, export_path
+from bertvision.models.onnx_encoder import EXPORT_ATTENTION, EXPORT_FILES, OnnxEncoder, export_dir
 from bertvision.runtime.backend import with_backend
 from tests.test_pairs_apart import tokens_apart  # noqa: F401 (a fixture)
 
@@ -97,7 +97,7 @@ def test_each_set_of_weights_is_exported_once(tiny_bert, tmp_path, monkeypatch):
     model = load_encoder(str(tiny_bert)).eval()
     first = with_backend(model, "onnx", threads=1)
     stamp = first.path.stat().st_mtime_ns
-    assert first.path == export_path(model, "onnx") and first.path.is_relative_to(tmp_path)
+    assert first.path == export_dir(model) / EXPORT_FILES["onnx"] and first.path.is_relative_to(tmp_path)
     again = with_backend(load_encoder(str(tiny_bert)).eval(), "onnx", threads=1)
     assert again.path == first.path and again.path.stat().st_mtime_ns == stamp
     task_model = with_backend(load_task_model(str(tiny_bert), "classification").eval(), "onnx", threads=1)

@@ -81,15 +81,15 @@ def _weights_key(model) -> str:
 EXPORT_FILES = {"onnx": "fp32.onnx", "onnx-int8": "int8-per-channel-7bit.onnx"}
 
 
-def export_path(model, backend: str) -> Path:
-    """Where ``model``'s export for ``backend`` is cached."""
-    return cache_root() / "onnx" / _weights_key(model) / EXPORT_FILES[backend]
+def export_dir(model) -> Path:
+    """Where ``model``'s exports are cached (``EXPORT_FILES``)."""
+    return cache_root() / "onnx" / _weights_key(model)
 
 
 def export_folder(model) -> tuple[Path, bool]:
     """The folder ``model``'s exports go to, and whether it is the cache's (kept) or, where the
     cache cannot be written, a scratch folder its reader removes (``OnnxEncoder``)."""
-    folder = export_path(model, "onnx").parent
+    folder = export_dir(model)
     try:
         folder.mkdir(parents=True, exist_ok=True)
         problem = None if os.access(folder, os.W_OK) else "not writable"
@@ -177,7 +177,7 @@ def quantize(fp32: Path, out: Path) -> Path:
 def exported(model, backend: str, folder: Path | None = None) -> Path:
     """The export of ``model`` for ``backend`` in ``folder`` (the cache's), made on first use; an
     encoder the exporter cannot trace is a SettingsError naming the backend to use instead."""
-    folder = folder or export_path(model, "onnx").parent
+    folder = folder or export_dir(model)
     fp32 = folder / EXPORT_FILES["onnx"]
     if not fp32.exists():
         log.info("backend %s: exporting the encoder to %s", backend, fp32)
