@@ -10,7 +10,6 @@ from pathlib import Path
 from bertvision.data.tokenized import TokenizedSplit
 from bertvision.errors import DiskSpaceError
 from bertvision.features.shard_writer import shard_rows
-from bertvision.registry.states import READS
 
 log = logging.getLogger(__name__)
 
@@ -22,15 +21,15 @@ def planned_bytes(
     layers: int,
     hidden: int,
     kind: str,
-    level: str | None = None,
-    widths: dict[str, int] | None = None,
+    level: str,
+    widths: dict[str, int],
 ) -> int:
-    """``widths``: the per-example states stored and their width per layer (default: the [CLS] and
-    the mean rows, ``READS``, each ``hidden`` wide)."""
+    """``level``: the extraction's feature level ('cls' or 'tokens'); ``widths``: the per-example
+    states stored and their width per layer."""
     start, end = shard_rows(len(split), n_shards, shard)
     tokens = int(split.lengths[start:end].sum())
-    per_example = sum((widths or dict.fromkeys(READS, hidden)).values()) * (end - start)  # example tasks' rows
-    if (level or ("tokens" if kind == "span" else "cls")) == "cls":
+    per_example = sum(widths.values()) * (end - start)  # example tasks' rows
+    if level == "cls":
         units = per_example
     else:  # example tasks keep their per-example rows beside the tokens
         units = tokens * hidden if kind == "span" else tokens * hidden + per_example
