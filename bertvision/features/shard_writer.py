@@ -112,10 +112,10 @@ class ShardWriter:
             self.file.close()
         os.replace(self.tmp, self.path)
 
-    def abort(self, err: BaseException | None = None) -> None:
+    def abort(self, err: BaseException) -> None:
         """Remove the temporary file. After ``err``, a write that found no room, the file is not
         closed (see UNCLOSABLE); only its name goes, and its space comes back when the process ends."""
-        if err is not None and disk_full(err):
+        if disk_full(err):
             UNCLOSABLE.append(self)
         elif self.file is not None and self.file.id.valid:
             self.file.close()
