@@ -21,7 +21,6 @@ def forward_batches(
     device: torch.device,
     precision: str,
     pad_id: int,
-    hidden_states: bool = False,
     desc: str = "forward",
 ) -> Iterator[tuple[np.ndarray, object]]:
     """Yield ``(rows, outputs)`` per batch; rows index into ``split``."""
@@ -31,7 +30,7 @@ def forward_batches(
         for rows in tqdm(batches, desc=desc, mininterval=10, unit="batch"):
             batch = to_device(collate(split, rows, pad_id), device)
             with autocast(device, precision):
-                out = model(**batch, output_hidden_states=hidden_states)
+                out = model(**batch, output_hidden_states=False)
             yield rows, out
 
 
