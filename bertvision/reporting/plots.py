@@ -82,15 +82,15 @@ def score_vs_params(summary: pd.DataFrame, tasks: list[str], path: Path) -> None
     save(fig, path)
 
 
-def layer_weight_rows(head_metrics: list[Path], head: str = "lp") -> tuple[list[np.ndarray], list[str]]:
-    """Per task, the mean softmax(w) of ``head`` at the last checkpoint where its runs finished,
+def layer_weight_rows(head_metrics: list[Path]) -> tuple[list[np.ndarray], list[str]]:
+    """Per task, the mean softmax(w) of the LP head (``lp``) at the last checkpoint where its runs finished,
     and the row's label; a task whose every run the race stopped keeps its row from those runs,
     marked (not dropped)."""
     rows = [
         {"task": r["task"], "checkpoint": source_checkpoint(r).fraction, "weights": r["layer_weights"],
          "stopped": raced_out(r)}
         for r in map(read_json, head_metrics)
-        if r["head"] == head and "layer_weights" in r
+        if r["head"] == "lp" and "layer_weights" in r
     ]  # fmt: skip
     matrix, labels = [], []
     for task, g in pd.DataFrame(rows, columns=["task", "checkpoint", "weights", "stopped"]).groupby("task"):
@@ -101,9 +101,9 @@ def layer_weight_rows(head_metrics: list[Path], head: str = "lp") -> tuple[list[
     return matrix, labels
 
 
-def layer_weights(head_metrics: list[Path], path: Path, head: str = "lp") -> None:
+def layer_weights(head_metrics: list[Path], path: Path) -> None:
     """The LP head's learned layer weights per task (``layer_weight_rows``)."""
-    matrix, labels = layer_weight_rows(head_metrics, head)
+    matrix, labels = layer_weight_rows(head_metrics)
     fig, ax = plt.subplots(figsize=(7, 1.2 + 0.5 * max(1, len(labels))))
     if matrix:
         image = ax.imshow(np.array(matrix), aspect="auto", cmap="viridis")
