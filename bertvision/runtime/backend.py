@@ -68,17 +68,16 @@ def forward_seconds(model, backend: str, precision: str = "fp32", repeats: int =
     return min(times[1:])
 
 
-def measured_backend(model, precision: str = "fp32", measure=None) -> str:
+def measured_backend(model, precision: str = "fp32") -> str:
     """``onnx`` where ONNX Runtime's fp32 forward of ``model`` is at least ``AUTO_MARGIN`` times as
     fast as PyTorch's in ``precision`` (bf16 autocast, where ``auto`` resolves to it) on this
     machine, else ``torch``; measured once per machine, thread count, versions, encoder shape and
-    precision (the precision probe's cache). ``measure``: how a pass is timed."""
+    precision (the precision probe's cache); a pass is timed by ``forward_seconds``."""
     onnxruntime = onnx_runtime()
-    measure = measure or forward_seconds
     resolved = resolve_precision(torch.device("cpu"), precision, model)
 
     def measure_both() -> dict:
-        seconds = {backend: measure(model, backend, resolved) for backend in ("torch", "onnx")}
+        seconds = {backend: forward_seconds(model, backend, resolved) for backend in ("torch", "onnx")}
         choice = "onnx" if seconds["onnx"] * AUTO_MARGIN <= seconds["torch"] else "torch"
         log.info(
             "backend auto: measured a forward pass of this encoder on %s: torch (%s) %.1f ms, onnx %.1f ms -> %s "
