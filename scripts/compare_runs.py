@@ -1,5 +1,6 @@
 """Compare the outputs of two runs of one config (say, before and after a refactoring): every file
-of one working directory against the other's, JSON records key by key and tables column by
+of one working directory's artifact folders (``layout.ROOTS``: not the code or the config beside
+them) against the other's, JSON records key by key and tables column by
 column, timing fields left out (seconds, wall and CPU time, memory, data-wait shares, and the
 cost ratios made from them), safetensors tensor by tensor (their header order varies by
 process), numpy archives array by array (a JSON string in one key by key), a fine-tuning job's
@@ -23,6 +24,7 @@ import torch
 from safetensors.numpy import load_file
 
 from bertvision.files import read_json
+from bertvision.layout import ROOTS
 from bertvision.script_support import ScriptError, run_directory, run_script
 
 # a timing field by the words of its name (train_seconds, wall_s, max_rss_mb, data_wait_share, started),
@@ -32,10 +34,11 @@ TIMING_WORDS = {"seconds", "s", "time", "times", "elapsed", "wall", "cpu", "rss"
 COST_WORDS = {"cost", "whole", "front"}  # cost_ratio, whole_cost_ratio, on_front: the cost-score front
 # files of another library, whose keys are not ours (a tokenizer's vocabulary holds "time" and "date")
 BYTES_ONLY = ("tokenizer", "special_tokens_map", "vocab")
-# Snakemake's records, the job logs and benchmark files, the plots' pixels, the study journals
-# (the order in which parallel workers took their trials)
-SKIPPED = (".git", ".venv", ".snakemake", "logs", "benchmarks")
-SKIPPED_SUFFIXES = (".png", ".journal", ".md", ".yaml")
+# the job logs and benchmark files (timings); the plots' pixels, the study journals (the order in
+# which parallel workers took their trials), the summary's prose in Markdown and its HTML rendering
+SKIPPED = ("logs", "benchmarks")
+SKIPPED_SUFFIXES = (".png", ".journal", ".md", ".html", ".yaml")
+COMPARED = [root for root in ROOTS if root not in SKIPPED]
 
 
 def words(name) -> set[str]:
@@ -46,8 +49,9 @@ def is_timing(name) -> bool:
     return bool(words(name) & TIMING_WORDS)
 
 
-def files(root: Path) -> set[Path]:
-    return {p.relative_to(root) for p in root.rglob("*") if p.is_file() and p.relative_to(root).parts[0] not in SKIPPED}
+def files(workdir: Path) -> set[Path]:
+    """Every file of ``workdir``'s artifact folders but the logs and benchmarks, relative to it."""
+    return {p.relative_to(workdir) for root in COMPARED for p in (workdir / root).rglob("*") if p.is_file()}
 
 
 def json_differences(before, after, where: str = "") -> list[str]:
@@ -131,7 +135,7 @@ def main() -> int:
     args = parser.parse_args()
     for workdir in (args.before, args.after):
         if not files(run_directory(workdir)):
-            raise ScriptError(f"{workdir}: no run outputs to compare (outside {', '.join(SKIPPED)})")
+            raise ScriptError(f"{workdir}: no run outputs to compare (in {', '.join(COMPARED)})")
     return compare(args.before, args.after)
 
 

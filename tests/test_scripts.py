@@ -300,7 +300,13 @@ def test_compare_runs_leaves_out_timings_only(tmp_path):
 
     one = np.ones(1, np.float32)
     before = run("before", "lp", 1.0, 1.0, 0.5, one)
-    assert script("compare_runs.py", before, run("timings", "lp", 2.0, 1.0, 0.7, one)).returncode == 0
+    timings = run("timings", "lp", 2.0, 1.0, 0.7, one)
+    # the code and config beside the artifact folders, and the summary's HTML rendering, are no outputs
+    for workdir, text in ((before, "x = 1"), (timings, "x = 2")):
+        (workdir / "bertvision").mkdir()
+        (workdir / "bertvision" / "stage.py").write_text(text)
+        (workdir / "results" / "summary.html").write_text(f"<p>{text}</p>")
+    assert script("compare_runs.py", before, timings).returncode == 0
     after = run("after", "ap", 1.0, -3.0, 0.5, np.ones(4, np.float16))
     proc = script("compare_runs.py", before, after)
     assert proc.returncode == 1

@@ -32,7 +32,7 @@ LEGACY_KEYS = {
 class Pooling:
     modes: tuple[str, ...]  # MODES, concatenated in this order
     normalize: bool
-    declared_by: str  # the file that declared it, or why the fallback applies
+    declared_by: str  # the file of the backbone's folder that declared it, or why the fallback applies
 
     def to_dict(self) -> dict:
         return {"modes": list(self.modes), "normalize": self.normalize, "declared_by": self.declared_by}
@@ -60,7 +60,7 @@ def declared_pooling(source: str) -> Pooling:
         log.warning("%s: modules %s are not applied: the embedding peer's vectors differ from "
                     "sentence-transformers' for this backbone", modules_file, ", ".join(others))  # fmt: skip
     if "Pooling" not in types:
-        return Pooling(("mean",), normalize, f"{modules_file}: no Pooling module, so mean over real tokens")
+        return Pooling(("mean",), normalize, "modules.json: no Pooling module, so mean over real tokens")
     entry = modules[types.index("Pooling")]
     config_file = _layout_file(source, f"{entry['path']}/config.json".lstrip("/"))
     if config_file is None:
@@ -74,7 +74,8 @@ def declared_pooling(source: str) -> Pooling:
     unknown = [m for m in modes if m not in MODES]
     if not modes or unknown:
         raise ValueError(f"{config_file}: pooling {unknown or 'none'} is not one of {', '.join(MODES)}")
-    return Pooling(modes, normalize, str(config_file))
+    # relative to the backbone's folder, so that a record reads alike wherever the backbone lies
+    return Pooling(modes, normalize, config_file.relative_to(source).as_posix())
 
 
 def pool(states: torch.Tensor, mask: torch.Tensor, pooling: Pooling) -> torch.Tensor:
