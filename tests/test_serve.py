@@ -281,6 +281,10 @@ def _first_head(index: dict, task: str) -> str:
             lambda i: i["tasks"]["mrpc"]["heads"][_first_head(i, "mrpc")].update(ensemble={"head": "x", "how": "mean"}),
             r"an ensemble of a head the task does not have",
         ),
+        (
+            lambda i: i["tasks"]["stsb"]["heads"][_first_head(i, "stsb")].update(seed=7, seeds=[1, 2]),
+            r"tasks.stsb.heads.\w+: seed 7 is not among the seeds trained \(\[1, 2\]\)$",
+        ),
         (lambda i: i.update(format=99), r"bundle.json: format 99, this version reads format"),
         (lambda i: i.update(precision="fp8"), r"bundle.json: precision 'fp8', expected one of"),
         (lambda i: i.update(backend="tensorrt"), r"bundle.json: backend 'tensorrt', expected one of"),
