@@ -10,6 +10,7 @@ import os
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -21,7 +22,7 @@ import pytest
 import yaml
 
 from bertvision.commands.warm import start
-from bertvision.runtime.warm import SOCKET_ENV
+from bertvision.runtime.warm import SOCKET_ENV, THREAD_VARIABLES
 from bertvision.runtime.warm_start import SOCKET_DIR_PREFIX, remove_killed_pools_dirs, start_pool
 from tests.conftest import REPO, SHIPPED_GLUE
 
@@ -68,9 +69,9 @@ def run(args, socket_path=None, cwd=None, env=None, **kw) -> subprocess.Complete
     return subprocess.run([*BERTVISION, *args], cwd=cwd, env=env, capture_output=True, text=True, **kw)
 
 
-# a pool whose imports take argv[2] seconds, then succeed ("ready") or fail
+# a pool whose imports take argv[2] seconds, then succeed ("ready"), fail, or leave a thread running
 SLOW_POOL = """
-import sys, time
+import sys, threading, time
 from bertvision.commands.main import main
 from bertvision.runtime.warm import serve_pool
 
@@ -78,6 +79,8 @@ def preload():
     time.sleep(float(sys.argv[2]))
     if sys.argv[3] == "fail":
         raise SystemExit("the imports failed")
+    if sys.argv[3] == "thread":  # an import that leaves a Python thread running
+        threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
 
 serve_pool(sys.argv[1], preload, main)
 """
@@ -117,6 +120,46 @@ def test_jobs_waiting_on_a_pool_whose_imports_fail_run_on_their_own(slow_pool):
     assert job.returncode == 0 and "heads.training.learning_rate" in job.stdout, job.stderr
     assert FORKED not in job.stderr
     assert "0 jobs forked" in log.read_text() and not Path(socket_path).exists()
+
+
+def test_a_pool_whose_imports_leave_a_thread_running_forks_nothing(slow_pool):
+    """A thread could hold a lock that a forked child would inherit held: every job runs on its own."""
+    socket_path, log = slow_pool(0, "thread")
+    job = run(["config-keys"], socket_path)
+    assert job.returncode == 0 and "heads.training.learning_rate" in job.stdout, job.stderr
+    assert FORKED not in job.stderr
+    assert "Python threads after the imports; not forking" in log.read_text() and not Path(socket_path).exists()
+
+
+def connected(client: subprocess.Popen) -> None:
+    """Wait until ``client`` has connected to its pool (and set its relay of signals)."""
+    deadline = time.monotonic() + 30
+    while not psutil.Process(client.pid).net_connections(kind="unix"):
+        assert time.monotonic() < deadline and client.poll() is None, "the client did not connect"
+        time.sleep(0.02)
+    time.sleep(0.2)
+
+
+def test_a_signal_to_a_client_waiting_for_the_pools_imports_reaches_its_job(slow_pool):
+    """SIGTERM while the pool still imports: kept, and sent to the job once it is forked."""
+    socket_path, _ = slow_pool(3, "ready")
+    client = subprocess.Popen([*BERTVISION, "config-keys"], env={**os.environ, SOCKET_ENV: socket_path},
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    connected(client)
+    client.send_signal(signal.SIGTERM)
+    assert client.wait(timeout=30) == 128 + signal.SIGTERM, client.stderr.read()
+
+
+def test_a_signal_to_a_client_whose_pool_then_fails_ends_it_before_it_runs_the_job(slow_pool):
+    """SIGTERM while the pool imports, whose imports then fail: the client, about to run the job
+    itself, ends by the signal it was sent, as a process on its own would have."""
+    socket_path, _ = slow_pool(3, "fail")
+    client = subprocess.Popen([*BERTVISION, "config-keys"], env={**os.environ, SOCKET_ENV: socket_path},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    connected(client)
+    client.send_signal(signal.SIGTERM)
+    assert client.wait(timeout=30) == -signal.SIGTERM
+    assert "heads.training.learning_rate" not in client.stdout.read()
 
 
 def test_a_forked_command_answers_as_one_run_on_its_own(pool, tiny_bert, tmp_path):
@@ -364,6 +407,13 @@ def test_a_job_killed_by_a_signal_is_named_by_it(pool, tmp_path):
     assert f"the job's process (pid {child}) was killed by SIGUSR1" in client.stderr.read()
 
 
+def test_a_job_killed_by_sigkill_is_named_with_the_out_of_memory_killer(pool, tmp_path):
+    client, child = blocked_job(pool, tmp_path)
+    os.kill(child, signal.SIGKILL)
+    assert client.wait(timeout=30) == 128 + signal.SIGKILL
+    assert "was killed by SIGKILL (kill -9, or the kernel's out-of-memory killer: see dmesg)" in client.stderr.read()
+
+
 @pytest.mark.parametrize("signum", [signal.SIGUSR1, signal.SIGTERM])
 def test_a_job_signalled_as_soon_as_it_is_forked_ends_by_it_and_the_pool_serves_on(pool, tmp_path, signum):
     """Killed before it set itself up (here while it applies the thread counts of its
@@ -411,3 +461,133 @@ def test_a_job_after_the_packages_code_changed_runs_it_on_its_own(pool, tiny_ber
     assert "runs a job on its own, bertvision's code changed since the pool imported it" in log.read_text()
     again = run(["validate-config", "config.yaml"], socket_path, cwd=tmp_path)
     assert again.returncode == 0 and FORKED in again.stderr  # as it was: forked again
+
+
+# a pool that imports torch and numpy before it forks, as the workflow's does; its jobs print the
+# thread counts they run with, their niceness, the size of the BIG_ variables of their environment
+# and the variable the pool's imports set
+THREADS_POOL = """
+import json, os, signal, sys, time
+from bertvision.runtime.warm import serve_pool
+
+def preload():
+    import numpy, torch  # noqa: F401  each sizes its thread pool for the pool's environment
+    os.environ["SET_BY_IMPORTS"] = "the pool's"  # as torch's sets TORCHINDUCTOR_CACHE_DIR
+
+def main(argv):
+    if argv[:1] == ["sys-exit"]:  # as argparse's --help (0) or a bare sys.exit() (None) end
+        sys.exit(int(argv[1]) if argv[1:] else None)
+    if argv[:1] == ["trap-term"]:  # a job that ends its own way on SIGTERM
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(5))
+        print("trapped", flush=True)
+        time.sleep(60)
+    import torch
+    from threadpoolctl import threadpool_info
+    blas = sorted({p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"})
+    big = sum(len(v) for k, v in os.environ.items() if k.startswith("BIG_"))
+    seen = {"nice": os.nice(0), "set_by_imports": os.environ.get("SET_BY_IMPORTS")}
+    print(json.dumps({"torch": torch.get_num_threads(), "blas": blas, "big": big, **seen}))
+    return 0
+
+serve_pool(sys.argv[1], preload, main)
+"""
+
+
+@pytest.fixture(scope="module")
+def threads_pool(tmp_path_factory):
+    """A pool started with no thread count in its environment: its socket, and the job environment that matches it."""
+    tmp_path = tmp_path_factory.mktemp("threads-pool")
+    (tmp_path / "threads_pool.py").write_text(THREADS_POOL)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PYTHONPATH", str(tmp_path))
+        for variable in THREAD_VARIABLES:
+            patch.delenv(variable, raising=False)
+        handle = start_pool("threads_pool", [], tmp_path / "pool.log")
+        socket_path = os.environ.pop(SOCKET_ENV)
+        env = dict(os.environ)
+    deadline = time.monotonic() + 120
+    while "ready" not in (tmp_path / "pool.log").read_text():
+        assert handle.process.poll() is None, (tmp_path / "pool.log").read_text()
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    yield socket_path, {**env, SOCKET_ENV: socket_path}
+    handle.stop()
+
+
+def test_a_forked_job_computes_with_the_thread_counts_of_its_environment(threads_pool):
+    """torch's and the BLAS pools were sized by the pool's imports; a job's OMP_NUM_THREADS sets
+    torch's, and its BLAS pools take the most specific variable, as OpenBLAS does in a fresh process."""
+    _, env = threads_pool
+
+    def job(**variables) -> dict:
+        proc = subprocess.run([*BERTVISION, "anything"], env={**env, **variables}, capture_output=True, text=True,
+                              timeout=60)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout)
+
+    pools = job()["torch"]  # the pool's own count, which a job that sets none keeps
+    asked = job(OMP_NUM_THREADS=str(pools + 1), OPENBLAS_NUM_THREADS="1")
+    assert asked["torch"] == pools + 1 and asked["blas"] == [1], asked
+
+
+def test_a_job_with_an_environment_larger_than_one_read_is_forked_with_it_whole(threads_pool):
+    """The request (the job's environment) comes in several reads past 64 KiB: the pool reads all of it."""
+    _, env = threads_pool
+    big = {f"BIG_{i}": "x" * 50_000 for i in range(4)}  # one variable holds 128 KiB at most
+    for _ in range(2):  # and the pool serves on
+        proc = subprocess.run([*BERTVISION, "anything"], env={**env, **big}, capture_output=True,
+                              text=True, timeout=60)  # fmt: skip
+        assert proc.returncode == 0 and json.loads(proc.stdout)["big"] == 200_000, proc.stderr
+
+
+def test_a_server_and_the_commands_own_options_run_in_their_own_process(threads_pool):
+    """`bertvision serve` keeps running, and `bertvision --version` or `--help` is no job: none is forked."""
+    _, env = threads_pool
+    version = subprocess.run([*BERTVISION, "--version"], env=env, capture_output=True, text=True, timeout=60)
+    assert version.returncode == 0 and version.stdout.startswith("bertvision "), (version.stdout, version.stderr)
+    serve = subprocess.run([*BERTVISION, "serve"], env=env, capture_output=True, text=True, timeout=60)
+    assert serve.returncode == 2 and "the following arguments are required: bundles" in serve.stderr, serve.stderr
+
+
+def test_a_forked_job_that_exits_successfully_exits_0(threads_pool):
+    """sys.exit() and SystemExit(0) (argparse's --help) are a success, as in a process of its own."""
+    _, env = threads_pool
+    for argv, code in ((["sys-exit"], 0), (["sys-exit", "0"], 0), (["sys-exit", "4"], 4)):
+        proc = subprocess.run([*BERTVISION, *argv], env=env, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == code, (argv, proc.stderr)
+
+
+def test_a_job_that_handles_a_relayed_signal_exits_with_its_own_status(threads_pool):
+    """The client passes SIGTERM on; a job that catches it and exits 5 exits 5, as on its own."""
+    _, env = threads_pool
+    client = subprocess.Popen([*BERTVISION, "trap-term"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)  # fmt: skip
+    try:
+        assert client.stdout.readline() == "trapped\n"
+        client.send_signal(signal.SIGTERM)
+        assert client.wait(timeout=30) == 5, client.stderr.read()
+    finally:
+        client.kill()
+
+
+def test_a_request_without_the_jobs_three_standard_streams_is_refused(threads_pool):
+    """A client that passes no descriptors gets no job: the pool closes its connection and serves on."""
+    socket_path, env = threads_pool
+    request = json.dumps({"argv": ["anything"], "cwd": os.getcwd(), "env": env, "process": {}}).encode()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.connect(socket_path)
+        conn.sendall(struct.pack("!I", len(request)) + request)
+        assert conn.makefile("r").readline() == ""
+    proc = subprocess.run([*BERTVISION, "anything"], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and json.loads(proc.stdout)["big"] == 0, proc.stderr
+
+
+def test_a_forked_job_keeps_what_the_imports_set_and_its_own_niceness_one_step_lower(threads_pool):
+    """A variable the pool's imports set, which the job's environment lacks, is kept (torch's cache
+    folder); a job started one step nicer than the pool runs one step nicer."""
+    _, env = threads_pool
+    proc = subprocess.run([*BERTVISION, "anything"], env=env, capture_output=True, text=True, timeout=60,
+                          preexec_fn=lambda: os.nice(1))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    child = json.loads(proc.stdout)
+    assert child["set_by_imports"] == "the pool's" and child["nice"] == os.nice(0) + 1, child
