@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import importlib.metadata
+import json
 import re
 import sys
 
@@ -135,6 +136,48 @@ def test_clean_removes_every_artifact_folder(tmp_path):
     assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == [
         "config.yaml", "data", "data/reviews-train.csv"
     ]  # fmt: skip
+
+
+def test_clean_leaves_a_working_directory_that_held_only_artifacts(tmp_path):
+    work = tmp_path / "work"
+    (work / "models" / "x").mkdir(parents=True)
+    layout.clean(str(work))
+    assert work.is_dir() and not any(work.iterdir())  # the folder the person works in stays
+
+
+def test_benchmark_files_name_their_rule_and_old_names_get_todays_checkpoint_spelling(tmp_path):
+    from pathlib import Path
+
+    for name in ("extract/mrpc/m-ft1-ckpt-0.3-0.tsv", "tables.tsv"):
+        (tmp_path / "benchmarks" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "benchmarks" / name).write_text("s\n")
+    assert [rule for rule, _ in layout.benchmark_files(tmp_path)] == ["extract", "tables"]
+    old = Path("benchmarks/extract/mrpc/ckpt3-ft1-ckpt0.3-0.tsv")  # a backbone named ckpt3 keeps its name
+    assert layout.current_benchmark_name(old) == old.with_name("ckpt3-ft1-ckpt-0.3-0.tsv")
+
+
+def test_each_kind_of_shared_encoder_reads_its_weights_where_they_were_trained():
+    from bertvision.layout import Checkpoint, SharedEncoder
+
+    frozen = SharedEncoder("f", "frozen", checkpoint=Checkpoint(0), first_ftseed=1)
+    own = SharedEncoder("o", "task", source="sst2", checkpoint=Checkpoint(1), first_ftseed=1)
+    mixture = SharedEncoder("mix", "mixture", tasks=("sst2", "mrpc"))
+    assert frozen.checkpoint_dir("m", 2, "mrpc") == "models/m/mrpc/ft1/ckpt-0"  # the first seed's untouched encoder
+    assert own.checkpoint_dir("m", 2, "mrpc") == "models/m/sst2/ft2/ckpt-1"  # its source's run, whatever the task
+    assert mixture.checkpoint_dir("m", 2, "mrpc") == "shared/m/mix/ft2/encoder"
+    # what their states' records name as the checkpoint: the run's, a mixture's kind
+    assert (frozen.checkpoint_name, own.checkpoint_name, mixture.checkpoint_name) == ("0", "1", "mixture")
+    for encoder in (frozen, own, mixture):  # as the rules pass them: through JSON, where a tuple is a list
+        assert SharedEncoder.from_json(json.loads(json.dumps(encoder.to_json()))) == encoder
+
+
+def test_head_runs_come_in_a_stable_order_whatever_the_folders_order(tmp_path):
+    heads = [(name, seed) for name in ("mlp", "lp", "cnn", "attn", "lp-l2") for seed in (3, 1, 2)]
+    for name, seed in heads:  # made out of order: a folder's listing order is the filesystem's
+        run = layout.head_run_dir(tmp_path, name, seed)
+        run.mkdir(parents=True)
+        (run / layout.HEAD_METRICS).write_text("{}")
+    assert layout.head_runs(tmp_path) == sorted(layout.head_run_dir(tmp_path, n, s) for n, s in heads)
 
 
 def test_every_config_key_is_documented():
