@@ -123,3 +123,36 @@ def test_measuring_leaves_the_seeded_random_stream_as_it_was(encoder, cache, mon
     resolve_precision(CPU, "auto", encoder)  # measures: the cache is empty
     assert cache.is_file()
     assert torch.equal(torch.rand(4), expected)
+
+
+def test_a_cache_it_cannot_make_or_read_costs_only_a_new_measurement(tmp_path, monkeypatch):
+    """A cache folder with a file in its way measures without caching; a cache that is not JSON
+    (edited by hand) is measured over; an entry under another key stays beside the new one."""
+    calls = []
+
+    def measure(choice="fp32"):
+        calls.append(choice)
+        return {"choice": choice}
+
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv(precision_probe.CACHE_ENV, str(tmp_path / "a-file" / "precision.json"))
+    assert precision_probe.measured_once("k", measure) == {"choice": "fp32"} and calls == ["fp32"]
+    cache = tmp_path / "precision.json"
+    monkeypatch.setenv(precision_probe.CACHE_ENV, str(cache))
+    cache.write_text("{not json")
+    assert precision_probe.measured_once("k", measure) == {"choice": "fp32"} and len(calls) == 2
+    assert precision_probe.measured_once("other", lambda: measure("bf16")) == {"choice": "bf16"}
+    assert json.loads(cache.read_text()) == {"k": {"choice": "fp32"}, "other": {"choice": "bf16"}}
+    assert precision_probe.measured_once("k", measure) == {"choice": "fp32"} and len(calls) == 3  # read, not measured
+
+
+def test_a_measurement_holds_for_one_thread_count_and_encoder_shape(encoder):
+    threads = torch.get_num_threads()
+    key = precision_probe.probe_key(encoder.config)
+    wider = encoder.config.__class__.from_dict({**encoder.config.to_dict(), "intermediate_size": 999})
+    assert precision_probe.probe_key(wider) != key
+    torch.set_num_threads(threads + 1)
+    try:
+        assert precision_probe.probe_key(encoder.config) != key
+    finally:
+        torch.set_num_threads(threads)
