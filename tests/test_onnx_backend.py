@@ -148,6 +148,16 @@ def test_the_torch_backend_is_the_model_itself(tiny_bert):
     assert with_backend(model, "torch") is model
 
 
+def test_auto_off_the_cpu_runs_pytorch_unmeasured(tiny_bert, tmp_path, monkeypatch):
+    """ONNX Runtime runs the encoder on the CPU only: an encoder on another device (the meta device
+    here, as a GPU's) takes PyTorch, with nothing measured or cached."""
+    from bertvision.runtime import precision_probe
+
+    monkeypatch.setenv(precision_probe.CACHE_ENV, str(tmp_path / "probe.json"))
+    model = load_encoder(str(tiny_bert)).eval().to("meta")
+    assert with_backend(model, "auto", threads=1) is model and not (tmp_path / "probe.json").exists()
+
+
 def test_extraction_on_onnx_stores_pytorchs_states(tiny_bert, tokens_apart, tmp_path):  # noqa: F811
     """A pair task encoded apart (each distinct text alone): the stored [CLS] and mean states of
     every row, and the shard records which backend computed them."""
