@@ -133,6 +133,17 @@ def test_every_command_ends_its_log_with_its_usage(tmp_path, caplog):
     assert person.returncode == 0 and "job usage" not in person.stderr, person.stderr
 
 
+def test_the_usage_line_counts_the_cpu_seconds_in_the_kernel_too():
+    """A job's CPU seconds are its user and its system time (reading files, page faults)."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    logged = log_usage(logging.getLogger("bertvision"))
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    assert before.ru_stime > 0  # a process that imported its packages
+    assert before.ru_utime + before.ru_stime <= logged.cpu_seconds <= after.ru_utime + after.ru_stime
+
+
 @pytest.mark.slow  # over 10 s on 2 cores (processes, a workflow's plan): make test-all, CI
 def test_the_dry_run_lists_every_job_with_its_request(tmp_path):
     (tmp_path / "resources").symlink_to(REPO / "resources")
