@@ -165,3 +165,11 @@ def test_a_bare_list_argument_takes_at_least_one_value():
     with pytest.raises(SystemExit):
         command_parser("serve").parse_args([])
     assert command_parser("serve").parse_args(["a", "b"]).bundles == [Path("a"), Path("b")]
+
+
+def test_a_switch_says_no_default_and_a_valued_flag_shows_its_own():
+    """A bool parameter is a switch, off unless given: its help shows no default (always False)."""
+    parser = parser_of("planted", "", planted_stage)
+    helps = {action.dest: action.help for action in parser._actions}
+    assert "(default" not in helps["last"] and helps["train_fraction"].endswith("(default %(default)s)")
+    assert parse(*REQUIRED, "--last")["last"] is True
