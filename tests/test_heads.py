@@ -45,6 +45,12 @@ def test_layer_mean_parameter_count():
     assert isinstance(head, LayerMeanHead) and count_parameters(head) == H * C + C
 
 
+def test_the_layer_mean_head_is_its_linear_layer_on_the_mean_over_every_layer():
+    head = build_head({"type": "mean"}, 3, 8, 2).eval()
+    x = torch.randn(4, 3, 8)
+    torch.testing.assert_close(head(x), head.classifier(x.mean(dim=1)))
+
+
 @pytest.mark.parametrize("width", [8, 64])
 @pytest.mark.parametrize("skip", [False, True])
 def test_adapter_parameter_counts(width, skip):
@@ -71,6 +77,16 @@ def test_independent_adapter_uses_one_projection_per_layer():
         other_layers = torch.cat([x[:, :1], torch.randn(5, 2, 8)], dim=1)
         assert torch.equal(head(x), head(other_layers))
         assert not torch.allclose(head(x), head(torch.cat([torch.randn(5, 1, 8), x[:, 1:]], dim=1)))
+
+
+def test_independent_adapter_starts_as_one_nn_linear_per_layer_would():
+    """Each layer's projection is drawn as ``nn.Linear(hidden, width)`` draws its own: uniform
+    within +-1/sqrt(hidden), weight and bias alike."""
+    torch.manual_seed(0)
+    head = adapter(3, 64, 2, width=256, shared=False)
+    bound = 64**-0.5
+    for values in (head.weight, head.bias):
+        assert values.abs().max() <= bound and values.abs().max() > 0.95 * bound
 
 
 PER_EXAMPLE_WITH_DROPOUT = [
@@ -169,3 +185,16 @@ def test_a_search_draws_only_the_options_a_head_type_marks_searchable(monkeypatc
     space = {"reduction": {"choices": [4, 8]}, "learning_rate": {"low": 1e-4, "high": 1e-2}}
     assert searched_parameters(space, "fixed-reduction") == ["learning_rate"]
     assert searched_parameters(space, "ladder") == ["reduction", "learning_rate"]
+
+
+def test_a_constant_feature_is_standardized_to_finite_values():
+    """A dimension the train split never varies (std 0: one training example, or a constant state)
+    is divided by a floor, not by zero: the head still answers with finite numbers."""
+    from bertvision.models.heads import standardized
+
+    x = torch.randn(6, 3, 8)
+    x[:, :, 0] = 2.5
+    mean, std = x.mean(0), x.std(0)
+    assert (std[:, 0] == 0).all()
+    head = standardized(build_head({"type": "lp"}, 3, 8, 2), (mean, std)).eval()
+    assert torch.isfinite(head(x)).all() and torch.isfinite(head(x + 1)).all()

@@ -201,6 +201,25 @@ def test_a_cosine_head_fitted_to_a_batch_answers_its_labels_on_their_own_scale()
         torch.testing.assert_close(head(x)[:, 0], labels, atol=1e-4, rtol=1e-4)
 
 
+def test_a_cosine_classifier_fitted_to_a_batch_starts_each_class_on_its_own_line():
+    """For a classification ``fit_output`` fits one line per class to the one-hot labels: labels
+    that follow the cosine give the positive class a rising score and the negative a falling one,
+    and the fitted head already separates the batch."""
+    from bertvision.features.encode import pair_features
+    from bertvision.models.heads import build_head, fit_output
+
+    torch.manual_seed(0)
+    u = torch.randn(64, 3, 8)
+    v = torch.where(torch.arange(64)[:, None, None] % 2 == 1, u + 0.3 * torch.randn(64, 3, 8), torch.randn(64, 3, 8))
+    x, labels = pair_features(u, v), torch.arange(64) % 2
+    head = build_head({"type": "cosine"}, layers=3, hidden=len(PAIR_PARTS) * 8, outputs=2)
+    with torch.no_grad():
+        fit_output(head, x, labels, 2)
+        weight = head.classifier.weight[:, 0]
+        assert weight[1] > 0 > weight[0] and torch.allclose(weight[0], -weight[1])
+        assert (head(x).argmax(-1) == labels).float().mean() > 0.9
+
+
 def test_a_cosine_head_saved_with_each_sides_own_moments_loads_as_saved_and_says_so(tmp_path, caplog):
     """A head trained before the two sides were standardized alike keeps the buffers it was scored
     with (its served answers equal its evaluation), and its load says it is not symmetric."""

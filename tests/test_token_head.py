@@ -66,6 +66,16 @@ def test_padding_never_changes_the_output(pool):
         torch.testing.assert_close(wrapped(x, mask)[:1], wrapped(x[:1, :7], mask[:1, :7]), rtol=1e-5, atol=1e-6)
 
 
+def test_attention_pools_by_each_tokens_score_against_the_query_scaled_by_root_hidden():
+    head = randomized_head(pool="attention")
+    x, mask = torch.randn(2, 6, 4, 16), torch.tensor([[True] * 6, [True] * 4 + [False] * 2])
+    with torch.no_grad():
+        tokens = head.gamma * torch.einsum("l,btlh->bth", head.layer_weights(), x)
+        scores = (tokens @ head.query / 4.0).masked_fill(~mask, float("-inf"))
+        pooled = torch.einsum("bt,bth->bh", torch.softmax(scores, dim=-1), tokens)
+        torch.testing.assert_close(head(x, mask), head.classifier(pooled))
+
+
 def test_pooling_does_not_depend_on_positions():
     head = randomized_head()
     x = torch.randn(1, 9, 4, 16)
