@@ -96,6 +96,38 @@ def test_the_layer_pools_read_every_layer_and_lps_scale_multiplies_the_mix(head_
         torch.testing.assert_close(head(x), unscaled)
 
 
+@pytest.mark.parametrize("adapter", [0, 1, 8])
+def test_the_cnn_is_its_convolution_through_a_relu_on_the_gelu_adapted_front(adapter):
+    """cnn: Linear(flatten(ReLU(Conv1d(front)))), the front's adapter (any width A > 0, 1 too) a
+    GELU(W x + b) on the hidden axis."""
+    torch.manual_seed(0)
+    head = build_head({"type": "cnn", "pool": "mean", "adapter_width": adapter}, 3, 16, 2).eval()
+    x = torch.randn(5, 3, 16)
+    with torch.no_grad():
+        front = x.mean(dim=1, keepdim=True)
+        if adapter:
+            front = torch.nn.functional.gelu(front @ head.front.adapter.weight.T + head.front.adapter.bias)
+        want = head.classifier(torch.relu(head.conv(front)).flatten(1))
+        torch.testing.assert_close(head(x), want)
+
+
+def test_xception_pools_globally_by_the_mean_and_its_avgpool_leaves_the_padding_out():
+    """Global average pooling of residual + main; the main branch's AvgPool(3, stride 2, 'same')
+    averages only the real positions (Keras' 'same' pooling): a constant stays that constant at the
+    edges."""
+    torch.manual_seed(0)
+    head = build_head({"type": "xception"}, 3, 64, 2).eval()
+    x, branches = torch.randn(4, 3, 64), {}
+    hooks = [m.register_forward_hook(lambda m, i, o, n=n: branches.__setitem__(n, o))
+             for n, m in (("residual", head.residual), ("main", head.main))]  # fmt: skip
+    with torch.no_grad():
+        out = head(x)
+        for hook in hooks:
+            hook.remove()
+        torch.testing.assert_close(out, head.classifier((branches["residual"] + branches["main"]).mean(dim=-1)))
+        torch.testing.assert_close(head.main[-1](torch.full((1, 2, 7), 3.0)), torch.full((1, 2, 4), 3.0))
+
+
 def test_xceptions_cls_residual_appends_the_last_layers_state():
     head = build_head({"type": "xception", "cls_residual": True}, 4, 64, 1).eval()
     x = torch.randn(3, 4, 64)
