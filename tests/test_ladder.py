@@ -288,3 +288,90 @@ def test_a_head_reading_mean_states_trains_on_example_tasks_only():
         settings({"rte": None}, models={"lp-max": {"type": "lp", "reads": "max"}})
     with pytest.raises(ConfigError, match="reads"):
         settings({"rte": {"token_features": True}}, models={"tok": {"type": "token-pool", "reads": "mean"}})
+
+
+# --- mutation audit: the pruning, the pooling and the options at their edges --------------------
+def synthetic_layer(hidden=16, heads=4, ff=32, seed=0) -> dict:
+    """One encoder layer as ``encoder_io.encoder_layers`` gives it, with random weights."""
+    g = torch.Generator().manual_seed(seed)
+
+    def pair(rows, cols):
+        return torch.randn(rows, cols, generator=g), torch.randn(rows, generator=g)
+
+    def norm():
+        return torch.randn(hidden, generator=g), torch.randn(hidden, generator=g)
+
+    return {"q": pair(hidden, hidden), "k": pair(hidden, hidden), "v": pair(hidden, hidden),
+            "out": pair(hidden, hidden), "ff_in": pair(ff, hidden), "ff_out": pair(hidden, ff),
+            "norm_in": norm(), "norm_mid": norm(), "norm_out": norm(), "heads": heads}  # fmt: skip
+
+
+def test_pruning_keeps_the_heaviest_dimensions_and_heads_and_rescales_the_query_for_narrower_heads():
+    """Hidden 16 -> side width 4; the encoder's 4 heads of 4 dimensions -> 2 heads of 2: the kept
+    residual dimensions are those of largest weight magnitude, the kept heads those of largest
+    magnitude, and the query is multiplied by sqrt(2 / 4) (q.k over 2 dimensions, scaled by 1/sqrt(2))."""
+    layer = synthetic_layer()
+    heavy = torch.tensor([3, 7, 8, 12])
+    for name in ("q", "k", "v", "ff_in"):
+        layer[name][0][:, heavy] *= 10
+    for name in ("out", "ff_out"):
+        layer[name][0][heavy] *= 10
+    layer["q"][0][8:] *= 10  # heads 2 and 3
+    head = build_head(
+        {"type": "ladder", "reduction": 4, "attention_heads": 2, "blocks": 1, "init": "encoder"}, 2, 16, 2
+    )
+    head.init_from_encoder([layer])
+    assert torch.equal(head.down_weight[0].argmax(dim=0), heavy)
+    query_rows = head.blocks[0].self_attn.in_proj_weight[:4] / 0.5**0.5
+    candidates = layer["q"][0][8:][:, heavy]  # the rows of heads 2 and 3, at the kept dimensions
+    for row in query_rows:
+        assert torch.isclose(candidates, row, rtol=1e-5, atol=1e-5).all(dim=1).any()
+
+
+def test_without_blocks_the_final_norm_starts_as_the_top_layers_output_norm():
+    layers = [synthetic_layer(seed=s) for s in range(3)]
+    head = build_head(
+        {"type": "ladder", "reduction": 4, "attention_heads": 2, "blocks": 0, "init": "encoder"}, 4, 16, 2
+    )
+    head.init_from_encoder(layers)
+    keep = head.down_weight[0].argmax(dim=0)
+    assert torch.equal(head.norm.weight, layers[-1]["norm_out"][0][keep])
+
+
+def test_init_encoder_refuses_side_heads_wider_than_the_encoders():
+    head = build_head({"type": "ladder", "reduction": 1, "attention_heads": 2, "init": "encoder"}, 2, 16, 2)
+    with pytest.raises(ValueError, match="at most 4 attention_heads of at most 4 dimensions .* got 2 of 8"):
+        head.init_from_encoder([synthetic_layer()])
+
+
+def test_top_layers_beyond_the_encoders_depth_use_every_layer():
+    every = build_head({"type": "ladder", "reduction": 4, "top_layers": 0}, 3, 32, 2)
+    beyond = build_head({"type": "ladder", "reduction": 4, "top_layers": 9}, 3, 32, 2)
+    assert count_parameters(beyond) == count_parameters(every) and beyond.first_layer == 0
+    assert beyond(torch.randn(2, 5, 3, 32)).shape == (2, 2)
+
+
+def test_the_side_blocks_are_pre_norm():
+    """LST's side blocks, and ``init: encoder``'s mapping of BERT's post-norms onto them, are
+    pre-norm: each sublayer reads its norm's output and adds to the unnormed stream."""
+    head = build_head({"type": "ladder", "reduction": 4, "blocks": 2}, 3, 32, 2)
+    assert all(block.norm_first for block in head.blocks)
+
+
+def test_per_token_outputs_go_through_the_dropout():
+    head = randomized_ladder(dropout=0.5, blocks=0)
+    x, mask = padded_batch([5, 3])
+    with torch.no_grad():
+        assert torch.equal(head(x, mask, True), head(x, mask, True))
+        torch.manual_seed(1)
+        assert not torch.allclose(head.train()(x, mask, True), head.eval()(x, mask, True))
+
+
+def test_attention_pooling_scores_against_the_query_scaled_by_root_width():
+    head = randomized_ladder("attention")
+    x, mask = padded_batch([5, 3])
+    with torch.no_grad():
+        h = head.side_stream(x, mask)
+        scores = (h @ head.query / head.width**0.5).masked_fill(~mask, float("-inf"))
+        pooled = torch.einsum("bt,btd->bd", torch.softmax(scores, dim=-1), h)
+        torch.testing.assert_close(head(x, mask), head.classifier(pooled))
