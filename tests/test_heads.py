@@ -198,3 +198,18 @@ def test_a_constant_feature_is_standardized_to_finite_values():
     assert (std[:, 0] == 0).all()
     head = standardized(build_head({"type": "lp"}, 3, 8, 2), (mean, std)).eval()
     assert torch.isfinite(head(x)).all() and torch.isfinite(head(x + 1)).all()
+
+
+def test_the_registry_types_options_and_knows_which_heads_read_a_pair_apart():
+    """A whole float is an integer option's integer, any other float stays as given (to be refused,
+    not cut to an integer); a head that reads a pair apart only takes no ``pair`` option, and
+    trains on no span task, which has no apart states."""
+    from bertvision.registry.heads import complete_spec, trains_on
+
+    width = HEAD_TYPES["adapter"].options["width"]
+    assert width.typed(64.0) == 64 and isinstance(width.typed(64.0), int) and width.typed(64.5) == 64.5
+    with pytest.raises(ValueError, match=r"head type 'cosine' has no option\(s\) \['pair'\]"):
+        complete_spec({"type": "cosine", "pair": "joint"})
+    assert trains_on({"type": "cosine"}, "regression", False, apart=True)
+    assert not trains_on({"type": "cosine"}, "span", True, apart=True)
+    assert not trains_on({"type": "lp", "pair": "apart"}, "span", True, apart=True)

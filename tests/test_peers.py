@@ -256,6 +256,20 @@ def test_which_peers_apply_to_which_task():
     assert set(why) == {"embedding", "cosine", "setfit"} and "question task" in why["embedding"]
 
 
+def test_the_cosine_peer_needs_a_pair_and_only_the_encoding_peers_read_embeddings():
+    """A regression over single texts has no two embeddings to take the cosine of; the peers that
+    train the encoder read no shared encoding of the task."""
+    import dataclasses
+
+    from bertvision.registry.peers import PEERS
+
+    stsb = get_task("stsb")
+    one_text = dataclasses.replace(stsb, text_fields=stsb.text_fields[:1])
+    assert applicable(["embedding", "cosine"], one_text) == ["embedding"]
+    assert "text pairs only" in inapplicable(["cosine"], one_text)["cosine"]
+    assert {name for name, peer in PEERS.items() if peer.reads_embeddings} == {"embedding", "cosine"}
+
+
 def test_the_config_names_the_peers_per_task_and_their_seeds():
     s = workflow_settings(
         tasks={"mrpc": None, "stsb": {"peers": ["cosine", "lora"]}},
