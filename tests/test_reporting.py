@@ -774,3 +774,26 @@ def test_the_timing_table_sums_a_stages_seconds_and_takes_its_largest_peak_read_
     assert table.loc["extract", "max_rss_mb"] == 900  # shard 1's log; the benchmark files' largest is 400
     assert table.loc["finetune", "seconds"] == 20 and table.loc["finetune", "max_rss_mb"] == 1500
     assert "| mrpc | 20.0 | 12.0 | 32.0 |" in timing_markdown(table.reset_index())
+
+
+def test_ranking_ties_edge_cases_and_a_frame_with_no_race():
+    """Ties go to fewer parameters before the checkpoint; the one-standard-error rule looks only at
+    strictly earlier checkpoints, at the best of each; a frame's NaN ``raced_out`` (no race ran)
+    stops nothing."""
+    import math
+
+    import pandas as pd
+
+    from bertvision.reporting.ranking import Candidate, ranked, ranked_frame
+
+    small, large = Candidate("small", 0.8, 10, None), Candidate("large", 0.8, 100, 1.0)
+    assert [c.name for c in ranked([large, small])] == ["small", "large"]
+    # the same checkpoint as the best is not an earlier one, however close its score
+    top, twin = Candidate("top", 0.81, 10, 1.0, runs=3, std=0.1), Candidate("twin", 0.8, 10, 1.0, runs=3, std=0.1)
+    assert [c.name for c in ranked([twin, top])] == ["top", "twin"]
+    # an earlier checkpoint within noise stands in with its best candidate, not its worst
+    late = Candidate("late", 0.9, 10, 1.0, runs=3, std=0.1)
+    good, poor = Candidate("good", 0.85, 10, 0.0, runs=3, std=0.1), Candidate("poor", 0.84, 10, 0.0, runs=3, std=0.1)
+    assert [c.name for c in ranked([late, poor, good])][0] == "good"
+    frame = pd.DataFrame({"model": ["a", "b"], "sel": [0.7, 0.6], "params": [1, 1], "raced_out": [math.nan, False]})
+    assert list(ranked_frame(frame, "model", "sel", "params")["model"]) == ["a", "b"]
