@@ -136,3 +136,13 @@ def test_the_workflow_plans_a_curve_per_task_and_seed_and_its_plot(tiny_bert, tm
     for task in ("mrpc", "stsb"):
         for seed in (1, 2):
             assert L.BERT_CURVE_FILE.format(model="tiny", task=task, seed=seed) in out
+
+
+def test_a_squad_curve_is_written_on_its_0_to_100_scale(tmp_path):
+    """SQuAD's F1 runs to 100: two decimals, as every other table prints it, not a 0-1 metric's three."""
+    metrics = {"f1": 71.234, "exact": 60.0, "HasAns_f1": 0.0, "HasAns_exact": 0.0, "NoAns_f1": 0.0, "NoAns_exact": 0.0}
+    curve = [{"epochs": 1, "step": 10, "train_seconds": 1.0, "train_loss_recent": 0.5,
+              "metrics": {"selection": metrics, "dev": metrics}}]  # fmt: skip
+    atomic_write_json({"task": "squad2", "model": "m", "seed": 1, "points": [1], "curve": curve}, tmp_path / "s.json")
+    page = bert_curve_markdown(bert_curve_table([tmp_path / "s.json"]))
+    assert "| 1 | 71.23 | 71.23 | 1 |" in page, page
