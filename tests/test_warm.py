@@ -114,21 +114,22 @@ def test_a_job_that_comes_during_the_imports_waits_for_them_and_is_forked(slow_p
     assert "ready after 3." in log.read_text()
 
 
-def test_jobs_waiting_on_a_pool_whose_imports_fail_run_on_their_own(slow_pool):
-    socket_path, log = slow_pool(2, "fail")
+@pytest.mark.parametrize(
+    "seconds, how, logged",
+    [
+        (2, "fail", "0 jobs forked"),
+        # a thread could hold a lock that a forked child would inherit held: every job runs on its own
+        (0, "thread", "Python threads after the imports; not forking"),
+    ],
+    ids=["imports-fail", "imports-leave-a-thread"],
+)
+def test_jobs_on_a_pool_that_cannot_fork_them_run_on_their_own(slow_pool, seconds, how, logged):
+    """A pool whose imports fail, or leave a thread running, forks nothing and removes its socket."""
+    socket_path, log = slow_pool(seconds, how)
     job = run(["config-keys"], socket_path)
     assert job.returncode == 0 and "heads.training.learning_rate" in job.stdout, job.stderr
     assert FORKED not in job.stderr
-    assert "0 jobs forked" in log.read_text() and not Path(socket_path).exists()
-
-
-def test_a_pool_whose_imports_leave_a_thread_running_forks_nothing(slow_pool):
-    """A thread could hold a lock that a forked child would inherit held: every job runs on its own."""
-    socket_path, log = slow_pool(0, "thread")
-    job = run(["config-keys"], socket_path)
-    assert job.returncode == 0 and "heads.training.learning_rate" in job.stdout, job.stderr
-    assert FORKED not in job.stderr
-    assert "Python threads after the imports; not forking" in log.read_text() and not Path(socket_path).exists()
+    assert logged in log.read_text() and not Path(socket_path).exists()
 
 
 def connected(client: subprocess.Popen) -> None:
