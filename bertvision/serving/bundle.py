@@ -159,13 +159,14 @@ def _head_entry(root: Path, task: str, name: str, data: dict) -> HeadEntry:
             _require(head_dir / file)
         threshold = data.get("null_threshold")
         mean = data.get("mean_selection_score")
-        seeds = tuple(int(seed) for seed in data.get("seeds", [data["seed"]]))
-        if int(data["seed"]) not in seeds:
-            raise BundleError(f"{where}: seed {data['seed']} is not among the seeds trained ({list(seeds)})")
+        seed = int(data["seed"])
+        seeds = tuple(int(each) for each in data.get("seeds", [seed]))
+        if seed not in seeds:
+            raise BundleError(f"{where}: seed {seed} is not among the seeds trained ({list(seeds)})")
         return HeadEntry(
             name=name,
             dir=head_dir,
-            seed=int(data["seed"]),
+            seed=seed,
             seeds=seeds,
             spec=dict(data["spec"]),
             level=str(data["level"]),
